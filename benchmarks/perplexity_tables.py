@@ -1,0 +1,75 @@
+"""Perplexity with and without BM25 retrieval, as the paper's tables: SmolLM2-135M and Gemma-3-270M,
+max_length 512, s=4, ℓ=32, BM25 over the whole Wikipedia sample, first 2,048 tokens of
+(a) WikiText-103 test (its forbidden titles excluded) and (b) held-out Wikipedia (benchmarks/make_heldout.py; the
+sampled articles excluded). Gemma is also run with --bos-every-window (a BOS at the start of every window).
+
+Each run is an `hf-ralm eval-lm` call writing OUT/<run>/eval.json; finished runs are skipped, so the script resumes.
+
+    python benchmarks/make_heldout.py --corpus ../shared/data/wikipedia-2015-sample/articles.jsonl.gz \
+        --out-dir ~/.cache/hf-ralm/heldout
+    python benchmarks/perplexity_tables.py --out ~/.cache/hf-ralm/tables
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+HOME = os.path.expanduser("~")
+SHARED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default=os.path.join(HOME, ".cache/hf-ralm/tables"))
+    parser.add_argument("--models-dir", default=os.environ.get("HF_RALM_MODELS", os.path.join(HOME, ".cache/hf-ralm/models")))
+    parser.add_argument("--index-dir", default=os.path.join(HOME, ".cache/hf-ralm/index/wikipedia-2015-sample-bm25"))
+    parser.add_argument("--corpus", default=os.path.join(SHARED, "wikipedia-2015-sample/articles.jsonl.gz"))
+    parser.add_argument("--heldout-dir", default=os.path.join(HOME, ".cache/hf-ralm/heldout"))
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--max-eval-tokens", type=int, default=2048)
+    args = parser.parse_args()
+
+    datasets = {
+        "wikitext103-test": (os.path.join(SHARED, "wikitext-103/test.jsonl"),
+                             os.path.join(SHARED, "wikitext-103/forbidden_titles.txt")),
+        "heldout-wikipedia": (os.path.join(args.heldout_dir, "rows.jsonl"), os.path.join(args.heldout_dir, "titles.txt")),
+    }
+    models = {"SmolLM2-135M": ("smollm2-135m-instruct", [False]), "Gemma-3-270M": ("gemma-3-270m", [False, True])}
+    rows = []
+    for data_name, (data_path, forbidden) in datasets.items():
+        for model_name, (folder, bos_options) in models.items():
+            for bos in bos_options:
+                figures = {}
+                for retriever in ("none", "bm25"):
+                    run = f"{data_name}.{folder}.{retriever}{'.bos' if bos else ''}"
+                    out_dir = os.path.join(args.out, run)
+                    command = [
+                        "hf-ralm", "eval-lm", "--model", os.path.join(args.models_dir, folder),
+                        "--dataset-path", data_path, "--retriever", retriever, "--max-length", "512",
+                        "--stride", "4", "--query-length", "32", "--max-eval-tokens", str(args.max_eval_tokens),
+                        "--dtype", args.dtype, "--output-dir", out_dir,
+                    ]
+                    if retriever == "bm25":
+                        command += ["--index-dir", args.index_dir, "--corpus", args.corpus, "--forbidden-titles", forbidden]
+                    if bos:
+                        command.append("--bos-every-window")
+                    if not os.path.exists(os.path.join(out_dir, "eval.json")):
+                        print("running:", " ".join(command), flush=True)
+                        subprocess.run(command, check=True, stderr=subprocess.DEVNULL)
+                    with open(os.path.join(out_dir, "eval.json")) as f:
+                        figures[retriever] = json.load(f)
+                label = model_name + (" (BOS every window)" if bos else " (reference BOS)" if bos_options != [False] else "")
+                rows.append((data_name, label, figures))
+    print(f"\n| data | model | token ppl, none | token ppl, BM25 | word ppl, none | word ppl, BM25 | windows with a passage |")
+    print("|---|---|---|---|---|---|---|")
+    for data_name, label, f in rows:
+        print(f"| {data_name} | {label} | {f['none']['token_ppl']:.3f} | {f['bm25']['token_ppl']:.3f} | "
+              f"{f['none']['word_ppl']:.3f} | {f['bm25']['word_ppl']:.3f} | "
+              f"{f['bm25']['num_windows_with_passage']}/{f['bm25']['num_windows'] - 1} |")
+    print(f"\n({args.dtype}, max_length 512, s=4, ℓ=32, first {args.max_eval_tokens} tokens)", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,20 @@
+"""hf-ralm: In-Context Retrieval-Augmented Language Modeling (Ram et al., 2023) for any Hugging Face causal LM."""
+
+from .configuration_ralm import RalmConfig
+from .evaluation import RalmEvalResult, evaluate_perplexity
+from .modeling_ralm import RalmCausalLMOutput, RetrievalAugmentedModel
+from .retrieval import BM25Retriever, Passage, Retriever, load_retriever
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "RalmConfig",
+    "RetrievalAugmentedModel",
+    "RalmCausalLMOutput",
+    "RalmEvalResult",
+    "evaluate_perplexity",
+    "BM25Retriever",
+    "Passage",
+    "Retriever",
+    "load_retriever",
+]

@@ -1,0 +1,49 @@
+"""``evaluate`` metric: In-Context RALM perplexity of a causal LM on texts (token and word level).
+
+Loads offline once hf-ralm is installed::
+
+    import evaluate
+    metric = evaluate.load("ralm_perplexity")
+    # or by path: evaluate.load(hf_ralm.metrics.metric_path("ralm_perplexity"))
+    metric.compute(model_id="path/to/model", predictions=["some text ..."], max_length=512)
+"""
+
+import datasets
+import evaluate
+
+from hf_ralm.metrics.compute import compute_ralm_perplexity
+
+_DESCRIPTION = """In-Context RALM perplexity (Ram et al., 2023): the text is scored in windows that start every
+`stride` tokens; each window after the first is conditioned on the top passage retrieved for the last
+`query_length` tokens before it. token_ppl = exp(nll_sum / num_tokens), word_ppl = exp(nll_sum / num_words) with
+num_words the number of spaces, as in the paper's code. Texts are joined as the reference joins dataset rows."""
+
+_KWARGS_DESCRIPTION = """
+Args:
+    predictions (list of str): the texts (joined into one text, empty rows as " \\n").
+    model_id (str): causal LM, Hub id or local folder.
+    retriever (str): "none" (default) or "bm25" (then index_dir and, to build it, corpus).
+    index_dir, corpus, forbidden_titles: as for `hf-ralm eval-lm`.
+    stride (int, 4), query_length (int, 32), max_length (int, model max), max_doc_tokens (int, 256),
+    max_eval_tokens (int), dtype ("float32"), batch_size (int, 8), bos_every_window (bool, False).
+Returns:
+    nll_sum, num_tokens, num_scored, num_words, token_ppl, word_ppl.
+Example:
+    >>> metric = evaluate.load("ralm_perplexity")  # doctest: +SKIP
+    >>> metric.compute(model_id="gpt2", predictions=["Hello world , this is a test ."])["token_ppl"]  # doctest: +SKIP
+"""
+
+
+@evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
+class RalmPerplexity(evaluate.Metric):
+    def _info(self):
+        return evaluate.MetricInfo(
+            module_type="metric",
+            description=_DESCRIPTION,
+            citation="Ram et al., In-Context Retrieval-Augmented Language Models, TACL 2023.",
+            inputs_description=_KWARGS_DESCRIPTION,
+            features=datasets.Features({"predictions": datasets.Value("string")}),
+        )
+
+    def _compute(self, predictions, model_id, **kwargs):
+        return compute_ralm_perplexity(predictions, model_id, **kwargs)

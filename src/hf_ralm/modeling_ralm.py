@@ -1,0 +1,197 @@
+"""``RetrievalAugmentedModel``: any frozen causal LM plus a retriever, PEFT-style.
+
+It owns only a :class:`RalmConfig` and a retriever; everything else is forwarded to the wrapped model, and
+``save_pretrained`` writes the config (with a reference to the retriever's index), never the base weights.
+
+Example:
+    >>> from hf_ralm import RetrievalAugmentedModel
+    >>> model = RetrievalAugmentedModel.from_pretrained(
+    ...     "HuggingFaceTB/SmolLM2-135M", retriever="bm25", index_dir="wiki-index", corpus="wiki.jsonl.gz",
+    ...     retrieval_stride=4, query_length=32, max_length=512)                       # doctest: +SKIP
+    >>> ids = model.tokenizer("Some text to score ...", return_tensors="pt").input_ids  # doctest: +SKIP
+    >>> out = model(ids)                                                               # doctest: +SKIP
+    >>> out.loss, out.token_nlls.shape, out.passages[0][out.token_windows[0, -1]]      # doctest: +SKIP
+    >>> model.save_pretrained("my-ralm")   # config + retriever reference only          # doctest: +SKIP
+    >>> RetrievalAugmentedModel.from_pretrained("my-ralm")                              # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedConfig, PreTrainedModel
+from transformers.utils import ModelOutput
+
+from .configuration_ralm import RALM_FIELDS, RalmConfig
+from .evaluation import RalmEvalResult, evaluate_perplexity
+from .retrieval.base import Passage, Retriever, read_forbidden_titles
+from .retrieval.factory import load_retriever
+
+
+@dataclass
+class RalmCausalLMOutput(ModelOutput):
+    """Like ``CausalLMOutput``: ``loss`` is the mean NLL over the scored tokens of all rows.
+
+    ``token_nlls[b, t]`` is the NLL of token ``t`` of row ``b`` (NaN where not scored: token 0, padding, ignored
+    labels); ``token_windows[b, t]`` is the window that scored it and ``passages[b][window]`` the passages retrieved
+    for that window (the first was in context; an empty list means none was).
+    """
+
+    loss: torch.FloatTensor | None = None
+    token_nlls: torch.FloatTensor | None = None
+    token_windows: torch.LongTensor | None = None
+    passages: list[list[list[Passage]]] | None = None
+
+
+def _saved_ralm_config(path: str, hub_kwargs: dict) -> RalmConfig | None:
+    """The RalmConfig stored at ``path`` (folder or Hub id), or None when ``path`` is a plain model."""
+    try:
+        config_dict, _ = PreTrainedConfig.get_config_dict(path, **hub_kwargs)
+    except (OSError, ValueError):
+        return None
+    if config_dict.get("model_type") != RalmConfig.model_type:
+        return None
+    return RalmConfig.from_dict(config_dict)
+
+
+def _load_base_model(name_or_path: str, model_args: Sequence, model_kwargs: dict):
+    try:
+        return AutoModelForCausalLM.from_pretrained(name_or_path, *model_args, **model_kwargs)
+    except OSError as error:
+        raise OSError(
+            f"Could not load the causal LM {name_or_path!r}: it is neither a local model folder nor a model that "
+            f"could be fetched from the Hub (no network, or a typo?). Original error: {error}"
+        ) from error
+
+
+class RetrievalAugmentedModel(PreTrainedModel):
+    """A frozen causal LM evaluated with In-Context RALM: every ``retrieval_stride`` tokens a passage retrieved for
+    the last ``query_length`` tokens is put in front of the context. No weights change."""
+
+    config_class = RalmConfig
+    base_model_prefix = "language_model"
+    _no_split_modules: list[str] = []
+
+    def __init__(self, config: RalmConfig, language_model: PreTrainedModel, retriever: Retriever | None = None,
+                 tokenizer=None):
+        super().__init__(config)
+        self.language_model = language_model
+        self.retriever = retriever
+        self.tokenizer = tokenizer
+        # no post_init(): it would re-initialise the wrapped model's weights
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name == "language_model":
+                raise
+            return getattr(self.language_model, name)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        pretrained_model_name_or_path: str | os.PathLike | PreTrainedModel,
+        *model_args,
+        retriever: str | dict | Retriever | None = None,
+        tokenizer=None,
+        index_dir: str | None = None,
+        corpus: str | list[str] | None = None,
+        forbidden_titles: str | Sequence[str] | None = None,
+        **kwargs,
+    ) -> "RetrievalAugmentedModel":
+        """Wrap a causal LM given as a Hub id, a local folder or a loaded model, or rebuild a saved RALM folder.
+
+        Args:
+            pretrained_model_name_or_path: model id/folder (loaded with ``AutoModelForCausalLM``), a loaded model,
+                or a folder written by :meth:`save_pretrained`.
+            retriever: ``"bm25"``, ``"none"``, a saved description, or any object with ``retrieve(queries, k)``.
+            index_dir, corpus: where the BM25 index is (built there from ``corpus`` when missing or stale).
+            forbidden_titles: a file with one title per line, or titles, never to retrieve (contamination).
+            kwargs: :class:`RalmConfig` fields (``retrieval_stride``, ``query_length``, ``max_length``, ...); the
+                rest (``dtype``, ``device_map``, ``gguf_file``, ``revision``, ...) go to the base model's loading.
+        """
+        overrides = {k: kwargs.pop(k) for k in list(kwargs) if k in RALM_FIELDS}
+        hub_kwargs = {k: kwargs[k] for k in ("revision", "cache_dir", "token", "local_files_only") if k in kwargs}
+        if isinstance(pretrained_model_name_or_path, PreTrainedModel):
+            base = pretrained_model_name_or_path
+            saved = None
+            base_name = base.config.name_or_path or None
+        else:
+            path = str(pretrained_model_name_or_path)
+            saved = _saved_ralm_config(path, hub_kwargs)
+            base_name = saved.base_model_name_or_path if saved else path
+            if saved and not base_name:
+                raise ValueError(f"{path} holds a RALM config without base_model_name_or_path.")
+            base = _load_base_model(base_name, model_args, kwargs)
+        base.eval()
+        if tokenizer is None:
+            tokenizer_kwargs = {k: kwargs[k] for k in ("gguf_file", "revision", "cache_dir", "token") if k in kwargs}
+            tokenizer = AutoTokenizer.from_pretrained(base_name, **tokenizer_kwargs)
+
+        fields = saved.to_dict() if saved else {}
+        fields = {k: v for k, v in fields.items() if k in RALM_FIELDS}
+        fields.update(overrides, base_model_name_or_path=base_name)
+        if isinstance(forbidden_titles, (str, os.PathLike)):
+            forbidden_titles = read_forbidden_titles(str(forbidden_titles))
+        spec = retriever if retriever is not None else fields.get("retriever")
+        if isinstance(spec, dict) and forbidden_titles is not None:
+            spec = {**spec, "forbidden_titles": sorted(forbidden_titles)}
+        loaded = load_retriever(spec, index_dir=index_dir, corpus=corpus, forbidden_titles=forbidden_titles or ())
+        fields["retriever"] = loaded.config() if hasattr(loaded, "config") and callable(loaded.config) else None
+        return cls(RalmConfig(**fields), base, loaded, tokenizer)
+
+    def save_pretrained(self, save_directory: str | os.PathLike, **kwargs) -> None:
+        """Write the RALM config (with the retriever's reference) only; the base model stays where it is."""
+        os.makedirs(save_directory, exist_ok=True)
+        self.config.save_pretrained(save_directory, **kwargs)
+
+    def evaluate_perplexity(self, text_or_ids: str | Sequence[int], **kwargs) -> RalmEvalResult:
+        """In-Context RALM perplexity of a text under the paper's conventions; see
+        :func:`hf_ralm.evaluation.evaluate_perplexity` for the keyword arguments."""
+        if self.tokenizer is None:
+            raise ValueError("This model has no tokenizer: pass tokenizer= to from_pretrained.")
+        return evaluate_perplexity(self.language_model, self.tokenizer, text_or_ids, self.retriever, self.config,
+                                   **kwargs)
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        retrieval_file: str | None = None,
+        batch_size: int = 8,
+        show_progress: bool = False,
+        **unused,
+    ) -> RalmCausalLMOutput:
+        """Evaluate every row of ``input_ids`` with In-Context RALM (retrieving as it goes).
+
+        ``labels`` follows the transformers convention for causal LMs: equal to ``input_ids``, with ``-100`` where a
+        token must not count in the loss. Rows may be right-padded (``attention_mask``).
+        """
+        if input_ids.dim() == 1:
+            input_ids = input_ids[None]
+        if labels is not None and bool(((labels != -100) & (labels != input_ids)).any()):
+            raise ValueError("labels must equal input_ids (with -100 where a token is ignored): RALM scores the text.")
+        rows, nlls, windows_of = [], [], []
+        for b in range(input_ids.shape[0]):
+            length = int(attention_mask[b].sum()) if attention_mask is not None else input_ids.shape[1]
+            result = self.evaluate_perplexity(input_ids[b, :length].tolist(), retrieval_file=retrieval_file,
+                                              batch_size=batch_size, show_progress=show_progress)
+            row_nll = torch.full(input_ids.shape[1:], float("nan"), dtype=torch.float64)
+            row_nll[:length] = result.token_nlls
+            row_windows = torch.full(input_ids.shape[1:], -1, dtype=torch.long)
+            row_windows[:length] = result.token_windows
+            rows.append(result.passages)
+            nlls.append(row_nll)
+            windows_of.append(row_windows)
+        token_nlls = torch.stack(nlls)
+        if labels is not None:
+            token_nlls[labels.cpu() == -100] = float("nan")
+        scored = ~torch.isnan(token_nlls)
+        loss = token_nlls[scored].mean().float() if scored.any() else torch.tensor(float("nan"))
+        return RalmCausalLMOutput(loss=loss, token_nlls=token_nlls.float(), token_windows=torch.stack(windows_of),
+                                  passages=rows)

@@ -1,0 +1,198 @@
+"""Embedded BM25 (no Java): bm25s with Lucene's scoring (k1=0.9, b=0.4), English stemming and stop words.
+
+An index folder holds the bm25s matrices (memory-mapped when loaded), the passages as an Arrow table (memory-mapped
+by ``datasets``) and ``hf_ralm_index.json``, which records the corpus fingerprint so a folder is reused only for the
+corpus it was built from.
+
+Example:
+    >>> retriever = BM25Retriever.build("articles.jsonl.gz", "index/")          # doctest: +SKIP
+    >>> retriever = BM25Retriever.load("index/", forbidden_titles={"Nero"})    # doctest: +SKIP
+    >>> retriever.retrieve(["the emperor of Rome"], k=2)[0][0].title            # doctest: +SKIP
+    'Augustus'
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from .base import Passage, passage_text
+from .corpus import WORDS_PER_PASSAGE, corpus_fingerprint, read_corpus, split_passages
+
+INDEX_FILE = "hf_ralm_index.json"
+BM25_PARAMS = {"method": "lucene", "k1": 0.9, "b": 0.4}  # pyserini's defaults, as the paper used
+
+
+def _stemmer():
+    import Stemmer
+
+    return Stemmer.Stemmer("english")
+
+
+def _tokenize(texts: Sequence[str], show_progress: bool) -> list[list[str]]:
+    import bm25s
+
+    return bm25s.tokenize(
+        list(texts), stopwords="en", stemmer=_stemmer(), return_ids=False, show_progress=show_progress
+    )
+
+
+def read_index_info(index_dir: str) -> dict | None:
+    """The ``hf_ralm_index.json`` of an index folder, or ``None`` if the folder holds no finished index."""
+    path = os.path.join(index_dir, INDEX_FILE)
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+class BM25Retriever:
+    """BM25 over 100-word passages, with optional exclusion of passages by article title (contamination)."""
+
+    name = "bm25"
+
+    def __init__(self, index_dir: str, forbidden_titles: Iterable[str] = (), n_threads: int = 0):
+        import bm25s
+        from datasets import load_from_disk
+
+        info = read_index_info(index_dir)
+        if info is None:
+            raise FileNotFoundError(
+                f"No hf-ralm BM25 index in {index_dir!r}. Build one with `hf-ralm index --corpus FILE --index-dir "
+                f"{index_dir}` or BM25Retriever.build(corpus, index_dir)."
+            )
+        self.index_dir = index_dir
+        self.info = info
+        self.n_threads = n_threads
+        self.bm25 = bm25s.BM25.load(os.path.join(index_dir, "bm25s"), mmap=True, show_progress=False)
+        self.passages = load_from_disk(os.path.join(index_dir, "passages"))
+        self.forbidden_titles = frozenset(forbidden_titles)
+        self._weight_mask = self._mask_titles(self.forbidden_titles)
+
+    def _mask_titles(self, titles: frozenset[str]) -> np.ndarray | None:
+        if not titles:
+            return None
+        all_titles = self.passages.data.column("title").to_pylist()
+        return np.fromiter((title not in titles for title in all_titles), dtype=np.float32, count=len(all_titles))
+
+    @classmethod
+    def load(cls, index_dir: str, forbidden_titles: Iterable[str] = (), n_threads: int = 0) -> "BM25Retriever":
+        return cls(index_dir, forbidden_titles=forbidden_titles, n_threads=n_threads)
+
+    @classmethod
+    def build(
+        cls,
+        corpus: str | Sequence[str] | Iterable[dict],
+        index_dir: str,
+        words_per_passage: int = WORDS_PER_PASSAGE,
+        forbidden_titles: Iterable[str] = (),
+        show_progress: bool = True,
+    ) -> "BM25Retriever":
+        """Index a corpus (file path(s), or rows/``datasets.Dataset`` with ``id``, ``title``, ``text``).
+
+        The folder is written under a temporary name and renamed when complete, so an interrupted build leaves no
+        half-index behind. ``words_per_passage=0`` keeps the rows as they are (already passages).
+        """
+        import bm25s
+        from datasets import Dataset
+
+        paths = [corpus] if isinstance(corpus, str) else list(corpus) if _is_paths(corpus) else None
+        articles = (row for path in paths for row in read_corpus(path)) if paths else corpus
+        passages = Dataset.from_dict(_passage_columns(articles, words_per_passage))
+        if len(passages) == 0:
+            raise ValueError("The corpus has no passages: check that its rows have a non-empty 'text'.")
+
+        tmp_dir = index_dir.rstrip("/") + ".tmp"
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+        os.makedirs(tmp_dir)
+        texts = (passage_text(t, x) for t, x in zip(passages["title"], passages["text"]))
+        bm25 = bm25s.BM25(**BM25_PARAMS)
+        bm25.index(_tokenize(list(texts), show_progress), show_progress=show_progress)
+        bm25.save(os.path.join(tmp_dir, "bm25s"))
+        passages.save_to_disk(os.path.join(tmp_dir, "passages"))
+        info = {
+            "retriever": cls.name,
+            "corpus": [os.path.abspath(p) for p in paths] if paths else None,
+            "fingerprint": corpus_fingerprint(paths, words_per_passage) if paths else None,
+            "words_per_passage": words_per_passage,
+            "num_passages": len(passages),
+            **BM25_PARAMS,
+            "stemmer": "english",
+            "stopwords": "en",
+        }
+        with open(os.path.join(tmp_dir, INDEX_FILE), "w", encoding="utf-8") as f:
+            json.dump(info, f, indent=2)
+        shutil.rmtree(index_dir, ignore_errors=True)
+        os.replace(tmp_dir, index_dir)
+        return cls(index_dir, forbidden_titles=forbidden_titles)
+
+    @classmethod
+    def build_or_load(
+        cls,
+        corpus: str | Sequence[str] | None,
+        index_dir: str,
+        forbidden_titles: Iterable[str] = (),
+        words_per_passage: int = WORDS_PER_PASSAGE,
+    ) -> "BM25Retriever":
+        """Reuse ``index_dir`` if it was built from the same corpus files, otherwise (re)build it there."""
+        info = read_index_info(index_dir)
+        if corpus is None:
+            if info is None:
+                raise FileNotFoundError(f"No index in {index_dir!r} and no --corpus to build one from.")
+            return cls(index_dir, forbidden_titles)
+        paths = [corpus] if isinstance(corpus, str) else list(corpus)
+        for path in paths:
+            if not os.path.isfile(path):
+                raise FileNotFoundError(f"Corpus file not found: {path!r}.")
+        if info is not None and info.get("fingerprint") == corpus_fingerprint(paths, words_per_passage):
+            return cls(index_dir, forbidden_titles)
+        return cls.build(paths, index_dir, words_per_passage, forbidden_titles)
+
+    def __len__(self) -> int:
+        return len(self.passages)
+
+    def retrieve(self, queries: Sequence[str], k: int = 1) -> list[list[Passage]]:
+        """Top-``k`` passages per query, best first; passages with a zero score (no query term matched) and
+        forbidden titles are never returned."""
+        if not queries:
+            return []
+        tokens = _tokenize(queries, show_progress=False)
+        k_eff = min(k, len(self))
+        ids, scores = self.bm25.retrieve(
+            tokens, k=k_eff, weight_mask=self._weight_mask, n_threads=self.n_threads, show_progress=False
+        )
+        wanted = sorted({int(i) for row_ids, row_scores in zip(ids, scores) for i, s in zip(row_ids, row_scores) if s > 0})
+        rows = self.passages[wanted] if wanted else {"title": [], "text": []}
+        by_id = {i: (title, text) for i, title, text in zip(wanted, rows["title"], rows["text"])}
+        return [
+            [Passage(str(i), *by_id[int(i)], float(s)) for i, s in zip(row_ids, row_scores) if s > 0]
+            for row_ids, row_scores in zip(ids, scores)
+        ]
+
+    def config(self) -> dict:
+        """What ``RetrievalAugmentedModel.save_pretrained`` records to rebuild this retriever."""
+        return {
+            "type": self.name,
+            "index_dir": os.path.abspath(self.index_dir),
+            "forbidden_titles": sorted(self.forbidden_titles),
+        }
+
+
+def _passage_columns(articles: Iterable[dict], words_per_passage: int) -> dict[str, list[str]]:
+    rows = split_passages(articles, words_per_passage) if words_per_passage else (
+        {"title": a.get("title") or "", "text": a["text"], "source_id": str(a.get("id", i))}
+        for i, a in enumerate(articles)
+    )
+    columns: dict[str, list[str]] = {"title": [], "text": [], "source_id": []}
+    for row in rows:
+        for key, values in columns.items():
+            values.append(row[key])
+    return columns
+
+
+def _is_paths(corpus) -> bool:
+    return isinstance(corpus, (list, tuple)) and all(isinstance(p, str) for p in corpus) and len(corpus) > 0

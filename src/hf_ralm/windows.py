@@ -1,0 +1,128 @@
+"""The arithmetic of In-Context RALM evaluation, as pure functions over token counts and id lists.
+
+Everything here follows the paper's reference evaluation (``eval_lm.py`` of In-Context RALM):
+
+* a text of ``n`` tokens is cut into windows that start every ``stride`` tokens and hold at most ``max_length``
+  tokens; each window scores only the tokens the previous window did not reach, so every token but the first is
+  scored exactly once;
+* window 0 is evaluated without retrieval; every later window's query is the last ``query_length`` tokens before
+  the first token it scores;
+* a retrieved passage overwrites the first positions of the window, so the input keeps its length.
+
+Example:
+    >>> [(w.begin, w.end, w.score_begin) for w in plan_windows(10, max_length=6, stride=2)]
+    [(0, 6, 1), (2, 8, 6), (4, 10, 8)]
+    >>> query_span(plan_windows(10, max_length=6, stride=2)[1], query_length=4)
+    (2, 6)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+
+@dataclass(frozen=True)
+class Window:
+    """One evaluation window: input tokens ``[begin, end)``, scored tokens ``[score_begin, end)``.
+
+    ``prev_end`` is the previous window's ``end`` (0 for the first window); it is the reference's
+    ``begin_location``. Token 0 has no left context and is never scored, hence ``score_begin = max(prev_end, 1)``.
+    """
+
+    index: int
+    begin: int
+    end: int
+    prev_end: int
+
+    @property
+    def length(self) -> int:
+        return self.end - self.begin
+
+    @property
+    def score_begin(self) -> int:
+        return max(self.prev_end, 1)
+
+    @property
+    def num_scored(self) -> int:
+        return self.end - self.score_begin
+
+    @property
+    def has_retrieval(self) -> bool:
+        """Window 0 is evaluated on the text alone, as in the paper."""
+        return self.index > 0
+
+
+def check_positive(name: str, value: int, flag: str | None = None) -> None:
+    """Raise a ``ValueError`` that names the setting (and its command-line flag) when ``value < 1``."""
+    if not isinstance(value, int) or value < 1:
+        where = f" ({flag})" if flag else ""
+        raise ValueError(f"{name}{where} must be a positive integer, got {value!r}.")
+
+
+def plan_windows(num_tokens: int, max_length: int, stride: int) -> list[Window]:
+    """Cut ``num_tokens`` tokens into the reference's sliding windows.
+
+    For ``begin`` in ``0, stride, 2*stride, ...``: ``end = min(begin + max_length, num_tokens)`` and the window
+    scores ``[prev_end, end)``; planning stops after the window that reaches ``num_tokens``.
+    """
+    check_positive("stride", stride, "--stride")
+    check_positive("max_length", max_length, "--max-length")
+    if max_length <= stride:
+        raise ValueError(
+            f"max_length ({max_length}) must be larger than the stride ({stride}); otherwise windows would skip "
+            "tokens. Lower --stride or raise --max-length."
+        )
+    if num_tokens < 2:
+        raise ValueError(f"Need at least 2 tokens to score anything, got {num_tokens}. Is the dataset empty?")
+    windows: list[Window] = []
+    prev_end = 0
+    for begin in range(0, num_tokens, stride):
+        end = min(begin + max_length, num_tokens)
+        windows.append(Window(index=len(windows), begin=begin, end=end, prev_end=prev_end))
+        prev_end = end
+        if end == num_tokens:
+            break
+    return windows
+
+
+def query_span(window: Window, query_length: int) -> tuple[int, int] | None:
+    """Token span ``[start, stop)`` of the window's retrieval query, or ``None`` for window 0 (no retrieval)."""
+    check_positive("query_length", query_length, "--query-length")
+    if not window.has_retrieval:
+        return None
+    return max(0, window.prev_end - query_length), window.prev_end
+
+
+def place_passage(window_ids: Sequence[int], passage_ids: Sequence[int]) -> list[int]:
+    """Overwrite the first positions of a window with the passage, keeping the window's length.
+
+    A passage longer than the window fills the whole window (the reference would fail on it; short texts make it
+    possible).
+    """
+    width = min(len(passage_ids), len(window_ids))
+    return list(passage_ids[:width]) + list(window_ids[width:])
+
+
+def join_rows(rows: Iterable[str]) -> str:
+    """Join dataset rows (e.g. the HF ``wikitext`` splits) the way the reference does: empty rows become ``" \\n"``."""
+    return "".join(row if row else " \n" for row in rows)
+
+
+def count_words(text: str) -> int:
+    """The reference's word count for word-level perplexity: the number of spaces."""
+    return text.count(" ")
+
+
+def perplexity_figures(nll_sum: float, num_tokens: int, num_scored: int, num_words: int) -> dict[str, float | int]:
+    """The figures the paper reports. Both perplexities divide the summed NLL of the scored tokens by a count of
+    the *whole* text (``num_tokens`` tokens, or ``num_words`` words), as the reference does."""
+    return {
+        "nll_sum": float(nll_sum),
+        "num_tokens": int(num_tokens),
+        "num_scored": int(num_scored),
+        "num_words": int(num_words),
+        "token_ppl": math.exp(nll_sum / num_tokens),
+        "word_ppl": math.exp(nll_sum / num_words) if num_words else float("nan"),
+    }
