@@ -1,4 +1,4 @@
-"""Lets ``evaluate.load("ralm_perplexity")`` resolve by bare name, offline.
+"""Lets ``evaluate.load("ralm_perplexity")`` (and ``"ralm_exact_match"``) resolve by bare name, offline.
 
 ``evaluate`` resolves a bare name on the Hub and, failing that, in its module cache. The ``hf_ralm_metrics.pth``
 file that hf-ralm installs imports this module at interpreter start-up; it only checks (one ``stat`` per metric) that
@@ -9,7 +9,7 @@ imports nothing heavy and never raises.
 import hashlib
 import os
 
-_METRICS = {"ralm_perplexity": "RalmPerplexity"}
+_METRICS = {"ralm_perplexity": "RalmPerplexity", "ralm_exact_match": "RalmExactMatch"}
 
 
 def _modules_cache() -> str:

@@ -1,5 +1,5 @@
 """The ``hf-ralm`` command line: ``index`` (corpus → index), ``retrieve`` (dataset → retrieval file),
-``eval-lm`` (perplexity).
+``eval-lm`` (perplexity), ``generate`` (text with its sources), ``eval-qa`` (open-domain QA exact match).
 
 Example::
 
@@ -25,7 +25,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dataset-path", help="rows with a 'text' field (.jsonl), a plain text file, or a HF dataset")
     parser.add_argument("--dataset-name", help="HF dataset config name (e.g. wikitext-103-v1)")
     parser.add_argument("--dataset-split", default="test", help="HF dataset split (default: test)")
-    parser.add_argument("--retriever", default="none", choices=["none", "bm25"])
+    parser.add_argument("--retriever", default="none", choices=["none", "bm25", "lucene"])
     parser.add_argument("--corpus", action="append", help="retrieval corpus (JSONL/JSONL.gz/TSV); may repeat")
     parser.add_argument("--index-dir", help="index folder: built there if missing, reused if built from --corpus")
     parser.add_argument("--forbidden-titles", help="file of article titles never to retrieve (contamination)")
@@ -53,10 +53,12 @@ def build_parser() -> argparse.ArgumentParser:
     index = sub.add_parser("index", help="build a BM25 index from a corpus")
     index.add_argument("--corpus", action="append", required=True, help="JSONL/JSONL.gz/TSV corpus; may repeat")
     index.add_argument("--index-dir", required=True)
-    index.add_argument("--retriever", default="bm25", choices=["bm25"])
+    index.add_argument("--retriever", default="bm25", choices=["bm25", "lucene"])
     index.add_argument("--words-per-passage", type=int, default=100, help="0 keeps rows as passages (default 100)")
     for name in ("retrieve", "eval-lm"):
         _add_common(sub.add_parser(name, help="write a retrieval file" if name == "retrieve" else "perplexity"))
+    _add_generate(sub)
+    _add_eval_qa(sub)
     return parser
 
 
@@ -156,20 +158,228 @@ def run_eval(args, score: bool) -> dict:
     return report
 
 
+# ------------------------------------------------------------------------------------------------------------------
+# generate and eval-qa
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def _add_generate(sub) -> None:
+    parser = sub.add_parser("generate", help="generate text, retrieving every --stride tokens",
+                            description="Generate with In-Context RALM: every --stride new tokens the last "
+                                        "--query-length tokens retrieve a passage that is put in front of the text.")
+    _add_common(parser)
+    prompts = parser.add_mutually_exclusive_group()
+    prompts.add_argument("--prompt", action="append", help="a prompt (may repeat)")
+    prompts.add_argument("--prompts-file", help="a text file with one prompt per line (blank lines are skipped)")
+    parser.add_argument("--max-new-tokens", type=int, default=64, help="tokens to generate per prompt (default 64)")
+    parser.add_argument("--show-sources", action="store_true",
+                        help="print the numbered passages that grounded the text and the spans they grounded")
+    parser.add_argument("--output-json", help="write prompt_ids, output_ids and sources per prompt to this file")
+    parser.add_argument("--do-sample", action="store_true", help="sample instead of greedy decoding")
+    parser.add_argument("--temperature", type=float, help="sampling temperature")
+    parser.add_argument("--top-k", type=int, help="top-k sampling")
+    parser.add_argument("--top-p", type=float, help="nucleus sampling")
+    parser.add_argument("--seed", type=int, help="random seed (for sampling)")
+
+
+def _add_eval_qa(sub) -> None:
+    parser = sub.add_parser(
+        "eval-qa", help="open-domain QA exact match (the paper's §7)",
+        description="Open-domain QA as in the paper's §7 and appendix C: --num-docs passages (retrieved with the "
+                    "question as the query, or the questions' own 'ctxs' with --use-ctxs) in the prompt, greedy "
+                    "answers of --max-new-tokens tokens (first line), exact match. --num-docs defaults to 1 with "
+                    "passages and 0 (closed book) without. --stride, --query-length, --max-doc-tokens do not apply.")
+    _add_common(parser)
+    parser.add_argument("--questions", help="JSONL(.gz) with 'question' and 'answers' (or NQ-open's 'answer'), "
+                                            "or a JSON list (DPR retriever results)")
+    parser.add_argument("--use-ctxs", action="store_true",
+                        help="take each question's passages from its 'ctxs' (DPR retriever-results format)")
+    parser.add_argument("--max-questions", type=int, help="answer only the first N questions")
+    parser.add_argument("--max-new-tokens", type=int, default=10, help="answer length in tokens (default 10)")
+    parser.set_defaults(num_docs=None)
+
+
+def _check_task_args(args) -> None:
+    """The checks of ``generate`` and ``eval-qa``, which read no --dataset-path."""
+    for name in ("stride", "query_length", "max_doc_tokens", "batch_size", "max_new_tokens"):
+        if getattr(args, name) < 1:
+            _fail(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}.")
+    if not args.model:
+        _fail("--model is required.")
+    for name in ("dataset_path", "retrieval_file", "save_retrieval_file", "max_eval_tokens"):
+        if getattr(args, name):
+            _fail(f"--{name.replace('_', '-')} is for eval-lm and retrieve; hf-ralm {args.command} does not use it.")
+    for corpus in args.corpus or []:
+        if not os.path.isfile(corpus):
+            _fail(f"corpus file not found: {corpus}")
+    if args.retriever == "bm25" and not args.index_dir:
+        _fail("--retriever bm25 needs --index-dir (and --corpus to build the index there).")
+
+
+def _read_prompts(args) -> list[str]:
+    if args.prompts_file:
+        if not os.path.isfile(args.prompts_file):
+            _fail(f"prompts file not found: {args.prompts_file}")
+        with open(args.prompts_file, encoding="utf-8") as f:
+            prompts = [line.rstrip("\r\n") for line in f if line.strip()]
+    else:
+        prompts = list(args.prompt or [])
+    if not prompts:
+        _fail("give a prompt: --prompt TEXT or --prompts-file FILE (one prompt per line).")
+    return prompts
+
+
+def run_generate(args) -> tuple[list[dict], object]:
+    """``hf-ralm generate``: per prompt ``{"prompt", "prompt_ids", "output_ids", "text", "sources"}`` (``sources``
+    as :attr:`hf_ralm.generation.RalmGenerateOutput.sources`: ``start``/``end`` index ``output_ids``), and the
+    tokenizer."""
+    import torch
+    from tqdm.auto import tqdm
+
+    _check_task_args(args)
+    if args.num_docs < 1:
+        _fail(f"--num-docs must be at least 1, got {args.num_docs}.")
+    if args.max_length is not None and args.max_length <= args.stride:
+        _fail(f"--max-length ({args.max_length}) must be larger than --stride ({args.stride}).")
+    prompts = _read_prompts(args)
+    model = _load_model(args)
+    tokenizer = model.tokenizer
+    if args.seed is not None:
+        torch.manual_seed(args.seed)
+    pad = next((t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id) if t is not None), 0)
+    kwargs = {"max_new_tokens": args.max_new_tokens, "do_sample": args.do_sample, "pad_token_id": pad,
+              "return_dict_in_generate": True}
+    kwargs.update({k: getattr(args, k) for k in ("temperature", "top_k", "top_p") if getattr(args, k) is not None})
+    eos = model.language_model.generation_config.eos_token_id
+    eos = set(eos if isinstance(eos, (list, tuple)) else [eos]) | {tokenizer.eos_token_id}
+    records = []
+    batches = range(0, len(prompts), args.batch_size)
+    for begin in tqdm(batches, desc="Generating", unit="batch", disable=len(batches) < 2):
+        chunk = prompts[begin : begin + args.batch_size]
+        out = model.generate(chunk, **kwargs)
+        prompt_ids = [list(tokenizer(prompt)["input_ids"]) for prompt in chunk]
+        width = max(len(ids) for ids in prompt_ids)  # the prompts are left-padded to the longest
+        for b, (prompt, ids) in enumerate(zip(chunk, prompt_ids)):
+            new = out.sequences[b, width:].tolist()
+            end = next((i + 1 for i, token in enumerate(new) if token in eos), len(new))  # after EOS: padding
+            records.append({"prompt": prompt, "prompt_ids": ids, "output_ids": new[:end],
+                            "text": tokenizer.decode(new[:end], skip_special_tokens=True), "sources": out.sources[b]})
+    if args.output_json:
+        write_json_atomic(args.output_json, records)
+    return records, tokenizer
+
+
+def _first_words(text: str, n: int = 12) -> str:
+    words = text.split()
+    return " ".join(words[:n]) + (" …" if len(words) > n else "")
+
+
+def format_generation(tokenizer, record: dict, show_sources: bool = False) -> str:
+    """How ``hf-ralm generate`` prints one result: the prompt and the generated text; with ``show_sources`` a
+    ``[n]`` after each span that passage ``n`` grounded, and the numbered sources with the spans they grounded."""
+    text = record["text"]
+    lines = [f"Prompt: {record['prompt']}"]
+    if not show_sources:
+        return "\n".join(lines + [f"Output: {text}"])
+    numbers: dict[tuple, int] = {}
+    spans: dict[int, list[dict]] = {}
+    for source in record["sources"]:
+        if source["end"] <= source["start"]:
+            continue
+        number = numbers.setdefault((source["id"], source["title"], source["text"]), len(numbers) + 1)
+        group = spans.setdefault(number, [])
+        if group and group[-1]["end"] == source["start"]:  # the same passage for consecutive strides: one span
+            group[-1] = {**group[-1], "end": source["end"]}
+        else:
+            group.append(source)
+    ids = record["output_ids"]
+    marked = text
+    marks = sorted(((s["end"], n) for n, group in spans.items() for s in group), reverse=True)
+    for end, number in marks:  # from the end, so earlier offsets stay valid
+        before = tokenizer.decode(ids[:end], skip_special_tokens=True)
+        if text.startswith(before):
+            marked = marked[: len(before)] + f" [{number}]" + marked[len(before) :]
+    lines.append(f"Output: {marked}")
+    if not spans:
+        lines.append("Sources: none (no passage was retrieved)")
+        return "\n".join(lines)
+    lines.append("Sources:")
+    for number, group in spans.items():
+        first = group[0]
+        title = first["title"] or "(untitled)"
+        lines.append(f"  [{number}] {title} — {_first_words(first['text'])} (id {first['id']}, score "
+                     f"{first['score']:.2f})")
+        for source in group:
+            quote = tokenizer.decode(ids[source["start"] : source["end"]], skip_special_tokens=True).strip()
+            lines.append(f"      tokens {source['start']}–{source['end']}: {json.dumps(quote, ensure_ascii=False)}")
+    return "\n".join(lines)
+
+
+def run_eval_qa(args) -> dict:
+    """``hf-ralm eval-qa``: answer the questions and write ``predictions.jsonl`` and ``eval.json`` (see
+    :func:`hf_ralm.qa.evaluate_qa`)."""
+    from .qa import evaluate_qa, load_questions
+
+    _check_task_args(args)
+    if not args.questions:
+        _fail("--questions FILE.jsonl[.gz] is required.")
+    if args.max_questions is not None and args.max_questions < 1:
+        _fail(f"--max-questions must be at least 1, got {args.max_questions}.")
+    if args.use_ctxs and args.retriever != "none":
+        _fail("--use-ctxs takes the passages from the questions file: drop --retriever (or drop --use-ctxs).")
+    if args.num_docs is None:
+        args.num_docs = 1 if args.use_ctxs or args.retriever != "none" else 0
+    if args.num_docs < 0:
+        _fail(f"--num-docs must be at least 0 (0 is closed book), got {args.num_docs}.")
+    if args.num_docs == 0:
+        args.retriever = "none"  # closed book: no index to load
+    elif not args.use_ctxs and args.retriever == "none":
+        _fail("open-book QA (--num-docs > 0) needs --retriever (with --index-dir/--corpus) or --use-ctxs; "
+              "--num-docs 0 is closed book.")
+    examples = load_questions(args.questions, args.max_questions)
+    if not examples:
+        _fail(f"no questions in {args.questions}.")
+    t0 = time.perf_counter()
+    # the RALM config wants num_docs >= 1; the QA prompts take args.num_docs passages (0: none)
+    model = _load_model(argparse.Namespace(**{**vars(args), "num_docs": max(1, args.num_docs)}))
+    load_s = time.perf_counter() - t0
+    keys = ("model", "tokenizer", "gguf_file", "dtype", "retriever", "corpus", "index_dir", "forbidden_titles")
+    settings = {k: getattr(args, k) for k in keys}  # a run may only be resumed with the same ones
+    report = evaluate_qa(model.language_model, model.tokenizer, examples, retriever=model.retriever,
+                         num_docs=args.num_docs, use_ctxs=args.use_ctxs, batch_size=args.batch_size,
+                         max_new_tokens=args.max_new_tokens, max_length=args.max_length, output_dir=args.output_dir,
+                         settings=settings)
+    report["timings"]["load_s"] = load_s
+    report["args"] = vars(args)
+    if args.output_dir:
+        write_json_atomic(os.path.join(args.output_dir, "eval.json"), report)
+    return report
+
+
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "index":
-            from .retrieval.bm25 import BM25Retriever
+            if args.retriever == "lucene":
+                from .retrieval.lucene import LuceneRetriever as Builder
+            else:
+                from .retrieval.bm25 import BM25Retriever as Builder
 
-            retriever = BM25Retriever.build_or_load(args.corpus, args.index_dir,
-                                                    words_per_passage=args.words_per_passage)
+            retriever = Builder.build_or_load(args.corpus, args.index_dir, words_per_passage=args.words_per_passage)
             print(json.dumps({"index_dir": args.index_dir, "num_passages": len(retriever)}))
         elif args.command == "retrieve":
             if not args.save_retrieval_file:
                 _fail("hf-ralm retrieve needs --save-retrieval-file OUT.")
             report = run_eval(args, score=False)
             print(json.dumps({k: report[k] for k in ("num_windows", "num_windows_with_passage")}))
+        elif args.command == "generate":
+            records, tokenizer = run_generate(args)
+            print("\n\n".join(format_generation(tokenizer, r, args.show_sources) for r in records))
+        elif args.command == "eval-qa":
+            report = run_eval_qa(args)
+            keys = ("em", "has_answer", "num_questions", "num_correct", "num_has_answer", "num_truncated",
+                    "num_resumed")
+            print(json.dumps({k: report[k] for k in keys}, indent=2))
         else:
             report = run_eval(args, score=True)
             keys = ("token_ppl", "word_ppl", "nll_sum", "num_tokens", "num_scored", "num_words", "num_windows",

@@ -27,6 +27,7 @@ from transformers.utils import ModelOutput
 
 from .configuration_ralm import RALM_FIELDS, RalmConfig
 from .evaluation import RalmEvalResult, evaluate_perplexity
+from .generation import ralm_generate
 from .retrieval.base import Passage, Retriever, read_forbidden_titles
 from .retrieval.factory import load_retriever
 
@@ -157,6 +158,11 @@ class RetrievalAugmentedModel(PreTrainedModel):
         return evaluate_perplexity(self.language_model, self.tokenizer, text_or_ids, self.retriever, self.config,
                                    **kwargs)
 
+    def generate(self, inputs=None, **kwargs):
+        """Generate with In-Context RALM, re-retrieving every ``retrieval_stride`` new tokens; takes what
+        ``transformers``' ``generate`` takes (and text prompts). See :func:`hf_ralm.generation.ralm_generate`."""
+        return ralm_generate(self.language_model, self.tokenizer, self.retriever, self.config, inputs, **kwargs)
+
     def forward(
         self,
         input_ids: torch.LongTensor,
@@ -174,6 +180,11 @@ class RetrievalAugmentedModel(PreTrainedModel):
         """
         if input_ids.dim() == 1:
             input_ids = input_ids[None]
+        # a 1-D mask or labels go with a 1-D row (indexing them per row as 2-D would read single elements)
+        if attention_mask is not None and attention_mask.dim() == 1:
+            attention_mask = attention_mask[None]
+        if labels is not None and labels.dim() == 1:
+            labels = labels[None]
         if labels is not None and bool(((labels != -100) & (labels != input_ids)).any()):
             raise ValueError("labels must equal input_ids (with -100 where a token is ignored): RALM scores the text.")
         rows, nlls, windows_of = [], [], []

@@ -7,7 +7,7 @@ Example:
 
 import os
 
-METRICS = ("ralm_perplexity",)
+METRICS = ("ralm_perplexity", "ralm_exact_match")
 
 
 def metric_path(name: str) -> str:

@@ -1,5 +1,9 @@
 """Embedded BM25 (no Java): bm25s with Lucene's scoring (k1=0.9, b=0.4), English stemming and stop words.
 
+Text analysis follows Lucene's English analyzer as closely as bm25s allows, so results agree with the paper's
+pyserini retrieval: every word of one or more characters is a term (bm25s' default drops one-character words), the
+Porter stemmer (Lucene's, not Snowball's English) and Lucene's 33 English stop words.
+
 An index folder holds the bm25s matrices (memory-mapped when loaded), the passages as an Arrow table (memory-mapped
 by ``datasets``) and ``hf_ralm_index.json``, which records the corpus fingerprint so a folder is reused only for the
 corpus it was built from.
@@ -13,41 +17,29 @@ Example:
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 from typing import Iterable, Sequence
 
 import numpy as np
 
 from .base import Passage, passage_text
-from .corpus import WORDS_PER_PASSAGE, corpus_fingerprint, read_corpus, split_passages
+from .corpus import WORDS_PER_PASSAGE, split_passages
+from .index_folder import INDEX_FILE, read_index_info  # noqa: F401 - INDEX_FILE re-exported (importable from here)
+from .index_folder import corpus_files, corpus_paths_and_articles, finish_build, index_matches, start_build
 
-INDEX_FILE = "hf_ralm_index.json"
 BM25_PARAMS = {"method": "lucene", "k1": 0.9, "b": 0.4}  # pyserini's defaults, as the paper used
-
-
-def _stemmer():
-    import Stemmer
-
-    return Stemmer.Stemmer("english")
+# how text becomes terms; an index is reused only with the same analysis (queries must be analysed as the passages)
+ANALYSIS = {"token_pattern": r"(?u)\b\w+\b", "stemmer": "porter", "stopwords": "en"}
 
 
 def _tokenize(texts: Sequence[str], show_progress: bool) -> list[list[str]]:
     import bm25s
+    import Stemmer
 
     return bm25s.tokenize(
-        list(texts), stopwords="en", stemmer=_stemmer(), return_ids=False, show_progress=show_progress
+        list(texts), token_pattern=ANALYSIS["token_pattern"], stopwords=ANALYSIS["stopwords"],
+        stemmer=Stemmer.Stemmer(ANALYSIS["stemmer"]), return_ids=False, show_progress=show_progress,
     )
-
-
-def read_index_info(index_dir: str) -> dict | None:
-    """The ``hf_ralm_index.json`` of an index folder, or ``None`` if the folder holds no finished index."""
-    path = os.path.join(index_dir, INDEX_FILE)
-    if not os.path.isfile(path):
-        return None
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
 
 
 class BM25Retriever:
@@ -64,6 +56,12 @@ class BM25Retriever:
             raise FileNotFoundError(
                 f"No hf-ralm BM25 index in {index_dir!r}. Build one with `hf-ralm index --corpus FILE --index-dir "
                 f"{index_dir}` or BM25Retriever.build(corpus, index_dir)."
+            )
+        stale = {k: info.get(k) for k, v in ANALYSIS.items() if info.get(k) != v}
+        if stale:
+            raise ValueError(
+                f"The index in {index_dir!r} was built with another text analysis ({stale}, now {ANALYSIS}); "
+                "rebuild it: `hf-ralm index --corpus FILE --index-dir DIR` (or pass --corpus, which rebuilds it)."
             )
         self.index_dir = index_dir
         self.info = info
@@ -100,34 +98,18 @@ class BM25Retriever:
         import bm25s
         from datasets import Dataset
 
-        paths = [corpus] if isinstance(corpus, str) else list(corpus) if _is_paths(corpus) else None
-        articles = (row for path in paths for row in read_corpus(path)) if paths else corpus
+        paths, articles = corpus_paths_and_articles(corpus)
         passages = Dataset.from_dict(_passage_columns(articles, words_per_passage))
         if len(passages) == 0:
             raise ValueError("The corpus has no passages: check that its rows have a non-empty 'text'.")
 
-        tmp_dir = index_dir.rstrip("/") + ".tmp"
-        shutil.rmtree(tmp_dir, ignore_errors=True)
-        os.makedirs(tmp_dir)
+        tmp_dir = start_build(index_dir)
         texts = (passage_text(t, x) for t, x in zip(passages["title"], passages["text"]))
         bm25 = bm25s.BM25(**BM25_PARAMS)
         bm25.index(_tokenize(list(texts), show_progress), show_progress=show_progress)
         bm25.save(os.path.join(tmp_dir, "bm25s"))
         passages.save_to_disk(os.path.join(tmp_dir, "passages"))
-        info = {
-            "retriever": cls.name,
-            "corpus": [os.path.abspath(p) for p in paths] if paths else None,
-            "fingerprint": corpus_fingerprint(paths, words_per_passage) if paths else None,
-            "words_per_passage": words_per_passage,
-            "num_passages": len(passages),
-            **BM25_PARAMS,
-            "stemmer": "english",
-            "stopwords": "en",
-        }
-        with open(os.path.join(tmp_dir, INDEX_FILE), "w", encoding="utf-8") as f:
-            json.dump(info, f, indent=2)
-        shutil.rmtree(index_dir, ignore_errors=True)
-        os.replace(tmp_dir, index_dir)
+        finish_build(tmp_dir, index_dir, cls.name, paths, words_per_passage, len(passages), {**BM25_PARAMS, **ANALYSIS})
         return cls(index_dir, forbidden_titles=forbidden_titles)
 
     @classmethod
@@ -144,11 +126,8 @@ class BM25Retriever:
             if info is None:
                 raise FileNotFoundError(f"No index in {index_dir!r} and no --corpus to build one from.")
             return cls(index_dir, forbidden_titles)
-        paths = [corpus] if isinstance(corpus, str) else list(corpus)
-        for path in paths:
-            if not os.path.isfile(path):
-                raise FileNotFoundError(f"Corpus file not found: {path!r}.")
-        if info is not None and info.get("fingerprint") == corpus_fingerprint(paths, words_per_passage):
+        paths = corpus_files(corpus)
+        if index_matches(info, paths, words_per_passage, {**BM25_PARAMS, **ANALYSIS}):
             return cls(index_dir, forbidden_titles)
         return cls.build(paths, index_dir, words_per_passage, forbidden_titles)
 
@@ -192,7 +171,3 @@ def _passage_columns(articles: Iterable[dict], words_per_passage: int) -> dict[s
         for key, values in columns.items():
             values.append(row[key])
     return columns
-
-
-def _is_paths(corpus) -> bool:
-    return isinstance(corpus, (list, tuple)) and all(isinstance(p, str) for p in corpus) and len(corpus) > 0

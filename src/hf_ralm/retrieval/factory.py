@@ -7,7 +7,7 @@ from typing import Iterable
 from .base import Retriever
 from .bm25 import BM25Retriever
 
-RETRIEVER_NAMES = ("none", "bm25")
+RETRIEVER_NAMES = ("none", "bm25", "lucene")
 
 
 def load_retriever(
@@ -39,4 +39,12 @@ def load_retriever(
         if index_dir is None:
             raise ValueError("The bm25 retriever needs an index folder: pass index_dir= (--index-dir) and a corpus.")
         return BM25Retriever.build_or_load(corpus, index_dir, forbidden_titles=forbidden_titles)
+    if kind == "lucene":  # pyserini is an optional extra: imported only when asked for
+        from .lucene import LuceneRetriever
+
+        if index_dir is None:
+            raise ValueError("The lucene retriever needs an index folder (--index-dir) and a corpus, or the name of a "
+                             "pyserini prebuilt index such as 'wikipedia-dpr'.")
+        bm25_params = {key: spec[key] for key in ("k1", "b") if isinstance(spec, dict) and key in spec}
+        return LuceneRetriever.build_or_load(corpus, index_dir, forbidden_titles=forbidden_titles, **bm25_params)
     raise ValueError(f"Unknown retriever {kind!r}; choose one of {', '.join(RETRIEVER_NAMES)}.")

@@ -1,0 +1,113 @@
+"""Keys/values of retrieved passages, computed once and reused, in a least-recently-used store bounded by bytes.
+
+In-Context RALM always puts the passage at position 0, and attention is causal, so a passage's keys/values do not
+depend on the text after it: they can be computed once per passage and reused by every stride and every row that
+puts the same passage in context. Only the text after the passage then has to be prefilled.
+
+Example:
+    >>> cache = PassageKVCache(model, max_bytes=256 * 2**20)            # doctest: +SKIP
+    >>> past, logits = cache.get(passage_ids)   # a private copy: extend it freely  # doctest: +SKIP
+    >>> cache.stats()                                                    # doctest: +SKIP
+    {'hits': 0, 'misses': 1, 'computed_tokens': 57, 'reused_tokens': 0, 'entries': 1, 'bytes': 466944, ...}
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import OrderedDict
+from typing import Sequence
+
+import torch
+from transformers import DynamicCache
+
+from .scoring import last_logits, model_device
+
+DEFAULT_MAX_BYTES = 512 * 2**20
+
+
+def empty_cache(model) -> DynamicCache:
+    """A fresh cache laid out for ``model`` (sliding-window layers included)."""
+    return DynamicCache(config=model.config)
+
+
+def cache_nbytes(cache: DynamicCache) -> int:
+    """Bytes held by the key/value tensors of a cache."""
+    total = 0
+    for layer in getattr(cache, "layers", ()):
+        for name in ("keys", "values"):
+            tensor = getattr(layer, name, None)
+            if isinstance(tensor, torch.Tensor):
+                total += tensor.numel() * tensor.element_size()
+    return total
+
+
+class PassageKVCache:
+    """A least-recently-used store of passages' keys/values for one model, bounded by ``max_bytes``.
+
+    The key is the passage's token ids (what is actually in context), so two passages that encode the same share an
+    entry. :meth:`get` hands out a private deep copy of the stored cache, which the caller may extend; the stored
+    one is never modified. A passage larger than ``max_bytes`` on its own is computed but not stored.
+    """
+
+    def __init__(self, model, max_bytes: int = DEFAULT_MAX_BYTES):
+        if max_bytes < 0:
+            raise ValueError(f"max_bytes must be non-negative, got {max_bytes}.")
+        self.model = model
+        self.max_bytes = int(max_bytes)
+        self._entries: OrderedDict[tuple[int, ...], tuple[DynamicCache, torch.Tensor, int]] = OrderedDict()
+        self.bytes = 0
+        self.hits = 0
+        self.misses = 0
+        self.computed_tokens = 0
+        self.reused_tokens = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, passage_ids: Sequence[int]) -> bool:
+        return tuple(passage_ids) in self._entries
+
+    def get(self, passage_ids: Sequence[int]) -> tuple[DynamicCache, torch.Tensor]:
+        """A cache holding the passage's keys/values (a copy the caller owns) and the logits after its last token."""
+        key = tuple(int(i) for i in passage_ids)
+        if not key:
+            raise ValueError("An empty passage has no keys/values: start from empty_cache(model) instead.")
+        entry = self._entries.get(key)
+        if entry is not None:
+            self._entries.move_to_end(key)
+            self.hits += 1
+            self.reused_tokens += len(key)
+            return copy.deepcopy(entry[0]), entry[1]
+        self.misses += 1
+        self.computed_tokens += len(key)
+        cache = empty_cache(self.model)
+        ids = torch.tensor([key], device=model_device(self.model))
+        with torch.no_grad():
+            logits = last_logits(self.model, ids, 1, past_key_values=cache)[0, -1]
+        size = cache_nbytes(cache) + logits.numel() * logits.element_size()
+        if size > self.max_bytes:
+            return cache, logits
+        while self._entries and self.bytes + size > self.max_bytes:
+            _, (_, _, freed) = self._entries.popitem(last=False)
+            self.bytes -= freed
+        self._entries[key] = (cache, logits, size)
+        self.bytes += size
+        return copy.deepcopy(cache), logits
+
+    def clear(self) -> None:
+        """Drop every entry (the counters are kept)."""
+        self._entries.clear()
+        self.bytes = 0
+
+    def stats(self) -> dict:
+        """Counters since creation: passage look-ups served from the store (``hits``) or computed (``misses``), and
+        the passage tokens computed or reused (the prefill the store saved)."""
+        return {
+            "hits": self.hits,
+            "misses": self.misses,
+            "computed_tokens": self.computed_tokens,
+            "reused_tokens": self.reused_tokens,
+            "entries": len(self._entries),
+            "bytes": self.bytes,
+            "max_bytes": self.max_bytes,
+        }

@@ -1,0 +1,253 @@
+"""Shared fixtures: tiny random causal LMs (built from configs, no download), a tiny offline word-level tokenizer,
+tiny corpora, and the lookup of the real models used by the integration tests."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+# The tiny models run much faster on one thread: with several, every small kernel pays for waking a thread pool
+# (tens of milliseconds per forward when the machine is busy, and a 135M model is no faster on two busy cores).
+torch.set_num_threads(1)
+
+# --------------------------------------------------------------------------------------------------------------
+# Paths
+# --------------------------------------------------------------------------------------------------------------
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+# --------------------------------------------------------------------------------------------------------------
+# A tiny offline tokenizer
+# --------------------------------------------------------------------------------------------------------------
+
+SPECIAL_TOKENS = ["<pad>", "<eos>", "<bos>", "<unk>"]  # ids 0, 1, 2, 3 (Gemma's layout: BOS is 2)
+PAD_ID, EOS_ID, BOS_ID, UNK_ID = 0, 1, 2, 3
+
+WORDS = """
+the a an of and in on to is was it he she they his her their by for with as at from that this which
+rome emperor empire senate army legion caesar augustus nero city war battle
+river water fish boat sea ship island harbour sailor storm
+music song band album guitar singer concert record stage tour
+planet star moon orbit telescope comet galaxy light space sun
+king queen castle crown knight throne court palace realm heir
+""".split() + [",", ".", "(", ")", "@-@"]
+
+TINY_VOCAB_WORDS = list(dict.fromkeys(WORDS))  # keep order, drop duplicates
+TOKENIZER_VOCAB_SIZE = len(SPECIAL_TOKENS) + len(TINY_VOCAB_WORDS)
+MODEL_VOCAB_SIZE = 128
+assert TOKENIZER_VOCAB_SIZE <= MODEL_VOCAB_SIZE
+
+
+def make_tiny_tokenizer(add_bos: bool = False):
+    """A word-level tokenizer over ``TINY_VOCAB_WORDS``, wrapped in ``PreTrainedTokenizerFast``.
+
+    ``add_bos=True`` adds a post-processor that puts ``<bos>`` before every encoded sequence when special tokens
+    are requested (as Gemma's tokenizer does); the plain variant adds nothing (as GPT-2's and Llama-2-less ones).
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + TINY_VOCAB_WORDS)}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)  # joins tokens with single spaces
+    if add_bos:
+        tok.post_processor = processors.TemplateProcessing(
+            single="<bos> $A", pair="<bos> $A <bos> $B", special_tokens=[("<bos>", BOS_ID)]
+        )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>", unk_token="<unk>", pad_token="<pad>"
+    )
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer():
+    return make_tiny_tokenizer(add_bos=False)
+
+
+@pytest.fixture(scope="session")
+def tiny_bos_tokenizer():
+    return make_tiny_tokenizer(add_bos=True)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Tiny random causal LMs
+# --------------------------------------------------------------------------------------------------------------
+
+MAX_POSITIONS = 128
+
+
+def make_tiny_model(arch: str, seed: int = 0):
+    """A 2-layer, hidden-32, fp32 random causal LM of the given architecture, in eval mode."""
+    from transformers import (
+        Gemma3ForCausalLM,
+        Gemma3TextConfig,
+        GPT2Config,
+        GPT2LMHeadModel,
+        LlamaConfig,
+        LlamaForCausalLM,
+        OPTConfig,
+        OPTForCausalLM,
+    )
+
+    common = dict(vocab_size=MODEL_VOCAB_SIZE, bos_token_id=BOS_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID)
+    if arch == "gpt2":
+        config = GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=MAX_POSITIONS, n_inner=64,
+                            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **common)
+        cls = GPT2LMHeadModel
+    elif arch == "llama":
+        config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                             num_key_value_heads=2, max_position_embeddings=MAX_POSITIONS, **common)
+        cls = LlamaForCausalLM
+    elif arch == "opt":
+        config = OPTConfig(hidden_size=32, ffn_dim=64, num_hidden_layers=2, num_attention_heads=4,
+                           word_embed_proj_dim=32, max_position_embeddings=MAX_POSITIONS, dropout=0.0,
+                           attention_dropout=0.0, **common)
+        cls = OPTForCausalLM
+    elif arch == "gemma3":
+        # a short sliding window on the first layer, full attention on the second: both attention kinds and the
+        # sliding-window cache are exercised by windows longer than 8 tokens
+        config = Gemma3TextConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                  num_key_value_heads=2, head_dim=8, query_pre_attn_scalar=8,
+                                  max_position_embeddings=MAX_POSITIONS, sliding_window=8,
+                                  layer_types=["sliding_attention", "full_attention"], **common)
+        cls = Gemma3ForCausalLM
+    else:
+        raise ValueError(arch)
+    config.dtype = torch.float32
+    torch.manual_seed(seed)
+    model = cls(config).to(torch.float32).eval()
+    # random init leaves some tiny models nearly uniform; scale the output a little so per-token NLLs differ and a
+    # wrong position or a wrong context shows up clearly
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.dim() == 2:
+                param.mul_(3.0)
+    return model
+
+
+ARCHS = ("gpt2", "llama", "opt", "gemma3")
+
+
+@pytest.fixture(scope="session")
+def tiny_models():
+    """``{arch: model}`` for every tiny architecture, built once per session."""
+    return {arch: make_tiny_model(arch) for arch in ARCHS}
+
+
+@pytest.fixture(scope="session", params=ARCHS)
+def tiny_model(request, tiny_models):
+    return tiny_models[request.param]
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tiny_models):
+    return tiny_models["llama"]
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, tiny_llama, tiny_tokenizer):
+    """The tiny Llama and the tiny tokenizer saved as a local Hugging Face folder."""
+    path = tmp_path_factory.mktemp("tiny-llama")
+    tiny_llama.save_pretrained(path)
+    tiny_tokenizer.save_pretrained(path)
+    return path
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Tiny texts and corpora
+# --------------------------------------------------------------------------------------------------------------
+
+ARTICLES = [
+    {"id": "a1", "title": "Rome",
+     "text": "rome was the city of the empire . the emperor and the senate ruled the empire with the army . "
+             "augustus was the first emperor and nero was an emperor of rome . the legion of caesar won the war ."},
+    {"id": "a2", "title": "Sailing",
+     "text": "the sailor took the boat to the sea . the ship sailed from the harbour to the island in a storm . "
+             "fish swam in the river and the water of the sea ."},
+    {"id": "a3", "title": "Music",
+     "text": "the band played a song on the stage . the singer and the guitar made the album . "
+             "the concert of the tour was a record ."},
+    {"id": "a4", "title": "Astronomy",
+     "text": "the planet and the moon orbit the sun . a telescope saw a comet and a star in the galaxy . "
+             "light from space ."},
+    {"id": "a5", "title": "Kingdom",
+     "text": "the king and the queen sat on the throne in the castle . the knight of the court served the realm "
+             "and the heir took the crown in the palace ."},
+]
+
+EVAL_TEXT = (
+    "the emperor of rome and the senate ruled the city . the sailor took the ship to the island in a storm . "
+    "the band played a song at the concert and the singer made an album . the planet and the moon orbit the sun "
+    "and a comet was in the galaxy . the king and the queen sat on the throne of the castle . "
+    "the legion of caesar won the war for the empire . fish swam in the river by the harbour ."
+)
+
+
+def write_jsonl(path: Path, rows, gz: bool = False) -> Path:
+    import gzip
+
+    opener = gzip.open if gz else open
+    with opener(path, "wt", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+    return path
+
+
+@pytest.fixture()
+def corpus_file(tmp_path):
+    return write_jsonl(tmp_path / "corpus.jsonl", ARTICLES)
+
+
+@pytest.fixture(scope="session")
+def tiny_index(tmp_path_factory):
+    """A BM25 index of ``ARTICLES`` (built once per session) and its corpus file."""
+    root = tmp_path_factory.mktemp("bm25")
+    corpus = write_jsonl(root / "corpus.jsonl", ARTICLES)
+    from hf_ralm.retrieval.bm25 import BM25Retriever
+
+    retriever = BM25Retriever.build(str(corpus), str(root / "index"), show_progress=False)
+    return {"corpus": str(corpus), "index_dir": str(root / "index"), "retriever": retriever}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Real models (integration tests)
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _models_root() -> Path:
+    env = os.environ.get("HF_RALM_MODELS")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "hf-ralm" / "models"
+
+
+@pytest.fixture(scope="session")
+def real_model_dir():
+    """``real_model_dir(name)``: the folder of a real model under ``$HF_RALM_MODELS`` (default
+    ``~/.cache/hf-ralm/models``). Skips when missing, unless ``HF_RALM_REQUIRE_MODELS=1``, where it fails (so CI never
+    counts a skipped integration test as a pass)."""
+
+    def find(name: str) -> Path:
+        path = _models_root() / name
+        if (path / "config.json").is_file():
+            return path
+        message = f"real model {name!r} not found at {path} (fetch it with ../shared/tools/get-models)"
+        if os.environ.get("HF_RALM_REQUIRE_MODELS") == "1":
+            pytest.fail(message + "; HF_RALM_REQUIRE_MODELS=1 requires it")
+        pytest.skip(message)
+
+    return find
+
+
+def require_shared_file(path: Path) -> Path:
+    """A file of ../shared/data, with the same skip/fail policy as the real models."""
+    if path.is_file():
+        return path
+    message = f"shared data file {path} not found"
+    if os.environ.get("HF_RALM_REQUIRE_MODELS") == "1":
+        pytest.fail(message + "; HF_RALM_REQUIRE_MODELS=1 requires it")
+    pytest.skip(message)

@@ -1,0 +1,127 @@
+"""``hf-ralm generate``, run in-process on a tiny local model folder and a tiny BM25 index: the JSON it writes
+matches ``RetrievalAugmentedModel.generate`` and ``--show-sources`` prints the numbered sources."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hf_ralm import RetrievalAugmentedModel
+from hf_ralm.cli import format_generation, main
+
+PROMPTS = ["the emperor of rome and the senate", "the sailor took the boat to the island and the"]
+SETTINGS = ["--stride", "4", "--query-length", "8", "--max-length", "48", "--max-new-tokens", "10"]
+
+
+@pytest.fixture(scope="module")
+def expected(tiny_llama, tiny_tokenizer, tiny_index):
+    model = RetrievalAugmentedModel.from_pretrained(tiny_llama, retriever=tiny_index["retriever"],
+                                                    tokenizer=tiny_tokenizer, retrieval_stride=4, query_length=8,
+                                                    max_length=48)
+    out = model.generate(PROMPTS, max_new_tokens=10, do_sample=False, return_dict_in_generate=True, pad_token_id=0)
+    width = max(len(tiny_tokenizer(p)["input_ids"]) for p in PROMPTS)
+    rows = []
+    for b, prompt in enumerate(PROMPTS):
+        new = out.sequences[b, width:].tolist()
+        if 1 in new:  # EOS: what follows is padding
+            new = new[: new.index(1) + 1]
+        rows.append({"prompt_ids": tiny_tokenizer(prompt)["input_ids"], "output_ids": new, "sources": out.sources[b]})
+    assert any(row["sources"] for row in rows)
+    return rows
+
+
+def argv(tiny_model_dir, tiny_index, *extra):
+    return ["generate", "--model", str(tiny_model_dir), "--retriever", "bm25", "--index-dir", tiny_index["index_dir"],
+            "--device", "cpu", *SETTINGS, *extra]
+
+
+def test_generate_output_json_and_sources(tmp_path, tiny_model_dir, tiny_index, tiny_tokenizer, expected, capsys):
+    out_json = tmp_path / "out" / "generated.json"
+    main(argv(tiny_model_dir, tiny_index, "--prompt", PROMPTS[0], "--prompt", PROMPTS[1], "--show-sources",
+              "--output-json", str(out_json)))
+    printed = capsys.readouterr().out
+    records = json.loads(out_json.read_text())
+    assert len(records) == len(PROMPTS)
+    for record, prompt, want in zip(records, PROMPTS, expected):
+        assert record["prompt"] == prompt
+        assert record["prompt_ids"] == want["prompt_ids"]
+        assert record["output_ids"] == want["output_ids"]
+        assert record["sources"] == want["sources"]
+        assert record["text"] == tiny_tokenizer.decode(record["output_ids"], skip_special_tokens=True)
+        for source in record["sources"]:
+            assert set(source) == {"start", "end", "id", "title", "text", "score"}
+            assert 0 <= source["start"] < source["end"] <= len(record["output_ids"])
+    assert not list(out_json.parent.glob(".tmp-*"))  # written atomically
+
+    # what was printed: per prompt, the text with [n] marks and the numbered sources with their spans
+    blocks = printed.strip().split("\n\n")
+    assert len(blocks) == len(PROMPTS)
+    for block, record in zip(blocks, records):
+        assert block == format_generation(tiny_tokenizer, record, show_sources=True)
+        assert block.startswith(f"Prompt: {record['prompt']}\nOutput: ")
+        if record["sources"]:
+            first = record["sources"][0]
+            assert "[1]" in block.splitlines()[1]
+            assert "Sources:" in block
+            assert f"  [1] {first['title']} — {' '.join(first['text'].split()[:12])} …" in block
+            assert f"tokens {first['start']}–" in block
+        titles = {s["title"] for s in record["sources"]}
+        assert sum(line.startswith("  [") for line in block.splitlines()) == len(titles)
+
+
+def test_generate_prompts_file_plain_output(tmp_path, tiny_model_dir, tiny_index, expected, capsys):
+    prompts_file = tmp_path / "prompts.txt"
+    prompts_file.write_text(PROMPTS[0] + "\n\n" + PROMPTS[1] + "\n")
+    out_json = tmp_path / "generated.json"
+    main(argv(tiny_model_dir, tiny_index, "--prompts-file", str(prompts_file), "--batch-size", "1",
+              "--output-json", str(out_json)))
+    printed = capsys.readouterr().out
+    records = json.loads(out_json.read_text())
+    # one prompt per batch: the same tokens as the batch of two (each row retrieves and decodes for itself)
+    assert [r["output_ids"] for r in records] == [w["output_ids"] for w in expected]
+    assert [r["sources"] for r in records] == [w["sources"] for w in expected]
+    assert printed.strip().split("\n\n") == [f"Prompt: {r['prompt']}\nOutput: {r['text']}" for r in records]
+    assert "Sources" not in printed
+
+
+def test_format_generation_spans(tiny_tokenizer):
+    ids = tiny_tokenizer("the king and the queen of the realm in the castle", add_special_tokens=False)["input_ids"]
+    rome = {"id": "0", "title": "Rome", "text": "rome was the city of the empire", "score": 2.5}
+    song = {"id": "2", "title": "", "text": "the band played a song", "score": 1.0}
+    record = {"prompt": "p", "output_ids": ids, "text": tiny_tokenizer.decode(ids, skip_special_tokens=True),
+              "sources": [{**rome, "start": 0, "end": 4}, {**rome, "start": 4, "end": 8},
+                          {**song, "start": 8, "end": 9}]}
+    assert format_generation(tiny_tokenizer, record, show_sources=True) == (
+        "Prompt: p\n"
+        "Output: the king and the queen of the realm [1] in [2] the castle\n"
+        "Sources:\n"
+        "  [1] Rome — rome was the city of the empire (id 0, score 2.50)\n"
+        '      tokens 0–8: "the king and the queen of the realm"\n'
+        "  [2] (untitled) — the band played a song (id 2, score 1.00)\n"
+        '      tokens 8–9: "in"'
+    )
+    assert format_generation(tiny_tokenizer, {**record, "sources": []}, show_sources=True).endswith(
+        "Sources: none (no passage was retrieved)")
+
+
+def fail(capsys, args) -> str:
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.strip() and "Traceback" not in err
+    return err
+
+
+def test_generate_errors(tmp_path, tiny_model_dir, tiny_index, capsys):
+    assert "give a prompt" in fail(capsys, argv(tiny_model_dir, tiny_index))
+    assert "prompts file not found" in fail(capsys, argv(tiny_model_dir, tiny_index, "--prompts-file",
+                                                         str(tmp_path / "missing.txt")))
+    err = fail(capsys, argv(tiny_model_dir, tiny_index, "--prompt", "x", "--retrieval-file", "r.json"))
+    assert "--retrieval-file is for eval-lm" in err
+    assert "--max-new-tokens must be at least 1" in fail(
+        capsys, argv(tiny_model_dir, tiny_index, "--prompt", "x", "--max-new-tokens", "0"))
+    with pytest.raises(SystemExit):  # argparse: --prompt and --prompts-file exclude each other
+        main(argv(tiny_model_dir, tiny_index, "--prompt", "x", "--prompts-file", "p.txt"))
+    capsys.readouterr()

@@ -1,0 +1,373 @@
+"""Generation with In-Context RALM is exact: ``RetrievalAugmentedModel.generate`` and ``RalmLogitsProcessor`` give
+the tokens of a plain loop, written here from the spec, that rebuilds ``[passage; x[a_j:]]`` at every step and runs a
+full forward; plus sources, beam search, EOS, sampling, streamers and the passage cache."""
+
+from __future__ import annotations
+
+import zlib
+
+import pytest
+import torch
+from transformers import LogitsProcessorList, RepetitionPenaltyLogitsProcessor
+from transformers.generation.streamers import BaseStreamer
+
+from conftest import ARTICLES, EVAL_TEXT, PAD_ID, make_tiny_model
+from hf_ralm import Passage, RalmConfig, RetrievalAugmentedModel
+from hf_ralm import generation
+from hf_ralm.generation import RalmLogitsProcessor
+from hf_ralm.passage_cache import PassageKVCache
+
+MAX_LENGTH = 32
+MAX_DOC_TOKENS = 10
+QUERY_LENGTH = 8
+NEW_TOKENS = 10
+
+
+class HashRetriever:
+    """Deterministic in-memory retriever: the passages depend on a hash of the query; a third of the queries get
+    nothing. Passages come best first, with distinct scores."""
+
+    def __init__(self, always: str | None = None):
+        self.always = always
+        self.queries: list[str] = []
+
+    def retrieve(self, queries, k=1):
+        self.queries.extend(queries)
+        out = []
+        for query in queries:
+            h = zlib.crc32(query.encode())
+            if self.always is not None:
+                article = next(a for a in ARTICLES if a["id"] == self.always)
+                out.append([Passage(article["id"], article["title"], article["text"], 1.0)][:k])
+            elif h % 3 == 0:
+                out.append([])
+            else:
+                order = [ARTICLES[(h + i) % len(ARTICLES)] for i in range(len(ARTICLES))]
+                out.append([Passage(a["id"], a["title"], a["text"], 2.0 - 0.3 * i - (h % 7) / 10)
+                            for i, a in enumerate(order[:k])])
+        return out
+
+
+@pytest.fixture(scope="module")
+def models():
+    return {arch: make_tiny_model(arch) for arch in ("gpt2", "llama", "opt", "gemma3")}
+
+
+@pytest.fixture(scope="module")
+def prompts(tiny_tokenizer):
+    ids = tiny_tokenizer(EVAL_TEXT)["input_ids"]
+    # shorter than, about and longer than max_length
+    return [ids[:5], ids[10:30], ids[30:75]]
+
+
+def ralm_config(stride: int, **overrides) -> RalmConfig:
+    fields = dict(retrieval_stride=stride, query_length=QUERY_LENGTH, max_doc_tokens=MAX_DOC_TOKENS,
+                  max_length=MAX_LENGTH)
+    fields.update(overrides)
+    return RalmConfig(**fields)
+
+
+def left_pad(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(r) for r in rows)
+    ids = torch.tensor([[PAD_ID] * (width - len(r)) + r for r in rows])
+    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+    return ids, mask
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The plain loop, from the spec
+# --------------------------------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def spec_generate(model, tokenizer, retriever, config, prompt, new_tokens, eos=None, k=1, penalty=None):
+    """Greedy decoding that, at every step, builds ``[d_j; x[a_j:]]`` from scratch and runs a full forward.
+
+    Returns the generated tokens, per stride ``(start, passages)``, and the scores of every step. With ``k > 1`` it
+    mixes the ``k`` passages' next-token probabilities weighted by the softmax of their scores.
+    """
+    s, x, strides, step_scores = config.retrieval_stride, list(prompt), [], []
+    for t in range(new_tokens):
+        if t % s == 0:
+            s_j = min(s, new_tokens - t)
+            found = retriever.retrieve([tokenizer.decode(x[-config.query_length :])], k=k)[0][:k]
+            docs = [tokenizer.encode(config.passage_text(p.title, p.text), max_length=config.max_doc_tokens,
+                                     truncation=True) for p in found] or [[]]
+            starts = [max(0, len(x) + s_j + len(d) - config.max_length) for d in docs]
+            weights = torch.softmax(torch.tensor([p.score for p in found], dtype=torch.float64), 0).tolist() \
+                if len(found) > 1 else [1.0]
+            strides.append((t, found))
+        mixture = 0
+        for d, a, w in zip(docs, starts, weights):
+            context = d + x[a:]
+            assert len(context) <= config.max_length
+            logits = model(input_ids=torch.tensor([context]), use_cache=False).logits[0, -1].float()
+            mixture = mixture + w * torch.softmax(logits, -1)
+        # one passage: the logits themselves (what logits processors such as the repetition penalty see)
+        scores = (logits if len(docs) == 1 else torch.log(mixture))[None]
+        if penalty is not None:
+            scores = RepetitionPenaltyLogitsProcessor(penalty)(torch.tensor([x]), scores)
+        step_scores.append(scores[0])
+        token = int(scores.argmax())
+        x.append(token)
+        if token == eos:
+            break
+    return x[len(prompt) :], strides, step_scores
+
+
+def assert_scores_match(scores, b: int, expected_scores, log_softmax: bool = False) -> None:
+    """The scores generate saw for row ``b`` at each of its steps are the spec's (up to float32 summation order)."""
+    for step, expected in enumerate(expected_scores):
+        expected = torch.log_softmax(expected, -1) if log_softmax else expected
+        torch.testing.assert_close(scores[step][b], expected, atol=1e-4, rtol=1e-4)
+
+
+def generated_rows(sequences: torch.Tensor, prompt_width: int, eos=None) -> list[list[int]]:
+    """Each row's generated tokens, up to and including its EOS."""
+    rows = []
+    for row in sequences[:, prompt_width:].tolist():
+        if eos is not None and eos in row:
+            row = row[: row.index(eos) + 1]
+        rows.append(row)
+    return rows
+
+
+def expected_sources(strides, generated: int, stride: int) -> list[dict]:
+    return [{"start": t, "end": min(t + stride, generated), "id": p.id, "title": p.title, "text": p.text,
+             "score": p.score} for t, found in strides for p in found[:1] if t < generated]
+
+
+def wrap(model, tokenizer, retriever, config) -> RetrievalAugmentedModel:
+    fields = {k: getattr(config, k) for k in ("retrieval_stride", "query_length", "max_doc_tokens", "max_length")}
+    return RetrievalAugmentedModel.from_pretrained(model, retriever=retriever, tokenizer=tokenizer, **fields)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Exactness
+# --------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("arch,stride", [("gpt2", 1), ("gpt2", 4), ("llama", 3), ("llama", 4), ("opt", 2),
+                                         ("opt", 3), ("gemma3", 3)])
+def test_generate_matches_rebuild_loop(models, tiny_tokenizer, prompts, arch, stride):
+    model, config, retriever = models[arch], ralm_config(stride), HashRetriever()
+    ralm = wrap(model, tiny_tokenizer, retriever, config)
+    ids, mask = left_pad(prompts)
+    out = ralm.generate(ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=None,
+                        pad_token_id=PAD_ID, return_dict_in_generate=True, output_scores=True)
+    got = generated_rows(out.sequences, ids.shape[1])
+    empty_strides = 0
+    for b, prompt in enumerate(prompts):
+        expected, strides, expected_scores = spec_generate(model, tiny_tokenizer, retriever, config, prompt,
+                                                           NEW_TOKENS)
+        assert got[b] == expected, f"row {b}"
+        assert_scores_match(out.scores, b, expected_scores)
+        assert out.sources[b] == expected_sources(strides, len(expected), stride)
+        empty_strides += sum(1 for _, found in strides if not found)
+    assert empty_strides > 0  # the case of a stride without a passage is covered
+    # rows taking one token each on a full-attention cache are decoded together (Gemma-3's sliding layers: per row)
+    assert (out.ralm_stats["batched_steps"] > 0) == (stride > 1 and arch != "gemma3")
+    # every stride of every row retrieved once, with the decoded last ℓ tokens as its query
+    assert out.ralm_stats["strides"] == len(prompts) * -(-NEW_TOKENS // stride)
+
+
+def test_generate_paths_agree(models, tiny_tokenizer, prompts, monkeypatch):
+    """Batched steps, one forward per row, and rebuilding every step (use_cache=False) give the same scores."""
+    ralm = wrap(models["llama"], tiny_tokenizer, HashRetriever(), ralm_config(3))
+    ids, mask = left_pad(prompts)
+    common = dict(attention_mask=mask, max_new_tokens=NEW_TOKENS, eos_token_id=None, pad_token_id=PAD_ID,
+                  return_dict_in_generate=True, output_scores=True)
+    batched = ralm.generate(ids, **common)
+    rebuilt = ralm.generate(ids, use_cache=False, **common)
+    monkeypatch.setattr(generation, "_BATCH_STEPS", False)
+    per_row = ralm.generate(ids, **common)
+    assert batched.ralm_stats["batched_steps"] > 0 and per_row.ralm_stats["batched_steps"] == 0
+    for other in (rebuilt, per_row):
+        assert torch.equal(batched.sequences, other.sequences)
+        for a, b in zip(batched.scores, other.scores):
+            torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+    assert batched.ralm_stats["forward_tokens"] == per_row.ralm_stats["forward_tokens"]
+    assert per_row.ralm_stats["forward_tokens"] < rebuilt.ralm_stats["forward_tokens"]
+
+
+@pytest.mark.parametrize("reader_arch", ["llama", "opt"])
+def test_logits_processor_matches_rebuild_loop(models, tiny_tokenizer, prompts, reader_arch):
+    """A plain ``generate`` of another model, with the processor in its ``logits_processor``, decodes what the
+    reader decodes with In-Context RALM."""
+    reader, config, retriever = models[reader_arch], ralm_config(3), HashRetriever()
+    processor = RalmLogitsProcessor(reader, tiny_tokenizer, retriever, config, max_new_tokens=NEW_TOKENS)
+    ids, mask = left_pad(prompts)
+    out = models["gpt2"].generate(ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False,
+                                  eos_token_id=None, pad_token_id=PAD_ID, return_dict_in_generate=True,
+                                  output_scores=True, logits_processor=LogitsProcessorList([processor]))
+    got = generated_rows(out.sequences, ids.shape[1])
+    for b, prompt in enumerate(prompts):
+        expected, strides, expected_scores = spec_generate(reader, tiny_tokenizer, retriever, config, prompt,
+                                                           NEW_TOKENS)
+        assert got[b] == expected, f"row {b}"
+        assert_scores_match(out.scores, b, expected_scores, log_softmax=True)
+        assert processor.sources[b] == expected_sources(strides, NEW_TOKENS, 3)
+
+    # reused for a second generation: detected as new, same result
+    again = models["gpt2"].generate(ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False,
+                                    eos_token_id=None, pad_token_id=PAD_ID,
+                                    logits_processor=LogitsProcessorList([processor]))
+    assert torch.equal(again, out.sequences)
+
+
+def test_logits_processor_ensemble_matches_mixture_loop(models, tiny_tokenizer, prompts):
+    reader, config, retriever = models["llama"], ralm_config(4), HashRetriever()
+    processor = RalmLogitsProcessor(reader, tiny_tokenizer, retriever, config, num_docs=2, ensemble=True,
+                                    max_new_tokens=NEW_TOKENS)
+    ids, mask = left_pad(prompts)
+    out = models["opt"].generate(ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False,
+                                 eos_token_id=None, pad_token_id=PAD_ID,
+                                 logits_processor=LogitsProcessorList([processor]))
+    mixtures = 0
+    for b, prompt in enumerate(prompts):
+        expected, strides, _ = spec_generate(reader, tiny_tokenizer, retriever, config, prompt, NEW_TOKENS, k=2)
+        assert generated_rows(out, ids.shape[1])[b] == expected, f"row {b}"
+        mixtures += sum(1 for _, found in strides if len(found) == 2)
+    assert mixtures > 0  # a mixture of two passages was exercised
+    with pytest.raises(ValueError, match="ensemble"):
+        RalmLogitsProcessor(reader, tiny_tokenizer, retriever, config, num_docs=2)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Generation features
+# --------------------------------------------------------------------------------------------------------------
+
+
+def test_stops_at_eos_per_row(models, tiny_tokenizer, prompts):
+    model, config, retriever = models["llama"], ralm_config(3), HashRetriever()
+    ralm = wrap(model, tiny_tokenizer, retriever, config)
+    first, _, _ = spec_generate(model, tiny_tokenizer, retriever, config, prompts[0], NEW_TOKENS)
+    # row 0 stops in the middle of a stride (the batch of rows then shrinks); the others may or may not stop
+    stop = next(i for i in range(4, NEW_TOKENS) if i % 3 != 0 and first[i] not in first[:i])
+    eos = first[stop]
+    ids, mask = left_pad(prompts)
+    out = ralm.generate(ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, eos_token_id=eos, pad_token_id=PAD_ID,
+                        return_dict_in_generate=True)
+    got = generated_rows(out.sequences, ids.shape[1], eos=eos)
+    assert got[0] == first[: stop + 1]
+    assert out.ralm_stats["batched_steps"] > 0
+    for b, prompt in enumerate(prompts):
+        expected, strides, _ = spec_generate(model, tiny_tokenizer, retriever, config, prompt, NEW_TOKENS, eos=eos)
+        assert got[b] == expected
+        assert out.sequences[b, ids.shape[1] + len(expected) :].eq(PAD_ID).all()
+        assert out.sources[b] == expected_sources(strides, len(expected), 3)
+    assert all(source["end"] <= stop + 1 for source in out.sources[0])
+
+
+def test_source_spans(models, tiny_tokenizer, prompts):
+    ralm = wrap(models["opt"], tiny_tokenizer, HashRetriever(), ralm_config(4))
+    ids, mask = left_pad(prompts)
+    out = ralm.generate(ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, eos_token_id=None, pad_token_id=PAD_ID,
+                        return_dict_in_generate=True)
+    assert len(out.sources) == len(prompts)
+    ids_by_title = {a["title"]: a["id"] for a in ARTICLES}
+    for row in out.sources:
+        for source in row:
+            assert set(source) == {"start", "end", "id", "title", "text", "score"}
+            assert source["start"] % 4 == 0 and source["end"] == min(source["start"] + 4, NEW_TOKENS)
+            assert ids_by_title[source["title"]] == source["id"]
+        starts = [s["start"] for s in row]
+        assert starts == sorted(set(starts))
+
+
+def test_beam_search_is_refused(models, tiny_tokenizer, prompts):
+    ralm = wrap(models["llama"], tiny_tokenizer, HashRetriever(), ralm_config(3))
+    with pytest.raises(ValueError, match="greedy decoding and sampling only"):
+        ralm.generate(torch.tensor([prompts[0]]), max_new_tokens=4, num_beams=2)
+
+
+def test_sampling_and_penalty(models, tiny_tokenizer, prompts):
+    model, config, retriever = models["llama"], ralm_config(3), HashRetriever()
+    ralm = wrap(model, tiny_tokenizer, retriever, config)
+    prompt = torch.tensor([prompts[2]])
+    common = dict(max_new_tokens=NEW_TOKENS, eos_token_id=None, pad_token_id=PAD_ID)
+    greedy = ralm.generate(prompt, do_sample=False, **common)
+    top1 = ralm.generate(prompt, do_sample=True, top_k=1, **common)
+    assert torch.equal(greedy, top1)
+    torch.manual_seed(0)
+    first = ralm.generate(prompt, do_sample=True, temperature=1.5, top_p=0.9, top_k=50, **common)
+    torch.manual_seed(0)
+    second = ralm.generate(prompt, do_sample=True, temperature=1.5, top_p=0.9, top_k=50, **common)
+    assert torch.equal(first, second)
+
+    penalized = ralm.generate(prompt, do_sample=False, repetition_penalty=1.5, **common)
+    expected, _, _ = spec_generate(model, tiny_tokenizer, retriever, config, prompts[2], NEW_TOKENS, penalty=1.5)
+    assert penalized[0, prompt.shape[1] :].tolist() == expected
+
+
+class CollectingStreamer(BaseStreamer):
+    def __init__(self):
+        self.chunks, self.ended = [], False
+
+    def put(self, value):
+        self.chunks.append(value.reshape(-1).tolist())
+
+    def end(self):
+        self.ended = True
+
+
+def test_streamer_and_text_prompt(models, tiny_tokenizer):
+    ralm = wrap(models["gpt2"], tiny_tokenizer, HashRetriever(), ralm_config(3))
+    streamer = CollectingStreamer()
+    out = ralm.generate("the emperor of rome and the senate", max_new_tokens=5, eos_token_id=None,
+                        pad_token_id=PAD_ID, streamer=streamer)
+    prompt = tiny_tokenizer("the emperor of rome and the senate")["input_ids"]
+    assert streamer.ended
+    assert streamer.chunks[0] == prompt
+    assert [c[0] for c in streamer.chunks[1:]] == out[0, len(prompt) :].tolist()
+    assert out.shape == (1, len(prompt) + 5)
+
+
+def test_passage_cache_is_hit(models, tiny_tokenizer, prompts):
+    """One passage everywhere: its keys/values are computed once and reused by every stride and row, and a context
+    whose passage and start did not change is extended, not rebuilt."""
+    model, config = models["llama"], ralm_config(2)
+    retriever = HashRetriever(always="a3")
+    ralm = wrap(model, tiny_tokenizer, retriever, config)
+    passage = tiny_tokenizer.encode(config.passage_text("Music", ARTICLES[2]["text"]), max_length=MAX_DOC_TOKENS,
+                                    truncation=True)
+    prefills = []
+    hook = model.register_forward_pre_hook(lambda m, args, kwargs: prefills.append(kwargs["input_ids"].shape[1]),
+                                           with_kwargs=True)
+    try:
+        cache = PassageKVCache(model)
+        ids, mask = left_pad([prompts[2], prompts[0]])   # the long prompt slides, the short one does not
+        out = ralm.generate(ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, eos_token_id=None,
+                            pad_token_id=PAD_ID, return_dict_in_generate=True, passage_cache=cache)
+    finally:
+        hook.remove()
+    strides = 2 * (NEW_TOKENS // 2)  # two rows
+    stats = out.ralm_stats
+    assert stats["strides"] == strides and stats["passage_changes"] == 0
+    # the long row rebuilds its context every stride (its start moves), the short one keeps it after the first
+    assert stats["contexts_rebuilt"] == NEW_TOKENS // 2 + 1 and stats["contexts_kept"] == NEW_TOKENS // 2 - 1
+    assert cache.misses == 1 and cache.hits == stats["contexts_rebuilt"] - 1
+    assert cache.computed_tokens == len(passage)
+    # the passage ran through the model once (the generate of transformers runs no forward of its own)
+    assert prefills.count(len(passage)) == 1
+    for b, prompt in enumerate([prompts[2], prompts[0]]):
+        expected, _, _ = spec_generate(model, tiny_tokenizer, retriever, config, prompt, NEW_TOKENS)
+        assert generated_rows(out.sequences, ids.shape[1])[b] == expected
+
+    # a second call with the same store computes no passage at all
+    ralm.generate(ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, eos_token_id=None, pad_token_id=PAD_ID,
+                  passage_cache=cache)
+    assert cache.misses == 1
+
+
+def test_passage_cache_is_bounded(models, tiny_tokenizer):
+    model = models["gpt2"]
+    one = PassageKVCache(model)
+    one.get([5, 6, 7, 8])
+    size = one.bytes
+    cache = PassageKVCache(model, max_bytes=2 * size)
+    for ids in ([5, 6, 7, 8], [9, 10, 11, 12], [5, 6, 7, 8], [13, 14, 15, 16]):
+        cache.get(ids)
+    assert cache.bytes <= 2 * size and len(cache) == 2
+    assert [5, 6, 7, 8] in cache and [9, 10, 11, 12] not in cache  # least recently used went first
+    assert cache.hits == 1 and cache.misses == 3

@@ -1,0 +1,511 @@
+"""RetrievalAugmentedModel, RalmConfig and the evaluation pipeline (queries, passages, prefixes, BOS conventions)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+
+import pytest
+import torch
+
+from conftest import BOS_ID, EVAL_TEXT, make_tiny_model
+from hf_ralm import RalmConfig, RetrievalAugmentedModel, evaluate_perplexity
+from hf_ralm.evaluation import (
+    evaluate_retrieval,
+    resolve_max_length,
+    retrieve_for_windows,
+    tokenize_text,
+    window_prefixes,
+    window_queries,
+)
+from hf_ralm.reference import reference_window_nlls
+from hf_ralm.retrieval import BM25Retriever, Passage
+from hf_ralm.windows import count_words, plan_windows
+
+SETTINGS = dict(retrieval_stride=4, query_length=8, max_length=16)
+
+
+@pytest.fixture()
+def ralm(tiny_llama, tiny_tokenizer, tiny_index):
+    return RetrievalAugmentedModel.from_pretrained(
+        tiny_llama, tokenizer=tiny_tokenizer, retriever="bm25", index_dir=tiny_index["index_dir"],
+        corpus=tiny_index["corpus"], **SETTINGS,
+    )
+
+
+def text_ids(tokenizer, text=EVAL_TEXT):
+    return tokenizer(text, add_special_tokens=False, return_tensors="pt").input_ids
+
+
+def expected_prefixes(tokenizer, windows, passages, max_doc_tokens=256):
+    """The reference convention, written out: the top passage as ``title + "\\n" + text`` encoded with the
+    tokenizer's default special tokens and cut to ``max_doc_tokens``; nothing for window 0 or an empty retrieval."""
+    out = []
+    for w in windows:
+        docs = passages[w.index] if w.index > 0 else []
+        if not docs:
+            out.append([])
+            continue
+        title, text = docs[0].title, docs[0].text
+        out.append(tokenizer.encode(f"{title}\n{text}" if title else text)[:max_doc_tokens])
+    return out
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Wrapping a loaded model
+# --------------------------------------------------------------------------------------------------------------
+
+
+def test_from_pretrained_with_loaded_model(ralm, tiny_llama, tiny_tokenizer, tiny_index):
+    assert ralm.language_model is tiny_llama
+    assert ralm.tokenizer is tiny_tokenizer
+    assert isinstance(ralm.retriever, BM25Retriever)
+    assert isinstance(ralm.config, RalmConfig)
+    assert ralm.config.model_type == "ralm"
+    assert (ralm.config.retrieval_stride, ralm.config.query_length, ralm.config.max_length) == (4, 8, 16)
+    assert ralm.config.max_doc_tokens == 256 and ralm.config.num_docs == 1 and not ralm.config.bos_every_window
+    assert ralm.config.retriever == ralm.retriever.config()
+    assert ralm.config.retriever["type"] == "bm25"
+    assert not tiny_llama.training
+
+
+def test_forward_loss_is_mean_of_scored_token_nlls(ralm, tiny_tokenizer):
+    ids = text_ids(tiny_tokenizer)
+    n = ids.shape[1]
+    out = ralm(ids)
+    assert out.token_nlls.shape == (1, n) and out.token_windows.shape == (1, n)
+    nll = out.token_nlls[0]
+    assert math.isnan(nll[0]) and torch.isfinite(nll[1:]).all()
+    assert out.loss.item() == pytest.approx(nll[1:].double().mean().item(), rel=1e-6)
+    assert out.loss.item() == pytest.approx(torch.nanmean(out.token_nlls).item(), rel=1e-6)
+
+    windows = plan_windows(n, 16, 4)
+    # token_windows: the window that scored each token
+    assert out.token_windows[0, 0].item() == -1
+    for w in windows:
+        assert (out.token_windows[0, w.score_begin : w.end] == w.index).all()
+    # passages: one list per window; window 0 never retrieves; the tiny text matches the corpus, so others do
+    [passages] = out.passages
+    assert len(passages) == len(windows)
+    assert passages[0] == []
+    assert sum(1 for p in passages[1:] if p) >= len(windows) // 2
+    assert all(isinstance(p, Passage) for docs in passages for p in docs)
+    # the passage in context of token t is passages[token_windows[t]][0]
+    t = windows[3].score_begin
+    assert out.passages[0][out.token_windows[0, t]] == passages[3]
+
+
+def test_forward_equals_reference_with_the_retrieved_passages(ralm, tiny_llama, tiny_tokenizer, tiny_index):
+    """The whole pipeline against the reference loop fed with passages retrieved here, independently."""
+    ids = text_ids(tiny_tokenizer)[0].tolist()
+    windows = plan_windows(len(ids), 16, 4)
+    retriever = tiny_index["retriever"]
+    passages = [[]]
+    for w in windows[1:]:
+        query = tiny_tokenizer.decode(ids[max(0, w.prev_end - 8) : w.prev_end])
+        passages.append(retriever.retrieve([query], k=1)[0])
+    prefixes = expected_prefixes(tiny_tokenizer, windows, passages)
+    assert any(prefixes[1:]) and not prefixes[0]
+    ref = reference_window_nlls(tiny_llama, ids, windows, prefixes)
+    out = ralm(torch.tensor([ids]))
+    assert [[p.id for p in docs] for docs in out.passages[0]] == [[p.id for p in docs] for docs in passages]
+    assert (out.token_nlls[0, 1:].double() - ref[1:]).abs().max().item() < 1e-4
+    # retrieval changes the scores (the passages are really in context)
+    plain = reference_window_nlls(tiny_llama, ids, windows, [[] for _ in windows])
+    assert (plain[1:] - ref[1:]).abs().max().item() > 1e-2
+
+
+def out_row0_loss(single_long) -> float:
+    """The mean NLL of the 40-token row without tokens 30..34 (ignored through labels)."""
+    nll = single_long.token_nlls[0]
+    return torch.cat([nll[1:30], nll[35:]]).double().mean().item()
+
+
+def test_forward_batch_with_padding_and_labels(ralm, tiny_tokenizer):
+    ids = text_ids(tiny_tokenizer)[0]
+    long_row, short_len = ids[:40], 25
+    batch = torch.stack([long_row, torch.cat([ids[:short_len], torch.zeros(40 - short_len, dtype=torch.long)])])
+    mask = torch.ones_like(batch)
+    mask[1, short_len:] = 0
+    labels = batch.clone()
+    labels[0, 30:35] = -100
+    out = ralm(batch, attention_mask=mask, labels=labels)
+    single_long = ralm(long_row[None])
+    single_short = ralm(ids[:short_len][None])
+    # each row is evaluated alone; padding and ignored labels are not scored
+    assert torch.allclose(out.token_nlls[1, :short_len], single_short.token_nlls[0], equal_nan=True)
+    assert torch.isnan(out.token_nlls[1, short_len:]).all()
+    assert (out.token_windows[1, short_len:] == -1).all()
+    assert torch.isnan(out.token_nlls[0, 30:35]).all()
+    kept = torch.cat([single_long.token_nlls[0, 1:30], single_long.token_nlls[0, 35:], single_short.token_nlls[0, 1:]])
+    assert out.loss.item() == pytest.approx(kept.double().mean().item(), rel=1e-6)
+    assert len(out.passages) == 2
+    # a 1-D input is one row, and so are a 1-D mask and 1-D labels
+    assert ralm(long_row).loss.item() == pytest.approx(single_long.loss.item(), rel=1e-6)
+    mask_1d = torch.ones_like(long_row)
+    mask_1d[30:] = 0
+    masked = ralm(long_row, attention_mask=mask_1d)
+    assert masked.loss.item() == pytest.approx(ralm(long_row[None, :30]).loss.item(), rel=1e-6)
+    assert torch.isnan(masked.token_nlls[0, 30:]).all() and torch.isfinite(masked.token_nlls[0, 1:30]).all()
+    labels_1d = long_row.clone()
+    labels_1d[30:35] = -100
+    assert ralm(long_row, labels=labels_1d).loss.item() == pytest.approx(out_row0_loss(single_long), rel=1e-6)
+
+
+def test_forward_rejects_labels_that_are_not_the_text(ralm, tiny_tokenizer):
+    ids = text_ids(tiny_tokenizer)[:, :20]
+    labels = ids.clone()
+    labels[0, 5] = (labels[0, 5] + 1) % 50
+    with pytest.raises(ValueError, match="labels must equal input_ids"):
+        ralm(ids, labels=labels)
+
+
+def test_weights_are_not_reinitialised(tiny_tokenizer, tiny_index):
+    model = make_tiny_model("llama", seed=3)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    wrapped = RetrievalAugmentedModel.from_pretrained(model, tokenizer=tiny_tokenizer, retriever="none", **SETTINGS)
+    wrapped(text_ids(tiny_tokenizer)[:, :30])
+    after = wrapped.language_model.state_dict()
+    assert before.keys() == after.keys()
+    for k in before:
+        assert torch.equal(before[k], after[k]), k
+    # the wrapper owns no parameters of its own
+    assert {id(p) for p in wrapped.parameters()} == {id(p) for p in model.parameters()}
+
+
+def test_attribute_forwarding(ralm, tiny_llama):
+    assert ralm.device == torch.device("cpu") == tiny_llama.device
+    assert ralm.language_model.config.model_type == "llama"
+    assert ralm.language_model.config.hidden_size == 32
+    assert ralm.config.model_type == "ralm"  # the wrapper's own config is not forwarded
+    # unknown attributes are looked up on the wrapped model
+    assert ralm.lm_head is tiny_llama.lm_head
+    assert ralm.model is tiny_llama.model
+    assert ralm.generation_config is tiny_llama.generation_config
+    with pytest.raises(AttributeError):
+        ralm.no_such_attribute_anywhere
+
+
+def test_config_overrides_and_other_retrievers(tiny_llama, tiny_tokenizer, tiny_index, tmp_path):
+    forbidden = tmp_path / "forbidden.txt"
+    forbidden.write_text("Rome\nMusic\n")
+    model = RetrievalAugmentedModel.from_pretrained(
+        tiny_llama, tokenizer=tiny_tokenizer, retriever="bm25", index_dir=tiny_index["index_dir"],
+        forbidden_titles=str(forbidden), retrieval_stride=2, query_length=3, max_length=10, max_doc_tokens=5,
+        num_docs=2, bos_every_window=True, passage_template="{title}: {text}",
+    )
+    c = model.config
+    assert (c.retrieval_stride, c.query_length, c.max_length, c.max_doc_tokens, c.num_docs) == (2, 3, 10, 5, 2)
+    assert c.bos_every_window and c.passage_template == "{title}: {text}"
+    assert c.retriever["forbidden_titles"] == ["Music", "Rome"]
+    assert model.retriever.retrieve(["emperor senate augustus"], k=1) == [[]]
+    # a custom retriever object is used as is and not described in the config
+    class Fixed:
+        def retrieve(self, queries, k=1):
+            return [[Passage("p", "Fixed", "the king")] for _ in queries]
+
+    custom = RetrievalAugmentedModel.from_pretrained(tiny_llama, tokenizer=tiny_tokenizer, retriever=Fixed())
+    assert isinstance(custom.retriever, Fixed) and custom.config.retriever is None
+    none = RetrievalAugmentedModel.from_pretrained(tiny_llama, tokenizer=tiny_tokenizer)
+    assert none.retriever is None and none.config.retriever is None
+    assert none.config.retrieval_stride == 4 and none.config.query_length == 32  # the paper's defaults
+
+
+def test_invalid_config_raises():
+    with pytest.raises(Exception, match=r"retrieval_stride \(--stride\) must be at least 1, got 0"):
+        RalmConfig(retrieval_stride=0)
+    with pytest.raises(Exception, match=r"query_length \(--query-length\) must be at least 1"):
+        RalmConfig(query_length=0)
+    with pytest.raises(Exception, match=r"max_length \(4\) must be larger than retrieval_stride \(4\)"):
+        RalmConfig(max_length=4, retrieval_stride=4)
+    assert RalmConfig(max_length=5, retrieval_stride=4).max_length == 5
+
+
+def test_invalid_settings_through_from_pretrained(tiny_llama, tiny_tokenizer):
+    with pytest.raises(Exception, match="retrieval_stride"):
+        RetrievalAugmentedModel.from_pretrained(tiny_llama, tokenizer=tiny_tokenizer, retrieval_stride=0)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# save_pretrained / from_pretrained(saved folder)
+# --------------------------------------------------------------------------------------------------------------
+
+
+def test_save_and_reload(tiny_model_dir, tiny_index, tmp_path):
+    first = RetrievalAugmentedModel.from_pretrained(
+        str(tiny_model_dir), retriever="bm25", index_dir=tiny_index["index_dir"], corpus=tiny_index["corpus"],
+        **SETTINGS,
+    )
+    assert first.config.base_model_name_or_path == str(tiny_model_dir)
+    ids = text_ids(first.tokenizer)
+    loss = first(ids).loss.item()
+
+    saved = tmp_path / "my-ralm"
+    first.save_pretrained(saved)
+    assert sorted(p.name for p in saved.iterdir()) == ["config.json"]  # no weights, no tokenizer
+    written = json.loads((saved / "config.json").read_text())
+    assert written["model_type"] == "ralm"
+    assert written["base_model_name_or_path"] == str(tiny_model_dir)
+    assert written["retriever"]["type"] == "bm25"
+    assert written["retriever"]["index_dir"] == first.retriever.config()["index_dir"]
+    assert (written["retrieval_stride"], written["query_length"], written["max_length"]) == (4, 8, 16)
+
+    again = RetrievalAugmentedModel.from_pretrained(str(saved))
+    assert isinstance(again.retriever, BM25Retriever)
+    assert again.config.retriever == first.config.retriever
+    assert again.config.base_model_name_or_path == str(tiny_model_dir)
+    for k, v in first.language_model.state_dict().items():
+        assert torch.equal(v, again.language_model.state_dict()[k]), k
+    out = again(ids)
+    assert out.loss.item() == pytest.approx(loss, abs=1e-6)
+    assert [[p.id for p in d] for d in out.passages[0]] == [[p.id for p in d] for d in first(ids).passages[0]]
+
+    # saved settings can be overridden at load time
+    other = RetrievalAugmentedModel.from_pretrained(str(saved), retrieval_stride=8)
+    assert other.config.retrieval_stride == 8 and other.config.query_length == 8
+    assert other(ids).loss.item() != pytest.approx(loss, abs=1e-6)
+
+
+def test_from_pretrained_unknown_folder(tmp_path):
+    with pytest.raises(OSError, match="Could not load the causal LM"):
+        RetrievalAugmentedModel.from_pretrained(str(tmp_path / "no-such-model"), local_files_only=True)
+
+
+def test_saved_config_without_base_model(tmp_path):
+    RalmConfig(retrieval_stride=4).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="without base_model_name_or_path"):
+        RetrievalAugmentedModel.from_pretrained(str(tmp_path))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Queries, prefixes and BOS conventions
+# --------------------------------------------------------------------------------------------------------------
+
+
+PASSAGE = Passage("7", "Rome", "the emperor and the senate of rome", 2.0)
+
+
+def _windows_and_passages():
+    windows = plan_windows(40, 12, 4)
+    passages = [[PASSAGE]] + [[PASSAGE] if w.index % 2 else [] for w in windows[1:]]  # window 0's is ignored
+    return windows, passages
+
+
+def test_default_prefixes_plain_tokenizer(tiny_tokenizer):
+    windows, passages = _windows_and_passages()
+    prefixes = window_prefixes(tiny_tokenizer, windows, passages, RalmConfig())
+    encoded = tiny_tokenizer.encode("Rome\nthe emperor and the senate of rome")
+    assert encoded[0] != BOS_ID  # this tokenizer adds no special tokens
+    assert prefixes[0] == []  # window 0: no retrieval, no BOS
+    for w in windows[1:]:
+        assert prefixes[w.index] == (encoded if w.index % 2 else [])
+
+
+def test_default_prefixes_bos_tokenizer(tiny_bos_tokenizer):
+    """The reference convention: the passage is encoded with the tokenizer's default special tokens (so a Gemma-like
+    tokenizer gives it a BOS) while windows without a passage get no BOS."""
+    windows, passages = _windows_and_passages()
+    prefixes = window_prefixes(tiny_bos_tokenizer, windows, passages, RalmConfig())
+    assert prefixes[0] == []
+    for w in windows[1:]:
+        if w.index % 2:
+            assert prefixes[w.index][0] == BOS_ID
+            assert prefixes[w.index].count(BOS_ID) == 1
+            assert prefixes[w.index][1:] == tiny_bos_tokenizer("Rome\nthe emperor and the senate of rome",
+                                                               add_special_tokens=False)["input_ids"]
+        else:
+            assert prefixes[w.index] == []
+
+
+@pytest.mark.parametrize("bos_tokenizer", [False, True])
+def test_bos_every_window_prefixes(tiny_tokenizer, tiny_bos_tokenizer, bos_tokenizer):
+    tokenizer = tiny_bos_tokenizer if bos_tokenizer else tiny_tokenizer
+    windows, passages = _windows_and_passages()
+    prefixes = window_prefixes(tokenizer, windows, passages, RalmConfig(bos_every_window=True))
+    body = tokenizer("Rome\nthe emperor and the senate of rome", add_special_tokens=False)["input_ids"]
+    assert prefixes[0] == [BOS_ID]
+    for w in windows[1:]:
+        # a BOS at position 0 of every window, never two
+        assert prefixes[w.index] == ([BOS_ID] + body if w.index % 2 else [BOS_ID])
+
+
+@pytest.mark.parametrize("bos_every_window", [False, True])
+@pytest.mark.parametrize("bos_tokenizer", [False, True])
+def test_max_doc_tokens(tiny_tokenizer, tiny_bos_tokenizer, bos_every_window, bos_tokenizer):
+    tokenizer = tiny_bos_tokenizer if bos_tokenizer else tiny_tokenizer
+    windows, passages = _windows_and_passages()
+    config = RalmConfig(max_doc_tokens=4, bos_every_window=bos_every_window)
+    prefixes = window_prefixes(tokenizer, windows, passages, config)
+    full = tokenizer.encode("Rome\nthe emperor and the senate of rome")
+    with_bos = bos_tokenizer or bos_every_window
+    body = tokenizer("Rome\nthe emperor and the senate of rome", add_special_tokens=False)["input_ids"]
+    expected = ([BOS_ID] + body)[:4] if with_bos else full[:4]
+    assert prefixes[1] == expected
+    assert all(len(p) <= 4 for p in prefixes)
+
+
+def test_passage_without_title_and_custom_template(tiny_tokenizer):
+    windows = plan_windows(16, 10, 4)
+    assert len(windows) == 3
+    passages = [[], [Passage("1", "", "the king", 1.0)], [Passage("2", "Music", "the band", 1.0)]]
+    config = RalmConfig(passage_template="{title} , {text}")
+    prefixes = window_prefixes(tiny_tokenizer, windows, passages, config)
+    assert prefixes[1] == tiny_tokenizer.encode("the king")
+    assert prefixes[2] == tiny_tokenizer.encode("Music , the band")
+
+
+def test_evaluate_perplexity_bos_every_window(tiny_llama, tiny_tokenizer, tiny_bos_tokenizer):
+    """bos_every_window gives windows without a passage a BOS at position 0, and it is what the model is fed."""
+    class EveryOther:
+        def retrieve(self, queries, k=1):
+            return [[PASSAGE] if i % 2 else [] for i, _ in enumerate(queries)]
+
+    ids = text_ids(tiny_tokenizer)[0, :60].tolist()
+    for tokenizer in (tiny_tokenizer, tiny_bos_tokenizer):
+        config = RalmConfig(bos_every_window=True, **SETTINGS)
+        result = evaluate_perplexity(tiny_llama, tokenizer, ids, EveryOther(), config, show_progress=False)
+        prefixes = window_prefixes(tokenizer, result.windows, result.passages, config)
+        assert all(p[0] == BOS_ID for p in prefixes)
+        assert any(not docs for docs in result.passages[1:]) and any(result.passages[1:])
+        for w in result.windows:
+            if not result.passages[w.index] or w.index == 0:
+                assert prefixes[w.index] == [BOS_ID]
+        ref = reference_window_nlls(tiny_llama, ids, result.windows, prefixes)
+        assert (result.token_nlls[1:] - ref[1:]).abs().max().item() < 1e-4
+
+        default = evaluate_perplexity(tiny_llama, tokenizer, ids, EveryOther(), RalmConfig(**SETTINGS),
+                                      show_progress=False)
+        default_prefixes = window_prefixes(tokenizer, default.windows, default.passages, RalmConfig(**SETTINGS))
+        assert default_prefixes[0] == [] and all(p == [] for p, d in zip(default_prefixes, default.passages) if not d)
+        # window 0 differs only by the BOS
+        w0 = default.windows[0]
+        assert not torch.allclose(default.token_nlls[1 : w0.end], result.token_nlls[1 : w0.end])
+
+
+def test_evaluate_perplexity_default_convention_equals_reference(tiny_llama, tiny_bos_tokenizer, tiny_index):
+    tokenizer = tiny_bos_tokenizer
+    config = RalmConfig(**SETTINGS)
+    result = evaluate_perplexity(tiny_llama, tokenizer, EVAL_TEXT, tiny_index["retriever"], config,
+                                 show_progress=False, batch_size=3)
+    ids = tokenizer(EVAL_TEXT, add_special_tokens=False)["input_ids"]
+    assert result.ids == ids and BOS_ID not in ids  # the text is tokenized without special tokens
+    prefixes = expected_prefixes(tokenizer, result.windows, result.passages)
+    assert prefixes[0] == []
+    assert all(p[0] == BOS_ID for p in prefixes if p)
+    ref = reference_window_nlls(tiny_llama, ids, result.windows, prefixes)
+    assert (result.token_nlls[1:] - ref[1:]).abs().max().item() < 1e-4
+    f = result.figures
+    assert f["nll_sum"] == pytest.approx(ref[1:].sum().item(), rel=1e-5)
+    assert f["num_tokens"] == len(ids) and f["num_scored"] == len(ids) - 1
+    assert f["num_words"] == count_words(EVAL_TEXT)
+    assert f["token_ppl"] == pytest.approx(math.exp(f["nll_sum"] / len(ids)))
+    assert f["word_ppl"] == pytest.approx(math.exp(f["nll_sum"] / f["num_words"]))
+    assert f["num_windows"] == len(result.windows) == len(plan_windows(len(ids), 16, 4))
+    assert f["num_windows_with_passage"] + f["num_empty_retrievals"] == len(result.windows) - 1
+    assert f["max_length"] == 16
+
+
+def test_queries_are_the_last_tokens_before_the_window(tiny_tokenizer, tiny_index):
+    ids = text_ids(tiny_tokenizer)[0].tolist()
+    windows = plan_windows(len(ids), 16, 4)
+    queries = window_queries(tiny_tokenizer, ids, windows, 8)
+    assert queries[0] is None
+    for w, q in zip(windows[1:], queries[1:]):
+        assert q == tiny_tokenizer.decode(ids[max(0, w.prev_end - 8) : w.prev_end])
+        assert len(tiny_tokenizer(q, add_special_tokens=False)["input_ids"]) == min(8, w.prev_end)
+    passages = retrieve_for_windows(tiny_index["retriever"], queries, k=2, batch_size=3, show_progress=False)
+    assert passages[0] == []
+    assert passages[1:] == [tiny_index["retriever"].retrieve([q], k=2)[0] for q in queries[1:]]
+    assert retrieve_for_windows(None, queries, k=1) == [[] for _ in queries]
+
+
+def test_evaluate_retrieval_and_retrieval_file(tiny_llama, tiny_tokenizer, tiny_index, tmp_path):
+    from hf_ralm.retrieval.files import save_retrieval_file
+
+    config = RalmConfig(**SETTINGS)
+    retrieved = evaluate_retrieval(tiny_llama, tiny_tokenizer, EVAL_TEXT, tiny_index["retriever"], config,
+                                   show_progress=False)
+    assert retrieved.token_nlls is None
+    records = retrieved.retrieval_records(tiny_tokenizer)
+    assert len(records) == len(retrieved.windows)
+    for w, r in zip(retrieved.windows, records):
+        assert r["future"] == tiny_tokenizer.decode(retrieved.ids[w.prev_end : w.end])
+    path = tmp_path / "r.json"
+    save_retrieval_file(str(path), records)
+    from_file = evaluate_perplexity(tiny_llama, tiny_tokenizer, EVAL_TEXT, None, config, retrieval_file=str(path),
+                                    show_progress=False)
+    live = evaluate_perplexity(tiny_llama, tiny_tokenizer, EVAL_TEXT, tiny_index["retriever"], config,
+                               show_progress=False)
+    assert from_file.passages == live.passages
+    assert from_file.figures["nll_sum"] == pytest.approx(live.figures["nll_sum"], rel=1e-9)
+    with pytest.raises(ValueError, match="windows but this evaluation has"):
+        evaluate_perplexity(tiny_llama, tiny_tokenizer, EVAL_TEXT, None, RalmConfig(retrieval_stride=2,
+                            query_length=8, max_length=16), retrieval_file=str(path), show_progress=False)
+
+
+def test_papers_retrieval_file_is_evaluated_like_the_reference(tiny_llama, tiny_bos_tokenizer, tmp_path):
+    """A file as the paper's prepare_retrieval_data.py writes it: window 0 listed with query "" and passages (which
+    eval_lm.py ignores), docs with only "text" (pyserini's '"Title"\\ntext' contents) and "score"."""
+    tokenizer = tiny_bos_tokenizer
+    ids = tokenizer(EVAL_TEXT, add_special_tokens=False)["input_ids"]
+    windows = plan_windows(len(ids), 16, 4)
+    texts = ['"Rome"\nthe emperor and the senate', '"Music"\nthe band played a song on the stage']
+    records = []
+    for w in windows:
+        query = tokenizer.decode(ids[max(0, w.prev_end - 8) : w.prev_end])
+        docs = [] if w.index % 5 == 4 else [{"text": texts[w.index % 2], "score": 10.0 - w.index % 3}]
+        records.append({"begin_location": w.prev_end, "end_location": w.end, "future":
+                        tokenizer.decode(ids[w.prev_end : w.end]), "query": query, "retrieved_docs": docs})
+    path = tmp_path / "paper.json"
+    path.write_text(json.dumps(records, indent=4) + "\n")
+
+    result = evaluate_perplexity(tiny_llama, tokenizer, EVAL_TEXT, None, RalmConfig(**SETTINGS),
+                                 retrieval_file=str(path), show_progress=False)
+    assert result.passages[0]  # loaded, but window 0 is evaluated without it
+    prefixes = [[]] + [tokenizer.encode(r["retrieved_docs"][0]["text"], max_length=256, truncation=True)
+                       if r["retrieved_docs"] else [] for r in records[1:]]
+    ref = reference_window_nlls(tiny_llama, ids, windows, prefixes)
+    assert (result.token_nlls[1:] - ref[1:]).abs().max().item() < 1e-4
+    with_docs = sum(1 for r in records[1:] if r["retrieved_docs"])
+    assert result.figures["num_windows_with_passage"] == with_docs
+    assert result.figures["num_empty_retrievals"] == len(windows) - 1 - with_docs
+
+
+def test_max_eval_tokens_and_ids_input(tiny_llama, tiny_tokenizer):
+    config = RalmConfig(**SETTINGS)
+    cut = evaluate_perplexity(tiny_llama, tiny_tokenizer, EVAL_TEXT, None, config, max_eval_tokens=30,
+                              show_progress=False)
+    assert cut.figures["num_tokens"] == 30 and len(cut.ids) == 30
+    # words are counted on the decoded cut text
+    assert cut.figures["num_words"] == count_words(tiny_tokenizer.decode(cut.ids))
+    by_ids = evaluate_perplexity(tiny_llama, tiny_tokenizer, cut.ids, None, config, show_progress=False)
+    assert by_ids.figures["nll_sum"] == pytest.approx(cut.figures["nll_sum"], rel=1e-9)
+    assert by_ids.figures["num_words"] == cut.figures["num_words"]
+
+
+def test_tokenize_and_max_length(tiny_llama, tiny_tokenizer):
+    with pytest.raises(ValueError, match="dataset is empty"):
+        tokenize_text(tiny_tokenizer, "")
+    assert tokenize_text(tiny_tokenizer, "the king", max_eval_tokens=1) == [tiny_tokenizer.convert_tokens_to_ids("the")]
+    assert resolve_max_length(tiny_llama, None) == 128
+    assert resolve_max_length(tiny_llama, 16) == 16
+    assert resolve_max_length(tiny_llama, 4096) == 128  # capped at the model's positions
+    gpt2 = make_tiny_model("gpt2")
+    assert resolve_max_length(gpt2, None) == 128  # n_positions
+
+
+def test_evaluate_perplexity_rejects_bad_settings(tiny_llama, tiny_tokenizer):
+    config = RalmConfig(**SETTINGS)
+    bad = copy.copy(config)
+    object.__setattr__(bad, "query_length", 0)  # bypass the config's own validation
+    with pytest.raises(ValueError, match="query_length"):
+        evaluate_perplexity(tiny_llama, tiny_tokenizer, EVAL_TEXT, None, bad, show_progress=False)
+    with pytest.raises(ValueError, match="Need at least 2 tokens"):
+        evaluate_perplexity(tiny_llama, tiny_tokenizer, "king", None, config, show_progress=False)
+
+
+def test_wrapper_evaluate_perplexity_needs_tokenizer(tiny_llama):
+    model = RetrievalAugmentedModel(RalmConfig(**SETTINGS), tiny_llama)
+    with pytest.raises(ValueError, match="no tokenizer"):
+        model.evaluate_perplexity("the king")
