@@ -2,6 +2,8 @@
 max_length 512, s=4, ℓ=32, BM25 over the whole Wikipedia sample, first 2,048 tokens of
 (a) WikiText-103 test (its forbidden titles excluded) and (b) held-out Wikipedia (benchmarks/make_heldout.py; the
 sampled articles excluded). Gemma is also run with --bos-every-window (a BOS at the start of every window).
+SmolLM2 runs in float32 and Gemma in bfloat16 (fp32 Gemma takes ~11 minutes per run on the 2-core CPU); --dtype
+forces one dtype for both.
 
 Each run is an `hf-ralm eval-lm` call writing OUT/<run>/eval.json; finished runs are skipped, so the script resumes.
 
@@ -27,7 +29,7 @@ def main() -> None:
     parser.add_argument("--index-dir", default=os.path.join(HOME, ".cache/hf-ralm/index/wikipedia-2015-sample-bm25"))
     parser.add_argument("--corpus", default=os.path.join(SHARED, "wikipedia-2015-sample/articles.jsonl.gz"))
     parser.add_argument("--heldout-dir", default=os.path.join(HOME, ".cache/hf-ralm/heldout"))
-    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], help="one dtype for every model")
     parser.add_argument("--max-eval-tokens", type=int, default=2048)
     args = parser.parse_args()
 
@@ -36,20 +38,24 @@ def main() -> None:
                              os.path.join(SHARED, "wikitext-103/forbidden_titles.txt")),
         "heldout-wikipedia": (os.path.join(args.heldout_dir, "rows.jsonl"), os.path.join(args.heldout_dir, "titles.txt")),
     }
-    models = {"SmolLM2-135M": ("smollm2-135m-instruct", [False]), "Gemma-3-270M": ("gemma-3-270m", [False, True])}
+    models = {  # name: (folder, BOS options, dtype)
+        "SmolLM2-135M": ("smollm2-135m-instruct", [False], "float32"),
+        "Gemma-3-270M": ("gemma-3-270m", [False, True], "bfloat16"),
+    }
     rows = []
     for data_name, (data_path, forbidden) in datasets.items():
-        for model_name, (folder, bos_options) in models.items():
+        for model_name, (folder, bos_options, dtype) in models.items():
+            dtype = args.dtype or dtype
             for bos in bos_options:
                 figures = {}
                 for retriever in ("none", "bm25"):
-                    run = f"{data_name}.{folder}.{retriever}{'.bos' if bos else ''}"
+                    run = f"{data_name}.{folder}.{dtype}.{retriever}{'.bos' if bos else ''}"
                     out_dir = os.path.join(args.out, run)
                     command = [
                         "hf-ralm", "eval-lm", "--model", os.path.join(args.models_dir, folder),
                         "--dataset-path", data_path, "--retriever", retriever, "--max-length", "512",
                         "--stride", "4", "--query-length", "32", "--max-eval-tokens", str(args.max_eval_tokens),
-                        "--dtype", args.dtype, "--output-dir", out_dir,
+                        "--dtype", dtype, "--output-dir", out_dir,
                     ]
                     if retriever == "bm25":
                         command += ["--index-dir", args.index_dir, "--corpus", args.corpus, "--forbidden-titles", forbidden]
@@ -60,7 +66,8 @@ def main() -> None:
                         subprocess.run(command, check=True, stderr=subprocess.DEVNULL)
                     with open(os.path.join(out_dir, "eval.json")) as f:
                         figures[retriever] = json.load(f)
-                label = model_name + (" (BOS every window)" if bos else " (reference BOS)" if bos_options != [False] else "")
+                label = f"{model_name}, {dtype}" + (
+                    ", BOS every window" if bos else ", reference BOS" if bos_options != [False] else "")
                 rows.append((data_name, label, figures))
     print(f"\n| data | model | token ppl, none | token ppl, BM25 | word ppl, none | word ppl, BM25 | windows with a passage |")
     print("|---|---|---|---|---|---|---|")
@@ -68,7 +75,7 @@ def main() -> None:
         print(f"| {data_name} | {label} | {f['none']['token_ppl']:.3f} | {f['bm25']['token_ppl']:.3f} | "
               f"{f['none']['word_ppl']:.3f} | {f['bm25']['word_ppl']:.3f} | "
               f"{f['bm25']['num_windows_with_passage']}/{f['bm25']['num_windows'] - 1} |")
-    print(f"\n({args.dtype}, max_length 512, s=4, ℓ=32, first {args.max_eval_tokens} tokens)", file=sys.stderr)
+    print(f"\n(max_length 512, s=4, ℓ=32, first {args.max_eval_tokens} tokens)", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -385,7 +385,7 @@ def main(argv: list[str] | None = None) -> None:
             keys = ("token_ppl", "word_ppl", "nll_sum", "num_tokens", "num_scored", "num_words", "num_windows",
                     "num_windows_with_passage")
             print(json.dumps({k: report[k] for k in keys}, indent=2))
-    except (FileNotFoundError, ValueError, OSError) as error:
+    except (FileNotFoundError, ValueError, OSError, ImportError) as error:
         _fail(str(error))
 
 

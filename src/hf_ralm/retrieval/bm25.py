@@ -1,8 +1,9 @@
 """Embedded BM25 (no Java): bm25s with Lucene's scoring (k1=0.9, b=0.4), English stemming and stop words.
 
 Text analysis follows Lucene's English analyzer as closely as bm25s allows, so results agree with the paper's
-pyserini retrieval: every word of one or more characters is a term (bm25s' default drops one-character words), the
-Porter stemmer (Lucene's, not Snowball's English) and Lucene's 33 English stop words.
+pyserini retrieval (top-1 agreement with Lucene: docs/lucene.md): every word of one or more characters is a term
+(bm25s' default drops one-character words), the Porter stemmer (PyStemmer's, which differs from Lucene's on a few
+words, rather than Snowball English) and Lucene's 33 English stop words.
 
 An index folder holds the bm25s matrices (memory-mapped when loaded), the passages as an Arrow table (memory-mapped
 by ``datasets``) and ``hf_ralm_index.json``, which records the corpus fingerprint so a folder is reused only for the

@@ -1,0 +1,154 @@
+"""Open-domain QA as in the paper's §7: exact match of SmolLM2-135M and Gemma-3-270M on NQ-open (the 2,000 questions
+of ../shared/data/nq-open/nq-open-gold-2000.jsonl.gz), closed book (k=0) vs open book with the top-2 BM25 passages
+retrieved by the question (k=2), over the whole Wikipedia sample plus the questions' gold passages.
+
+The gold passages (each row's `ctxs`) are first written, deduplicated by identical title and text, as a corpus JSONL
+(`id` "nq-gold-<row>-<j>", `title`, `text`) into OUT/<questions>-passages.jsonl (atomically, byte-identical on
+every run, so the index built from it is reused). The index (OUT/index-wiki-plus-nq-gold, built once by the first
+open-book run, ~95 s on the 2-core CPU) cuts every corpus row into passages of 100 words (`split_passages`, as for
+the Wikipedia articles): the gold passages are DPR passages of ~100 words, but some are longer (80 of the 1,968
+distinct ones are over 100 words, up to 289), and those are split into 100-word pieces and a shorter tail (2,058
+passages from the gold file instead of 1,968). We accept that: eval-qa has no per-corpus passage size.
+
+Each run is an `hf-ralm eval-qa` call writing OUT/<run>/predictions.jsonl and eval.json; finished runs (eval.json
+`complete` with the number of questions asked for) are skipped, and an interrupted one continues where it stopped
+(eval-qa resumes from predictions.jsonl), so the script resumes. Models run in bfloat16 by default (~9x faster than
+float32 on this CPU, which has AMX); --dtype float32 gives separate runs. has_answer is whether a gold answer occurs in
+the passages of the prompt, so it is "—" closed book.
+
+    python benchmarks/qa_tables.py                        # all 2,000 questions, into ~/.cache/hf-ralm/qa
+    python benchmarks/qa_tables.py --max-questions 8 --out /tmp/qa-smoke
+"""
+
+import argparse
+import gzip
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+
+HOME = os.path.expanduser("~")
+SHARED = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data"))
+WORDS_PER_PASSAGE = 100  # what the index cuts rows into (hf_ralm.retrieval.corpus.WORDS_PER_PASSAGE)
+
+
+def read_questions(path: str) -> list[dict]:
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def write_gold_corpus(rows: list[dict], path: str) -> dict:
+    """The rows' gold passages (`ctxs`) as a corpus JSONL at ``path``, identical title+text written once; written to
+    a temporary file and renamed, and left untouched when it already holds the same bytes."""
+    seen, lines, long_ones = set(), [], 0
+    for row_number, row in enumerate(rows):
+        for j, ctx in enumerate(row.get("ctxs") or []):
+            title, text = str(ctx.get("title") or ""), str(ctx.get("text") or "")
+            if not text.strip() or (title, text) in seen:
+                continue
+            seen.add((title, text))
+            long_ones += len(text.split()) > WORDS_PER_PASSAGE
+            lines.append(json.dumps({"id": f"nq-gold-{row_number}-{j}", "title": title, "text": text},
+                                    ensure_ascii=False) + "\n")
+    data = "".join(lines).encode("utf-8")
+    stats = {"num_rows": len(rows), "num_passages": len(lines), "num_over_100_words": long_ones}
+    if os.path.isfile(path):
+        with open(path, "rb") as f:
+            if f.read() == data:
+                return stats
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=".jsonl")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return stats
+
+
+def read_eval(out_dir: str) -> dict | None:
+    path = os.path.join(out_dir, "eval.json")
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default=os.path.join(HOME, ".cache/hf-ralm/qa"))
+    parser.add_argument("--models-dir", default=os.environ.get("HF_RALM_MODELS", os.path.join(HOME, ".cache/hf-ralm/models")))
+    parser.add_argument("--questions", default=os.path.join(SHARED, "nq-open/nq-open-gold-2000.jsonl.gz"))
+    parser.add_argument("--corpus", default=os.path.join(SHARED, "wikipedia-2015-sample/articles.jsonl.gz"),
+                        help="the Wikipedia corpus the gold passages are added to")
+    parser.add_argument("--index-dir", help="BM25 index of corpus + gold passages (default OUT/index-wiki-plus-nq-gold)")
+    parser.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"])
+    parser.add_argument("--max-questions", type=int, help="answer only the first N questions (default: all)")
+    parser.add_argument("--batch-size", type=int, default=8, help="questions per generate call (default 8)")
+    args = parser.parse_args()
+
+    out = os.path.abspath(os.path.expanduser(args.out))
+    questions = os.path.abspath(args.questions)
+    corpus = os.path.abspath(args.corpus)
+    index_dir = os.path.abspath(args.index_dir or os.path.join(out, "index-wiki-plus-nq-gold"))
+    name = os.path.basename(questions).removesuffix(".gz").removesuffix(".jsonl")
+    gold_corpus = os.path.join(out, f"{name}-passages.jsonl")
+    rows = read_questions(questions)
+    gold = write_gold_corpus(rows, gold_corpus)
+    wanted = len(rows) if args.max_questions is None else min(args.max_questions, len(rows))
+
+    models = {"SmolLM2-135M": "smollm2-135m-instruct", "Gemma-3-270M": "gemma-3-270m"}
+    settings = {  # run suffix: (label, eval-qa options)
+        "closed-book-k0": ("closed book, k=0", ["--num-docs", "0"]),
+        "bm25-k2": ("open book, BM25, k=2", ["--num-docs", "2", "--retriever", "bm25", "--corpus", corpus,
+                                             "--corpus", gold_corpus, "--index-dir", index_dir]),
+    }
+    table, commands = [], []
+    for model_name, folder in models.items():
+        for suffix, (label, options) in settings.items():
+            run = f"{folder}.{args.dtype}.{suffix}"
+            out_dir = os.path.join(out, run)
+            command = ["hf-ralm", "eval-qa", "--model", os.path.join(args.models_dir, folder),
+                       "--questions", questions, *options, "--dtype", args.dtype,
+                       "--batch-size", str(args.batch_size), "--output-dir", out_dir]
+            if args.max_questions is not None:
+                command += ["--max-questions", str(args.max_questions)]
+            commands.append(command)
+            report = read_eval(out_dir)
+            if not (report and report.get("complete") and report.get("num_questions") == wanted):
+                print("running:", shlex.join(command), flush=True)
+                subprocess.run(command, check=True, stdout=sys.stderr)  # eval-qa resumes an interrupted run
+                report = read_eval(out_dir)
+            table.append((model_name, label, report))
+
+    print(f"\n| model | setting | EM | has_answer | questions |")
+    print("|---|---|---|---|---|")
+    for model_name, label, r in table:
+        found = f"{r['has_answer']:.1f}%" if r["settings"]["num_docs"] else "—"
+        print(f"| {model_name}, {args.dtype} | {label} | {r['em']:.1f}% ({r['num_correct']}) | {found} | "
+              f"{r['num_questions']} |")
+    index_info = os.path.join(index_dir, "hf_ralm_index.json")
+    index_passages = "?"
+    if os.path.isfile(index_info):
+        with open(index_info, encoding="utf-8") as f:
+            index_passages = json.load(f).get("num_passages", "?")
+    notes = [f"{r['num_truncated']} prompts of {m} ({l}) were cut to fit" for m, l, r in table if r["num_truncated"]]
+    notes += [f"{r['num_fewer_passages']} questions of {m} ({l}) got fewer than k passages"
+              for m, l, r in table if r["num_fewer_passages"]]
+    print(f"\nGreedy, {table[0][2]['settings']['max_new_tokens']} new tokens, first line; EM with SQuAD normalization. "
+          f"BM25 index: {index_passages} passages of ≤{WORDS_PER_PASSAGE} words, from {os.path.basename(corpus)} plus "
+          f"the {gold['num_passages']} distinct gold passages of the {gold['num_rows']} questions "
+          f"({gold['num_over_100_words']} of them over {WORDS_PER_PASSAGE} words, hence split)."
+          + (" " + "; ".join(notes) + "." if notes else ""))
+    print("\nCommand:\n\n    " + shlex.join(["python", *sys.argv]))
+    print("\nwhich runs:\n\n" + "\n".join("    " + shlex.join(c) for c in commands))
+
+
+if __name__ == "__main__":
+    main()
