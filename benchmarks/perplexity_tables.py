@@ -69,7 +69,7 @@ def main() -> None:
                 label = f"{model_name}, {dtype}" + (
                     ", BOS every window" if bos else ", reference BOS" if bos_options != [False] else "")
                 rows.append((data_name, label, figures))
-    print(f"\n| data | model | token ppl, none | token ppl, BM25 | word ppl, none | word ppl, BM25 | windows with a passage |")
+    print("\n| data | model | token ppl, none | token ppl, BM25 | word ppl, none | word ppl, BM25 | windows with a passage |")
     print("|---|---|---|---|---|---|---|")
     for data_name, label, f in rows:
         print(f"| {data_name} | {label} | {f['none']['token_ppl']:.3f} | {f['bm25']['token_ppl']:.3f} | "

@@ -127,7 +127,7 @@ def main() -> None:
                 report = read_eval(out_dir)
             table.append((model_name, label, report))
 
-    print(f"\n| model | setting | EM | has_answer | questions |")
+    print("\n| model | setting | EM | has_answer | questions |")
     print("|---|---|---|---|---|")
     for model_name, label, r in table:
         found = f"{r['has_answer']:.1f}%" if r["settings"]["num_docs"] else "—"
