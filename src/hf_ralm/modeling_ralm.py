@@ -31,6 +31,9 @@ from .generation import ralm_generate
 from .retrieval.base import Passage, Retriever, read_forbidden_titles
 from .retrieval.factory import load_retriever
 
+DENSE_RETRIEVERS = ("dense", "hybrid")
+DENSE_QUERY_LENGTH = 64  # the paper's best query length for dense retrieval (32 for BM25: RalmConfig's default)
+
 
 @dataclass
 class RalmCausalLMOutput(ModelOutput):
@@ -102,6 +105,7 @@ class RetrievalAugmentedModel(PreTrainedModel):
         index_dir: str | None = None,
         corpus: str | list[str] | None = None,
         forbidden_titles: str | Sequence[str] | None = None,
+        encoder: str | None = None,
         **kwargs,
     ) -> "RetrievalAugmentedModel":
         """Wrap a causal LM given as a Hub id, a local folder or a loaded model, or rebuild a saved RALM folder.
@@ -112,6 +116,8 @@ class RetrievalAugmentedModel(PreTrainedModel):
             retriever: ``"bm25"``, ``"none"``, a saved description, or any object with ``retrieve(queries, k)``.
             index_dir, corpus: where the BM25 index is (built there from ``corpus`` when missing or stale).
             forbidden_titles: a file with one title per line, or titles, never to retrieve (contamination).
+            encoder: the dense retriever's encoder (``"dense"``, ``"hybrid"``); ``query_length`` then defaults to
+                64 (the paper's best for dense retrieval) instead of 32 unless given.
             kwargs: :class:`RalmConfig` fields (``retrieval_stride``, ``query_length``, ``max_length``, ...); the
                 rest (``dtype``, ``device_map``, ``gguf_file``, ``revision``, ...) go to the base model's loading.
         """
@@ -141,8 +147,13 @@ class RetrievalAugmentedModel(PreTrainedModel):
         spec = retriever if retriever is not None else fields.get("retriever")
         if isinstance(spec, dict) and forbidden_titles is not None:
             spec = {**spec, "forbidden_titles": sorted(forbidden_titles)}
-        loaded = load_retriever(spec, index_dir=index_dir, corpus=corpus, forbidden_titles=forbidden_titles or ())
+        loaded = load_retriever(spec, index_dir=index_dir, corpus=corpus, forbidden_titles=forbidden_titles or (),
+                                encoder=encoder)
         fields["retriever"] = loaded.config() if hasattr(loaded, "config") and callable(loaded.config) else None
+        if fields.get("query_length") is None:  # not given (None counts as not given): 64 for dense, else 32
+            fields.pop("query_length", None)
+            if getattr(loaded, "name", None) in DENSE_RETRIEVERS:
+                fields["query_length"] = DENSE_QUERY_LENGTH
         return cls(RalmConfig(**fields), base, loaded, tokenizer)
 
     def save_pretrained(self, save_directory: str | os.PathLike, **kwargs) -> None:

@@ -29,6 +29,16 @@ class Retriever(Protocol):
 PASSAGE_TEMPLATE = "{title}\n{text}"
 
 
+class SavableRetriever:
+    """Gives a backend ``save_pretrained(dir)``: its ``config()`` written as ``retriever_config.json``, which
+    :func:`hf_ralm.retrieval.factory.load_retriever_from_pretrained` reads back."""
+
+    def save_pretrained(self, save_directory: str) -> None:
+        from .factory import save_retriever_config
+
+        save_retriever_config(self, save_directory)
+
+
 def passage_text(title: str | None, text: str, template: str = PASSAGE_TEMPLATE) -> str:
     """How a passage becomes the text put in context: ``title + "\\n" + text`` (just ``text`` without a title)."""
     return template.format(title=title, text=text) if title else text

@@ -23,7 +23,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .base import Passage, passage_text
+from .base import Passage, SavableRetriever, passage_text
 from .corpus import WORDS_PER_PASSAGE, split_passages
 from .index_folder import INDEX_FILE, read_index_info  # noqa: F401 - INDEX_FILE re-exported (importable from here)
 from .index_folder import corpus_files, corpus_paths_and_articles, finish_build, index_matches, start_build
@@ -43,7 +43,7 @@ def _tokenize(texts: Sequence[str], show_progress: bool) -> list[list[str]]:
     )
 
 
-class BM25Retriever:
+class BM25Retriever(SavableRetriever):
     """BM25 over 100-word passages, with optional exclusion of passages by article title (contamination)."""
 
     name = "bm25"

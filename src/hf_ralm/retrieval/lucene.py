@@ -39,7 +39,7 @@ import sys
 import threading
 from typing import Iterable, Sequence
 
-from .base import Passage, passage_text
+from .base import Passage, SavableRetriever, passage_text
 from .corpus import WORDS_PER_PASSAGE, split_passages
 from .index_folder import INDEX_FILE, read_index_info  # noqa: F401 - INDEX_FILE re-exported (importable from here)
 from .index_folder import (
@@ -327,7 +327,7 @@ def _passage_from_raw(docid: str, raw: str | None, contents: str | None, score: 
     return Passage(str(docid), title or "", text, float(score))
 
 
-class LuceneRetriever:
+class LuceneRetriever(SavableRetriever):
     """BM25 (Lucene, through Anserini) over 100-word passages, with optional exclusion of passages by article title.
 
     ``index_dir`` is an hf-ralm Lucene index folder, any local Lucene index folder with stored ``raw`` documents, or

