@@ -30,3 +30,17 @@ def device_name(device: torch.device) -> str:
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def environment(command: str, device: torch.device) -> dict:
+    """What every benchmark reports about the run: its command line, versions, threads and device."""
+    import transformers
+
+    return {
+        "command": command,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "threads": torch.get_num_threads(),
+        "device": device_name(device),
+    }

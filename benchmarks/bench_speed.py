@@ -27,14 +27,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shlex
 import sys
 import time
 from pathlib import Path
 
 import torch
-from bench_common import available_cores, device_name, synchronize
+from bench_common import available_cores, synchronize
+from bench_common import environment as run_environment
+
 
 HOME = Path.home()
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -106,7 +107,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     command = shlex.join([os.path.basename(sys.executable), *sys.argv]) if argv is None else shlex.join(argv)
 
-    import transformers
 
     from hf_ralm.configuration_ralm import RalmConfig
     from hf_ralm.evaluation import (resolve_max_length, retrieve_for_windows, tokenize_text, window_prefixes,
@@ -232,12 +232,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # --- report -------------------------------------------------------------------------------------------------
     environment = {
-        "command": command,
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "threads": torch.get_num_threads(),
-        "device": device_name(device),
+        **run_environment(command, device),
         "model": args.model,
         "data": args.data,
         "index_dir": args.index_dir,
