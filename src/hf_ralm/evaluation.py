@@ -66,24 +66,28 @@ def retrieve_for_windows(
     return passages
 
 
+def passage_prefix(tokenizer, passage: Passage | None, config: RalmConfig) -> list[int]:
+    """What a passage puts in front of the text: the passage encoded with the tokenizer's default special tokens and
+    cut to ``max_doc_tokens`` (as the reference does); no passage puts nothing, or a lone BOS when
+    ``config.bos_every_window`` is set (which also puts a BOS before a passage that lacks one)."""
+    prefix: list[int] = []
+    if passage is not None:
+        text = config.passage_text(passage.title, passage.text)
+        prefix = tokenizer.encode(text, max_length=config.max_doc_tokens, truncation=True)
+    bos = tokenizer.bos_token_id if config.bos_every_window else None
+    if bos is not None and (not prefix or prefix[0] != bos):
+        prefix = [bos] + prefix[: config.max_doc_tokens - 1] if prefix else [bos]
+    return prefix
+
+
 def window_prefixes(
     tokenizer, windows: Sequence[Window], passages: Sequence[list[Passage]], config: RalmConfig
 ) -> list[list[int]]:
-    """What overwrites the start of each window: the top passage, encoded with the tokenizer's default special
-    tokens and cut to ``max_doc_tokens`` (as the reference does); otherwise nothing, or a lone BOS when
-    ``config.bos_every_window`` is set (which also puts a BOS before a passage that lacks one)."""
-    bos = tokenizer.bos_token_id if config.bos_every_window else None
-    prefixes = []
-    for w in windows:
-        docs = passages[w.index] if w.has_retrieval else []
-        prefix: list[int] = []
-        if docs:
-            text = config.passage_text(docs[0].title, docs[0].text)
-            prefix = tokenizer.encode(text, max_length=config.max_doc_tokens, truncation=True)
-        if bos is not None and (not prefix or prefix[0] != bos):
-            prefix = [bos] + prefix[: config.max_doc_tokens - 1] if prefix else [bos]
-        prefixes.append(prefix)
-    return prefixes
+    """What overwrites the start of each window (:func:`passage_prefix` of its top passage; window 0 has none)."""
+    return [
+        passage_prefix(tokenizer, passages[w.index][0] if w.has_retrieval and passages[w.index] else None, config)
+        for w in windows
+    ]
 
 
 def resolve_max_length(model, max_length: int | None) -> int:

@@ -4,7 +4,7 @@ Semantics (exact; ``s`` = ``retrieval_stride``, ``ℓ`` = ``query_length``, ``L`
 
 * Generation runs in strides of ``s`` tokens. At the start of stride ``j`` (after ``j·s`` generated tokens, ``j = 0``
   included) the query is the decoded last ``ℓ`` tokens of ``x`` = prompt + output so far, and the top passage
-  ``d_j`` is retrieved, encoded as the evaluation does (:func:`hf_ralm.evaluation.window_prefixes`: the tokenizer's
+  ``d_j`` is retrieved, encoded as the evaluation does (:func:`hf_ralm.evaluation.passage_prefix`: the tokenizer's
   default special tokens, cut to ``max_doc_tokens``).
 * Every token of stride ``j`` is predicted from ``[d_j; x[a_j:]]``, where ``x`` grows within the stride and
   ``a_j = max(0, len(x) + s_j + len(d_j) - L)`` with ``s_j = min(s, tokens still to generate)``, computed once at the
@@ -50,18 +50,15 @@ from transformers.generation.stopping_criteria import StopStringCriteria
 from transformers.utils import logging
 
 from .configuration_ralm import RalmConfig
-from .evaluation import resolve_max_length, window_prefixes
+from .evaluation import passage_prefix, resolve_max_length
 from .passage_cache import DEFAULT_MAX_BYTES, PassageKVCache, empty_cache
 from .retrieval.base import Passage, Retriever
-from .scoring import _one_logit, last_logits, model_device
-from .windows import Window
+from .scoring import one_logit_kwargs, last_logits, model_device
 
 logger = logging.get_logger(__name__)
 
 __all__ = ["RalmGenerateOutput", "RalmLogitsProcessor", "encode_passage", "ralm_generate", "stride_start"]
 
-# any window after the first one gets its passage in evaluation.window_prefixes
-_RETRIEVING_WINDOW = Window(index=1, begin=0, end=0, prev_end=0)
 # decode rows that each take one token per step in one left-padded batch (off: one forward per row, for tests)
 _BATCH_STEPS = True
 
@@ -85,7 +82,7 @@ class RalmGenerateOutput(GenerateDecoderOnlyOutput):
 def encode_passage(tokenizer, passage: Passage | None, config: RalmConfig) -> list[int]:
     """The token ids put in front of the text for ``passage`` (``None``: no passage), exactly as the evaluation puts
     them in front of a window: the passage with the tokenizer's default special tokens, cut to ``max_doc_tokens``."""
-    return window_prefixes(tokenizer, [_RETRIEVING_WINDOW], [[], [passage] if passage is not None else []], config)[0]
+    return passage_prefix(tokenizer, passage, config)
 
 
 def stride_start(num_tokens: int, stride_tokens: int, prefix_length: int, max_length: int) -> int:
@@ -184,7 +181,7 @@ class _RowBatch:
         tokens = torch.tensor([[row.ids[-1]] for row in self.rows], device=device)
         self.mask = torch.cat([self.mask, self.mask.new_ones(len(self.rows), 1)], dim=1)
         logits = self.model(input_ids=tokens, attention_mask=self.mask, position_ids=self.positions[:, None],
-                            past_key_values=self.cache, use_cache=True, **_one_logit(self.model)).logits[:, -1]
+                            past_key_values=self.cache, use_cache=True, **one_logit_kwargs(self.model)).logits[:, -1]
         self.positions = self.positions + 1
         stats["forward_tokens"] += len(self.rows)
         stats["batched_steps"] += 1

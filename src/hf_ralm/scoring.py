@@ -92,7 +92,7 @@ def score_windows(
         prefix_cache = None
         if shared_prefix is not None:
             prefix_cache = model(
-                input_ids=torch.tensor([shared_prefix], device=device), use_cache=True, **_one_logit(model)
+                input_ids=torch.tensor([shared_prefix], device=device), use_cache=True, **one_logit_kwargs(model)
             ).past_key_values
         for start in range(0, len(members), batch_size):
             batch = members[start : start + batch_size]
@@ -114,5 +114,5 @@ def score_windows(
     return nll
 
 
-def _one_logit(model) -> dict:
+def one_logit_kwargs(model) -> dict:
     return {"logits_to_keep": 1} if _accepts_logits_to_keep(model) else {}

@@ -24,7 +24,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from .base import Passage, SavableRetriever, passage_text
-from .corpus import WORDS_PER_PASSAGE, split_passages
+from .corpus import WORDS_PER_PASSAGE, passage_columns
 from .index_folder import INDEX_FILE, read_index_info  # noqa: F401 - INDEX_FILE re-exported (importable from here)
 from .index_folder import corpus_files, corpus_paths_and_articles, finish_build, index_matches, start_build
 
@@ -100,7 +100,7 @@ class BM25Retriever(SavableRetriever):
         from datasets import Dataset
 
         paths, articles = corpus_paths_and_articles(corpus)
-        passages = Dataset.from_dict(_passage_columns(articles, words_per_passage))
+        passages = Dataset.from_dict(passage_columns(articles, words_per_passage))
         if len(passages) == 0:
             raise ValueError("The corpus has no passages: check that its rows have a non-empty 'text'.")
 
@@ -160,15 +160,3 @@ class BM25Retriever(SavableRetriever):
             "index_dir": os.path.abspath(self.index_dir),
             "forbidden_titles": sorted(self.forbidden_titles),
         }
-
-
-def _passage_columns(articles: Iterable[dict], words_per_passage: int) -> dict[str, list[str]]:
-    rows = split_passages(articles, words_per_passage) if words_per_passage else (
-        {"title": a.get("title") or "", "text": a["text"], "source_id": str(a.get("id", i))}
-        for i, a in enumerate(articles)
-    )
-    columns: dict[str, list[str]] = {"title": [], "text": [], "source_id": []}
-    for row in rows:
-        for key, values in columns.items():
-            values.append(row[key])
-    return columns

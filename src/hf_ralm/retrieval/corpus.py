@@ -60,6 +60,26 @@ def split_passages(articles: Iterable[dict], words_per_passage: int = WORDS_PER_
             }
 
 
+def passage_rows(articles: Iterable[dict], words_per_passage: int = WORDS_PER_PASSAGE) -> Iterator[dict]:
+    """The passages every backend indexes, in this order (their ids are these row numbers):
+    :func:`split_passages`, or with ``words_per_passage=0`` the rows as they are (already passages)."""
+    if words_per_passage:
+        return split_passages(articles, words_per_passage)
+    return (
+        {"title": a.get("title") or "", "text": a["text"], "source_id": str(a.get("id", i))}
+        for i, a in enumerate(articles)
+    )
+
+
+def passage_columns(articles: Iterable[dict], words_per_passage: int = WORDS_PER_PASSAGE) -> dict[str, list[str]]:
+    """:func:`passage_rows` as columns (``title``, ``text``, ``source_id``), for ``datasets.Dataset.from_dict``."""
+    columns: dict[str, list[str]] = {"title": [], "text": [], "source_id": []}
+    for row in passage_rows(articles, words_per_passage):
+        for key, values in columns.items():
+            values.append(row[key])
+    return columns
+
+
 def corpus_fingerprint(paths: Iterable[str], words_per_passage: int) -> str:
     """A hash of the corpus files' bytes and the passage size: an index is reused only for the same fingerprint."""
     digest = hashlib.sha256(f"words_per_passage={words_per_passage}".encode())

@@ -39,8 +39,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from .base import Passage, SavableRetriever, passage_text
-from .bm25 import _passage_columns
-from .corpus import WORDS_PER_PASSAGE, corpus_fingerprint
+from .corpus import WORDS_PER_PASSAGE, corpus_fingerprint, passage_columns
 from .files import write_json_atomic
 from .index_folder import corpus_files, corpus_paths_and_articles, finish_build, index_matches, read_index_info
 from .index_folder import start_build
@@ -228,7 +227,7 @@ class DenseRetriever(SavableRetriever):
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be at least 1, got {chunk_size}.")
         paths, articles = corpus_paths_and_articles(corpus)
-        passages = Dataset.from_dict(_passage_columns(articles, words_per_passage))
+        passages = Dataset.from_dict(passage_columns(articles, words_per_passage))
         n = len(passages)
         if n == 0:
             raise ValueError("The corpus has no passages: check that its rows have a non-empty 'text'.")

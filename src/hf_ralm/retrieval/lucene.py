@@ -40,7 +40,7 @@ import threading
 from typing import Iterable, Sequence
 
 from .base import Passage, SavableRetriever, passage_text
-from .corpus import WORDS_PER_PASSAGE, split_passages
+from .corpus import WORDS_PER_PASSAGE, passage_rows
 from .index_folder import INDEX_FILE, read_index_info  # noqa: F401 - INDEX_FILE re-exported (importable from here)
 from .index_folder import (
     check_corpus_files, corpus_files, corpus_paths_and_articles, finish_build, index_matches, start_build,
@@ -420,7 +420,7 @@ class LuceneRetriever(SavableRetriever):
         tmp_dir = start_build(index_dir)
         collection = os.path.join(tmp_dir, "collection")
         os.makedirs(collection)
-        num_passages = _write_collection(_passages(articles, words_per_passage), collection, show_progress)
+        num_passages = _write_collection(passage_rows(articles, words_per_passage), collection, show_progress)
         if num_passages == 0:
             shutil.rmtree(tmp_dir, ignore_errors=True)
             raise ValueError("The corpus has no passages: check that its rows have a non-empty 'text'.")
@@ -532,12 +532,6 @@ class LuceneRetriever(SavableRetriever):
             "k1": self.k1,
             "b": self.b,
         }
-
-
-def _passages(articles: Iterable[dict], words_per_passage: int) -> Iterable[dict]:
-    if words_per_passage:
-        return split_passages(articles, words_per_passage)
-    return ({"title": a.get("title") or "", "text": a["text"]} for a in articles)  # numbered as the bm25 backend
 
 
 def _run_indexer(command: list[str], show_progress: bool, tmp_dir: str) -> None:
