@@ -111,21 +111,30 @@ def load_dataset_text(path: str, name: str | None = None, split: str = "test") -
     return join_rows(rows["text"])
 
 
-def _check_args(args) -> None:
-    for name in ("stride", "query_length", "max_doc_tokens", "num_docs", "batch_size"):
+def _check_positive(args, names: tuple[str, ...]) -> None:
+    for name in names:
         if getattr(args, name) < 1:
             _fail(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}.")
+
+
+def _check_sources(args) -> None:
+    """The corpus files exist, and BM25 has an index folder (unless passages come from a retrieval file)."""
+    for corpus in args.corpus or []:
+        if not os.path.isfile(corpus):
+            _fail(f"corpus file not found: {corpus}")
+    if args.retriever == "bm25" and not args.retrieval_file and not args.index_dir:
+        _fail("--retriever bm25 needs --index-dir (and --corpus to build the index there).")
+
+
+def _check_args(args) -> None:
+    _check_positive(args, ("stride", "query_length", "max_doc_tokens", "num_docs", "batch_size"))
     if args.max_length is not None and args.max_length <= args.stride:
         _fail(f"--max-length ({args.max_length}) must be larger than --stride ({args.stride}).")
     if not args.model:
         _fail("--model is required.")
     if not args.dataset_path:
         _fail("--dataset-path is required.")
-    for corpus in args.corpus or []:
-        if not os.path.isfile(corpus):
-            _fail(f"corpus file not found: {corpus}")
-    if args.retriever == "bm25" and not args.retrieval_file and not args.index_dir:
-        _fail("--retriever bm25 needs --index-dir (and --corpus to build the index there).")
+    _check_sources(args)
 
 
 def _load_model(args):
@@ -223,19 +232,13 @@ def _add_eval_qa(sub) -> None:
 
 def _check_task_args(args) -> None:
     """The checks of ``generate`` and ``eval-qa``, which read no --dataset-path."""
-    for name in ("stride", "query_length", "max_doc_tokens", "batch_size", "max_new_tokens"):
-        if getattr(args, name) < 1:
-            _fail(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}.")
+    _check_positive(args, ("stride", "query_length", "max_doc_tokens", "batch_size", "max_new_tokens"))
     if not args.model:
         _fail("--model is required.")
     for name in ("dataset_path", "retrieval_file", "save_retrieval_file", "max_eval_tokens"):
         if getattr(args, name):
             _fail(f"--{name.replace('_', '-')} is for eval-lm and retrieve; hf-ralm {args.command} does not use it.")
-    for corpus in args.corpus or []:
-        if not os.path.isfile(corpus):
-            _fail(f"corpus file not found: {corpus}")
-    if args.retriever == "bm25" and not args.index_dir:
-        _fail("--retriever bm25 needs --index-dir (and --corpus to build the index there).")
+    _check_sources(args)
 
 
 def _read_prompts(args) -> list[str]:
