@@ -8,6 +8,22 @@ from .retrieval import BM25Retriever, Passage, Retriever, load_retriever
 
 __version__ = "0.1.0"
 
+
+def _register_metrics() -> None:
+    """Make ``evaluate.load("ralm_perplexity")`` resolve offline (see :mod:`hf_ralm.metrics`); an unwritable cache
+    folder must never make ``import hf_ralm`` fail."""
+    import logging
+
+    from .metrics import register_metrics
+
+    try:
+        register_metrics()
+    except OSError as error:
+        logging.getLogger(__name__).debug("Could not register the metrics in evaluate's module cache: %s", error)
+
+
+_register_metrics()
+
 __all__ = [
     "RalmConfig",
     "RetrievalAugmentedModel",

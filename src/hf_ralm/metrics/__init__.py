@@ -1,13 +1,23 @@
 """``evaluate`` metrics shipped with hf-ralm, loadable offline by bare name or by path.
 
+``evaluate.load(name)`` looks a bare name up on the Hub and, when the Hub is out of reach, in its module cache
+(``$HF_MODULES_CACHE``, by default ``~/.cache/huggingface/modules``). ``import hf_ralm`` calls
+:func:`register_metrics`, which keeps a one-line shim of each metric there (importing it from the installed package),
+so that after hf-ralm has been imported once in an environment ``evaluate.load("ralm_perplexity")`` works offline,
+in any later process too. Nothing runs at interpreter start-up.
+
 Example:
-    >>> import evaluate, hf_ralm.metrics
-    >>> metric = evaluate.load(hf_ralm.metrics.metric_path("ralm_perplexity"))  # doctest: +SKIP
+    >>> import evaluate, hf_ralm
+    >>> metric = evaluate.load("ralm_perplexity")                               # doctest: +SKIP
+    >>> metric = evaluate.load(hf_ralm.metrics.metric_path("ralm_perplexity"))  # by path, no cache involved  # doctest: +SKIP
 """
 
+from __future__ import annotations
+
+import hashlib
 import os
 
-METRICS = ("ralm_perplexity", "ralm_exact_match")
+METRICS = {"ralm_perplexity": "RalmPerplexity", "ralm_exact_match": "RalmExactMatch"}
 
 
 def metric_path(name: str) -> str:
@@ -15,3 +25,35 @@ def metric_path(name: str) -> str:
     if name not in METRICS:
         raise ValueError(f"Unknown hf-ralm metric {name!r}; shipped metrics: {', '.join(METRICS)}.")
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), name)
+
+
+def modules_cache() -> str:
+    """``evaluate``'s module cache: ``$HF_MODULES_CACHE``, else ``$HF_HOME/modules``, else
+    ``$XDG_CACHE_HOME/huggingface/modules`` (``~/.cache`` when unset), as ``evaluate`` resolves it."""
+    if os.environ.get("HF_MODULES_CACHE"):
+        return os.path.expanduser(os.environ["HF_MODULES_CACHE"])
+    cache_home = os.environ.get("XDG_CACHE_HOME", os.path.join(os.path.expanduser("~"), ".cache"))
+    return os.path.join(os.path.expanduser(os.environ.get("HF_HOME", os.path.join(cache_home, "huggingface"))),
+                        "modules")
+
+
+def register_metrics() -> list[str]:
+    """Write the shim of every shipped metric into ``evaluate``'s module cache where it is missing (one ``stat`` per
+    metric when present; written atomically). Returns the paths written."""
+    root = os.path.join(modules_cache(), "evaluate_modules", "metrics")
+    written = []
+    for name, class_name in METRICS.items():
+        code = f"from hf_ralm.metrics.{name}.{name} import {class_name}  # noqa: F401 (shim written by hf-ralm)\n"
+        folder = os.path.join(root, f"evaluate-metric--{name}", hashlib.sha256(code.encode()).hexdigest())
+        target = os.path.join(folder, f"{name}.py")
+        if os.path.exists(target):
+            continue
+        os.makedirs(folder, exist_ok=True)
+        for package in (os.path.dirname(root), root, os.path.dirname(folder), folder):  # evaluate imports these
+            open(os.path.join(package, "__init__.py"), "a").close()
+        tmp = f"{target}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            f.write(code)
+        os.replace(tmp, target)
+        written.append(target)
+    return written
