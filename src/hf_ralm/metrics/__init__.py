@@ -9,7 +9,8 @@ in any later process too. Nothing runs at interpreter start-up.
 Example:
     >>> import evaluate, hf_ralm
     >>> metric = evaluate.load("ralm_perplexity")                               # doctest: +SKIP
-    >>> metric = evaluate.load(hf_ralm.metrics.metric_path("ralm_perplexity"))  # by path, no cache involved  # doctest: +SKIP
+    >>> # by path, no cache involved:
+    >>> metric = evaluate.load(hf_ralm.metrics.metric_path("ralm_perplexity"))  # doctest: +SKIP
 """
 
 from __future__ import annotations
