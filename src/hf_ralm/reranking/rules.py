@@ -1,0 +1,76 @@
+"""The arithmetic of LM-oriented reranking (the paper's §6), as pure functions over token positions and id lists.
+
+For window ``j`` the candidates are the top-``k`` passages retrieved for its query. Each candidate is written over
+the first positions of the window exactly as the chosen passage will be, and ranked by the summed NLL of the
+*ranking tokens*: the last ``s'`` tokens of the prefix, just before the window's first scored token (the paper's
+Eq. 6 and the reference's ``logprob`` strategy). As in the reference, the ranking tokens are always the text's own
+tokens at those positions, predicted from whatever the candidate's input holds before them, so every candidate is
+ranked on the same tokens. They are clipped to the window (a token needs the one before it in the window). The
+``oracle`` ranks on the window's own scored tokens instead (it looks at the future: an upper bound).
+
+Example:
+    >>> from hf_ralm.windows import plan_windows
+    >>> window = plan_windows(100, max_length=32, stride=4)[3]
+    >>> (window.begin, window.score_begin, window.end), ranking_span(window, 16)
+    ((12, 40, 44), (24, 40))
+    >>> choose_lowest([3.0, 1.5, 1.5, 2.0])   # ties go to the better retrieval rank
+    1
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from ..windows import Window
+
+NO_PASSAGE = -1  # what ``chosen`` holds when the window is evaluated without a passage
+
+
+def ranking_span(window: Window, rerank_tokens: int) -> tuple[int, int]:
+    """Text positions ``[start, stop)`` of the window's ranking tokens: the last ``rerank_tokens`` tokens before
+    its first scored token, clipped so that each has a predecessor inside the window."""
+    stop = window.score_begin
+    return max(window.begin + 1, stop - rerank_tokens), stop
+
+
+def oracle_span(window: Window) -> tuple[int, int]:
+    """The oracle ranks candidates on the window's own scored tokens."""
+    return window.score_begin, window.end
+
+
+def choose_lowest(ranking_nlls: Sequence[float]) -> int:
+    """Index of the lowest ranking NLL; ties go to the earlier candidate (the better retrieval rank)."""
+    if len(ranking_nlls) == 0:
+        raise ValueError("No candidate to choose from.")
+    return int(np.argmin(np.asarray(ranking_nlls, dtype=np.float64)))  # argmin returns the first of equal values
+
+
+def random_choice(seed: int, window_index: int, num_candidates: int) -> int:
+    """A uniform choice among ``num_candidates``, reproducible per ``(seed, window)`` whatever the batching."""
+    if num_candidates < 1:
+        raise ValueError("No candidate to choose from.")
+    return int(np.random.default_rng([seed, window_index]).integers(num_candidates))
+
+
+def fit_reranker_input(
+    passage_ids: Sequence[int], prefix_ids: Sequence[int], ranking_ids: Sequence[int], max_length: int
+) -> tuple[list[int], int]:
+    """A reranker LM's input for one candidate when it does not share the reader's tokenizer: its tokens of the
+    passage, then its tokens of the prefix text cut from the left to fit ``max_length``, then its tokens of the
+    ranking text. Returns the input and the position of the first ranking token. The ranking tokens are kept
+    whole; the passage gives way before them when both do not fit."""
+    ranking = list(ranking_ids)
+    if not ranking:
+        raise ValueError("The ranking text has no tokens for the reranker.")
+    if len(ranking) >= max_length:
+        raise ValueError(f"The reranker's window ({max_length} tokens) cannot hold {len(ranking)} ranking tokens and "
+                         "the token before them: raise max_length or lower rerank_tokens.")
+    passage = list(passage_ids)[: max_length - len(ranking)]
+    room = max_length - len(ranking) - len(passage)
+    prefix = list(prefix_ids)[len(prefix_ids) - room:] if room > 0 else []
+    tokens = passage + prefix + ranking
+    if len(tokens) == len(ranking):
+        raise ValueError("The first ranking token needs a token before it: give the reranker a passage or prefix.")
+    return tokens, len(tokens) - len(ranking)
