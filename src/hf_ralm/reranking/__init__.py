@@ -1,0 +1,28 @@
+"""Reranking the retrieved passages of In-Context RALM (Ram et al. 2023, §6).
+
+The predictive reranker (§6.2): :class:`RerankDataWriter` / :func:`load_rerank_data` hold its training data,
+:func:`train_reranker` trains it with the loss of Eq. 9, and :class:`PredictiveReranker` uses it. Training and using
+it need the ``rerank`` extra (``pip install 'hf-ralm[rerank]'``); sentence-transformers is imported only then.
+
+Example::
+
+    from hf_ralm.reranking import PredictiveReranker, train_reranker
+
+    train_reranker("data/rerank", output_dir="models/reranker")
+    PredictiveReranker("models/reranker").choose(["the emperor of"], [["Rome\\nrome was", "Music\\nthe band"]])
+"""
+
+from .data import RerankDataWriter, load_rerank_data
+from .predictive import PredictiveReranker
+from .training import PredictiveRerankLoss, predictive_loss, push_reranker, rerank_metrics, train_reranker
+
+__all__ = [
+    "RerankDataWriter",
+    "load_rerank_data",
+    "PredictiveReranker",
+    "PredictiveRerankLoss",
+    "predictive_loss",
+    "push_reranker",
+    "rerank_metrics",
+    "train_reranker",
+]

@@ -1,0 +1,108 @@
+"""Use side of the predictive reranker (Ram et al. 2023, §6.2): pick, for each prefix, the candidate passage a
+trained cross-encoder ``f(x, d)`` scores highest.
+
+Example::
+
+    from hf_ralm.reranking import PredictiveReranker
+
+    reranker = PredictiveReranker("models/predictive-reranker")  # a folder or a Hub id
+    reranker.choose(["the emperor of"], [["Music\\nthe band played", "Rome\\nrome was the city"]])  # -> [1]
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:  # sentence-transformers (the ``rerank`` extra) is imported only when a reranker is built
+    from sentence_transformers import CrossEncoder
+
+
+class PredictiveReranker:
+    """A cross-encoder that scores (prefix, passage) pairs; the passage it scores highest goes in context.
+
+    ``model_name_or_path`` is a cross-encoder folder, a Hub id, or a loaded ``CrossEncoder``. ``device=None`` keeps
+    the device sentence-transformers picks (CUDA when available) or the one the given model is on.
+
+    Example::
+
+        reranker = PredictiveReranker("models/predictive-reranker", batch_size=64)
+        scores = reranker.scores(["the emperor of"], [["Rome\\nrome was the city", "Music\\nthe band"]])
+    """
+
+    def __init__(
+        self,
+        model_name_or_path: str | os.PathLike | CrossEncoder,
+        device: str | None = None,
+        batch_size: int = 32,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
+        cross_encoder_cls = _cross_encoder_class()
+        if isinstance(model_name_or_path, cross_encoder_cls):
+            self.model = model_name_or_path if device is None else model_name_or_path.to(device)
+        else:
+            self.model = cross_encoder_cls(str(model_name_or_path), device=device)
+        if self.model.num_labels != 1:
+            raise ValueError(
+                f"A predictive reranker scores each pair with one number, but {model_name_or_path} has "
+                f"{self.model.num_labels} labels: load a cross-encoder trained with num_labels=1 (train_reranker)."
+            )
+        self.batch_size = batch_size
+
+    @property
+    def device(self) -> torch.device:
+        """The device the cross-encoder runs on."""
+        return self.model.device
+
+    def scores(
+        self, prefixes: Sequence[str], candidates: Sequence[Sequence[str]], show_progress: bool = False
+    ) -> list[list[float]]:
+        """The raw scores ``f(x, d)`` (logits, no sigmoid) of every candidate of every prefix, in one batched pass
+        over all pairs; ``scores[i][j]`` belongs to ``candidates[i][j]``."""
+        if len(prefixes) != len(candidates):
+            raise ValueError(f"Got {len(prefixes)} prefixes but {len(candidates)} candidate lists; give one each.")
+        pairs = [(prefix, passage) for prefix, passages in zip(prefixes, candidates) for passage in passages]
+        flat = []
+        if pairs:
+            # Identity: the trained f(x, d) itself (the softmax of Eq. 9 reads logits); a saved sigmoid would only
+            # squash them, never change the choice.
+            flat = self.model.predict(
+                pairs, batch_size=self.batch_size, activation_fn=torch.nn.Identity(),
+                show_progress_bar=show_progress, convert_to_numpy=True,
+            ).tolist()
+        result, start = [], 0
+        for passages in candidates:
+            result.append(flat[start:start + len(passages)])
+            start += len(passages)
+        return result
+
+    def choose(
+        self, prefixes: Sequence[str], candidates: Sequence[Sequence[str]], show_progress: bool = False
+    ) -> list[int]:
+        """For each prefix, the index of its best-scored candidate; ties go to the lower index (the better
+        retrieval rank), and an empty candidate list gives -1."""
+        return [argmax_first(scores) for scores in self.scores(prefixes, candidates, show_progress)]
+
+
+def argmax_first(values: Sequence[float]) -> int:
+    """The index of the largest value, the first one on ties; -1 for an empty sequence.
+
+    Example::
+
+        argmax_first([0.5, 2.0, 2.0])  # -> 1
+    """
+    return max(range(len(values)), key=values.__getitem__, default=-1)
+
+
+def _cross_encoder_class() -> type[CrossEncoder]:
+    try:
+        from sentence_transformers import CrossEncoder
+    except ImportError as error:
+        raise ImportError(
+            "The predictive reranker needs sentence-transformers 6: pip install 'hf-ralm[rerank]'."
+        ) from error
+    return CrossEncoder

@@ -1,0 +1,332 @@
+"""The predictive reranker (issue 8 §3, paper §6.2): the Eq. 9 loss, the training-data I/O, and a tiny cross-encoder
+trained, evaluated, saved, reloaded and (with the upload faked) pushed, all offline."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+from types import SimpleNamespace
+
+import datasets
+import pytest
+import torch
+
+from hf_ralm.reranking import (
+    PredictiveReranker,
+    PredictiveRerankLoss,
+    RerankDataWriter,
+    load_rerank_data,
+    predictive_loss,
+    rerank_metrics,
+    train_reranker,
+)
+from hf_ralm.reranking.data import METADATA_FILE, TMP_PREFIX
+from hf_ralm.reranking.predictive import argmax_first
+from hf_ralm.reranking.training import default_init
+
+METADATA = {"reader": "tiny-llama", "k": 4, "stride": 4, "query_length": 32, "rerank_tokens": 16,
+            "max_length": 128, "max_doc_tokens": 64, "corpus": "synthetic"}
+REPO_ID = "someone/tiny-predictive-reranker"
+
+
+def make_row(i: int, k: int = 3) -> dict:
+    return {"prefix": f"prefix {i}", "candidates": [f"Title {j}\npassage {i}.{j}" for j in range(k)],
+            "retrieval_scores": [float(k - j) for j in range(k)],
+            "target_logprobs": [-1.0 - j - i / 10 for j in range(k)], "article": f"a{i // 3}", "window": i}
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Eq. 9
+# ------------------------------------------------------------------------------------------------------------------
+
+SCORES = [[1.0, -0.5, 2.0], [0.3], [0.0, 4.0], [0.5, 0.5, -1.0, 2.5]]  # uneven candidate counts
+TARGETS = [[-3.0, -1.0, -7.5], [-2.2], [-10.0, -0.5], [-4.0, -30.0, -1.5, -6.0]]
+
+
+def eq9_by_hand(scores: list[float], targets: list[float]) -> float:
+    """-log Σ_i softmax(f)_i · p_i, written out with plain floats."""
+    normaliser = sum(math.exp(f) for f in scores)
+    return -math.log(sum(math.exp(f) / normaliser * math.exp(t) for f, t in zip(scores, targets)))
+
+
+def test_loss_equals_eq9_computed_directly():
+    loss = predictive_loss([torch.tensor(s) for s in SCORES], [torch.tensor(t) for t in TARGETS])
+    expected = sum(eq9_by_hand(s, t) for s, t in zip(SCORES, TARGETS)) / len(SCORES)
+    assert loss.item() == pytest.approx(expected, abs=1e-5)
+    # a single candidate gets all the weight: its loss is just its NLL
+    assert predictive_loss([torch.tensor([0.3])], [torch.tensor([-2.2])]).item() == pytest.approx(2.2, abs=1e-6)
+    # padding changes nothing: each window alone gives the same loss as inside the uneven batch
+    alone = [predictive_loss([torch.tensor(s)], [torch.tensor(t)]).item() for s, t in zip(SCORES, TARGETS)]
+    assert alone == pytest.approx([eq9_by_hand(s, t) for s, t in zip(SCORES, TARGETS)], abs=1e-5)
+
+
+def test_loss_gradient_pushes_scores_towards_better_candidates():
+    scores = [torch.zeros(len(t), requires_grad=True) for t in TARGETS]
+    loss = predictive_loss(scores, [torch.tensor(t) for t in TARGETS])
+    loss.backward()
+    for score, targets in zip(scores, TARGETS):
+        grad = score.grad.tolist()
+        assert all(math.isfinite(g) for g in grad)  # padded positions leak no NaN
+        assert sum(grad) == pytest.approx(0.0, abs=1e-6)  # softmax: only differences of scores matter
+        # descending the gradient raises the score of the candidate with the highest target log-probability most
+        assert argmax_first([-g for g in grad]) == argmax_first(targets)
+    with torch.no_grad():
+        for score in scores:
+            score -= 1.0 * score.grad
+    assert predictive_loss(scores, [torch.tensor(t) for t in TARGETS]).item() < loss.item()
+
+
+def test_loss_rejects_mismatched_counts():
+    with pytest.raises(ValueError, match="one target log-probability per score"):
+        predictive_loss([torch.tensor([1.0, 2.0])], [torch.tensor([-1.0])])
+
+
+def test_rerank_metrics_on_hand_made_windows():
+    metrics = rerank_metrics([[0.1, 0.9], [2.0, 2.0, 1.0]], [[-4.0, -2.0], [-1.0, -3.0, -0.5]],
+                             [[3.0, 1.0], [0.0, 5.0, 1.0]])
+    # reranker picks 1 and 0 (tie to the lower index); oracle 1 and 2; retrieval top-1 0 and 1
+    assert metrics == pytest.approx({
+        "oracle_agreement": 0.5, "retrieval_oracle_agreement": 0.0, "chance_agreement": (1 / 2 + 1 / 3) / 2,
+        "nll_reranker": (2.0 + 1.0) / 2, "nll_retrieval_top1": (4.0 + 3.0) / 2, "nll_oracle": (2.0 + 0.5) / 2,
+    })
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Data format and I/O
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def test_writer_and_loader_round_trip(tmp_path):
+    folder = tmp_path / "data"
+    rows = [make_row(i, k=2 + i % 3) for i in range(5)]
+    with RerankDataWriter(folder, METADATA, chunk_size=2) as writer:
+        writer.add(rows[0])  # one row on its own
+        writer.add(rows[1:])
+        assert (writer.num_done, writer.num_chunks) == (4, 2)  # the fifth row waits in the buffer
+    assert (writer.num_done, writer.num_chunks) == (5, 3)
+    assert sorted(p.name for p in folder.iterdir()) == ["chunk-00000", "chunk-00001", "chunk-00002", METADATA_FILE]
+    dataset, metadata = load_rerank_data(folder)
+    assert metadata == METADATA
+    assert dataset.to_list() == rows
+
+
+def test_resume_after_a_crash_mid_chunk(tmp_path):
+    folder = tmp_path / "data"
+    rows = [make_row(i) for i in range(7)]
+    writer = RerankDataWriter(folder, METADATA, chunk_size=3)
+    writer.add(rows[:4])  # one complete chunk; row 3 is buffered when the process "dies" (no close)
+    # the crash also left a half-written chunk under its temporary name
+    datasets.Dataset.from_list(rows[3:4]).save_to_disk(str(folder / f"{TMP_PREFIX}00001"))
+    assert load_rerank_data(folder)[0].num_rows == 3  # the loader ignores the leftover
+
+    resumed = RerankDataWriter(folder, METADATA, chunk_size=3)
+    assert (resumed.num_done, resumed.num_chunks) == (3, 1)
+    assert not list(folder.glob(TMP_PREFIX + "*"))  # the leftover is gone
+    resumed.add(rows[resumed.num_done:])
+    resumed.close()
+    assert load_rerank_data(folder)[0].to_list() == rows
+
+
+def test_metadata_mismatch_is_refused_unless_overwriting(tmp_path):
+    folder = tmp_path / "data"
+    with RerankDataWriter(folder, METADATA, chunk_size=2) as writer:
+        writer.add([make_row(i) for i in range(3)])
+    other = {**METADATA, "k": 16}
+    with pytest.raises(ValueError, match=r"'k': stored 4, given 16.*overwrite=True"):
+        RerankDataWriter(folder, other)
+    fresh = RerankDataWriter(folder, other, overwrite=True)
+    assert fresh.num_done == 0 and fresh.num_chunks == 0
+    assert sorted(p.name for p in folder.iterdir()) == [METADATA_FILE]
+    assert json.loads((folder / METADATA_FILE).read_text())["k"] == 16
+
+
+def test_writer_rejects_bad_rows_and_metadata(tmp_path):
+    writer = RerankDataWriter(tmp_path / "data", METADATA)
+    with pytest.raises(ValueError, match="if these are NLLs, negate them"):
+        writer.add({**make_row(0), "target_logprobs": [1.0, 2.0, 3.0]})
+    with pytest.raises(ValueError, match="2 retrieval_scores for 3 candidates"):
+        writer.add({**make_row(0), "retrieval_scores": [1.0, 2.0]})
+    with pytest.raises(ValueError, match="non-empty list of passage texts"):
+        writer.add({**make_row(0), "candidates": "one passage, not a list"})
+    with pytest.raises(ValueError, match=r"missing \['window'\]"):
+        writer.add({key: value for key, value in make_row(0).items() if key != "window"})
+    with pytest.raises(ValueError, match="lacks \\['rerank_tokens'\\]"):
+        RerankDataWriter(tmp_path / "other", {key: v for key, v in METADATA.items() if key != "rerank_tokens"})
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="not a rerank data folder"):
+        RerankDataWriter(tmp_path / "busy", METADATA)
+
+
+def test_loader_errors_say_what_is_wrong(tmp_path):
+    with pytest.raises(FileNotFoundError, match="No rerank data folder"):
+        load_rerank_data(tmp_path / "missing")
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(FileNotFoundError, match=f"no {METADATA_FILE}"):
+        load_rerank_data(tmp_path / "plain")
+    RerankDataWriter(tmp_path / "empty", METADATA)
+    with pytest.raises(FileNotFoundError, match="no complete chunk.*close"):
+        load_rerank_data(tmp_path / "empty")
+    # a chunk written by hand without the target column
+    RerankDataWriter(tmp_path / "bad", METADATA)
+    bad_rows = [{k: v for k, v in make_row(0).items() if k != "target_logprobs"}]
+    datasets.Dataset.from_list(bad_rows).save_to_disk(str(tmp_path / "bad" / "chunk-00000"))
+    with pytest.raises(ValueError, match=r"lacks the column\(s\) \['target_logprobs'\]"):
+        load_rerank_data(tmp_path / "bad")
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# A tiny cross-encoder trained, evaluated, saved, reloaded and pushed
+# ------------------------------------------------------------------------------------------------------------------
+
+TOPICS = ["rome", "river", "music", "planet", "castle", "garden", "winter", "market"]
+
+
+def synthetic_rows(n: int, seed: int = 0) -> list[dict]:
+    """Windows with 2 to 4 candidates where one passage (at a random rank) is always best for the reader."""
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        k = 2 + i % 3
+        best = rng.randrange(k)
+        topic = rng.choice(TOPICS)
+        candidates = [f"Helpful\nthe golden passage about {topic}" if j == best else
+                      f"Other\na plain note about {rng.choice(TOPICS)}" for j in range(k)]
+        targets = [-2.0 - rng.random() if j == best else -9.0 - rng.random() for j in range(k)]
+        rows.append({"prefix": f"a story of the {topic}", "candidates": candidates,
+                     "retrieval_scores": [rng.uniform(0, 10) for _ in range(k)], "target_logprobs": targets,
+                     "article": f"art{i // 5}", "window": i % 5})
+    return rows
+
+
+@pytest.fixture(scope="module")
+def tiny_init(tmp_path_factory) -> Path:
+    """A 2-layer, 32-dim BertForSequenceClassification (1 label) with all-MiniLM-L6-v2's tokenizer, as a folder."""
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    folder = tmp_path_factory.mktemp("tiny-init")
+    tokenizer = AutoTokenizer.from_pretrained(default_init())
+    tokenizer.model_max_length = 64
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=64, num_labels=1, hidden_dropout_prob=0.0,
+                        attention_probs_dropout_prob=0.0)
+    torch.manual_seed(0)
+    BertForSequenceClassification(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, tiny_init):
+    """Trains once (pushing to a faked Hub); every test below reads this run."""
+    root = tmp_path_factory.mktemp("trained")
+    rows = synthetic_rows(100)
+    with RerankDataWriter(root / "data", METADATA, chunk_size=40) as writer:
+        writer.add(rows)
+    uploads = []
+
+    def fake_create_repo(self, repo_id, **kwargs):
+        return SimpleNamespace(repo_id=repo_id)
+
+    def fake_upload_folder(self, *, repo_id, folder_path, **kwargs):
+        files = sorted(str(p.relative_to(folder_path)) for p in Path(folder_path).rglob("*") if p.is_file())
+        uploads.append({"repo_id": repo_id, "files": files, "card": (Path(folder_path) / "README.md").read_text()})
+        return SimpleNamespace(commit_url=f"https://hub.invalid/{repo_id}/commit/1")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("huggingface_hub.HfApi.create_repo", fake_create_repo)
+        patch.setattr("huggingface_hub.HfApi.upload_folder", fake_upload_folder)
+        results = train_reranker(root / "data", tiny_init, output_dir=root / "model", eval_fraction=0.2, epochs=3,
+                                 batch_size=8, learning_rate=3e-3, seed=0, push_to_hub=REPO_ID, show_progress=False)
+    return SimpleNamespace(results=results, model_dir=root / "model", uploads=uploads, eval_rows=rows[80:])
+
+
+def test_training_lowers_the_loss_and_beats_chance(trained):
+    r = trained.results
+    assert (r["train_windows"], r["eval_windows"]) == (80, 20)
+    assert r["eval_candidates"] == sum(len(row["candidates"]) for row in trained.eval_rows)
+    assert r["eval_loss"] < r["eval_loss_init"] - 0.5
+    assert r["oracle_agreement"] >= 0.8 > r["chance_agreement"] + 0.3
+    assert r["nll_reranker"] < r["nll_retrieval_top1"]
+    assert r["nll_oracle"] <= r["nll_reranker"]
+    assert json.loads((trained.model_dir / "eval_results.json").read_text()) == pytest.approx(r)
+
+
+def test_saved_folder_loads_as_cross_encoder_and_as_transformers_model(trained):
+    from sentence_transformers import CrossEncoder
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    row = trained.eval_rows[0]
+    pairs = [(row["prefix"], passage) for passage in row["candidates"]]
+    cross_encoder_scores = CrossEncoder(str(trained.model_dir)).predict(pairs).tolist()  # raw f: saved Identity
+
+    model = AutoModelForSequenceClassification.from_pretrained(trained.model_dir).eval()
+    assert type(model).__name__ == "BertForSequenceClassification" and model.config.num_labels == 1
+    tokenizer = AutoTokenizer.from_pretrained(trained.model_dir)
+    batch = tokenizer([p for p, _ in pairs], [d for _, d in pairs], padding=True, truncation=True,
+                      return_tensors="pt")
+    with torch.no_grad():
+        logits = model(**batch).logits.view(-1).tolist()
+    assert cross_encoder_scores == pytest.approx(logits, abs=1e-4)
+
+
+def test_predictive_reranker_chooses_the_best_candidate(trained):
+    reranker = PredictiveReranker(trained.model_dir, batch_size=16)
+    assert reranker.device.type in ("cpu", "cuda")
+    rows = trained.eval_rows
+    choices = reranker.choose([row["prefix"] for row in rows], [row["candidates"] for row in rows])
+    oracle = [argmax_first(row["target_logprobs"]) for row in rows]
+    assert sum(c == o for c, o in zip(choices, oracle)) / len(rows) == pytest.approx(
+        trained.results["oracle_agreement"])
+    # an empty list gives -1; identical passages tie, and the tie goes to the better retrieval rank
+    same = rows[0]["candidates"][0]
+    assert reranker.choose(["x", "y"], [[], [same, same]]) == [-1, 0]
+    assert reranker.scores(["x"], [[]]) == [[]]
+
+
+def test_loss_module_scores_through_the_cross_encoder(trained):
+    from sentence_transformers import CrossEncoder
+
+    model = CrossEncoder(str(trained.model_dir))
+    rows = trained.eval_rows[:3]
+    inputs = [[row["prefix"] for row in rows], [row["candidates"] for row in rows]]
+    labels = [torch.tensor(row["target_logprobs"]) for row in rows]
+    scores = PredictiveReranker(model).scores(*inputs)
+    with torch.no_grad():
+        loss = PredictiveRerankLoss(model.eval())(inputs, labels)
+    assert loss.item() == pytest.approx(predictive_loss([torch.tensor(s) for s in scores], labels).item(), abs=1e-4)
+
+
+def test_model_card_states_the_setting_data_loss_and_figures(trained):
+    card = (trained.model_dir / "README.md").read_text()
+    r = trained.results
+    assert card.startswith("---\nlibrary_name: sentence-transformers\npipeline_tag: text-ranking\n")
+    for expected in ("| reader LM (frozen) p_θ | `tiny-llama` |", "| candidates per window k | `4` |",
+                     "| stride s (tokens of y) | `4` |", "| retrieval query length ℓ | `32` |",
+                     "| reranker prefix length s' | `16` |", "| retrieval corpus | `synthetic` |",
+                     f"100 windows with {r['train_candidates'] + r['eval_candidates']} candidate passages",
+                     "## Loss (Eq. 9)", "log_softmax(f)_i + log p_θ(y | [d_i; x])",
+                     f"| {r['oracle_agreement']:.1%} |", f"| {r['nll_reranker']:.4f} |",
+                     f"| {r['nll_retrieval_top1']:.4f} |", f"| {r['nll_oracle']:.4f} |",
+                     f'PredictiveReranker("{REPO_ID}")'):
+        assert expected in card, expected
+
+
+def test_push_uploads_the_folder_with_its_card(trained):
+    assert len(trained.uploads) == 1
+    upload = trained.uploads[0]
+    assert upload["repo_id"] == REPO_ID
+    assert {"README.md", "config.json", "model.safetensors", "tokenizer.json", "eval_results.json",
+            "config_sentence_transformers.json", "modules.json"} <= set(upload["files"])
+    assert upload["card"] == (trained.model_dir / "README.md").read_text()
+
+
+def test_train_reranker_refuses_unusable_settings(tmp_path):
+    with pytest.raises(ValueError, match="eval_fraction"):
+        train_reranker(tmp_path, output_dir=tmp_path / "out", eval_fraction=1.0)
+    with RerankDataWriter(tmp_path / "data", METADATA) as writer:
+        writer.add(make_row(0))
+    with pytest.raises(ValueError, match="too few"):
+        train_reranker(tmp_path / "data", output_dir=tmp_path / "out")
