@@ -272,8 +272,24 @@ def test_fingerprint_and_encoder_mismatch(dense_mod, minilm_index, corpus, other
         dense_mod.DenseRetriever.build_or_load(None, str(tmp_path / "none"))
 
 
+def test_index_moved_to_a_machine_without_its_encoder_folder(dense_mod, tiny_bert, corpus, tmp_path):
+    import shutil
+
+    encoder = shutil.copytree(tiny_bert, tmp_path / "encoder")
+    built = dense_mod.DenseRetriever.build(corpus, str(tmp_path / "index"), words_per_passage=WPP,
+                                           encoder=str(encoder), show_progress=False)
+    queries = ["the king and the queen", "the sailor took the boat"]
+    expected = built.retrieve(queries, k=3)
+    os.rename(encoder, tmp_path / "encoder-here")  # the recorded folder is gone, the same model is elsewhere
+    with pytest.raises(FileNotFoundError, match="built with the encoder folder .*not on this machine.*encoder="):
+        dense_mod.DenseRetriever.load(str(tmp_path / "index"))
+    moved = dense_mod.DenseRetriever.load(str(tmp_path / "index"), encoder=str(tmp_path / "encoder-here"))
+    assert moved.retrieve(queries, k=3) == expected
+    assert moved.config()["encoder"] == str(tmp_path / "encoder-here")
+
+
 def test_factory_round_trip(dense_mod, minilm_index, corpus, tmp_path):
-    from hf_ralm.retrieval.factory import load_retriever, load_retriever_from_pretrained
+    from hf_ralm.retrieval import load_retriever, load_retriever_from_pretrained
 
     retriever = dense_mod.DenseRetriever.load(minilm_index["index_dir"], forbidden_titles={"Rome"})
     config = retriever.config()
@@ -375,8 +391,7 @@ def test_hybrid_fuses_two_retrievers():
 
 
 def test_hybrid_real(dense_mod, corpus, other_corpus, tmp_path):
-    from hf_ralm.retrieval.bm25 import BM25Retriever
-    from hf_ralm.retrieval.factory import load_retriever, load_retriever_from_pretrained
+    from hf_ralm.retrieval import BM25Retriever, load_retriever, load_retriever_from_pretrained
 
     index_dir = str(tmp_path / "hybrid")
     hybrid = HybridRetriever.build_or_load(corpus, index_dir, words_per_passage=WPP, forbidden_titles={"Music"})
@@ -393,6 +408,27 @@ def test_hybrid_real(dense_mod, corpus, other_corpus, tmp_path):
     with pytest.raises(ValueError, match="different corpora"):
         BM25Retriever.build(other_corpus, str(tmp_path / "mixed-bm25"), words_per_passage=WPP, show_progress=False)
         HybridRetriever(BM25Retriever.load(str(tmp_path / "mixed-bm25")), hybrid.dense)
+
+
+def test_ralm_with_hybrid_saved_with_its_indexes_and_moved(dense_mod, corpus, tiny_model_dir, tmp_path):
+    from hf_ralm.modeling_ralm import RetrievalAugmentedModel
+
+    hybrid = HybridRetriever.build_or_load(corpus, str(tmp_path / "hybrid"), words_per_passage=WPP)
+    model = RetrievalAugmentedModel.from_pretrained(str(tiny_model_dir), retriever=hybrid)
+    saved = tmp_path / "my-ralm"
+    model.save_pretrained(saved, save_index=True)
+    assert sorted(os.listdir(saved / "index")) == ["bm25", "dense"]  # both sides, in build_or_load's layout
+    config = json.loads((saved / "retriever_config.json").read_text())
+    assert (config["sparse"]["index_dir"], config["dense"]["index_dir"]) == ("index/bm25", "index/dense")
+    moved = tmp_path / "elsewhere"
+    os.rename(saved, moved)
+    os.rename(tmp_path / "hybrid", tmp_path / "hybrid-gone")  # only the copies are left
+
+    again = RetrievalAugmentedModel.from_pretrained(str(moved))
+    assert isinstance(again.retriever, HybridRetriever) and again.config.query_length == 64
+    assert again.retriever.dense.index_dir == str(moved / "index" / "dense")
+    queries = ["the king and the queen sat on the throne", "the sailor and the ship"]
+    assert again.retriever.retrieve(queries, 3) == hybrid.retrieve(queries, 3)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -413,7 +449,7 @@ def test_query_length_defaults(dense_mod, minilm_index, tiny_model_dir, corpus):
 
     index_dir = minilm_index["index_dir"]
     model = RetrievalAugmentedModel.from_pretrained(str(tiny_model_dir), retriever="dense", index_dir=index_dir)
-    assert model.config.query_length == 64 and model.config.retriever["type"] == "dense"
+    assert model.config.query_length == 64 and model.retriever.config()["type"] == "dense"
     model = RetrievalAugmentedModel.from_pretrained(str(tiny_model_dir), retriever="dense", index_dir=index_dir,
                                                     query_length=8)
     assert model.config.query_length == 8

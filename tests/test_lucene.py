@@ -1,14 +1,16 @@
 """The Lucene backend (extra ``[lucene]``): Java selection, index build/reuse, search, forbidden titles, config.
 
 Tests that need pyserini skip when it is missing, unless ``HF_RALM_REQUIRE_LUCENE`` is set (CI sets it to 1), in which
-case they fail. A process can start only one JVM: every in-process test shares the one :func:`start_jvm` starts (the
-first to need it); what must be checked in a fresh JVM (lazy start, no OpenAI client) runs in a child process.
+case they fail. A process can start only one JVM: every in-process test shares the one
+:func:`~hf_ralm.retrieval.lucene_compat.start_jvm` starts (the first to need it); what must be checked in a fresh JVM
+(lazy start, no OpenAI client) runs in a child process.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -16,19 +18,18 @@ import textwrap
 import pytest
 
 from conftest import ARTICLES, write_jsonl
-from hf_ralm.retrieval import BM25Retriever, Passage, Retriever, load_retriever
-from hf_ralm.retrieval.bm25 import INDEX_FILE, read_index_info
-from hf_ralm.retrieval.corpus import WORDS_PER_PASSAGE, corpus_fingerprint
-from hf_ralm.retrieval.lucene import (
-    LUCENE_SUBDIR,
-    VECTOR_OPTION,
-    LuceneRetriever,
-    _passage_from_raw,
-    find_java_home,
-    has_module,
-    java_version,
-    jvm_options,
+from hf_ralm.retrieval import (
+    RETRIEVER_NAMES,
+    BM25Retriever,
+    Passage,
+    Retriever,
+    load_retriever,
+    load_retriever_from_pretrained,
 )
+from hf_ralm.retrieval.corpus import WORDS_PER_PASSAGE, corpus_fingerprint
+from hf_ralm.retrieval.index_folder import INDEX_FILE, read_index_info
+from hf_ralm.retrieval.lucene import LUCENE_SUBDIR, LuceneRetriever, _passage_from_raw
+from hf_ralm.retrieval.lucene_compat import VECTOR_OPTION, find_java_home, has_module, java_version, jvm_options
 
 REQUIRE_LUCENE = os.environ.get("HF_RALM_REQUIRE_LUCENE", "") not in ("", "0")
 
@@ -111,7 +112,6 @@ def test_passage_from_raw_formats():
 
 def test_factory_and_cli_know_lucene():
     from hf_ralm.cli import build_parser
-    from hf_ralm.retrieval.factory import RETRIEVER_NAMES
 
     assert "lucene" in RETRIEVER_NAMES
     with pytest.raises(ValueError, match="lucene retriever needs an index folder"):
@@ -261,6 +261,19 @@ def test_config_round_trip(lucene_index):
     assert (tuned.k1, tuned.b) == (1.2, 0.75)
 
 
+def test_save_pretrained_with_index_moves(lucene_index, tmp_path):
+    retriever = LuceneRetriever.load(lucene_index["index_dir"], forbidden_titles={"Rome"}, k1=1.2, b=0.75)
+    retriever.save_pretrained(tmp_path / "saved", save_index=True)
+    config = json.loads((tmp_path / "saved" / "retriever_config.json").read_text())
+    assert config == {**retriever.config(), "index_dir": "index"}
+    shutil.move(str(tmp_path / "saved"), str(tmp_path / "moved"))
+    again = load_retriever_from_pretrained(str(tmp_path / "moved"))
+    assert isinstance(again, LuceneRetriever) and again.index_dir == str(tmp_path / "moved" / "index")
+    assert (again.k1, again.b, again.forbidden_titles) == (1.2, 0.75, {"Rome"})
+    queries = ["emperor and the sailor", "singer guitar album"]
+    assert again.retrieve(queries, k=3) == retriever.retrieve(queries, k=3)
+
+
 def test_prebuilt_index_offline(lucene_index, tmp_path, monkeypatch):
     import urllib.error
 
@@ -281,7 +294,7 @@ def test_prebuilt_index_offline(lucene_index, tmp_path, monkeypatch):
 def test_jvm_started_once_without_the_missing_module(lucene_index):
     import jnius_config
 
-    from hf_ralm.retrieval.lucene import start_jvm
+    from hf_ralm.retrieval.lucene_compat import start_jvm
 
     info = start_jvm()
     assert start_jvm() is info and jnius_config.vm_running

@@ -5,11 +5,12 @@ from __future__ import annotations
 import copy
 import json
 import math
+import shutil
 
 import pytest
 import torch
 
-from conftest import BOS_ID, EVAL_TEXT, make_tiny_model
+from conftest import BOS_ID, EVAL_TEXT, make_tiny_model, write_jsonl
 from hf_ralm import RalmConfig, RetrievalAugmentedModel, evaluate_perplexity
 from hf_ralm.evaluation import (
     evaluate_retrieval,
@@ -65,8 +66,8 @@ def test_from_pretrained_with_loaded_model(ralm, tiny_llama, tiny_tokenizer, tin
     assert ralm.config.model_type == "ralm"
     assert (ralm.config.retrieval_stride, ralm.config.query_length, ralm.config.max_length) == (4, 8, 16)
     assert ralm.config.max_doc_tokens == 256 and ralm.config.num_docs == 1 and not ralm.config.bos_every_window
-    assert ralm.config.retriever == ralm.retriever.config()
-    assert ralm.config.retriever["type"] == "bm25"
+    assert "retriever" not in ralm.config.to_dict()  # the retriever is saved on its own (retriever_config.json)
+    assert ralm.retriever.config()["type"] == "bm25"
     assert not tiny_llama.training
 
 
@@ -198,17 +199,22 @@ def test_config_overrides_and_other_retrievers(tiny_llama, tiny_tokenizer, tiny_
     c = model.config
     assert (c.retrieval_stride, c.query_length, c.max_length, c.max_doc_tokens, c.num_docs) == (2, 3, 10, 5, 2)
     assert c.bos_every_window and c.passage_template == "{title}: {text}"
-    assert c.retriever["forbidden_titles"] == ["Music", "Rome"]
+    assert model.retriever.config()["forbidden_titles"] == ["Music", "Rome"]
     assert model.retriever.retrieve(["emperor senate augustus"], k=1) == [[]]
-    # a custom retriever object is used as is and not described in the config
+
+    # a custom retriever object is used as is and not saved
     class Fixed:
         def retrieve(self, queries, k=1):
             return [[Passage("p", "Fixed", "the king")] for _ in queries]
 
     custom = RetrievalAugmentedModel.from_pretrained(tiny_llama, tokenizer=tiny_tokenizer, retriever=Fixed())
-    assert isinstance(custom.retriever, Fixed) and custom.config.retriever is None
+    assert isinstance(custom.retriever, Fixed)
+    custom.save_pretrained(tmp_path / "custom")
+    assert sorted(p.name for p in (tmp_path / "custom").iterdir()) == ["config.json"]
     none = RetrievalAugmentedModel.from_pretrained(tiny_llama, tokenizer=tiny_tokenizer)
-    assert none.retriever is None and none.config.retriever is None
+    assert none.retriever is None
+    none.save_pretrained(tmp_path / "none")
+    assert sorted(p.name for p in (tmp_path / "none").iterdir()) == ["config.json"]
     assert none.config.retrieval_stride == 4 and none.config.query_length == 32  # the paper's defaults
 
 
@@ -243,17 +249,20 @@ def test_save_and_reload(tiny_model_dir, tiny_index, tmp_path):
 
     saved = tmp_path / "my-ralm"
     first.save_pretrained(saved)
-    assert sorted(p.name for p in saved.iterdir()) == ["config.json"]  # no weights, no tokenizer
+    # no weights, no tokenizer, no index (save_index=False)
+    assert sorted(p.name for p in saved.iterdir()) == ["config.json", "retriever_config.json"]
     written = json.loads((saved / "config.json").read_text())
     assert written["model_type"] == "ralm"
     assert written["base_model_name_or_path"] == str(tiny_model_dir)
-    assert written["retriever"]["type"] == "bm25"
-    assert written["retriever"]["index_dir"] == first.retriever.config()["index_dir"]
+    assert "retriever" not in written
+    written_retriever = json.loads((saved / "retriever_config.json").read_text())
+    assert written_retriever["type"] == "bm25"
+    assert written_retriever["index_dir"] == first.retriever.config()["index_dir"]  # outside the folder: absolute
     assert (written["retrieval_stride"], written["query_length"], written["max_length"]) == (4, 8, 16)
 
     again = RetrievalAugmentedModel.from_pretrained(str(saved))
     assert isinstance(again.retriever, BM25Retriever)
-    assert again.config.retriever == first.config.retriever
+    assert again.retriever.config() == first.retriever.config()
     assert again.config.base_model_name_or_path == str(tiny_model_dir)
     for k, v in first.language_model.state_dict().items():
         assert torch.equal(v, again.language_model.state_dict()[k]), k
@@ -265,6 +274,72 @@ def test_save_and_reload(tiny_model_dir, tiny_index, tmp_path):
     other = RetrievalAugmentedModel.from_pretrained(str(saved), retrieval_stride=8)
     assert other.config.retrieval_stride == 8 and other.config.query_length == 8
     assert other(ids).loss.item() != pytest.approx(loss, abs=1e-6)
+
+
+SMALL_CORPUS = [
+    {"id": "r1", "title": "Rome", "text": "the emperor and the senate ruled the empire of rome with the army"},
+    {"id": "s1", "title": "Sailing", "text": "the sailor took the ship from the harbour to the island"},
+    {"id": "k1", "title": "Kingdom", "text": "the king and the queen sat on the throne in the castle"},
+]
+
+
+def test_save_index_and_move_the_folder(tiny_model_dir, tmp_path):
+    """A folder saved with save_index=True holds the index and records it relatively: it works once moved, with the
+    original index gone."""
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", SMALL_CORPUS)
+    first = RetrievalAugmentedModel.from_pretrained(str(tiny_model_dir), retriever="bm25",
+                                                    index_dir=str(tmp_path / "index"), corpus=str(corpus), **SETTINGS)
+    ids = text_ids(first.tokenizer)
+    out = first(ids)
+    assert any(out.passages[0][1:])
+
+    saved = tmp_path / "my-ralm"
+    first.save_pretrained(saved, save_index=True)
+    assert sorted(p.name for p in saved.iterdir()) == ["config.json", "index", "retriever_config.json"]
+    assert json.loads((saved / "retriever_config.json").read_text())["index_dir"] == "index"
+    moved = tmp_path / "elsewhere" / "my-ralm"
+    shutil.move(str(saved), str(moved))
+    shutil.rmtree(tmp_path / "index")
+
+    again = RetrievalAugmentedModel.from_pretrained(str(moved))
+    assert again.retriever.index_dir == str(moved / "index")
+    again_out = again(ids)
+    assert again_out.loss.item() == pytest.approx(out.loss.item(), abs=1e-6)
+    assert again_out.passages == out.passages
+    # saved settings can be replaced at load time: here the forbidden titles
+    strict = RetrievalAugmentedModel.from_pretrained(str(moved), forbidden_titles=["Rome", "Sailing", "Kingdom"])
+    assert strict.retriever.forbidden_titles == {"Rome", "Sailing", "Kingdom"}
+    assert not any(strict(ids).passages[0])
+
+
+def test_folder_saved_with_the_retriever_in_config_json(tiny_model_dir, tiny_index, tmp_path):
+    """Folders saved before retriever_config.json held the retriever's description in config.json: they load."""
+    first = RetrievalAugmentedModel.from_pretrained(
+        str(tiny_model_dir), retriever="bm25", index_dir=tiny_index["index_dir"], forbidden_titles=["Music"],
+        **SETTINGS)
+    saved = tmp_path / "old-ralm"
+    first.save_pretrained(saved)
+    (saved / "retriever_config.json").unlink()
+    written = json.loads((saved / "config.json").read_text())
+    (saved / "config.json").write_text(json.dumps({**written, "retriever": first.retriever.config()}))
+
+    again = RetrievalAugmentedModel.from_pretrained(str(saved))
+    assert isinstance(again.retriever, BM25Retriever) and again.retriever.config() == first.retriever.config()
+    assert "retriever" not in again.config.to_dict()
+    ids = text_ids(first.tokenizer)
+    assert again(ids).loss.item() == pytest.approx(first(ids).loss.item(), abs=1e-6)
+    again.save_pretrained(saved)  # saved again: the new form
+    assert "retriever" not in json.loads((saved / "config.json").read_text())
+    assert json.loads((saved / "retriever_config.json").read_text()) == first.retriever.config()
+
+
+def test_save_without_retriever_removes_a_stale_retriever_config(tiny_llama, tiny_tokenizer, tiny_index, tmp_path):
+    with_bm25 = RetrievalAugmentedModel.from_pretrained(tiny_llama, tokenizer=tiny_tokenizer, retriever="bm25",
+                                                        index_dir=tiny_index["index_dir"])
+    with_bm25.save_pretrained(tmp_path)
+    assert (tmp_path / "retriever_config.json").exists()
+    RetrievalAugmentedModel.from_pretrained(tiny_llama, tokenizer=tiny_tokenizer).save_pretrained(tmp_path)
+    assert not (tmp_path / "retriever_config.json").exists()
 
 
 def test_from_pretrained_unknown_folder(tmp_path):

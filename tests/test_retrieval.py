@@ -5,12 +5,24 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import shutil
 
 import pytest
 
 from conftest import ARTICLES, write_jsonl
-from hf_ralm.retrieval import BM25Retriever, Passage, Retriever, load_retriever, passage_text, read_forbidden_titles
-from hf_ralm.retrieval.bm25 import INDEX_FILE, read_index_info
+from hf_ralm.retrieval import (
+    RETRIEVER_NAMES,
+    BM25Retriever,
+    Passage,
+    Retriever,
+    hf_ralm_cache_dir,
+    load_retriever,
+    load_retriever_from_pretrained,
+    passage_text,
+    read_forbidden_titles,
+    retriever_class,
+)
+from hf_ralm.retrieval.index_folder import INDEX_FILE, read_index_info
 from hf_ralm.retrieval.corpus import WORDS_PER_PASSAGE, corpus_fingerprint, read_corpus, split_passages
 from hf_ralm.retrieval.files import load_retrieval_file, retrieval_records, save_retrieval_file
 from hf_ralm.windows import plan_windows
@@ -202,8 +214,6 @@ def test_bm25_config(tiny_index):
 
 
 def test_bm25_save_pretrained_round_trip(tiny_index, tmp_path):
-    from hf_ralm.retrieval.factory import load_retriever_from_pretrained
-
     tiny_index["retriever"].save_pretrained(str(tmp_path))
     with open(tmp_path / "retriever_config.json") as f:
         assert json.load(f) == tiny_index["retriever"].config()
@@ -329,6 +339,122 @@ def test_load_retriever_errors():
 
 
 # --------------------------------------------------------------------------------------------------------------
+# The registry, the base class, options
+# --------------------------------------------------------------------------------------------------------------
+
+
+def test_registry():
+    assert RETRIEVER_NAMES == ("none", "bm25", "lucene", "dense", "hybrid")
+    assert retriever_class("bm25") is BM25Retriever
+    for name in RETRIEVER_NAMES[1:]:  # the optional backends' modules import without their extras
+        cls = retriever_class(name)
+        assert issubclass(cls, Retriever) and cls.name == name
+    with pytest.raises(ValueError, match="Unknown retriever 'dpr'; choose one of none, bm25, lucene, dense, hybrid"):
+        retriever_class("dpr")
+    with pytest.raises(ValueError, match="'none' is no retriever.*choose one of bm25"):
+        retriever_class("none")
+
+
+def test_build_or_load_options(tiny_index):
+    index_dir, corpus = tiny_index["index_dir"], tiny_index["corpus"]
+    with pytest.raises(ValueError, match="The bm25 retriever has no option 'encoder'; its options are: none"):
+        BM25Retriever.build_or_load(corpus, index_dir, encoder="minilm")
+    with pytest.raises(ValueError, match="no option 'encoder'"):
+        load_retriever("bm25", index_dir=index_dir, encoder="minilm")
+    # None means the default: accepted by every backend
+    assert len(BM25Retriever.build_or_load(corpus, index_dir, encoder=None)) == len(ARTICLES)
+    assert len(load_retriever("bm25", index_dir=index_dir, encoder=None)) == len(ARTICLES)
+
+
+def test_from_config(tiny_index, tmp_path):
+    config = tiny_index["retriever"].config()
+    again = BM25Retriever.from_config(config, forbidden_titles=["Rome"])
+    assert again.forbidden_titles == {"Rome"} and again.retrieve(["emperor senate"], k=1) == [[]]
+    assert BM25Retriever.from_config(config, forbidden_titles=None).forbidden_titles == frozenset()  # None keeps
+    with pytest.raises(ValueError, match="BM25Retriever cannot rebuild a 'dense' retriever"):
+        BM25Retriever.from_config({**config, "type": "dense"})
+    with pytest.raises(ValueError, match="needs a 'type'"):
+        load_retriever({"index_dir": tiny_index["index_dir"]})
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The default index folder (hf-ralm's cache)
+# --------------------------------------------------------------------------------------------------------------
+
+
+def test_hf_ralm_cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert hf_ralm_cache_dir() == str(tmp_path / "hf" / "hf-ralm")
+    monkeypatch.delenv("HF_HOME")
+    assert hf_ralm_cache_dir() == str(tmp_path / "xdg" / "hf-ralm")
+    monkeypatch.setenv("XDG_CACHE_HOME", "")  # empty counts as unset
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert hf_ralm_cache_dir() == str(tmp_path / "home" / ".cache" / "hf-ralm")
+
+
+def test_build_or_load_without_index_dir(corpus_file, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    fingerprint = corpus_fingerprint([str(corpus_file)], WORDS_PER_PASSAGE)
+    expected = tmp_path / "hf" / "hf-ralm" / "indexes" / f"bm25-{fingerprint[:16]}"
+
+    built = BM25Retriever.build_or_load(str(corpus_file))
+    assert built.index_dir == str(expected) and read_index_info(str(expected))["fingerprint"] == fingerprint
+    assert f"hf-ralm: the bm25 index is in {expected}\n" in capsys.readouterr().err  # one line on stderr
+    assert built.retrieve(["king queen castle"], k=1)[0][0].title == "Kingdom"
+
+    mtime = (expected / INDEX_FILE).stat().st_mtime_ns  # the same corpus finds its index again
+    again = load_retriever("bm25", corpus=str(corpus_file))
+    assert again.index_dir == str(expected) and (expected / INDEX_FILE).stat().st_mtime_ns == mtime
+    other = BM25Retriever.build_or_load(str(corpus_file), words_per_passage=5)  # another passage size: another one
+    assert other.index_dir != str(expected) and len(other) > len(built)
+
+    with pytest.raises(ValueError, match=r"needs an index folder \(index_dir=, --index-dir\), or a corpus"):
+        BM25Retriever.build_or_load(None)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Saved retrievers: relative index paths, save_index
+# --------------------------------------------------------------------------------------------------------------
+
+
+def test_save_pretrained_with_index_moves(corpus_file, tmp_path):
+    index_dir = tmp_path / "index-elsewhere"
+    retriever = BM25Retriever.build_or_load(str(corpus_file), str(index_dir), forbidden_titles={"Music"})
+    saved = tmp_path / "saved"
+    retriever.save_pretrained(saved, save_index=True)
+    config = json.loads((saved / "retriever_config.json").read_text())
+    assert config == {"type": "bm25", "index_dir": "index", "forbidden_titles": ["Music"]}  # relative: inside
+    assert read_index_info(str(saved / "index")) == read_index_info(str(index_dir))
+    assert not (saved / "index.tmp").exists()
+
+    moved = tmp_path / "somewhere" / "else"
+    shutil.move(str(saved), str(moved))
+    shutil.rmtree(index_dir)  # only the copy is left
+    again = load_retriever_from_pretrained(str(moved))
+    assert isinstance(again, BM25Retriever) and again.index_dir == str(moved / "index")
+    assert again.forbidden_titles == {"Music"}
+    queries = ["king queen castle", "the band played a song", "emperor senate"]
+    assert again.retrieve(queries, k=2) == retriever.retrieve(queries, k=2)
+
+    # saved again where its index already is: recorded relatively, nothing copied over itself
+    again.save_pretrained(moved, save_index=True)
+    assert json.loads((moved / "retriever_config.json").read_text())["index_dir"] == "index"
+    again.save_pretrained(tmp_path / "plain")  # an index outside the folder: its absolute path
+    assert json.loads((tmp_path / "plain" / "retriever_config.json").read_text())["index_dir"] == str(moved / "index")
+
+
+def test_saved_retriever_without_its_index(corpus_file, tmp_path):
+    retriever = BM25Retriever.build_or_load(str(corpus_file), str(tmp_path / "index"))
+    retriever.save_pretrained(tmp_path / "saved")
+    shutil.rmtree(tmp_path / "index")
+    with pytest.raises(FileNotFoundError, match=r"uses the index .*index'.*save_pretrained\(dir, save_index=True\)"):
+        load_retriever_from_pretrained(str(tmp_path / "saved"))
+    rebuilt = load_retriever_from_pretrained(str(tmp_path / "saved"), corpus=str(corpus_file))  # or rebuild it
+    assert len(rebuilt) == len(ARTICLES) and rebuilt.index_dir == str(tmp_path / "index")
+
+
+# --------------------------------------------------------------------------------------------------------------
 # Retrieval files
 # --------------------------------------------------------------------------------------------------------------
 
@@ -368,8 +494,8 @@ def test_retrieval_file_in_the_papers_format(tmp_path):
     windows = plan_windows(20, 8, 4)
     records = [
         {"begin_location": w.prev_end, "end_location": w.end, "future": "f", "query": None if w.index == 0 else "q",
-         "retrieved_docs": [] if w.index == 0 else [{"text": f"doc {w.index}", "score": 3}, {"text": "other",
-                                                                                               "score": 1.0}]}
+         "retrieved_docs": [] if w.index == 0 else [{"text": f"doc {w.index}", "score": 3},
+                                                    {"text": "other", "score": 1.0}]}
         for w in windows
     ]
     del records[0]["retrieved_docs"]  # a record may lack the key altogether

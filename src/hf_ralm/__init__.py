@@ -4,7 +4,15 @@ from .configuration_ralm import RalmConfig
 from .evaluation import RalmEvalResult, evaluate_perplexity
 from .generation import RalmGenerateOutput, RalmLogitsProcessor
 from .modeling_ralm import RalmCausalLMOutput, RetrievalAugmentedModel
-from .retrieval import BM25Retriever, Passage, Retriever, load_retriever
+from .retrieval import (
+    RETRIEVER_NAMES,
+    BM25Retriever,
+    Passage,
+    Retriever,
+    load_retriever,
+    load_retriever_from_pretrained,
+    retriever_class,
+)
 
 __version__ = "0.1.0"
 
@@ -36,4 +44,7 @@ __all__ = [
     "Passage",
     "Retriever",
     "load_retriever",
+    "load_retriever_from_pretrained",
+    "retriever_class",
+    "RETRIEVER_NAMES",
 ]

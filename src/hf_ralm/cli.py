@@ -385,20 +385,12 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "index":
-            dense_kwargs = {}
-            if args.retriever == "lucene":
-                from .retrieval.lucene import LuceneRetriever as Builder
-            elif args.retriever in ("dense", "hybrid"):
-                from .retrieval.dense import DenseRetriever
-                from .retrieval.hybrid import HybridRetriever
+            from .retrieval import retriever_class
 
-                Builder = DenseRetriever if args.retriever == "dense" else HybridRetriever
-                dense_kwargs = {"encoder": args.encoder, "pooling": args.pooling, "faiss_factory": args.faiss_factory}
-            else:
-                from .retrieval.bm25 import BM25Retriever as Builder
-
-            retriever = Builder.build_or_load(args.corpus, args.index_dir, words_per_passage=args.words_per_passage,
-                                              **dense_kwargs)
+            dense = args.retriever in ("dense", "hybrid")
+            options = {"encoder": args.encoder, "pooling": args.pooling, "faiss_factory": args.faiss_factory}
+            retriever = retriever_class(args.retriever).build_or_load(
+                args.corpus, args.index_dir, words_per_passage=args.words_per_passage, **(options if dense else {}))
             print(json.dumps({"index_dir": args.index_dir, "num_passages": len(retriever)}))
         elif args.command == "retrieve":
             if not args.save_retrieval_file:

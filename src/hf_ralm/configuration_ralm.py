@@ -19,7 +19,6 @@ class RalmConfig(PreTrainedConfig):
         max_doc_tokens: a passage is cut to this many tokens before it is put in context.
         max_length: window length ``L``; ``None`` means the base model's maximum.
         num_docs: passages retrieved per query (the top one is put in context).
-        retriever: how to rebuild the retriever, e.g. ``{"type": "bm25", "index_dir": ..., "forbidden_titles": []}``.
         passage_template: how a passage with a title becomes text; a passage without a title is its text alone.
         bos_every_window: put the tokenizer's BOS at the start of *every* window, retrieved or not. The reference
             (default ``False``) gives only windows with a passage a BOS (the passage is encoded with special tokens),
@@ -39,7 +38,6 @@ class RalmConfig(PreTrainedConfig):
     max_doc_tokens: int = 256
     max_length: int | None = None
     num_docs: int = 1
-    retriever: dict | None = None
     passage_template: str = PASSAGE_TEMPLATE
     bos_every_window: bool = False
 
@@ -73,7 +71,6 @@ RALM_FIELDS = frozenset(
         "max_doc_tokens",
         "max_length",
         "num_docs",
-        "retriever",
         "passage_template",
         "bos_every_window",
     )

@@ -1,7 +1,8 @@
 """``RetrievalAugmentedModel``: any frozen causal LM plus a retriever, PEFT-style.
 
 It owns only a :class:`RalmConfig` and a retriever; everything else is forwarded to the wrapped model, and
-``save_pretrained`` writes the config (with a reference to the retriever's index), never the base weights.
+``save_pretrained`` writes the config and the retriever's ``retriever_config.json`` (with ``save_index=True`` its
+index too), never the base weights.
 
 Example:
     >>> from hf_ralm import RetrievalAugmentedModel
@@ -11,8 +12,8 @@ Example:
     >>> ids = model.tokenizer("Some text to score ...", return_tensors="pt").input_ids  # doctest: +SKIP
     >>> out = model(ids)                                                               # doctest: +SKIP
     >>> out.loss, out.token_nlls.shape, out.passages[0][out.token_windows[0, -1]]      # doctest: +SKIP
-    >>> model.save_pretrained("my-ralm")   # config + retriever reference only          # doctest: +SKIP
-    >>> RetrievalAugmentedModel.from_pretrained("my-ralm")                              # doctest: +SKIP
+    >>> model.save_pretrained("my-ralm", save_index=True)   # config, retriever and index  # doctest: +SKIP
+    >>> RetrievalAugmentedModel.from_pretrained("my-ralm")   # a folder or a Hub id          # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ from transformers.utils import ModelOutput
 from .configuration_ralm import RALM_FIELDS, RalmConfig
 from .evaluation import RalmEvalResult, evaluate_perplexity
 from .generation import ralm_generate
-from .retrieval.base import Passage, Retriever, read_forbidden_titles
-from .retrieval.factory import load_retriever
+from .retrieval.base import RETRIEVER_CONFIG_FILE, Passage, Retriever, read_forbidden_titles
+from .retrieval.factory import load_retriever, load_retriever_from_pretrained, pretrained_folder
+from .retrieval.registry import retriever_class
 
 DENSE_RETRIEVERS = ("dense", "hybrid")
 DENSE_QUERY_LENGTH = 64  # the paper's best query length for dense retrieval (32 for BM25: RalmConfig's default)
@@ -50,15 +52,29 @@ class RalmCausalLMOutput(ModelOutput):
     passages: list[list[list[Passage]]] | None = None
 
 
-def _saved_ralm_config(path: str, hub_kwargs: dict) -> RalmConfig | None:
-    """The RalmConfig stored at ``path`` (folder or Hub id), or None when ``path`` is a plain model."""
+def _saved_ralm_config(path: str, hub_kwargs: dict) -> tuple[RalmConfig, dict | None] | None:
+    """The RalmConfig stored at ``path`` (folder or Hub id) and the retriever description that config.json held
+    before retrievers were saved in their own ``retriever_config.json`` (``None`` in newer folders); ``None`` when
+    ``path`` is a plain model."""
     try:
         config_dict, _ = PreTrainedConfig.get_config_dict(path, **hub_kwargs)
     except (OSError, ValueError):
         return None
     if config_dict.get("model_type") != RalmConfig.model_type:
         return None
-    return RalmConfig.from_dict(config_dict)
+    old_retriever = config_dict.pop("retriever", None)
+    return RalmConfig.from_dict(config_dict), old_retriever
+
+
+def _saved_retriever(path: str, old_retriever: dict | None, hub_kwargs: dict, **overrides) -> Retriever | None:
+    """The retriever saved with the RALM folder ``path`` (a folder or a Hub id, then downloaded), if any:
+    ``overrides`` replace its saved values (see :meth:`Retriever.from_config`)."""
+    if old_retriever is not None:  # recorded by absolute paths: nothing is relative to the folder
+        return retriever_class(old_retriever["type"]).from_config(old_retriever, **overrides)
+    folder = pretrained_folder(path, **hub_kwargs)
+    if not os.path.isfile(os.path.join(folder, RETRIEVER_CONFIG_FILE)):
+        return None
+    return load_retriever_from_pretrained(folder, **overrides)
 
 
 def _load_base_model(name_or_path: str, model_args: Sequence, model_kwargs: dict):
@@ -113,8 +129,12 @@ class RetrievalAugmentedModel(PreTrainedModel):
         Args:
             pretrained_model_name_or_path: model id/folder (loaded with ``AutoModelForCausalLM``), a loaded model,
                 or a folder written by :meth:`save_pretrained`.
-            retriever: ``"bm25"``, ``"none"``, a saved description, or any object with ``retrieve(queries, k)``.
-            index_dir, corpus: where the BM25 index is (built there from ``corpus`` when missing or stale).
+            retriever: a retriever name (``"bm25"``, ``"lucene"``, ``"dense"``, ``"hybrid"``, ``"none"``), a
+                description (``Retriever.config()``), or any object with ``retrieve(queries, k)``. Not given, a
+                saved RALM folder's own retriever (its ``retriever_config.json``); others get none.
+            index_dir, corpus: where the index is (built there from ``corpus`` when missing or stale; without
+                ``index_dir``, in hf-ralm's cache). For a saved retriever, they replace its index folder / rebuild
+                its index from ``corpus`` when stale.
             forbidden_titles: a file with one title per line, or titles, never to retrieve (contamination).
             encoder: the dense retriever's encoder (``"dense"``, ``"hybrid"``); ``query_length`` then defaults to
                 64 (the paper's best for dense retrieval) instead of 32 unless given.
@@ -123,13 +143,13 @@ class RetrievalAugmentedModel(PreTrainedModel):
         """
         overrides = {k: kwargs.pop(k) for k in list(kwargs) if k in RALM_FIELDS}
         hub_kwargs = {k: kwargs[k] for k in ("revision", "cache_dir", "token", "local_files_only") if k in kwargs}
+        saved, old_retriever = None, None
         if isinstance(pretrained_model_name_or_path, PreTrainedModel):
             base = pretrained_model_name_or_path
-            saved = None
             base_name = base.config.name_or_path or None
         else:
             path = str(pretrained_model_name_or_path)
-            saved = _saved_ralm_config(path, hub_kwargs)
+            saved, old_retriever = _saved_ralm_config(path, hub_kwargs) or (None, None)
             base_name = saved.base_model_name_or_path if saved else path
             if saved and not base_name:
                 raise ValueError(f"{path} holds a RALM config without base_model_name_or_path.")
@@ -144,22 +164,31 @@ class RetrievalAugmentedModel(PreTrainedModel):
         fields.update(overrides, base_model_name_or_path=base_name)
         if isinstance(forbidden_titles, (str, os.PathLike)):
             forbidden_titles = read_forbidden_titles(str(forbidden_titles))
-        spec = retriever if retriever is not None else fields.get("retriever")
-        if isinstance(spec, dict) and forbidden_titles is not None:
-            spec = {**spec, "forbidden_titles": sorted(forbidden_titles)}
-        loaded = load_retriever(spec, index_dir=index_dir, corpus=corpus, forbidden_titles=forbidden_titles or (),
-                                encoder=encoder)
-        fields["retriever"] = loaded.config() if hasattr(loaded, "config") and callable(loaded.config) else None
+        if retriever is None and saved is not None:
+            titles = None if forbidden_titles is None else sorted(forbidden_titles)
+            loaded = _saved_retriever(path, old_retriever, hub_kwargs, index_dir=index_dir, corpus=corpus,
+                                      forbidden_titles=titles, encoder=encoder)
+        else:
+            loaded = load_retriever(retriever, index_dir=index_dir, corpus=corpus,
+                                    forbidden_titles=forbidden_titles or (), encoder=encoder)
         if fields.get("query_length") is None:  # not given (None counts as not given): 64 for dense, else 32
             fields.pop("query_length", None)
             if getattr(loaded, "name", None) in DENSE_RETRIEVERS:
                 fields["query_length"] = DENSE_QUERY_LENGTH
         return cls(RalmConfig(**fields), base, loaded, tokenizer)
 
-    def save_pretrained(self, save_directory: str | os.PathLike, **kwargs) -> None:
-        """Write the RALM config (with the retriever's reference) only; the base model stays where it is."""
+    def save_pretrained(self, save_directory: str | os.PathLike, save_index: bool = False, **kwargs) -> None:
+        """Write the RALM config (``config.json``) and the retriever's ``retriever_config.json`` (see
+        :meth:`Retriever.save_pretrained`); the base model stays where it is. With ``save_index`` the retriever's
+        index is copied into ``save_directory/index``, so the folder works on its own once moved or uploaded to the
+        Hub (``huggingface_hub.upload_folder``). A retriever that is no :class:`Retriever` is not saved."""
         os.makedirs(save_directory, exist_ok=True)
         self.config.save_pretrained(save_directory, **kwargs)
+        retriever_file = os.path.join(save_directory, RETRIEVER_CONFIG_FILE)
+        if isinstance(self.retriever, Retriever):
+            self.retriever.save_pretrained(save_directory, save_index=save_index)
+        elif os.path.exists(retriever_file):  # left by an earlier save here: it does not describe this model
+            os.remove(retriever_file)
 
     def evaluate_perplexity(self, text_or_ids: str | Sequence[int], **kwargs) -> RalmEvalResult:
         """In-Context RALM perplexity of a text under the paper's conventions; see

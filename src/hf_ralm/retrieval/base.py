@@ -1,9 +1,32 @@
-"""The retriever protocol every backend implements, and the passage record they return."""
+"""The base class every retriever backend subclasses, and the passage record retrievers return.
+
+A backend (``bm25``, ``lucene``, ``dense``, ``hybrid``; see :mod:`hf_ralm.retrieval.registry`) is built or opened
+with :meth:`Retriever.build_or_load`, described by :meth:`Retriever.config`, rebuilt from that description with
+:meth:`Retriever.from_config`, and saved with :meth:`Retriever.save_pretrained` as ``retriever_config.json``.
+
+Example:
+    >>> from hf_ralm.retrieval import BM25Retriever, load_retriever_from_pretrained
+    >>> retriever = BM25Retriever.build_or_load("wiki.jsonl.gz")      # index in ~/.cache/hf-ralm  # doctest: +SKIP
+    >>> retriever.retrieve(["the emperor of Rome"], k=2)             # [[Passage, Passage]]       # doctest: +SKIP
+    >>> retriever.save_pretrained("my-retriever", save_index=True)                                  # doctest: +SKIP
+    >>> load_retriever_from_pretrained("my-retriever")                                              # doctest: +SKIP
+"""
 
 from __future__ import annotations
 
+import inspect
+import os
+from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
-from typing import Protocol, Sequence, runtime_checkable
+from typing import ClassVar, Iterable, Sequence
+
+from .corpus import WORDS_PER_PASSAGE
+from .index_folder import copy_index, default_index_dir, path_for_folder, resolve_path
+from .jsonfile import write_json_atomic
+
+PASSAGE_TEMPLATE = "{title}\n{text}"
+RETRIEVER_CONFIG_FILE = "retriever_config.json"
+SAVED_INDEX_DIR = "index"  # where save_pretrained(dir, save_index=True) puts the index inside dir
 
 
 @dataclass(frozen=True)
@@ -19,24 +42,116 @@ class Passage:
         return asdict(self)
 
 
-@runtime_checkable
-class Retriever(Protocol):
-    """Anything with a batched ``retrieve``. A query may get fewer than ``k`` passages (or none)."""
+class Retriever(ABC):
+    """The base class of every retriever backend.
 
-    def retrieve(self, queries: Sequence[str], k: int = 1) -> list[list[Passage]]: ...
+    A backend sets ``name`` (its name in the registry), implements :meth:`retrieve` and :meth:`_build_or_load`, and
+    keeps its index folder in ``index_dir`` and the titles it must never return in ``forbidden_titles`` (what the
+    default :meth:`config` and :meth:`save_pretrained` record). Objects that merely have a batched
+    ``retrieve(queries, k)`` are accepted wherever a retriever is (``load_retriever``, ``RetrievalAugmentedModel``);
+    only a ``Retriever`` can be saved.
+    """
 
+    name: ClassVar[str]
+    index_dir: str
+    forbidden_titles: frozenset[str]
 
-PASSAGE_TEMPLATE = "{title}\n{text}"
+    @abstractmethod
+    def retrieve(self, queries: Sequence[str], k: int = 1) -> list[list[Passage]]:
+        """Top-``k`` passages per query, best first. A query may get fewer than ``k`` passages (or none)."""
 
+    @classmethod
+    def build_or_load(
+        cls,
+        corpus: str | Sequence[str] | None,
+        index_dir: str | None = None,
+        *,
+        forbidden_titles: Iterable[str] = (),
+        words_per_passage: int = WORDS_PER_PASSAGE,
+        **options,
+    ) -> "Retriever":
+        """Open the index in ``index_dir``, first (re)building it there from the ``corpus`` files when it is missing
+        or was built from other files or settings; without a corpus, just open it. Without ``index_dir`` the index
+        lives in hf-ralm's cache, ``<cache>/indexes/<name>-<corpus fingerprint[:16]>`` (see
+        :func:`~hf_ralm.retrieval.index_folder.default_index_dir`), and the corpus is required. ``options`` are the
+        backend's own (those of its ``_build_or_load``); ``None`` means the backend's default.
 
-class SavableRetriever:
-    """Gives a backend ``save_pretrained(dir)``: its ``config()`` written as ``retriever_config.json``, which
-    :func:`hf_ralm.retrieval.factory.load_retriever_from_pretrained` reads back."""
+        Example:
+            >>> BM25Retriever.build_or_load("wiki.jsonl.gz", "wiki-bm25", forbidden_titles={"Nero"})  # doctest: +SKIP
+        """
+        options = {key: value for key, value in options.items() if value is not None}
+        known = [p for p in inspect.signature(cls._build_or_load).parameters
+                 if p not in ("corpus", "index_dir", "forbidden_titles", "words_per_passage")]
+        unknown = sorted(set(options) - set(known))
+        if unknown:
+            raise ValueError(f"The {cls.name} retriever has no option {', '.join(map(repr, unknown))}; its options "
+                             f"are: {', '.join(known) or 'none'}.")
+        if index_dir is None:
+            index_dir = default_index_dir(cls.name, corpus, words_per_passage)
+        return cls._build_or_load(corpus, str(index_dir), forbidden_titles=frozenset(forbidden_titles),
+                                  words_per_passage=words_per_passage, **options)
 
-    def save_pretrained(self, save_directory: str) -> None:
-        from .factory import save_retriever_config
+    @classmethod
+    @abstractmethod
+    def _build_or_load(
+        cls, corpus: str | Sequence[str] | None, index_dir: str, *, forbidden_titles: frozenset[str],
+        words_per_passage: int, **options,
+    ) -> "Retriever":
+        """The backend's part of :meth:`build_or_load`, once the index folder is known."""
 
-        save_retriever_config(self, save_directory)
+    def config(self) -> dict:
+        """What :meth:`from_config` rebuilds this retriever from (the index folder as an absolute path)."""
+        return {
+            "type": self.name,
+            "index_dir": os.path.abspath(self.index_dir),
+            "forbidden_titles": sorted(self.forbidden_titles),
+        }
+
+    @classmethod
+    def from_config(cls, config: dict, *, base_dir: str | None = None, **overrides) -> "Retriever":
+        """The retriever a :meth:`config` describes. A relative ``index_dir`` is relative to ``base_dir`` (the folder
+        the config was saved in). ``overrides`` replace saved values (``forbidden_titles``, ``index_dir``, the
+        backend's options) or add ``corpus``, which rebuilds a stale index; ``None`` keeps the saved value.
+
+        Example:
+            >>> BM25Retriever.from_config({"type": "bm25", "index_dir": "index"}, base_dir="my-retriever",
+            ...                           forbidden_titles={"Nero"})                             # doctest: +SKIP
+        """
+        if config.get("type", cls.name) != cls.name:
+            raise ValueError(f"{cls.__name__} cannot rebuild a {config['type']!r} retriever: use "
+                             "hf_ralm.retrieval.load_retriever(config).")
+        overrides = {key: value for key, value in overrides.items() if value is not None}
+        settings = {key: value for key, value in config.items() if key != "type"}
+        if "index_dir" in settings:
+            settings["index_dir"] = resolve_path(settings["index_dir"], base_dir)
+            if base_dir is not None and not ({"corpus", "index_dir"} & set(overrides)) \
+                    and not os.path.exists(settings["index_dir"]):
+                raise FileNotFoundError(
+                    f"The {cls.name} retriever saved in {base_dir!r} uses the index {settings['index_dir']!r}, which "
+                    "does not exist here. Save it with save_pretrained(dir, save_index=True) to keep the index inside "
+                    "the saved folder, or give the index folder (index_dir=) or the corpus to rebuild it (corpus=)."
+                )
+        settings.update(overrides)
+        corpus, index_dir = settings.pop("corpus", None), settings.pop("index_dir", None)
+        return cls.build_or_load(corpus, index_dir, **settings)
+
+    def save_pretrained(self, save_directory: str | os.PathLike, save_index: bool = False) -> None:
+        """Write :meth:`config` to ``save_directory/retriever_config.json``, which
+        :func:`~hf_ralm.retrieval.load_retriever_from_pretrained` reads back. With ``save_index``, the index folder
+        is first copied into ``save_directory/index``. An index inside ``save_directory`` is recorded relative to it,
+        so the folder keeps working when moved or pushed to the Hub; one outside by its absolute path."""
+        save_directory = str(save_directory)
+        os.makedirs(save_directory, exist_ok=True)
+        config = self._saved_config(save_directory, SAVED_INDEX_DIR if save_index else None)
+        write_json_atomic(os.path.join(save_directory, RETRIEVER_CONFIG_FILE), config)
+
+    def _saved_config(self, save_directory: str, index_copy: str | None) -> dict:
+        """:meth:`config` as saved in ``save_directory``: the index first copied to ``save_directory/index_copy``
+        when that is given, its folder recorded relative to ``save_directory`` when inside it."""
+        index_dir = self.index_dir
+        if index_copy is not None:
+            index_dir = copy_index(index_dir, os.path.join(save_directory, index_copy))
+        return {**self.config(), "index_dir": path_for_folder(index_dir, save_directory)}
 
 
 def passage_text(title: str | None, text: str, template: str = PASSAGE_TEMPLATE) -> str:

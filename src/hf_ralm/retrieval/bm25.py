@@ -10,7 +10,7 @@ by ``datasets``) and ``hf_ralm_index.json``, which records the corpus fingerprin
 corpus it was built from.
 
 Example:
-    >>> retriever = BM25Retriever.build("articles.jsonl.gz", "index/")          # doctest: +SKIP
+    >>> retriever = BM25Retriever.build_or_load("articles.jsonl.gz", "index/")  # doctest: +SKIP
     >>> retriever = BM25Retriever.load("index/", forbidden_titles={"Nero"})    # doctest: +SKIP
     >>> retriever.retrieve(["the emperor of Rome"], k=2)[0][0].title            # doctest: +SKIP
     'Augustus'
@@ -23,10 +23,10 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .base import Passage, SavableRetriever, passage_text
+from .base import Passage, Retriever, passage_text
 from .corpus import WORDS_PER_PASSAGE, passage_columns
-from .index_folder import INDEX_FILE, read_index_info  # noqa: F401 - INDEX_FILE re-exported (importable from here)
-from .index_folder import corpus_files, corpus_paths_and_articles, finish_build, index_matches, start_build
+from .index_folder import corpus_files, corpus_paths_and_articles, finish_build, index_matches, read_index_info
+from .index_folder import start_build
 
 BM25_PARAMS = {"method": "lucene", "k1": 0.9, "b": 0.4}  # pyserini's defaults, as the paper used
 # how text becomes terms; an index is reused only with the same analysis (queries must be analysed as the passages)
@@ -43,7 +43,7 @@ def _tokenize(texts: Sequence[str], show_progress: bool) -> list[list[str]]:
     )
 
 
-class BM25Retriever(SavableRetriever):
+class BM25Retriever(Retriever):
     """BM25 over 100-word passages, with optional exclusion of passages by article title (contamination)."""
 
     name = "bm25"
@@ -114,12 +114,13 @@ class BM25Retriever(SavableRetriever):
         return cls(index_dir, forbidden_titles=forbidden_titles)
 
     @classmethod
-    def build_or_load(
+    def _build_or_load(
         cls,
         corpus: str | Sequence[str] | None,
         index_dir: str,
-        forbidden_titles: Iterable[str] = (),
-        words_per_passage: int = WORDS_PER_PASSAGE,
+        *,
+        forbidden_titles: frozenset[str],
+        words_per_passage: int,
     ) -> "BM25Retriever":
         """Reuse ``index_dir`` if it was built from the same corpus files, otherwise (re)build it there."""
         info = read_index_info(index_dir)
@@ -145,18 +146,11 @@ class BM25Retriever(SavableRetriever):
         ids, scores = self.bm25.retrieve(
             tokens, k=k_eff, weight_mask=self._weight_mask, n_threads=self.n_threads, show_progress=False
         )
-        wanted = sorted({int(i) for row_ids, row_scores in zip(ids, scores) for i, s in zip(row_ids, row_scores) if s > 0})
+        wanted = sorted({int(i) for row_ids, row_scores in zip(ids, scores)
+                         for i, s in zip(row_ids, row_scores) if s > 0})
         rows = self.passages[wanted] if wanted else {"title": [], "text": []}
         by_id = {i: (title, text) for i, title, text in zip(wanted, rows["title"], rows["text"])}
         return [
             [Passage(str(i), *by_id[int(i)], float(s)) for i, s in zip(row_ids, row_scores) if s > 0]
             for row_ids, row_scores in zip(ids, scores)
         ]
-
-    def config(self) -> dict:
-        """What ``RetrievalAugmentedModel.save_pretrained`` records to rebuild this retriever."""
-        return {
-            "type": self.name,
-            "index_dir": os.path.abspath(self.index_dir),
-            "forbidden_titles": sorted(self.forbidden_titles),
-        }

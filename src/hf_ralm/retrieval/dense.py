@@ -22,7 +22,7 @@ encoded, and rerunning the same build (same corpus, encoder and settings) resume
 The folder is renamed to ``index_dir`` only when complete.
 
 Example:
-    >>> retriever = DenseRetriever.build("articles.jsonl.gz", "index-dense/")           # doctest: +SKIP
+    >>> retriever = DenseRetriever.build_or_load("articles.jsonl.gz", "index-dense/")   # doctest: +SKIP
     >>> retriever = DenseRetriever.load("index-dense/", forbidden_titles={"Nero"})      # doctest: +SKIP
     >>> retriever.retrieve(["the emperor of Rome"], k=2)[0][0].title                  # doctest: +SKIP
     'Augustus'
@@ -38,11 +38,11 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .base import Passage, SavableRetriever, passage_text
+from .base import Passage, Retriever, passage_text
 from .corpus import WORDS_PER_PASSAGE, corpus_fingerprint, passage_columns
-from .files import write_json_atomic
 from .index_folder import corpus_files, corpus_paths_and_articles, finish_build, index_matches, read_index_info
 from .index_folder import start_build
+from .jsonfile import write_json_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -151,7 +151,7 @@ def _match_settings(encoder: str | None, pooling: str | None, normalize: bool, f
     return settings
 
 
-class DenseRetriever(SavableRetriever):
+class DenseRetriever(Retriever):
     """Inner-product search over encoded 100-word passages, with optional exclusion of passages by article title."""
 
     name = "dense"
@@ -169,21 +169,30 @@ class DenseRetriever(SavableRetriever):
         if info.get("retriever") != self.name:
             raise ValueError(f"{index_dir!r} holds a {info.get('retriever')!r} index, not a dense one: give each "
                              "retriever its own --index-dir.")
+        recorded = info["encoder"]
         if isinstance(encoder, DenseEncoder):
             wanted = encoder.name
         else:
-            wanted = encoder_id(encoder) if encoder else info["encoder"]
-        if wanted != info["encoder"] or (isinstance(encoder, DenseEncoder) and encoder.pooling != info["pooling"]):
+            wanted = encoder_id(encoder) if encoder else recorded
+        if os.path.isabs(recorded) and not os.path.isdir(recorded):
+            # built with a local encoder folder that is not on this machine (a saved folder copied here): only the
+            # caller can name the same model here
+            if encoder is None:
+                raise FileNotFoundError(
+                    f"The dense index in {index_dir!r} was built with the encoder folder {recorded!r}, which is not "
+                    "on this machine: pass the same model as encoder= (--encoder), e.g. "
+                    "hf_ralm.retrieval.dense.default_encoder() for the default all-MiniLM-L6-v2."
+                )
+        elif wanted != recorded or (isinstance(encoder, DenseEncoder) and encoder.pooling != info["pooling"]):
             raise ValueError(
-                f"The dense index in {index_dir!r} was built with encoder {info['encoder']!r} (pooling "
+                f"The dense index in {index_dir!r} was built with encoder {recorded!r} (pooling "
                 f"{info['pooling']!r}), not {wanted!r}: queries must be encoded as the passages were. Use the same "
                 "--encoder, or rebuild the index (pass --corpus with the new --encoder, or use another --index-dir)."
             )
         self.index_dir = index_dir
         self.info = info
         self.encoder = encoder if isinstance(encoder, DenseEncoder) else DenseEncoder(
-            info["encoder"], pooling=info["pooling"], normalize=info["normalize"], device=device,
-            batch_size=batch_size)
+            wanted, pooling=info["pooling"], normalize=info["normalize"], device=device, batch_size=batch_size)
         self.passages = load_from_disk(os.path.join(index_dir, "passages"))
         self.passages.load_faiss_index(INDEX_NAME, os.path.join(index_dir, FAISS_FILE), device=faiss_device())
         self.forbidden_titles = frozenset(forbidden_titles)
@@ -276,12 +285,13 @@ class DenseRetriever(SavableRetriever):
         return cls(index_dir, forbidden_titles=forbidden_titles, encoder=enc)
 
     @classmethod
-    def build_or_load(
+    def _build_or_load(
         cls,
         corpus: str | Sequence[str] | None,
         index_dir: str,
-        forbidden_titles: Iterable[str] = (),
-        words_per_passage: int = WORDS_PER_PASSAGE,
+        *,
+        forbidden_titles: frozenset[str],
+        words_per_passage: int,
         encoder: str | None = None,
         pooling: str | None = None,
         normalize: bool = False,
@@ -324,14 +334,8 @@ class DenseRetriever(SavableRetriever):
         return results
 
     def config(self) -> dict:
-        """What ``RetrievalAugmentedModel.save_pretrained`` records to rebuild this retriever."""
-        return {
-            "type": self.name,
-            "index_dir": os.path.abspath(self.index_dir),
-            "forbidden_titles": sorted(self.forbidden_titles),
-            "encoder": self.info["encoder"],
-            "pooling": self.info["pooling"],
-        }
+        """What :meth:`from_config` rebuilds this retriever from: the index folder and the encoder it was built with."""
+        return {**super().config(), "encoder": self.encoder.name, "pooling": self.info["pooling"]}
 
 
 def _resume_or_start(index_dir: str, state: dict) -> tuple[str, int]:

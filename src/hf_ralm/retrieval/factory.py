@@ -1,4 +1,12 @@
-"""Turning a retriever name or saved description into a :class:`Retriever`."""
+"""Turning a retriever name, a saved description or a saved folder (local or on the Hub) into a retriever.
+
+Example:
+    >>> load_retriever("none") is None
+    True
+    >>> load_retriever("bm25", corpus="wiki.jsonl.gz")                     # index in the cache  # doctest: +SKIP
+    >>> load_retriever({"type": "bm25", "index_dir": "wiki-bm25"})                               # doctest: +SKIP
+    >>> load_retriever_from_pretrained("my-retriever")                                           # doctest: +SKIP
+"""
 
 from __future__ import annotations
 
@@ -6,11 +14,8 @@ import json
 import os
 from typing import Iterable
 
-from .base import Retriever
-from .bm25 import BM25Retriever
-
-RETRIEVER_NAMES = ("none", "bm25", "lucene", "dense", "hybrid")
-RETRIEVER_CONFIG_FILE = "retriever_config.json"
+from .base import RETRIEVER_CONFIG_FILE, Retriever
+from .registry import RETRIEVER_NAMES, retriever_class
 
 
 def load_retriever(
@@ -18,84 +23,58 @@ def load_retriever(
     index_dir: str | None = None,
     corpus: str | list[str] | None = None,
     forbidden_titles: Iterable[str] = (),
-    encoder: str | None = None,
+    **options,
 ) -> Retriever | None:
-    """A retriever from a name (``"bm25"``, ``"none"``), a saved description (``{"type": "bm25", "index_dir": ...}``)
-    or an instance (returned as is). ``"bm25"`` builds the index in ``index_dir`` from ``corpus`` when missing.
-    ``"dense"`` does the same with ``encoder`` (default: the one the index records, else all-MiniLM-L6-v2);
-    ``"hybrid"`` keeps a BM25 index in ``index_dir/bm25`` and a dense one in ``index_dir/dense``.
+    """A retriever from a registry name, a description (a :meth:`Retriever.config`), or an object with a
+    ``retrieve`` method (returned as is); ``None`` for ``None`` or ``"none"``.
 
-    Example:
-        >>> load_retriever("none") is None
-        True
+    A name is opened with ``build_or_load(corpus, index_dir, ...)``: the index is built from ``corpus`` when missing
+    or stale, in hf-ralm's cache when ``index_dir`` is not given. A description is rebuilt with ``from_config``;
+    arguments given here (an empty ``forbidden_titles`` counts as not given) replace its values. ``options`` are the
+    backend's (``encoder`` for ``"dense"`` and ``"hybrid"``); ``None`` means the default.
     """
     if spec is None or spec == "none":
         return None
+    if isinstance(spec, str):
+        return retriever_class(spec).build_or_load(corpus, index_dir, forbidden_titles=forbidden_titles, **options)
     if isinstance(spec, dict):
-        kind = spec.get("type")
-        index_dir = spec.get("index_dir", index_dir)
-        forbidden_titles = spec.get("forbidden_titles", forbidden_titles)
-        encoder = spec.get("encoder", encoder)
-    else:
-        kind = spec
-    if not isinstance(kind, str):
-        if isinstance(spec, Retriever):
-            return spec
-        raise TypeError(f"retriever must be a name {RETRIEVER_NAMES}, a dict or a Retriever, got {type(spec).__name__}.")
-    if kind == "bm25":
-        if index_dir is None:
-            raise ValueError("The bm25 retriever needs an index folder: pass index_dir= (--index-dir) and a corpus.")
-        return BM25Retriever.build_or_load(corpus, index_dir, forbidden_titles=forbidden_titles)
-    if kind == "lucene":  # pyserini is an optional extra: imported only when asked for
-        from .lucene import LuceneRetriever
-
-        if index_dir is None:
-            raise ValueError("The lucene retriever needs an index folder (--index-dir) and a corpus, or the name of a "
-                             "pyserini prebuilt index such as 'wikipedia-dpr'.")
-        bm25_params = {key: spec[key] for key in ("k1", "b") if isinstance(spec, dict) and key in spec}
-        return LuceneRetriever.build_or_load(corpus, index_dir, forbidden_titles=forbidden_titles, **bm25_params)
-    if kind == "dense":  # faiss and sentence-transformers are an optional extra: imported only when asked for
-        from .dense import DenseRetriever
-
-        if index_dir is None:
-            raise ValueError("The dense retriever needs an index folder: pass index_dir= (--index-dir) and a corpus.")
-        return DenseRetriever.build_or_load(corpus, index_dir, forbidden_titles=forbidden_titles, encoder=encoder)
-    if kind == "hybrid":
-        from .hybrid import K_RRF, MIN_DEPTH, HybridRetriever
-
-        if isinstance(spec, dict) and "sparse" in spec and "dense" in spec:  # a saved config(): both sub-configs
-            sides = [load_retriever({**spec[side], "forbidden_titles": sorted(forbidden_titles)}, corpus=corpus)
-                     for side in ("sparse", "dense")]
-            return HybridRetriever(*sides, k_rrf=spec.get("k_rrf", K_RRF), depth=spec.get("depth", MIN_DEPTH))
-        if index_dir is None:
-            raise ValueError("The hybrid retriever needs an index folder (--index-dir, holding bm25/ and dense/) and "
-                             "a corpus.")
-        return HybridRetriever.build_or_load(corpus, index_dir, forbidden_titles=forbidden_titles, encoder=encoder)
-    raise ValueError(f"Unknown retriever {kind!r}; choose one of {', '.join(RETRIEVER_NAMES)}.")
+        if "type" not in spec:
+            raise ValueError(f"A retriever description needs a 'type' ({', '.join(RETRIEVER_NAMES[1:])}), got "
+                             f"{sorted(spec)}.")
+        return retriever_class(spec["type"]).from_config(
+            spec, index_dir=index_dir, corpus=corpus, forbidden_titles=sorted(forbidden_titles) or None, **options)
+    if callable(getattr(spec, "retrieve", None)):
+        return spec
+    raise TypeError(f"retriever must be a name {RETRIEVER_NAMES}, a dict or a Retriever, got {type(spec).__name__}.")
 
 
-def save_retriever_config(retriever: Retriever, save_directory: str) -> str:
-    """Write ``retriever.config()`` to ``save_directory/retriever_config.json`` (any backend with ``config()``);
-    :func:`load_retriever_from_pretrained` reads it back. Returns the file's path."""
-    from .files import write_json_atomic
+def pretrained_folder(name_or_path: str | os.PathLike, **hub_kwargs) -> str:
+    """A saved folder on this machine: ``name_or_path`` itself when it is a folder, else the Hub repository of that
+    id, downloaded with ``huggingface_hub.snapshot_download`` (``hub_kwargs``: ``revision``, ``cache_dir``,
+    ``token``, ``local_files_only``) into the Hugging Face cache."""
+    if os.path.isdir(name_or_path):
+        return str(name_or_path)
+    from huggingface_hub import snapshot_download
 
-    if not callable(getattr(retriever, "config", None)):
-        raise TypeError(f"{type(retriever).__name__} has no config(): it cannot be saved.")
-    path = os.path.join(save_directory, RETRIEVER_CONFIG_FILE)
-    write_json_atomic(path, retriever.config())
-    return path
+    return snapshot_download(repo_id=str(name_or_path), **hub_kwargs)
 
 
 def load_retriever_from_pretrained(
-    directory: str, forbidden_titles: Iterable[str] | None = None, corpus: str | list[str] | None = None
-) -> Retriever | None:
-    """The retriever saved by :func:`save_retriever_config` (or a backend's ``save_pretrained``) in ``directory``;
-    ``forbidden_titles`` replaces the saved ones when given."""
+    name_or_path: str | os.PathLike,
+    forbidden_titles: Iterable[str] | None = None,
+    corpus: str | list[str] | None = None,
+    **overrides,
+) -> Retriever:
+    """The retriever saved by :meth:`Retriever.save_pretrained` in a folder (or a Hub repository, fetched with
+    :func:`pretrained_folder`). ``forbidden_titles`` replaces the saved ones when given; ``corpus`` rebuilds a stale
+    index; ``overrides`` (``index_dir``, the backend's options) replace saved values."""
+    directory = pretrained_folder(name_or_path)
     path = os.path.join(directory, RETRIEVER_CONFIG_FILE)
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"No {RETRIEVER_CONFIG_FILE} in {directory!r}: save one with save_pretrained(dir).")
+        raise FileNotFoundError(f"No {RETRIEVER_CONFIG_FILE} in {directory!r}: save a retriever there with "
+                                "retriever.save_pretrained(dir) (or RetrievalAugmentedModel.save_pretrained).")
     with open(path, encoding="utf-8") as f:
-        spec = json.load(f)
-    if forbidden_titles is not None:
-        spec["forbidden_titles"] = sorted(forbidden_titles)
-    return load_retriever(spec, corpus=corpus)
+        config = json.load(f)
+    titles = None if forbidden_titles is None else sorted(forbidden_titles)
+    return retriever_class(config["type"]).from_config(config, base_dir=directory, forbidden_titles=titles,
+                                                       corpus=corpus, **overrides)

@@ -3,7 +3,8 @@
 Each backend returns its own ranked list (``max(k, 20)`` deep); a passage's fused score is the sum over the lists
 that hold it of ``1 / (k_rrf + rank)`` (rank 1 for the best, Cormack et al. 2009, ``k_rrf=60``). Both backends must
 index the same passages (same corpus fingerprint, checked), so that their passage ids (row numbers in corpus order)
-coincide.
+coincide. ``HybridRetriever.build_or_load(corpus, index_dir)`` keeps both indexes in one folder: ``<index_dir>/bm25``
+(or ``<index_dir>/lucene``) and ``<index_dir>/dense``.
 
 Example:
     >>> rrf_fuse([["a", "b"], ["b", "c"]], k_rrf=60)[0]
@@ -12,16 +13,15 @@ Example:
 
 from __future__ import annotations
 
-import logging
 import os
-from typing import Iterable, Sequence
+from typing import Sequence
 
-from .base import Passage, Retriever, SavableRetriever
-
-logger = logging.getLogger(__name__)
+from .base import Passage, Retriever
+from .registry import retriever_class
 
 K_RRF = 60
 MIN_DEPTH = 20
+SPARSE_NAMES = ("bm25", "lucene")  # what the sparse side may be
 
 
 def rrf_fuse(ranked_lists: Sequence[Sequence[str]], k_rrf: float = K_RRF) -> list[tuple[str, float]]:
@@ -46,7 +46,7 @@ def _corpus_identity(retriever) -> tuple:
     return info.get("fingerprint"), info.get("num_passages")
 
 
-class HybridRetriever(SavableRetriever):
+class HybridRetriever(Retriever):
     """RRF of a sparse (``BM25Retriever`` or ``LuceneRetriever``) and a dense retriever over the same passages."""
 
     name = "hybrid"
@@ -75,35 +75,53 @@ class HybridRetriever(SavableRetriever):
             getattr(self.dense, "forbidden_titles", ()))
 
     @classmethod
-    def build_or_load(
+    def _build_or_load(
         cls,
         corpus: str | Sequence[str] | None,
         index_dir: str,
-        forbidden_titles: Iterable[str] = (),
-        words_per_passage: int | None = None,
+        *,
+        forbidden_titles: frozenset[str],
+        words_per_passage: int,
         encoder: str | None = None,
+        pooling: str | None = None,
+        faiss_factory: str | None = None,
         sparse: str = "bm25",
         k_rrf: float = K_RRF,
-        **dense_kwargs,
+        depth: int = MIN_DEPTH,
     ) -> "HybridRetriever":
         """Both indexes under ``index_dir``: ``<index_dir>/<sparse>`` (``bm25`` or ``lucene``) and
-        ``<index_dir>/dense``, each built there from ``corpus`` when missing or stale."""
-        from .corpus import WORDS_PER_PASSAGE
-        from .dense import DenseRetriever
+        ``<index_dir>/dense``, each built there from ``corpus`` when missing or stale. ``encoder``, ``pooling`` and
+        ``faiss_factory`` are the dense side's."""
+        if sparse not in SPARSE_NAMES:
+            raise ValueError(f"The hybrid retriever's sparse side is one of {SPARSE_NAMES}, got {sparse!r}.")
+        common = {"forbidden_titles": forbidden_titles, "words_per_passage": words_per_passage}
+        sparse_side = retriever_class(sparse).build_or_load(corpus, os.path.join(index_dir, sparse), **common)
+        dense_side = retriever_class("dense").build_or_load(corpus, os.path.join(index_dir, "dense"), encoder=encoder,
+                                                            pooling=pooling, faiss_factory=faiss_factory, **common)
+        return cls(sparse_side, dense_side, k_rrf=k_rrf, depth=depth)
 
-        wpp = {"words_per_passage": WORDS_PER_PASSAGE if words_per_passage is None else words_per_passage}
-        if sparse == "bm25":
-            from .bm25 import BM25Retriever as Sparse
-        elif sparse == "lucene":
-            from .lucene import LuceneRetriever as Sparse
-        else:
-            raise ValueError(f"The hybrid retriever's sparse side is 'bm25' or 'lucene', got {sparse!r}.")
-        sparse_r = Sparse.build_or_load(corpus, os.path.join(index_dir, sparse), forbidden_titles=forbidden_titles,
-                                        **wpp)
-        dense_r = DenseRetriever.build_or_load(corpus, os.path.join(index_dir, "dense"),
-                                               forbidden_titles=forbidden_titles, encoder=encoder, **wpp,
-                                               **dense_kwargs)
-        return cls(sparse_r, dense_r, k_rrf=k_rrf)
+    @classmethod
+    def from_config(cls, config: dict, *, base_dir: str | None = None, **overrides) -> "HybridRetriever":
+        """Rebuild both sides from their saved configs (``config["sparse"]``, ``config["dense"]``; ``encoder`` applies
+        to the dense one, ``forbidden_titles`` and ``corpus`` to both). A description without sides, such as
+        ``{"type": "hybrid", "index_dir": ...}``, or an ``index_dir`` override, opens that folder with
+        :meth:`build_or_load`."""
+        overrides = {key: value for key, value in overrides.items() if value is not None}
+        if "sparse" not in config or "index_dir" in overrides:
+            settings = {k: v for k, v in config.items() if k not in ("sparse", "dense")}
+            if "sparse" in config:
+                settings["sparse"] = config["sparse"]["type"]
+            return super().from_config(settings, base_dir=base_dir, **overrides)
+        forbidden_titles = overrides.pop("forbidden_titles", config.get("forbidden_titles"))
+        encoder, corpus = overrides.pop("encoder", None), overrides.pop("corpus", None)
+        if overrides:
+            raise ValueError(f"The hybrid retriever has no option {', '.join(map(repr, sorted(overrides)))}.")
+        sides = [
+            retriever_class(config[side]["type"]).from_config(
+                config[side], base_dir=base_dir, corpus=corpus, forbidden_titles=forbidden_titles, **extra)
+            for side, extra in (("sparse", {}), ("dense", {"encoder": encoder}))
+        ]
+        return cls(*sides, k_rrf=config.get("k_rrf", K_RRF), depth=config.get("depth", MIN_DEPTH))
 
     def __len__(self) -> int:
         return len(self.dense)
@@ -121,13 +139,17 @@ class HybridRetriever(SavableRetriever):
         return results
 
     def config(self) -> dict:
-        """Both backends' configs and ``k_rrf``."""
+        """Both sides' configs, ``k_rrf``, ``depth`` and the forbidden titles."""
         return {"type": self.name, "k_rrf": self.k_rrf, "depth": self.depth,
                 "forbidden_titles": sorted(self.forbidden_titles), "sparse": self.sparse.config(),
                 "dense": self.dense.config()}
 
-    def save_pretrained(self, save_directory: str) -> None:
-        """Write :meth:`config` to ``save_directory/retriever_config.json`` (see ``load_retriever_from_pretrained``)."""
-        from .factory import save_retriever_config
-
-        save_retriever_config(self, save_directory)
+    def _saved_config(self, save_directory: str, index_copy: str | None) -> dict:
+        """Each side's saved config; with an index copy, the sides go to ``<index_copy>/<sparse name>`` and
+        ``<index_copy>/dense``, the layout of :meth:`build_or_load`."""
+        sides = {}
+        for side in ("sparse", "dense"):
+            retriever = getattr(self, side)
+            copy = None if index_copy is None else os.path.join(index_copy, retriever.name)
+            sides[side] = retriever._saved_config(save_directory, copy)
+        return {**self.config(), **sides}

@@ -5,6 +5,11 @@ their fingerprint (:func:`~hf_ralm.retrieval.corpus.corpus_fingerprint`), the pa
 and the backend's settings. A build writes everything under ``<index_dir>.tmp`` and renames it over ``index_dir``
 only when complete, so an interrupted build leaves no half-index behind.
 
+Without a folder, an index goes to ``<cache>/indexes/<backend>-<corpus fingerprint[:16]>``
+(:func:`default_index_dir`, ``<cache>`` from :func:`hf_ralm_cache_dir`). A retriever saved with ``save_pretrained``
+records its index folder relative to the saved folder when it lies inside it (:func:`path_for_folder`), so that
+folder can be moved or pushed to the Hub.
+
 Example (inside a backend's ``build``)::
 
     paths, articles = corpus_paths_and_articles(corpus)
@@ -18,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from typing import Iterable, Sequence
 
 from .corpus import corpus_fingerprint, read_corpus
@@ -102,3 +108,60 @@ def index_matches(
     if info is None or any(info.get(k) != v for k, v in (settings or {}).items()):
         return False
     return info.get("fingerprint") == corpus_fingerprint(paths, words_per_passage)
+
+
+def hf_ralm_cache_dir() -> str:
+    """hf-ralm's cache folder: ``$HF_HOME/hf-ralm`` when ``HF_HOME`` is set, else ``$XDG_CACHE_HOME/hf-ralm``, else
+    ``~/.cache/hf-ralm``.
+
+    Example:
+        >>> hf_ralm_cache_dir()                                            # doctest: +SKIP
+        '/home/me/.cache/hf-ralm'
+    """
+    for variable in ("HF_HOME", "XDG_CACHE_HOME"):
+        if os.environ.get(variable):
+            return os.path.join(os.environ[variable], "hf-ralm")
+    return os.path.join(os.path.expanduser("~"), ".cache", "hf-ralm")
+
+
+def default_index_dir(retriever: str, corpus: str | Sequence[str] | None, words_per_passage: int) -> str:
+    """Where ``retriever``'s index of ``corpus`` goes when no folder is given: ``<cache>/indexes/<retriever>-<corpus
+    fingerprint[:16]>``, so the same corpus files (and passage size) find their index again. Says where on stderr.
+
+    Example:
+        >>> default_index_dir("bm25", "wiki.jsonl.gz", 100)                # doctest: +SKIP
+        '/home/me/.cache/hf-ralm/indexes/bm25-3f1c0e9a7b2d4c11'
+    """
+    if corpus is None:
+        raise ValueError(
+            f"The {retriever} retriever needs an index folder (index_dir=, --index-dir), or a corpus (corpus=, "
+            f"--corpus) to build its index in {os.path.join(hf_ralm_cache_dir(), 'indexes')}."
+        )
+    fingerprint = corpus_fingerprint(corpus_files(corpus), words_per_passage)
+    path = os.path.join(hf_ralm_cache_dir(), "indexes", f"{retriever}-{fingerprint[:16]}")
+    print(f"hf-ralm: the {retriever} index is in {path}", file=sys.stderr, flush=True)
+    return path
+
+
+def path_for_folder(path: str, folder: str) -> str:
+    """How a file saved in ``folder`` records ``path``: relative to ``folder`` when it lies inside it (the folder can
+    then be moved), absolute otherwise. :func:`resolve_path` reads it back."""
+    path, folder = os.path.realpath(path), os.path.realpath(folder)
+    return os.path.relpath(path, folder) if os.path.commonpath([path, folder]) == folder else path
+
+
+def resolve_path(path: str, folder: str | None) -> str:
+    """A path recorded by :func:`path_for_folder` in a file of ``folder`` (``None``: relative to the working
+    directory)."""
+    return path if folder is None or os.path.isabs(path) else os.path.join(folder, path)
+
+
+def copy_index(index_dir: str, target: str) -> str:
+    """Copy the index folder ``index_dir`` to ``target`` (replacing what is there, through ``<target>.tmp`` so an
+    interrupted copy leaves no half index) unless it is already there; returns ``target``."""
+    if os.path.realpath(index_dir) != os.path.realpath(target):
+        tmp_dir = start_build(target)
+        shutil.copytree(index_dir, tmp_dir, dirs_exist_ok=True)
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(tmp_dir, target)
+    return target
