@@ -97,7 +97,7 @@ class LuceneSide:
     FIELD = "contents"
 
     def __init__(self, lucene_dir: str, k1: float, b: float):
-        from hf_ralm.retrieval.lucene import _autoclass
+        from hf_ralm.retrieval.lucene_compat import _autoclass
 
         self.analyzer = _autoclass("io.anserini.analysis.DefaultEnglishAnalyzer").newDefaultInstance()
         self._analyze = _autoclass("io.anserini.analysis.AnalyzerUtils").analyze
@@ -169,7 +169,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     from hf_ralm.retrieval.base import passage_text, read_forbidden_titles
     from hf_ralm.retrieval.bm25 import ANALYSIS, BM25Retriever, _tokenize, read_index_info
-    from hf_ralm.retrieval.lucene import LuceneRetriever, start_jvm
+    from hf_ralm.retrieval.lucene import LuceneRetriever
+    from hf_ralm.retrieval.lucene_compat import start_jvm
 
     forbidden = read_forbidden_titles(args.forbidden_titles or None)
     bm25_info = read_index_info(args.bm25_index)
