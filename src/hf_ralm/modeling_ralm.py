@@ -31,9 +31,6 @@ from .generation import ralm_generate
 from .retrieval.base import Passage, Retriever, read_forbidden_titles
 from .retrieval.factory import load_retriever
 
-DENSE_RETRIEVERS = ("dense", "hybrid")
-DENSE_QUERY_LENGTH = 64  # the paper's best query length for dense retrieval (32 for BM25: RalmConfig's default)
-
 
 @dataclass
 class RalmCausalLMOutput(ModelOutput):
@@ -150,11 +147,9 @@ class RetrievalAugmentedModel(PreTrainedModel):
         loaded = load_retriever(spec, index_dir=index_dir, corpus=corpus, forbidden_titles=forbidden_titles or (),
                                 encoder=encoder)
         fields["retriever"] = loaded.config() if hasattr(loaded, "config") and callable(loaded.config) else None
-        if fields.get("query_length") is None:  # not given (None counts as not given): 64 for dense, else 32
-            fields.pop("query_length", None)
-            if getattr(loaded, "name", None) in DENSE_RETRIEVERS:
-                fields["query_length"] = DENSE_QUERY_LENGTH
-        return cls(RalmConfig(**fields), base, loaded, tokenizer)
+        config = RalmConfig(**fields)
+        config.query_length = config.query_length_for(loaded)  # None: the retriever's default
+        return cls(config, base, loaded, tokenizer)
 
     def save_pretrained(self, save_directory: str | os.PathLike, **kwargs) -> None:
         """Write the RALM config (with the retriever's reference) only; the base model stays where it is."""
