@@ -73,13 +73,12 @@ def parse_args(argv=None) -> argparse.Namespace:
 def queries_for(args) -> list[str]:
     from transformers import AutoTokenizer
 
+    from hf_ralm.data import load_dataset_text
     from hf_ralm.evaluation import tokenize_text, window_queries
-    from hf_ralm.windows import join_rows, plan_windows
+    from hf_ralm.windows import plan_windows
 
-    with open(args.data, encoding="utf-8") as f:
-        text = join_rows(json.loads(line)["text"] for line in f if line.strip())
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
-    ids = tokenize_text(tokenizer, text, args.max_eval_tokens)
+    ids = tokenize_text(tokenizer, load_dataset_text(args.data), args.max_eval_tokens)
     windows = plan_windows(len(ids), args.max_length, args.stride)
     return [q for q in window_queries(tokenizer, ids, windows, args.query_length) if q is not None]
 

@@ -84,7 +84,7 @@ def write_subset(corpus: str, titles: set[str], n: int, seed: int, path: str) ->
 def make_queries(tokenizer_dir: str, rows: str, max_eval_tokens: int) -> dict[int, list[str]]:
     from transformers import AutoTokenizer
 
-    from hf_ralm.cli import load_dataset_text
+    from hf_ralm.data import load_dataset_text
     from hf_ralm.evaluation import tokenize_text, window_queries
     from hf_ralm.windows import plan_windows
 

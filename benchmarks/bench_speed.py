@@ -25,7 +25,6 @@ The default (first 1,024 tokens: 129 windows) takes a few minutes on 2 CPU cores
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import sys
@@ -73,13 +72,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def load_text(path: str) -> str:
-    from hf_ralm.windows import join_rows
-
-    with open(path, encoding="utf-8") as f:
-        return join_rows(json.loads(line)["text"] for line in f if line.strip())
-
-
 def load_model(path: str, dtype: torch.dtype, device: str):
     from transformers import AutoModelForCausalLM
 
@@ -109,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
     from hf_ralm.configuration_ralm import RalmConfig
+    from hf_ralm.data import load_dataset_text
     from hf_ralm.evaluation import (resolve_max_length, retrieve_for_windows, tokenize_text, window_prefixes,
                                     window_queries)
     from hf_ralm.reference import reference_window_nlls
@@ -138,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     config.validate_ralm_settings()
 
     t0 = time.perf_counter()
-    text = load_text(args.data)
+    text = load_dataset_text(args.data)
     ids = tokenize_text(tokenizer, text, args.max_eval_tokens)
     if len(ids) == args.max_eval_tokens:
         text = tokenizer.decode(ids)  # word count of the evaluated part, as evaluate_retrieval does

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 
 from conftest import ARTICLES, EVAL_TEXT, write_jsonl
-from hf_ralm.cli import build_parser, load_dataset_text, main
+from hf_ralm.cli import FLAGS, build_parser, main, with_flags
+from hf_ralm.configuration_ralm import RalmConfig
+from hf_ralm.data import load_dataset_text
 from hf_ralm.windows import count_words, join_rows
 
 FIGURE_KEYS = {"nll_sum", "num_tokens", "num_scored", "num_words", "token_ppl", "word_ppl"}
@@ -147,19 +150,24 @@ def test_error_unknown_model_folder(files, capsys):
     assert "Could not load the causal LM" in err and missing in err
 
 
+BAD_NUMBERS = [
+    ("--stride", "0", "--stride must be at least 1, got 0"),
+    ("--query-length", "0", "--query-length must be at least 1, got 0"),
+    ("--stride", "-3", "--stride must be at least 1, got -3"),
+    ("--max-doc-tokens", "0", "--max-doc-tokens must be at least 1"),
+    ("--batch-size", "0", "--batch-size must be at least 1"),
+    ("--max-length", "4", "--max-length (4) must be larger than --stride (4)"),
+    ("--max-eval-tokens", "0", "--max-eval-tokens must be at least 1, got 0"),
+]
+
+
+# retrieve puts no passage in context and runs no model batches: it has no --max-doc-tokens and no --batch-size
 @pytest.mark.parametrize(
-    "flag,value,message",
-    [
-        ("--stride", "0", "--stride must be at least 1, got 0"),
-        ("--query-length", "0", "--query-length must be at least 1, got 0"),
-        ("--stride", "-3", "--stride must be at least 1, got -3"),
-        ("--max-doc-tokens", "0", "--max-doc-tokens must be at least 1"),
-        ("--batch-size", "0", "--batch-size must be at least 1"),
-        ("--max-length", "4", "--max-length (4) must be larger than --stride (4)"),
-    ],
+    "command,flag,value,message",
+    [("eval-lm", *bad) for bad in BAD_NUMBERS]
+    + [("retrieve", *bad) for bad in BAD_NUMBERS if bad[0] not in ("--max-doc-tokens", "--batch-size")],
 )
-@pytest.mark.parametrize("command", ["eval-lm", "retrieve"])
-def test_error_bad_numbers(files, capsys, flag, value, message, command):
+def test_error_bad_numbers(files, capsys, command, flag, value, message):
     argv = common(files, "--save-retrieval-file", str(files["tmp"] / "r.json"))
     if flag in argv:
         argv[argv.index(flag) + 1] = value
@@ -167,6 +175,7 @@ def test_error_bad_numbers(files, capsys, flag, value, message, command):
         argv += [flag, value]
     err = fail(capsys, [command, *argv])
     assert message in err
+    assert err.splitlines()[-1].startswith(f"hf-ralm: error: {message}")  # one last line, with the flag
     assert not (files["tmp"] / "r.json").exists()
 
 
@@ -175,8 +184,6 @@ def test_error_missing_arguments(files, capsys):
     assert "--model is required" in err
     err = fail(capsys, ["eval-lm", "--model", files["model"]])
     assert "--dataset-path is required" in err
-    err = fail(capsys, ["eval-lm", *common(files, "--retriever", "bm25")])
-    assert "needs --index-dir" in err
     err = fail(capsys, ["retrieve", *common(files)])
     assert "needs --save-retrieval-file" in err
     err = fail(capsys, ["eval-lm", *common(files, "--retrieval-file", str(files["tmp"] / "nope.json"))])
@@ -194,7 +201,99 @@ def test_error_retrieval_file_of_other_settings(files, capsys):
 
 def test_parser_defaults():
     args = build_parser().parse_args(["eval-lm", "--model", "m", "--dataset-path", "d"])
-    assert (args.stride, args.query_length, args.max_doc_tokens, args.num_docs) == (4, 32, 256, 1)
+    assert (args.stride, args.query_length, args.max_doc_tokens) == (4, 32, 256)
+    assert (args.stride, args.max_doc_tokens) == (RalmConfig.retrieval_stride, RalmConfig.max_doc_tokens)
+    assert "num_docs" not in vars(args)  # eval-lm retrieves the one passage per window it puts in context
     assert args.retriever == "none" and args.dtype == "float32" and args.max_length is None
     with pytest.raises(SystemExit):
         build_parser().parse_args(["eval-lm", "--retriever", "dpr"])
+
+
+def test_none_run_counts_no_retrievals(files, capsys):
+    """Without a retriever no retrieval is made: nothing is counted as an empty retrieval."""
+    plain_dir, live_dir = files["tmp"] / "plain", files["tmp"] / "live"
+    run(capsys, ["eval-lm", *common(files, "--output-dir", str(plain_dir))])
+    plain = json.loads((plain_dir / "eval.json").read_text())
+    assert plain["num_windows"] > 1
+    assert plain["num_retrievals"] == plain["num_empty_retrievals"] == plain["num_windows_with_passage"] == 0
+    retrieval_file = files["tmp"] / "r.json"
+    run(capsys, ["eval-lm", *common(files, "--retriever", "bm25", "--index-dir", files["index"], "--corpus",
+                                    files["corpus"], "--output-dir", str(live_dir),
+                                    "--save-retrieval-file", str(retrieval_file))])
+    live = json.loads((live_dir / "eval.json").read_text())
+    assert live["num_retrievals"] == live["num_windows"] - 1  # every window but window 0
+    assert live["num_windows_with_passage"] + live["num_empty_retrievals"] == live["num_retrievals"]
+    records = json.loads(retrieval_file.read_text())
+    assert all(len(r["retrieved_docs"]) <= 1 for r in records)  # one passage per window: the one put in context
+    from_file_dir = files["tmp"] / "from-file"
+    run(capsys, ["eval-lm", *common(files, "--retrieval-file", str(retrieval_file), "--output-dir",
+                                    str(from_file_dir))])
+    from_file = json.loads((from_file_dir / "eval.json").read_text())
+    for key in ("num_retrievals", "num_windows_with_passage", "num_empty_retrievals"):
+        assert from_file[key] == live[key], key
+
+
+COMMAND_FLAGS = {
+    "index": {"--corpus", "--index-dir", "--retriever", "--encoder", "--pooling", "--faiss-factory",
+              "--words-per-passage"},
+    "retrieve": {"--model", "--tokenizer", "--gguf-file", "--dtype", "--device", "--retriever", "--encoder",
+                 "--corpus", "--index-dir", "--forbidden-titles", "--stride", "--query-length", "--max-length",
+                 "--dataset-path", "--dataset-name", "--dataset-split", "--max-eval-tokens", "--output-dir",
+                 "--save-retrieval-file"},
+    "eval-lm": {"--model", "--tokenizer", "--gguf-file", "--dtype", "--device", "--retriever", "--encoder",
+                "--corpus", "--index-dir", "--forbidden-titles", "--stride", "--query-length", "--max-length",
+                "--max-doc-tokens", "--bos-every-window", "--dataset-path", "--dataset-name", "--dataset-split",
+                "--max-eval-tokens", "--batch-size", "--output-dir", "--retrieval-file", "--save-retrieval-file",
+                "--no-prefix-kv-reuse"},
+    "generate": {"--model", "--tokenizer", "--gguf-file", "--dtype", "--device", "--retriever", "--encoder",
+                 "--corpus", "--index-dir", "--forbidden-titles", "--stride", "--query-length", "--max-length",
+                 "--max-doc-tokens", "--bos-every-window", "--batch-size", "--prompt", "--prompts-file",
+                 "--max-new-tokens", "--show-sources", "--output-json", "--do-sample", "--temperature", "--top-k",
+                 "--top-p", "--seed"},
+    "eval-qa": {"--model", "--tokenizer", "--gguf-file", "--dtype", "--device", "--retriever", "--encoder",
+                "--corpus", "--index-dir", "--forbidden-titles", "--batch-size", "--output-dir", "--questions",
+                "--use-ctxs", "--num-docs", "--max-questions", "--max-new-tokens", "--max-length"},
+}
+
+
+@pytest.mark.parametrize("command", sorted(COMMAND_FLAGS))
+def test_help_lists_only_the_commands_flags(capsys, command):
+    with pytest.raises(SystemExit) as info:
+        main([command, "--help"])
+    assert info.value.code == 0
+    listed = set(re.findall(r"^  (?:-h, )?(--[a-z-]+)", capsys.readouterr().out, re.MULTILINE)) - {"--help"}
+    assert listed == COMMAND_FLAGS[command]
+
+
+def test_generate_help_has_no_dataset_flags(capsys):
+    with pytest.raises(SystemExit):
+        main(["generate", "--help"])
+    out = capsys.readouterr().out
+    assert "--dataset-path" not in out and "--retrieval-file" not in out and "--num-docs" not in out
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["generate", "--prompt", "p", "--dataset-path", "d"], "unrecognized arguments: --dataset-path d"),
+        (["eval-lm", "--retriever", "dpr"], "argument --retriever: invalid choice: 'dpr'"),
+        (["eval-lm", "--stride", "four"], "argument --stride: invalid int value: 'four'"),
+        (["retrieve", "--batch-size", "2"], "unrecognized arguments: --batch-size"),
+        (["eval-qa", "--stride", "2"], "unrecognized arguments: --stride"),
+        ([], "the following arguments are required: command"),
+    ],
+)
+def test_usage_errors_end_with_one_hf_ralm_line(capsys, argv, message):
+    err = fail(capsys, argv)
+    assert err.splitlines()[-1].startswith(f"hf-ralm: error: {message}")
+
+
+def test_config_errors_are_reported_with_flags():
+    """Every RALM setting the command line passes on has its flag, and the config's errors read as flags."""
+    assert {name for name in FLAGS if name in RalmConfig.__dataclass_fields__} == {
+        "retrieval_stride", "query_length", "max_length", "max_doc_tokens", "bos_every_window"}
+    with pytest.raises(ValueError) as info:
+        RalmConfig(max_length=2, retrieval_stride=3)
+    assert with_flags(str(info.value)) == ("--max-length (2) must be larger than --stride (3), or windows would skip "
+                                           "tokens: lower --stride or raise --max-length.")
+    assert with_flags("max_lengths and my_max_length stay") == "max_lengths and my_max_length stay"

@@ -119,7 +119,9 @@ def test_generate_errors(tmp_path, tiny_model_dir, tiny_index, capsys):
     assert "prompts file not found" in fail(capsys, argv(tiny_model_dir, tiny_index, "--prompts-file",
                                                          str(tmp_path / "missing.txt")))
     err = fail(capsys, argv(tiny_model_dir, tiny_index, "--prompt", "x", "--retrieval-file", "r.json"))
-    assert "--retrieval-file is for eval-lm" in err
+    assert "unrecognized arguments: --retrieval-file" in err  # eval-lm's flag: generate does not take it
+    err = fail(capsys, argv(tiny_model_dir, tiny_index, "--prompt", "x", "--stride", "0"))
+    assert err.splitlines()[-1] == "hf-ralm: error: --stride must be at least 1, got 0."
     assert "--max-new-tokens must be at least 1" in fail(
         capsys, argv(tiny_model_dir, tiny_index, "--prompt", "x", "--max-new-tokens", "0"))
     with pytest.raises(SystemExit):  # argparse: --prompt and --prompts-file exclude each other

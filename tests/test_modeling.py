@@ -65,7 +65,8 @@ def test_from_pretrained_with_loaded_model(ralm, tiny_llama, tiny_tokenizer, tin
     assert isinstance(ralm.config, RalmConfig)
     assert ralm.config.model_type == "ralm"
     assert (ralm.config.retrieval_stride, ralm.config.query_length, ralm.config.max_length) == (4, 8, 16)
-    assert ralm.config.max_doc_tokens == 256 and ralm.config.num_docs == 1 and not ralm.config.bos_every_window
+    assert ralm.config.max_doc_tokens == 256 and not ralm.config.bos_every_window
+    assert not hasattr(ralm.config, "num_docs")  # eval-lm and generate retrieve the one passage they use
     assert "retriever" not in ralm.config.to_dict()  # the retriever is saved on its own (retriever_config.json)
     assert ralm.retriever.config()["type"] == "bm25"
     assert not tiny_llama.training
@@ -194,10 +195,10 @@ def test_config_overrides_and_other_retrievers(tiny_llama, tiny_tokenizer, tiny_
     model = RetrievalAugmentedModel.from_pretrained(
         tiny_llama, tokenizer=tiny_tokenizer, retriever="bm25", index_dir=tiny_index["index_dir"],
         forbidden_titles=str(forbidden), retrieval_stride=2, query_length=3, max_length=10, max_doc_tokens=5,
-        num_docs=2, bos_every_window=True, passage_template="{title}: {text}",
+        bos_every_window=True, passage_template="{title}: {text}",
     )
     c = model.config
-    assert (c.retrieval_stride, c.query_length, c.max_length, c.max_doc_tokens, c.num_docs) == (2, 3, 10, 5, 2)
+    assert (c.retrieval_stride, c.query_length, c.max_length, c.max_doc_tokens) == (2, 3, 10, 5)
     assert c.bos_every_window and c.passage_template == "{title}: {text}"
     assert model.retriever.config()["forbidden_titles"] == ["Music", "Rome"]
     assert model.retriever.retrieve(["emperor senate augustus"], k=1) == [[]]
@@ -219,13 +220,64 @@ def test_config_overrides_and_other_retrievers(tiny_llama, tiny_tokenizer, tiny_
 
 
 def test_invalid_config_raises():
-    with pytest.raises(Exception, match=r"retrieval_stride \(--stride\) must be at least 1, got 0"):
+    with pytest.raises(ValueError, match=r"^retrieval_stride must be at least 1, got 0"):
         RalmConfig(retrieval_stride=0)
-    with pytest.raises(Exception, match=r"query_length \(--query-length\) must be at least 1"):
+    with pytest.raises(ValueError, match=r"^query_length must be at least 1"):
         RalmConfig(query_length=0)
-    with pytest.raises(Exception, match=r"max_length \(4\) must be larger than retrieval_stride \(4\)"):
+    with pytest.raises(ValueError, match=r"^max_length \(4\) must be larger than retrieval_stride \(4\)"):
         RalmConfig(max_length=4, retrieval_stride=4)
     assert RalmConfig(max_length=5, retrieval_stride=4).max_length == 5
+
+
+@pytest.mark.parametrize(
+    "settings,message",
+    [
+        ({"retrieval_stride": -3}, "retrieval_stride must be at least 1, got -3."),
+        ({"retrieval_stride": 2.5}, "retrieval_stride must be an integer, got 2.5."),
+        ({"query_length": 0}, "query_length must be at least 1, got 0."),
+        ({"max_doc_tokens": 0}, "max_doc_tokens must be at least 1, got 0."),
+        ({"max_length": 0}, "max_length must be at least 1, got 0."),
+        ({"max_length": 3}, "max_length (3) must be larger than retrieval_stride (4), or windows would skip tokens: "
+                            "lower retrieval_stride or raise max_length."),
+        ({"bos_every_window": "yes"}, "bos_every_window must be bool, got 'yes'."),
+        ({"passage_template": None}, "passage_template must be str, got None."),
+        ({"base_model_name_or_path": 7}, "base_model_name_or_path must be str or None, got 7."),
+    ],
+)
+def test_validate_names_the_argument(settings, message):
+    """Each setting's error names the Python argument (the command line turns it into its flag)."""
+    with pytest.raises(ValueError) as info:
+        RalmConfig(**settings)
+    assert str(info.value) == message
+    config = RalmConfig()
+    config.validate()
+    for name, value in settings.items():
+        setattr(config, name, value)  # set after construction: validate() (and save_pretrained) still catch it
+    with pytest.raises(ValueError) as info:
+        config.validate()
+    assert str(info.value) == message
+
+
+def test_query_length_defaults_to_the_retrievers():
+    """``query_length=None`` (the default) is the retriever's: 32 for sparse retrieval and none, 64 for dense."""
+    config = RalmConfig()
+    assert config.query_length is None
+    kinds = ("bm25", "lucene", None, "dense", "hybrid")
+    assert [config.query_length_for(kind) for kind in kinds] == [32, 32, 32, 64, 64]
+    assert config.query_length_for(BM25Retriever) == 32  # a retriever (its name) works as its kind
+    assert RalmConfig(query_length=8).query_length_for("dense") == 8
+
+
+def test_saved_config_with_num_docs_still_loads(tiny_model_dir, tmp_path):
+    """``num_docs`` is no setting any more: a config.json saved with it loads, and the key is dropped."""
+    RalmConfig(base_model_name_or_path=str(tiny_model_dir), retrieval_stride=8).save_pretrained(tmp_path)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "num_docs": 3}))
+    config = RalmConfig.from_pretrained(tmp_path)
+    assert config.retrieval_stride == 8 and not hasattr(config, "num_docs")
+    model = RetrievalAugmentedModel.from_pretrained(str(tmp_path))
+    assert model.config.retrieval_stride == 8 and not hasattr(model.config, "num_docs")
+    assert "num_docs" not in model.config.to_dict()
 
 
 def test_invalid_settings_through_from_pretrained(tiny_llama, tiny_tokenizer):

@@ -402,7 +402,7 @@ def test_eval_qa_errors(tmp_path, tiny_model_dir, tiny_index, capsys):
     no_ctxs = write_jsonl(tmp_path / "no-ctxs.jsonl", [{"question": "q", "answers": ["a"]}])
     assert "has no 'ctxs'" in fail(capsys, qa_argv(tiny_model_dir, no_ctxs, out, "--use-ctxs"))
     err = fail(capsys, qa_argv(tiny_model_dir, questions, out, "--dataset-path", str(questions)))
-    assert "--dataset-path is for eval-lm" in err
+    assert "unrecognized arguments: --dataset-path" in err  # eval-lm's flag: eval-qa does not take it
     with gzip.open(tmp_path / "empty.jsonl.gz", "wt") as f:
         f.write("\n")
     assert "no questions" in fail(capsys, qa_argv(tiny_model_dir, tmp_path / "empty.jsonl.gz", out))

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 
 from hf_ralm.windows import (
     Window,
-    check_positive,
+    check_count,
     count_words,
     join_rows,
     perplexity_figures,
@@ -117,7 +118,7 @@ def test_query_span_values():
 @pytest.mark.parametrize("bad", [0, -1, -32])
 def test_query_span_rejects_bad_query_length(bad):
     w = plan_windows(10, 6, 2)[1]
-    with pytest.raises(ValueError, match=r"query_length \(--query-length\) must be a positive integer"):
+    with pytest.raises(ValueError, match=rf"^query_length must be at least 1, got {bad}\.$"):
         query_span(w, bad)
 
 
@@ -194,7 +195,7 @@ def test_perplexity_figures_zero_nll():
 
 @pytest.mark.parametrize("stride", [0, -1, -5])
 def test_plan_windows_rejects_bad_stride(stride):
-    with pytest.raises(ValueError, match=r"stride \(--stride\) must be a positive integer, got " + str(stride)):
+    with pytest.raises(ValueError, match=r"^stride must be at least 1, got " + str(stride)):
         plan_windows(10, 6, stride)
 
 
@@ -206,7 +207,7 @@ def test_plan_windows_rejects_non_int_stride(stride):
 
 @pytest.mark.parametrize("max_length", [0, -3])
 def test_plan_windows_rejects_bad_max_length(max_length):
-    with pytest.raises(ValueError, match=r"max_length \(--max-length\) must be a positive integer"):
+    with pytest.raises(ValueError, match=r"^max_length must be at least 1"):
         plan_windows(10, max_length, 1)
 
 
@@ -215,8 +216,8 @@ def test_plan_windows_rejects_max_length_not_above_stride(max_length, stride):
     with pytest.raises(ValueError) as info:
         plan_windows(10, max_length, stride)
     message = str(info.value)
-    assert f"max_length ({max_length}) must be larger than the stride ({stride})" in message
-    assert "--stride" in message and "--max-length" in message
+    assert f"max_length ({max_length}) must be larger than stride ({stride})" in message
+    assert "lower stride or raise max_length" in message
 
 
 @pytest.mark.parametrize("n", [0, 1])
@@ -225,9 +226,13 @@ def test_plan_windows_rejects_too_few_tokens(n):
         plan_windows(n, 6, 2)
 
 
-def test_check_positive_messages():
-    check_positive("x", 1)
-    with pytest.raises(ValueError, match=r"^x must be a positive integer, got 0\.$"):
-        check_positive("x", 0)
-    with pytest.raises(ValueError, match=r"^num_docs \(--num-docs\) must be a positive integer, got -2\.$"):
-        check_positive("num_docs", -2, "--num-docs")
+def test_check_count_messages():
+    check_count("x", 1)
+    with pytest.raises(ValueError, match=r"^x must be at least 1, got 0\.$"):
+        check_count("x", 0)
+    with pytest.raises(ValueError, match=r"^num_docs must be at least 0, got -2\.$"):
+        check_count("num_docs", -2, minimum=0)
+    check_count("num_docs", 0, minimum=0)
+    for bad in (1.5, "2", None, True):
+        with pytest.raises(ValueError, match="^" + re.escape(f"x must be an integer, got {bad!r}.") + "$"):
+            check_count("x", bad)

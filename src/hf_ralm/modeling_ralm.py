@@ -33,9 +33,6 @@ from .retrieval.base import RETRIEVER_CONFIG_FILE, Passage, Retriever, read_forb
 from .retrieval.factory import load_retriever, load_retriever_from_pretrained, pretrained_folder
 from .retrieval.registry import retriever_class
 
-DENSE_RETRIEVERS = ("dense", "hybrid")
-DENSE_QUERY_LENGTH = 64  # the paper's best query length for dense retrieval (32 for BM25: RalmConfig's default)
-
 
 @dataclass
 class RalmCausalLMOutput(ModelOutput):
@@ -171,11 +168,9 @@ class RetrievalAugmentedModel(PreTrainedModel):
         else:
             loaded = load_retriever(retriever, index_dir=index_dir, corpus=corpus,
                                     forbidden_titles=forbidden_titles or (), encoder=encoder)
-        if fields.get("query_length") is None:  # not given (None counts as not given): 64 for dense, else 32
-            fields.pop("query_length", None)
-            if getattr(loaded, "name", None) in DENSE_RETRIEVERS:
-                fields["query_length"] = DENSE_QUERY_LENGTH
-        return cls(RalmConfig(**fields), base, loaded, tokenizer)
+        config = RalmConfig(**fields)
+        config.query_length = config.query_length_for(loaded)  # None: the retriever's default
+        return cls(config, base, loaded, tokenizer)
 
     def save_pretrained(self, save_directory: str | os.PathLike, save_index: bool = False, **kwargs) -> None:
         """Write the RALM config (``config.json``) and the retriever's ``retriever_config.json`` (see

@@ -35,12 +35,14 @@ __all__ = [
     "evaluate_qa",
     "exact_match",
     "exact_match_score",
+    "find_passages",
     "first_line",
     "format_passages",
     "has_answer",
     "load_questions",
     "normalize_answer",
     "normalize_question",
+    "qa_record",
 ]
 
 CLOSED_BOOK_PROMPT = "Answer these questions:\nQ: {question}\nA:"
@@ -298,6 +300,150 @@ def _encode_batch(tokenizer, prompts: Sequence[str], budget: int, pad_id: int):
     return input_ids, mask, truncated, [len(ids) for ids in encoded]
 
 
+def _check_arguments(examples: Sequence[dict], retriever, num_docs: int, use_ctxs: bool, batch_size: int,
+                     max_new_tokens: int) -> None:
+    """Raise a ``ValueError`` naming the argument that :func:`evaluate_qa` cannot work with."""
+    from .windows import check_count
+
+    check_count("num_docs", num_docs, minimum=0)
+    if num_docs and not use_ctxs and retriever is None:
+        raise ValueError("Open-book QA (num_docs > 0) needs a retriever or the questions' own passages (use_ctxs).")
+    if use_ctxs and num_docs and any("ctxs" not in ex for ex in examples):
+        missing = next(i for i, ex in enumerate(examples, 1) if "ctxs" not in ex)
+        raise ValueError(f"use_ctxs: question {missing} has no 'ctxs' (DPR retriever-results format).")
+    check_count("batch_size", batch_size)
+    check_count("max_new_tokens", max_new_tokens)
+    if not examples:
+        raise ValueError("There are no questions to answer.")
+
+
+def find_passages(examples: Sequence[dict], retriever=None, num_docs: int = 0, use_ctxs: bool = False) -> list[list]:
+    """The ``num_docs`` passages of each question's prompt, as ``{"title", "text"}`` dicts (with ``id`` and ``score``
+    when known): none (closed book) when ``num_docs`` is 0, else the first of its own ``ctxs`` with ``use_ctxs``, else
+    the ``retriever``'s for the question.
+
+    Example:
+        >>> find_passages([{"question": "q", "answers": [], "ctxs": [{"title": "T", "text": "x"}]}], num_docs=1,
+        ...               use_ctxs=True)
+        [[{'title': 'T', 'text': 'x'}]]
+    """
+    if num_docs == 0:
+        found: Sequence[Sequence] = [[] for _ in examples]
+    elif use_ctxs:
+        found = [ex["ctxs"][:num_docs] for ex in examples]
+    else:
+        found = retriever.retrieve([ex["question"] for ex in examples], k=num_docs)
+    return [[_passage_dict(p) for p in passages] for passages in found]
+
+
+def qa_record(example: dict, passages: Sequence[dict], answer: dict, num_docs: int) -> dict:
+    """The ``predictions.jsonl`` line of a question: its ``answer`` (from :class:`_Answerer`), scored against its
+    gold answers (``em``) and its prompt's ``passages`` (``has_answer``)."""
+    prediction = first_line(answer["generation"])
+    return {
+        "question": example["question"],
+        "answers": example["answers"],
+        "prediction": prediction,
+        "em": exact_match(prediction, example["answers"]),
+        "has_answer": has_answer(example["answers"], format_passages(passages)) if passages else False,
+        "titles": [p["title"] for p in passages],
+        "passage_ids": [p.get("id") for p in passages],
+        "num_docs": num_docs,
+        "num_passages": len(passages),
+        "prompt_tokens": answer["prompt_tokens"],
+        "truncated": answer["truncated"],
+        "generation": answer["generation"],
+    }
+
+
+class _Answerer:
+    """Greedy answers of a causal LM to prompts: left-padded batches, each prompt cut from the left to
+    ``max_length - max_new_tokens`` tokens (``max_length``: the model's maximum by default)."""
+
+    def __init__(self, model, tokenizer, max_new_tokens: int, max_length: int | None):
+        from transformers import GenerationConfig
+
+        from .evaluation import resolve_max_length
+        from .scoring import model_device
+
+        self.model, self.tokenizer = model, tokenizer
+        self.max_length = resolve_max_length(model, max_length)
+        self.budget = self.max_length - max_new_tokens
+        if self.budget < 1:
+            raise ValueError(f"max_length ({self.max_length}) leaves no room for a prompt and {max_new_tokens} new "
+                             "tokens.")
+        self.pad_id = next((t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id) if t is not None), 0)
+        eos = model.generation_config.eos_token_id
+        self.generation_config = GenerationConfig(
+            max_new_tokens=max_new_tokens, do_sample=False, num_beams=1, pad_token_id=self.pad_id,
+            eos_token_id=eos if eos is not None else tokenizer.eos_token_id,
+        )
+        self.device = model_device(model)
+
+    def answer(self, prompts: Sequence[str]) -> list[dict]:
+        """Per prompt: the decoded ``generation``, the ``prompt_tokens`` it was given and whether it was
+        ``truncated``."""
+        import torch
+
+        input_ids, mask, truncated, lengths = _encode_batch(self.tokenizer, prompts, self.budget, self.pad_id)
+        with torch.no_grad():
+            generated = self.model.generate(input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device),
+                                            generation_config=self.generation_config)
+        new_ids = generated[:, input_ids.shape[1] :].tolist()
+        return [{"generation": self.tokenizer.decode(ids, skip_special_tokens=True), "prompt_tokens": length,
+                 "truncated": cut} for ids, cut, length in zip(new_ids, truncated, lengths)]
+
+
+class _QaRun:
+    """The records of a run and where they go. With ``output_dir``: ``predictions.jsonl`` gets one line per answered
+    question and ``eval.json`` is rewritten atomically after every batch; the predictions already in the folder are
+    resumed (same questions and ``settings``, else a ``ValueError``). Without it the records stay in memory."""
+
+    def __init__(self, output_dir: str | None, examples: Sequence[dict], settings: dict):
+        self.output_dir, self.settings = output_dir, settings
+        self.records: list[dict] = []
+        self.sample_prompt = None
+        if output_dir is not None:
+            os.makedirs(output_dir, exist_ok=True)
+            self.records = _read_predictions(os.path.join(output_dir, PREDICTIONS_FILE), examples)[: len(examples)]
+            if self.records:
+                self.sample_prompt = _check_settings(output_dir, settings).get("sample_prompt")
+        self.num_resumed = len(self.records)
+        self.timings = {"retrieval_s": 0.0, "generation_s": 0.0}
+        self.start_time = time.perf_counter()
+
+    def add(self, records: Sequence[dict], prompts: Sequence[str]) -> None:
+        """Keep (and write) the records of a batch, answered from ``prompts``."""
+        if self.sample_prompt is None:
+            self.sample_prompt = prompts[0]
+        self.records.extend(records)
+        if self.output_dir is not None:
+            with open(os.path.join(self.output_dir, PREDICTIONS_FILE), "a", encoding="utf-8") as out:
+                out.writelines(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
+            self._write(self.report(complete=False))
+
+    def report(self, complete: bool) -> dict:
+        """What ``eval.json`` holds: the figures, ``complete``, the counts, ``settings``, a sample prompt, timings."""
+        elapsed = time.perf_counter() - self.start_time
+        answered = len(self.records) - self.num_resumed
+        return {**qa_figures(self.records), "complete": complete, "num_resumed": self.num_resumed,
+                "num_answered": answered, "settings": self.settings, "sample_prompt": self.sample_prompt,
+                "timings": {**self.timings, "total_s": elapsed,
+                            "questions_per_s": answered / elapsed if elapsed > 0 else None}}
+
+    def finish(self) -> dict:
+        """The final report (``complete``), written to ``eval.json``."""
+        result = self.report(complete=True)
+        self._write(result)
+        return result
+
+    def _write(self, report: dict) -> None:
+        from .retrieval.files import write_json_atomic
+
+        if self.output_dir is not None:
+            write_json_atomic(os.path.join(self.output_dir, EVAL_FILE), report)
+
+
 def evaluate_qa(
     model,
     tokenizer,
@@ -315,129 +461,37 @@ def evaluate_qa(
     """Answer ``examples`` (from :func:`load_questions`) with a plain causal LM and score them.
 
     Each question gets ``num_docs`` passages in its prompt (0: closed book): from its own ``ctxs`` with
-    ``use_ctxs``, else retrieved by ``retriever`` with the question as the query. Prompts are cut from the left to
-    ``max_length - max_new_tokens`` tokens (``max_length``: the model's maximum by default), batched with left
-    padding, and answered greedily (``max_new_tokens`` tokens, the first line).
+    ``use_ctxs``, else retrieved by ``retriever`` with the question as the query (:func:`find_passages`). Prompts are
+    cut from the left to ``max_length - max_new_tokens`` tokens (``max_length``: the model's maximum by default),
+    batched with left padding, and answered greedily (``max_new_tokens`` tokens, the first line).
 
     With ``output_dir``, every answered question is appended to ``predictions.jsonl`` as it is done, and
     ``eval.json`` (EM, has_answer, counts, ``settings``, timings; ``complete`` once every question is answered) is
     rewritten atomically after every batch. A run on a folder that already holds predictions continues after them
     (the questions and ``settings`` must be the same). Returns what ``eval.json`` holds.
     """
-    import torch
     from tqdm.auto import tqdm
-    from transformers import GenerationConfig
 
-    from .evaluation import resolve_max_length
-    from .retrieval.files import write_json_atomic
-    from .scoring import model_device
-
-    if num_docs < 0:
-        raise ValueError(f"num_docs must be at least 0, got {num_docs}.")
-    if num_docs and not use_ctxs and retriever is None:
-        raise ValueError("Open-book QA (num_docs > 0) needs a retriever or the questions' own passages (use_ctxs).")
-    if use_ctxs and num_docs and any("ctxs" not in ex for ex in examples):
-        missing = next(i for i, ex in enumerate(examples, 1) if "ctxs" not in ex)
-        raise ValueError(f"use_ctxs: question {missing} has no 'ctxs' (DPR retriever-results format).")
-    if batch_size < 1 or max_new_tokens < 1:
-        raise ValueError("batch_size and max_new_tokens must be at least 1.")
-    if not examples:
-        raise ValueError("There are no questions to answer.")
-    max_length = resolve_max_length(model, max_length)
-    budget = max_length - max_new_tokens
-    if budget < 1:
-        raise ValueError(f"max_length ({max_length}) leaves no room for a prompt and {max_new_tokens} new tokens.")
-    settings = dict(settings or {})
-    settings.update(num_docs=num_docs, use_ctxs=use_ctxs, max_new_tokens=max_new_tokens, max_length=max_length)
-
-    records: list[dict] = []
-    predictions_path = None
-    sample_prompt = None
-    if output_dir is not None:
-        os.makedirs(output_dir, exist_ok=True)
-        predictions_path = os.path.join(output_dir, PREDICTIONS_FILE)
-        records = _read_predictions(predictions_path, examples)
-        if records:
-            sample_prompt = _check_settings(output_dir, settings).get("sample_prompt")
-    resumed = min(len(records), len(examples))
-    records = records[: len(examples)]
-    todo = list(range(resumed, len(examples)))
-
-    pad_id = next((t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id) if t is not None), 0)
-    eos = model.generation_config.eos_token_id if model.generation_config.eos_token_id is not None \
-        else tokenizer.eos_token_id
-    generation_config = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=False, num_beams=1,
-                                         pad_token_id=pad_id, eos_token_id=eos)
-    device = model_device(model)
-    timings = {"retrieval_s": 0.0, "generation_s": 0.0}
-    start_time = time.perf_counter()
-
-    def report(complete: bool) -> dict:
-        elapsed = time.perf_counter() - start_time
-        answered = len(records) - resumed
-        return {**qa_figures(records), "complete": complete, "num_resumed": resumed, "num_answered": answered,
-                "settings": settings, "sample_prompt": sample_prompt,
-                "timings": {**timings, "total_s": elapsed,
-                            "questions_per_s": answered / elapsed if elapsed > 0 else None}}
-
-    out = open(predictions_path, "a", encoding="utf-8") if predictions_path else None
-    try:
-        progress = tqdm(total=len(examples), initial=resumed, desc="eval-qa", unit="question",
-                        disable=not show_progress)
-        for begin in range(0, len(todo), batch_size):
-            batch = [examples[i] for i in todo[begin : begin + batch_size]]
-            t0 = time.perf_counter()
-            if num_docs == 0:
-                passages: list[list] = [[] for _ in batch]
-            elif use_ctxs:
-                passages = [list(ex["ctxs"][:num_docs]) for ex in batch]
-            else:
-                passages = retriever.retrieve([ex["question"] for ex in batch], k=num_docs)
-            passages = [[_passage_dict(p) for p in found] for found in passages]
-            timings["retrieval_s"] += time.perf_counter() - t0
-
-            prompts = [build_qa_prompt(ex["question"], found) for ex, found in zip(batch, passages)]
-            t0 = time.perf_counter()
-            input_ids, mask, truncated, lengths = _encode_batch(tokenizer, prompts, budget, pad_id)
-            with torch.no_grad():
-                generated = model.generate(input_ids=input_ids.to(device), attention_mask=mask.to(device),
-                                           generation_config=generation_config)
-            generated = generated[:, input_ids.shape[1] :].tolist()
-            timings["generation_s"] += time.perf_counter() - t0
-
-            rows = zip(batch, passages, prompts, generated, truncated, lengths)
-            for ex, found, prompt, new_ids, cut, length in rows:
-                generation = tokenizer.decode(new_ids, skip_special_tokens=True)
-                prediction = first_line(generation)
-                record = {
-                    "question": ex["question"],
-                    "answers": ex["answers"],
-                    "prediction": prediction,
-                    "em": exact_match(prediction, ex["answers"]),
-                    "has_answer": has_answer(ex["answers"], format_passages(found)) if found else False,
-                    "titles": [p["title"] for p in found],
-                    "passage_ids": [p.get("id") for p in found],
-                    "num_docs": num_docs,
-                    "num_passages": len(found),
-                    "prompt_tokens": length,
-                    "truncated": cut,
-                    "generation": generation,
-                }
-                if sample_prompt is None:
-                    sample_prompt = prompt
-                records.append(record)
-                if out is not None:
-                    out.write(json.dumps(record, ensure_ascii=False) + "\n")
-                    out.flush()
-            progress.update(len(batch))
-            progress.set_postfix(EM=f"{qa_figures(records)['em']:.1f}%")
-            if output_dir is not None:
-                write_json_atomic(os.path.join(output_dir, EVAL_FILE), report(complete=False))
-        progress.close()
-    finally:
-        if out is not None:
-            out.close()
-    result = report(complete=True)
-    if output_dir is not None:
-        write_json_atomic(os.path.join(output_dir, EVAL_FILE), result)
-    return result
+    _check_arguments(examples, retriever, num_docs, use_ctxs, batch_size, max_new_tokens)
+    answerer = _Answerer(model, tokenizer, max_new_tokens, max_length)
+    settings = {**(settings or {}), "num_docs": num_docs, "use_ctxs": use_ctxs, "max_new_tokens": max_new_tokens,
+                "max_length": answerer.max_length}
+    run = _QaRun(output_dir, examples, settings)
+    todo = examples[run.num_resumed :]
+    progress = tqdm(total=len(examples), initial=run.num_resumed, desc="eval-qa", unit="question",
+                    disable=not show_progress)
+    for begin in range(0, len(todo), batch_size):
+        batch = todo[begin : begin + batch_size]
+        t0 = time.perf_counter()
+        passages = find_passages(batch, retriever, num_docs, use_ctxs)
+        run.timings["retrieval_s"] += time.perf_counter() - t0
+        prompts = [build_qa_prompt(ex["question"], found) for ex, found in zip(batch, passages)]
+        t0 = time.perf_counter()
+        answers = answerer.answer(prompts)
+        run.timings["generation_s"] += time.perf_counter() - t0
+        run.add([qa_record(ex, found, answer, num_docs) for ex, found, answer in zip(batch, passages, answers)],
+                prompts)
+        progress.update(len(batch))
+        progress.set_postfix(EM=f"{qa_figures(run.records)['em']:.1f}%")
+    progress.close()
+    return run.finish()

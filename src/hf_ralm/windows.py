@@ -54,26 +54,42 @@ class Window:
         return self.index > 0
 
 
-def check_positive(name: str, value: int, flag: str | None = None) -> None:
-    """Raise a ``ValueError`` that names the setting (and its command-line flag) when ``value < 1``."""
-    if not isinstance(value, int) or value < 1:
-        where = f" ({flag})" if flag else ""
-        raise ValueError(f"{name}{where} must be a positive integer, got {value!r}.")
+def check_count(name: str, value: int, minimum: int = 1) -> None:
+    """Raise a ``ValueError`` that names the argument unless ``value`` is an integer of at least ``minimum``.
+
+    Example:
+        >>> check_count("stride", 0)
+        Traceback (most recent call last):
+        ...
+        ValueError: stride must be at least 1, got 0.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer, got {value!r}.")
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value}.")
+
+
+def check_window_overlap(max_length: int, stride: int, stride_name: str = "stride") -> None:
+    """Raise a ``ValueError`` unless windows of ``max_length`` tokens that start every ``stride`` tokens overlap
+    (``max_length > stride``); otherwise tokens between two windows would never be scored. ``stride_name`` is how
+    the caller calls its stride in the message."""
+    if max_length <= stride:
+        raise ValueError(
+            f"max_length ({max_length}) must be larger than {stride_name} ({stride}), or windows would skip tokens: "
+            f"lower {stride_name} or raise max_length."
+        )
 
 
 def plan_windows(num_tokens: int, max_length: int, stride: int) -> list[Window]:
     """Cut ``num_tokens`` tokens into the reference's sliding windows.
 
     For ``begin`` in ``0, stride, 2*stride, ...``: ``end = min(begin + max_length, num_tokens)`` and the window
-    scores ``[prev_end, end)``; planning stops after the window that reaches ``num_tokens``.
+    scores ``[prev_end, end)``; planning stops after the window that reaches ``num_tokens``. ``max_length`` is the
+    window length actually used (a config's ``max_length`` capped at the model's maximum), hence the checks.
     """
-    check_positive("stride", stride, "--stride")
-    check_positive("max_length", max_length, "--max-length")
-    if max_length <= stride:
-        raise ValueError(
-            f"max_length ({max_length}) must be larger than the stride ({stride}); otherwise windows would skip "
-            "tokens. Lower --stride or raise --max-length."
-        )
+    check_count("stride", stride)
+    check_count("max_length", max_length)
+    check_window_overlap(max_length, stride)
     if num_tokens < 2:
         raise ValueError(f"Need at least 2 tokens to score anything, got {num_tokens}. Is the dataset empty?")
     windows: list[Window] = []
@@ -89,7 +105,7 @@ def plan_windows(num_tokens: int, max_length: int, stride: int) -> list[Window]:
 
 def query_span(window: Window, query_length: int) -> tuple[int, int] | None:
     """Token span ``[start, stop)`` of the window's retrieval query, or ``None`` for window 0 (no retrieval)."""
-    check_positive("query_length", query_length, "--query-length")
+    check_count("query_length", query_length)
     if not window.has_retrieval:
         return None
     return max(0, window.prev_end - query_length), window.prev_end

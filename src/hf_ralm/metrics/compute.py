@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from ..configuration_ralm import RalmConfig
 from ..windows import join_rows
 
 
@@ -14,17 +15,18 @@ def compute_ralm_perplexity(
     index_dir: str | None = None,
     corpus: str | None = None,
     forbidden_titles: str | None = None,
-    stride: int = 4,
-    query_length: int = 32,
+    stride: int = RalmConfig.retrieval_stride,
+    query_length: int | None = None,
     max_length: int | None = None,
-    max_doc_tokens: int = 256,
+    max_doc_tokens: int = RalmConfig.max_doc_tokens,
     max_eval_tokens: int | None = None,
     dtype: str = "float32",
     batch_size: int = 8,
-    bos_every_window: bool = False,
+    bos_every_window: bool = RalmConfig.bos_every_window,
     device: str | None = None,
 ) -> dict:
-    """The figures of In-Context RALM perplexity for ``predictions`` joined into one text."""
+    """The figures of In-Context RALM perplexity for ``predictions`` joined into one text. The settings are
+    :class:`RalmConfig`'s (``stride`` is ``retrieval_stride``; ``query_length=None``: the retriever's default)."""
     import torch
 
     from ..modeling_ralm import RetrievalAugmentedModel

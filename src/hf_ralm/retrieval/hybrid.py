@@ -74,6 +74,11 @@ class HybridRetriever(Retriever):
         return frozenset(getattr(self.sparse, "forbidden_titles", ())) | frozenset(
             getattr(self.dense, "forbidden_titles", ()))
 
+    @property
+    def index_dir(self) -> str:
+        """The folder holding both sides' indexes (their common parent)."""
+        return os.path.commonpath([self.sparse.index_dir, self.dense.index_dir])
+
     @classmethod
     def _build_or_load(
         cls,
