@@ -107,7 +107,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     command = shlex.join([os.path.basename(sys.executable), *sys.argv]) if argv is None else shlex.join(argv)
 
-
     from hf_ralm.configuration_ralm import RalmConfig
     from hf_ralm.evaluation import (resolve_max_length, retrieve_for_windows, tokenize_text, window_prefixes,
                                     window_queries)
@@ -115,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     from hf_ralm.retrieval.base import read_forbidden_titles
     from hf_ralm.retrieval.bm25 import BM25Retriever
     from hf_ralm.retrieval.files import write_json_atomic
-    from hf_ralm.scoring import model_device, score_windows
+    from hf_ralm.modeling_utils import model_device
+    from hf_ralm.scoring import score_windows
     from hf_ralm.windows import count_words, perplexity_figures, plan_windows
 
     threads = args.threads or available_cores()

@@ -51,9 +51,9 @@ from transformers.utils import logging
 
 from .configuration_ralm import RalmConfig
 from .evaluation import passage_prefix, resolve_max_length
-from .passage_cache import DEFAULT_MAX_BYTES, PassageKVCache, empty_cache
+from .modeling_utils import empty_cache, last_logits, model_device, one_logit_kwargs
+from .passage_cache import DEFAULT_MAX_BYTES, PassageKVCache
 from .retrieval.base import Passage, Retriever
-from .scoring import one_logit_kwargs, last_logits, model_device
 
 logger = logging.get_logger(__name__)
 

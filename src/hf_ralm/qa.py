@@ -330,7 +330,7 @@ def evaluate_qa(
 
     from .evaluation import resolve_max_length
     from .retrieval.files import write_json_atomic
-    from .scoring import model_device
+    from .modeling_utils import model_device
 
     if num_docs < 0:
         raise ValueError(f"num_docs must be at least 0, got {num_docs}.")
