@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     from hf_ralm.retrieval.base import read_forbidden_titles
     from hf_ralm.retrieval.bm25 import BM25Retriever
     from hf_ralm.retrieval.files import write_json_atomic
-    from hf_ralm.scoring import model_device
+    from hf_ralm.modeling_utils import model_device
 
     threads = args.threads or available_cores()
     torch.set_num_threads(threads)

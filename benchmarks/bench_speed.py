@@ -99,7 +99,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     command = shlex.join([os.path.basename(sys.executable), *sys.argv]) if argv is None else shlex.join(argv)
 
-
     from hf_ralm.configuration_ralm import RalmConfig
     from hf_ralm.data import load_dataset_text
     from hf_ralm.evaluation import (resolve_max_length, retrieve_for_windows, tokenize_text, window_prefixes,
@@ -108,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     from hf_ralm.retrieval.base import read_forbidden_titles
     from hf_ralm.retrieval.bm25 import BM25Retriever
     from hf_ralm.retrieval.files import write_json_atomic
-    from hf_ralm.scoring import model_device, score_windows
+    from hf_ralm.modeling_utils import model_device
+    from hf_ralm.scoring import score_windows
     from hf_ralm.windows import count_words, perplexity_figures, plan_windows
 
     threads = args.threads or available_cores()
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     config = RalmConfig(base_model_name_or_path=args.model, retrieval_stride=args.stride,
                         query_length=args.query_length, max_doc_tokens=args.max_doc_tokens,
                         max_length=args.max_length)
-    config.validate_ralm_settings()
+    config.validate()
 
     t0 = time.perf_counter()
     text = load_dataset_text(args.data)
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         text = tokenizer.decode(ids)  # word count of the evaluated part, as evaluate_retrieval does
     max_length = resolve_max_length(model32, config.max_length)
     windows = plan_windows(len(ids), max_length, config.retrieval_stride)
-    queries = window_queries(tokenizer, ids, windows, config.query_length)
+    queries = window_queries(tokenizer, ids, windows, config.query_length_for("bm25"))
     tokenize_s = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     retriever = BM25Retriever.load(args.index_dir, forbidden_titles=forbidden)
     index_load_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    passages = retrieve_for_windows(retriever, queries, config.num_docs, show_progress=False)
+    passages = retrieve_for_windows(retriever, queries, 1, show_progress=False)
     retrieval_s = time.perf_counter() - t0
     prefixes = window_prefixes(tokenizer, windows, passages, config)
 
@@ -231,9 +231,9 @@ def main(argv: list[str] | None = None) -> int:
         "index_dir": args.index_dir,
         "num_index_passages": len(retriever),
     }
-    settings = {"max_length": max_length, "stride": config.retrieval_stride, "query_length": config.query_length,
+    settings = {"max_length": max_length, "stride": config.retrieval_stride, "query_length": config.query_length_for("bm25"),
                 "max_doc_tokens": config.max_doc_tokens, "max_eval_tokens": args.max_eval_tokens,
-                "batch_size": bs, "num_docs": config.num_docs}
+                "batch_size": bs}
     timings = {"model_load_s": load_s, "tokenize_and_plan_s": tokenize_s, "index_load_s": index_load_s,
                "retrieval_s": retrieval_s}
     report = {"environment": environment, "settings": settings, "counts": counts, "timings": timings,

@@ -13,7 +13,6 @@ from transformers.generation.streamers import BaseStreamer
 
 from conftest import ARTICLES, EVAL_TEXT, PAD_ID, make_tiny_model
 from hf_ralm import Passage, RalmConfig, RetrievalAugmentedModel
-from hf_ralm import generation
 from hf_ralm.generation import RalmLogitsProcessor
 from hf_ralm.passage_cache import PassageKVCache
 
@@ -171,22 +170,42 @@ def test_generate_matches_rebuild_loop(models, tiny_tokenizer, prompts, arch, st
     assert out.ralm_stats["strides"] == len(prompts) * -(-NEW_TOKENS // stride)
 
 
-def test_generate_paths_agree(models, tiny_tokenizer, prompts, monkeypatch):
-    """Batched steps, one forward per row, and rebuilding every step (use_cache=False) give the same scores."""
+def test_generate_paths_agree(models, tiny_tokenizer, prompts):
+    """Batched steps, one forward per row (each prompt generated alone: a batch of one is never batched) and
+    rebuilding every step (use_cache=False) give the same scores."""
     ralm = wrap(models["llama"], tiny_tokenizer, HashRetriever(), ralm_config(3))
+    ids, mask = left_pad(prompts)
+    common = dict(max_new_tokens=NEW_TOKENS, eos_token_id=None, pad_token_id=PAD_ID, return_dict_in_generate=True,
+                  output_scores=True)
+    batched = ralm.generate(ids, attention_mask=mask, **common)
+    rebuilt = ralm.generate(ids, attention_mask=mask, use_cache=False, **common)
+    alone = [ralm.generate(torch.tensor([prompt]), **common) for prompt in prompts]
+    assert batched.ralm_stats["batched_steps"] > 0 and all(out.ralm_stats["batched_steps"] == 0 for out in alone)
+    assert torch.equal(batched.sequences, rebuilt.sequences)
+    for a, b in zip(batched.scores, rebuilt.scores):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+    for b, (prompt, out) in enumerate(zip(prompts, alone)):
+        assert batched.sequences[b, ids.shape[1] :].tolist() == out.sequences[0, len(prompt) :].tolist(), f"row {b}"
+        for batched_scores, row_scores in zip(batched.scores, out.scores):
+            torch.testing.assert_close(batched_scores[b], row_scores[0], atol=1e-4, rtol=1e-4)
+    per_row_tokens = sum(out.ralm_stats["forward_tokens"] for out in alone)
+    assert batched.ralm_stats["forward_tokens"] == per_row_tokens
+    assert per_row_tokens < rebuilt.ralm_stats["forward_tokens"]
+
+
+def test_unbatchable_cache_decodes_row_by_row(models, tiny_tokenizer, prompts):
+    """Gemma-3's sliding-window cache layers cannot be left-padded into one batch: its rows are decoded one by one,
+    and give what rebuilding every step gives."""
+    ralm = wrap(models["gemma3"], tiny_tokenizer, HashRetriever(), ralm_config(3))
     ids, mask = left_pad(prompts)
     common = dict(attention_mask=mask, max_new_tokens=NEW_TOKENS, eos_token_id=None, pad_token_id=PAD_ID,
                   return_dict_in_generate=True, output_scores=True)
-    batched = ralm.generate(ids, **common)
-    rebuilt = ralm.generate(ids, use_cache=False, **common)
-    monkeypatch.setattr(generation, "_BATCH_STEPS", False)
     per_row = ralm.generate(ids, **common)
-    assert batched.ralm_stats["batched_steps"] > 0 and per_row.ralm_stats["batched_steps"] == 0
-    for other in (rebuilt, per_row):
-        assert torch.equal(batched.sequences, other.sequences)
-        for a, b in zip(batched.scores, other.scores):
-            torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
-    assert batched.ralm_stats["forward_tokens"] == per_row.ralm_stats["forward_tokens"]
+    rebuilt = ralm.generate(ids, use_cache=False, **common)
+    assert per_row.ralm_stats["batched_steps"] == 0
+    assert torch.equal(per_row.sequences, rebuilt.sequences)
+    for a, b in zip(per_row.scores, rebuilt.scores):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
     assert per_row.ralm_stats["forward_tokens"] < rebuilt.ralm_stats["forward_tokens"]
 
 
@@ -213,11 +232,13 @@ def test_logits_processor_matches_rebuild_loop(models, tiny_tokenizer, prompts, 
                                     eos_token_id=None, pad_token_id=PAD_ID,
                                     logits_processor=LogitsProcessorList([processor]))
     assert torch.equal(again, out.sequences)
+    processor.reset()
+    assert processor.sources == []
 
 
 def test_logits_processor_ensemble_matches_mixture_loop(models, tiny_tokenizer, prompts):
     reader, config, retriever = models["llama"], ralm_config(4), HashRetriever()
-    processor = RalmLogitsProcessor(reader, tiny_tokenizer, retriever, config, num_docs=2, ensemble=True,
+    processor = RalmLogitsProcessor(reader, tiny_tokenizer, retriever, config, ensemble_size=2,
                                     max_new_tokens=NEW_TOKENS)
     ids, mask = left_pad(prompts)
     out = models["opt"].generate(ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False,
@@ -229,8 +250,13 @@ def test_logits_processor_ensemble_matches_mixture_loop(models, tiny_tokenizer, 
         assert generated_rows(out, ids.shape[1])[b] == expected, f"row {b}"
         mixtures += sum(1 for _, found in strides if len(found) == 2)
     assert mixtures > 0  # a mixture of two passages was exercised
-    with pytest.raises(ValueError, match="ensemble"):
-        RalmLogitsProcessor(reader, tiny_tokenizer, retriever, config, num_docs=2)
+
+
+@pytest.mark.parametrize("ensemble_size", [0, -1, 1.5, True, "2"])
+def test_logits_processor_refuses_bad_ensemble_size(models, tiny_tokenizer, ensemble_size):
+    with pytest.raises(ValueError, match=r"^ensemble_size must be a positive integer .*got "):
+        RalmLogitsProcessor(models["llama"], tiny_tokenizer, HashRetriever(), ralm_config(4),
+                            ensemble_size=ensemble_size)
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from conftest import ARCHS, BOS_ID, MODEL_VOCAB_SIZE, make_tiny_model
+from hf_ralm.passage_cache import PassageKVCache
 from hf_ralm.reference import reference_window_nlls
 from hf_ralm.scoring import score_windows
 from hf_ralm.windows import plan_windows
@@ -185,6 +186,33 @@ def test_one_shared_passage_for_every_window(arch, tiny_models):
     for batch in (1, 2, 7, 64):
         fast = score_windows(model, ids, windows, prefixes, batch_size=batch, show_progress=False)
         assert_close(fast, ref, f"{arch} batch={batch}")
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_shared_passage_cache(arch, tiny_models):
+    """A passage cache handed to score_windows gets the passages' keys/values, and a second call (here, on another
+    text with the same passages) takes them from it instead of computing them again, with the same NLLs."""
+    model, ids, windows, prefixes, ref = _reference_case(arch, 3, 16)
+    store = PassageKVCache(model)
+    first = score_windows(model, ids, windows, prefixes, batch_size=4, show_progress=False, passage_cache=store)
+    assert_close(first, ref, arch)
+    assert store.misses > 0 and len(store) == store.misses  # every distinct reused passage computed once
+    computed = store.computed_tokens
+    other_ids = random_ids(N_TOKENS, seed=99)
+    second = score_windows(model, other_ids, windows, prefixes, batch_size=4, show_progress=False,
+                           passage_cache=store)
+    assert store.computed_tokens == computed and store.hits > 0
+    assert_close(second, reference_window_nlls(model, other_ids, windows, prefixes), arch)
+
+
+def test_passage_cache_must_fit_the_call(tiny_models):
+    model, ids, windows, prefixes, _ = _reference_case("llama", 3, 16)
+    with pytest.raises(ValueError, match="another model"):
+        score_windows(model, ids, windows, prefixes, show_progress=False,
+                      passage_cache=PassageKVCache(tiny_models["opt"]))
+    with pytest.raises(ValueError, match="reuse_prefix_kv=True"):
+        score_windows(model, ids, windows, prefixes, reuse_prefix_kv=False, show_progress=False,
+                      passage_cache=PassageKVCache(model))
 
 
 def test_the_prefix_matters(tiny_models):

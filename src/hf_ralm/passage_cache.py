@@ -1,8 +1,10 @@
 """Keys/values of retrieved passages, computed once and reused, in a least-recently-used store bounded by bytes.
 
 In-Context RALM always puts the passage at position 0, and attention is causal, so a passage's keys/values do not
-depend on the text after it: they can be computed once per passage and reused by every stride and every row that
-puts the same passage in context. Only the text after the passage then has to be prefilled.
+depend on the text after it: they can be computed once per passage and reused by every window, stride and row that
+puts the same passage in context. Only the text after the passage then has to be run. The scorer
+(:func:`hf_ralm.scoring.score_windows`) and generation (:mod:`hf_ralm.generation`) both take their passages'
+keys/values from here, and can share one store.
 
 Example:
     >>> cache = PassageKVCache(model, max_bytes=256 * 2**20)            # doctest: +SKIP
@@ -20,25 +22,9 @@ from typing import Sequence
 import torch
 from transformers import DynamicCache
 
-from .scoring import last_logits, model_device
+from .modeling_utils import cache_nbytes, empty_cache, last_logits, model_device
 
 DEFAULT_MAX_BYTES = 512 * 2**20
-
-
-def empty_cache(model) -> DynamicCache:
-    """A fresh cache laid out for ``model`` (sliding-window layers included)."""
-    return DynamicCache(config=model.config)
-
-
-def cache_nbytes(cache: DynamicCache) -> int:
-    """Bytes held by the key/value tensors of a cache."""
-    total = 0
-    for layer in getattr(cache, "layers", ()):
-        for name in ("keys", "values"):
-            tensor = getattr(layer, name, None)
-            if isinstance(tensor, torch.Tensor):
-                total += tensor.numel() * tensor.element_size()
-    return total
 
 
 class PassageKVCache:
@@ -60,6 +46,20 @@ class PassageKVCache:
         self.misses = 0
         self.computed_tokens = 0
         self.reused_tokens = 0
+
+    @classmethod
+    def for_model(cls, model, passage_cache: PassageKVCache | None = None,
+                  max_bytes: int = DEFAULT_MAX_BYTES) -> PassageKVCache:
+        """``passage_cache`` once checked to hold ``model``'s keys/values, or (``None``) a new store for ``model``.
+
+        Example:
+            >>> store = PassageKVCache.for_model(model, None, max_bytes=64 * 2**20)   # doctest: +SKIP
+        """
+        if passage_cache is None:
+            return cls(model, max_bytes)
+        if passage_cache.model is not model:
+            raise ValueError("passage_cache was built for another model: its keys/values would be wrong here.")
+        return passage_cache
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -364,7 +364,7 @@ class _Answerer:
         from transformers import GenerationConfig
 
         from .evaluation import resolve_max_length
-        from .scoring import model_device
+        from .modeling_utils import model_device
 
         self.model, self.tokenizer = model, tokenizer
         self.max_length = resolve_max_length(model, max_length)

@@ -7,7 +7,7 @@ from typing import Sequence
 
 import torch
 
-from .scoring import model_device
+from .modeling_utils import model_device
 from .windows import Window
 
 
@@ -29,5 +29,6 @@ def reference_window_nlls(
         first = w.score_begin - w.begin
         predicted = logits[first - 1 : w.length - 1]
         targets = window[first:]
-        nll[w.score_begin : w.end] = torch.nn.functional.cross_entropy(predicted, targets, reduction="none").double().cpu()
+        token_nll = torch.nn.functional.cross_entropy(predicted, targets, reduction="none")
+        nll[w.score_begin : w.end] = token_nll.double().cpu()
     return nll

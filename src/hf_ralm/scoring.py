@@ -6,8 +6,10 @@ window's tokens, exactly as the reference does; what changes is how it is comput
 * windows of equal shape are batched (every window is exactly ``end - begin`` long, so no padding is needed);
 * logits are computed only at the positions that score a token (``logits_to_keep``), not for the whole window;
 * windows that share the same passage share its keys/values: a passage sits at position 0 and attention is causal,
-  so its keys/values do not depend on the text after it. They are computed once per distinct passage and only the
-  text after it is run (turn off with ``reuse_prefix_kv=False``).
+  so its keys/values do not depend on the text after it. They come from a
+  :class:`~hf_ralm.passage_cache.PassageKVCache` (computed once per distinct passage, or taken from a store the
+  caller shares, e.g. with generation) and only the text after the passage is run (turn off with
+  ``reuse_prefix_kv=False``).
 
 Example:
     >>> nll = score_windows(model, ids, plan_windows(len(ids), 512, 4), prefixes)   # doctest: +SKIP
@@ -15,34 +17,15 @@ Example:
 
 from __future__ import annotations
 
-import copy
-import inspect
 from collections import defaultdict
 from typing import Sequence
 
 import torch
 from tqdm.auto import tqdm
 
+from .modeling_utils import last_logits, model_device
+from .passage_cache import PassageKVCache
 from .windows import Window, place_passage
-
-
-def model_device(model: torch.nn.Module) -> torch.device:
-    """Where the model's inputs go (the input embeddings' device, which also works with ``device_map``)."""
-    return model.get_input_embeddings().weight.device
-
-
-def _accepts_logits_to_keep(model: torch.nn.Module) -> bool:
-    return "logits_to_keep" in inspect.signature(model.forward).parameters
-
-
-def last_logits(model, input_ids: torch.Tensor, keep: int, past_key_values=None) -> torch.Tensor:
-    """Logits of the last ``keep`` positions, computing the LM head only there when the model allows it."""
-    kwargs: dict = {"use_cache": past_key_values is not None}
-    if past_key_values is not None:
-        kwargs["past_key_values"] = past_key_values
-    if _accepts_logits_to_keep(model):
-        kwargs["logits_to_keep"] = keep
-    return model(input_ids=input_ids, **kwargs).logits[:, -keep:]
 
 
 def token_nlls(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -78,30 +61,32 @@ def score_windows(
     batch_size: int = 8,
     reuse_prefix_kv: bool = True,
     show_progress: bool = True,
+    passage_cache: PassageKVCache | None = None,
 ) -> torch.Tensor:
     """NLL of every token, as a float64 tensor of ``len(ids)`` (NaN where no window scores the token, i.e. token 0).
 
     ``prefixes[w.index]`` is what overwrites the start of window ``w`` (a passage's token ids, ``[bos]`` or ``[]``).
+    ``passage_cache``: a :class:`~hf_ralm.passage_cache.PassageKVCache` of ``model`` to take the passages'
+    keys/values from and keep them in (by default a store of this call's own).
     """
+    if passage_cache is not None and not reuse_prefix_kv:
+        raise ValueError("passage_cache holds passages' keys/values for reuse: it needs reuse_prefix_kv=True.")
+    if reuse_prefix_kv:
+        passage_cache = PassageKVCache.for_model(model, passage_cache)
     device = model_device(model)
     all_ids = torch.as_tensor(list(ids), dtype=torch.long)
     nll = torch.full((len(all_ids),), float("nan"), dtype=torch.float64)
     groups = _group_windows(windows, prefixes, reuse_prefix_kv)
     progress = tqdm(total=len(windows), desc="Scoring windows", unit="win", disable=not show_progress)
     for (shared_prefix, length, num_scored), members in sorted(groups.items(), key=lambda g: g[1][0].index):
-        prefix_cache = None
-        if shared_prefix is not None:
-            prefix_cache = model(
-                input_ids=torch.tensor([shared_prefix], device=device), use_cache=True, **one_logit_kwargs(model)
-            ).past_key_values
         for start in range(0, len(members), batch_size):
             batch = members[start : start + batch_size]
             targets = torch.stack([all_ids[w.score_begin : w.end] for w in batch]).to(device)
-            if prefix_cache is None:
+            if shared_prefix is None:
                 inputs = [place_passage(all_ids[w.begin : w.end].tolist(), prefixes[w.index]) for w in batch]
                 logits = last_logits(model, torch.tensor(inputs, device=device), num_scored + 1)
             else:
-                cache = copy.deepcopy(prefix_cache)
+                cache, _ = passage_cache.get(shared_prefix)  # a private copy, one row: repeated for the batch
                 cache.batch_repeat_interleave(len(batch))
                 skip = len(shared_prefix)
                 suffix = torch.stack([all_ids[w.begin + skip : w.end] for w in batch]).to(device)
@@ -112,7 +97,3 @@ def score_windows(
             progress.update(len(batch))
     progress.close()
     return nll
-
-
-def one_logit_kwargs(model) -> dict:
-    return {"logits_to_keep": 1} if _accepts_logits_to_keep(model) else {}

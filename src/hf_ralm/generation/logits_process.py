@@ -1,0 +1,110 @@
+"""``RalmLogitsProcessor``: In-Context RALM for any ``model.generate(logits_processor=[...])``.
+
+Example:
+    >>> processor = RalmLogitsProcessor(reader, tokenizer, retriever, config, max_new_tokens=32)  # doctest: +SKIP
+    >>> out = model.generate(ids, max_new_tokens=32,
+    ...                      logits_processor=LogitsProcessorList([processor]))                   # doctest: +SKIP
+    >>> processor.sources[0][0]["title"]                                                           # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import LogitsProcessor
+
+from ..configuration_ralm import RalmConfig
+from ..passage_cache import DEFAULT_MAX_BYTES, PassageKVCache
+from ..retrieval.base import Retriever
+from .contexts import Row
+from .decoder import RalmDecoder
+
+
+class RalmLogitsProcessor(LogitsProcessor):
+    """In-Context RALM as a ``transformers`` logits processor, for any ``model.generate(logits_processor=[...])``.
+
+    Every ``s`` generated tokens it retrieves (the query is the last ``ℓ`` tokens of the ``input_ids`` it receives)
+    and at every step it *returns* the reader's next-token log-probabilities computed on ``[passage; x[a_j:]]``,
+    exactly as :func:`~hf_ralm.generation.ralm_generate` computes them (its own KV caches, reused the same way),
+    whatever scores it receives: the generating model only supplies the loop.
+
+    Args:
+        ensemble_size: how many passages' next-token probabilities are mixed. 1 (the default) puts only the top
+            passage in context; ``n > 1`` mixes the top ``n`` passages, one context each, weighted by the softmax
+            of the retriever's scores (REPLUG-style).
+
+    Notes:
+        * It replaces the scores, so processors that run before it are lost. ``generate`` runs the processors it
+          builds from the generation config (e.g. ``repetition_penalty``) before the user's: pass such processors
+          yourself, after this one. Temperature/top-k/top-p warpers run after it and apply as usual.
+        * ``generate`` does not tell processors how many tokens it will generate: give ``max_new_tokens`` to
+          shorten the last stride exactly as :func:`~hf_ralm.generation.ralm_generate` does; without it every
+          stride counts ``s`` tokens (which only changes which oldest tokens the last stride drops).
+        * Leading ``pad_token_id`` tokens (left padding) of the first ``input_ids`` are not part of a row's text.
+        * A new generation is detected when ``input_ids`` is not the previous call's plus one token; :meth:`reset`
+          forces it.
+        * The returned log-probabilities cover the reader's vocabulary, cut or padded with ``-inf`` to the width
+          of the scores it receives (so the two models must share the tokenizer).
+    """
+
+    def __init__(self, reader_model, tokenizer, retriever: Retriever | None, config: RalmConfig,
+                 ensemble_size: int = 1, max_new_tokens: int | None = None, pad_token_id: int | None = -1,
+                 passage_cache: PassageKVCache | None = None, max_cache_bytes: int = DEFAULT_MAX_BYTES):
+        self.decoder = RalmDecoder(reader_model, tokenizer, retriever, config, passage_cache,
+                                   ensemble_size=ensemble_size, max_cache_bytes=max_cache_bytes)
+        self.max_new_tokens = max_new_tokens
+        self.pad_token_id = tokenizer.pad_token_id if pad_token_id == -1 else pad_token_id
+        self.rows: list[Row] = []
+        self._seen: torch.Tensor | None = None
+        self._prompt_length = 0
+
+    @property
+    def sources(self) -> list[list[dict]]:
+        """Per row of the current (or last) generation, the passages in context and the generated tokens they
+        predicted, as in :attr:`~hf_ralm.generation.RalmGenerateOutput.sources`."""
+        return [row.sources for row in self.rows]
+
+    @property
+    def stats(self) -> dict:
+        return self.decoder.report()
+
+    def reset(self) -> None:
+        """Forget the current generation (the next call starts a new one)."""
+        self.rows, self._seen = [], None
+        self.decoder.reset()
+
+    def _continues(self, input_ids: torch.Tensor) -> bool:
+        seen = self._seen
+        return (seen is not None and input_ids.shape[0] == seen.shape[0] and input_ids.shape[1] == seen.shape[1] + 1
+                and torch.equal(input_ids[:, :-1], seen))
+
+    def _begin(self, input_ids: torch.Tensor) -> None:
+        self.reset()
+        rows = []
+        for ids in input_ids.tolist():
+            skip = 0
+            while self.pad_token_id is not None and skip < len(ids) - 1 and ids[skip] == self.pad_token_id:
+                skip += 1
+            rows.append(Row(ids[skip:]))
+        self.rows, self._prompt_length = rows, input_ids.shape[1]
+
+    @torch.no_grad()
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self._continues(input_ids):
+            for row, token in zip(self.rows, input_ids[:, -1].tolist()):
+                row.ids.append(token)
+        else:
+            self._begin(input_ids)
+        self._seen = input_ids
+        generated = input_ids.shape[1] - self._prompt_length
+        stride = self.decoder.config.retrieval_stride
+        if generated % stride == 0:
+            left = stride if self.max_new_tokens is None else self.max_new_tokens - generated
+            self.decoder.start_stride(self.rows, max(1, min(stride, left)), generated)
+        out = torch.full_like(scores, float("-inf"))
+        width = scores.shape[-1]
+        for b, (row, row_scores) in enumerate(zip(self.rows, self.decoder.step(self.rows))):
+            log_probs = torch.log_softmax(row_scores, dim=-1)
+            keep = min(width, log_probs.shape[-1])
+            out[b, :keep] = log_probs[:keep].to(out.device, out.dtype)
+            row.extend_sources(generated + 1)
+        return out

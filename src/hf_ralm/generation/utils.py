@@ -1,0 +1,199 @@
+"""``ralm_generate``: ``transformers``' ``generate`` with In-Context RALM's decoding loop (see
+:mod:`hf_ralm.generation` for the exact semantics), and its output, :class:`RalmGenerateOutput`.
+
+Example:
+    >>> out = ralm_generate(model, tokenizer, retriever, config, "The Eiffel tower", max_new_tokens=16,
+    ...                     return_dict_in_generate=True)                                  # doctest: +SKIP
+    >>> tokenizer.decode(out.sequences[0]), out.sources[0][0]["title"]                     # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
+from transformers.generation import GenerateDecoderOnlyOutput
+from transformers.generation.configuration_utils import GenerationMode
+from transformers.generation.stopping_criteria import StopStringCriteria
+from transformers.utils import logging
+
+from ..configuration_ralm import RalmConfig
+from ..passage_cache import DEFAULT_MAX_BYTES, PassageKVCache
+from ..retrieval.base import Retriever
+from .contexts import Row
+from .decoder import RalmDecoder
+
+logger = logging.get_logger(__name__)
+
+
+@dataclass
+class RalmGenerateOutput(GenerateDecoderOnlyOutput):
+    """``transformers``' decoder-only generate output plus, per row, the passages that were in context.
+
+    ``sources[b]`` lists, for every stride of row ``b`` that had a passage in context, a dict ``{"start", "end",
+    "id", "title", "text", "score"}``: the passage was in context for generated tokens ``[start, end)`` (indices into
+    the row's generated tokens, i.e. ``sequences[b, prompt_length + start : prompt_length + end]``). ``ralm_stats``
+    counts row-strides (``strides``, ``empty_retrievals``), ``passage_changes`` (strides after a row's first whose
+    top passage differs from the previous stride's), contexts kept or rebuilt, the tokens run through the model
+    (passages excluded), batched steps, and the passage cache's counters (``reused_tokens``: prefill it saved).
+    """
+
+    sources: list[list[dict]] | None = None
+    ralm_stats: dict | None = None
+
+
+def _row_ids(input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> list[list[int]]:
+    if attention_mask is None:
+        return input_ids.tolist()
+    return [[t for t, m in zip(ids, mask) if m] for ids, mask in zip(input_ids.tolist(), attention_mask.tolist())]
+
+
+_SUPPORTED_MODES = (GenerationMode.GREEDY_SEARCH, GenerationMode.SAMPLE)
+
+
+def _decode(model, input_ids, logits_processor: LogitsProcessorList, stopping_criteria: StoppingCriteriaList,
+            generation_config: GenerationConfig, decoder: RalmDecoder, streamer, model_kwargs: dict):
+    """The decoding loop run inside ``generate``: ``transformers``' sampling loop, with the next-token logits of
+    every row computed on its own ``[passage; x[a_j:]]``."""
+    mode = generation_config.get_generation_mode()
+    if mode not in _SUPPORTED_MODES:
+        raise ValueError(
+            f"RALM generation supports greedy decoding and sampling only (num_beams=1, no assistant, constraints or "
+            f"contrastive search); got {mode.value!r} (num_beams={generation_config.num_beams}). Retrieval is done "
+            "per row, not per beam: use num_beams=1 (with do_sample=True and num_return_sequences=n for several "
+            "candidates)."
+        )
+    if generation_config.output_attentions or generation_config.output_hidden_states:
+        logger.warning_once("RALM generation returns no attentions or hidden states (each row has its own context).")
+    decoder.use_cache = decoder.use_cache and model_kwargs.get("use_cache", True) is not False
+    batch_size, prompt_length = input_ids.shape
+    rows = [Row(ids) for ids in _row_ids(input_ids, model_kwargs.get("attention_mask"))]
+    total = generation_config.max_length - prompt_length
+    stride = decoder.config.retrieval_stride
+    pad_token_id = generation_config._pad_token_tensor
+    has_eos_stopping_criteria = any(hasattr(c, "eos_token_id") for c in stopping_criteria)
+    return_dict = generation_config.return_dict_in_generate
+    scores = () if return_dict and generation_config.output_scores else None
+    raw_logits = () if return_dict and generation_config.output_logits else None
+    unfinished = torch.ones(batch_size, dtype=torch.long, device=input_ids.device)
+    if pad_token_id is not None:
+        pad_token_id = pad_token_id.to(input_ids.device)
+
+    generated = 0
+    while generated < total:
+        # rows whose next token will be replaced by padding need no forward
+        running = [b for b in range(batch_size) if not has_eos_stopping_criteria or bool(unfinished[b])]
+        if generated % stride == 0:
+            decoder.start_stride([rows[b] for b in running], min(stride, total - generated), generated)
+        running_logits = decoder.step([rows[b] for b in running])
+        next_token_logits = running_logits[0].new_zeros(batch_size, running_logits[0].shape[-1])
+        for b, row_logits in zip(running, running_logits):
+            next_token_logits[b] = row_logits
+            rows[b].extend_sources(generated + 1)
+        next_token_logits = next_token_logits.to(input_ids.device)
+        next_token_scores = logits_processor(input_ids, next_token_logits)
+        if scores is not None:
+            scores += (next_token_scores,)
+        if raw_logits is not None:
+            raw_logits += (next_token_logits,)
+
+        if generation_config.do_sample:
+            next_tokens = torch.multinomial(torch.softmax(next_token_scores, dim=-1), num_samples=1).squeeze(1)
+        else:
+            next_tokens = torch.argmax(next_token_scores, dim=-1)
+        if has_eos_stopping_criteria:
+            next_tokens = next_tokens * unfinished + pad_token_id * (1 - unfinished)
+        input_ids = torch.cat([input_ids, next_tokens[:, None]], dim=-1)
+        for b, token in zip(running, next_tokens[running].tolist()):
+            rows[b].ids.append(token)
+        generated += 1
+
+        unfinished = unfinished & ~stopping_criteria(input_ids, scores)
+        if streamer is not None:
+            streamer.put(next_tokens.cpu())
+        if unfinished.max() == 0:
+            break
+
+    if streamer is not None:
+        streamer.end()
+    if not return_dict:
+        return input_ids
+    return RalmGenerateOutput(sequences=input_ids, scores=scores, logits=raw_logits,
+                              sources=[row.sources for row in rows], ralm_stats=decoder.report())
+
+
+def _encode_prompts(tokenizer, prompts: str | Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids of text prompts (the tokenizer's default special tokens), left-padded, and their attention mask."""
+    if tokenizer is None:
+        raise ValueError("Text prompts need a tokenizer.")
+    texts = [prompts] if isinstance(prompts, str) else list(prompts)
+    encoded = [tokenizer(text)["input_ids"] for text in texts]
+    width = max(len(ids) for ids in encoded)
+    pad = next((t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id) if t is not None), 0)
+    ids = torch.tensor([[pad] * (width - len(e)) + list(e) for e in encoded])
+    mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in encoded])
+    return ids, mask
+
+
+def _is_text(inputs: Any) -> bool:
+    return isinstance(inputs, str) or (isinstance(inputs, (list, tuple)) and bool(inputs)
+                                       and all(isinstance(x, str) for x in inputs))
+
+
+@torch.no_grad()
+def ralm_generate(
+    model,
+    tokenizer,
+    retriever: Retriever | None,
+    config: RalmConfig,
+    inputs: torch.Tensor | str | Sequence[str] | None = None,
+    generation_config: GenerationConfig | None = None,
+    logits_processor: LogitsProcessorList | None = None,
+    stopping_criteria: StoppingCriteriaList | None = None,
+    streamer=None,
+    passage_cache: PassageKVCache | None = None,
+    max_cache_bytes: int = DEFAULT_MAX_BYTES,
+    **kwargs,
+):
+    """``model.generate(...)`` with In-Context RALM (see the module's docstring for the exact semantics).
+
+    Takes what ``transformers``' ``generate`` takes (``input_ids``/``attention_mask``, ``generation_config`` or its
+    fields as keyword arguments, ``logits_processor``, ``stopping_criteria``, ``streamer``,
+    ``return_dict_in_generate``, ``output_scores``/``output_logits``); ``inputs`` may also be a text or a list of
+    texts (tokenized with ``tokenizer``, left-padded). Returns the token ids, or a :class:`RalmGenerateOutput` with
+    per-row ``sources`` when ``return_dict_in_generate=True``.
+
+    Args:
+        passage_cache: a :class:`~hf_ralm.passage_cache.PassageKVCache` of ``model`` to reuse passages' keys/values
+            across calls; by default each call has its own, bounded by ``max_cache_bytes``.
+        use_cache: ``False`` runs the whole ``[passage; x[a_j:]]`` at every step (the slow reference).
+    """
+    if "custom_generate" in kwargs:
+        raise ValueError("RALM generation runs its own decoding loop: custom_generate cannot be combined with it.")
+    if _is_text(inputs):
+        inputs, mask = _encode_prompts(tokenizer, inputs)
+        kwargs.setdefault("attention_mask", mask)
+    elif _is_text(kwargs.get("input_ids")):
+        kwargs["input_ids"], mask = _encode_prompts(tokenizer, kwargs["input_ids"])
+        kwargs.setdefault("attention_mask", mask)
+
+    # stop strings need the tokenizer, which generate does not hand to a custom decoding loop: build them here
+    stop_strings = kwargs.pop("stop_strings", None)
+    if stop_strings is None and generation_config is not None and generation_config.stop_strings is not None:
+        stop_strings = generation_config.stop_strings
+        generation_config = GenerationConfig.from_dict({**generation_config.to_dict(), "stop_strings": None})
+    if stop_strings is not None:
+        stop_tokenizer = kwargs.pop("tokenizer", None) or tokenizer
+        stopping_criteria = StoppingCriteriaList(list(stopping_criteria or []))
+        stopping_criteria.append(StopStringCriteria(tokenizer=stop_tokenizer, stop_strings=stop_strings))
+
+    decoder = RalmDecoder(model, tokenizer, retriever, config, passage_cache, max_cache_bytes=max_cache_bytes)
+
+    def decode(model, input_ids, logits_processor, stopping_criteria, generation_config, **model_kwargs):
+        return _decode(model, input_ids, logits_processor, stopping_criteria, generation_config, decoder, streamer,
+                       model_kwargs)
+
+    return model.generate(inputs, generation_config=generation_config, logits_processor=logits_processor,
+                          stopping_criteria=stopping_criteria, streamer=streamer, custom_generate=decode, **kwargs)

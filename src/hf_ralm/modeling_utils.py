@@ -1,0 +1,60 @@
+"""Small helpers around a causal LM and its KV cache, shared by the scorer, the passage cache and generation.
+
+Example:
+    >>> ids = torch.tensor([[5, 6, 7]], device=model_device(model))          # doctest: +SKIP
+    >>> cache = empty_cache(model)                                           # doctest: +SKIP
+    >>> last_logits(model, ids, 1, past_key_values=cache).shape              # doctest: +SKIP
+    torch.Size([1, 1, 49152])
+    >>> cache_nbytes(cache)                                                  # doctest: +SKIP
+    276480
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+from transformers import DynamicCache
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """Where the model's inputs go (the input embeddings' device, which also works with ``device_map``)."""
+    return model.get_input_embeddings().weight.device
+
+
+def _accepts_logits_to_keep(model: torch.nn.Module) -> bool:
+    return "logits_to_keep" in inspect.signature(model.forward).parameters
+
+
+def one_logit_kwargs(model: torch.nn.Module) -> dict:
+    """Keyword arguments that make ``model`` compute the LM head at the last position only, when it can."""
+    return {"logits_to_keep": 1} if _accepts_logits_to_keep(model) else {}
+
+
+def last_logits(model: torch.nn.Module, input_ids: torch.Tensor, keep: int, past_key_values=None) -> torch.Tensor:
+    """Logits of the last ``keep`` positions, computing the LM head only there when the model allows it.
+
+    ``past_key_values`` (a cache) is extended in place with ``input_ids``' keys/values.
+    """
+    kwargs: dict = {"use_cache": past_key_values is not None}
+    if past_key_values is not None:
+        kwargs["past_key_values"] = past_key_values
+    if _accepts_logits_to_keep(model):
+        kwargs["logits_to_keep"] = keep
+    return model(input_ids=input_ids, **kwargs).logits[:, -keep:]
+
+
+def empty_cache(model: torch.nn.Module) -> DynamicCache:
+    """A fresh cache laid out for ``model`` (sliding-window layers included)."""
+    return DynamicCache(config=model.config)
+
+
+def cache_nbytes(cache: DynamicCache) -> int:
+    """Bytes held by the key/value tensors of a cache."""
+    total = 0
+    for layer in getattr(cache, "layers", ()):
+        for name in ("keys", "values"):
+            tensor = getattr(layer, name, None)
+            if isinstance(tensor, torch.Tensor):
+                total += tensor.numel() * tensor.element_size()
+    return total
