@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         text = tokenizer.decode(ids)  # word count of the evaluated part, as evaluate_retrieval does
     max_length = resolve_max_length(model32, config.max_length)
     windows = plan_windows(len(ids), max_length, config.retrieval_stride)
-    queries = window_queries(tokenizer, ids, windows, config.query_length_for("bm25"))
+    queries = window_queries(tokenizer, ids, windows, config.query_length)
     tokenize_s = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         "index_dir": args.index_dir,
         "num_index_passages": len(retriever),
     }
-    settings = {"max_length": max_length, "stride": config.retrieval_stride, "query_length": config.query_length_for("bm25"),
+    settings = {"max_length": max_length, "stride": config.retrieval_stride, "query_length": config.query_length,
                 "max_doc_tokens": config.max_doc_tokens, "max_eval_tokens": args.max_eval_tokens,
                 "batch_size": bs}
     timings = {"model_load_s": load_s, "tokenize_and_plan_s": tokenize_s, "index_load_s": index_load_s,
