@@ -101,8 +101,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from hf_ralm.configuration_ralm import RalmConfig
     from hf_ralm.data import load_dataset_text
-    from hf_ralm.evaluation import (resolve_max_length, retrieve_for_windows, tokenize_text, window_prefixes,
-                                    window_queries)
+    from hf_ralm.evaluation import retrieve_for_windows, tokenize_text, window_queries
+    from hf_ralm.model_inputs import window_prefixes
+    from hf_ralm.modeling_utils import resolve_max_length
     from hf_ralm.reference import reference_window_nlls
     from hf_ralm.retrieval.base import read_forbidden_titles
     from hf_ralm.retrieval.bm25 import BM25Retriever

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import importlib.util
 import json
 
 import pytest
 import torch
 
 import hf_ralm.metrics
-from conftest import ARTICLES, REPO_ROOT, write_jsonl
+from conftest import ARTICLES, write_jsonl
 from hf_ralm.cli import main
 from hf_ralm.qa import (
     _encode_batch,
@@ -195,20 +194,10 @@ def test_metric_by_path(offline, tmp_path):
     assert metric.compute()["exact_match"] == 50.0
 
 
-def _source_hook():
-    """The hook module of this checkout (the installed copy in site-packages is refreshed by a reinstall)."""
-    spec = importlib.util.spec_from_file_location("_hf_ralm_metrics_hook_src", REPO_ROOT / "src" /
-                                                  "_hf_ralm_metrics_hook.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_hook_writes_exact_match_shim(monkeypatch, tmp_path):
+def test_register_writes_exact_match_shim(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_MODULES_CACHE", str(tmp_path / "modules"))
-    hook = _source_hook()
-    assert hook._METRICS["ralm_exact_match"] == "RalmExactMatch"
-    hook.install_metric_shims()
+    assert hf_ralm.metrics.METRICS["ralm_exact_match"] == "RalmExactMatch"
+    hf_ralm.metrics.register_metrics()
     code = ("from hf_ralm.metrics.ralm_exact_match.ralm_exact_match import RalmExactMatch  "
             "# noqa: F401 (shim written by hf-ralm)\n")
     folder = (tmp_path / "modules" / "evaluate_modules" / "metrics" / "evaluate-metric--ralm_exact_match" /
@@ -223,10 +212,10 @@ def test_hook_writes_exact_match_shim(monkeypatch, tmp_path):
 
 
 def test_metric_by_bare_name(offline, monkeypatch, tmp_path):
-    """``evaluate.load("ralm_exact_match")`` offline, through the shim the start-up hook writes in evaluate's modules
-    cache (written here by this checkout's hook, as the installed one does at interpreter start-up)."""
+    """``evaluate.load("ralm_exact_match")`` offline, through the shim ``import hf_ralm`` writes in evaluate's modules
+    cache (written again here into this test's cache)."""
     monkeypatch.setenv("HF_MODULES_CACHE", str(offline.config.HF_MODULES_CACHE))
-    _source_hook().install_metric_shims()
+    hf_ralm.metrics.register_metrics()
     metric = offline.load("ralm_exact_match", cache_dir=str(tmp_path))
     assert type(metric).__name__ == "RalmExactMatch"
     assert metric.compute(predictions=["Rome"], references=[["rome", "Roma"]])["exact_match"] == 100.0

@@ -21,6 +21,8 @@ from tqdm.auto import tqdm
 from .configuration_ralm import RalmConfig
 from .retrieval.base import Passage, Retriever
 from .retrieval.files import load_retrieval_file, retrieval_records
+from .model_inputs import window_prefixes
+from .modeling_utils import resolve_max_length
 from .scoring import score_windows
 from .windows import Window, check_count, count_words, perplexity_figures, plan_windows, query_span
 
@@ -64,41 +66,6 @@ def retrieve_for_windows(
         for i, found in zip(chunk, retriever.retrieve([queries[i] for i in chunk], k=k)):
             passages[i] = list(found)
     return passages
-
-
-def passage_prefix(tokenizer, passage: Passage | None, config: RalmConfig) -> list[int]:
-    """What a passage puts in front of the text: the passage encoded with the tokenizer's default special tokens and
-    cut to ``max_doc_tokens`` (as the reference does); no passage puts nothing, or a lone BOS when
-    ``config.bos_every_window`` is set (which also puts a BOS before a passage that lacks one)."""
-    prefix: list[int] = []
-    if passage is not None:
-        text = config.passage_text(passage.title, passage.text)
-        prefix = tokenizer.encode(text, max_length=config.max_doc_tokens, truncation=True)
-    bos = tokenizer.bos_token_id if config.bos_every_window else None
-    if bos is not None and (not prefix or prefix[0] != bos):
-        prefix = [bos] + prefix[: config.max_doc_tokens - 1] if prefix else [bos]
-    return prefix
-
-
-def window_prefixes(
-    tokenizer, windows: Sequence[Window], passages: Sequence[list[Passage]], config: RalmConfig
-) -> list[list[int]]:
-    """What overwrites the start of each window (:func:`passage_prefix` of its top passage; window 0 has none)."""
-    return [
-        passage_prefix(tokenizer, passages[w.index][0] if w.has_retrieval and passages[w.index] else None, config)
-        for w in windows
-    ]
-
-
-def resolve_max_length(model, max_length: int | None) -> int:
-    """``max_length`` or, when ``None`` (or larger), the model's maximum context."""
-    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    model_max = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
-    if max_length is None:
-        if model_max is None:
-            raise ValueError("The model's maximum length is unknown: pass max_length.")
-        return int(model_max)
-    return min(int(max_length), int(model_max)) if model_max else int(max_length)
 
 
 def tokenize_text(tokenizer, text: str, max_eval_tokens: int | None = None) -> list[int]:

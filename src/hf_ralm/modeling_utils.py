@@ -58,3 +58,14 @@ def cache_nbytes(cache: DynamicCache) -> int:
             if isinstance(tensor, torch.Tensor):
                 total += tensor.numel() * tensor.element_size()
     return total
+
+
+def resolve_max_length(model, max_length: int | None) -> int:
+    """``max_length`` or, when ``None`` (or larger), the model's maximum context."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    model_max = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    if max_length is None:
+        if model_max is None:
+            raise ValueError("The model's maximum length is unknown: pass max_length.")
+        return int(model_max)
+    return min(int(max_length), int(model_max)) if model_max else int(max_length)

@@ -363,7 +363,7 @@ class _Answerer:
     def __init__(self, model, tokenizer, max_new_tokens: int, max_length: int | None):
         from transformers import GenerationConfig
 
-        from .evaluation import resolve_max_length
+        from .modeling_utils import resolve_max_length
         from .modeling_utils import model_device
 
         self.model, self.tokenizer = model, tokenizer

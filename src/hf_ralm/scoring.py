@@ -1,7 +1,8 @@
 """The fast, exact scorer: negative log-likelihoods of every scored token of every window.
 
 Each window's input is ``prefix_ids`` (a passage, a BOS, or nothing) written over the first positions of the
-window's tokens, exactly as the reference does; what changes is how it is computed:
+window's tokens, exactly as the reference does; what changes is how it is computed. :func:`score_inputs` does it for
+any :class:`ScoredInput` (a reranker's candidate inputs too); :func:`score_windows` for the windows of a text:
 
 * windows of equal shape are batched (every window is exactly ``end - begin`` long, so no padding is needed);
 * logits are computed only at the positions that score a token (``logits_to_keep``), not for the whole window;
@@ -18,6 +19,7 @@ Example:
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Sequence
 
 import torch
@@ -34,25 +36,94 @@ def token_nlls(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return -log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
 
 
-def _splits_at_prefix(window: Window, prefix_len: int) -> bool:
-    """Whether every position that scores a token lies after the prefix, so the prefix's keys/values can be reused."""
-    return 0 < prefix_len <= window.score_begin - 1 - window.begin
+@dataclass(frozen=True)
+class ScoredInput:
+    """One model input and the tokens it scores: ``ids[begin:end]`` with ``prefix`` written over its first positions
+    (:func:`~hf_ralm.windows.place_passage`), scoring the tokens from text position ``first_scored`` to ``end``.
+
+    ``ids`` is shared, not copied (a text's ids for the reader's windows, or an input of its own). Inputs that put the
+    same prefix before what they score share the prefix's keys/values.
+    """
+
+    ids: Sequence[int]
+    begin: int
+    end: int
+    prefix: tuple[int, ...]
+    first_scored: int
+
+    @property
+    def length(self) -> int:
+        return self.end - self.begin
+
+    @property
+    def num_scored(self) -> int:
+        return self.end - self.first_scored
+
+    @property
+    def shareable_prefix(self) -> tuple[int, ...] | None:
+        """The prefix as it sits in the input, when every position that scores a token lies after it (so its
+        keys/values can be computed once and the rest run on top of them); else ``None``."""
+        prefix = self.prefix[: self.length]
+        return prefix if 0 < len(prefix) <= self.first_scored - 1 - self.begin else None
+
+    def tokens(self) -> list[int]:
+        return place_passage(list(self.ids[self.begin : self.end]), self.prefix)
 
 
-def _group_windows(
-    windows: Sequence[Window], prefixes: Sequence[Sequence[int]], reuse_prefix_kv: bool
-) -> dict[tuple, list[Window]]:
-    """Windows that can run in one batch: same length, same number of scored tokens, and, when the prefix's
-    keys/values are reused, the same prefix."""
-    groups: dict[tuple, list[Window]] = defaultdict(list)
-    for w in windows:
-        prefix = tuple(prefixes[w.index][: w.length])
-        shared = prefix if reuse_prefix_kv and _splits_at_prefix(w, len(prefix)) else None
-        groups[(shared, w.length, w.num_scored)].append(w)
-    return groups
+def window_inputs(
+    ids: Sequence[int], windows: Sequence[Window], prefixes: Sequence[Sequence[int]]
+) -> list[ScoredInput]:
+    """The reader's input of every window: its prefix (``prefixes[w.index]``) over its tokens, scoring what the
+    window scores."""
+    return [ScoredInput(ids, w.begin, w.end, tuple(prefixes[w.index]), w.score_begin) for w in windows]
 
 
 @torch.inference_mode()
+def score_inputs(
+    model,
+    inputs: Sequence[ScoredInput],
+    batch_size: int = 8,
+    reuse_prefix_kv: bool = True,
+    passage_cache: PassageKVCache | None = None,
+    progress: tqdm | None = None,
+) -> list[torch.Tensor]:
+    """NLLs (float64, on the CPU) of the scored tokens of every input, in order.
+
+    Inputs of equal length that score equally many tokens run in one batch (no padding needed) and the LM head runs
+    only where a token is scored. With ``reuse_prefix_kv``, inputs whose prefix can be shared are grouped by prefix:
+    its keys/values come from ``passage_cache`` (computed once per distinct prefix) and only the rest is run.
+    """
+    if passage_cache is not None and not reuse_prefix_kv:
+        raise ValueError("passage_cache holds passages' keys/values for reuse: it needs reuse_prefix_kv=True.")
+    if reuse_prefix_kv:
+        passage_cache = PassageKVCache.for_model(model, passage_cache)
+    device = model_device(model)
+    groups: dict[tuple, list[int]] = defaultdict(list)
+    for i, item in enumerate(inputs):
+        shared = item.shareable_prefix if reuse_prefix_kv else None
+        groups[(shared, item.length, item.num_scored)].append(i)
+    nlls: list[torch.Tensor | None] = [None] * len(inputs)
+    for (shared_prefix, _, num_scored), members in groups.items():
+        for start in range(0, len(members), batch_size):
+            batch = [inputs[i] for i in members[start : start + batch_size]]
+            targets = torch.tensor([list(x.ids[x.first_scored : x.end]) for x in batch], device=device)
+            if shared_prefix is None:
+                tokens = torch.tensor([x.tokens() for x in batch], device=device)
+                logits = last_logits(model, tokens, num_scored + 1)
+            else:
+                cache, _ = passage_cache.get(shared_prefix)  # a private copy, one row: repeated for the batch
+                cache.batch_repeat_interleave(len(batch))
+                skip = len(shared_prefix)
+                suffix = torch.tensor([list(x.ids[x.begin + skip : x.end]) for x in batch], device=device)
+                logits = last_logits(model, suffix, num_scored + 1, past_key_values=cache)
+            batch_nll = token_nlls(logits[:, :-1], targets).double().cpu()
+            for i, row in zip(members[start : start + batch_size], batch_nll):
+                nlls[i] = row
+            if progress is not None:
+                progress.update(len(batch))
+    return nlls
+
+
 def score_windows(
     model,
     ids: Sequence[int],
@@ -69,31 +140,11 @@ def score_windows(
     ``passage_cache``: a :class:`~hf_ralm.passage_cache.PassageKVCache` of ``model`` to take the passages'
     keys/values from and keep them in (by default a store of this call's own).
     """
-    if passage_cache is not None and not reuse_prefix_kv:
-        raise ValueError("passage_cache holds passages' keys/values for reuse: it needs reuse_prefix_kv=True.")
-    if reuse_prefix_kv:
-        passage_cache = PassageKVCache.for_model(model, passage_cache)
-    device = model_device(model)
-    all_ids = torch.as_tensor(list(ids), dtype=torch.long)
-    nll = torch.full((len(all_ids),), float("nan"), dtype=torch.float64)
-    groups = _group_windows(windows, prefixes, reuse_prefix_kv)
-    progress = tqdm(total=len(windows), desc="Scoring windows", unit="win", disable=not show_progress)
-    for (shared_prefix, length, num_scored), members in sorted(groups.items(), key=lambda g: g[1][0].index):
-        for start in range(0, len(members), batch_size):
-            batch = members[start : start + batch_size]
-            targets = torch.stack([all_ids[w.score_begin : w.end] for w in batch]).to(device)
-            if shared_prefix is None:
-                inputs = [place_passage(all_ids[w.begin : w.end].tolist(), prefixes[w.index]) for w in batch]
-                logits = last_logits(model, torch.tensor(inputs, device=device), num_scored + 1)
-            else:
-                cache, _ = passage_cache.get(shared_prefix)  # a private copy, one row: repeated for the batch
-                cache.batch_repeat_interleave(len(batch))
-                skip = len(shared_prefix)
-                suffix = torch.stack([all_ids[w.begin + skip : w.end] for w in batch]).to(device)
-                logits = last_logits(model, suffix, num_scored + 1, past_key_values=cache)
-            batch_nll = token_nlls(logits[:, :-1], targets).double().cpu()
-            for w, row in zip(batch, batch_nll):
-                nll[w.score_begin : w.end] = row
-            progress.update(len(batch))
-    progress.close()
+    ids = list(ids)
+    nll = torch.full((len(ids),), float("nan"), dtype=torch.float64)
+    with tqdm(total=len(windows), desc="Scoring windows", unit="win", disable=not show_progress) as progress:
+        rows = score_inputs(model, window_inputs(ids, windows, prefixes), batch_size, reuse_prefix_kv, passage_cache,
+                            progress)
+    for w, row in zip(windows, rows):
+        nll[w.score_begin : w.end] = row
     return nll

@@ -18,7 +18,8 @@ from typing import Sequence
 import torch
 
 from ..configuration_ralm import RalmConfig
-from ..evaluation import passage_prefix, resolve_max_length
+from ..model_inputs import passage_prefix
+from ..modeling_utils import resolve_max_length
 from ..modeling_utils import empty_cache
 from ..passage_cache import DEFAULT_MAX_BYTES, PassageKVCache
 from ..retrieval.base import Passage, Retriever

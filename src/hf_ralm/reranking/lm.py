@@ -1,0 +1,189 @@
+"""Which retrieved passage each window puts in context: LM-oriented reranking (the paper's §6), exactly.
+
+Strategies (``RalmConfig.rerank``): ``"none"`` (retrieval's top passage), ``"lm"`` (zero-shot: the candidate under
+which an LM finds the ranking tokens likeliest, :mod:`hf_ralm.reranking.rules`), ``"oracle"`` (the reader's own
+NLL of the window's target tokens: it looks at the future, an upper bound), ``"random"`` (a seeded uniform choice: a
+floor) and ``"predictive"`` (a trained cross-encoder, :class:`~hf_ralm.reranking.predictive.PredictiveReranker`).
+With ``rerank_allow_no_passage`` the window without a passage is one more candidate (``"lm"``, ``"oracle"``).
+
+When the reader ranks (``"lm"`` without ``reranker_model``, ``"oracle"``), every candidate's input runs once through
+:func:`~hf_ralm.scoring.score_inputs` and yields both its ranking NLLs and its target NLLs (the ranking tokens come
+just before the target and attention is causal), so the chosen candidate's target NLLs need no second pass. Inputs
+are batched across windows and a passage's keys/values are computed once for every window that has it as a
+candidate (consecutive windows' candidate sets overlap).
+
+Example:
+    >>> outcome = rerank_windows(model, tokenizer, ids, windows, queries, candidates, config)   # doctest: +SKIP
+    >>> outcome.chosen[5], outcome.ranking_nlls[5]                                            # doctest: +SKIP
+    (3, [41.2, 40.7, 40.9, 38.8, ...])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+from tqdm.auto import tqdm
+
+from ..configuration_ralm import RalmConfig
+from ..model_inputs import passage_prefix
+from ..modeling_utils import resolve_max_length
+from ..passage_cache import PassageKVCache
+from ..retrieval.base import Passage
+from ..scoring import ScoredInput, score_inputs
+from ..windows import Window
+from .rules import NO_PASSAGE, choose_lowest, fit_reranker_input, oracle_span, random_choice, ranking_span
+
+WINDOWS_PER_CHUNK = 64  # windows whose candidate inputs are built and batched together (bounds memory)
+
+
+@dataclass
+class RerankOutcome:
+    """Per window: ``chosen`` (index into its candidates, :data:`NO_PASSAGE` for none) and ``ranking_nlls`` (one
+    per candidate, the no-passage candidate last when allowed; ``None`` where no LM ranked). ``token_nlls``: the
+    reader's NLL of every text token with the chosen passages, when the reader's ranking already computed them
+    (float64, NaN for token 0), else ``None``."""
+
+    chosen: list[int]
+    ranking_nlls: list[list[float] | None]
+    token_nlls: torch.Tensor | None = None
+
+
+class LMReranker:
+    """Another causal LM that ranks candidates for the reader (e.g. a small LM for a large one), in text: see
+    :func:`~hf_ralm.reranking.rules.fit_reranker_input` for how its input is built from its own tokens."""
+
+    def __init__(self, model, tokenizer, max_length: int | None = None):
+        self.model, self.tokenizer = model, tokenizer
+        self.max_length = resolve_max_length(model, max_length)
+
+
+def rerank_windows(
+    model,
+    tokenizer,
+    ids: Sequence[int],
+    windows: Sequence[Window],
+    queries: Sequence[str | None],
+    candidates: Sequence[Sequence[Passage]],
+    config: RalmConfig,
+    reranker=None,
+    batch_size: int = 8,
+    reuse_prefix_kv: bool = True,
+    passage_cache: PassageKVCache | None = None,
+    show_progress: bool = True,
+) -> RerankOutcome:
+    """Choose the passage of every window under ``config.rerank`` (see the module docstring).
+
+    ``candidates[w.index]`` are the window's retrieved passages in retrieval order (at most
+    ``config.rerank_candidates`` are considered); ``reranker`` is an :class:`LMReranker` (``"lm"`` with another
+    model) or a :class:`~hf_ralm.reranking.predictive.PredictiveReranker` (``"predictive"``).
+    """
+    strategy = config.rerank
+    pools = [list(candidates[w.index])[: config.rerank_candidates] if w.has_retrieval else [] for w in windows]
+    if strategy == "none":
+        return RerankOutcome([0 if pool else NO_PASSAGE for pool in pools], [None] * len(windows))
+    if strategy == "random":
+        chosen = [random_choice(config.rerank_seed, w.index, len(pool)) if pool else NO_PASSAGE
+                  for w, pool in zip(windows, pools)]
+        return RerankOutcome(chosen, [None] * len(windows))
+    if strategy == "predictive":
+        return _predictive(reranker, windows, queries, pools, show_progress)
+    if reranker is None:
+        return _reader_ranks(model, tokenizer, ids, windows, pools, config, batch_size, reuse_prefix_kv, passage_cache,
+                             show_progress)
+    return _other_lm_ranks(reranker, tokenizer, ids, windows, pools, config, batch_size, reuse_prefix_kv,
+                           show_progress)
+
+
+def _options(pool: list[Passage], config: RalmConfig) -> list[Passage | None]:
+    """A window's candidates as ranked: its passages, then no passage when allowed (ties prefer a passage)."""
+    return pool + [None] if pool and config.rerank_allow_no_passage else list(pool)
+
+
+def _index(choice: int, pool: list[Passage]) -> int:
+    return NO_PASSAGE if choice >= len(pool) else choice
+
+
+def _reader_ranks(model, tokenizer, ids, windows, pools, config, batch_size, reuse_prefix_kv, passage_cache,
+                  show_progress) -> RerankOutcome:
+    """The reader ranks (``"lm"`` or ``"oracle"``): one input per candidate gives its ranking and target NLLs."""
+    ids = list(ids)
+    passage_cache = PassageKVCache.for_model(model, passage_cache) if reuse_prefix_kv else None
+    nll = torch.full((len(ids),), float("nan"), dtype=torch.float64)
+    chosen: list[int] = []
+    ranking: list[list[float] | None] = []
+    progress = tqdm(total=len(windows), desc=f"Reranking ({config.rerank})", unit="win", disable=not show_progress)
+    for start in range(0, len(windows), WINDOWS_PER_CHUNK):
+        chunk = windows[start : start + WINDOWS_PER_CHUNK]
+        inputs, owners = [], []
+        for w in chunk:
+            options = _options(pools[w.index], config) or [None]  # nothing retrieved: the window as it is
+            first = oracle_span(w)[0] if config.rerank == "oracle" else ranking_span(w, config.rerank_tokens)[0]
+            for option in options:
+                inputs.append(ScoredInput(ids, w.begin, w.end, tuple(passage_prefix(tokenizer, option, config)), first))
+            owners.append((w, first, len(options)))
+        rows = iter(score_inputs(model, inputs, batch_size, reuse_prefix_kv, passage_cache))
+        for w, first, count in owners:
+            window_rows = [next(rows) for _ in range(count)]
+            if not pools[w.index]:
+                chosen.append(NO_PASSAGE)
+                ranking.append(None)
+                nll[w.score_begin : w.end] = window_rows[0][w.score_begin - first :]
+                continue
+            ranked = w.score_begin - first if config.rerank == "lm" else w.num_scored
+            sums = [float(row[:ranked].sum()) for row in window_rows]
+            best = choose_lowest(sums)
+            chosen.append(_index(best, pools[w.index]))
+            ranking.append(sums)
+            nll[w.score_begin : w.end] = window_rows[best][w.score_begin - first :]
+        progress.update(len(chunk))
+    progress.close()
+    return RerankOutcome(chosen, ranking, nll)
+
+
+def _other_lm_ranks(reranker: LMReranker, tokenizer, ids, windows, pools, config, batch_size, reuse_prefix_kv,
+                    show_progress) -> RerankOutcome:
+    """Another LM ranks, in text: its tokens of each candidate, of the prefix text and of the ranking text."""
+    rtok = reranker.tokenizer
+    chosen: list[int] = []
+    ranking: list[list[float] | None] = []
+    cache = PassageKVCache(reranker.model) if reuse_prefix_kv else None
+    progress = tqdm(total=len(windows), desc="Reranking (lm)", unit="win", disable=not show_progress)
+    for start in range(0, len(windows), WINDOWS_PER_CHUNK):
+        chunk = [w for w in windows[start : start + WINDOWS_PER_CHUNK] if pools[w.index]]
+        inputs, counts = [], []
+        for w in chunk:
+            begin, stop = ranking_span(w, config.rerank_tokens)
+            prefix_ids = rtok(tokenizer.decode(ids[w.begin : begin]), add_special_tokens=False)["input_ids"]
+            ranking_ids = rtok(tokenizer.decode(ids[begin:stop]), add_special_tokens=False)["input_ids"]
+            options = _options(pools[w.index], config)
+            for option in options:
+                passage_ids = passage_prefix(rtok, option, config)
+                tokens, first = fit_reranker_input(passage_ids, prefix_ids, ranking_ids, reranker.max_length)
+                kept = tuple(passage_ids[: reranker.max_length - len(ranking_ids)])
+                inputs.append(ScoredInput(tokens, 0, len(tokens), kept, first))
+            counts.append(len(options))
+        rows = iter(score_inputs(reranker.model, inputs, batch_size, reuse_prefix_kv, cache))
+        by_window = {}
+        for w, count in zip(chunk, counts):
+            sums = [float(next(rows).sum()) for _ in range(count)]
+            by_window[w.index] = (_index(choose_lowest(sums), pools[w.index]), sums)
+        for w in windows[start : start + WINDOWS_PER_CHUNK]:
+            choice, sums = by_window.get(w.index, (NO_PASSAGE, None))
+            chosen.append(choice)
+            ranking.append(sums)
+        progress.update(len(windows[start : start + WINDOWS_PER_CHUNK]))
+    progress.close()
+    return RerankOutcome(chosen, ranking)
+
+
+def _predictive(reranker, windows, queries, pools, show_progress) -> RerankOutcome:
+    """A trained cross-encoder scores (query, passage) pairs; its highest score wins (ties: the better rank)."""
+    if reranker is None:
+        raise ValueError("rerank='predictive' needs a trained reranker: set reranker_model to its folder or Hub id.")
+    todo = [w for w in windows if pools[w.index]]
+    texts = [[f"{p.title}\n{p.text}" if p.title else p.text for p in pools[w.index]] for w in todo]
+    choices = dict(zip((w.index for w in todo),
+                       reranker.choose([queries[w.index] for w in todo], texts, show_progress=show_progress)))
+    return RerankOutcome([choices.get(w.index, NO_PASSAGE) for w in windows], [None] * len(windows))
