@@ -486,7 +486,7 @@ def test_retrieval_file_round_trip(tmp_path):
     assert json.loads(path.read_text(encoding="utf-8")) == records
     assert "ünïcode" in path.read_text(encoding="utf-8")  # not escaped
     assert [p.name for p in path.parent.iterdir()] == ["retrieval.json"]  # no temporary file left
-    assert load_retrieval_file(str(path), windows) == passages
+    assert load_retrieval_file(str(path), windows).passages == passages
 
 
 def test_retrieval_file_in_the_papers_format(tmp_path):
@@ -501,14 +501,14 @@ def test_retrieval_file_in_the_papers_format(tmp_path):
     del records[0]["retrieved_docs"]  # a record may lack the key altogether
     path = tmp_path / "paper.json"
     path.write_text(json.dumps(records))
-    passages = load_retrieval_file(str(path), windows)
+    passages = load_retrieval_file(str(path), windows).passages
     assert passages[0] == []
     assert passages[1] == [Passage("", "", "doc 1", 3.0), Passage("", "", "other", 1.0)]
     assert all(isinstance(p.score, float) for p in passages[2])
     # an explicit null title is fine too
     records[1]["retrieved_docs"][0]["title"] = None
     path.write_text(json.dumps(records))
-    assert load_retrieval_file(str(path), windows)[1][0].title == ""
+    assert load_retrieval_file(str(path), windows).passages[1][0].title == ""
 
 
 def test_retrieval_file_mismatches(tmp_path):

@@ -17,7 +17,11 @@ SPARSE_QUERY_LENGTH = 32
 QUERY_LENGTHS = {"dense": 64, "hybrid": 64}
 """The paper's best query length ℓ per retriever kind (a retriever's ``name``), where it differs from 32."""
 
-TYPED_FIELDS = {"base_model_name_or_path": (str, type(None)), "passage_template": (str,), "bos_every_window": (bool,)}
+RERANK_STRATEGIES = ("none", "lm", "predictive", "oracle", "random")
+"""How a window's passage is chosen among the retrieved candidates (the paper's §6; see :mod:`hf_ralm.reranking`)."""
+
+TYPED_FIELDS = {"base_model_name_or_path": (str, type(None)), "passage_template": (str,), "bos_every_window": (bool,),
+                "reranker_model": (str, type(None)), "rerank_allow_no_passage": (bool,)}
 """The settings that are no token counts, and the types they take (checked by :meth:`RalmConfig.validate`)."""
 
 DROPPED_KEYS = frozenset({"num_docs"})
@@ -50,6 +54,17 @@ class RalmConfig(PreTrainedConfig):
         bos_every_window: put the tokenizer's BOS at the start of *every* window, retrieved or not. The reference
             (default ``False``) gives only windows with a passage a BOS (the passage is encoded with special tokens),
             which flatters retrieval for BOS-sensitive models such as Gemma.
+        rerank: how each window's passage is chosen among its ``rerank_candidates`` retrieved passages: ``"none"``
+            (retrieval's top one), ``"lm"`` (zero-shot: the passage under which an LM finds the last
+            ``rerank_tokens`` tokens of the prefix likeliest), ``"predictive"`` (a trained cross-encoder,
+            ``reranker_model``), ``"oracle"`` (the reader's NLL of the window's own target tokens: an upper bound
+            that looks at the future) or ``"random"`` (a floor).
+        rerank_candidates: ``k``, the retrieved passages a reranker chooses among (16).
+        rerank_tokens: ``s'``, the prefix tokens ``"lm"`` ranks on (16).
+        reranker_model: the LM that ranks for ``"lm"`` (default: the reader itself; another model works in text, see
+            :mod:`hf_ralm.reranking.rules`), or the cross-encoder of ``"predictive"`` (a folder or Hub id).
+        rerank_allow_no_passage: with ``"lm"`` or ``"oracle"``, the window without a passage is one more candidate.
+        rerank_seed: the seed of ``"random"`` (a choice per window, whatever the batching).
 
     Every config is checked by :meth:`validate` when it is made (and when it is saved).
 
@@ -72,6 +87,12 @@ class RalmConfig(PreTrainedConfig):
     max_length: int | None = None
     passage_template: str = PASSAGE_TEMPLATE
     bos_every_window: bool = False
+    rerank: str = "none"
+    rerank_candidates: int = 16
+    rerank_tokens: int = 16
+    reranker_model: str | None = None
+    rerank_allow_no_passage: bool = False
+    rerank_seed: int = 0
 
     def __post_init__(self, **kwargs) -> None:
         super().__post_init__(**kwargs)
@@ -108,6 +129,28 @@ class RalmConfig(PreTrainedConfig):
         if self.max_length is not None:
             check_count("max_length", self.max_length)
             check_window_overlap(self.max_length, self.retrieval_stride, "retrieval_stride")
+        self._validate_rerank()
+
+    def _validate_rerank(self) -> None:
+        if self.rerank not in RERANK_STRATEGIES:
+            raise ValueError(f"rerank must be one of {', '.join(RERANK_STRATEGIES)}, got {self.rerank!r}.")
+        check_count("rerank_candidates", self.rerank_candidates)
+        check_count("rerank_tokens", self.rerank_tokens)
+        check_count("rerank_seed", self.rerank_seed, minimum=0)
+        if self.rerank == "predictive" and self.reranker_model is None:
+            raise ValueError("rerank='predictive' needs reranker_model: the folder or Hub id of a trained reranker "
+                             "(hf-ralm train-reranker).")
+        if self.rerank in ("oracle", "random", "none") and self.reranker_model is not None:
+            raise ValueError(f"reranker_model is for rerank='lm' or 'predictive'; rerank={self.rerank!r} uses none "
+                             "(the oracle ranks with the reader itself): drop reranker_model.")
+        if self.rerank_allow_no_passage and self.rerank not in ("lm", "oracle"):
+            raise ValueError("rerank_allow_no_passage adds the window without a passage to what an LM ranks: it needs "
+                             f"rerank='lm' or 'oracle', got rerank={self.rerank!r}.")
+
+    @property
+    def num_retrieved(self) -> int:
+        """Passages retrieved per window: the reranker's candidates, or the one put in context."""
+        return self.rerank_candidates if self.rerank != "none" else 1
 
     def query_length_for(self, retriever) -> int:
         """``query_length``, or when it is ``None`` the default of ``retriever`` (a kind such as ``"dense"``, a

@@ -20,7 +20,8 @@ from tqdm.auto import tqdm
 
 from .configuration_ralm import RalmConfig
 from .retrieval.base import Passage, Retriever
-from .retrieval.files import load_retrieval_file, retrieval_records
+from .reranking.lm import RerankOutcome, rerank_windows
+from .retrieval.files import Retrievals, load_retrieval_file, retrieval_records
 from .model_inputs import window_prefixes
 from .modeling_utils import resolve_max_length
 from .scoring import score_windows
@@ -30,7 +31,10 @@ from .windows import Window, check_count, count_words, perplexity_figures, plan_
 @dataclass
 class RalmEvalResult:
     """What one evaluation produced. ``token_nlls[t]`` is the NLL of token ``t`` (NaN for token 0) and
-    ``token_windows[t]`` the window that scored it, so ``passages[token_windows[t]]`` were in context for it."""
+    ``token_windows[t]`` the window that scored it. ``passages[w]`` are window ``w``'s retrieved passages (the
+    reranker's candidates, in retrieval order) and ``chosen[w]`` the index of the one in context (-1: none), so
+    :meth:`in_context` ``[token_windows[t]]`` was in context for token ``t``. ``ranking_nlls[w]`` are the ranking NLLs
+    of the candidates when an LM ranked them (the window without a passage last, when it was a candidate)."""
 
     figures: dict
     ids: list[int]
@@ -39,12 +43,22 @@ class RalmEvalResult:
     windows: list[Window]
     queries: list[str | None]
     passages: list[list[Passage]]
+    chosen: list[int]
+    ranking_nlls: list[list[float] | None]
     timings: dict = field(default_factory=dict)
 
+    def in_context(self) -> list[list[Passage]]:
+        """Per window, the passage put in context (``[]`` for none)."""
+        return [[found[i]] if 0 <= i < len(found) else [] for found, i in zip(self.passages, self.chosen)]
+
     def retrieval_records(self, tokenizer) -> list[dict]:
-        """The evaluation's retrievals in the paper's retrieval-file format."""
+        """The evaluation's retrievals in the paper's retrieval-file format (with the choices when reranked)."""
         futures = [tokenizer.decode(self.ids[w.prev_end : w.end]) for w in self.windows]
-        return retrieval_records(self.windows, self.queries, futures, self.passages)
+        rerank = self.figures.get("rerank", "none")
+        if rerank == "none":
+            return retrieval_records(self.windows, self.queries, futures, self.passages)
+        return retrieval_records(self.windows, self.queries, futures, self.passages, self.chosen, self.ranking_nlls,
+                                 rerank)
 
 
 def window_queries(tokenizer, ids: Sequence[int], windows: Sequence[Window], query_length: int) -> list[str | None]:
@@ -98,8 +112,16 @@ def evaluate_retrieval(
     retrieval_file: str | None = None,
     max_eval_tokens: int | None = None,
     show_progress: bool = True,
+    reranker=None,
+    batch_size: int = 8,
+    reuse_prefix_kv: bool = True,
 ) -> RalmEvalResult:
-    """Tokens, windows, queries and passages of an evaluation, without scoring (``hf-ralm retrieve``).
+    """Tokens, windows, queries, passages and the passage each window puts in context (``hf-ralm retrieve``).
+
+    ``config.rerank`` chooses among ``config.rerank_candidates`` retrieved passages (:mod:`hf_ralm.reranking`, with
+    ``reranker`` for another LM or a trained cross-encoder); when the reader ranked, the result already holds the
+    target NLLs (``token_nlls``), which :func:`evaluate_perplexity` then uses without a second pass. A retrieval file
+    that records choices (written with reranking) fixes them instead.
 
     Passages come from ``retrieval_file`` when given (the reference's JSON format), else from ``retriever`` (the
     top passage of every window's query, the one put in context), else none. The figures count the windows
@@ -123,13 +145,26 @@ def evaluate_retrieval(
 
     t0 = time.perf_counter()
     if retrieval_file is not None:
-        passages = load_retrieval_file(retrieval_file, windows)
+        retrievals = load_retrieval_file(retrieval_file, windows)
+        if retrievals.chosen is not None and config.rerank != "none":
+            raise ValueError(f"{retrieval_file} already records reranked choices ({retrievals.rerank}): evaluate them "
+                             "with rerank='none', or rerank a retrieval file without choices.")
     else:
-        passages = retrieve_for_windows(retriever, queries, k=1, show_progress=show_progress)
+        found = retrieve_for_windows(retriever, queries, config.num_retrieved, show_progress=show_progress)
+        retrievals = Retrievals(found)
+    passages = retrievals.passages
     timings["retrieval_s"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    if retrievals.chosen is not None:
+        outcome = RerankOutcome(retrievals.chosen, [None] * len(windows))
+    else:
+        outcome = rerank_windows(model, tokenizer, ids, windows, queries, passages, config, reranker, batch_size,
+                                 reuse_prefix_kv, show_progress=show_progress)
+    timings["rerank_s"] = time.perf_counter() - t0
     retrieving = retrieval_file is not None or retriever is not None
     num_retrievals = sum(1 for w in windows if w.has_retrieval) if retrieving else 0
     with_passage = sum(1 for w in windows if w.has_retrieval and passages[w.index])
+    rerank = retrievals.rerank or config.rerank
     figures = {
         "num_tokens": len(ids),
         "num_words": count_words(text),
@@ -138,8 +173,16 @@ def evaluate_retrieval(
         "num_windows_with_passage": with_passage,
         "num_empty_retrievals": num_retrievals - with_passage,
         "max_length": max_length,
+        "rerank": rerank,
+        "num_windows_without_passage_chosen": sum(
+            1 for w in windows if passages[w.index] and outcome.chosen[w.index] < 0),
     }
-    return RalmEvalResult(figures, ids, None, None, windows, queries, passages, timings)
+    if "oracle" in rerank:
+        figures["oracle_looks_at_future"] = True  # an upper bound, not a method
+    if rerank != "none" and retrievals.chosen is None:
+        figures["rerank_candidates"] = config.rerank_candidates
+    return RalmEvalResult(figures, ids, outcome.token_nlls, None, windows, queries, passages, outcome.chosen,
+                          outcome.ranking_nlls, timings)
 
 
 def evaluate_perplexity(
@@ -153,6 +196,7 @@ def evaluate_perplexity(
     batch_size: int = 8,
     reuse_prefix_kv: bool = True,
     show_progress: bool = True,
+    reranker=None,
 ) -> RalmEvalResult:
     """In-Context RALM perplexity of a text (or of token ids) under the paper's conventions.
 
@@ -160,10 +204,12 @@ def evaluate_perplexity(
     counts the spaces of the text (of the decoded tokens when ids are given or ``max_eval_tokens`` cuts the text).
     """
     result = evaluate_retrieval(model, tokenizer, text_or_ids, retriever, config, retrieval_file, max_eval_tokens,
-                                show_progress)
+                                show_progress, reranker, batch_size, reuse_prefix_kv)
     t0 = time.perf_counter()
-    prefixes = window_prefixes(tokenizer, result.windows, result.passages, config)
-    nlls = score_windows(model, result.ids, result.windows, prefixes, batch_size, reuse_prefix_kv, show_progress)
+    nlls = result.token_nlls
+    if nlls is None:  # not already scored while the reader ranked the candidates
+        prefixes = window_prefixes(tokenizer, result.windows, result.passages, config, result.chosen)
+        nlls = score_windows(model, result.ids, result.windows, prefixes, batch_size, reuse_prefix_kv, show_progress)
     scoring_s = time.perf_counter() - t0
 
     token_windows = torch.full((len(result.ids),), -1, dtype=torch.long)
@@ -171,7 +217,8 @@ def evaluate_perplexity(
         token_windows[w.score_begin : w.end] = w.index
     num_scored = sum(w.num_scored for w in result.windows)
     figures = perplexity_figures(float(nlls[1:].sum()), len(result.ids), num_scored, result.figures["num_words"])
-    result.figures = {**figures, **result.figures, "scored_tokens_per_s": num_scored / scoring_s}
+    per_s = num_scored / (scoring_s + result.timings["rerank_s"])  # reranking may have scored the windows already
+    result.figures = {**figures, **result.figures, "scored_tokens_per_s": per_s}
     result.timings["scoring_s"] = scoring_s
     result.token_nlls, result.token_windows = nlls, token_windows
     return result

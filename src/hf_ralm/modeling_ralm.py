@@ -29,6 +29,7 @@ from transformers.utils import ModelOutput
 from .configuration_ralm import RALM_FIELDS, RalmConfig
 from .evaluation import RalmEvalResult, evaluate_perplexity
 from .generation import ralm_generate
+from .reranking.lm import load_reranker
 from .retrieval.base import RETRIEVER_CONFIG_FILE, Passage, Retriever, read_forbidden_titles
 from .retrieval.factory import load_retriever, load_retriever_from_pretrained, pretrained_folder
 from .retrieval.registry import retriever_class
@@ -93,11 +94,12 @@ class RetrievalAugmentedModel(PreTrainedModel):
     _no_split_modules: list[str] = []
 
     def __init__(self, config: RalmConfig, language_model: PreTrainedModel, retriever: Retriever | None = None,
-                 tokenizer=None):
+                 tokenizer=None, reranker=None):
         super().__init__(config)
         self.language_model = language_model
         self.retriever = retriever
         self.tokenizer = tokenizer
+        self._reranker = reranker
         # no post_init(): it would re-initialise the wrapped model's weights
 
     def __getattr__(self, name: str) -> Any:
@@ -185,13 +187,21 @@ class RetrievalAugmentedModel(PreTrainedModel):
         elif os.path.exists(retriever_file):  # left by an earlier save here: it does not describe this model
             os.remove(retriever_file)
 
+    @property
+    def reranker(self):
+        """What ranks the candidates for ``config.rerank`` when the reader does not (``"lm"`` with a
+        ``reranker_model``, or ``"predictive"``): loaded on first use, on the reader's device then."""
+        if self._reranker is None:
+            self._reranker = load_reranker(self.config, self.language_model)
+        return self._reranker
+
     def evaluate_perplexity(self, text_or_ids: str | Sequence[int], **kwargs) -> RalmEvalResult:
         """In-Context RALM perplexity of a text under the paper's conventions; see
         :func:`hf_ralm.evaluation.evaluate_perplexity` for the keyword arguments."""
         if self.tokenizer is None:
             raise ValueError("This model has no tokenizer: pass tokenizer= to from_pretrained.")
         return evaluate_perplexity(self.language_model, self.tokenizer, text_or_ids, self.retriever, self.config,
-                                   **kwargs)
+                                   reranker=self.reranker, **kwargs)
 
     def generate(self, inputs=None, **kwargs):
         """Generate with In-Context RALM, re-retrieving every ``retrieval_stride`` new tokens; takes what
@@ -231,7 +241,7 @@ class RetrievalAugmentedModel(PreTrainedModel):
             row_nll[:length] = result.token_nlls
             row_windows = torch.full(input_ids.shape[1:], -1, dtype=torch.long)
             row_windows[:length] = result.token_windows
-            rows.append(result.passages)
+            rows.append(result.in_context())
             nlls.append(row_nll)
             windows_of.append(row_windows)
         token_nlls = torch.stack(nlls)

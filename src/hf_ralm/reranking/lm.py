@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 
 from ..configuration_ralm import RalmConfig
 from ..model_inputs import passage_prefix
-from ..modeling_utils import resolve_max_length
+from ..modeling_utils import model_device, resolve_max_length
 from ..passage_cache import PassageKVCache
 from ..retrieval.base import Passage
 from ..scoring import ScoredInput, score_inputs
@@ -57,6 +57,27 @@ class LMReranker:
     def __init__(self, model, tokenizer, max_length: int | None = None):
         self.model, self.tokenizer = model, tokenizer
         self.max_length = resolve_max_length(model, max_length)
+
+
+def load_reranker(config: RalmConfig, reader):
+    """The reranker ``config`` asks for, on ``reader``'s device and in its dtype: an :class:`LMReranker` for ``"lm"``
+    with a ``reranker_model``, a :class:`~hf_ralm.reranking.predictive.PredictiveReranker` for ``"predictive"``,
+    else ``None`` (the reader ranks, or nothing does)."""
+    if config.rerank == "predictive":
+        from .predictive import PredictiveReranker
+
+        return PredictiveReranker(config.reranker_model, device=str(model_device(reader)))
+    if config.rerank != "lm" or config.reranker_model is None:
+        return None
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(config.reranker_model, dtype=reader.dtype)
+        tokenizer = AutoTokenizer.from_pretrained(config.reranker_model)
+    except OSError as error:
+        raise OSError(f"Could not load the reranker LM {config.reranker_model!r} (reranker_model): it is neither a "
+                      f"local model folder nor a model that could be fetched from the Hub. {error}") from error
+    return LMReranker(model.to(model_device(reader)).eval(), tokenizer, config.max_length)
 
 
 def rerank_windows(

@@ -23,9 +23,8 @@ from typing import Sequence
 
 import numpy as np
 
+from ..retrieval.files import NO_PASSAGE  # noqa: F401 - what ``chosen`` holds for a window without a passage
 from ..windows import Window
-
-NO_PASSAGE = -1  # what ``chosen`` holds when the window is evaluated without a passage
 
 
 def ranking_span(window: Window, rerank_tokens: int) -> tuple[int, int]:
@@ -69,7 +68,7 @@ def fit_reranker_input(
                          "the token before them: raise max_length or lower rerank_tokens.")
     passage = list(passage_ids)[: max_length - len(ranking)]
     room = max_length - len(ranking) - len(passage)
-    prefix = list(prefix_ids)[len(prefix_ids) - room:] if room > 0 else []
+    prefix = list(prefix_ids)[max(0, len(prefix_ids) - room):] if room > 0 else []
     tokens = passage + prefix + ranking
     if len(tokens) == len(ranking):
         raise ValueError("The first ranking token needs a token before it: give the reranker a passage or prefix.")
