@@ -233,18 +233,20 @@ def test_none_run_counts_no_retrievals(files, capsys):
         assert from_file[key] == live[key], key
 
 
+RERANK_FLAGS = {"--rerank", "--rerank-candidates", "--rerank-tokens", "--reranker-model", "--rerank-allow-no-passage",
+                "--rerank-seed"}
 COMMAND_FLAGS = {
     "index": {"--corpus", "--index-dir", "--retriever", "--encoder", "--pooling", "--faiss-factory",
               "--words-per-passage"},
     "retrieve": {"--model", "--tokenizer", "--gguf-file", "--dtype", "--device", "--retriever", "--encoder",
                  "--corpus", "--index-dir", "--forbidden-titles", "--stride", "--query-length", "--max-length",
                  "--dataset-path", "--dataset-name", "--dataset-split", "--max-eval-tokens", "--output-dir",
-                 "--save-retrieval-file"},
+                 "--save-retrieval-file", "--max-doc-tokens", "--bos-every-window", "--batch-size", *RERANK_FLAGS},
     "eval-lm": {"--model", "--tokenizer", "--gguf-file", "--dtype", "--device", "--retriever", "--encoder",
                 "--corpus", "--index-dir", "--forbidden-titles", "--stride", "--query-length", "--max-length",
                 "--max-doc-tokens", "--bos-every-window", "--dataset-path", "--dataset-name", "--dataset-split",
                 "--max-eval-tokens", "--batch-size", "--output-dir", "--retrieval-file", "--save-retrieval-file",
-                "--no-prefix-kv-reuse"},
+                "--no-prefix-kv-reuse", *RERANK_FLAGS},
     "generate": {"--model", "--tokenizer", "--gguf-file", "--dtype", "--device", "--retriever", "--encoder",
                  "--corpus", "--index-dir", "--forbidden-titles", "--stride", "--query-length", "--max-length",
                  "--max-doc-tokens", "--bos-every-window", "--batch-size", "--prompt", "--prompts-file",
@@ -278,7 +280,7 @@ def test_generate_help_has_no_dataset_flags(capsys):
         (["generate", "--prompt", "p", "--dataset-path", "d"], "unrecognized arguments: --dataset-path d"),
         (["eval-lm", "--retriever", "dpr"], "argument --retriever: invalid choice: 'dpr'"),
         (["eval-lm", "--stride", "four"], "argument --stride: invalid int value: 'four'"),
-        (["retrieve", "--batch-size", "2"], "unrecognized arguments: --batch-size"),
+        (["retrieve", "--retrieval-file", "r.json"], "unrecognized arguments: --retrieval-file"),
         (["eval-qa", "--stride", "2"], "unrecognized arguments: --stride"),
         ([], "the following arguments are required: command"),
     ],
@@ -291,9 +293,38 @@ def test_usage_errors_end_with_one_hf_ralm_line(capsys, argv, message):
 def test_config_errors_are_reported_with_flags():
     """Every RALM setting the command line passes on has its flag, and the config's errors read as flags."""
     assert {name for name in FLAGS if name in RalmConfig.__dataclass_fields__} == {
-        "retrieval_stride", "query_length", "max_length", "max_doc_tokens", "bos_every_window"}
+        "retrieval_stride", "query_length", "max_length", "max_doc_tokens", "bos_every_window", "rerank",
+        "rerank_candidates", "rerank_tokens", "reranker_model", "rerank_allow_no_passage", "rerank_seed"}
     with pytest.raises(ValueError) as info:
         RalmConfig(max_length=2, retrieval_stride=3)
     assert with_flags(str(info.value)) == ("--max-length (2) must be larger than --stride (3), or windows would skip "
                                            "tokens: lower --stride or raise --max-length.")
     assert with_flags("max_lengths and my_max_length stay") == "max_lengths and my_max_length stay"
+
+
+def test_retrieve_reranks_once_and_eval_lm_reuses_it(tmp_path, tiny_model_dir, tiny_index, capsys):
+    """``retrieve --rerank lm`` writes the k candidates, their ranking NLLs and the choice; ``eval-lm`` on that file
+    gives the perplexity of reranking in eval-lm itself; an oracle run says it looks at the future."""
+    data = write_jsonl(tmp_path / "data.jsonl", [{"text": EVAL_TEXT}])
+    common = ["--model", str(tiny_model_dir), "--dataset-path", str(data), "--stride", "4", "--query-length", "8",
+              "--max-length", "32", "--max-doc-tokens", "12"]
+    bm25 = ["--retriever", "bm25", "--index-dir", tiny_index["index_dir"]]
+    rerank = ["--rerank", "lm", "--rerank-candidates", "3", "--rerank-tokens", "6"]
+    main(["retrieve", *common, *bm25, *rerank, "--save-retrieval-file", str(tmp_path / "r.json")])
+    items = json.loads((tmp_path / "r.json").read_text())
+    assert all(item["rerank"] == "lm" and -1 <= item["chosen"] < max(1, len(item["retrieved_docs"])) for item in items)
+    assert 2 <= max(len(item["retrieved_docs"]) for item in items) <= 3  # the tiny index matches few
+    assert all("ranking_nll" in doc for item in items for doc in item["retrieved_docs"])
+    main(["eval-lm", *common, "--retrieval-file", str(tmp_path / "r.json"), "--output-dir", str(tmp_path / "a")])
+    main(["eval-lm", *common, *bm25, *rerank, "--output-dir", str(tmp_path / "b")])
+    a, b = (json.loads((tmp_path / d / "eval.json").read_text()) for d in ("a", "b"))
+    assert a["rerank"] == b["rerank"] == "lm"
+    assert a["token_ppl"] == pytest.approx(b["token_ppl"], rel=1e-9)
+    main(["eval-lm", *common, *bm25, "--rerank", "oracle", "--output-dir", str(tmp_path / "c")])
+    c = json.loads((tmp_path / "c" / "eval.json").read_text())
+    assert c["oracle_looks_at_future"] is True and c["token_ppl"] <= b["token_ppl"]
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:
+        main(["eval-lm", *common, *bm25, "--rerank", "predictive"])
+    assert info.value.code == 2
+    assert "--rerank='predictive' needs --reranker-model" in capsys.readouterr().err

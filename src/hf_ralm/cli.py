@@ -24,7 +24,7 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
-from .configuration_ralm import RALM_FIELDS, RalmConfig, default_query_length
+from .configuration_ralm import RALM_FIELDS, RERANK_STRATEGIES, RalmConfig, default_query_length
 from .data import load_dataset_text
 from .qa import MAX_NEW_TOKENS
 from .retrieval.files import write_json_atomic
@@ -45,6 +45,12 @@ FLAGS = {
     "max_new_tokens": "--max-new-tokens",
     "max_questions": "--max-questions",
     "num_docs": "--num-docs",
+    "rerank": "--rerank",
+    "rerank_candidates": "--rerank-candidates",
+    "rerank_tokens": "--rerank-tokens",
+    "reranker_model": "--reranker-model",
+    "rerank_allow_no_passage": "--rerank-allow-no-passage",
+    "rerank_seed": "--rerank-seed",
 }
 """The one place where Python argument names (:class:`RalmConfig` fields, evaluation arguments) become flags: the
 flag of each, for the RALM settings a command passes on and for the errors of the checks it runs before loading
@@ -126,6 +132,23 @@ FLAG_GROUPS: dict[str, dict[str, dict]] = {
         FLAGS["bos_every_window"]: {"action": "store_true", "help": "put BOS at the start of every window (fair "
                                                                     "baseline for BOS-sensitive models)"},
     },
+    "reranking": {
+        FLAGS["rerank"]: {"default": "none", "choices": RERANK_STRATEGIES,
+                          "help": "how each window's passage is chosen among --rerank-candidates retrieved ones: "
+                                  "none (the top one), lm (zero-shot, an LM's NLL of the last --rerank-tokens tokens), "
+                                  "predictive (a trained reranker, --reranker-model), oracle (the reader's NLL of the "
+                                  "window's own target: an upper bound that looks at the future), random (a floor)"},
+        FLAGS["rerank_candidates"]: {"type": int, "default": RalmConfig.rerank_candidates,
+                                     "help": "k: retrieved passages to choose among (default %(default)s)"},
+        FLAGS["rerank_tokens"]: {"type": int, "default": RalmConfig.rerank_tokens,
+                                 "help": "s': prefix tokens --rerank lm ranks on (default %(default)s)"},
+        FLAGS["reranker_model"]: {"help": "the LM that ranks for --rerank lm (default: the model itself), or the "
+                                          "trained reranker of --rerank predictive (folder or Hub id)"},
+        FLAGS["rerank_allow_no_passage"]: {"action": "store_true",
+                                           "help": "with --rerank lm/oracle, no passage is one more candidate"},
+        FLAGS["rerank_seed"]: {"type": int, "default": RalmConfig.rerank_seed,
+                               "help": "seed of --rerank random (default %(default)s)"},
+    },
     "dataset": {
         "--dataset-path": {"help": "rows with a 'text' field (.jsonl), a plain text file, or a HF dataset"},
         "--dataset-name": {"help": "HF dataset config name (e.g. wikitext-103-v1)"},
@@ -156,7 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``hf-ralm`` parser: one subcommand each, made of the flag groups it uses."""
     model, retriever, windows, passages = (_parent(title) for title in ("model", "retriever", "RALM settings",
                                                                         "passages in context"))
-    dataset, batch, output = (_parent(title) for title in ("dataset", "batching", "output"))
+    dataset, batch, output, rerank = (_parent(title) for title in ("dataset", "batching", "output", "reranking"))
     parser = _Parser(prog="hf-ralm", description="In-Context RALM for Hugging Face causal LMs.")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -170,12 +193,13 @@ def build_parser() -> argparse.ArgumentParser:
                        help="faiss index_factory string, e.g. HNSW32 or IVF4096,PQ64 (default Flat: exact search)")
     index.add_argument("--words-per-passage", type=int, default=100, help="0 keeps rows as passages (default 100)")
 
-    retrieve = sub.add_parser("retrieve", help="write a retrieval file", parents=[model, retriever, windows, dataset,
-                                                                                  output])
+    retrieve = sub.add_parser("retrieve", help="write a retrieval file (with --rerank: the candidates, their ranking "
+                                               "and the chosen passage)",
+                              parents=[model, retriever, windows, passages, rerank, dataset, batch, output])
     retrieve.add_argument("--save-retrieval-file", help="write the retrievals to this file (required)")
 
     eval_lm = sub.add_parser("eval-lm", help="perplexity",
-                             parents=[model, retriever, windows, passages, dataset, batch, output])
+                             parents=[model, retriever, windows, passages, rerank, dataset, batch, output])
     eval_lm.add_argument("--retrieval-file", help="reuse passages from this retrieval file (paper's JSON format)")
     eval_lm.add_argument("--save-retrieval-file", help="write the retrievals to this file")
     eval_lm.add_argument("--no-prefix-kv-reuse", action="store_true",
@@ -295,7 +319,8 @@ def run_retrieve(args) -> dict:
         _fail("hf-ralm retrieve needs --save-retrieval-file OUT.")
     text, model, load_s = _text_and_model(args, args.retriever)
     result = evaluate_retrieval(model.language_model, model.tokenizer, text, model.retriever, model.config,
-                                max_eval_tokens=args.max_eval_tokens)
+                                max_eval_tokens=args.max_eval_tokens, reranker=model.reranker,
+                                batch_size=args.batch_size)
     return _report(args, model.tokenizer, result, load_s)
 
 
