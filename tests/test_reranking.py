@@ -158,6 +158,11 @@ def test_reader_ranking_equals_plain_loop(arch, stride, max_length, k, rerank_to
         options = [len(c[: k - 1]) + (allow_none and bool(c)) for c in candidates]
         expected_counts = [o if w.has_retrieval else 0 for o, w in zip(options, windows)]
         assert [len(r) if r else 0 for r in outcome.ranking_nlls] == expected_counts
+        assert [len(t) if t else 0 for t in outcome.target_nlls] == expected_counts
+        for w, choice, sums in zip(windows, outcome.chosen, outcome.target_nlls):  # the chosen one's target NLLs
+            if sums is not None:
+                best = len(candidates[w.index][: k - 1]) if choice == NO_PASSAGE else choice
+                assert sums[best] == pytest.approx(float(expected_nll[w.score_begin : w.end].sum()), abs=1e-3)
     if len(windows) > 3:
         assert expected_chosen[3] != 1  # the duplicate of candidate 0 never wins over it
 

@@ -41,13 +41,16 @@ WINDOWS_PER_CHUNK = 64  # windows whose candidate inputs are built and batched t
 @dataclass
 class RerankOutcome:
     """Per window: ``chosen`` (index into its candidates, :data:`NO_PASSAGE` for none) and ``ranking_nlls`` (one
-    per candidate, the no-passage candidate last when allowed; ``None`` where no LM ranked). ``token_nlls``: the
-    reader's NLL of every text token with the chosen passages, when the reader's ranking already computed them
-    (float64, NaN for token 0), else ``None``."""
+    per candidate, the no-passage candidate last when allowed; ``None`` where no LM ranked). When the reader ranked:
+    ``target_nlls`` (per window, the reader's summed NLL of the window's scored tokens under each candidate, in the
+    same order: what the oracle ranks on, and ``-log p(y | [d_i; x])`` for the predictive reranker's training data)
+    and ``token_nlls`` (the reader's NLL of every text token with the chosen passages, float64, NaN for token 0);
+    else ``None``."""
 
     chosen: list[int]
     ranking_nlls: list[list[float] | None]
     token_nlls: torch.Tensor | None = None
+    target_nlls: list[list[float] | None] | None = None
 
 
 class LMReranker:
@@ -134,6 +137,7 @@ def _reader_ranks(model, tokenizer, ids, windows, pools, config, batch_size, reu
     nll = torch.full((len(ids),), float("nan"), dtype=torch.float64)
     chosen: list[int] = []
     ranking: list[list[float] | None] = []
+    targets: list[list[float] | None] = []
     progress = tqdm(total=len(windows), desc=f"Reranking ({config.rerank})", unit="win", disable=not show_progress)
     for start in range(0, len(windows), WINDOWS_PER_CHUNK):
         chunk = windows[start : start + WINDOWS_PER_CHUNK]
@@ -147,20 +151,23 @@ def _reader_ranks(model, tokenizer, ids, windows, pools, config, batch_size, reu
         rows = iter(score_inputs(model, inputs, batch_size, reuse_prefix_kv, passage_cache))
         for w, first, count in owners:
             window_rows = [next(rows) for _ in range(count)]
+            scored = [row[w.score_begin - first :] for row in window_rows]  # the window's target tokens
             if not pools[w.index]:
                 chosen.append(NO_PASSAGE)
                 ranking.append(None)
-                nll[w.score_begin : w.end] = window_rows[0][w.score_begin - first :]
+                targets.append(None)
+                nll[w.score_begin : w.end] = scored[0]
                 continue
-            ranked = w.score_begin - first if config.rerank == "lm" else w.num_scored
-            sums = [float(row[:ranked].sum()) for row in window_rows]
-            best = choose_lowest(sums)
+            sums = [float(row[: w.score_begin - first].sum()) for row in window_rows]
+            target_sums = [float(row.sum()) for row in scored]
+            best = choose_lowest(sums if config.rerank == "lm" else target_sums)
             chosen.append(_index(best, pools[w.index]))
-            ranking.append(sums)
-            nll[w.score_begin : w.end] = window_rows[best][w.score_begin - first :]
+            ranking.append(sums if config.rerank == "lm" else target_sums)
+            targets.append(target_sums)
+            nll[w.score_begin : w.end] = scored[best]
         progress.update(len(chunk))
     progress.close()
-    return RerankOutcome(chosen, ranking, nll)
+    return RerankOutcome(chosen, ranking, nll, targets)
 
 
 def _other_lm_ranks(reranker: LMReranker, tokenizer, ids, windows, pools, config, batch_size, reuse_prefix_kv,
