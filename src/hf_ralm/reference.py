@@ -32,3 +32,32 @@ def reference_window_nlls(
         token_nll = torch.nn.functional.cross_entropy(predicted, targets, reduction="none")
         nll[w.score_begin : w.end] = token_nll.double().cpu()
     return nll
+
+
+@torch.inference_mode()
+def reference_rerank_nlls(
+    model, ids: Sequence[int], windows: Sequence[Window], candidate_prefixes: Sequence[Sequence[Sequence[int]]],
+    rerank_tokens: int,
+) -> tuple[list[int], torch.Tensor]:
+    """The reference's ``logprob`` reranking: per window one ``(k, L)`` batch of its candidates' inputs with logits for
+    every position; the candidate with the lowest summed NLL of the ``rerank_tokens`` text tokens before the window's
+    scored tokens is chosen and its row scores the window. ``candidate_prefixes[w.index]`` lists what each candidate
+    writes over the window (a single entry: nothing to rank). Returns the choices and the per-token NLLs."""
+    device = model_device(model)
+    nll = torch.full((len(ids),), float("nan"), dtype=torch.float64)
+    chosen = []
+    for w in windows:
+        window = torch.tensor(ids[w.begin : w.end], device=device)
+        inputs = window.repeat(len(candidate_prefixes[w.index]), 1)
+        for row, prefix in zip(inputs, candidate_prefixes[w.index]):
+            prefix = torch.tensor(prefix[: w.length], dtype=torch.long, device=device)
+            row[: len(prefix)] = prefix
+        logits = model(inputs).logits.float()
+        token_nll = torch.nn.functional.cross_entropy(
+            logits[:, :-1].transpose(1, 2), window[1:].expand(len(inputs), -1), reduction="none").double().cpu()
+        first = w.score_begin - w.begin  # token_nll[:, t - 1] is the NLL of window position t
+        ranking = token_nll[:, max(1, first - rerank_tokens) - 1 : first - 1].sum(dim=1)
+        best = int(torch.argmin(ranking)) if len(inputs) > 1 else 0  # argmin: the first of equal values
+        chosen.append(best)
+        nll[w.score_begin : w.end] = token_nll[best, first - 1 :]
+    return chosen, nll
