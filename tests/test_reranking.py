@@ -165,6 +165,9 @@ def test_reader_ranking_equals_plain_loop(arch, stride, max_length, k, rerank_to
                 assert sums[best] == pytest.approx(float(expected_nll[w.score_begin : w.end].sum()), abs=1e-3)
     if len(windows) > 3:
         assert expected_chosen[3] != 1  # the duplicate of candidate 0 never wins over it
+        part = rerank_windows(model, tokenizer, ids, windows[2:4], [None] * len(windows), candidates, config,
+                              show_progress=False)  # any of the windows: the outcome follows their order
+        assert part.chosen == expected_chosen[2:4]
 
 
 @pytest.mark.parametrize("reader_arch,reranker_arch", [("llama", "gpt2"), ("opt", "gemma3")])

@@ -100,16 +100,18 @@ def rerank_windows(
     """Choose the passage of every window under ``config.rerank`` (see the module docstring).
 
     ``candidates[w.index]`` are the window's retrieved passages in retrieval order (at most
-    ``config.rerank_candidates`` are considered); ``reranker`` is an :class:`LMReranker` (``"lm"`` with another
+    ``config.rerank_candidates`` are considered); ``windows`` may be any of the text's windows, and the outcome's lists
+    follow their order; ``reranker`` is an :class:`LMReranker` (``"lm"`` with another
     model) or a :class:`~hf_ralm.reranking.predictive.PredictiveReranker` (``"predictive"``).
     """
     strategy = config.rerank
-    pools = [list(candidates[w.index])[: config.rerank_candidates] if w.has_retrieval else [] for w in windows]
+    pools = {w.index: list(candidates[w.index])[: config.rerank_candidates] if w.has_retrieval else []
+             for w in windows}
     if strategy == "none":
-        return RerankOutcome([0 if pool else NO_PASSAGE for pool in pools], [None] * len(windows))
+        return RerankOutcome([0 if pools[w.index] else NO_PASSAGE for w in windows], [None] * len(windows))
     if strategy == "random":
-        chosen = [random_choice(config.rerank_seed, w.index, len(pool)) if pool else NO_PASSAGE
-                  for w, pool in zip(windows, pools)]
+        chosen = [random_choice(config.rerank_seed, w.index, len(pools[w.index])) if pools[w.index] else NO_PASSAGE
+                  for w in windows]
         return RerankOutcome(chosen, [None] * len(windows))
     if strategy == "predictive":
         return _predictive(reranker, windows, queries, pools, show_progress)
