@@ -251,7 +251,7 @@ COMMAND_FLAGS = {
                  "--corpus", "--index-dir", "--forbidden-titles", "--stride", "--query-length", "--max-length",
                  "--max-doc-tokens", "--bos-every-window", "--batch-size", "--prompt", "--prompts-file",
                  "--max-new-tokens", "--show-sources", "--output-json", "--do-sample", "--temperature", "--top-k",
-                 "--top-p", "--seed"},
+                 "--top-p", "--seed", *RERANK_FLAGS},
     "eval-qa": {"--model", "--tokenizer", "--gguf-file", "--dtype", "--device", "--retriever", "--encoder",
                 "--corpus", "--index-dir", "--forbidden-titles", "--batch-size", "--output-dir", "--questions",
                 "--use-ctxs", "--num-docs", "--max-questions", "--max-new-tokens", "--max-length"},

@@ -1,5 +1,5 @@
 """``hf-ralm generate``, run in-process on a tiny local model folder and a tiny BM25 index: the JSON it writes
-matches ``RetrievalAugmentedModel.generate`` and ``--show-sources`` prints the numbered sources."""
+matches ``RetrievalAugmentedModel.generate`` (reranked too) and ``--show-sources`` prints the numbered sources."""
 
 from __future__ import annotations
 
@@ -14,11 +14,12 @@ PROMPTS = ["the emperor of rome and the senate", "the sailor took the boat to th
 SETTINGS = ["--stride", "4", "--query-length", "8", "--max-length", "48", "--max-new-tokens", "10"]
 
 
-@pytest.fixture(scope="module")
-def expected(tiny_llama, tiny_tokenizer, tiny_index):
+def model_records(tiny_llama, tiny_tokenizer, tiny_index, **settings) -> list[dict]:
+    """What ``generate`` should write for ``PROMPTS``, from ``RetrievalAugmentedModel.generate`` with ``SETTINGS``
+    and the RALM ``settings``."""
     model = RetrievalAugmentedModel.from_pretrained(tiny_llama, retriever=tiny_index["retriever"],
                                                     tokenizer=tiny_tokenizer, retrieval_stride=4, query_length=8,
-                                                    max_length=48)
+                                                    max_length=48, **settings)
     out = model.generate(PROMPTS, max_new_tokens=10, do_sample=False, return_dict_in_generate=True, pad_token_id=0)
     width = max(len(tiny_tokenizer(p)["input_ids"]) for p in PROMPTS)
     rows = []
@@ -29,6 +30,11 @@ def expected(tiny_llama, tiny_tokenizer, tiny_index):
         rows.append({"prompt_ids": tiny_tokenizer(prompt)["input_ids"], "output_ids": new, "sources": out.sources[b]})
     assert any(row["sources"] for row in rows)
     return rows
+
+
+@pytest.fixture(scope="module")
+def expected(tiny_llama, tiny_tokenizer, tiny_index):
+    return model_records(tiny_llama, tiny_tokenizer, tiny_index)
 
 
 def argv(tiny_model_dir, tiny_index, *extra):
@@ -85,6 +91,23 @@ def test_generate_prompts_file_plain_output(tmp_path, tiny_model_dir, tiny_index
     assert "Sources" not in printed
 
 
+def test_generate_reranks(tmp_path, tiny_llama, tiny_tokenizer, tiny_model_dir, tiny_index, capsys):
+    """``--rerank lm``: the reader chooses among the retrieved candidates (or no passage); the sources carry the
+    chosen passage's rank, as ``RetrievalAugmentedModel.generate`` gives them."""
+    out_json = tmp_path / "reranked.json"
+    main(argv(tiny_model_dir, tiny_index, "--prompt", PROMPTS[0], "--prompt", PROMPTS[1], "--rerank", "lm",
+              "--rerank-candidates", "3", "--rerank-tokens", "6", "--rerank-allow-no-passage", "--output-json",
+              str(out_json)))
+    capsys.readouterr()
+    records = json.loads(out_json.read_text())
+    want = model_records(tiny_llama, tiny_tokenizer, tiny_index, rerank="lm", rerank_candidates=3, rerank_tokens=6,
+                         rerank_allow_no_passage=True)
+    assert [r["output_ids"] for r in records] == [w["output_ids"] for w in want]
+    assert [r["sources"] for r in records] == [w["sources"] for w in want]
+    ranks = [source["rank"] for record in records for source in record["sources"]]
+    assert ranks and all(0 <= rank < 3 for rank in ranks) and any(rank > 0 for rank in ranks)
+
+
 def test_format_generation_spans(tiny_tokenizer):
     ids = tiny_tokenizer("the king and the queen of the realm in the castle", add_special_tokens=False)["input_ids"]
     rome = {"id": "0", "title": "Rome", "text": "rome was the city of the empire", "score": 2.5}
@@ -122,6 +145,8 @@ def test_generate_errors(tmp_path, tiny_model_dir, tiny_index, capsys):
     assert "unrecognized arguments: --retrieval-file" in err  # eval-lm's flag: generate does not take it
     err = fail(capsys, argv(tiny_model_dir, tiny_index, "--prompt", "x", "--stride", "0"))
     assert err.splitlines()[-1] == "hf-ralm: error: --stride must be at least 1, got 0."
+    err = fail(capsys, argv(tiny_model_dir, tiny_index, "--prompt", "x", "--rerank", "oracle"))
+    assert err.splitlines()[-1].startswith("hf-ralm: error: --rerank='oracle' ranks the candidates on the very tokens")
     assert "--max-new-tokens must be at least 1" in fail(
         capsys, argv(tiny_model_dir, tiny_index, "--prompt", "x", "--max-new-tokens", "0"))
     with pytest.raises(SystemExit):  # argparse: --prompt and --prompts-file exclude each other

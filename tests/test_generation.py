@@ -1,6 +1,7 @@
 """Generation with In-Context RALM is exact: ``RetrievalAugmentedModel.generate`` and ``RalmLogitsProcessor`` give
 the tokens of a plain loop, written here from the spec, that rebuilds ``[passage; x[a_j:]]`` at every step and runs a
-full forward; plus sources, beam search, EOS, sampling, streamers and the passage cache."""
+full forward; with reranking, the loop first ranks every candidate with full forwards, one at a time. Plus sources,
+beam search, EOS, sampling, streamers and the passage cache."""
 
 from __future__ import annotations
 
@@ -11,10 +12,14 @@ import torch
 from transformers import LogitsProcessorList, RepetitionPenaltyLogitsProcessor
 from transformers.generation.streamers import BaseStreamer
 
-from conftest import ARTICLES, EVAL_TEXT, PAD_ID, make_tiny_model
+from conftest import ARTICLES, EVAL_TEXT, MODEL_VOCAB_SIZE, PAD_ID, TOKENIZER_VOCAB_SIZE, make_tiny_model
 from hf_ralm import Passage, RalmConfig, RetrievalAugmentedModel
-from hf_ralm.generation import RalmLogitsProcessor
+from hf_ralm.configuration_ralm import RALM_FIELDS
+from hf_ralm.generation import RalmLogitsProcessor, ralm_generate
+from hf_ralm.model_inputs import passage_prefix
 from hf_ralm.passage_cache import PassageKVCache
+from hf_ralm.reranking.rules import random_choice
+from test_reranking import full_nlls, permuted_tokenizer
 
 MAX_LENGTH = 32
 MAX_DOC_TOKENS = 10
@@ -137,7 +142,7 @@ def expected_sources(strides, generated: int, stride: int) -> list[dict]:
 
 
 def wrap(model, tokenizer, retriever, config) -> RetrievalAugmentedModel:
-    fields = {k: getattr(config, k) for k in ("retrieval_stride", "query_length", "max_doc_tokens", "max_length")}
+    fields = {k: getattr(config, k) for k in RALM_FIELDS - {"base_model_name_or_path"}}
     return RetrievalAugmentedModel.from_pretrained(model, retriever=retriever, tokenizer=tokenizer, **fields)
 
 
@@ -397,3 +402,211 @@ def test_passage_cache_is_bounded(models, tiny_tokenizer):
     assert cache.bytes <= 2 * size and len(cache) == 2
     assert [5, 6, 7, 8] in cache and [9, 10, 11, 12] not in cache  # least recently used went first
     assert cache.hits == 1 and cache.misses == 3
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Reranking: the plain loop ranks every candidate with a full forward, one at a time
+# --------------------------------------------------------------------------------------------------------------
+
+K = 4  # candidates (the retriever has 5 articles)
+# the tiny models' vocabulary is larger than the tokenizer's: ids without text are never generated, so that any LM
+# can rank the text generated so far
+TEXT_ONLY = dict(suppress_tokens=list(range(TOKENIZER_VOCAB_SIZE, MODEL_VOCAB_SIZE)))
+
+
+class KeywordReranker:
+    """Stands in for the trained cross-encoder: a passage scores the number of the query's words it holds."""
+
+    def __init__(self):
+        self.queries: list[str] = []
+
+    def scores(self, query: str, texts: list[str]) -> list[int]:
+        return [sum(word in text.split() for word in query.split()) for text in texts]
+
+    def choose(self, prefixes, candidates):
+        self.queries.extend(prefixes)
+        return [max(range(len(texts)), key=lambda i: (self.scores(query, texts)[i], -i))
+                for query, texts in zip(prefixes, candidates)]
+
+
+def spec_ranking_nll(model, tokenizer, config, x, doc, start, first, reranker, option) -> float:
+    """The summed NLL of the ranking tokens ``x[first:]`` under one candidate, in one full forward."""
+    if reranker is None or isinstance(reranker, KeywordReranker):  # the reader, on [d; x[a:]]
+        return float(full_nlls(model, doc + x[start:])[len(doc) + first - start - 1 :].sum())
+    rtok, room = reranker.tokenizer, reranker.max_length  # another LM, in text
+    ranking = rtok(tokenizer.decode(x[first:]), add_special_tokens=False)["input_ids"]
+    passage = passage_prefix(rtok, option, config)[: room - len(ranking)]
+    before = rtok(tokenizer.decode(x[:first]), add_special_tokens=False)["input_ids"]
+    keep = room - len(ranking) - len(passage)
+    tokens = passage + (before[-keep:] if keep > 0 else []) + ranking
+    return float(full_nlls(reranker.model, tokens)[-len(ranking) :].sum())
+
+
+@torch.no_grad()
+def spec_rerank_generate(model, tokenizer, retriever, config, prompt, new_tokens, reranker=None):
+    """Greedy decoding with reranking, from the spec. At each stride: retrieve k candidates; each candidate (and no
+    passage when allowed) gets the stride's context ``[d_i; x[a_i:]]``; the ranking tokens are the last s' tokens
+    of x, never the first of x in a context; the lowest summed NLL wins (ties: the better rank). Then every token
+    is decoded with a full forward of ``[d; x[a:]]`` (ids without text suppressed). Returns the generated tokens,
+    per stride ``(start, pool, choice)`` (-1: no passage) and the scores of every step."""
+    s, x, strides, step_scores = config.retrieval_stride, list(prompt), [], []
+    for t in range(new_tokens):
+        if t % s == 0:
+            s_j = min(s, new_tokens - t)
+            query = tokenizer.decode(x[-config.query_length :])
+            pool = retriever.retrieve([query], k=config.rerank_candidates)[0][: config.rerank_candidates]
+            options = pool + [None] * (bool(pool) and config.rerank_allow_no_passage)
+            docs = [passage_prefix(tokenizer, option, config) for option in options]
+            starts = [max(0, len(x) + s_j + len(d) - config.max_length) for d in docs]
+            if not pool:
+                choice = -1
+            elif config.rerank == "random":
+                key = (zlib.crc32(" ".join(map(str, prompt)).encode()) << 32) + t // s
+                choice = random_choice(config.rerank_seed, key, len(pool))
+            elif config.rerank == "predictive":
+                texts = [config.passage_text(p.title, p.text) for p in pool]
+                scores = reranker.scores(query, texts)
+                choice = min(range(len(pool)), key=lambda i: (-scores[i], i))
+            else:
+                first = max(len(x) - config.rerank_tokens, max(starts) + 1)
+                scores = [spec_ranking_nll(model, tokenizer, config, x, d, a, first, reranker, option)
+                          for d, a, option in zip(docs, starts, options)] if first < len(x) else [0.0]
+                best = min(range(len(scores)), key=lambda i: (scores[i], i))
+                choice = best if best < len(pool) else -1
+            doc = docs[choice] if choice >= 0 else passage_prefix(tokenizer, None, config)
+            start = max(0, len(x) + s_j + len(doc) - config.max_length)
+            strides.append((t, pool, choice))
+        logits = model(input_ids=torch.tensor([doc + x[start:]]), use_cache=False).logits[0, -1].float()
+        logits[TOKENIZER_VOCAB_SIZE:] = float("-inf")
+        step_scores.append(logits)
+        x.append(int(logits.argmax()))
+    return x[len(prompt) :], strides, step_scores
+
+
+def expected_reranked_sources(strides, generated: int, stride: int) -> list[dict]:
+    return [{"start": t, "end": min(t + stride, generated), "id": pool[c].id, "title": pool[c].title,
+             "text": pool[c].text, "score": pool[c].score, "rank": c} for t, pool, c in strides if c >= 0]
+
+
+@pytest.fixture(scope="module")
+def rerank_prompts(prompts):
+    return prompts + [prompts[0][:1]]  # a one-token prompt: nothing to rank on at first
+
+
+def check_reranked(out, prompt_width, rerank_prompts, model, tokenizer, retriever, config, reranker=None):
+    """``out`` (a generate output with scores) holds the plain loop's tokens, scores, sources and counts."""
+    got = generated_rows(out.sequences, prompt_width)
+    reranked = no_passage = 0
+    ranks = []
+    for b, prompt in enumerate(rerank_prompts):
+        expected, strides, expected_scores = spec_rerank_generate(model, tokenizer, retriever, config, prompt,
+                                                                  NEW_TOKENS, reranker)
+        assert got[b] == expected, f"row {b}"
+        assert_scores_match(out.scores, b, expected_scores)
+        assert out.sources[b] == expected_reranked_sources(strides, NEW_TOKENS, config.retrieval_stride)
+        reranked += sum(1 for _, pool, _ in strides if pool)
+        no_passage += sum(1 for _, pool, choice in strides if pool and choice < 0)
+        ranks += [choice for _, pool, choice in strides if pool]
+    assert out.ralm_stats["reranked_strides"] == reranked > 0
+    assert out.ralm_stats["no_passage_chosen"] == no_passage
+    assert out.ralm_stats["empty_retrievals"] > 0  # a stride without candidates is covered
+    return ranks
+
+
+RERANK_CASES = [  # (arch, stride, rerank, allow no passage, s', bos_every_window)
+    ("gpt2", 3, "lm", False, 6, False),
+    ("llama", 4, "lm", True, 6, False),
+    ("opt", 2, "lm", True, 20, False),     # s' beyond the shortest context: clipped to it
+    ("gemma3", 3, "lm", True, 6, True),    # sliding-window layers; no passage is a BOS
+    ("llama", 3, "random", False, 16, False),
+]
+
+
+@pytest.mark.parametrize("arch,stride,rerank,allow_none,rerank_tokens,bos", RERANK_CASES)
+def test_reranked_generate_matches_plain_loop(models, tiny_tokenizer, rerank_prompts, arch, stride, rerank,
+                                              allow_none, rerank_tokens, bos):
+    model, retriever = models[arch], HashRetriever()
+    config = ralm_config(stride, rerank=rerank, rerank_candidates=K, rerank_tokens=rerank_tokens,
+                         rerank_allow_no_passage=allow_none, bos_every_window=bos, rerank_seed=5)
+    ralm = wrap(model, tiny_tokenizer, retriever, config)
+    ids, mask = left_pad(rerank_prompts)
+    common = dict(attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=None,
+                  pad_token_id=PAD_ID, return_dict_in_generate=True, output_scores=True, **TEXT_ONLY)
+    out = ralm.generate(ids, **common)
+    ranks = check_reranked(out, ids.shape[1], rerank_prompts, model, tiny_tokenizer, retriever, config)
+    assert any(rank > 0 for rank in ranks)  # reranking changed the passage somewhere
+    assert (out.ralm_stats["no_passage_chosen"] > 0) == allow_none
+    if rerank == "lm":  # the ranking inputs took their passages' keys/values from the store the contexts use
+        cache = out.ralm_stats["passage_cache"]
+        assert cache["hits"] + cache["misses"] > out.ralm_stats["contexts_rebuilt"]
+    rebuilt = ralm.generate(ids, use_cache=False, **common)  # full forwards everywhere, ranking included
+    assert torch.equal(rebuilt.sequences, out.sequences) and rebuilt.sources == out.sources
+
+
+@pytest.fixture(scope="module")
+def reranker_dir(tmp_path_factory):
+    """Another LM with another vocabulary (the same words, other ids), saved as a model folder."""
+    path = tmp_path_factory.mktemp("reranker-lm")
+    make_tiny_model("gpt2", seed=7).save_pretrained(path)
+    permuted_tokenizer().save_pretrained(path)
+    return str(path)
+
+
+@pytest.mark.parametrize("reader_arch,allow_none", [("opt", True), ("gemma3", False)])
+def test_other_lm_reranks_generation_in_text(models, tiny_tokenizer, rerank_prompts, reranker_dir, reader_arch,
+                                             allow_none):
+    """``reranker_model`` names another LM: the model loads it (its ``reranker``) and generate ranks with it."""
+    model, retriever = models[reader_arch], HashRetriever()
+    config = ralm_config(3, rerank="lm", rerank_candidates=K, rerank_tokens=5, reranker_model=reranker_dir,
+                         rerank_allow_no_passage=allow_none)
+    ralm = wrap(model, tiny_tokenizer, retriever, config)
+    ids, mask = left_pad(rerank_prompts)
+    out = ralm.generate(ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=None,
+                        pad_token_id=PAD_ID, return_dict_in_generate=True, output_scores=True, **TEXT_ONLY)
+    assert ralm.reranker.tokenizer.convert_tokens_to_ids("rome") != tiny_tokenizer.convert_tokens_to_ids("rome")
+    ranks = check_reranked(out, ids.shape[1], rerank_prompts, model, tiny_tokenizer, retriever, config,
+                           ralm.reranker)
+    assert any(rank > 0 for rank in ranks)
+    with pytest.raises(ValueError, match="no reranker was given: pass reranker=load_reranker"):
+        ralm_generate(model, tiny_tokenizer, retriever, config, ids, max_new_tokens=2)
+
+
+def test_predictive_reranker_sees_the_query_and_passage_texts(models, tiny_tokenizer, rerank_prompts):
+    model, retriever, reranker = models["llama"], HashRetriever(), KeywordReranker()
+    config = ralm_config(4, rerank="predictive", rerank_candidates=K, reranker_model="unused-here")
+    ids, mask = left_pad(rerank_prompts)
+    out = ralm_generate(model, tiny_tokenizer, retriever, config, ids, attention_mask=mask, reranker=reranker,
+                        max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=None, pad_token_id=PAD_ID,
+                        return_dict_in_generate=True, output_scores=True, **TEXT_ONLY)
+    queries = list(reranker.queries)
+    ranks = check_reranked(out, ids.shape[1], rerank_prompts, model, tiny_tokenizer, retriever, config, reranker)
+    assert any(rank > 0 for rank in ranks)
+    assert set(queries) <= set(retriever.queries) and len(queries) == out.ralm_stats["reranked_strides"]
+
+
+def test_logits_processor_reranks_as_generate(models, tiny_tokenizer, rerank_prompts):
+    reader, retriever = models["llama"], HashRetriever()
+    config = ralm_config(3, rerank="lm", rerank_candidates=K, rerank_tokens=6, rerank_allow_no_passage=True)
+    ids, mask = left_pad(rerank_prompts)
+    common = dict(attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=None,
+                  pad_token_id=PAD_ID, return_dict_in_generate=True)
+    expected = ralm_generate(reader, tiny_tokenizer, retriever, config, ids, rerank_batch_size=3, **common)
+    processor = RalmLogitsProcessor(reader, tiny_tokenizer, retriever, config, max_new_tokens=NEW_TOKENS)
+    out = models["gpt2"].generate(ids, logits_processor=LogitsProcessorList([processor]), **common)
+    assert torch.equal(out.sequences, expected.sequences)
+    assert processor.sources == expected.sources
+    assert any(source["rank"] > 0 for row in expected.sources for source in row)
+    assert processor.stats["reranked_strides"] == expected.ralm_stats["reranked_strides"]
+
+
+def test_generation_refuses_the_oracle_and_an_ensemble(models, tiny_tokenizer):
+    model, prompt = models["llama"], torch.tensor([[5, 6, 7]])
+    oracle = wrap(model, tiny_tokenizer, HashRetriever(), ralm_config(3, rerank="oracle"))
+    with pytest.raises(ValueError, match=r"^rerank='oracle' ranks the candidates on the very tokens they are to "
+                                         r"predict, which generation has not produced yet"):
+        oracle.generate(prompt, max_new_tokens=2)
+    with pytest.raises(ValueError, match=r"^ensemble_size=2 mixes the top passages .* not combined"):
+        RalmLogitsProcessor(model, tiny_tokenizer, HashRetriever(), ralm_config(3, rerank="lm"), ensemble_size=2)
+    with pytest.raises(ValueError, match="rerank='predictive' needs its trained reranker"):
+        ralm_generate(model, tiny_tokenizer, HashRetriever(), ralm_config(3, rerank="predictive", reranker_model="x"),
+                      prompt, max_new_tokens=2)

@@ -205,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     eval_lm.add_argument("--no-prefix-kv-reuse", action="store_true",
                          help="recompute every window in full instead of reusing a shared passage's keys/values")
 
-    _add_generate(sub, parents=[model, retriever, windows, passages, batch])
+    _add_generate(sub, parents=[model, retriever, windows, passages, rerank, batch])
     _add_eval_qa(sub, parents=[model, retriever, batch, output])
     return parser
 
@@ -341,7 +341,8 @@ def run_eval_lm(args) -> dict:
 def _add_generate(sub, parents: list[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("generate", help="generate text, retrieving every --stride tokens", parents=parents,
                             description="Generate with In-Context RALM: every --stride new tokens the last "
-                                        "--query-length tokens retrieve a passage that is put in front of the text.")
+                                        "--query-length tokens retrieve a passage that is put in front of the text "
+                                        "(with --rerank: the one chosen among --rerank-candidates retrieved).")
     group = parser.add_argument_group("generation")
     prompts = group.add_mutually_exclusive_group()
     prompts.add_argument("--prompt", action="append", help="a prompt (may repeat)")
@@ -373,13 +374,17 @@ def _read_prompts(args) -> list[str]:
 
 def run_generate(args) -> tuple[list[dict], object]:
     """``hf-ralm generate``: per prompt ``{"prompt", "prompt_ids", "output_ids", "text", "sources"}`` (``sources``
-    as :attr:`hf_ralm.generation.RalmGenerateOutput.sources`: ``start``/``end`` index ``output_ids``), and the
-    tokenizer."""
+    as :attr:`hf_ralm.generation.RalmGenerateOutput.sources`: ``start``/``end`` index ``output_ids``, ``rank`` the
+    chosen passage's rank among the candidates with ``--rerank``), and the tokenizer."""
     import torch
     from tqdm.auto import tqdm
 
+    from .generation.reranking import check_rerank
+
     _check_args(args, "model")
     settings = _ralm_settings(args)
+    with _errors_with_flags():
+        check_rerank(RalmConfig(**settings))
     prompts = _read_prompts(args)
     model = _load_model(args, settings, args.retriever)
     tokenizer = model.tokenizer

@@ -204,9 +204,11 @@ class RetrievalAugmentedModel(PreTrainedModel):
                                    reranker=self.reranker, **kwargs)
 
     def generate(self, inputs=None, **kwargs):
-        """Generate with In-Context RALM, re-retrieving every ``retrieval_stride`` new tokens; takes what
+        """Generate with In-Context RALM, re-retrieving every ``retrieval_stride`` new tokens (and reranking the
+        candidates as ``config.rerank`` says, with :attr:`reranker` when the reader does not rank); takes what
         ``transformers``' ``generate`` takes (and text prompts). See :func:`hf_ralm.generation.ralm_generate`."""
-        return ralm_generate(self.language_model, self.tokenizer, self.retriever, self.config, inputs, **kwargs)
+        return ralm_generate(self.language_model, self.tokenizer, self.retriever, self.config, inputs,
+                             reranker=self.reranker, **kwargs)
 
     def forward(
         self,

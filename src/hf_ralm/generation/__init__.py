@@ -4,13 +4,42 @@ Semantics (exact; ``s`` = ``retrieval_stride``, ``ℓ`` = ``query_length``, ``L`
 
 * Generation runs in strides of ``s`` tokens. At the start of stride ``j`` (after ``j·s`` generated tokens, ``j = 0``
   included) the query is the decoded last ``ℓ`` tokens of ``x`` = prompt + output so far, and the top passage
-  ``d_j`` is retrieved, encoded as the evaluation does (:func:`hf_ralm.evaluation.passage_prefix`: the tokenizer's
+  ``d_j`` is retrieved, encoded as the evaluation does (:func:`hf_ralm.model_inputs.passage_prefix`: the tokenizer's
   default special tokens, cut to ``max_doc_tokens``).
 * Every token of stride ``j`` is predicted from ``[d_j; x[a_j:]]``, where ``x`` grows within the stride and
   ``a_j = max(0, len(x) + s_j + len(d_j) - L)`` with ``s_j = min(s, tokens still to generate)``, computed once at the
   start of the stride: the oldest tokens are dropped once per stride so that the whole stride fits in ``L``.
 * A stride whose retrieval returns nothing uses ``x[a_j:]`` alone (``[BOS] + x[a_j:]`` with ``bos_every_window``).
 * Each row of a batch retrieves for itself; padding (left or right, from ``attention_mask``) is not part of ``x``.
+
+Reranking (``config.rerank``, the paper's §6; :mod:`.reranking`): at the start of stride ``j`` each row retrieves
+``k = rerank_candidates`` candidates for its query instead of one, and one of them, ``d``, is chosen; the stride then
+uses ``d`` exactly as it would use a retrieved top passage (its ``a_j``, its context), or with the no-passage
+choice it runs as a stride whose retrieval returned nothing. A stride that retrieves nothing has nothing to rank.
+
+* ``"lm"``, the reader ranks: each candidate ``d_i`` (with ``rerank_allow_no_passage`` one more, no passage: what
+  :func:`~hf_ralm.model_inputs.passage_prefix` puts for none, nothing or a BOS) gets the context the stride would
+  give it, ``[d_i; x[a_i:]]`` with ``a_i = stride_start(len(x), s_j, len(d_i), L)``, and its ranking score is the
+  reader's summed NLL there of the *ranking tokens* ``x[r:]``: the last ``s' = rerank_tokens`` tokens of ``x``
+  (prompt + output so far), fewer when ``x`` is shorter or a context holds fewer, ``r = max(len(x) - s',
+  max_i a_i + 1)`` (:func:`.reranking.ranking_start`), so that every candidate ranks on the same tokens and none
+  is the first of ``x`` in a context. The lowest wins, ties to the better retrieval rank
+  (:func:`~hf_ralm.reranking.rules.choose_lowest`); with no token to rank on (``r = len(x)``) retrieval's top. The
+  inputs of all rows × candidates of a stride run in one :func:`~hf_ralm.scoring.score_inputs` call (the
+  evaluation's scorer), batched, a passage's keys/values taken from the decoder's passage cache.
+* ``"lm"`` with another LM (``reranker_model``; an :class:`~hf_ralm.reranking.lm.LMReranker`): the same ranking
+  tokens, in text, as the evaluation ranks (:func:`~hf_ralm.reranking.rules.fit_reranker_input`): its tokens of the
+  passage, of the decoded ``x[:r]`` cut from the left, and of the decoded ``x[r:]``, whose summed NLL ranks.
+* ``"random"``: :func:`~hf_ralm.reranking.rules.random_choice` with ``rerank_seed`` and the key
+  ``crc32(prompt ids) · 2**32 + j`` (:func:`.reranking.random_key`): reproducible per prompt and stride, whatever
+  the batch.
+* ``"predictive"``: the trained cross-encoder (:class:`~hf_ralm.reranking.PredictiveReranker`) scores (the stride's
+  query, ``config.passage_text(title, text)``) for every candidate; the highest wins, ties to the better rank.
+* ``"oracle"`` ranks on the tokens a stride is about to generate: refused (a ``ValueError``), as is reranking with
+  an ensemble of passages (``RalmLogitsProcessor(ensemble_size > 1)``).
+
+``sources`` give the chosen passage's ``"rank"`` among the candidates, ``ralm_stats`` the ``reranked_strides`` and
+those where no passage was chosen (``no_passage_chosen``).
 
 How it is computed (:mod:`.contexts`, :mod:`.decoder`): each row keeps the KV cache of its context
 ``[d_j; x[a_j:]]`` and feeds it only the tokens it lacks. When the next stride has the same passage and the same
@@ -36,7 +65,7 @@ Example:
     {'start': 0, 'end': 4, 'id': '...', 'title': '...', 'text': '...', 'score': 12.3}
 """
 
-from .decoder import encode_passage, stride_start
+from .contexts import encode_passage, stride_start
 from .logits_process import RalmLogitsProcessor
 from .utils import RalmGenerateOutput, ralm_generate
 

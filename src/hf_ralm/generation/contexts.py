@@ -1,5 +1,6 @@
-"""Per-row decoding state: the KV-cached contexts ``[passage; x[start:]]`` of each row, and the batch that decodes
-rows together while each takes one token per step.
+"""Per-row decoding state: the KV-cached contexts ``[passage; x[start:]]`` of each row (what a passage puts in front
+of ``x``, :func:`encode_passage`, and where ``x`` starts, :func:`stride_start`), and the batch that decodes rows
+together while each takes one token per step.
 
 A row's context keeps the KV cache of what has been run so far and is only fed the tokens it lacks; when every row
 takes one token on a plain full-attention cache, the rows' caches are left-padded into one and decoded in a single
@@ -22,7 +23,32 @@ import torch.nn.functional as F
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from ..configuration_ralm import RalmConfig
+from ..model_inputs import passage_prefix
 from ..modeling_utils import last_logits, model_device, one_logit_kwargs
+from ..retrieval.base import Passage
+
+
+def encode_passage(tokenizer, passage: Passage | None, config: RalmConfig) -> list[int]:
+    """The token ids put in front of the text for ``passage`` (``None``: no passage), exactly as the evaluation puts
+    them in front of a window: the passage with the tokenizer's default special tokens, cut to ``max_doc_tokens``.
+
+    Example:
+        >>> encode_passage(tokenizer, Passage("a1", "Rome", "Rome is ...", 9.1), config)[:3]   # doctest: +SKIP
+        [1, 27385, 198]
+    """
+    return passage_prefix(tokenizer, passage, config)
+
+
+def stride_start(num_tokens: int, stride_tokens: int, prefix_length: int, max_length: int) -> int:
+    """``a_j``: how many of the oldest tokens of ``x`` stay out of context during a stride of ``stride_tokens`` tokens
+    that starts with ``len(x) = num_tokens``, so that ``[passage; x[a_j:]]`` never exceeds ``max_length``.
+
+    Example:
+        >>> stride_start(num_tokens=30, stride_tokens=4, prefix_length=10, max_length=32)
+        12
+    """
+    return max(0, num_tokens + stride_tokens + prefix_length - max_length)
 
 
 class Context:
@@ -59,13 +85,15 @@ class Context:
 
 
 class Row:
-    """The decoding state of one row: ``ids`` (= ``x``), the contexts of the current stride (keyed by
-    ``(prefix, start)``), the weighted contexts whose next-token distributions it mixes, and its sources."""
+    """The decoding state of one row: ``ids`` (= ``x``, its first ``prompt_length`` tokens the prompt), the contexts
+    of the current stride (keyed by ``(prefix, start)``), the weighted contexts whose next-token distributions it
+    mixes, and its sources."""
 
     def __init__(self, ids: Sequence[int]):
         self.ids = [int(i) for i in ids]
         if not self.ids:
             raise ValueError("Every prompt needs at least one token.")
+        self.prompt_length = len(self.ids)
         self.contexts: dict[tuple[tuple[int, ...], int], Context] = {}
         self.mixture: list[tuple[float, Context]] = []
         self.top_prefix: tuple[int, ...] | None = None

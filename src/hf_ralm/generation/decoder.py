@@ -1,7 +1,7 @@
-"""Retrieval and ensembling for generation: every ``s`` tokens each row retrieves, puts its passage(s) in front of
-its text and predicts the next token from ``[passage; x[a_j:]]`` (see :mod:`hf_ralm.generation` for the exact
-semantics). :class:`RalmDecoder` is shared by :func:`~hf_ralm.generation.ralm_generate` and
-:class:`~hf_ralm.generation.RalmLogitsProcessor`.
+"""Retrieval, reranking and ensembling for generation: every ``s`` tokens each row retrieves, chooses its passage(s)
+(reranking: :mod:`.reranking`), puts them in front of its text and predicts the next token from
+``[passage; x[a_j:]]`` (see :mod:`hf_ralm.generation` for the exact semantics). :class:`RalmDecoder` is shared by
+:func:`~hf_ralm.generation.ralm_generate` and :class:`~hf_ralm.generation.RalmLogitsProcessor`.
 
 Example:
     >>> decoder = RalmDecoder(model, tokenizer, retriever, config)               # doctest: +SKIP
@@ -18,34 +18,12 @@ from typing import Sequence
 import torch
 
 from ..configuration_ralm import RalmConfig
-from ..model_inputs import passage_prefix
-from ..modeling_utils import resolve_max_length
-from ..modeling_utils import empty_cache
+from ..modeling_utils import empty_cache, resolve_max_length
 from ..passage_cache import DEFAULT_MAX_BYTES, PassageKVCache
+from ..reranking.rules import NO_PASSAGE
 from ..retrieval.base import Passage, Retriever
-from .contexts import Context, Row, RowBatch, batchable
-
-
-def encode_passage(tokenizer, passage: Passage | None, config: RalmConfig) -> list[int]:
-    """The token ids put in front of the text for ``passage`` (``None``: no passage), exactly as the evaluation puts
-    them in front of a window: the passage with the tokenizer's default special tokens, cut to ``max_doc_tokens``.
-
-    Example:
-        >>> encode_passage(tokenizer, Passage("a1", "Rome", "Rome is ...", 9.1), config)[:3]   # doctest: +SKIP
-        [1, 27385, 198]
-    """
-    return passage_prefix(tokenizer, passage, config)
-
-
-def stride_start(num_tokens: int, stride_tokens: int, prefix_length: int, max_length: int) -> int:
-    """``a_j``: how many of the oldest tokens of ``x`` stay out of context during a stride of ``stride_tokens`` tokens
-    that starts with ``len(x) = num_tokens``, so that ``[passage; x[a_j:]]`` never exceeds ``max_length``.
-
-    Example:
-        >>> stride_start(num_tokens=30, stride_tokens=4, prefix_length=10, max_length=32)
-        12
-    """
-    return max(0, num_tokens + stride_tokens + prefix_length - max_length)
+from .contexts import Context, Row, RowBatch, batchable, encode_passage, stride_start
+from .reranking import StrideReranker, check_rerank
 
 
 def retrieval_weights(passages: Sequence[Passage]) -> list[float]:
@@ -55,12 +33,15 @@ def retrieval_weights(passages: Sequence[Passage]) -> list[float]:
     return torch.softmax(torch.tensor([float(p.score) for p in passages], dtype=torch.float64), 0).tolist()
 
 
-def source_record(passage: Passage, start: int, weight: float | None) -> dict:
-    """What :attr:`RalmGenerateOutput.sources` lists for a passage put in context from generated token ``start``."""
+def source_record(passage: Passage, start: int, weight: float | None, rank: int | None = None) -> dict:
+    """What :attr:`RalmGenerateOutput.sources` lists for a passage put in context from generated token ``start``
+    (with its mixture ``weight`` in an ensemble, its ``rank`` among the candidates when reranked)."""
     source = {"start": start, "end": start, "id": passage.id, "title": passage.title, "text": passage.text,
               "score": float(passage.score)}
     if weight is not None:
         source["weight"] = weight
+    if rank is not None:
+        source["rank"] = rank
     return source
 
 
@@ -69,26 +50,32 @@ class RalmDecoder:
 
     With ``ensemble_size = n > 1`` each row keeps one context per passage of its top ``n`` and mixes their
     next-token distributions, weighted by the softmax of the retriever's scores (REPLUG-style); with 1 only the top
-    passage is in context. ``use_cache=False`` runs the whole context at every step (the slow reference).
+    passage is in context, or with ``config.rerank`` the candidate a :class:`~.reranking.StrideReranker` chooses
+    (``reranker``: what ranks when the reader does not; ``rerank_batch_size``: the ranking inputs per forward).
+    ``use_cache=False`` runs the whole context at every step (the slow reference).
     """
 
     def __init__(self, model, tokenizer, retriever: Retriever | None, config: RalmConfig,
                  passage_cache: PassageKVCache | None = None, use_cache: bool = True, ensemble_size: int = 1,
-                 max_cache_bytes: int = DEFAULT_MAX_BYTES):
+                 max_cache_bytes: int = DEFAULT_MAX_BYTES, reranker=None, rerank_batch_size: int = 8):
         config.validate()
         if tokenizer is None:
             raise ValueError("Generation with retrieval needs the tokenizer (to decode queries and encode passages).")
         if isinstance(ensemble_size, bool) or not isinstance(ensemble_size, int) or ensemble_size < 1:
             raise ValueError(f"ensemble_size must be a positive integer (1: only the top passage in context; n > 1: "
                              f"mix the next-token probabilities of the top n passages), got {ensemble_size!r}.")
+        check_rerank(config, ensemble_size)
         self.model, self.tokenizer, self.retriever, self.config = model, tokenizer, retriever, config
         self.max_length = resolve_max_length(model, config.max_length)
         self.use_cache = use_cache
         self.ensemble_size = ensemble_size
         self.passage_cache = PassageKVCache.for_model(model, passage_cache, max_cache_bytes)
+        self.stride_reranker = None if config.rerank == "none" else StrideReranker(
+            model, tokenizer, config, reranker, self.passage_cache, self.max_length, rerank_batch_size)
         self._batch: RowBatch | None = None
-        self.stats = {"strides": 0, "strides_with_passage": 0, "empty_retrievals": 0, "passage_changes": 0,
-                      "contexts_kept": 0, "contexts_rebuilt": 0, "forward_tokens": 0, "batched_steps": 0}
+        self.stats = {"strides": 0, "strides_with_passage": 0, "empty_retrievals": 0, "reranked_strides": 0,
+                      "no_passage_chosen": 0, "passage_changes": 0, "contexts_kept": 0, "contexts_rebuilt": 0,
+                      "forward_tokens": 0, "batched_steps": 0}
 
     def reset(self) -> None:
         """Forget the rows being decoded, before a new generation; the passage cache and the counters stay."""
@@ -103,23 +90,40 @@ class RalmDecoder:
         cache, logits = self.passage_cache.get(prefix)
         return Context(prefix, start, cache, logits)
 
+    def _retrieve(self, queries: list[str]) -> list[list[Passage]]:
+        """Every row's passages: its top ``ensemble_size``, or with reranking its ``rerank_candidates``."""
+        k = self.ensemble_size if self.stride_reranker is None else self.config.num_retrieved
+        if self.retriever is None:
+            return [[] for _ in queries]
+        found = self.retriever.retrieve(queries, k=k)
+        if len(found) != len(queries):
+            raise ValueError(f"The retriever returned {len(found)} results for {len(queries)} queries.")
+        return [list(passages)[:k] for passages in found]
+
+    def _choose(self, rows: Sequence[Row], queries: list[str], found: list[list[Passage]], stride_tokens: int,
+                generated: int) -> list[tuple[list[Passage], int | None]]:
+        """Per row, the passages put in context and, when reranked, the chosen one's rank among the candidates."""
+        if self.stride_reranker is None:
+            return [(passages, None) for passages in found]
+        ranks = self.stride_reranker.choose(rows, queries, found, stride_tokens, generated, self.use_cache)
+        self.stats["reranked_strides"] += sum(1 for passages in found if passages)
+        self.stats["no_passage_chosen"] += sum(1 for passages, rank in zip(found, ranks)
+                                               if passages and rank == NO_PASSAGE)
+        return [([passages[rank]] if rank != NO_PASSAGE else [], rank) for passages, rank in zip(found, ranks)]
+
     def start_stride(self, rows: Sequence[Row], stride_tokens: int, generated: int) -> None:
-        """Retrieve for every row (one batched call) and set up the contexts of a stride of ``stride_tokens``
-        tokens that starts after ``generated`` generated tokens."""
+        """Retrieve for every row (one batched call), choose its passage when reranking, and set up the contexts
+        of a stride of ``stride_tokens`` tokens that starts after ``generated`` generated tokens."""
         if not rows:
             return
         query_length = self.config.query_length_for(self.retriever)
         queries = [self.tokenizer.decode(row.ids[-query_length:]) for row in rows]
-        if self.retriever is None:
-            found: list = [[] for _ in rows]
-        else:
-            found = self.retriever.retrieve(queries, k=self.ensemble_size)
-            if len(found) != len(queries):
-                raise ValueError(f"The retriever returned {len(found)} results for {len(queries)} queries.")
-        for row, passages in zip(rows, found):
-            passages = list(passages)[: self.ensemble_size]
+        found = self._retrieve(queries)
+        choices = self._choose(rows, queries, found, stride_tokens, generated)
+        for row, retrieved, (passages, rank) in zip(rows, found, choices):
             self.stats["strides"] += 1
-            self.stats["strides_with_passage" if passages else "empty_retrievals"] += 1
+            self.stats["empty_retrievals"] += not retrieved
+            self.stats["strides_with_passage"] += bool(passages)
             weights = retrieval_weights(passages)
             contexts: dict[tuple[tuple[int, ...], int], Context] = {}
             row.mixture = []
@@ -138,7 +142,7 @@ class RalmDecoder:
                 self.stats["passage_changes"] += 1
             row.top_prefix = row.mixture[0][1].prefix
             row.contexts = contexts
-            row.open_sources = [source_record(p, generated, w if len(passages) > 1 else None)
+            row.open_sources = [source_record(p, generated, w if len(passages) > 1 else None, rank)
                                 for p, w in zip(passages, weights)]
             row.sources.extend(row.open_sources)
         self._dissolve_batch(rows)

@@ -29,8 +29,10 @@ class RalmLogitsProcessor(LogitsProcessor):
 
     Args:
         ensemble_size: how many passages' next-token probabilities are mixed. 1 (the default) puts only the top
-            passage in context; ``n > 1`` mixes the top ``n`` passages, one context each, weighted by the softmax
-            of the retriever's scores (REPLUG-style).
+            passage in context (or, with ``config.rerank``, the chosen one); ``n > 1`` mixes the top ``n`` passages,
+            one context each, weighted by the softmax of the retriever's scores (REPLUG-style; not combined with
+            reranking).
+        reranker, rerank_batch_size: as for :func:`~hf_ralm.generation.ralm_generate`.
 
     Notes:
         * It replaces the scores, so processors that run before it are lost. ``generate`` runs the processors it
@@ -48,9 +50,11 @@ class RalmLogitsProcessor(LogitsProcessor):
 
     def __init__(self, reader_model, tokenizer, retriever: Retriever | None, config: RalmConfig,
                  ensemble_size: int = 1, max_new_tokens: int | None = None, pad_token_id: int | None = -1,
-                 passage_cache: PassageKVCache | None = None, max_cache_bytes: int = DEFAULT_MAX_BYTES):
+                 passage_cache: PassageKVCache | None = None, max_cache_bytes: int = DEFAULT_MAX_BYTES,
+                 reranker=None, rerank_batch_size: int = 8):
         self.decoder = RalmDecoder(reader_model, tokenizer, retriever, config, passage_cache,
-                                   ensemble_size=ensemble_size, max_cache_bytes=max_cache_bytes)
+                                   ensemble_size=ensemble_size, max_cache_bytes=max_cache_bytes, reranker=reranker,
+                                   rerank_batch_size=rerank_batch_size)
         self.max_new_tokens = max_new_tokens
         self.pad_token_id = tokenizer.pad_token_id if pad_token_id == -1 else pad_token_id
         self.rows: list[Row] = []

@@ -34,10 +34,13 @@ class RalmGenerateOutput(GenerateDecoderOnlyOutput):
 
     ``sources[b]`` lists, for every stride of row ``b`` that had a passage in context, a dict ``{"start", "end",
     "id", "title", "text", "score"}``: the passage was in context for generated tokens ``[start, end)`` (indices into
-    the row's generated tokens, i.e. ``sequences[b, prompt_length + start : prompt_length + end]``). ``ralm_stats``
-    counts row-strides (``strides``, ``empty_retrievals``), ``passage_changes`` (strides after a row's first whose
-    top passage differs from the previous stride's), contexts kept or rebuilt, the tokens run through the model
-    (passages excluded), batched steps, and the passage cache's counters (``reused_tokens``: prefill it saved).
+    the row's generated tokens, i.e. ``sequences[b, prompt_length + start : prompt_length + end]``); when reranked,
+    also ``"rank"``: the chosen passage's index among the stride's candidates (0: retrieval's top). ``ralm_stats``
+    counts row-strides (``strides``, ``strides_with_passage``, ``empty_retrievals``; ``reranked_strides``: those
+    whose candidates were reranked, ``no_passage_chosen``: those where no passage won), ``passage_changes`` (strides
+    after a row's first whose top passage differs from the previous stride's), contexts kept or rebuilt, the tokens
+    run through the model (passages and ranking inputs excluded), batched steps, and the passage cache's counters
+    (``reused_tokens``: prefill it saved).
     """
 
     sources: list[list[dict]] | None = None
@@ -155,6 +158,8 @@ def ralm_generate(
     streamer=None,
     passage_cache: PassageKVCache | None = None,
     max_cache_bytes: int = DEFAULT_MAX_BYTES,
+    reranker=None,
+    rerank_batch_size: int = 8,
     **kwargs,
 ):
     """``model.generate(...)`` with In-Context RALM (see the module's docstring for the exact semantics).
@@ -168,6 +173,11 @@ def ralm_generate(
     Args:
         passage_cache: a :class:`~hf_ralm.passage_cache.PassageKVCache` of ``model`` to reuse passages' keys/values
             across calls; by default each call has its own, bounded by ``max_cache_bytes``.
+        reranker: what ranks the candidates when ``config.rerank`` does not let the reader rank: the
+            :class:`~hf_ralm.reranking.lm.LMReranker` of ``"lm"`` with a ``reranker_model``, or the
+            :class:`~hf_ralm.reranking.PredictiveReranker` of ``"predictive"``
+            (:func:`~hf_ralm.reranking.lm.load_reranker` loads the one ``config`` names).
+        rerank_batch_size: ranking inputs (rows × candidates of a stride) per forward when an LM ranks.
         use_cache: ``False`` runs the whole ``[passage; x[a_j:]]`` at every step (the slow reference).
     """
     if "custom_generate" in kwargs:
@@ -189,7 +199,8 @@ def ralm_generate(
         stopping_criteria = StoppingCriteriaList(list(stopping_criteria or []))
         stopping_criteria.append(StopStringCriteria(tokenizer=stop_tokenizer, stop_strings=stop_strings))
 
-    decoder = RalmDecoder(model, tokenizer, retriever, config, passage_cache, max_cache_bytes=max_cache_bytes)
+    decoder = RalmDecoder(model, tokenizer, retriever, config, passage_cache, max_cache_bytes=max_cache_bytes,
+                          reranker=reranker, rerank_batch_size=rerank_batch_size)
 
     def decode(model, input_ids, logits_processor, stopping_criteria, generation_config, **model_kwargs):
         return _decode(model, input_ids, logits_processor, stopping_criteria, generation_config, decoder, streamer,

@@ -61,6 +61,27 @@ class LMReranker:
         self.model, self.tokenizer = model, tokenizer
         self.max_length = resolve_max_length(model, max_length)
 
+    def inputs(self, prefix_text: str, ranking_text: str, options: Sequence[Passage | None],
+               config: RalmConfig) -> list[ScoredInput]:
+        """Its input for each candidate (``None``: no passage), scoring its tokens of ``ranking_text``: its tokens
+        of the passage, of ``prefix_text`` cut from the left, and of ``ranking_text`` (:func:`fit_reranker_input`).
+        Evaluation and generation both rank with these inputs.
+
+        Example:
+            >>> inputs = reranker.inputs("the emperor of", "rome and", [passage, None], config)  # doctest: +SKIP
+            >>> [float(nll.sum()) for nll in score_inputs(reranker.model, inputs)]             # doctest: +SKIP
+            [11.2, 13.9]
+        """
+        prefix_ids = self.tokenizer(prefix_text, add_special_tokens=False)["input_ids"]
+        ranking_ids = self.tokenizer(ranking_text, add_special_tokens=False)["input_ids"]
+        inputs = []
+        for option in options:
+            passage_ids = passage_prefix(self.tokenizer, option, config)
+            tokens, first = fit_reranker_input(passage_ids, prefix_ids, ranking_ids, self.max_length)
+            kept = tuple(passage_ids[: self.max_length - len(ranking_ids)])
+            inputs.append(ScoredInput(tokens, 0, len(tokens), kept, first))
+        return inputs
+
 
 def load_reranker(config: RalmConfig, reader):
     """The reranker ``config`` asks for, on ``reader``'s device and in its dtype: an :class:`LMReranker` for ``"lm"``
@@ -122,8 +143,15 @@ def rerank_windows(
                            show_progress)
 
 
-def _options(pool: list[Passage], config: RalmConfig) -> list[Passage | None]:
-    """A window's candidates as ranked: its passages, then no passage when allowed (ties prefer a passage)."""
+def rerank_options(pool: list[Passage], config: RalmConfig) -> list[Passage | None]:
+    """The candidates an LM ranks, in order: the retrieved ones, then no passage (``None``) when
+    ``rerank_allow_no_passage`` (ties prefer a passage). Evaluation and generation both rank these.
+
+    Example:
+        >>> config = RalmConfig(rerank="lm", rerank_allow_no_passage=True)
+        >>> rerank_options([Passage("1", "", "rome", 1.0)], config), rerank_options([], config)
+        ([Passage(id='1', title='', text='rome', score=1.0), None], [])
+    """
     return pool + [None] if pool and config.rerank_allow_no_passage else list(pool)
 
 
@@ -145,7 +173,7 @@ def _reader_ranks(model, tokenizer, ids, windows, pools, config, batch_size, reu
         chunk = windows[start : start + WINDOWS_PER_CHUNK]
         inputs, owners = [], []
         for w in chunk:
-            options = _options(pools[w.index], config) or [None]  # nothing retrieved: the window as it is
+            options = rerank_options(pools[w.index], config) or [None]  # nothing retrieved: the window as it is
             first = oracle_span(w)[0] if config.rerank == "oracle" else ranking_span(w, config.rerank_tokens)[0]
             for option in options:
                 inputs.append(ScoredInput(ids, w.begin, w.end, tuple(passage_prefix(tokenizer, option, config)), first))
@@ -175,7 +203,6 @@ def _reader_ranks(model, tokenizer, ids, windows, pools, config, batch_size, reu
 def _other_lm_ranks(reranker: LMReranker, tokenizer, ids, windows, pools, config, batch_size, reuse_prefix_kv,
                     show_progress) -> RerankOutcome:
     """Another LM ranks, in text: its tokens of each candidate, of the prefix text and of the ranking text."""
-    rtok = reranker.tokenizer
     chosen: list[int] = []
     ranking: list[list[float] | None] = []
     cache = PassageKVCache(reranker.model) if reuse_prefix_kv else None
@@ -185,14 +212,9 @@ def _other_lm_ranks(reranker: LMReranker, tokenizer, ids, windows, pools, config
         inputs, counts = [], []
         for w in chunk:
             begin, stop = ranking_span(w, config.rerank_tokens)
-            prefix_ids = rtok(tokenizer.decode(ids[w.begin : begin]), add_special_tokens=False)["input_ids"]
-            ranking_ids = rtok(tokenizer.decode(ids[begin:stop]), add_special_tokens=False)["input_ids"]
-            options = _options(pools[w.index], config)
-            for option in options:
-                passage_ids = passage_prefix(rtok, option, config)
-                tokens, first = fit_reranker_input(passage_ids, prefix_ids, ranking_ids, reranker.max_length)
-                kept = tuple(passage_ids[: reranker.max_length - len(ranking_ids)])
-                inputs.append(ScoredInput(tokens, 0, len(tokens), kept, first))
+            options = rerank_options(pools[w.index], config)
+            inputs.extend(reranker.inputs(tokenizer.decode(ids[w.begin : begin]), tokenizer.decode(ids[begin:stop]),
+                                          options, config))
             counts.append(len(options))
         rows = iter(score_inputs(reranker.model, inputs, batch_size, reuse_prefix_kv, cache))
         by_window = {}
