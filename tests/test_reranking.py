@@ -256,6 +256,14 @@ def test_ranking_span_is_clipped_to_the_window():
     assert ranking_span(windows[1], 50) == (4, 10)  # never the window's first token
 
 
+def test_a_configured_reranker_must_be_passed(tiny_llama, tiny_tokenizer):
+    config = RalmConfig(retrieval_stride=4, max_length=16, rerank="lm", reranker_model="some/small-lm")
+    windows = plan_windows(20, 16, 4)
+    with pytest.raises(ValueError, match="no reranker was passed"):
+        rerank_windows(tiny_llama, tiny_tokenizer, list(range(4, 24)), windows, [None] * len(windows),
+                       [[Passage("1", "", "rome")]] * len(windows), config, show_progress=False)
+
+
 def test_config_rejects_bad_rerank_settings():
     with pytest.raises(ValueError, match="rerank must be one of"):
         RalmConfig(rerank="best")

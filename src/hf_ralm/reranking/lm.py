@@ -135,7 +135,10 @@ def rerank_windows(
                   for w in windows]
         return RerankOutcome(chosen, [None] * len(windows))
     if strategy == "predictive":
-        return _predictive(reranker, windows, queries, pools, show_progress)
+        return _predictive(reranker, windows, queries, pools, config, show_progress)
+    if reranker is None and config.reranker_model is not None:
+        raise ValueError(f"reranker_model={config.reranker_model!r} ranks, but no reranker was passed: pass "
+                         "reranker=load_reranker(config, model).")
     if reranker is None:
         return _reader_ranks(model, tokenizer, ids, windows, pools, config, batch_size, reuse_prefix_kv, passage_cache,
                              show_progress)
@@ -230,12 +233,13 @@ def _other_lm_ranks(reranker: LMReranker, tokenizer, ids, windows, pools, config
     return RerankOutcome(chosen, ranking)
 
 
-def _predictive(reranker, windows, queries, pools, show_progress) -> RerankOutcome:
+def _predictive(reranker, windows, queries, pools, config, show_progress) -> RerankOutcome:
     """A trained cross-encoder scores (query, passage) pairs; its highest score wins (ties: the better rank)."""
     if reranker is None:
-        raise ValueError("rerank='predictive' needs a trained reranker: set reranker_model to its folder or Hub id.")
+        raise ValueError("rerank='predictive' needs a trained reranker: pass reranker=load_reranker(config, model) "
+                         "with reranker_model set to its folder or Hub id.")
     todo = [w for w in windows if pools[w.index]]
-    texts = [[f"{p.title}\n{p.text}" if p.title else p.text for p in pools[w.index]] for w in todo]
+    texts = [[config.passage_text(p.title, p.text) for p in pools[w.index]] for w in todo]
     choices = dict(zip((w.index for w in todo),
                        reranker.choose([queries[w.index] for w in todo], texts, show_progress=show_progress)))
     return RerankOutcome([choices.get(w.index, NO_PASSAGE) for w in windows], [None] * len(windows))
