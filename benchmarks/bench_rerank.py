@@ -28,6 +28,7 @@ ten minutes on 2 CPU cores.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shlex
 import sys
@@ -139,21 +140,20 @@ def main(argv: list[str] | None = None) -> int:
     from hf_ralm.retrieval.jsonfile import write_json_atomic
     from hf_ralm.scoring import score_windows
     from hf_ralm.model_inputs import window_prefixes
-    from hf_ralm.windows import perplexity_figures
 
     forbidden = read_forbidden_titles(args.forbidden_titles) if args.forbidden_titles else frozenset()
     retriever = BM25Retriever.load(args.index_dir, forbidden_titles=forbidden)
     main_setup = Setup(args.model, args, device, retriever)
     s = main_setup
     ranked = [w for w in s.windows if w.has_retrieval and s.candidates[w.index]]
-    num_tokens, num_scored = len(s.ids), sum(w.num_scored for w in s.windows)
+    num_tokens = len(s.ids)
     warm = s.windows[1:3]
     prefixes = [[passage_prefix(s.tokenizer, p, s.config) for p in s.candidates[w.index][: s.config.rerank_candidates]]
                 if w.has_retrieval and s.candidates[w.index] else [passage_prefix(s.tokenizer, None, s.config)]
                 for w in s.windows]
 
     def ppl(nll):
-        return perplexity_figures(float(nll[1:].sum()), num_tokens, num_scored, 1)["token_ppl"]
+        return math.exp(float(nll[1:].sum()) / num_tokens)
 
     rows = []
     (ref_chosen, ref_nll), ref_s = timed(
@@ -204,10 +204,9 @@ def main(argv: list[str] | None = None) -> int:
         (small_outcome, small_nll), small_s = timed(
             "smaller LM ranks for it, it scores (bfloat16)", small_ranks,
             lambda: big.rerank(torch.bfloat16, reranker=small, windows=big.windows[1:3]), torch.device(device))
-        big_scored = sum(w.num_scored for w in big.windows)
 
         def big_ppl(nll):
-            return perplexity_figures(float(nll[1:].sum()), len(big.ids), big_scored, 1)["token_ppl"]
+            return math.exp(float(nll[1:].sum()) / len(big.ids))
 
         smaller = {"reader": args.other_reader, "reranker": args.model, "windows": len(big.windows),
                    "self_s_per_window": self_s / len(big.windows), "smaller_s_per_window": small_s / len(big.windows),
