@@ -99,14 +99,14 @@ def rerank_windows(
 ) -> RerankOutcome:
     """Choose the passage of every window under ``config.rerank`` (see the module docstring).
 
-    ``windows`` may be all of the text's windows or some of them (the outcome's lists follow their order);
     ``candidates[w.index]`` are the window's retrieved passages in retrieval order (at most
-    ``config.rerank_candidates`` are considered); ``reranker`` is an :class:`LMReranker` (``"lm"`` with another
+    ``config.rerank_candidates`` are considered); ``windows`` may be any of the text's windows, and the outcome's lists
+    follow their order; ``reranker`` is an :class:`LMReranker` (``"lm"`` with another
     model) or a :class:`~hf_ralm.reranking.predictive.PredictiveReranker` (``"predictive"``).
     """
     strategy = config.rerank
-    # keyed by window index, as ``candidates`` is: ``windows`` may be a subset
-    pools = {w.index: list(candidates[w.index])[: config.rerank_candidates] if w.has_retrieval else [] for w in windows}
+    pools = {w.index: list(candidates[w.index])[: config.rerank_candidates] if w.has_retrieval else []
+             for w in windows}
     if strategy == "none":
         return RerankOutcome([0 if pools[w.index] else NO_PASSAGE for w in windows], [None] * len(windows))
     if strategy == "random":
