@@ -255,6 +255,13 @@ COMMAND_FLAGS = {
     "eval-qa": {"--model", "--tokenizer", "--gguf-file", "--dtype", "--device", "--retriever", "--encoder",
                 "--corpus", "--index-dir", "--forbidden-titles", "--batch-size", "--output-dir", "--questions",
                 "--use-ctxs", "--num-docs", "--max-questions", "--max-new-tokens", "--max-length"},
+    "rerank-data": {"--model", "--tokenizer", "--gguf-file", "--dtype", "--device", "--retriever", "--encoder",
+                    "--corpus", "--index-dir", "--forbidden-titles", "--stride", "--query-length", "--max-length",
+                    "--max-doc-tokens", "--bos-every-window", "--batch-size", "--rerank-candidates", "--rerank-tokens",
+                    "--articles", "--exclude-titles", "--num-articles", "--windows-per-article", "--max-windows",
+                    "--output-dir", "--chunk-size", "--overwrite"},
+    "train-reranker": {"--data", "--init", "--output-dir", "--push-to-hub", "--epochs", "--batch-size",
+                       "--learning-rate", "--seed", "--eval-fraction"},
 }
 
 

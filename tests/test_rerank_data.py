@@ -1,0 +1,252 @@
+"""The predictive reranker's training data (issue 8 §3) and its two commands, on the tiny model and a tiny corpus:
+
+* each row's target log-probabilities are the reader's summed log-probabilities of the window's next stride with
+  each candidate written over the window's first positions, from a plain full forward;
+* an article's own passages are never among its candidates, and the candidates are exactly the top-k others;
+* an interrupted collection, resumed, gives the rows of an uninterrupted one; other settings are refused;
+* ``hf-ralm rerank-data`` → ``hf-ralm train-reranker`` → ``hf-ralm eval-lm --rerank predictive`` end to end.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import ARTICLES, EVAL_TEXT, write_jsonl
+from hf_ralm import RalmConfig
+from hf_ralm.cli import main
+from hf_ralm.reranking import collect_rerank_data, load_rerank_data
+from hf_ralm.reranking.collect import retrieve_excluding_title, spread_windows
+from hf_ralm.reranking.data import TMP_PREFIX
+from hf_ralm.retrieval.base import Passage
+from hf_ralm.retrieval.bm25 import BM25Retriever
+from hf_ralm.windows import place_passage, plan_windows
+from test_predictive_reranker import tiny_init  # noqa: F401 - a fixture: the tiny cross-encoder to start from
+from test_reranking import full_nlls
+
+# Articles mixing two topics, so that a window's query finds passages of other articles too.
+MIXES = [{"id": f"m{i}", "title": f"{a['title']} and {b['title']}",
+          "text": " ".join(a["text"].split()[:20] + b["text"].split()[-20:])}
+         for i, (a, b) in enumerate(zip(ARTICLES, ARTICLES[1:] + ARTICLES[:1]))]
+CORPUS = ARTICLES + MIXES
+SETTINGS = {"max_length": 16, "retrieval_stride": 4, "query_length": 8, "max_doc_tokens": 8, "rerank_candidates": 3}
+WINDOWS_PER_ARTICLE = 4
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("rerank-data")
+    corpus = write_jsonl(root / "corpus.jsonl", CORPUS)
+    retriever = BM25Retriever.build(str(corpus), str(root / "index"), show_progress=False)
+    return {"root": root, "corpus": str(corpus), "index": str(root / "index"), "retriever": retriever,
+            "config": RalmConfig(**SETTINGS)}
+
+
+def collect(setup, tiny_llama, tiny_tokenizer, folder: Path, **options) -> dict:
+    options = {"windows_per_article": WINDOWS_PER_ARTICLE, "chunk_size": 3, "show_progress": False, **options}
+    config = options.pop("config", setup["config"])
+    return collect_rerank_data(tiny_llama, tiny_tokenizer, setup["retriever"], ARTICLES, config, folder, **options)
+
+
+@pytest.fixture(scope="module")
+def collected(setup, tiny_llama, tiny_tokenizer):
+    folder = setup["root"] / "uninterrupted"
+    summary = collect(setup, tiny_llama, tiny_tokenizer, folder)
+    dataset, metadata = load_rerank_data(folder)
+    return {"summary": summary, "rows": dataset.to_list(), "metadata": metadata}
+
+
+def test_targets_are_the_readers_logprobs_from_a_plain_forward(collected, tiny_llama, tiny_tokenizer):
+    rows = collected["rows"]
+    assert collected["summary"]["rows_total"] == len(rows) >= 10
+    assert sum(len(row["candidates"]) for row in rows) > len(rows)  # several candidates in most windows
+    texts = {article["title"]: article["text"] for article in ARTICLES}
+    for row in rows:
+        ids = tiny_tokenizer(texts[row["article"]], add_special_tokens=False)["input_ids"]
+        windows = plan_windows(len(ids), SETTINGS["max_length"], SETTINGS["retrieval_stride"])
+        assert row["window"] in spread_windows(len(windows), WINDOWS_PER_ARTICLE)
+        w = windows[row["window"]]
+        assert row["prefix"] == tiny_tokenizer.decode(ids[w.prev_end - SETTINGS["query_length"] : w.prev_end])
+        assert row["retrieval_scores"] == sorted(row["retrieval_scores"], reverse=True)
+        text = ids[w.begin : w.end]
+        expected = []
+        for candidate in row["candidates"]:
+            passage = tiny_tokenizer.encode(candidate, max_length=SETTINGS["max_doc_tokens"], truncation=True)
+            nlls = full_nlls(tiny_llama, place_passage(text, passage), text)
+            expected.append(-float(nlls[w.score_begin - w.begin - 1 :].sum()))
+        assert row["target_logprobs"] == pytest.approx(expected, abs=1e-4)
+    # rows follow the articles' order, then the windows'
+    order = [article["title"] for article in ARTICLES]
+    keys = [(order.index(row["article"]), row["window"]) for row in rows]
+    assert keys == sorted(keys) and len(set(keys)) == len(keys)
+    assert collected["metadata"] | {"reader": None, "corpus": None} == {
+        "reader": None, "dtype": "float32", "k": 3, "stride": 4, "query_length": 8, "rerank_tokens": 16,
+        "max_length": 16, "max_doc_tokens": 8, "bos_every_window": False, "passage_template": "{title}\n{text}",
+        "retriever": "bm25", "corpus": None, "forbidden_titles": collected["metadata"]["forbidden_titles"],
+        "windows_per_article": WINDOWS_PER_ARTICLE}
+
+
+def test_own_passages_are_never_candidates(collected, setup):
+    retriever, k = setup["retriever"], SETTINGS["rerank_candidates"]
+    would_leak = 0
+    for row in collected["rows"]:
+        assert not any(candidate.startswith(row["article"] + "\n") for candidate in row["candidates"])
+        ranking = retriever.retrieve([row["prefix"]], k=len(retriever))[0]
+        others = [f"{p.title}\n{p.text}" for p in ranking if p.title != row["article"]][:k]
+        assert row["candidates"] == others  # exactly the top k of the other articles' passages
+        would_leak += any(p.title == row["article"] for p in ranking[:k])
+    assert would_leak > 0  # without the exclusion, some windows would have had their own article
+
+
+def test_retrieval_goes_deeper_until_k_others_are_found():
+    class Ranked:
+        """Always the same ranking: ten passages of "Own", then three of others."""
+
+        def __init__(self):
+            self.depths = []
+
+        def retrieve(self, queries, k=1):
+            self.depths.append(k)
+            ranking = [Passage(str(i), "Own", "x", 20.0 - i) for i in range(10)]
+            ranking += [Passage(f"o{i}", f"Other {i}", "y", 5.0 - i) for i in range(3)]
+            return [ranking[:k] for _ in queries]
+
+    retriever = Ranked()
+    found = retrieve_excluding_title(retriever, ["q1", "q2"], k=2, title="Own")
+    assert [[p.title for p in pool] for pool in found] == [["Other 0", "Other 1"]] * 2
+    assert retriever.depths == [4, 8, 16]
+    # fewer than asked for: the retriever has no more, and what is there is all there is
+    assert [p.title for p in retrieve_excluding_title(Ranked(), ["q"], k=5, title="Own")[0]] == [
+        "Other 0", "Other 1", "Other 2"]
+
+
+def test_resumed_collection_gives_the_uninterrupted_rows(collected, setup, tiny_llama, tiny_tokenizer, tmp_path,
+                                                         monkeypatch):
+    folder = tmp_path / "resumed"
+    first = collect(setup, tiny_llama, tiny_tokenizer, folder, max_windows=2, chunk_size=2)
+    assert (first["rows_written"], first["rows_total"]) == (2, 2)
+    assert len({row["article"] for row in collected["rows"][:3]}) == 1  # so it stopped inside the first article
+    (folder / f"{TMP_PREFIX}00001").mkdir()  # and a crash left a half-written chunk
+    second = collect(setup, tiny_llama, tiny_tokenizer, folder, max_windows=7, chunk_size=2)
+    assert (second["rows_resumed"], second["rows_written"]) == (2, 5)
+    third = collect(setup, tiny_llama, tiny_tokenizer, folder, chunk_size=2)
+    assert third["rows_total"] == len(collected["rows"])
+    resumed = load_rerank_data(folder)[0].to_list()
+    for got, want in zip(resumed, collected["rows"]):
+        assert got["target_logprobs"] == pytest.approx(want["target_logprobs"], abs=1e-5)
+        assert {**got, "target_logprobs": None} == {**want, "target_logprobs": None}
+
+    def no_computing(*args, **kwargs):
+        raise AssertionError("a complete folder must be resumed without running the reader")
+
+    monkeypatch.setattr("hf_ralm.reranking.collect.rerank_windows", no_computing)
+    again = collect(setup, tiny_llama, tiny_tokenizer, folder)
+    assert (again["rows_written"], again["rows_resumed"]) == (0, len(collected["rows"]))
+
+
+def test_other_settings_are_refused_unless_overwriting(setup, tiny_llama, tiny_tokenizer, tmp_path):
+    folder = tmp_path / "data"
+    collect(setup, tiny_llama, tiny_tokenizer, folder, max_windows=2)
+    other = RalmConfig(**{**SETTINGS, "retrieval_stride": 2})
+    with pytest.raises(ValueError, match="'stride': stored 4, given 2"):
+        collect(setup, tiny_llama, tiny_tokenizer, folder, config=other)
+    with pytest.raises(ValueError, match="'windows_per_article': stored 4, given 2"):
+        collect(setup, tiny_llama, tiny_tokenizer, folder, windows_per_article=2)
+    summary = collect(setup, tiny_llama, tiny_tokenizer, folder, config=other, overwrite=True, max_windows=3)
+    assert (summary["rows_resumed"], summary["rows_total"]) == (0, 3)
+    assert load_rerank_data(folder)[1]["stride"] == 2
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The commands
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def rerank_data_argv(setup, model_dir, output_dir, *extra) -> list[str]:
+    return ["rerank-data", "--model", str(model_dir), "--device", "cpu", "--retriever", "bm25", "--index-dir",
+            setup["index"], "--corpus", setup["corpus"], "--articles", setup["corpus"], "--num-articles",
+            str(len(ARTICLES)), "--max-length", "16", "--stride", "4", "--query-length", "8", "--max-doc-tokens", "8",
+            "--rerank-candidates", "3", "--windows-per-article", "4", "--output-dir", str(output_dir), *extra]
+
+
+def run(capsys, argv: list[str]) -> str:
+    main(argv)
+    return capsys.readouterr().out
+
+
+def fail(capsys, argv: list[str]) -> str:
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("hf-ralm: error: ") and "Traceback" not in "\n".join(err)
+    return err[-1]
+
+
+def test_commands_collect_train_and_rerank(setup, tiny_model_dir, tiny_init, tmp_path, capsys):  # noqa: F811
+    titles = tmp_path / "eval-titles.txt"
+    titles.write_text("Rome\n")
+    data = tmp_path / "data"
+    printed = run(capsys, rerank_data_argv(setup, tiny_model_dir, data, "--exclude-titles", str(titles)))
+    summary = json.loads(printed)
+    assert len(printed.strip().splitlines()) == 1
+    assert summary["output_dir"] == str(data) and summary["rows_resumed"] == 0
+    dataset, metadata = load_rerank_data(data)
+    assert dataset.num_rows == summary["rows_total"] >= 8
+    assert "Rome" not in dataset["article"]  # never trained on ...
+    assert not any(c.startswith("Rome\n") for candidates in dataset["candidates"] for c in candidates)  # nor seen
+    assert metadata["reader"] == str(tiny_model_dir) and metadata["articles"] == setup["corpus"]
+    assert metadata["exclude_titles"].startswith("1 titles")
+
+    again = json.loads(run(capsys, rerank_data_argv(setup, tiny_model_dir, data, "--exclude-titles", str(titles))))
+    assert (again["rows_resumed"], again["rows_written"]) == (summary["rows_total"], 0)
+    err = fail(capsys, rerank_data_argv(setup, tiny_model_dir, data))
+    assert "'exclude_titles': stored '1 titles" in err and "overwrite" in err
+
+    model = tmp_path / "reranker"
+    figures = json.loads(run(capsys, ["train-reranker", "--data", str(data), "--init", str(tiny_init), "--output-dir",
+                                      str(model), "--epochs", "1", "--batch-size", "4", "--eval-fraction", "0.25"]))
+    assert figures["train_windows"] + figures["eval_windows"] == dataset.num_rows
+    assert json.loads((model / "eval_results.json").read_text()) == pytest.approx(figures)
+
+    rows = write_jsonl(tmp_path / "eval.jsonl", [{"text": EVAL_TEXT}])
+    out = tmp_path / "eval"
+    run(capsys, ["eval-lm", "--model", str(tiny_model_dir), "--device", "cpu", "--dataset-path", str(rows),
+                 "--retriever", "bm25", "--index-dir", setup["index"], "--corpus", setup["corpus"],
+                 "--max-length", "16", "--stride", "4", "--query-length", "8", "--rerank", "predictive",
+                 "--reranker-model", str(model), "--rerank-candidates", "3", "--max-eval-tokens", "40",
+                 "--output-dir", str(out)])
+    report = json.loads((out / "eval.json").read_text())
+    assert report["rerank"] == "predictive" and report["rerank_candidates"] == 3
+    assert report["num_windows_with_passage"] > 0
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["train-reranker", "--output-dir", "out"], "--data is required"),
+        (["train-reranker", "--data", "{tmp}/missing", "--output-dir", "out"], "no such folder"),
+        (["train-reranker", "--data", "{tmp}", "--output-dir", "out"], "has no rerank_data.json"),
+        (["train-reranker", "--data", "{tmp}", "--output-dir", "out", "--eval-fraction", "1.5"],
+         "--eval-fraction must be between 0 and 1"),
+        (["train-reranker", "--data", "{tmp}", "--output-dir", "out", "--batch-size", "0"],
+         "--batch-size must be at least 1"),
+        (["train-reranker", "--data", "{tmp}", "--output-dir", "out", "--epochs", "one"],
+         "argument --epochs: invalid float value: 'one'"),
+        (["rerank-data", "--model", "m", "--articles", "a.jsonl"], "--output-dir is required"),
+        (["rerank-data", "--model", "m", "--articles", "{tmp}/missing.jsonl", "--output-dir", "o", "--retriever",
+          "bm25"], "file not found: {tmp}/missing.jsonl"),
+        (["rerank-data", "--model", "m", "--articles", "a.jsonl", "--output-dir", "o"], "give --retriever"),
+        (["rerank-data", "--model", "m", "--articles", "a", "--output-dir", "o", "--windows-per-article", "0"],
+         "--windows-per-article must be at least 1, got 0"),
+        (["rerank-data", "--model", "m", "--articles", "a", "--output-dir", "o", "--max-windows", "-1"],
+         "--max-windows must be at least 1, got -1"),
+        (["rerank-data", "--model", "m", "--articles", "a", "--output-dir", "o", "--reranker-model", "r"],
+         "unrecognized arguments: --reranker-model r"),
+    ],
+)
+def test_usage_errors_end_with_one_hf_ralm_line(capsys, tmp_path, argv, message):
+    err = fail(capsys, [arg.replace("{tmp}", str(tmp_path)) for arg in argv])
+    assert message.replace("{tmp}", str(tmp_path)) in err
