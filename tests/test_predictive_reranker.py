@@ -305,7 +305,8 @@ def test_model_card_states_the_setting_data_loss_and_figures(trained):
     assert card.startswith("---\nlibrary_name: sentence-transformers\npipeline_tag: text-ranking\n")
     for expected in ("| reader LM (frozen) p_θ | `tiny-llama` |", "| candidates per window k | `4` |",
                      "| stride s (tokens of y) | `4` |", "| retrieval query length ℓ | `32` |",
-                     "| reranker prefix length s' | `16` |", "| retrieval corpus | `synthetic` |",
+                     "| zero-shot ranking tokens s' (recorded; the cross-encoder reads the query) | `16` |",
+                     "| retrieval corpus | `synthetic` |",
                      f"100 windows with {r['train_candidates'] + r['eval_candidates']} candidate passages",
                      "## Loss (Eq. 9)", "log_softmax(f)_i + log p_θ(y | [d_i; x])",
                      f"| {r['oracle_agreement']:.1%} |", f"| {r['nll_reranker']:.4f} |",

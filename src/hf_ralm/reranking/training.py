@@ -353,7 +353,7 @@ _SETTINGS = (  # (metadata key, what the card calls it)
     ("k", "candidates per window k"),
     ("stride", "stride s (tokens of y)"),
     ("query_length", "retrieval query length ℓ"),
-    ("rerank_tokens", "reranker prefix length s'"),
+    ("rerank_tokens", "zero-shot ranking tokens s' (recorded; the cross-encoder reads the query)"),
     ("max_length", "reader window length L"),
     ("max_doc_tokens", "passage tokens kept (max_doc_tokens)"),
     ("corpus", "retrieval corpus"),
