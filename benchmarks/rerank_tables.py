@@ -45,8 +45,9 @@ MODELS = {  # name: (folder, BOS in every window)
     "Gemma-3-270M": ("gemma-3-270m", True),
 }
 OTHER = {"SmolLM2-135M": "Gemma-3-270M", "Gemma-3-270M": "SmolLM2-135M"}
-STRATEGIES = ["none", "BM25 top-1", "zero-shot", "zero-shot, other model reranks", "zero-shot + no-passage choice",
-              "predictive", "oracle", "random"]
+COLORS = {"none": "#999999", "BM25 top-1": "#4c72b0", "zero-shot": "#55a868", "zero-shot, other model reranks": "#8172b2",
+          "zero-shot + no-passage choice": "#64b5cd", "predictive": "#dd8452", "oracle": "#c44e52", "random": "#937860"}
+STRATEGIES = list(COLORS)  # the table's and the chart's order
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -219,7 +220,7 @@ def plot(rows: list[dict], path: str) -> None:
     for ax, (reader, data) in zip(axes[0], groups):
         values = {r["strategy"]: r["token_ppl"] for r in rows if (r["reader"], r["data"]) == (reader, data)}
         bars = ax.bar(range(len(strategies)), [values.get(s, float("nan")) for s in strategies],
-                      color=["#999999", "#4c72b0", "#55a868", "#8172b2", "#64b5cd", "#dd8452", "#c44e52", "#937860"])
+                      color=[COLORS[s] for s in strategies])
         ax.bar_label(bars, fmt="%.2f", fontsize=7)
         ax.set_xticks(range(len(strategies)), strategies, rotation=60, ha="right", fontsize=7)
         ax.set_title(f"{reader}\n{data}", fontsize=9)
