@@ -46,7 +46,8 @@ MODELS = {  # name: (folder, BOS in every window)
 }
 OTHER = {"SmolLM2-135M": "Gemma-3-270M", "Gemma-3-270M": "SmolLM2-135M"}
 COLORS = {"none": "#999999", "BM25 top-1": "#4c72b0", "zero-shot": "#55a868",
-          "zero-shot, other model reranks": "#8172b2", "zero-shot + no-passage choice": "#64b5cd", "predictive": "#dd8452", "oracle": "#c44e52", "random": "#937860"}
+          "zero-shot, other model reranks": "#8172b2", "zero-shot + no-passage choice": "#64b5cd",
+          "predictive": "#dd8452", "oracle": "#c44e52", "random": "#937860"}
 STRATEGIES = list(COLORS)  # the table's and the chart's order
 
 
