@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import platform
+import sys
+import time
 
 import torch
 
@@ -44,3 +46,20 @@ def environment(command: str, device: torch.device) -> dict:
         "threads": torch.get_num_threads(),
         "device": device_name(device),
     }
+
+
+def timed(name: str, fn, warmup, device: torch.device):
+    """One warm-up, then the timed run (``time.perf_counter``, inference mode, the device synchronised); returns
+    ``fn``'s result and the seconds."""
+    print(f"[bench] {name}: warm-up ...", file=sys.stderr, flush=True)
+    with torch.inference_mode():
+        warmup()
+    synchronize(device)
+    print(f"[bench] {name}: timing ...", file=sys.stderr, flush=True)
+    with torch.inference_mode():
+        t0 = time.perf_counter()
+        out = fn()
+        synchronize(device)
+        seconds = time.perf_counter() - t0
+    print(f"[bench] {name}: {seconds:.2f} s", file=sys.stderr, flush=True)
+    return out, seconds

@@ -32,12 +32,11 @@ import math
 import os
 import shlex
 import sys
-import time
 from pathlib import Path
 
 import torch
 from bench_common import environment as run_environment
-from bench_common import synchronize
+from bench_common import timed
 
 HOME = Path.home()
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -63,20 +62,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--device", default=None, help="default: cuda if available, else cpu")
     parser.add_argument("--json-out", help="write every figure to this JSON file (atomically)")
     return parser.parse_args(argv)
-
-
-def timed(name: str, fn, warmup, device: torch.device):
-    print(f"[bench] {name}: warm-up ...", file=sys.stderr, flush=True)
-    with torch.inference_mode():
-        warmup()
-    synchronize(device)
-    with torch.inference_mode():
-        t0 = time.perf_counter()
-        out = fn()
-        synchronize(device)
-        seconds = time.perf_counter() - t0
-    print(f"[bench] {name}: {seconds:.2f} s", file=sys.stderr, flush=True)
-    return out, seconds
 
 
 class Setup:

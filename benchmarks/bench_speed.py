@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 import torch
-from bench_common import available_cores, synchronize
+from bench_common import available_cores, timed
 from bench_common import environment as run_environment
 
 
@@ -77,22 +77,6 @@ def load_model(path: str, dtype: torch.dtype, device: str):
 
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     return model.to(device).eval()
-
-
-def run_variant(name: str, fn, warmup, device: torch.device) -> tuple[torch.Tensor, float]:
-    """One warm-up, then the timed run; returns the per-token NLLs and the seconds."""
-    print(f"[bench] {name}: warm-up ...", file=sys.stderr, flush=True)
-    with torch.inference_mode():
-        warmup()
-    synchronize(device)
-    print(f"[bench] {name}: timing ...", file=sys.stderr, flush=True)
-    with torch.inference_mode():
-        t0 = time.perf_counter()
-        nll = fn()
-        synchronize(device)
-        seconds = time.perf_counter() - t0
-    print(f"[bench] {name}: {seconds:.2f} s", file=sys.stderr, flush=True)
-    return nll, seconds
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -195,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     ref_nll = None
     for name, dtype, model, batch, logits, reuse, fn, warmup in variants:
-        nll, seconds = run_variant(f"{name} ({dtype})", fn, warmup, device)
+        nll, seconds = timed(f"{name} ({dtype})", fn, warmup, device)
         if torch.isnan(nll[1:]).any() or not torch.isnan(nll[0]):
             raise RuntimeError(f"{name} ({dtype}) did not score every token but the first exactly once")
         figures = perplexity_figures(float(nll[1:].sum()), len(ids), num_scored, num_words)

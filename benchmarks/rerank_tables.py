@@ -158,14 +158,17 @@ def other_model_pass(run: Run, other: str, args) -> dict:
 
 
 def predictive_pass(run: Run, folder: str) -> dict:
-    from hf_ralm.reranking.predictive import PredictiveReranker
+    """The trained cross-encoder chooses among the reader's candidates; its choices and time."""
+    from hf_ralm import RalmConfig
+    from hf_ralm.reranking.lm import load_reranker, rerank_windows
 
-    reranker = PredictiveReranker(folder, device=run.device)
-    todo = [w for w in run.windows if w.has_retrieval and run.candidates[w.index]]
+    config = RalmConfig(**{**run.config.to_dict(), "rerank": "predictive", "reranker_model": folder,
+                           "rerank_allow_no_passage": False})
+    reranker = load_reranker(config, run.model)
     t0 = time.perf_counter()
-    texts = [[run.config.passage_text(p.title, p.text) for p in run.candidates[w.index]] for w in todo]
-    chosen = dict(zip((w.index for w in todo), reranker.choose([run.queries[w.index] for w in todo], texts)))
-    return {"seconds": time.perf_counter() - t0, "chosen": [chosen.get(w.index, -1) for w in run.windows]}
+    outcome = rerank_windows(run.model, run.tokenizer, run.ids, run.windows, run.queries, run.candidates, config,
+                             reranker=reranker)
+    return {"seconds": time.perf_counter() - t0, "chosen": outcome.chosen}
 
 
 def table_rows(reader: str, data: str, p: dict, single: dict, other: dict, predictive: dict | None) -> list[dict]:

@@ -55,10 +55,9 @@ class RalmEvalResult:
         """The evaluation's retrievals in the paper's retrieval-file format (with the choices when reranked)."""
         futures = [tokenizer.decode(self.ids[w.prev_end : w.end]) for w in self.windows]
         rerank = self.figures.get("rerank", "none")
-        if rerank == "none":
-            return retrieval_records(self.windows, self.queries, futures, self.passages)
-        return retrieval_records(self.windows, self.queries, futures, self.passages, self.chosen, self.ranking_nlls,
-                                 rerank)
+        reranked = rerank != "none"  # a plain run writes the paper's layout, without choices
+        return retrieval_records(self.windows, self.queries, futures, self.passages,
+                                 self.chosen if reranked else None, self.ranking_nlls, rerank)
 
 
 def window_queries(tokenizer, ids: Sequence[int], windows: Sequence[Window], query_length: int) -> list[str | None]:
