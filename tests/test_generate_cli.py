@@ -11,7 +11,8 @@ from hf_ralm import RetrievalAugmentedModel
 from hf_ralm.cli import format_generation, main
 
 PROMPTS = ["the emperor of rome and the senate", "the sailor took the boat to the island and the"]
-SETTINGS = ["--stride", "4", "--query-length", "8", "--max-length", "48", "--max-new-tokens", "10"]
+SETTINGS = ["--stride", "4", "--query-length", "8", "--max-length", "48", "--max-doc-tokens", "32", "--max-new-tokens",
+            "10"]
 
 
 def model_records(tiny_llama, tiny_tokenizer, tiny_index, **settings) -> list[dict]:
@@ -19,7 +20,7 @@ def model_records(tiny_llama, tiny_tokenizer, tiny_index, **settings) -> list[di
     and the RALM ``settings``."""
     model = RetrievalAugmentedModel.from_pretrained(tiny_llama, retriever=tiny_index["retriever"],
                                                     tokenizer=tiny_tokenizer, retrieval_stride=4, query_length=8,
-                                                    max_length=48, **settings)
+                                                    max_length=48, max_doc_tokens=32, **settings)
     out = model.generate(PROMPTS, max_new_tokens=10, do_sample=False, return_dict_in_generate=True, pad_token_id=0)
     width = max(len(tiny_tokenizer(p)["input_ids"]) for p in PROMPTS)
     rows = []

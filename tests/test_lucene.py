@@ -31,18 +31,6 @@ from hf_ralm.retrieval.index_folder import INDEX_FILE, read_index_info
 from hf_ralm.retrieval.lucene import LUCENE_SUBDIR, LuceneRetriever, _passage_from_raw
 from hf_ralm.retrieval.lucene_compat import VECTOR_OPTION, find_java_home, has_module, java_version, jvm_options
 
-REQUIRE_LUCENE = os.environ.get("HF_RALM_REQUIRE_LUCENE", "") not in ("", "0")
-
-
-@pytest.fixture(scope="session")
-def pyserini():
-    """pyserini, or a skip when it is not installed; with HF_RALM_REQUIRE_LUCENE set, a missing pyserini fails."""
-    if REQUIRE_LUCENE:
-        import pyserini  # noqa: F401  (an ImportError here fails the test, as CI wants)
-
-        return pyserini
-    return pytest.importorskip("pyserini", reason="the [lucene] extra is not installed")
-
 
 @pytest.fixture(scope="session")
 def lucene_index(pyserini, tmp_path_factory):

@@ -35,7 +35,7 @@ def offline(monkeypatch):
 def expected(tiny_model_dir, tiny_index):
     model = RetrievalAugmentedModel.from_pretrained(
         str(tiny_model_dir), retriever="bm25", index_dir=tiny_index["index_dir"], retrieval_stride=4, query_length=8,
-        max_length=16,
+        max_length=16, max_doc_tokens=12,
     )
     result = model.evaluate_perplexity(join_rows(ROWS), show_progress=False)
     assert result.figures["num_windows_with_passage"] > 0
@@ -44,7 +44,7 @@ def expected(tiny_model_dir, tiny_index):
 
 def metric_kwargs(tiny_model_dir, tiny_index):
     return dict(predictions=ROWS, model_id=str(tiny_model_dir), retriever="bm25", index_dir=tiny_index["index_dir"],
-                stride=4, query_length=8, max_length=16)
+                stride=4, query_length=8, max_length=16, max_doc_tokens=12)
 
 
 def assert_same(figures, expected):
@@ -64,7 +64,8 @@ def test_compute_function(tiny_model_dir, tiny_index, expected):
     figures = compute_ralm_perplexity(**metric_kwargs(tiny_model_dir, tiny_index))
     assert_same(figures, expected)
     assert figures["num_scored"] == figures["num_tokens"] - 1
-    plain = compute_ralm_perplexity(ROWS, str(tiny_model_dir), stride=4, query_length=8, max_length=16)
+    plain = compute_ralm_perplexity(ROWS, str(tiny_model_dir), stride=4, query_length=8, max_length=16,
+                                    max_doc_tokens=12)
     assert plain["nll_sum"] != pytest.approx(expected["nll_sum"], rel=1e-6)  # the retriever was used above
 
 

@@ -12,19 +12,13 @@ import torch
 
 from conftest import BOS_ID, EVAL_TEXT, make_tiny_model, write_jsonl
 from hf_ralm import RalmConfig, RetrievalAugmentedModel, evaluate_perplexity
-from hf_ralm.evaluation import (
-    evaluate_retrieval,
-    resolve_max_length,
-    retrieve_for_windows,
-    tokenize_text,
-    window_prefixes,
-    window_queries,
-)
+from hf_ralm.evaluation import evaluate_retrieval, retrieve_for_windows, tokenize_text, window_prefixes, window_queries
+from hf_ralm.modeling_utils import resolve_max_length
 from hf_ralm.reference import reference_window_nlls
 from hf_ralm.retrieval import BM25Retriever, Passage
 from hf_ralm.windows import count_words, plan_windows
 
-SETTINGS = dict(retrieval_stride=4, query_length=8, max_length=16)
+SETTINGS = dict(retrieval_stride=4, query_length=8, max_length=16, max_doc_tokens=12)  # L holds a passage and s
 
 
 @pytest.fixture()
@@ -39,7 +33,7 @@ def text_ids(tokenizer, text=EVAL_TEXT):
     return tokenizer(text, add_special_tokens=False, return_tensors="pt").input_ids
 
 
-def expected_prefixes(tokenizer, windows, passages, max_doc_tokens=256):
+def expected_prefixes(tokenizer, windows, passages, max_doc_tokens=SETTINGS["max_doc_tokens"]):
     """The reference convention, written out: the top passage as ``title + "\\n" + text`` encoded with the
     tokenizer's default special tokens and cut to ``max_doc_tokens``; nothing for window 0 or an empty retrieval."""
     out = []
@@ -65,7 +59,7 @@ def test_from_pretrained_with_loaded_model(ralm, tiny_llama, tiny_tokenizer, tin
     assert isinstance(ralm.config, RalmConfig)
     assert ralm.config.model_type == "ralm"
     assert (ralm.config.retrieval_stride, ralm.config.query_length, ralm.config.max_length) == (4, 8, 16)
-    assert ralm.config.max_doc_tokens == 256 and not ralm.config.bos_every_window
+    assert ralm.config.max_doc_tokens == 12 and not ralm.config.bos_every_window
     assert not hasattr(ralm.config, "num_docs")  # eval-lm and generate retrieve the one passage they use
     assert "retriever" not in ralm.config.to_dict()  # the retriever is saved on its own (retriever_config.json)
     assert ralm.retriever.config()["type"] == "bm25"
@@ -226,7 +220,7 @@ def test_invalid_config_raises():
         RalmConfig(query_length=0)
     with pytest.raises(ValueError, match=r"^max_length \(4\) must be larger than retrieval_stride \(4\)"):
         RalmConfig(max_length=4, retrieval_stride=4)
-    assert RalmConfig(max_length=5, retrieval_stride=4).max_length == 5
+    assert RalmConfig(max_length=5, retrieval_stride=4, max_doc_tokens=1).max_length == 5
 
 
 @pytest.mark.parametrize(
@@ -239,6 +233,9 @@ def test_invalid_config_raises():
         ({"max_length": 0}, "max_length must be at least 1, got 0."),
         ({"max_length": 3}, "max_length (3) must be larger than retrieval_stride (4), or windows would skip tokens: "
                             "lower retrieval_stride or raise max_length."),
+        ({"max_length": 16}, "max_length (16) cannot hold a passage of max_doc_tokens (256) tokens and the "
+                             "retrieval_stride (4) tokens after it: lower max_doc_tokens to at most 12 or raise "
+                             "max_length to at least 260."),
         ({"bos_every_window": "yes"}, "bos_every_window must be bool, got 'yes'."),
         ({"passage_template": None}, "passage_template must be str, got None."),
         ({"base_model_name_or_path": 7}, "base_model_name_or_path must be str or None, got 7."),
@@ -323,8 +320,8 @@ def test_save_and_reload(tiny_model_dir, tiny_index, tmp_path):
     assert [[p.id for p in d] for d in out.passages[0]] == [[p.id for p in d] for d in first(ids).passages[0]]
 
     # saved settings can be overridden at load time
-    other = RetrievalAugmentedModel.from_pretrained(str(saved), retrieval_stride=8)
-    assert other.config.retrieval_stride == 8 and other.config.query_length == 8
+    other = RetrievalAugmentedModel.from_pretrained(str(saved), retrieval_stride=2)
+    assert other.config.retrieval_stride == 2 and other.config.query_length == 8
     assert other(ids).loss.item() != pytest.approx(loss, abs=1e-6)
 
 
@@ -567,8 +564,8 @@ def test_evaluate_retrieval_and_retrieval_file(tiny_llama, tiny_tokenizer, tiny_
     assert from_file.passages == live.passages
     assert from_file.figures["nll_sum"] == pytest.approx(live.figures["nll_sum"], rel=1e-9)
     with pytest.raises(ValueError, match="windows but this evaluation has"):
-        evaluate_perplexity(tiny_llama, tiny_tokenizer, EVAL_TEXT, None, RalmConfig(retrieval_stride=2,
-                            query_length=8, max_length=16), retrieval_file=str(path), show_progress=False)
+        evaluate_perplexity(tiny_llama, tiny_tokenizer, EVAL_TEXT, None, RalmConfig(**{**SETTINGS,
+                            "retrieval_stride": 2}), retrieval_file=str(path), show_progress=False)
 
 
 def test_papers_retrieval_file_is_evaluated_like_the_reference(tiny_llama, tiny_bos_tokenizer, tmp_path):
@@ -590,7 +587,7 @@ def test_papers_retrieval_file_is_evaluated_like_the_reference(tiny_llama, tiny_
     result = evaluate_perplexity(tiny_llama, tokenizer, EVAL_TEXT, None, RalmConfig(**SETTINGS),
                                  retrieval_file=str(path), show_progress=False)
     assert result.passages[0]  # loaded, but window 0 is evaluated without it
-    prefixes = [[]] + [tokenizer.encode(r["retrieved_docs"][0]["text"], max_length=256, truncation=True)
+    prefixes = [[]] + [tokenizer.encode(r["retrieved_docs"][0]["text"])[: SETTINGS["max_doc_tokens"]]
                        if r["retrieved_docs"] else [] for r in records[1:]]
     ref = reference_window_nlls(tiny_llama, ids, windows, prefixes)
     assert (result.token_nlls[1:] - ref[1:]).abs().max().item() < 1e-4

@@ -361,7 +361,7 @@ def test_eval_qa_resume(tmp_path, tiny_model_dir, tiny_llama, tiny_tokenizer, ca
 
     # other settings, or another questions file, in the same folder: refused
     err = fail(capsys, argv[:-1] + ["1"])
-    assert "other settings" in err and "num_docs: 2 → 1" in err
+    assert "other settings" in err and "--num-docs: 2 → 1" in err
     other = write_jsonl(tmp_path / "other.jsonl", [{"question": "something else", "answers": ["x"], "ctxs": []}])
     err = fail(capsys, qa_argv(tiny_model_dir, other, out, "--use-ctxs", "--num-docs", "2"))
     assert "another questions file" in err

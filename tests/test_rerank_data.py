@@ -215,7 +215,8 @@ def test_commands_collect_train_and_rerank(setup, tiny_model_dir, tiny_init, tmp
     out = tmp_path / "eval"
     run(capsys, ["eval-lm", "--model", str(tiny_model_dir), "--device", "cpu", "--dataset-path", str(rows),
                  "--retriever", "bm25", "--index-dir", setup["index"], "--corpus", setup["corpus"],
-                 "--max-length", "16", "--stride", "4", "--query-length", "8", "--rerank", "predictive",
+                 "--max-length", "16", "--stride", "4", "--query-length", "8", "--max-doc-tokens", "8",
+                 "--rerank", "predictive",
                  "--reranker-model", str(model), "--rerank-candidates", "3", "--max-eval-tokens", "40",
                  "--output-dir", str(out)])
     report = json.loads((out / "eval.json").read_text())

@@ -189,7 +189,8 @@ def test_other_lm_ranking_equals_plain_loop(reader_arch, reranker_arch, allow_no
 
 
 def test_random_is_seeded_and_uniform(tiny_llama, tiny_tokenizer):
-    config = RalmConfig(retrieval_stride=2, max_length=16, rerank="random", rerank_candidates=4, rerank_seed=3)
+    config = RalmConfig(retrieval_stride=2, max_length=16, max_doc_tokens=12, rerank="random", rerank_candidates=4,
+                        rerank_seed=3)
     ids = make_text(tiny_tokenizer, 200, seed=1)
     windows = plan_windows(len(ids), 16, 2)
     candidates = [[Passage(str(i), "", "rome", 0.0) for i in range(4)] if w.has_retrieval else [] for w in windows]
@@ -257,7 +258,8 @@ def test_ranking_span_is_clipped_to_the_window():
 
 
 def test_a_configured_reranker_must_be_passed(tiny_llama, tiny_tokenizer):
-    config = RalmConfig(retrieval_stride=4, max_length=16, rerank="lm", reranker_model="some/small-lm")
+    config = RalmConfig(retrieval_stride=4, max_length=16, max_doc_tokens=12, rerank="lm",
+                        reranker_model="some/small-lm")
     windows = plan_windows(20, 16, 4)
     with pytest.raises(ValueError, match="no reranker was passed"):
         rerank_windows(tiny_llama, tiny_tokenizer, list(range(4, 24)), windows, [None] * len(windows),

@@ -251,7 +251,7 @@ def test_bm25_empty_corpus(tmp_path):
 
 
 def test_bm25_load_missing_index(tmp_path):
-    with pytest.raises(FileNotFoundError, match="No hf-ralm BM25 index in .*hf-ralm index"):
+    with pytest.raises(FileNotFoundError, match="No hf-ralm bm25 index in .*hf-ralm index --retriever bm25"):
         BM25Retriever.load(str(tmp_path / "none"))
 
 
@@ -518,7 +518,8 @@ def test_retrieval_file_mismatches(tmp_path):
     save_retrieval_file(str(path), records)
 
     other = plan_windows(30, 10, 2)  # another stride: another number of windows
-    with pytest.raises(ValueError, match=rf"has {len(windows)} windows but this evaluation has {len(other)}.*--stride"):
+    with pytest.raises(ValueError, match=rf"has {len(windows)} windows but this evaluation has {len(other)}.*"
+                                         "evaluate with retrieval_stride=4;"):
         load_retrieval_file(str(path), other)
 
     same_count = plan_windows(29, 10, 4)  # same number of windows, other locations

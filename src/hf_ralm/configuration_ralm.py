@@ -8,7 +8,7 @@ from dataclasses import fields
 from transformers import AutoConfig, PreTrainedConfig
 
 from .retrieval.base import PASSAGE_TEMPLATE, passage_text
-from .windows import check_count, check_window_overlap
+from .windows import check_count, check_passage_room, check_window_overlap
 
 SPARSE_QUERY_LENGTH = 32
 """The paper's best query length ℓ for sparse retrieval (BM25), and the default for every retriever not listed in
@@ -48,8 +48,11 @@ class RalmConfig(PreTrainedConfig):
         query_length: ``ℓ``, the retrieval query is the last this many tokens of the prefix; ``None`` means the
             retriever's default (:meth:`query_length_for`: 32 for sparse retrieval, 64 for dense and hybrid).
         max_doc_tokens: a passage is cut to this many tokens before it is put in context.
-        max_length: window length ``L``; ``None`` means the base model's maximum. Must be larger than
-            ``retrieval_stride``.
+        max_length: window length ``L``; ``None`` means the base model's maximum (a larger value is capped there).
+            Must hold a passage and a stride, ``max_doc_tokens + retrieval_stride <= L``, or the settings are
+            refused (here, and against the model's maximum when a model uses them:
+            :func:`~hf_ralm.model_inputs.window_length`): a passage then never covers a token evaluation scores, nor
+            crowds the text out of a generation context.
         passage_template: how a passage with a title becomes text; a passage without a title is its text alone.
         bos_every_window: put the tokenizer's BOS at the start of *every* window, retrieved or not. The reference
             (default ``False``) gives only windows with a passage a BOS (the passage is encoded with special tokens),
@@ -129,6 +132,7 @@ class RalmConfig(PreTrainedConfig):
         if self.max_length is not None:
             check_count("max_length", self.max_length)
             check_window_overlap(self.max_length, self.retrieval_stride, "retrieval_stride")
+            check_passage_room(self.max_length, self.max_doc_tokens, self.retrieval_stride)
         self._validate_rerank()
 
     def _validate_rerank(self) -> None:

@@ -16,7 +16,20 @@ import gzip
 import json
 import os
 
+from .errors import InputError, utf8_errors
 from .windows import join_rows
+
+
+def _row_text(path: str, line_number: int, line: str) -> str:
+    """The ``text`` of one JSONL row of a dataset file."""
+    try:
+        row = json.loads(line)
+    except ValueError:
+        row = None  # not JSON
+    if not isinstance(row, dict) or not isinstance(row.get("text"), str):
+        raise InputError(f"{path}:{line_number}: a dataset row must be a JSON object with a 'text' string, got "
+                         f"{line.strip()[:80]!r}: fix or remove that line.")
+    return row["text"]
 
 
 def load_dataset_text(path: str, name: str | None = None, split: str = "test") -> str:
@@ -27,14 +40,17 @@ def load_dataset_text(path: str, name: str | None = None, split: str = "test") -
 
     Raises:
         FileNotFoundError: ``path`` is neither a file nor a dataset ``datasets.load_dataset`` can load.
+        InputError: a JSONL line that is no object with a ``text`` string, or bytes that are not UTF-8; the message
+            names the file and the line.
     """
     if os.path.isfile(path):
-        if path.endswith((".jsonl", ".jsonl.gz")):
-            opener = gzip.open if path.endswith(".gz") else open
-            with opener(path, "rt", encoding="utf-8") as f:
-                return join_rows(json.loads(line)["text"] for line in f if line.strip())
-        with open(path, encoding="utf-8") as f:
-            return f.read()
+        with utf8_errors(path, InputError, "dataset"):
+            if path.endswith((".jsonl", ".jsonl.gz")):
+                opener = gzip.open if path.endswith(".gz") else open
+                with opener(path, "rt", encoding="utf-8") as f:
+                    return join_rows(_row_text(path, number, line) for number, line in enumerate(f, 1) if line.strip())
+            with open(path, encoding="utf-8") as f:
+                return f.read()
     from datasets import load_dataset
 
     try:

@@ -22,8 +22,7 @@ from .configuration_ralm import RalmConfig
 from .retrieval.base import Passage, Retriever
 from .reranking.lm import RerankOutcome, rerank_windows
 from .retrieval.files import Retrievals, load_retrieval_file, retrieval_records
-from .model_inputs import window_prefixes
-from .modeling_utils import resolve_max_length
+from .model_inputs import window_length, window_prefixes
 from .scoring import score_windows
 from .windows import Window, check_count, count_words, perplexity_figures, plan_windows, query_span
 
@@ -129,6 +128,8 @@ def evaluate_retrieval(
     (``num_empty_retrievals``).
     """
     t0 = time.perf_counter()
+    if max_eval_tokens is not None:
+        check_count("max_eval_tokens", max_eval_tokens, minimum=2)  # token 0 is never scored
     if isinstance(text_or_ids, str):
         text = text_or_ids
         ids = tokenize_text(tokenizer, text, max_eval_tokens)
@@ -137,7 +138,7 @@ def evaluate_retrieval(
     else:
         ids = first_tokens(text_or_ids, max_eval_tokens)
         text = tokenizer.decode(ids)
-    max_length = resolve_max_length(model, config.max_length)
+    max_length = window_length(model, config)
     windows = plan_windows(len(ids), max_length, config.retrieval_stride)
     queries = window_queries(tokenizer, ids, windows, config.query_length_for(retriever))
     timings = {"tokenize_s": time.perf_counter() - t0}

@@ -1,5 +1,6 @@
 """What a retrieved passage puts in front of the text: the token ids written over the first positions of a window
-(evaluation) or of a context (generation). One rule serves both, so evaluation and generation see the same inputs.
+(evaluation) or of a context (generation), and the window length that must hold it. One rule serves both, so
+evaluation and generation see the same inputs.
 
 Example:
     >>> passage = Passage("7", "Rome", "Rome is the capital of Italy.")
@@ -12,8 +13,26 @@ from __future__ import annotations
 from typing import Sequence
 
 from .configuration_ralm import RalmConfig
+from .modeling_utils import resolve_max_length
 from .retrieval.base import Passage
-from .windows import Window
+from .windows import Window, check_passage_room
+
+
+def window_length(model, config: RalmConfig) -> int:
+    """The window length ``L`` of ``model`` under ``config``: ``config.max_length`` capped at the model's maximum
+    (the model's maximum when ``None``), refused (a ``ValueError`` naming the settings) when it cannot hold a passage
+    of ``max_doc_tokens`` tokens and a stride (:func:`~hf_ralm.windows.check_passage_room`). Evaluation, generation
+    and ``rerank-data`` all take ``L`` from here, so none puts a passage where the text it scores or generates should
+    be.
+
+    Example:
+        >>> window_length(model, RalmConfig(max_length=512))        # doctest: +SKIP
+        512
+    """
+    max_length = resolve_max_length(model, config.max_length)
+    model_max = max_length if config.max_length is None or max_length < config.max_length else None
+    check_passage_room(max_length, config.max_doc_tokens, config.retrieval_stride, model_max)
+    return max_length
 
 
 def passage_prefix(tokenizer, passage: Passage | None, config: RalmConfig) -> list[int]:

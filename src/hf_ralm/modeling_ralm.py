@@ -141,6 +141,8 @@ class RetrievalAugmentedModel(PreTrainedModel):
                 rest (``dtype``, ``device_map``, ``gguf_file``, ``revision``, ...) go to the base model's loading.
         """
         overrides = {k: kwargs.pop(k) for k in list(kwargs) if k in RALM_FIELDS}
+        if isinstance(forbidden_titles, (str, os.PathLike)):  # read first: a bad file fails before anything loads
+            forbidden_titles = read_forbidden_titles(str(forbidden_titles))
         hub_kwargs = {k: kwargs[k] for k in ("revision", "cache_dir", "token", "local_files_only") if k in kwargs}
         saved, old_retriever = None, None
         if isinstance(pretrained_model_name_or_path, PreTrainedModel):
@@ -161,8 +163,7 @@ class RetrievalAugmentedModel(PreTrainedModel):
         fields = saved.to_dict() if saved else {}
         fields = {k: v for k, v in fields.items() if k in RALM_FIELDS}
         fields.update(overrides, base_model_name_or_path=base_name)
-        if isinstance(forbidden_titles, (str, os.PathLike)):
-            forbidden_titles = read_forbidden_titles(str(forbidden_titles))
+        config = RalmConfig(**fields)
         if retriever is None and saved is not None:
             titles = None if forbidden_titles is None else sorted(forbidden_titles)
             loaded = _saved_retriever(path, old_retriever, hub_kwargs, index_dir=index_dir, corpus=corpus,
@@ -170,7 +171,6 @@ class RetrievalAugmentedModel(PreTrainedModel):
         else:
             loaded = load_retriever(retriever, index_dir=index_dir, corpus=corpus,
                                     forbidden_titles=forbidden_titles or (), encoder=encoder)
-        config = RalmConfig(**fields)
         config.query_length = config.query_length_for(loaded)  # None: the retriever's default
         return cls(config, base, loaded, tokenizer)
 

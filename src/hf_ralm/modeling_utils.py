@@ -69,3 +69,17 @@ def resolve_max_length(model, max_length: int | None) -> int:
             raise ValueError("The model's maximum length is unknown: pass max_length.")
         return int(model_max)
     return min(int(max_length), int(model_max)) if model_max else int(max_length)
+
+
+def padding_id(tokenizer) -> int:
+    """The id that left-pads a batch of prompts (generation, QA): the tokenizer's pad token, else its EOS, else 0.
+
+    A tokenizer needs no pad token for hf-ralm: padded positions are masked out by the attention mask and never
+    scored or generated from, so any id works there (and evaluation batches windows of equal length, with no padding
+    at all).
+
+    Example:
+        >>> padding_id(tokenizer)          # a tokenizer without a pad token: its EOS        # doctest: +SKIP
+        0
+    """
+    return next((t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id) if t is not None), 0)

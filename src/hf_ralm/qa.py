@@ -363,8 +363,7 @@ class _Answerer:
     def __init__(self, model, tokenizer, max_new_tokens: int, max_length: int | None):
         from transformers import GenerationConfig
 
-        from .modeling_utils import resolve_max_length
-        from .modeling_utils import model_device
+        from .modeling_utils import model_device, padding_id, resolve_max_length
 
         self.model, self.tokenizer = model, tokenizer
         self.max_length = resolve_max_length(model, max_length)
@@ -372,7 +371,7 @@ class _Answerer:
         if self.budget < 1:
             raise ValueError(f"max_length ({self.max_length}) leaves no room for a prompt and {max_new_tokens} new "
                              "tokens.")
-        self.pad_id = next((t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id) if t is not None), 0)
+        self.pad_id = padding_id(tokenizer)
         eos = model.generation_config.eos_token_id
         self.generation_config = GenerationConfig(
             max_new_tokens=max_new_tokens, do_sample=False, num_beams=1, pad_token_id=self.pad_id,

@@ -80,6 +80,33 @@ def check_window_overlap(max_length: int, stride: int, stride_name: str = "strid
         )
 
 
+def check_passage_room(max_length: int, max_doc_tokens: int, stride: int, model_max: int | None = None) -> None:
+    """Raise a ``ValueError`` unless a window of ``max_length`` tokens holds a passage of ``max_doc_tokens`` tokens
+    and the ``stride`` tokens after it (``max_doc_tokens + stride <= max_length``). Then a passage never covers a
+    scored token in evaluation (every window with retrieval is longer than ``max_length - stride``) and leaves room in
+    every generation context for the stride being generated. ``model_max``: the model's maximum length, when that is
+    what ``max_length`` is (the fix is then a shorter passage).
+
+    Example:
+        >>> check_passage_room(512, 256, 4)
+        >>> check_passage_room(16, 256, 4)
+        Traceback (most recent call last):
+        ...
+        ValueError: max_length (16) cannot hold a passage of max_doc_tokens (256) tokens and the retrieval_stride (4) \
+tokens after it: lower max_doc_tokens to at most 12 or raise max_length to at least 260.
+    """
+    if max_doc_tokens + stride <= max_length:
+        return
+    shorter = f"lower max_doc_tokens to at most {max_length - stride}"
+    if model_max is None:
+        where = f"max_length ({max_length})"
+        fix = f"{shorter} or raise max_length to at least {max_doc_tokens + stride}"
+    else:
+        where, fix = f"The model's maximum length ({model_max})", shorter
+    raise ValueError(f"{where} cannot hold a passage of max_doc_tokens ({max_doc_tokens}) tokens and the "
+                     f"retrieval_stride ({stride}) tokens after it: {fix}.")
+
+
 def plan_windows(num_tokens: int, max_length: int, stride: int) -> list[Window]:
     """Cut ``num_tokens`` tokens into the reference's sliding windows.
 
@@ -103,6 +130,32 @@ def plan_windows(num_tokens: int, max_length: int, stride: int) -> list[Window]:
     return windows
 
 
+def plan_settings(ends: Sequence[int]) -> tuple[int | None, int | None, int] | None:
+    """``(stride, max_length, num_tokens)`` of the :func:`plan_windows` whose windows end at ``ends`` (in order), as
+    far as they tell: one window leaves the stride and length open (``None``), two the stride. ``None`` when no
+    plan gives these ends (they are not sliding windows). How a retrieval file says what it was made with.
+
+    Example:
+        >>> plan_settings([w.end for w in plan_windows(30, max_length=10, stride=4)])
+        (4, 10, 30)
+        >>> plan_settings([10, 30]), plan_settings([5, 3])
+        ((None, 10, 30), None)
+    """
+    if not ends:
+        return None
+    num_tokens = ends[-1]
+    if len(ends) == 1:
+        return None, None, num_tokens
+    max_length = ends[0]
+    if len(ends) == 2:
+        return (None, max_length, num_tokens) if 0 < max_length < num_tokens else None
+    stride = ends[1] - ends[0]
+    if not 0 < stride < max_length or num_tokens < 2:
+        return None
+    planned = [w.end for w in plan_windows(num_tokens, max_length, stride)]
+    return (stride, max_length, num_tokens) if planned == list(ends) else None
+
+
 def query_span(window: Window, query_length: int) -> tuple[int, int] | None:
     """Token span ``[start, stop)`` of the window's retrieval query, or ``None`` for window 0 (no retrieval)."""
     check_count("query_length", query_length)
@@ -114,8 +167,8 @@ def query_span(window: Window, query_length: int) -> tuple[int, int] | None:
 def place_passage(window_ids: Sequence[int], passage_ids: Sequence[int]) -> list[int]:
     """Overwrite the first positions of a window with the passage, keeping the window's length.
 
-    A passage longer than the window fills the whole window (the reference would fail on it; short texts make it
-    possible).
+    A passage longer than the window would fill the whole window; evaluation never gives one, since its window
+    length holds a passage and a stride (:func:`check_passage_room`).
     """
     width = min(len(passage_ids), len(window_ids))
     return list(passage_ids[:width]) + list(window_ids[width:])

@@ -8,7 +8,9 @@ Semantics (exact; ``s`` = ``retrieval_stride``, ``ℓ`` = ``query_length``, ``L`
   default special tokens, cut to ``max_doc_tokens``).
 * Every token of stride ``j`` is predicted from ``[d_j; x[a_j:]]``, where ``x`` grows within the stride and
   ``a_j = max(0, len(x) + s_j + len(d_j) - L)`` with ``s_j = min(s, tokens still to generate)``, computed once at the
-  start of the stride: the oldest tokens are dropped once per stride so that the whole stride fits in ``L``.
+  start of the stride: the oldest tokens are dropped once per stride so that the whole stride fits in ``L``. ``L``
+  must hold ``max_doc_tokens + s`` (refused otherwise, as in evaluation: :func:`hf_ralm.model_inputs.window_length`),
+  so a passage never crowds the stride's own tokens out of the context.
 * A stride whose retrieval returns nothing uses ``x[a_j:]`` alone (``[BOS] + x[a_j:]`` with ``bos_every_window``).
 * Each row of a batch retrieves for itself; padding (left or right, from ``attention_mask``) is not part of ``x``.
 

@@ -18,7 +18,8 @@ from typing import Sequence
 import torch
 
 from ..configuration_ralm import RalmConfig
-from ..modeling_utils import empty_cache, resolve_max_length
+from ..model_inputs import window_length
+from ..modeling_utils import empty_cache
 from ..passage_cache import DEFAULT_MAX_BYTES, PassageKVCache
 from ..reranking.rules import NO_PASSAGE
 from ..retrieval.base import Passage, Retriever
@@ -66,7 +67,7 @@ class RalmDecoder:
                              f"mix the next-token probabilities of the top n passages), got {ensemble_size!r}.")
         check_rerank(config, ensemble_size)
         self.model, self.tokenizer, self.retriever, self.config = model, tokenizer, retriever, config
-        self.max_length = resolve_max_length(model, config.max_length)
+        self.max_length = window_length(model, config)
         self.use_cache = use_cache
         self.ensemble_size = ensemble_size
         self.passage_cache = PassageKVCache.for_model(model, passage_cache, max_cache_bytes)

@@ -20,6 +20,7 @@ from transformers.generation.stopping_criteria import StopStringCriteria
 from transformers.utils import logging
 
 from ..configuration_ralm import RalmConfig
+from ..modeling_utils import padding_id
 from ..passage_cache import DEFAULT_MAX_BYTES, PassageKVCache
 from ..retrieval.base import Retriever
 from .contexts import Row
@@ -134,7 +135,7 @@ def _encode_prompts(tokenizer, prompts: str | Sequence[str]) -> tuple[torch.Tens
     texts = [prompts] if isinstance(prompts, str) else list(prompts)
     encoded = [tokenizer(text)["input_ids"] for text in texts]
     width = max(len(ids) for ids in encoded)
-    pad = next((t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id) if t is not None), 0)
+    pad = padding_id(tokenizer)
     ids = torch.tensor([[pad] * (width - len(e)) + list(e) for e in encoded])
     mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in encoded])
     return ids, mask

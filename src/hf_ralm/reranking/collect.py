@@ -46,7 +46,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from ..configuration_ralm import RALM_FIELDS, RalmConfig
-from ..modeling_utils import resolve_max_length
+from ..model_inputs import window_length
 from ..retrieval.base import Passage, Retriever
 from ..retrieval.corpus import read_corpus
 from ..windows import check_count, plan_windows
@@ -99,7 +99,7 @@ def collect_rerank_data(
         check_count("max_windows", max_windows)
     oracle = RalmConfig(**{**{name: getattr(config, name) for name in RALM_FIELDS}, "rerank": "oracle",
                            "reranker_model": None, "rerank_allow_no_passage": False})
-    max_length = resolve_max_length(model, config.max_length)
+    max_length = window_length(model, config)
     query_length = config.query_length_for(retriever)
     settings = {
         "reader": model.config.name_or_path or type(model).__name__,

@@ -20,6 +20,7 @@ from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
 from typing import ClassVar, Iterable, Sequence
 
+from ..errors import InputError, utf8_errors
 from .corpus import WORDS_PER_PASSAGE
 from .index_folder import copy_index, default_index_dir, path_for_folder, resolve_path
 from .jsonfile import write_json_atomic
@@ -159,9 +160,25 @@ def passage_text(title: str | None, text: str, template: str = PASSAGE_TEMPLATE)
     return template.format(title=title, text=text) if title else text
 
 
-def read_forbidden_titles(path: str | None) -> frozenset[str]:
-    """Titles, one per line, whose passages retrieval must never return (e.g. the evaluation set's own articles)."""
+def read_forbidden_titles(path: str | None, setting: str = "forbidden_titles") -> frozenset[str]:
+    """Titles, one per line, whose passages retrieval must never return (e.g. the evaluation set's own articles);
+    none for ``path=None``.
+
+    A missing file, one that holds no title (an empty list would silently turn the filter off) or one that is not
+    UTF-8 raises an error naming the file and ``setting`` (the caller's name for it).
+
+    Example:
+        >>> read_forbidden_titles("forbidden_titles.txt")                  # doctest: +SKIP
+        frozenset({'Robert Boulter', ...})
+    """
     if path is None:
         return frozenset()
-    with open(path, encoding="utf-8") as f:
-        return frozenset(line.strip() for line in f if line.strip())
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"The {setting} file {path!r} does not exist: give a text file with one article title "
+                                "per line.")
+    with utf8_errors(path, InputError, "titles file"), open(path, encoding="utf-8") as f:
+        titles = frozenset(line.strip() for line in f if line.strip())
+    if not titles:
+        raise InputError(f"The {setting} file {path!r} holds no titles: give one article title per line, or leave "
+                         f"{setting} out.")
+    return titles

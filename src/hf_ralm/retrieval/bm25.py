@@ -24,13 +24,17 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from .base import Passage, Retriever, passage_text
-from .corpus import WORDS_PER_PASSAGE, passage_columns
-from .index_folder import corpus_files, corpus_paths_and_articles, finish_build, index_matches, read_index_info
-from .index_folder import start_build
+from .corpus import WORDS_PER_PASSAGE, check_passage_count, passage_columns
+from .index_folder import check_index, corpus_files, corpus_paths_and_articles, finish_build, index_matches
+from .index_folder import reading_index, reusable_index_info, start_build
 
 BM25_PARAMS = {"method": "lucene", "k1": 0.9, "b": 0.4}  # pyserini's defaults, as the paper used
 # how text becomes terms; an index is reused only with the same analysis (queries must be analysed as the passages)
 ANALYSIS = {"token_pattern": r"(?u)\b\w+\b", "stemmer": "porter", "stopwords": "en"}
+INDEX_SETTINGS = {**BM25_PARAMS, **ANALYSIS}  # what an index records and must match to be used
+BM25_FILES = ("bm25s/params.index.json", "bm25s/vocab.index.json", "bm25s/data.csc.index.npy",
+              "bm25s/indices.csc.index.npy", "bm25s/indptr.csc.index.npy", "passages/state.json", "passages/*.arrow")
+"""The files of an index folder (beside hf_ralm_index.json), checked when the index records no file sizes."""
 
 
 def _tokenize(texts: Sequence[str], show_progress: bool) -> list[list[str]]:
@@ -52,23 +56,13 @@ class BM25Retriever(Retriever):
         import bm25s
         from datasets import load_from_disk
 
-        info = read_index_info(index_dir)
-        if info is None:
-            raise FileNotFoundError(
-                f"No hf-ralm BM25 index in {index_dir!r}. Build one with `hf-ralm index --corpus FILE --index-dir "
-                f"{index_dir}` or BM25Retriever.build(corpus, index_dir)."
-            )
-        stale = {k: info.get(k) for k, v in ANALYSIS.items() if info.get(k) != v}
-        if stale:
-            raise ValueError(
-                f"The index in {index_dir!r} was built with another text analysis ({stale}, now {ANALYSIS}); "
-                "rebuild it: `hf-ralm index --corpus FILE --index-dir DIR` (or pass --corpus, which rebuilds it)."
-            )
+        info = check_index(index_dir, self.name, BM25_FILES, settings=INDEX_SETTINGS)
         self.index_dir = index_dir
         self.info = info
         self.n_threads = n_threads
-        self.bm25 = bm25s.BM25.load(os.path.join(index_dir, "bm25s"), mmap=True, show_progress=False)
-        self.passages = load_from_disk(os.path.join(index_dir, "passages"))
+        with reading_index(index_dir, self.name):
+            self.bm25 = bm25s.BM25.load(os.path.join(index_dir, "bm25s"), mmap=True, show_progress=False)
+            self.passages = load_from_disk(os.path.join(index_dir, "passages"))
         self.forbidden_titles = frozenset(forbidden_titles)
         self._weight_mask = self._mask_titles(self.forbidden_titles)
 
@@ -101,8 +95,7 @@ class BM25Retriever(Retriever):
 
         paths, articles = corpus_paths_and_articles(corpus)
         passages = Dataset.from_dict(passage_columns(articles, words_per_passage))
-        if len(passages) == 0:
-            raise ValueError("The corpus has no passages: check that its rows have a non-empty 'text'.")
+        check_passage_count(len(passages), paths)
 
         tmp_dir = start_build(index_dir)
         texts = (passage_text(t, x) for t, x in zip(passages["title"], passages["text"]))
@@ -110,7 +103,7 @@ class BM25Retriever(Retriever):
         bm25.index(_tokenize(list(texts), show_progress), show_progress=show_progress)
         bm25.save(os.path.join(tmp_dir, "bm25s"))
         passages.save_to_disk(os.path.join(tmp_dir, "passages"))
-        finish_build(tmp_dir, index_dir, cls.name, paths, words_per_passage, len(passages), {**BM25_PARAMS, **ANALYSIS})
+        finish_build(tmp_dir, index_dir, cls.name, paths, words_per_passage, len(passages), INDEX_SETTINGS)
         return cls(index_dir, forbidden_titles=forbidden_titles)
 
     @classmethod
@@ -122,14 +115,13 @@ class BM25Retriever(Retriever):
         forbidden_titles: frozenset[str],
         words_per_passage: int,
     ) -> "BM25Retriever":
-        """Reuse ``index_dir`` if it was built from the same corpus files, otherwise (re)build it there."""
-        info = read_index_info(index_dir)
+        """Reuse ``index_dir`` if it holds a usable index built from the same corpus files, otherwise (re)build it
+        there; without a corpus, open it (an error says how to build a missing or unusable one)."""
         if corpus is None:
-            if info is None:
-                raise FileNotFoundError(f"No index in {index_dir!r} and no --corpus to build one from.")
             return cls(index_dir, forbidden_titles)
         paths = corpus_files(corpus)
-        if index_matches(info, paths, words_per_passage, {**BM25_PARAMS, **ANALYSIS}):
+        info = reusable_index_info(index_dir, cls.name, BM25_FILES, settings=INDEX_SETTINGS)
+        if index_matches(info, paths, words_per_passage, INDEX_SETTINGS):
             return cls(index_dir, forbidden_titles)
         return cls.build(paths, index_dir, words_per_passage, forbidden_titles)
 

@@ -16,7 +16,9 @@ import gzip
 import hashlib
 import json
 import os
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Sequence
+
+from ..errors import CorpusError, utf8_errors
 
 WORDS_PER_PASSAGE = 100  # DPR's passage size
 
@@ -26,25 +28,54 @@ def _open_text(path: str):
 
 
 def read_corpus(path: str) -> Iterator[dict]:
-    """Yield ``{"id", "title", "text"}`` rows from a JSONL(.gz) or TSV(.gz) file."""
+    """Yield ``{"id", "title", "text"}`` rows from a JSONL(.gz) or TSV(.gz) file.
+
+    Raises:
+        CorpusError: a line that is no JSON object with a ``text`` string (JSONL), a TSV without ``id`` and ``text``
+            columns, or bytes that are not UTF-8; the message names the file and the line.
+    """
     if not os.path.isfile(path):
         raise FileNotFoundError(
             f"Corpus file not found: {path!r}. Give --corpus a JSONL/JSONL.gz file with id, title and text fields, "
             "or a DPR-style TSV with id, text and title columns."
         )
     name = path[:-3] if path.endswith(".gz") else path
-    with _open_text(path) as f:
+    with utf8_errors(path, CorpusError, "corpus"), _open_text(path) as f:
         if name.endswith(".tsv"):
-            for row in csv.DictReader(f, delimiter="\t"):
-                yield {"id": str(row["id"]), "title": row.get("title") or "", "text": row["text"]}
+            yield from _tsv_rows(path, f)
         else:
             for line_number, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                row = json.loads(line)
-                if "text" not in row:
-                    raise ValueError(f"{path}:{line_number}: corpus rows need a 'text' field, got {sorted(row)}.")
-                yield {"id": str(row.get("id", line_number - 1)), "title": row.get("title") or "", "text": row["text"]}
+                if line.strip():
+                    yield _jsonl_row(path, line_number, line)
+
+
+def _jsonl_row(path: str, line_number: int, line: str) -> dict:
+    try:
+        row = json.loads(line)
+    except ValueError as error:
+        raise CorpusError(f"{path}:{line_number}: not a JSON object ({error}); a JSONL corpus holds one "
+                          '{"id", "title", "text"} object per line: fix or remove that line.') from None
+    if not isinstance(row, dict) or "text" not in row:
+        got = sorted(row) if isinstance(row, dict) else type(row).__name__
+        raise CorpusError(f"{path}:{line_number}: corpus rows need a 'text' field, got {got}; give every row its "
+                          "article text (and 'id', 'title'), or remove that line.")
+    if not isinstance(row["text"], str):
+        raise CorpusError(f"{path}:{line_number}: the row's 'text' is {row['text']!r}, not a string: give it the "
+                          "article text, or remove that line.")
+    return {"id": str(row.get("id", line_number - 1)), "title": row.get("title") or "", "text": row["text"]}
+
+
+def _tsv_rows(path: str, f) -> Iterator[dict]:
+    reader = csv.DictReader(f, delimiter="\t")
+    missing = [column for column in ("id", "text") if column not in (reader.fieldnames or [])]
+    if missing:
+        raise CorpusError(f"{path}: the TSV corpus has no {' and no '.join(missing)} column (header: "
+                          f"{reader.fieldnames}); its first line must name the columns id, text and title (DPR's).")
+    for row in reader:
+        if row["text"] is None:
+            raise CorpusError(f"{path}:{reader.line_num}: the row has no text column (too few tab-separated "
+                              "fields): fix or remove that line.")
+        yield {"id": str(row["id"]), "title": row.get("title") or "", "text": row["text"]}
 
 
 def split_passages(articles: Iterable[dict], words_per_passage: int = WORDS_PER_PASSAGE) -> Iterator[dict]:
@@ -78,6 +109,15 @@ def passage_columns(articles: Iterable[dict], words_per_passage: int = WORDS_PER
         for key, values in columns.items():
             values.append(row[key])
     return columns
+
+
+def check_passage_count(num_passages: int, paths: Sequence[str] | None) -> None:
+    """Raise :class:`~hf_ralm.errors.CorpusError` when a corpus (its ``paths``, ``None`` for rows) gave no passage
+    to index, before any index is written."""
+    if num_passages == 0:
+        where = f"the corpus {', '.join(paths)}" if paths else "the corpus rows"
+        raise CorpusError(f"{where[0].upper()}{where[1:]} gave no passages: no row has a non-empty 'text'. Give "
+                          "--corpus a file of articles with their text.")
 
 
 def corpus_fingerprint(paths: Iterable[str], words_per_passage: int) -> str:

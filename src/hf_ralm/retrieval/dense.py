@@ -39,9 +39,9 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from .base import Passage, Retriever, passage_text
-from .corpus import WORDS_PER_PASSAGE, corpus_fingerprint, passage_columns
-from .index_folder import corpus_files, corpus_paths_and_articles, finish_build, index_matches, read_index_info
-from .index_folder import start_build
+from .corpus import WORDS_PER_PASSAGE, check_passage_count, corpus_fingerprint, passage_columns
+from .index_folder import check_index, corpus_files, corpus_paths_and_articles, finish_build, index_matches
+from .index_folder import read_index_info, reading_index, reusable_index_info, start_build
 from .jsonfile import write_json_atomic
 
 logger = logging.getLogger(__name__)
@@ -54,6 +54,9 @@ PROGRESS_FILE = "progress.json"
 INDEX_NAME = "embeddings"  # the name of the FAISS index on the passages Dataset
 POOLINGS = ("mean", "cls")
 MAX_TRAIN_VECTORS = 1_000_000  # IVF/PQ indexes are trained on at most this many vectors
+DENSE_FILES = (EMBEDDINGS_FILE, FAISS_FILE, "passages/state.json", "passages/*.arrow")
+"""The files of an index folder (beside hf_ralm_index.json), checked when the index records no file sizes."""
+DENSE_KEYS = ("encoder", "pooling", "normalize", "dim")  # what opening an index reads from its hf_ralm_index.json
 EXTRA_HINT = "Install the extra: pip install 'hf-ralm[dense]' (faiss-cpu and sentence-transformers)."
 
 
@@ -160,15 +163,7 @@ class DenseRetriever(Retriever):
                  device: str | None = None, batch_size: int = 32):
         from datasets import load_from_disk
 
-        info = read_index_info(index_dir)
-        if info is None:
-            raise FileNotFoundError(
-                f"No hf-ralm dense index in {index_dir!r}. Build one with `hf-ralm index --retriever dense --corpus "
-                f"FILE --index-dir {index_dir}` or DenseRetriever.build(corpus, index_dir)."
-            )
-        if info.get("retriever") != self.name:
-            raise ValueError(f"{index_dir!r} holds a {info.get('retriever')!r} index, not a dense one: give each "
-                             "retriever its own --index-dir.")
+        info = check_index(index_dir, self.name, DENSE_FILES, DENSE_KEYS)
         recorded = info["encoder"]
         if isinstance(encoder, DenseEncoder):
             wanted = encoder.name
@@ -193,8 +188,9 @@ class DenseRetriever(Retriever):
         self.info = info
         self.encoder = encoder if isinstance(encoder, DenseEncoder) else DenseEncoder(
             wanted, pooling=info["pooling"], normalize=info["normalize"], device=device, batch_size=batch_size)
-        self.passages = load_from_disk(os.path.join(index_dir, "passages"))
-        self.passages.load_faiss_index(INDEX_NAME, os.path.join(index_dir, FAISS_FILE), device=faiss_device())
+        with reading_index(index_dir, self.name):
+            self.passages = load_from_disk(os.path.join(index_dir, "passages"))
+            self.passages.load_faiss_index(INDEX_NAME, os.path.join(index_dir, FAISS_FILE), device=faiss_device())
         self.forbidden_titles = frozenset(forbidden_titles)
 
     @classmethod
@@ -238,8 +234,7 @@ class DenseRetriever(Retriever):
         paths, articles = corpus_paths_and_articles(corpus)
         passages = Dataset.from_dict(passage_columns(articles, words_per_passage))
         n = len(passages)
-        if n == 0:
-            raise ValueError("The corpus has no passages: check that its rows have a non-empty 'text'.")
+        check_passage_count(n, paths)
         enc = encoder if isinstance(encoder, DenseEncoder) else DenseEncoder(encoder, pooling, normalize)
         state = {
             "fingerprint": corpus_fingerprint(paths, words_per_passage) if paths else _passages_fingerprint(passages),
@@ -301,13 +296,11 @@ class DenseRetriever(Retriever):
         """Reuse ``index_dir`` if it was built from the same corpus files with the same encoder and settings,
         otherwise (re)build it there (resuming an interrupted build). ``encoder=None``: the one the index records,
         or :func:`default_encoder` for a new index."""
-        info = read_index_info(index_dir)
         if corpus is None:
-            if info is None:
-                raise FileNotFoundError(f"No index in {index_dir!r} and no --corpus to build one from.")
             return cls(index_dir, forbidden_titles, encoder=encoder)
         paths = corpus_files(corpus)
-        if encoder is None and info is not None and info.get("retriever") == cls.name:
+        info = reusable_index_info(index_dir, cls.name, DENSE_FILES, DENSE_KEYS)
+        if encoder is None and info is not None:
             encoder = info["encoder"]
         if index_matches(info, paths, words_per_passage, _match_settings(encoder, pooling, normalize, faiss_factory)):
             return cls(index_dir, forbidden_titles, encoder=encoder)

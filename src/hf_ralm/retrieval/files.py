@@ -20,7 +20,8 @@ import os
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..windows import Window
+from ..errors import RetrievalFileError, utf8_errors
+from ..windows import Window, plan_settings
 from .base import Passage
 from .jsonfile import write_json_atomic
 
@@ -71,25 +72,105 @@ def save_retrieval_file(path: str, records: list[dict]) -> None:
     write_json_atomic(path, records)
 
 
+_JSON_TYPES = {dict: "an object", list: "a list", str: "a string", int: "a number", float: "a number",
+               bool: "a boolean", type(None): "null"}
+_FORMAT = ("each item needs begin_location and end_location (token offsets) and retrieved_docs (passages with a "
+           "text), as hf-ralm retrieve --save-retrieval-file writes them")
+
+
+def _item_problem(item) -> str | None:
+    """What is wrong with one item of a retrieval file, or ``None``."""
+    if not isinstance(item, dict):
+        return f"is {_JSON_TYPES.get(type(item), type(item).__name__)}, not an object"
+    for key in ("begin_location", "end_location"):
+        if key not in item:
+            return f"has no {key!r}"
+        if isinstance(item[key], bool) or not isinstance(item[key], int):
+            return f"has {key} {item[key]!r}, not a token offset"
+    docs = item.get("retrieved_docs", [])
+    if not isinstance(docs, list):
+        return f"has retrieved_docs {_JSON_TYPES.get(type(docs), type(docs).__name__)}, not a list"
+    for j, doc in enumerate(docs):
+        if not isinstance(doc, dict) or not isinstance(doc.get("text"), str):
+            return f"has a passage (retrieved_docs[{j}]) without a 'text' string"
+        try:
+            float(doc.get("score", 0.0))
+        except (TypeError, ValueError):
+            return f"has a passage (retrieved_docs[{j}]) whose score {doc['score']!r} is no number"
+    return None
+
+
+def read_retrieval_items(path: str) -> list[dict]:
+    """The items of a retrieval file, checked to be a JSON list of windows with their locations and passages.
+
+    Raises:
+        FileNotFoundError: no such file.
+        RetrievalFileError: not UTF-8, not JSON, not a list, or an item without its fields; the message names the
+            file (and the item) and says what a retrieval file holds.
+    """
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"Retrieval file not found: {path!r}. Write one with hf-ralm retrieve "
+                                f"--save-retrieval-file {path} (or eval-lm --save-retrieval-file).")
+    with utf8_errors(path, RetrievalFileError, "retrieval file"), open(path, encoding="utf-8") as f:
+        try:
+            items = json.load(f)
+        except json.JSONDecodeError as error:
+            raise RetrievalFileError(f"{path} is not JSON ({error.msg}: line {error.lineno} column {error.colno}); a "
+                                     f"retrieval file is a JSON list with one item per window: {_FORMAT}.") from None
+    if not isinstance(items, list):
+        raise RetrievalFileError(f"{path} holds {_JSON_TYPES.get(type(items), 'JSON')}, not a list with one item per "
+                                 f"window; {_FORMAT}.")
+    for i, item in enumerate(items):
+        problem = _item_problem(item)
+        if problem is not None:
+            raise RetrievalFileError(f"{path}: item {i} {problem}; {_FORMAT}.")
+    return items
+
+
+def _describe_plan(plan: tuple[int | None, int | None, int] | None) -> str:
+    """What :func:`~hf_ralm.windows.plan_settings` found out about some windows, for a message."""
+    if plan is None:
+        return "no sliding windows of any retrieval_stride and max_length"
+    stride, max_length, num_tokens = plan
+    known = [f"{name}={value}" for name, value in (("retrieval_stride", stride), ("max_length", max_length))
+             if value is not None]
+    return f"{', '.join(known) or 'one window'} over {num_tokens} tokens"
+
+
+def check_window_locations(path: str, items: Sequence[dict], windows: Sequence[Window]) -> None:
+    """Raise :class:`~hf_ralm.errors.RetrievalFileError` unless the items of the retrieval file ``path`` are the
+    evaluation's ``windows`` (same ``begin_location``/``end_location``); the message says which settings the file
+    was made with (inferred from its locations: :func:`~hf_ralm.windows.plan_settings`) and how to match them."""
+    found = [(item["begin_location"], item["end_location"]) for item in items]
+    wanted = [(w.prev_end, w.end) for w in windows]
+    if found == wanted:
+        return
+    if len(found) != len(wanted):
+        what = f"{path} has {len(found)} windows but this evaluation has {len(wanted)}"
+    else:
+        i = next(i for i, (a, b) in enumerate(zip(found, wanted)) if a != b)
+        what = f"{path}: window {i} covers [{found[i][0]}, {found[i][1]}) in the file but [{wanted[i][0]}, " \
+               f"{wanted[i][1]}) here"
+    theirs, ours = plan_settings([end for _, end in found]), plan_settings([end for _, end in wanted])
+    fix = "evaluate with the settings, dataset and tokenizer it was made with"
+    if theirs is not None and ours is not None:
+        differ = [f"{name}={value}" for name, value, own in zip(("retrieval_stride", "max_length"), theirs, ours)
+                  if value is not None and value != own]
+        if theirs[2] != ours[2]:
+            differ.append(f"the dataset, tokenizer and max_eval_tokens that give {theirs[2]} tokens")
+        fix = f"evaluate with {', '.join(differ)}" if differ else fix
+    raise RetrievalFileError(f"{what}: the file's windows are {_describe_plan(theirs)}, this evaluation's "
+                             f"{_describe_plan(ours)}. To use the file, {fix}; or write one for these settings with "
+                             "hf-ralm retrieve --save-retrieval-file.")
+
+
 def load_retrieval_file(path: str, windows: Sequence[Window]) -> Retrievals:
     """Passages (and a reranked file's choices) per window from a retrieval file, checked against the windows being
     evaluated."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"Retrieval file not found: {path!r}.")
-    with open(path, encoding="utf-8") as f:
-        records = json.load(f)
-    if len(records) != len(windows):
-        raise ValueError(
-            f"{path} has {len(records)} windows but this evaluation has {len(windows)}: it was made with other "
-            "--stride/--max-length/--max-eval-tokens settings or another tokenizer."
-        )
+    records = read_retrieval_items(path)
+    check_window_locations(path, records, windows)
     passages = []
     for w, record in zip(windows, records):
-        if (record["begin_location"], record["end_location"]) != (w.prev_end, w.end):
-            raise ValueError(
-                f"{path}: window {w.index} covers [{record['begin_location']}, {record['end_location']}) in the file "
-                f"but [{w.prev_end}, {w.end}) here; the file was made with other settings."
-            )
         passages.append(
             [
                 Passage(str(d.get("id", "")), d.get("title") or "", d["text"], float(d.get("score", 0.0)))

@@ -1,9 +1,16 @@
-"""The index folder both retrieval backends (``bm25``, ``lucene``) write and reuse.
+"""The index folder every retrieval backend (``bm25``, ``lucene``, ``dense``; ``hybrid``'s two sides) writes and
+reuses.
 
 A folder holds the backend's own files beside ``hf_ralm_index.json``, which records the retriever, the corpus files,
-their fingerprint (:func:`~hf_ralm.retrieval.corpus.corpus_fingerprint`), the passage size, the number of passages
-and the backend's settings. A build writes everything under ``<index_dir>.tmp`` and renames it over ``index_dir``
-only when complete, so an interrupted build leaves no half-index behind.
+their fingerprint (:func:`~hf_ralm.retrieval.corpus.corpus_fingerprint`), the passage size, the number of passages,
+the backend's settings and the size of every file. A build writes everything under ``<index_dir>.tmp`` and renames
+it over ``index_dir`` only when complete, so an interrupted build leaves no half-index behind.
+
+Before an index is used, :func:`index_problem` checks that it is whole (every recorded file there, with its size; for
+an index built before sizes were recorded, the backend's own files), that it is the backend's and that it records
+what this version reads. An index that fails is rebuilt when the corpus is given (:func:`reusable_index_info`, which
+says so on stderr) and otherwise refused with the command that rebuilds it (:func:`check_index`); another backend's
+index is never built over.
 
 Without a folder, an index goes to ``<cache>/indexes/<backend>-<corpus fingerprint[:16]>``
 (:func:`default_index_dir`, ``<cache>`` from :func:`hf_ralm_cache_dir`). A retriever saved with ``save_pretrained``
@@ -20,24 +27,158 @@ Example (inside a backend's ``build``)::
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import shutil
 import sys
-from typing import Iterable, Sequence
+from contextlib import contextmanager
+from typing import Iterable, Iterator, Sequence
 
+from ..errors import IndexFolderError
 from .corpus import corpus_fingerprint, read_corpus
 
 INDEX_FILE = "hf_ralm_index.json"
 
 
 def read_index_info(index_dir: str) -> dict | None:
-    """The ``hf_ralm_index.json`` of an index folder, or ``None`` if the folder holds no finished index."""
+    """The ``hf_ralm_index.json`` of an index folder, or ``None`` if the folder holds no finished index; an unreadable
+    one raises :class:`~hf_ralm.errors.IndexFolderError`."""
     path = os.path.join(index_dir, INDEX_FILE)
     if not os.path.isfile(path):
         return None
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    try:
+        with open(path, encoding="utf-8") as f:
+            info = json.load(f)
+    except ValueError:
+        info = None
+    if not isinstance(info, dict):
+        raise IndexFolderError(f"The index in {index_dir!r} is damaged: its {INDEX_FILE} is not a JSON object. "
+                               f"Rebuild it: `hf-ralm index --retriever NAME --corpus FILE --index-dir {index_dir}`, "
+                               "or pass the corpus where the index is used (--corpus, corpus=).")
+    return info
+
+
+def rebuild_hint(index_dir: str, retriever: str) -> str:
+    """How to (re)build the index of ``index_dir``: the ``hf-ralm index`` command (with the corpus files its
+    ``hf_ralm_index.json`` records, else ``FILE``), or the corpus passed where the index is used, which rebuilds it
+    there."""
+    try:
+        recorded = (read_index_info(index_dir) or {}).get("corpus") if os.path.isdir(index_dir) else None
+    except IndexFolderError:
+        recorded = None
+    corpus = " ".join(f"--corpus {path}" for path in recorded or ["FILE"])
+    return (f"`hf-ralm index --retriever {retriever} {corpus} --index-dir {index_dir}`, or pass the corpus where the "
+            "index is used (--corpus, corpus=), which rebuilds it there")
+
+
+def _file_sizes(folder: str) -> dict[str, int]:
+    """The size of every file under ``folder``, by path relative to it (``/``-separated)."""
+    sizes = {}
+    for root, _, names in os.walk(folder):
+        for name in names:
+            path = os.path.join(root, name)
+            sizes[os.path.relpath(path, folder).replace(os.sep, "/")] = os.path.getsize(path)
+    return sizes
+
+
+def index_problem(index_dir: str, retriever: str, files: Sequence[str] = (), keys: Sequence[str] = (),
+                  settings: dict | None = None) -> str | None:
+    """Why the folder ``index_dir`` holds no usable finished index of ``retriever``, or ``None`` when it does.
+
+    Checked before anything is loaded (whose index it is, :func:`check_kind`, first): the folder and its
+    ``hf_ralm_index.json`` exist and are readable, it records ``retriever``, ``keys`` and ``settings`` (an index
+    built by an older hf-ralm may not), with the values of ``settings``, and its files are all there: each with the
+    size recorded when it was built (a copy that stopped short, a disk that filled up) or, for an index built before
+    sizes were recorded, the backend's own ``files`` (glob patterns relative to the folder).
+
+    Example:
+        >>> index_problem("wiki-bm25", "bm25", ["bm25s/params.index.json"])        # doctest: +SKIP
+        'is incomplete: bm25s/data.csc.index.npy is missing'
+    """
+    if not os.path.isdir(index_dir):
+        return "does not exist"
+    try:
+        info = read_index_info(index_dir)
+    except IndexFolderError:
+        return f"is damaged: its {INDEX_FILE} is not a JSON object"
+    if info is None:
+        return f"holds no finished index (no {INDEX_FILE})"
+    unrecorded = [key for key in ["retriever", *keys, *(settings or {})] if key not in info]
+    if unrecorded:
+        return f"was built by an older hf-ralm: its {INDEX_FILE} records no {', '.join(unrecorded)}"
+    other = {key: info[key] for key, value in (settings or {}).items() if info[key] != value}
+    if other:
+        return f"was built with other settings ({other}, now {({key: settings[key] for key in other})})"
+    recorded = info.get("files")
+    if recorded is None:  # built before the sizes were recorded: the backend's own files must be there
+        missing = [pattern for pattern in files if not glob.glob(os.path.join(index_dir, pattern))]
+        return f"is incomplete: {missing[0]} is missing" if missing else None
+    for name, size in recorded.items():
+        path = os.path.join(index_dir, name)
+        if not os.path.isfile(path):
+            return f"is incomplete: {name} is missing"
+        if os.path.getsize(path) != size:
+            return f"is truncated or damaged: {name} holds {os.path.getsize(path)} bytes, {size} were written"
+    return None
+
+
+def check_kind(index_dir: str, retriever: str) -> None:
+    """Raise :class:`~hf_ralm.errors.IndexFolderError` when ``index_dir`` holds another backend's index: one index
+    folder per retriever, and no build overwrites another backend's index."""
+    try:
+        kind = (read_index_info(index_dir) or {}).get("retriever", retriever) if os.path.isdir(index_dir) else None
+    except IndexFolderError:
+        return  # damaged: index_problem says so
+    if kind not in (None, retriever):
+        raise IndexFolderError(f"{index_dir!r} holds a {kind!r} index, not a {retriever} one: give each retriever its "
+                               "own --index-dir.")
+
+
+def check_index(index_dir: str, retriever: str, files: Sequence[str] = (), keys: Sequence[str] = (),
+                settings: dict | None = None) -> dict:
+    """The ``hf_ralm_index.json`` of the usable ``retriever`` index in ``index_dir`` (see :func:`index_problem`).
+
+    Raises:
+        FileNotFoundError: the folder holds no finished index; the message says how to build one.
+        IndexFolderError: the index cannot be used (damaged, older, another backend's, other settings); the message
+            says what is wrong and how to rebuild it.
+    """
+    check_kind(index_dir, retriever)
+    if not os.path.isfile(os.path.join(index_dir, INDEX_FILE)):
+        raise FileNotFoundError(f"No hf-ralm {retriever} index in {index_dir!r} and no --corpus to build one from: "
+                                f"build it with {rebuild_hint(index_dir, retriever)}.")
+    problem = index_problem(index_dir, retriever, files, keys, settings)
+    if problem is not None:
+        raise IndexFolderError(f"The {retriever} index in {index_dir!r} {problem}. Rebuild it: "
+                               f"{rebuild_hint(index_dir, retriever)}.")
+    return read_index_info(index_dir)
+
+
+def reusable_index_info(index_dir: str, retriever: str, files: Sequence[str] = (), keys: Sequence[str] = (),
+                        settings: dict | None = None) -> dict | None:
+    """For ``build_or_load`` with a corpus: the ``hf_ralm_index.json`` of the index in ``index_dir`` when it is
+    usable (:func:`index_problem`), else ``None``, and the index is (re)built there, which stderr says when the
+    folder held an index that cannot be used. Another backend's index is never built over (:func:`check_kind`)."""
+    check_kind(index_dir, retriever)
+    problem = index_problem(index_dir, retriever, files, keys, settings)
+    if problem is None:
+        return read_index_info(index_dir)
+    if os.path.isfile(os.path.join(index_dir, INDEX_FILE)):
+        print(f"hf-ralm: rebuilding the {retriever} index in {index_dir}: it {problem}.", file=sys.stderr, flush=True)
+    return None
+
+
+@contextmanager
+def reading_index(index_dir: str, retriever: str) -> Iterator[None]:
+    """Report an error raised while a backend opens the files of a checked index (:func:`check_index`: all there, of
+    the right sizes, yet unreadable) as :class:`~hf_ralm.errors.IndexFolderError` saying how to rebuild it."""
+    try:
+        yield
+    except (OSError, ValueError, KeyError, RuntimeError) as error:
+        raise IndexFolderError(f"The {retriever} index in {index_dir!r} is damaged: its files cannot be read "
+                               f"({type(error).__name__}: {error}). Rebuild it: "
+                               f"{rebuild_hint(index_dir, retriever)}.") from error
 
 
 def _is_paths(corpus) -> bool:
@@ -93,6 +234,7 @@ def finish_build(
         "words_per_passage": words_per_passage,
         "num_passages": num_passages,
         **settings,
+        "files": _file_sizes(tmp_dir),  # what index_problem checks before the index is used
     }
     with open(os.path.join(tmp_dir, INDEX_FILE), "w", encoding="utf-8") as f:
         json.dump(info, f, indent=2)

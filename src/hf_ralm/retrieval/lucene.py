@@ -31,13 +31,15 @@ import sys
 from typing import Iterable, Sequence
 
 from .base import Passage, Retriever, passage_text
-from .corpus import WORDS_PER_PASSAGE, passage_rows
-from .index_folder import check_corpus_files, corpus_files, corpus_paths_and_articles, finish_build, index_matches
-from .index_folder import copy_index, path_for_folder, read_index_info, start_build
+from .corpus import WORDS_PER_PASSAGE, check_passage_count, passage_rows
+from .index_folder import INDEX_FILE, check_corpus_files, check_index, check_kind, copy_index, corpus_files
+from .index_folder import corpus_paths_and_articles, finish_build, index_matches, path_for_folder, reusable_index_info
+from .index_folder import start_build
 from .lucene_compat import AnseriniSearcher, anserini_jar, find_java_home, java_command, prebuilt_index_path
 
 LUCENE_SUBDIR = "lucene"  # the Lucene index inside an hf-ralm index folder (beside hf_ralm_index.json)
 BM25_K1, BM25_B = 0.9, 0.4  # pyserini's defaults, as the paper used
+LUCENE_FILES = (f"{LUCENE_SUBDIR}/segments_*",)  # checked when the index records no file sizes
 DOCS_PER_FILE = 50_000  # Anserini indexes one collection file per thread: several files let all threads work
 
 
@@ -88,13 +90,8 @@ class LuceneRetriever(Retriever):
     ):
         self.index_dir = index_dir
         self.prebuilt: str | None = None
-        info = read_index_info(index_dir) if os.path.isdir(index_dir) else None
-        if info is not None:
-            if info.get("retriever") != self.name:
-                raise ValueError(
-                    f"{index_dir!r} holds a {info.get('retriever')!r} index, not a lucene one: give each retriever "
-                    "its own --index-dir."
-                )
+        if os.path.isfile(os.path.join(index_dir, INDEX_FILE)):
+            info = check_index(index_dir, self.name, LUCENE_FILES)
             lucene_dir = os.path.join(index_dir, LUCENE_SUBDIR)
         elif _is_lucene_folder(index_dir):
             lucene_dir, info = index_dir, {"retriever": self.name, "external": True}
@@ -148,8 +145,9 @@ class LuceneRetriever(Retriever):
         ``words_per_passage=0`` keeps the rows as they are (already passages). An existing ``index_dir`` is replaced
         only if it holds an hf-ralm lucene index.
         """
-        info = read_index_info(index_dir) if os.path.isdir(index_dir) else None
-        if os.path.isdir(index_dir) and os.listdir(index_dir) and (info or {}).get("retriever") != cls.name:
+        check_kind(index_dir, cls.name)
+        ours = os.path.isfile(os.path.join(index_dir, INDEX_FILE))
+        if os.path.isdir(index_dir) and os.listdir(index_dir) and not ours:
             raise ValueError(
                 f"{index_dir!r} exists and does not hold an hf-ralm lucene index: not overwriting it. Choose another "
                 "--index-dir or remove that folder."
@@ -161,10 +159,12 @@ class LuceneRetriever(Retriever):
         tmp_dir = start_build(index_dir)
         collection = os.path.join(tmp_dir, "collection")
         os.makedirs(collection)
-        num_passages = _write_collection(passage_rows(articles, words_per_passage), collection, show_progress)
-        if num_passages == 0:
+        try:
+            num_passages = _write_collection(passage_rows(articles, words_per_passage), collection, show_progress)
+            check_passage_count(num_passages, paths)
+        except BaseException:  # a bad corpus row, no passages, Ctrl-C: no half-written build is left behind
             shutil.rmtree(tmp_dir, ignore_errors=True)
-            raise ValueError("The corpus has no passages: check that its rows have a non-empty 'text'.")
+            raise
 
         java_home, source = find_java_home()
         threads = n_threads or os.cpu_count() or 1
@@ -206,12 +206,7 @@ class LuceneRetriever(Retriever):
         if corpus is None:
             return cls(index_dir, **kwargs)
         paths = corpus_files(corpus)
-        info = read_index_info(index_dir) if os.path.isdir(index_dir) else None
-        if info is not None and info.get("retriever") != cls.name:
-            raise ValueError(
-                f"{index_dir!r} holds a {info.get('retriever')!r} index, not a lucene one: give each retriever its "
-                "own --index-dir."
-            )
+        info = reusable_index_info(index_dir, cls.name, LUCENE_FILES)
         if index_matches(info, paths, words_per_passage):
             return cls(index_dir, **kwargs)
         return cls.build(paths, index_dir, words_per_passage, **kwargs)

@@ -1,0 +1,404 @@
+"""Bad input through the ``hf-ralm`` command line (in-process, tiny models and corpora): every case ends with one line
+``hf-ralm: error: ...`` that names the file or the setting and says how to fix it, exit status 2, no traceback
+(``--debug`` shows one), and nothing written where the results would go (no ``eval.json``, no retrieval file, no
+half-built index)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+
+import pytest
+
+from conftest import ARTICLES, EVAL_TEXT, MAX_POSITIONS, make_tiny_tokenizer, require_dense, write_jsonl
+from hf_ralm.cli import main
+from hf_ralm.retrieval.index_folder import INDEX_FILE
+from hf_ralm.windows import plan_settings, plan_windows
+
+
+@pytest.fixture()
+def files(tmp_path, tiny_model_dir):
+    return {
+        "model": str(tiny_model_dir),
+        "dataset": str(write_jsonl(tmp_path / "data.jsonl", [{"text": EVAL_TEXT}])),
+        "corpus": str(write_jsonl(tmp_path / "corpus.jsonl", ARTICLES)),
+        "index": str(tmp_path / "index"),
+        "out": tmp_path / "out",
+        "tmp": tmp_path,
+    }
+
+
+def settings(files, *extra: str) -> list[str]:
+    """The flags of a valid evaluation of the tiny model (L=16, s=4, 8-token passages), writing to ``out``."""
+    return ["--model", files["model"], "--dataset-path", files["dataset"], "--max-length", "16", "--stride", "4",
+            "--query-length", "8", "--max-doc-tokens", "8", "--device", "cpu", "--output-dir", str(files["out"]),
+            *extra]
+
+
+def fail(capsys, files, argv: list[str], *expected: str) -> str:
+    """Run ``hf-ralm argv``; check it ends as a usage error whose one last line holds every ``expected`` text, with no
+    traceback, and that nothing was written to the output folder. Returns that line."""
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    line = err.rstrip("\n").splitlines()[-1]
+    assert line.startswith("hf-ralm: error: ") and err.count("hf-ralm: error:") == 1
+    for text in expected:
+        assert text in line, (text, line)
+    assert not (files["out"] / "eval.json").exists()
+    assert not list(files["tmp"].glob("**/.tmp-*.json"))  # no half-written JSON either
+    return line
+
+
+def retrieval_file(capsys, files) -> list[dict]:
+    """A valid retrieval file for :func:`settings` (``retrieve`` with BM25), its items."""
+    path = files["tmp"] / "r.json"
+    argv = settings(files, "--retriever", "bm25", "--corpus", files["corpus"], "--index-dir", files["index"],
+                    "--save-retrieval-file", str(path))
+    argv[argv.index("--output-dir") + 1] = str(files["tmp"] / "retrieved")  # the evaluations' output stays empty
+    main(["retrieve", *argv])
+    capsys.readouterr()
+    return json.loads(path.read_text())
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Retrieval files
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("content,expected", [
+    ("not json [", ["is not JSON (Expecting value: line 1 column 1)", "hf-ralm retrieve --save-retrieval-file"]),
+    ('{"begin_location": 0}', ["holds an object, not a list with one item per window"]),
+    ("[1, 2]", ["item 0 is a number, not an object"]),
+    (b"[\"\xff\"]", [":1: the retrieval file is not UTF-8 (line 1, byte 3)", "save the file as UTF-8"]),
+])
+def test_retrieval_file_that_is_no_list_of_windows(files, capsys, content, expected):
+    path = files["tmp"] / "bad.json"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    fail(capsys, files, ["eval-lm", *settings(files, "--retrieval-file", str(path))], str(path), *expected)
+
+
+@pytest.mark.parametrize("damage,expected", [
+    (lambda items: items[2].pop("begin_location"), "item 2 has no 'begin_location'"),
+    (lambda items: items[1].update(end_location="16"), "item 1 has end_location '16', not a token offset"),
+    (lambda items: items[3].update(retrieved_docs=[{"title": "Rome"}]),
+     "item 3 has a passage (retrieved_docs[0]) without a 'text' string"),
+    (lambda items: items[4].update(retrieved_docs=[{"text": "rome", "score": "high"}]),
+     "item 4 has a passage (retrieved_docs[0]) whose score 'high' is no number"),
+])
+def test_retrieval_file_items_without_their_fields(files, capsys, damage, expected):
+    items = retrieval_file(capsys, files)
+    damage(items)
+    path = files["tmp"] / "r.json"
+    path.write_text(json.dumps(items))
+    line = fail(capsys, files, ["eval-lm", *settings(files, "--retrieval-file", str(path))], str(path), expected)
+    assert "each item needs begin_location and end_location" in line
+
+
+@pytest.mark.parametrize("flag,value,expected", [
+    ("--stride", "2", "To use the file, evaluate with --stride=4;"),
+    ("--max-length", "12", "To use the file, evaluate with --max-length=16;"),
+    ("--max-eval-tokens", "40", "the dataset, tokenizer and --max-eval-tokens that give"),
+])
+def test_retrieval_file_of_other_windows_says_what_would_match(files, capsys, flag, value, expected):
+    items = retrieval_file(capsys, files)
+    path = files["tmp"] / "r.json"
+    argv = settings(files, "--retrieval-file", str(path))
+    if flag in argv:
+        argv[argv.index(flag) + 1] = value
+    else:
+        argv += [flag, value]
+    num_tokens = items[-1]["end_location"]
+    line = fail(capsys, files, ["eval-lm", *argv], str(path), expected,
+                f"the file's windows are --stride=4, --max-length=16 over {num_tokens} tokens")
+    assert "write one for these settings with hf-ralm retrieve" in line
+
+
+def test_plan_settings_reads_the_windows_a_file_was_made_with():
+    for num_tokens, max_length, stride in [(30, 10, 4), (100, 16, 4), (20, 16, 1), (40, 9, 8)]:
+        ends = [w.end for w in plan_windows(num_tokens, max_length, stride)]
+        assert plan_settings(ends) == (stride, max_length, num_tokens)
+    assert plan_settings([12]) == (None, None, 12)  # one window: the text fits, nothing more is known
+    assert plan_settings([10, 13]) == (None, 10, 13)  # two: the stride is only known to be at least 3
+    assert plan_settings([10, 14, 20]) is None  # stride 4, then 6: no plan
+    assert plan_settings([]) is None
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Corpora and titles
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def index_argv(files, corpus: str) -> list[str]:
+    return ["index", "--corpus", corpus, "--index-dir", files["index"]]
+
+
+@pytest.mark.parametrize("command", ["index", "eval-lm"])
+@pytest.mark.parametrize("lines,expected", [
+    ([json.dumps(ARTICLES[0]), json.dumps({"id": "2", "body": "no text"})],
+     ":2: corpus rows need a 'text' field, got ['body', 'id']; give every row its article text"),
+    ([json.dumps(ARTICLES[0]), "", json.dumps({"id": "3", "text": None})],
+     ":3: the row's 'text' is None, not a string"),
+    ([json.dumps(ARTICLES[0]), "{not json"], ":2: not a JSON object"),
+    (["", json.dumps({"id": "1", "title": "T", "text": "   "})], "gave no passages: no row has a non-empty 'text'"),
+])
+def test_corpus_rows_without_text_or_passages(files, capsys, command, lines, expected):
+    corpus = files["tmp"] / "bad.jsonl"
+    corpus.write_text("\n".join(lines) + "\n")
+    argv = index_argv(files, str(corpus)) if command == "index" else \
+        ["eval-lm", *settings(files, "--retriever", "bm25", "--corpus", str(corpus), "--index-dir", files["index"])]
+    fail(capsys, files, argv, str(corpus), expected)
+    assert not os.path.exists(files["index"]) and not os.path.exists(files["index"] + ".tmp")
+
+
+@pytest.mark.parametrize("name", ["bad.jsonl", "bad.jsonl.gz", "bad.tsv"])
+def test_corpus_that_is_not_utf8_names_the_line(files, capsys, name):
+    lines = [b"id\ttext\ttitle", b"1\tthe king\tKing", b"2\tthe caf\xe9 of rome\tRome"] if name.endswith("tsv") else \
+        [json.dumps(a).encode() for a in ARTICLES[:2]] + [b'{"id": "3", "text": "caf\xe9"}']
+    data = b"\n".join(lines) + b"\n"
+    corpus = files["tmp"] / name
+    corpus.write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    fail(capsys, files, index_argv(files, str(corpus)), f"{corpus}:3: the corpus is not UTF-8 (line 3, byte")
+
+
+def test_tsv_corpus_without_its_columns(files, capsys):
+    corpus = files["tmp"] / "bad.tsv"
+    corpus.write_text("title\tbody\nKing\tthe king\n")
+    fail(capsys, files, index_argv(files, str(corpus)), str(corpus), "has no id and no text column",
+         "must name the columns id, text and title")
+
+
+@pytest.mark.parametrize("content,expected", [
+    (None, "--forbidden-titles file '{path}' does not exist: give a text file with one article title per line"),
+    ("\n  \n", "--forbidden-titles file '{path}' holds no titles: give one article title per line, or leave "
+               "--forbidden-titles out"),
+    (b"Rome\nCaf\xe9\n", "{path}:2: the titles file is not UTF-8"),
+])
+def test_forbidden_titles_file_missing_empty_or_not_utf8(files, capsys, tiny_index, content, expected):
+    path = files["tmp"] / "forbidden_titles.txt"
+    if content is not None:
+        path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    argv = settings(files, "--retriever", "bm25", "--index-dir", tiny_index["index_dir"], "--forbidden-titles",
+                    str(path))
+    fail(capsys, files, ["eval-lm", *argv], expected.format(path=path))
+
+
+@pytest.mark.parametrize("content,expected", [
+    (b'{"text": "the king"}\n{"body": "x"}\n', ':2: a dataset row must be a JSON object with a \'text\' string'),
+    (b'{"text": "the king"}\n{"text": "caf\xe9"}\n', ":2: the dataset is not UTF-8"),
+])
+def test_dataset_rows_without_text_or_not_utf8(files, capsys, content, expected):
+    path = files["tmp"] / "data.jsonl"
+    path.write_bytes(content)
+    fail(capsys, files, ["eval-lm", *settings(files)], f"{path}{expected}")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Index folders, every backend
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def backend(name: str, request) -> list[str]:
+    """The ``--retriever`` flags of a backend whose optional packages are here (else a skip, as their own tests)."""
+    if name == "dense":
+        require_dense()
+    elif name == "lucene":
+        request.getfixturevalue("pyserini")
+    return ["--retriever", name]
+
+
+def largest_file(index_dir: str) -> str:
+    info = json.loads(open(os.path.join(index_dir, INDEX_FILE)).read())
+    return max(info["files"], key=info["files"].get)
+
+
+def truncate(index_dir: str) -> str:
+    name = largest_file(index_dir)
+    with open(os.path.join(index_dir, name), "r+b") as f:
+        f.truncate(os.path.getsize(f.name) // 2)
+    return f"is truncated or damaged: {name} holds"
+
+
+def remove_file(index_dir: str) -> str:
+    name = largest_file(index_dir)
+    os.remove(os.path.join(index_dir, name))
+    return f"is incomplete: {name} is missing"
+
+
+def older_version(index_dir: str) -> str:
+    """An index as an older hf-ralm wrote it: no file sizes, and (bm25, dense) a setting it did not record."""
+    path = os.path.join(index_dir, INDEX_FILE)
+    info = json.loads(open(path).read())
+    del info["files"]
+    key = {"bm25": "stemmer", "dense": "pooling"}.get(info["retriever"])
+    if key is None:  # lucene records nothing more: an older index without its Lucene files
+        for name in os.listdir(os.path.join(index_dir, "lucene")):
+            os.remove(os.path.join(index_dir, "lucene", name))
+        expected = "is incomplete: lucene/segments_* is missing"
+    else:
+        del info[key]
+        expected = f"was built by an older hf-ralm: its {INDEX_FILE} records no {key}"
+    with open(path, "w") as f:
+        json.dump(info, f)
+    return expected
+
+
+def damaged_info(index_dir: str) -> str:
+    with open(os.path.join(index_dir, INDEX_FILE), "w") as f:
+        f.write('{"retriever": "bm2')
+    return f"is damaged: its {INDEX_FILE} is not a JSON object"
+
+
+@pytest.mark.parametrize("damage", [truncate, remove_file, older_version, damaged_info])
+@pytest.mark.parametrize("name", ["bm25", "dense", "lucene"])
+def test_unusable_index_is_refused_without_corpus_and_rebuilt_with_it(files, capsys, request, name, damage):
+    kind = backend(name, request)
+    main(["index", *kind, "--corpus", files["corpus"], "--index-dir", files["index"]])
+    expected = damage(files["index"])
+    capsys.readouterr()
+    corpus_hint = f"--corpus {files['corpus']}" if damage is not damaged_info else "--corpus FILE"
+    fail(capsys, files, ["eval-lm", *settings(files, *kind, "--index-dir", files["index"])],
+         f"The {name} index in '{files['index']}' {expected}",
+         f"Rebuild it: `hf-ralm index --retriever {name} {corpus_hint} --index-dir {files['index']}`, or pass the "
+         "corpus where the index is used (--corpus, corpus=)")
+
+    main(["eval-lm", *settings(files, *kind, "--index-dir", files["index"], "--corpus", files["corpus"])])
+    err = capsys.readouterr().err
+    assert f"hf-ralm: rebuilding the {name} index in {files['index']}: it {expected}" in err
+    report = json.loads((files["out"] / "eval.json").read_text())
+    assert report["num_windows_with_passage"] > 0
+    info = json.loads(open(os.path.join(files["index"], INDEX_FILE)).read())
+    assert all(os.path.getsize(os.path.join(files["index"], f)) == size for f, size in info["files"].items())
+
+
+def test_index_of_another_backend_is_never_built_over(files, capsys, request):
+    main(index_argv(files, files["corpus"]))
+    fail(capsys, files, ["eval-lm", *settings(files, *backend("lucene", request), "--index-dir", files["index"],
+                                              "--corpus", files["corpus"])],
+         f"'{files['index']}' holds a 'bm25' index, not a lucene one: give each retriever its own --index-dir")
+    assert json.loads(open(os.path.join(files["index"], INDEX_FILE)).read())["retriever"] == "bm25"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Settings the model cannot hold
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def test_window_that_cannot_hold_a_passage_and_a_stride(files, capsys, tiny_index):
+    """An explicit --max-length is refused before anything loads; the model's maximum length (with the default
+    256-token passages) as soon as a command would use it, in eval-lm, retrieve and generate alike."""
+    argv = settings(files, "--retriever", "bm25", "--corpus", files["corpus"], "--index-dir", files["index"])
+    argv[argv.index("--max-doc-tokens") + 1] = "13"
+    fail(capsys, files, ["eval-lm", *argv], "--max-length (16) cannot hold a passage of --max-doc-tokens (13) tokens "
+         "and the --stride (4) tokens after it: lower --max-doc-tokens to at most 12 or raise --max-length to at "
+         "least 17.")
+    assert not os.path.exists(files["index"])  # refused before the index is built
+
+    expected = (f"The model's maximum length ({MAX_POSITIONS}) cannot hold a passage of --max-doc-tokens (256) tokens "
+                f"and the --stride (4) tokens after it: lower --max-doc-tokens to at most {MAX_POSITIONS - 4}.")
+    model = ["--model", files["model"], "--device", "cpu", "--retriever", "bm25", "--index-dir",
+             tiny_index["index_dir"]]
+    data = ["--dataset-path", files["dataset"], "--output-dir", str(files["out"])]
+    fail(capsys, files, ["eval-lm", *model, *data], expected)
+    fail(capsys, files, ["retrieve", *model, *data, "--save-retrieval-file", str(files["tmp"] / "r.json")], expected)
+    fail(capsys, files, ["generate", *model, "--prompt", "the king", "--output-json", str(files["out"] / "g.json")],
+         expected)
+    assert not (files["tmp"] / "r.json").exists() and not (files["out"] / "g.json").exists()
+
+
+def test_generation_context_always_holds_the_stride(tiny_llama, tiny_tokenizer, tiny_index):
+    """At the limit (max_doc_tokens + stride = max_length) every window with retrieval is longer than its passage
+    can be, so no passage covers a scored token; and generation, refused one token beyond it, keeps room for the
+    stride in every context."""
+    from hf_ralm import RalmConfig
+    from hf_ralm.generation import ralm_generate, stride_start
+
+    for num_tokens, max_length, stride in [(100, 16, 4), (57, 12, 5), (40, 9, 1)]:
+        for w in plan_windows(num_tokens, max_length, stride)[1:]:
+            assert w.score_begin - w.begin >= max_length - stride  # the passage's room lies before the scored tokens
+    for length in range(0, 40):  # [passage; x[a:]] plus the stride fits, whatever x's length
+        start = stride_start(length, 4, 12, 16)
+        assert 12 + (length - start) + 4 <= 16 and start <= length
+    config = RalmConfig(retrieval_stride=4, query_length=8, max_doc_tokens=MAX_POSITIONS - 3)
+    with pytest.raises(ValueError, match=rf"^The model's maximum length \({MAX_POSITIONS}\) cannot hold a passage"):
+        ralm_generate(tiny_llama, tiny_tokenizer, tiny_index["retriever"], config, "the king", max_new_tokens=2)
+    config.max_doc_tokens = MAX_POSITIONS - 4
+    assert ralm_generate(tiny_llama, tiny_tokenizer, tiny_index["retriever"], config, "the king",
+                         max_new_tokens=2).shape == (1, 4)
+
+
+def test_max_eval_tokens_below_two(files, capsys):
+    fail(capsys, files, ["eval-lm", *settings(files, "--max-eval-tokens", "1")],
+         "--max-eval-tokens must be at least 2, got 1.")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# No pad token: none is needed
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture()
+def no_pad_model_dir(tmp_path, tiny_llama):
+    """The tiny Llama with a tokenizer that has no pad token, and no pad token in its configs either."""
+    tokenizer = make_tiny_tokenizer()
+    tokenizer.pad_token = None
+    assert tokenizer.pad_token_id is None
+    tiny_llama.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    config_path = tmp_path / "model" / "config.json"
+    config = json.loads(config_path.read_text())
+    config["pad_token_id"] = None
+    config_path.write_text(json.dumps(config))
+    generation_path = tmp_path / "model" / "generation_config.json"
+    if generation_path.exists():
+        generation = json.loads(generation_path.read_text())
+        generation.pop("pad_token_id", None)
+        generation_path.write_text(json.dumps(generation))
+    return str(tmp_path / "model")
+
+
+def test_batches_need_no_pad_token(files, capsys, tiny_index, no_pad_model_dir):
+    """Prompts of different lengths batched together (left padding) generate what each does alone, and evaluation
+    batches need no padding: a tokenizer without a pad token is fine everywhere."""
+    prompts = ["the king and the queen sat on the", "rome"]
+    common = ["generate", "--model", no_pad_model_dir, "--max-new-tokens", "6", "--stride", "2", "--query-length", "4",
+              "--max-doc-tokens", "8", "--retriever", "bm25", "--index-dir", tiny_index["index_dir"], "--device", "cpu"]
+    outputs = {}
+    for batch_size in ("1", "2"):
+        path = files["tmp"] / f"generated-{batch_size}.json"
+        main([*common, *(flag for p in prompts for flag in ("--prompt", p)), "--batch-size", batch_size,
+              "--output-json", str(path)])
+        outputs[batch_size] = [(r["output_ids"], r["sources"]) for r in json.loads(path.read_text())]
+    assert outputs["1"] == outputs["2"]
+
+    figures = []
+    for batch_size in ("1", "5"):
+        argv = settings(files, "--batch-size", batch_size)
+        argv[argv.index("--model") + 1] = no_pad_model_dir
+        argv[argv.index("--output-dir") + 1] = str(files["tmp"] / f"eval-{batch_size}")
+        main(["eval-lm", *argv])
+        figures.append(json.loads((files["tmp"] / f"eval-{batch_size}" / "eval.json").read_text())["nll_sum"])
+    assert figures[0] == pytest.approx(figures[1], rel=1e-6)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# --debug
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_debug_shows_the_traceback_then_the_one_line(files, capsys, where):
+    path = files["tmp"] / "bad.json"
+    path.write_text("not json [")
+    argv = ["eval-lm", *settings(files, "--retrieval-file", str(path))]
+    argv = ["--debug", *argv] if where == "before" else [*argv, "--debug"]
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and "RetrievalFileError" in err
+    assert err.rstrip("\n").splitlines()[-1].startswith(f"hf-ralm: error: {path} is not JSON")
+    assert not (files["out"] / "eval.json").exists()
