@@ -235,23 +235,26 @@ def test_none_run_counts_no_retrievals(files, capsys):
 
 RERANK_FLAGS = {"--rerank", "--rerank-candidates", "--rerank-tokens", "--reranker-model", "--rerank-allow-no-passage",
                 "--rerank-seed"}
+BEYOND_FLAGS = {"--retrieval-gate", "--gate-threshold", "--num-passages", "--max-context-doc-tokens", "--ensemble",
+                "--ensemble-temperature"}  # issue 10: gates, several passages, ensembles
 COMMAND_FLAGS = {
     "index": {"--corpus", "--index-dir", "--retriever", "--encoder", "--pooling", "--faiss-factory",
               "--words-per-passage"},
     "retrieve": {"--model", "--tokenizer", "--gguf-file", "--dtype", "--device", "--retriever", "--encoder",
                  "--corpus", "--index-dir", "--forbidden-titles", "--stride", "--query-length", "--max-length",
                  "--dataset-path", "--dataset-name", "--dataset-split", "--max-eval-tokens", "--output-dir",
-                 "--save-retrieval-file", "--max-doc-tokens", "--bos-every-window", "--batch-size", *RERANK_FLAGS},
+                 "--save-retrieval-file", "--max-doc-tokens", "--bos-every-window", "--batch-size", *RERANK_FLAGS,
+                 *BEYOND_FLAGS},
     "eval-lm": {"--model", "--tokenizer", "--gguf-file", "--dtype", "--device", "--retriever", "--encoder",
                 "--corpus", "--index-dir", "--forbidden-titles", "--stride", "--query-length", "--max-length",
                 "--max-doc-tokens", "--bos-every-window", "--dataset-path", "--dataset-name", "--dataset-split",
                 "--max-eval-tokens", "--batch-size", "--output-dir", "--retrieval-file", "--save-retrieval-file",
-                "--no-prefix-kv-reuse", *RERANK_FLAGS},
+                "--no-prefix-kv-reuse", *RERANK_FLAGS, *BEYOND_FLAGS},
     "generate": {"--model", "--tokenizer", "--gguf-file", "--dtype", "--device", "--retriever", "--encoder",
                  "--corpus", "--index-dir", "--forbidden-titles", "--stride", "--query-length", "--max-length",
                  "--max-doc-tokens", "--bos-every-window", "--batch-size", "--prompt", "--prompts-file",
                  "--max-new-tokens", "--show-sources", "--output-json", "--do-sample", "--temperature", "--top-k",
-                 "--top-p", "--seed", *RERANK_FLAGS},
+                 "--top-p", "--seed", *RERANK_FLAGS, *BEYOND_FLAGS},
     "eval-qa": {"--model", "--tokenizer", "--gguf-file", "--dtype", "--device", "--retriever", "--encoder",
                 "--corpus", "--index-dir", "--forbidden-titles", "--batch-size", "--output-dir", "--questions",
                 "--use-ctxs", "--num-docs", "--max-questions", "--max-new-tokens", "--max-length"},
@@ -301,7 +304,9 @@ def test_config_errors_are_reported_with_flags():
     """Every RALM setting the command line passes on has its flag, and the config's errors read as flags."""
     assert {name for name in FLAGS if name in RalmConfig.__dataclass_fields__} == {
         "retrieval_stride", "query_length", "max_length", "max_doc_tokens", "bos_every_window", "rerank",
-        "rerank_candidates", "rerank_tokens", "reranker_model", "rerank_allow_no_passage", "rerank_seed"}
+        "rerank_candidates", "rerank_tokens", "reranker_model", "rerank_allow_no_passage", "rerank_seed",
+        "retrieval_gate", "gate_threshold", "num_passages", "max_context_doc_tokens", "ensemble_size",
+        "ensemble_temperature"}
     with pytest.raises(ValueError) as info:
         RalmConfig(max_length=2, retrieval_stride=3)
     assert with_flags(str(info.value)) == ("--max-length (2) must be larger than --stride (3), or windows would skip "

@@ -29,7 +29,7 @@ import time
 import traceback
 from contextlib import redirect_stdout
 
-from .configuration_ralm import RALM_FIELDS, RERANK_STRATEGIES, RalmConfig, default_query_length
+from .configuration_ralm import RALM_FIELDS, RERANK_STRATEGIES, RETRIEVAL_GATES, RalmConfig, default_query_length
 from .data import load_dataset_text
 from .qa import MAX_NEW_TOKENS
 from .reranking import collect_rerank_data, train_reranker
@@ -59,6 +59,12 @@ FLAGS = {
     "reranker_model": "--reranker-model",
     "rerank_allow_no_passage": "--rerank-allow-no-passage",
     "rerank_seed": "--rerank-seed",
+    "retrieval_gate": "--retrieval-gate",
+    "gate_threshold": "--gate-threshold",
+    "num_passages": "--num-passages",
+    "max_context_doc_tokens": "--max-context-doc-tokens",
+    "ensemble_size": "--ensemble",
+    "ensemble_temperature": "--ensemble-temperature",
     "num_articles": "--num-articles",
     "windows_per_article": "--windows-per-article",
     "max_windows": "--max-windows",
@@ -174,6 +180,30 @@ FLAG_GROUPS: dict[str, dict[str, dict]] = {
         FLAGS["rerank_seed"]: {"type": int, "default": RalmConfig.rerank_seed,
                                "help": "seed of --rerank random (default %(default)s)"},
     },
+    "retrieval gate": {
+        FLAGS["retrieval_gate"]: {"default": RalmConfig.retrieval_gate, "choices": RETRIEVAL_GATES,
+                                  "help": "whether a window retrieves at all: always (default), score (when the top "
+                                          "passage's score over its query's maximum attainable score reaches "
+                                          "--gate-threshold; bm25) or lm (when the passage lowers the model's NLL of "
+                                          "the last --rerank-tokens tokens, compared with no passage); with --rerank "
+                                          "the score gate decides before it, the lm gate after it"},
+        FLAGS["gate_threshold"]: {"type": float, "help": "the score gate's threshold, a fraction (0 to 1) of the "
+                                                         "query's maximum attainable score"},
+    },
+    "several passages": {
+        FLAGS["num_passages"]: {"type": int, "default": RalmConfig.num_passages,
+                                "help": "n: passages put in front of the text, the most relevant nearest it, each cut "
+                                        "to --max-doc-tokens (default %(default)s; with --rerank the chosen one "
+                                        "first, then retrieval order)"},
+        FLAGS["max_context_doc_tokens"]: {"type": int, "help": "cap on the tokens of all the passages in context; at "
+                                                               "the cap the least relevant give way (default: none)"},
+        FLAGS["ensemble_size"]: {"type": int, "default": RalmConfig.ensemble_size,
+                                 "help": "n > 1: mix the next-token probabilities of the top n passages, one in "
+                                         "context each, weighted by softmax(retrieval score / "
+                                         "--ensemble-temperature) (default %(default)s: no ensemble)"},
+        FLAGS["ensemble_temperature"]: {"type": float, "default": RalmConfig.ensemble_temperature,
+                                        "help": "τ of the ensemble's weights (default %(default)s)"},
+    },
     "dataset": {
         "--dataset-path": {"help": "rows with a 'text' field (.jsonl), a plain text file, or a HF dataset"},
         "--dataset-name": {"help": "HF dataset config name (e.g. wikitext-103-v1)"},
@@ -206,6 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     model, retriever, windows, passages = (_parent(title) for title in ("model", "retriever", "RALM settings",
                                                                         "passages in context"))
     dataset, batch, output, rerank = (_parent(title) for title in ("dataset", "batching", "output", "reranking"))
+    gate, several = _parent("retrieval gate"), _parent("several passages")
     parser = _Parser(prog="hf-ralm", description="In-Context RALM for Hugging Face causal LMs.")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -219,19 +250,20 @@ def build_parser() -> argparse.ArgumentParser:
                        help="faiss index_factory string, e.g. HNSW32 or IVF4096,PQ64 (default Flat: exact search)")
     index.add_argument("--words-per-passage", type=int, default=100, help="0 keeps rows as passages (default 100)")
 
-    retrieve = sub.add_parser("retrieve", help="write a retrieval file (with --rerank: the candidates, their ranking "
-                                               "and the chosen passage)",
-                              parents=[model, retriever, windows, passages, rerank, dataset, batch, output])
+    retrieve = sub.add_parser("retrieve", help="write a retrieval file (with --rerank or --retrieval-gate: also the "
+                                               "choices, ranking NLLs and gate scores)",
+                              parents=[model, retriever, windows, passages, several, rerank, gate, dataset, batch,
+                                       output])
     retrieve.add_argument("--save-retrieval-file", help="write the retrievals to this file (required)")
 
-    eval_lm = sub.add_parser("eval-lm", help="perplexity",
-                             parents=[model, retriever, windows, passages, rerank, dataset, batch, output])
+    eval_lm = sub.add_parser("eval-lm", help="perplexity", parents=[model, retriever, windows, passages, several,
+                                                                    rerank, gate, dataset, batch, output])
     eval_lm.add_argument("--retrieval-file", help="reuse passages from this retrieval file (paper's JSON format)")
     eval_lm.add_argument("--save-retrieval-file", help="write the retrievals to this file")
     eval_lm.add_argument("--no-prefix-kv-reuse", action="store_true",
                          help="recompute every window in full instead of reusing a shared passage's keys/values")
 
-    _add_generate(sub, parents=[model, retriever, windows, passages, rerank, batch])
+    _add_generate(sub, parents=[model, retriever, windows, passages, several, rerank, gate, batch])
     _add_eval_qa(sub, parents=[model, retriever, batch, output])
     _add_rerank_data(sub, parents=[model, retriever, windows, passages, batch])
     _add_train_reranker(sub)
@@ -332,7 +364,8 @@ def _report(args, tokenizer, result, load_s: float) -> dict:
 
 
 def run_retrieve(args) -> dict:
-    """``hf-ralm retrieve``: the top passage of every evaluation window, written to ``--save-retrieval-file``."""
+    """``hf-ralm retrieve``: every evaluation window's retrieved passages (and, reranked or gated, the choices),
+    written to ``--save-retrieval-file``."""
     from .evaluation import evaluate_retrieval
 
     if not args.save_retrieval_file:
@@ -648,7 +681,8 @@ def main(argv: list[str] | None = None) -> None:
             print(json.dumps(run_index(args)))
         elif args.command == "retrieve":
             report = run_retrieve(args)
-            print(json.dumps({k: report[k] for k in ("num_windows", "num_windows_with_passage")}))
+            keys = ("num_windows", "num_windows_with_passage", "retrieved_fraction")
+            print(json.dumps({k: report[k] for k in keys}))
         elif args.command == "generate":
             records, tokenizer = run_generate(args)
             print("\n\n".join(format_generation(tokenizer, r, args.show_sources) for r in records))
@@ -664,7 +698,7 @@ def main(argv: list[str] | None = None) -> None:
         else:
             report = run_eval_lm(args)
             keys = ("token_ppl", "word_ppl", "nll_sum", "num_tokens", "num_scored", "num_words", "num_windows",
-                    "num_windows_with_passage")
+                    "num_windows_with_passage", "retrieved_fraction")
             print(json.dumps({k: report[k] for k in keys}, indent=2))
     except (ValueError, OSError, ImportError) as error:  # bad input: the library's message names the file or setting
         if args.debug:

@@ -20,6 +20,10 @@ QUERY_LENGTHS = {"dense": 64, "hybrid": 64}
 RERANK_STRATEGIES = ("none", "lm", "predictive", "oracle", "random")
 """How a window's passage is chosen among the retrieved candidates (the paper's §6; see :mod:`hf_ralm.reranking`)."""
 
+RETRIEVAL_GATES = ("always", "score", "lm")
+"""Whether a window retrieves at all (see :mod:`hf_ralm.reranking.gates`): always (the paper), when the top passage's
+normalised retrieval score clears ``gate_threshold``, or when the reader finds the passage helps."""
+
 TYPED_FIELDS = {"base_model_name_or_path": (str, type(None)), "passage_template": (str,), "bos_every_window": (bool,),
                 "reranker_model": (str, type(None)), "rerank_allow_no_passage": (bool,)}
 """The settings that are no token counts, and the types they take (checked by :meth:`RalmConfig.validate`)."""
@@ -68,6 +72,27 @@ class RalmConfig(PreTrainedConfig):
             :mod:`hf_ralm.reranking.rules`), or the cross-encoder of ``"predictive"`` (a folder or Hub id).
         rerank_allow_no_passage: with ``"lm"`` or ``"oracle"``, the window without a passage is one more candidate.
         rerank_seed: the seed of ``"random"`` (a choice per window, whatever the batching).
+        retrieval_gate: whether a window (a generation stride) retrieves at all: ``"always"`` (the paper),
+            ``"score"`` (only when its top passage's retrieval score, divided by the query's maximum attainable
+            score, reaches ``gate_threshold``) or ``"lm"`` (only when the passage lowers the reader's NLL of the last
+            ``rerank_tokens`` prefix tokens, compared with no passage). With ``rerank``, the score gate decides
+            before reranking (on retrieval's top passage) and the lm gate after it (on the chosen passage); see
+            :mod:`hf_ralm.reranking.gates`.
+        gate_threshold: the ``"score"`` gate's threshold, a fraction of the query's maximum attainable score
+            (0: always retrieve, 1: never with BM25).
+        num_passages: ``n``, the passages put in front of the text: the top ``n`` (with ``rerank``, the chosen
+            one first, then the others in retrieval order), the most relevant nearest the text, each cut to
+            ``max_doc_tokens``. 1 is the paper.
+        max_context_doc_tokens: a cap on the tokens of all the passages in front of the text, separators included
+            (``None``, and at most: ``num_passages × max_doc_tokens``, :attr:`context_doc_tokens`). At the cap,
+            passages are kept from the most relevant on and the first one that does not fit whole is cut to the
+            room left (keeping its beginning, as ``max_doc_tokens`` cuts); the rest are left out
+            (:func:`hf_ralm.model_inputs.context_prefix`). With several passages, ``L`` must hold them and a stride
+            as it must hold one passage (:meth:`check_room`).
+        ensemble_size: ``n > 1`` mixes the next-token probabilities of the top ``n`` passages, one passage in
+            context each, weighted by the softmax of their retrieval scores divided by ``ensemble_temperature``
+            (REPLUG-style), in evaluation and generation; 1 puts the passages in one context.
+        ensemble_temperature: ``τ`` of the ensemble's weights (1.0).
 
     Every config is checked by :meth:`validate` when it is made (and when it is saved).
 
@@ -96,6 +121,12 @@ class RalmConfig(PreTrainedConfig):
     reranker_model: str | None = None
     rerank_allow_no_passage: bool = False
     rerank_seed: int = 0
+    retrieval_gate: str = "always"
+    gate_threshold: float | None = None
+    num_passages: int = 1
+    max_context_doc_tokens: int | None = None
+    ensemble_size: int = 1
+    ensemble_temperature: float = 1.0
 
     def __post_init__(self, **kwargs) -> None:
         super().__post_init__(**kwargs)
@@ -132,8 +163,36 @@ class RalmConfig(PreTrainedConfig):
         if self.max_length is not None:
             check_count("max_length", self.max_length)
             check_window_overlap(self.max_length, self.retrieval_stride, "retrieval_stride")
-            check_passage_room(self.max_length, self.max_doc_tokens, self.retrieval_stride)
         self._validate_rerank()
+        self._validate_passages()
+        self._validate_gate()
+        if self.max_length is not None:
+            self.check_room(self.max_length)
+
+    def check_room(self, max_length: int, model_max: int | None = None) -> None:
+        """Raise a ``ValueError`` unless a window of ``max_length`` tokens holds what goes in front of the text and a
+        stride: a passage of ``max_doc_tokens`` and, with several passages, all of them (:attr:`context_doc_tokens`)
+        (:func:`~hf_ralm.windows.check_passage_room`; ``model_max``: the model's maximum, when that is what
+        ``max_length`` is).
+
+        Example:
+            >>> RalmConfig(num_passages=3, max_doc_tokens=100).check_room(300)
+            Traceback (most recent call last):
+            ...
+            ValueError: max_length (300) cannot hold the passages of max_context_doc_tokens (300) tokens and the \
+retrieval_stride (4) tokens after it: lower max_context_doc_tokens to at most 296 or raise max_length to at least 304.
+        """
+        check_passage_room(max_length, self.max_doc_tokens, self.retrieval_stride, model_max)
+        if self.num_passages > 1:
+            check_passage_room(max_length, self.context_doc_tokens, self.retrieval_stride, model_max,
+                               "max_context_doc_tokens")
+
+    @property
+    def context_doc_tokens(self) -> int:
+        """The most tokens the passages in front of the text take, separators included: ``max_context_doc_tokens``
+        up to ``num_passages × max_doc_tokens`` (the default)."""
+        most = self.num_passages * self.max_doc_tokens
+        return most if self.max_context_doc_tokens is None else min(self.max_context_doc_tokens, most)
 
     def _validate_rerank(self) -> None:
         if self.rerank not in RERANK_STRATEGIES:
@@ -151,10 +210,38 @@ class RalmConfig(PreTrainedConfig):
             raise ValueError("rerank_allow_no_passage adds the window without a passage to what an LM ranks: it needs "
                              f"rerank='lm' or 'oracle', got rerank={self.rerank!r}.")
 
+    def _validate_passages(self) -> None:
+        check_count("num_passages", self.num_passages)
+        if self.max_context_doc_tokens is not None:
+            check_count("max_context_doc_tokens", self.max_context_doc_tokens)
+        check_count("ensemble_size", self.ensemble_size)
+        if not _is_number(self.ensemble_temperature) or not self.ensemble_temperature > 0:
+            raise ValueError(f"ensemble_temperature must be a positive number, got {self.ensemble_temperature!r}.")
+        check_ensemble(self, self.ensemble_size)
+
+    def _validate_gate(self) -> None:
+        if self.retrieval_gate not in RETRIEVAL_GATES:
+            raise ValueError(f"retrieval_gate must be one of {', '.join(RETRIEVAL_GATES)}, got "
+                             f"{self.retrieval_gate!r}.")
+        if self.retrieval_gate != "score":
+            if self.gate_threshold is not None:
+                raise ValueError(f"gate_threshold is the threshold of retrieval_gate='score'; retrieval_gate="
+                                 f"{self.retrieval_gate!r} uses none: drop gate_threshold.")
+        elif self.gate_threshold is None:
+            raise ValueError("retrieval_gate='score' needs gate_threshold: the fraction of the query's maximum "
+                             "attainable retrieval score (0 to 1) the top passage must reach.")
+        elif not _is_number(self.gate_threshold) or not 0 <= self.gate_threshold <= 1:
+            raise ValueError(f"gate_threshold must be a number from 0 to 1 (a fraction of the query's maximum "
+                             f"attainable score), got {self.gate_threshold!r}.")
+        if self.retrieval_gate == "lm" and self.num_passages > 1:
+            raise ValueError(f"retrieval_gate='lm' weighs one passage against none; num_passages={self.num_passages} "
+                             "puts several in context: use retrieval_gate='score' with several passages, or "
+                             "num_passages=1.")
+
     @property
     def num_retrieved(self) -> int:
-        """Passages retrieved per window: the reranker's candidates, or the one put in context."""
-        return self.rerank_candidates if self.rerank != "none" else 1
+        """Passages retrieved per window: the reranker's candidates, or the ones put in context (or mixed)."""
+        return self.rerank_candidates if self.rerank != "none" else max(self.num_passages, self.ensemble_size)
 
     def query_length_for(self, retriever) -> int:
         """``query_length``, or when it is ``None`` the default of ``retriever`` (a kind such as ``"dense"``, a
@@ -172,6 +259,36 @@ class RalmConfig(PreTrainedConfig):
     def passage_text(self, title: str | None, text: str) -> str:
         """The text put in context for a passage (``title + "\\n" + text`` by default)."""
         return passage_text(title, text, self.passage_template)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_ensemble(config: RalmConfig, ensemble_size: int) -> None:
+    """Raise a ``ValueError`` unless ``config`` can mix ``ensemble_size`` passages: an ensemble puts one passage in
+    each of its contexts, so it is not combined with reranking (which chooses one passage), with several passages in
+    one context, or with the lm gate (which weighs one passage against none).
+
+    Example:
+        >>> check_ensemble(RalmConfig(), 4)
+        >>> check_ensemble(RalmConfig(num_passages=2), 4)   # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: ensemble_size=4 mixes the top passages, one in each context; num_passages=2 ...
+    """
+    if ensemble_size <= 1:
+        return
+    if config.rerank != "none":
+        raise ValueError(f"ensemble_size={ensemble_size} mixes the top passages of each window or stride, while "
+                         f"rerank={config.rerank!r} puts one chosen passage in context; the two are not combined: "
+                         "use ensemble_size=1 to rerank, or rerank='none' to mix.")
+    if config.num_passages > 1:
+        raise ValueError(f"ensemble_size={ensemble_size} mixes the top passages, one in each context; "
+                         f"num_passages={config.num_passages} puts several in one context: use one or the other.")
+    if config.retrieval_gate == "lm":
+        raise ValueError(f"ensemble_size={ensemble_size} mixes several passages, while retrieval_gate='lm' weighs one "
+                         "passage against none: use retrieval_gate='score' with an ensemble.")
 
 
 AutoConfig.register("ralm", RalmConfig)

@@ -19,10 +19,12 @@ import torch
 from tqdm.auto import tqdm
 
 from .configuration_ralm import RalmConfig
+from .ensemble import ensemble_window_nlls
 from .retrieval.base import Passage, Retriever
-from .reranking.lm import RerankOutcome, rerank_windows
+from .reranking.gates import choose_passages, retrieved_fraction
+from .reranking.lm import RerankOutcome
 from .retrieval.files import Retrievals, load_retrieval_file, retrieval_records
-from .model_inputs import window_length, window_prefixes
+from .model_inputs import context_indices, window_length, window_prefixes
 from .scoring import score_windows
 from .windows import Window, check_count, count_words, perplexity_figures, plan_windows, query_span
 
@@ -31,9 +33,11 @@ from .windows import Window, check_count, count_words, perplexity_figures, plan_
 class RalmEvalResult:
     """What one evaluation produced. ``token_nlls[t]`` is the NLL of token ``t`` (NaN for token 0) and
     ``token_windows[t]`` the window that scored it. ``passages[w]`` are window ``w``'s retrieved passages (the
-    reranker's candidates, in retrieval order) and ``chosen[w]`` the index of the one in context (-1: none), so
-    :meth:`in_context` ``[token_windows[t]]`` was in context for token ``t``. ``ranking_nlls[w]`` are the ranking NLLs
-    of the candidates when an LM ranked them (the window without a passage last, when it was a candidate)."""
+    reranker's candidates, in retrieval order) and ``chosen[w]`` the index of the most relevant one in context (-1:
+    none), so :meth:`in_context` ``[token_windows[t]]`` was in context for token ``t`` (``context_size`` passages of
+    it: ``num_passages``, or the ensemble's). ``ranking_nlls[w]`` are the ranking NLLs of the candidates when an LM
+    ranked them (the window without a passage last, when it was a candidate); ``gate_scores[w]`` what a retrieval gate
+    decided on (:mod:`hf_ralm.reranking.gates`)."""
 
     figures: dict
     ids: list[int]
@@ -45,18 +49,25 @@ class RalmEvalResult:
     chosen: list[int]
     ranking_nlls: list[list[float] | None]
     timings: dict = field(default_factory=dict)
+    gate_scores: list[float | None] | None = None
+    context_size: int = 1
 
     def in_context(self) -> list[list[Passage]]:
-        """Per window, the passage put in context (``[]`` for none)."""
-        return [[found[i]] if 0 <= i < len(found) else [] for found, i in zip(self.passages, self.chosen)]
+        """Per window, the passages put in context, most relevant first (``[]`` for none)."""
+        return [[found[i] for i in context_indices(choice, len(found), self.context_size)]
+                for found, choice in zip(self.passages, self.chosen)]
 
     def retrieval_records(self, tokenizer) -> list[dict]:
-        """The evaluation's retrievals in the paper's retrieval-file format (with the choices when reranked)."""
+        """The evaluation's retrievals in the paper's retrieval-file format (with the choices when reranked or
+        gated)."""
         futures = [tokenizer.decode(self.ids[w.prev_end : w.end]) for w in self.windows]
         rerank = self.figures.get("rerank", "none")
-        reranked = rerank != "none"  # a plain run writes the paper's layout, without choices
+        gated = self.figures.get("retrieval_gate", "always") != "always"
+        gate = {k: v for k, v in self.figures.items() if k in ("retrieval_gate", "gate_threshold")} if gated else None
+        # a plain run writes the paper's layout, without choices
         return retrieval_records(self.windows, self.queries, futures, self.passages,
-                                 self.chosen if reranked else None, self.ranking_nlls, rerank)
+                                 self.chosen if rerank != "none" or gated else None, self.ranking_nlls, rerank, gate,
+                                 self.gate_scores)
 
 
 def window_queries(tokenizer, ids: Sequence[int], windows: Sequence[Window], query_length: int) -> list[str | None]:
@@ -117,15 +128,18 @@ def evaluate_retrieval(
     """Tokens, windows, queries, passages and the passage each window puts in context (``hf-ralm retrieve``).
 
     ``config.rerank`` chooses among ``config.rerank_candidates`` retrieved passages (:mod:`hf_ralm.reranking`, with
-    ``reranker`` for another LM or a trained cross-encoder); when the reader ranked, the result already holds the
-    target NLLs (``token_nlls``), which :func:`evaluate_perplexity` then uses without a second pass. A retrieval file
-    that records choices (written with reranking) fixes them instead.
+    ``reranker`` for another LM or a trained cross-encoder) and ``config.retrieval_gate`` whether a window retrieves
+    at all (:mod:`hf_ralm.reranking.gates`; the score gate asks ``retriever`` for each query's maximum score); when the
+    reader ranked, the result already holds the target NLLs (``token_nlls``), which :func:`evaluate_perplexity` then
+    uses without a second pass. A retrieval file that records choices (written with reranking or a gate) fixes them
+    instead.
 
     Passages come from ``retrieval_file`` when given (the reference's JSON format), else from ``retriever`` (the
-    top passage of every window's query, the one put in context), else none. The figures count the windows
-    (``num_windows``), the retrievals made or read from the file (``num_retrievals``: every window but window 0, or
-    none without retrieval), those that found a passage (``num_windows_with_passage``) and those that found nothing
-    (``num_empty_retrievals``).
+    top ``config.num_retrieved`` passages of every window's query: the reranker's candidates, or the ones put in
+    context or mixed), else none. The figures count the windows (``num_windows``), the retrievals made or read from
+    the file (``num_retrievals``: every window but window 0, or none without retrieval), those that found a passage
+    (``num_windows_with_passage``) and those that found nothing (``num_empty_retrievals``), and give the share of
+    the windows after the first that had a passage in context (``retrieved_fraction``).
     """
     t0 = time.perf_counter()
     if max_eval_tokens is not None:
@@ -146,9 +160,7 @@ def evaluate_retrieval(
     t0 = time.perf_counter()
     if retrieval_file is not None:
         retrievals = load_retrieval_file(retrieval_file, windows)
-        if retrievals.chosen is not None and config.rerank != "none":
-            raise ValueError(f"{retrieval_file} already records reranked choices ({retrievals.rerank}): evaluate them "
-                             "with rerank='none', or rerank a retrieval file without choices.")
+        check_file_choices(retrievals, config, retrieval_file)
     else:
         found = retrieve_for_windows(retriever, queries, config.num_retrieved, show_progress=show_progress)
         retrievals = Retrievals(found)
@@ -156,15 +168,16 @@ def evaluate_retrieval(
     timings["retrieval_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     if retrievals.chosen is not None:
-        outcome = RerankOutcome(retrievals.chosen, [None] * len(windows))
+        outcome = RerankOutcome(retrievals.chosen, [None] * len(windows), gate_scores=retrievals.gate_scores)
     else:
-        outcome = rerank_windows(model, tokenizer, ids, windows, queries, passages, config, reranker, batch_size,
-                                 reuse_prefix_kv, show_progress=show_progress)
+        outcome = choose_passages(model, tokenizer, ids, windows, queries, passages, config, retriever, reranker,
+                                  batch_size, reuse_prefix_kv, show_progress)
     timings["rerank_s"] = time.perf_counter() - t0
     retrieving = retrieval_file is not None or retriever is not None
     num_retrievals = sum(1 for w in windows if w.has_retrieval) if retrieving else 0
     with_passage = sum(1 for w in windows if w.has_retrieval and passages[w.index])
     rerank = retrievals.rerank or config.rerank
+    gate = retrievals.gate or gate_settings(config)
     figures = {
         "num_tokens": len(ids),
         "num_words": count_words(text),
@@ -176,13 +189,50 @@ def evaluate_retrieval(
         "rerank": rerank,
         "num_windows_without_passage_chosen": sum(
             1 for w in windows if passages[w.index] and outcome.chosen[w.index] < 0),
+        **gate,
+        "retrieved_fraction": retrieved_fraction(windows, passages, outcome.chosen),
+        "num_passages": config.num_passages,
+        "ensemble_size": config.ensemble_size,
     }
+    if config.ensemble_size > 1:
+        figures["ensemble_temperature"] = config.ensemble_temperature
     if "oracle" in rerank:
         figures["oracle_looks_at_future"] = True  # an upper bound, not a method
     if rerank != "none" and retrievals.chosen is None:
         figures["rerank_candidates"] = config.rerank_candidates
     return RalmEvalResult(figures, ids, outcome.token_nlls, None, windows, queries, passages, outcome.chosen,
-                          outcome.ranking_nlls, timings)
+                          outcome.ranking_nlls, timings, outcome.gate_scores,
+                          max(config.num_passages, config.ensemble_size))
+
+
+def gate_settings(config: RalmConfig) -> dict:
+    """The retrieval gate's figures: ``retrieval_gate`` and, for the score gate, ``gate_threshold``.
+
+    Example:
+        >>> gate_settings(RalmConfig(retrieval_gate="score", gate_threshold=0.3))
+        {'retrieval_gate': 'score', 'gate_threshold': 0.3}
+    """
+    settings = {"retrieval_gate": config.retrieval_gate}
+    if config.retrieval_gate == "score":
+        settings["gate_threshold"] = config.gate_threshold
+    return settings
+
+
+def check_file_choices(retrievals: Retrievals, config: RalmConfig, path: str) -> None:
+    """Raise a ``ValueError`` when a retrieval file's recorded choices clash with ``config``: a file that records
+    choices (reranked or gated) is evaluated as it is, and an ensemble mixes retrieval's top passages, not a
+    reranker's choice."""
+    if retrievals.chosen is None:
+        return
+    reranked = retrievals.rerank not in (None, "none")
+    made = retrievals.rerank if reranked else f"retrieval_gate={(retrievals.gate or {}).get('retrieval_gate')}"
+    if config.rerank != "none" or config.retrieval_gate != "always":
+        raise ValueError(f"{path} already records {'reranked' if reranked else 'gated'} choices ({made}): evaluate "
+                         "them with rerank='none' and retrieval_gate='always', or rerank or gate a retrieval file "
+                         "without choices.")
+    if config.ensemble_size > 1 and reranked:
+        raise ValueError(f"{path} records the choices of rerank={retrievals.rerank!r}, while ensemble_size="
+                         f"{config.ensemble_size} mixes retrieval's top passages: use a file without reranking.")
 
 
 def evaluate_perplexity(
@@ -200,14 +250,20 @@ def evaluate_perplexity(
 ) -> RalmEvalResult:
     """In-Context RALM perplexity of a text (or of token ids) under the paper's conventions.
 
-    Passages come from ``retrieval_file`` when given, else from ``retriever``, else none. Word-level perplexity
-    counts the spaces of the text (of the decoded tokens when ids are given or ``max_eval_tokens`` cuts the text).
+    Passages come from ``retrieval_file`` when given, else from ``retriever``, else none; each window puts
+    ``config.num_passages`` of them in context (:func:`~hf_ralm.model_inputs.context_prefix`), or with
+    ``config.ensemble_size > 1`` mixes its top passages' probabilities (:mod:`hf_ralm.ensemble`). Word-level
+    perplexity counts the spaces of the text (of the decoded tokens when ids are given or ``max_eval_tokens`` cuts
+    the text).
     """
     result = evaluate_retrieval(model, tokenizer, text_or_ids, retriever, config, retrieval_file, max_eval_tokens,
                                 show_progress, reranker, batch_size, reuse_prefix_kv)
     t0 = time.perf_counter()
     nlls = result.token_nlls
-    if nlls is None:  # not already scored while the reader ranked the candidates
+    if nlls is None and config.ensemble_size > 1:
+        nlls = ensemble_window_nlls(model, tokenizer, result.ids, result.windows, result.passages, config,
+                                    result.chosen, batch_size, reuse_prefix_kv, show_progress)
+    elif nlls is None:  # not already scored while the reader ranked the candidates
         prefixes = window_prefixes(tokenizer, result.windows, result.passages, config, result.chosen)
         nlls = score_windows(model, result.ids, result.windows, prefixes, batch_size, reuse_prefix_kv, show_progress)
     scoring_s = time.perf_counter() - t0

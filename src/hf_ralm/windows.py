@@ -80,12 +80,14 @@ def check_window_overlap(max_length: int, stride: int, stride_name: str = "strid
         )
 
 
-def check_passage_room(max_length: int, max_doc_tokens: int, stride: int, model_max: int | None = None) -> None:
+def check_passage_room(max_length: int, max_doc_tokens: int, stride: int, model_max: int | None = None,
+                       setting: str = "max_doc_tokens") -> None:
     """Raise a ``ValueError`` unless a window of ``max_length`` tokens holds a passage of ``max_doc_tokens`` tokens
     and the ``stride`` tokens after it (``max_doc_tokens + stride <= max_length``). Then a passage never covers a
     scored token in evaluation (every window with retrieval is longer than ``max_length - stride``) and leaves room in
     every generation context for the stride being generated. ``model_max``: the model's maximum length, when that is
-    what ``max_length`` is (the fix is then a shorter passage).
+    what ``max_length`` is (the fix is then a shorter passage). ``setting``: the setting that bounds the passage
+    tokens (``"max_context_doc_tokens"`` for several passages in one context).
 
     Example:
         >>> check_passage_room(512, 256, 4)
@@ -97,13 +99,14 @@ tokens after it: lower max_doc_tokens to at most 12 or raise max_length to at le
     """
     if max_doc_tokens + stride <= max_length:
         return
-    shorter = f"lower max_doc_tokens to at most {max_length - stride}"
+    shorter = f"lower {setting} to at most {max_length - stride}"
     if model_max is None:
         where = f"max_length ({max_length})"
         fix = f"{shorter} or raise max_length to at least {max_doc_tokens + stride}"
     else:
         where, fix = f"The model's maximum length ({model_max})", shorter
-    raise ValueError(f"{where} cannot hold a passage of max_doc_tokens ({max_doc_tokens}) tokens and the "
+    what = "a passage" if setting == "max_doc_tokens" else "the passages"
+    raise ValueError(f"{where} cannot hold {what} of {setting} ({max_doc_tokens}) tokens and the "
                      f"retrieval_stride ({stride}) tokens after it: {fix}.")
 
 

@@ -87,7 +87,8 @@ class Context:
 class Row:
     """The decoding state of one row: ``ids`` (= ``x``, its first ``prompt_length`` tokens the prompt), the contexts
     of the current stride (keyed by ``(prefix, start)``), the weighted contexts whose next-token distributions it
-    mixes, and its sources."""
+    mixes, its last context without a passage (``plain``: kept through strides with a passage, so that a later
+    stride without one resumes its cache), and its sources."""
 
     def __init__(self, ids: Sequence[int]):
         self.ids = [int(i) for i in ids]
@@ -96,6 +97,7 @@ class Row:
         self.prompt_length = len(self.ids)
         self.contexts: dict[tuple[tuple[int, ...], int], Context] = {}
         self.mixture: list[tuple[float, Context]] = []
+        self.plain: Context | None = None
         self.top_prefix: tuple[int, ...] | None = None
         self.sources: list[dict] = []
         self.open_sources: list[dict] = []

@@ -17,21 +17,24 @@ from typing import Sequence
 
 import torch
 
-from ..configuration_ralm import RalmConfig
-from ..model_inputs import window_length
+from ..configuration_ralm import RalmConfig, check_ensemble
+from ..ensemble import ensemble_log_weights
+from ..model_inputs import context_indices, context_prefix, window_length
 from ..modeling_utils import empty_cache
 from ..passage_cache import DEFAULT_MAX_BYTES, PassageKVCache
+from ..reranking.gates import lm_gate_config, normalized_top_scores, score_gate_pools
 from ..reranking.rules import NO_PASSAGE
 from ..retrieval.base import Passage, Retriever
-from .contexts import Context, Row, RowBatch, batchable, encode_passage, stride_start
+from .contexts import Context, Row, RowBatch, batchable, stride_start
 from .reranking import StrideReranker, check_rerank
 
 
-def retrieval_weights(passages: Sequence[Passage]) -> list[float]:
-    """The mixture weights of a row's passages: the softmax of their retrieval scores (``[1.0]`` for one or none)."""
+def retrieval_weights(passages: Sequence[Passage], temperature: float = 1.0) -> list[float]:
+    """The mixture weights of a row's passages: the softmax of their retrieval scores divided by ``temperature``
+    (the evaluation's, :func:`~hf_ralm.ensemble.ensemble_log_weights`), ``[1.0]`` for one or none."""
     if len(passages) <= 1:
         return [1.0]
-    return torch.softmax(torch.tensor([float(p.score) for p in passages], dtype=torch.float64), 0).tolist()
+    return ensemble_log_weights([p.score for p in passages], temperature).exp().tolist()
 
 
 def source_record(passage: Passage, start: int, weight: float | None, rank: int | None = None) -> dict:
@@ -49,33 +52,46 @@ def source_record(passage: Passage, start: int, weight: float | None, rank: int 
 class RalmDecoder:
     """The retrieval and the contexts of every row of a batch.
 
-    With ``ensemble_size = n > 1`` each row keeps one context per passage of its top ``n`` and mixes their
-    next-token distributions, weighted by the softmax of the retriever's scores (REPLUG-style); with 1 only the top
-    passage is in context, or with ``config.rerank`` the candidate a :class:`~.reranking.StrideReranker` chooses
-    (``reranker``: what ranks when the reader does not; ``rerank_batch_size``: the ranking inputs per forward).
-    ``use_cache=False`` runs the whole context at every step (the slow reference).
+    Each stride puts the row's top ``config.num_passages`` passages in one context (:func:`context_prefix`), or with
+    ``config.rerank`` the candidate a :class:`~.reranking.StrideReranker` chooses first (``reranker``: what ranks
+    when the reader does not; ``rerank_batch_size``: the ranking inputs per forward). With ``ensemble_size = n > 1``
+    (default: ``config.ensemble_size``) each row keeps one context per passage of its top ``n`` and mixes their
+    next-token distributions, weighted by the softmax of the retriever's scores over ``config.ensemble_temperature``
+    (REPLUG-style). ``config.retrieval_gate`` decides whether a stride retrieves at all, as in evaluation
+    (:mod:`hf_ralm.reranking.gates`: the score gate before reranking, the lm gate, a two-candidate
+    :class:`~.reranking.StrideReranker`, after it). A stride without a passage resumes the row's last context without
+    one when it starts at the same place (``keep_plain_context``; its cache then only takes the tokens generated
+    since). ``use_cache=False`` runs the whole context at every step (the slow reference).
     """
 
     def __init__(self, model, tokenizer, retriever: Retriever | None, config: RalmConfig,
-                 passage_cache: PassageKVCache | None = None, use_cache: bool = True, ensemble_size: int = 1,
-                 max_cache_bytes: int = DEFAULT_MAX_BYTES, reranker=None, rerank_batch_size: int = 8):
+                 passage_cache: PassageKVCache | None = None, use_cache: bool = True, ensemble_size: int | None = None,
+                 max_cache_bytes: int = DEFAULT_MAX_BYTES, reranker=None, rerank_batch_size: int = 8,
+                 keep_plain_context: bool = True):
         config.validate()
         if tokenizer is None:
             raise ValueError("Generation with retrieval needs the tokenizer (to decode queries and encode passages).")
+        if ensemble_size is None:
+            ensemble_size = config.ensemble_size
         if isinstance(ensemble_size, bool) or not isinstance(ensemble_size, int) or ensemble_size < 1:
             raise ValueError(f"ensemble_size must be a positive integer (1: only the top passage in context; n > 1: "
                              f"mix the next-token probabilities of the top n passages), got {ensemble_size!r}.")
-        check_rerank(config, ensemble_size)
+        check_ensemble(config, ensemble_size)
+        check_rerank(config)
         self.model, self.tokenizer, self.retriever, self.config = model, tokenizer, retriever, config
         self.max_length = window_length(model, config)
         self.use_cache = use_cache
+        self.keep_plain_context = keep_plain_context
         self.ensemble_size = ensemble_size
         self.passage_cache = PassageKVCache.for_model(model, passage_cache, max_cache_bytes)
         self.stride_reranker = None if config.rerank == "none" else StrideReranker(
             model, tokenizer, config, reranker, self.passage_cache, self.max_length, rerank_batch_size)
+        self.gate_reranker = None if config.retrieval_gate != "lm" else StrideReranker(
+            model, tokenizer, lm_gate_config(config), None, self.passage_cache, self.max_length, rerank_batch_size)
         self._batch: RowBatch | None = None
         self.stats = {"strides": 0, "strides_with_passage": 0, "empty_retrievals": 0, "reranked_strides": 0,
-                      "no_passage_chosen": 0, "passage_changes": 0, "contexts_kept": 0, "contexts_rebuilt": 0,
+                      "no_passage_chosen": 0, "gated_strides": 0, "passage_changes": 0, "contexts_kept": 0,
+                      "contexts_rebuilt": 0, "plain_contexts_resumed": 0, "plain_tokens_reused": 0,
                       "forward_tokens": 0, "batched_steps": 0}
 
     def reset(self) -> None:
@@ -92,8 +108,9 @@ class RalmDecoder:
         return Context(prefix, start, cache, logits)
 
     def _retrieve(self, queries: list[str]) -> list[list[Passage]]:
-        """Every row's passages: its top ``ensemble_size``, or with reranking its ``rerank_candidates``."""
-        k = self.ensemble_size if self.stride_reranker is None else self.config.num_retrieved
+        """Every row's passages: its top ``num_passages`` or ``ensemble_size``, or with reranking its
+        ``rerank_candidates``."""
+        k = self.config.num_retrieved if self.stride_reranker else max(self.config.num_passages, self.ensemble_size)
         if self.retriever is None:
             return [[] for _ in queries]
         found = self.retriever.retrieve(queries, k=k)
@@ -102,18 +119,53 @@ class RalmDecoder:
         return [list(passages)[:k] for passages in found]
 
     def _choose(self, rows: Sequence[Row], queries: list[str], found: list[list[Passage]], stride_tokens: int,
-                generated: int) -> list[tuple[list[Passage], int | None]]:
-        """Per row, the passages put in context and, when reranked, the chosen one's rank among the candidates."""
+                generated: int) -> list[tuple[list[Passage], list[int | None]]]:
+        """Per row, the passages put in context (or mixed), most relevant first, and their ranks among the candidates
+        (``None`` each when not reranked): the score gate, the reranker's choice, the lm gate, then
+        :func:`context_indices`."""
+        pools = found
+        if self.config.retrieval_gate == "score":
+            pools = score_gate_pools(found, normalized_top_scores(self.retriever, queries, found),
+                                     self.config.gate_threshold)
+            self.stats["gated_strides"] += sum(1 for passages, pool in zip(found, pools) if passages and not pool)
         if self.stride_reranker is None:
-            return [(passages, None) for passages in found]
-        ranks = self.stride_reranker.choose(rows, queries, found, stride_tokens, generated, self.use_cache)
-        self.stats["reranked_strides"] += sum(1 for passages in found if passages)
-        self.stats["no_passage_chosen"] += sum(1 for passages, rank in zip(found, ranks)
-                                               if passages and rank == NO_PASSAGE)
-        return [([passages[rank]] if rank != NO_PASSAGE else [], rank) for passages, rank in zip(found, ranks)]
+            ranks = [0 if pool else NO_PASSAGE for pool in pools]
+        else:
+            ranks = self.stride_reranker.choose(rows, queries, pools, stride_tokens, generated, self.use_cache)
+            self.stats["reranked_strides"] += sum(1 for pool in pools if pool)
+            self.stats["no_passage_chosen"] += sum(1 for pool, rank in zip(pools, ranks) if pool and rank < 0)
+        if self.gate_reranker is not None:
+            kept = [[pool[rank]] if rank >= 0 else [] for pool, rank in zip(pools, ranks)]
+            verdicts = self.gate_reranker.choose(rows, queries, kept, stride_tokens, generated, self.use_cache)
+            self.stats["gated_strides"] += sum(1 for verdict, pool in zip(verdicts, kept) if pool and verdict < 0)
+            ranks = [rank if verdict == 0 else NO_PASSAGE for rank, verdict in zip(ranks, verdicts)]
+        size = max(self.config.num_passages, self.ensemble_size)
+        choices = []
+        for pool, rank in zip(pools, ranks):
+            indices = context_indices(rank, len(pool), size)
+            choices.append(([pool[i] for i in indices], indices if self.stride_reranker else [None] * len(indices)))
+        return choices
+
+    def _context(self, row: Row, contexts: dict, prefix: tuple[int, ...], start: int) -> Context:
+        """The context ``[prefix; x[start:]]`` of a row for the new stride: one of this stride's, the previous
+        stride's (kept), the row's last one without a passage (resumed) or a new one."""
+        key = (prefix, start)
+        if key in contexts:
+            return contexts[key]
+        context = row.contexts.get(key)
+        if context is not None:
+            self.stats["contexts_kept"] += 1
+        elif row.plain is not None and (row.plain.prefix, row.plain.start) == key:
+            context = row.plain
+            self.stats["plain_contexts_resumed"] += 1
+            self.stats["plain_tokens_reused"] += context.fed - context.start
+        else:
+            context = self._open(prefix, start)
+        contexts[key] = context
+        return context
 
     def start_stride(self, rows: Sequence[Row], stride_tokens: int, generated: int) -> None:
-        """Retrieve for every row (one batched call), choose its passage when reranking, and set up the contexts
+        """Retrieve for every row (one batched call), choose its passages (gates, reranking), and set up the contexts
         of a stride of ``stride_tokens`` tokens that starts after ``generated`` generated tokens."""
         if not rows:
             return
@@ -121,36 +173,34 @@ class RalmDecoder:
         queries = [self.tokenizer.decode(row.ids[-query_length:]) for row in rows]
         found = self._retrieve(queries)
         choices = self._choose(rows, queries, found, stride_tokens, generated)
-        for row, retrieved, (passages, rank) in zip(rows, found, choices):
+        mixing = self.ensemble_size > 1
+        for row, retrieved, (passages, ranks) in zip(rows, found, choices):
             self.stats["strides"] += 1
             self.stats["empty_retrievals"] += not retrieved
             self.stats["strides_with_passage"] += bool(passages)
-            weights = retrieval_weights(passages)
+            weights = retrieval_weights(passages, self.config.ensemble_temperature) if mixing else [1.0]
+            members = [[p] for p in passages] if mixing and passages else [passages]
             contexts: dict[tuple[tuple[int, ...], int], Context] = {}
             row.mixture = []
-            for passage, weight in zip(passages or [None], weights):
-                prefix = tuple(encode_passage(self.tokenizer, passage, self.config))
+            for member, weight in zip(members, weights):
+                prefix = tuple(context_prefix(self.tokenizer, member, self.config))
                 start = stride_start(len(row.ids), stride_tokens, len(prefix), self.max_length)
-                key = (prefix, start)
-                context = contexts.get(key) or row.contexts.get(key)
-                if context is None:
-                    context = self._open(prefix, start)
-                elif key not in contexts:
-                    self.stats["contexts_kept"] += 1
-                contexts[key] = context
-                row.mixture.append((weight, context))
+                row.mixture.append((weight, self._context(row, contexts, prefix, start)))
+            if not passages and self.use_cache and self.keep_plain_context:
+                row.plain = row.mixture[0][1]
             if row.top_prefix is not None and row.mixture[0][1].prefix != row.top_prefix:
                 self.stats["passage_changes"] += 1
             row.top_prefix = row.mixture[0][1].prefix
             row.contexts = contexts
-            row.open_sources = [source_record(p, generated, w if len(passages) > 1 else None, rank)
-                                for p, w in zip(passages, weights)]
+            shown = weights if mixing and len(passages) > 1 else [None] * len(passages)
+            row.open_sources = [source_record(p, generated, w, rank) for p, w, rank in zip(passages, shown, ranks)]
             row.sources.extend(row.open_sources)
         self._dissolve_batch(rows)
 
     def _dissolve_batch(self, rows: Sequence[Row]) -> None:
         if self._batch is not None:
-            self._batch.dissolve({id(context) for row in rows for context in row.contexts.values()})
+            kept = {id(context) for row in rows for context in [*row.contexts.values(), row.plain] if context}
+            self._batch.dissolve(kept)
             self._batch = None
 
     def step(self, rows: list[Row]) -> list[torch.Tensor]:
@@ -178,5 +228,8 @@ class RalmDecoder:
         return torch.logsumexp(torch.stack(parts), dim=0)
 
     def report(self) -> dict:
-        """The decoding counters (see :class:`~hf_ralm.generation.RalmGenerateOutput`) and the passage cache's."""
-        return {**self.stats, "passage_cache": self.passage_cache.stats()}
+        """The decoding counters (see :class:`~hf_ralm.generation.RalmGenerateOutput`), the share of row-strides that
+        had a passage in context (``retrieved_fraction``) and the passage cache's counters."""
+        strides = self.stats["strides"]
+        fraction = self.stats["strides_with_passage"] / strides if strides else None
+        return {**self.stats, "retrieved_fraction": fraction, "passage_cache": self.passage_cache.stats()}

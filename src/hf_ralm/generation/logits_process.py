@@ -28,10 +28,12 @@ class RalmLogitsProcessor(LogitsProcessor):
     whatever scores it receives: the generating model only supplies the loop.
 
     Args:
-        ensemble_size: how many passages' next-token probabilities are mixed. 1 (the default) puts only the top
-            passage in context (or, with ``config.rerank``, the chosen one); ``n > 1`` mixes the top ``n`` passages,
-            one context each, weighted by the softmax of the retriever's scores (REPLUG-style; not combined with
-            reranking).
+        ensemble_size: how many passages' next-token probabilities are mixed (default: ``config.ensemble_size``).
+            1 puts the top passage(s) in context (``config.num_passages`` of them; with ``config.rerank`` the chosen
+            one first); ``n > 1`` mixes the top ``n`` passages, one context each, weighted by the softmax of the
+            retriever's scores over ``config.ensemble_temperature`` (REPLUG-style; not combined with reranking). The
+            per-token probabilities equal those of the evaluation's ensemble (:mod:`hf_ralm.ensemble`) on the same
+            passages.
         reranker, rerank_batch_size: as for :func:`~hf_ralm.generation.ralm_generate`.
 
     Notes:
@@ -49,7 +51,7 @@ class RalmLogitsProcessor(LogitsProcessor):
     """
 
     def __init__(self, reader_model, tokenizer, retriever: Retriever | None, config: RalmConfig,
-                 ensemble_size: int = 1, max_new_tokens: int | None = None, pad_token_id: int | None = -1,
+                 ensemble_size: int | None = None, max_new_tokens: int | None = None, pad_token_id: int | None = -1,
                  passage_cache: PassageKVCache | None = None, max_cache_bytes: int = DEFAULT_MAX_BYTES,
                  reranker=None, rerank_batch_size: int = 8):
         self.decoder = RalmDecoder(reader_model, tokenizer, retriever, config, passage_cache,

@@ -27,10 +27,10 @@ from ..scoring import ScoredInput, score_inputs
 from .contexts import Row, encode_passage, stride_start
 
 
-def check_rerank(config: RalmConfig, ensemble_size: int = 1) -> None:
-    """Raise a ``ValueError`` unless generation can rerank as ``config.rerank`` asks with ``ensemble_size``
-    passages mixed: the oracle needs the tokens a stride is about to generate, and an ensemble mixes the passages
-    that reranking chooses among.
+def check_rerank(config: RalmConfig) -> None:
+    """Raise a ``ValueError`` unless generation can rerank as ``config.rerank`` asks: the oracle needs the tokens a
+    stride is about to generate. (An ensemble with reranking is refused by the config itself,
+    :func:`~hf_ralm.configuration_ralm.check_ensemble`.)
 
     Example:
         >>> check_rerank(RalmConfig(rerank="oracle"))   # doctest: +ELLIPSIS
@@ -42,10 +42,6 @@ def check_rerank(config: RalmConfig, ensemble_size: int = 1) -> None:
         raise ValueError("rerank='oracle' ranks the candidates on the very tokens they are to predict, which "
                          "generation has not produced yet: generate with rerank='lm', 'predictive' or 'random' (the "
                          "oracle is for evaluation).")
-    if config.rerank != "none" and ensemble_size > 1:
-        raise ValueError(f"ensemble_size={ensemble_size} mixes the top passages of a stride, while "
-                         f"rerank={config.rerank!r} puts one chosen passage in context; the two are not combined: use "
-                         "ensemble_size=1 to rerank, or rerank='none' to mix.")
 
 
 def ranking_start(num_tokens: int, rerank_tokens: int, starts: Sequence[int]) -> int:

@@ -161,6 +161,7 @@ def ralm_generate(
     max_cache_bytes: int = DEFAULT_MAX_BYTES,
     reranker=None,
     rerank_batch_size: int = 8,
+    keep_plain_context: bool = True,
     **kwargs,
 ):
     """``model.generate(...)`` with In-Context RALM (see the module's docstring for the exact semantics).
@@ -179,6 +180,9 @@ def ralm_generate(
             :class:`~hf_ralm.reranking.PredictiveReranker` of ``"predictive"``
             (:func:`~hf_ralm.reranking.lm.load_reranker` loads the one ``config`` names).
         rerank_batch_size: ranking inputs (rows × candidates of a stride) per forward when an LM ranks.
+        keep_plain_context: a stride without a passage (a closed retrieval gate, an empty retrieval) resumes the
+            row's last context without one, whose cache then takes only the tokens generated since; ``False``
+            rebuilds it (what benchmarks/bench_generate.py compares).
         use_cache: ``False`` runs the whole ``[passage; x[a_j:]]`` at every step (the slow reference).
     """
     if "custom_generate" in kwargs:
@@ -201,7 +205,8 @@ def ralm_generate(
         stopping_criteria.append(StopStringCriteria(tokenizer=stop_tokenizer, stop_strings=stop_strings))
 
     decoder = RalmDecoder(model, tokenizer, retriever, config, passage_cache, max_cache_bytes=max_cache_bytes,
-                          reranker=reranker, rerank_batch_size=rerank_batch_size)
+                          reranker=reranker, rerank_batch_size=rerank_batch_size,
+                          keep_plain_context=keep_plain_context)
 
     def decode(model, input_ids, logits_processor, stopping_criteria, generation_config, **model_kwargs):
         return _decode(model, input_ids, logits_processor, stopping_criteria, generation_config, decoder, streamer,

@@ -21,7 +21,7 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import torch
 from tqdm.auto import tqdm
@@ -45,12 +45,14 @@ class RerankOutcome:
     ``target_nlls`` (per window, the reader's summed NLL of the window's scored tokens under each candidate, in the
     same order: what the oracle ranks on, and ``-log p(y | [d_i; x])`` for the predictive reranker's training data)
     and ``token_nlls`` (the reader's NLL of every text token with the chosen passages, float64, NaN for token 0);
-    else ``None``."""
+    else ``None``. ``gate_scores``: per window, what a retrieval gate decided on (:mod:`.gates`; ``None`` where it
+    decided nothing), when one did."""
 
     chosen: list[int]
     ranking_nlls: list[list[float] | None]
     token_nlls: torch.Tensor | None = None
     target_nlls: list[list[float] | None] | None = None
+    gate_scores: list[float | None] | None = None
 
 
 class LMReranker:
@@ -162,28 +164,50 @@ def _index(choice: int, pool: list[Passage]) -> int:
     return NO_PASSAGE if choice >= len(pool) else choice
 
 
+def reader_nlls(model, tokenizer, ids: Sequence[int], windows: Sequence[Window],
+                options: Sequence[Sequence[Passage | None]], firsts: Sequence[int], config: RalmConfig,
+                batch_size: int = 8, reuse_prefix_kv: bool = True, passage_cache: PassageKVCache | None = None,
+                progress: tqdm | None = None) -> Iterator[list[torch.Tensor]]:
+    """For each window in order, the reader's NLLs (float64) of the text tokens from ``firsts[i]`` to its end under
+    each of ``options[i]``: the window with :func:`~hf_ralm.model_inputs.passage_prefix` of the option (``None``:
+    no passage) written over its start, as the chosen passage will be. The inputs of :data:`WINDOWS_PER_CHUNK`
+    windows run in one :func:`~hf_ralm.scoring.score_inputs` call (batched, each distinct passage's keys/values
+    computed once with ``reuse_prefix_kv``). What ranking (:func:`rerank_windows`) and ensembles
+    (:mod:`hf_ralm.ensemble`) score their candidates with.
+
+    Example:
+        >>> rows = next(reader_nlls(model, tokenizer, ids, [window], [[rome, None]], [window.score_begin], config))
+        >>> [float(row.sum()) for row in rows]   # the window's target NLL with rome, and without   # doctest: +SKIP
+        [11.2, 13.9]
+    """
+    ids = list(ids)
+    passage_cache = PassageKVCache.for_model(model, passage_cache) if reuse_prefix_kv else None
+    for start in range(0, len(windows), WINDOWS_PER_CHUNK):
+        chunk = range(start, min(start + WINDOWS_PER_CHUNK, len(windows)))
+        inputs = [ScoredInput(ids, windows[i].begin, windows[i].end, tuple(passage_prefix(tokenizer, option, config)),
+                              firsts[i]) for i in chunk for option in options[i]]
+        rows = iter(score_inputs(model, inputs, batch_size, reuse_prefix_kv, passage_cache))
+        for i in chunk:
+            yield [next(rows) for _ in options[i]]
+        if progress is not None:
+            progress.update(len(chunk))
+
+
 def _reader_ranks(model, tokenizer, ids, windows, pools, config, batch_size, reuse_prefix_kv, passage_cache,
                   show_progress) -> RerankOutcome:
     """The reader ranks (``"lm"`` or ``"oracle"``): one input per candidate gives its ranking and target NLLs."""
-    ids = list(ids)
-    passage_cache = PassageKVCache.for_model(model, passage_cache) if reuse_prefix_kv else None
     nll = torch.full((len(ids),), float("nan"), dtype=torch.float64)
     chosen: list[int] = []
     ranking: list[list[float] | None] = []
     targets: list[list[float] | None] = []
-    progress = tqdm(total=len(windows), desc=f"Reranking ({config.rerank})", unit="win", disable=not show_progress)
-    for start in range(0, len(windows), WINDOWS_PER_CHUNK):
-        chunk = windows[start : start + WINDOWS_PER_CHUNK]
-        inputs, owners = [], []
-        for w in chunk:
-            options = rerank_options(pools[w.index], config) or [None]  # nothing retrieved: the window as it is
-            first = oracle_span(w)[0] if config.rerank == "oracle" else ranking_span(w, config.rerank_tokens)[0]
-            for option in options:
-                inputs.append(ScoredInput(ids, w.begin, w.end, tuple(passage_prefix(tokenizer, option, config)), first))
-            owners.append((w, first, len(options)))
-        rows = iter(score_inputs(model, inputs, batch_size, reuse_prefix_kv, passage_cache))
-        for w, first, count in owners:
-            window_rows = [next(rows) for _ in range(count)]
+    options = [rerank_options(pools[w.index], config) or [None] for w in windows]  # nothing retrieved: as it is
+    firsts = [oracle_span(w)[0] if config.rerank == "oracle" else ranking_span(w, config.rerank_tokens)[0]
+              for w in windows]
+    with tqdm(total=len(windows), desc=f"Reranking ({config.rerank})", unit="win",
+              disable=not show_progress) as progress:
+        rows = reader_nlls(model, tokenizer, ids, windows, options, firsts, config, batch_size, reuse_prefix_kv,
+                           passage_cache, progress)
+        for w, first, window_rows in zip(windows, firsts, rows):
             scored = [row[w.score_begin - first :] for row in window_rows]  # the window's target tokens
             if not pools[w.index]:
                 chosen.append(NO_PASSAGE)
@@ -198,8 +222,6 @@ def _reader_ranks(model, tokenizer, ids, windows, pools, config, batch_size, reu
             ranking.append(sums if config.rerank == "lm" else target_sums)
             targets.append(target_sums)
             nll[w.score_begin : w.end] = scored[best]
-        progress.update(len(chunk))
-    progress.close()
     return RerankOutcome(chosen, ranking, nll, targets)
 
 

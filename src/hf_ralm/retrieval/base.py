@@ -61,6 +61,19 @@ class Retriever(ABC):
     def retrieve(self, queries: Sequence[str], k: int = 1) -> list[list[Passage]]:
         """Top-``k`` passages per query, best first. A query may get fewer than ``k`` passages (or none)."""
 
+    def max_scores(self, queries: Sequence[str]) -> list[float]:
+        """Per query, the highest score any passage could reach for it, so that ``score / max_score`` compares
+        across queries (what the ``"score"`` retrieval gate thresholds). A backend whose scores have such a bound
+        overrides this; the others cannot be gated by score.
+
+        Example:
+            >>> retriever.max_scores(["the emperor of Rome"])   # BM25: the query terms' idf  # doctest: +SKIP
+            [14.2]
+        """
+        raise ValueError(f"The {self.name} retriever's scores have no known maximum per query, so they cannot be "
+                         "compared across queries: retrieval_gate='score' needs the bm25 retriever (or dense with "
+                         "normalised embeddings); use retrieval_gate='lm' instead.")
+
     @classmethod
     def build_or_load(
         cls,

@@ -146,3 +146,17 @@ class BM25Retriever(Retriever):
             [Passage(str(i), *by_id[int(i)], float(s)) for i, s in zip(row_ids, row_scores) if s > 0]
             for row_ids, row_scores in zip(ids, scores)
         ]
+
+    def max_scores(self, queries: Sequence[str]) -> list[float]:
+        """Per query, its maximum attainable BM25 score: with Lucene's scoring a term adds
+        ``idf · tf / (tf + k1 · (1 - b + b · dl / avgdl))``, always below ``idf = log(1 + (N - df + 0.5) / (df +
+        0.5))``, so the bound is the sum of the idf of the query's analysed terms found in the index (each time a
+        term occurs in the query, as scoring counts it); 0 when none is found (nothing can be retrieved then)."""
+        matrix = self.bm25.scores  # one column per term: indptr[t + 1] - indptr[t] passages hold term t
+        num_docs = matrix["num_docs"]
+        bounds = []
+        for tokens in _tokenize(queries, show_progress=False):
+            term_ids = np.asarray(self.bm25.get_tokens_ids(tokens), dtype=np.int64)
+            df = matrix["indptr"][term_ids + 1] - matrix["indptr"][term_ids]
+            bounds.append(float(np.log1p((num_docs - df + 0.5) / (df + 0.5)).sum()))
+        return bounds

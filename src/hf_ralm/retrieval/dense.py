@@ -326,6 +326,13 @@ class DenseRetriever(Retriever):
             results.append([p for p in hits if p.title not in self.forbidden_titles][:k])
         return results
 
+    def max_scores(self, queries: Sequence[str]) -> list[float]:
+        """1 per query when the embeddings are L2-normalised (every score is then a cosine, at most 1); otherwise
+        inner products have no bound and the base class refuses."""
+        if not self.encoder.normalize:
+            return super().max_scores(queries)
+        return [1.0] * len(queries)
+
     def config(self) -> dict:
         """What :meth:`from_config` rebuilds this retriever from: the index folder and the encoder it was built with."""
         return {**super().config(), "encoder": self.encoder.name, "pooling": self.info["pooling"]}

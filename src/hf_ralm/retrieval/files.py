@@ -10,7 +10,9 @@ Window 0 is listed too (with no query and no passages) because the reference cou
 retrieve --rerank ...``) lists the ``k`` candidates in retrieval order, as the reference's ranking runs do, each with
 its ``ranking_nll`` when an LM ranked them, and adds ``"chosen"`` (the index of the passage put in context, -1 for
 none), ``"rerank"`` (the strategy) and, when the window without a passage was a candidate, ``"no_passage_ranking_nll"``.
-Files without ``chosen`` (the paper's scripts write none) put their first passage in context.
+A file written with a retrieval gate (``--retrieval-gate score|lm``) records the choices too (``"rerank": "none"``,
+``"chosen"`` -1 where the gate closed), with ``"retrieval_gate"``, ``"gate_threshold"`` (score gate) and each window's
+``"gate_score"``. Files without ``chosen`` (the paper's scripts write none) put their first passage(s) in context.
 """
 
 from __future__ import annotations
@@ -31,11 +33,14 @@ NO_PASSAGE = -1  # ``chosen`` of a window evaluated without a passage
 @dataclass
 class Retrievals:
     """What a retrieval file holds for an evaluation: per window its passages (candidates, in retrieval order) and,
-    when it was reranked, the chosen one's index (``NO_PASSAGE`` = -1 for none) and the strategy that chose it."""
+    when it was reranked or gated, the chosen one's index (``NO_PASSAGE`` = -1 for none), the strategy that chose it,
+    the gate's settings (``{"retrieval_gate": ..., "gate_threshold": ...}``) and per window its gate score."""
 
     passages: list[list[Passage]]
     chosen: list[int] | None = None
     rerank: str | None = None
+    gate: dict | None = None
+    gate_scores: list[float | None] | None = None
 
 
 def retrieval_records(
@@ -46,8 +51,11 @@ def retrieval_records(
     chosen: Sequence[int] | None = None,
     ranking_nlls: Sequence[Sequence[float] | None] | None = None,
     rerank: str | None = None,
+    gate: dict | None = None,
+    gate_scores: Sequence[float | None] | None = None,
 ) -> list[dict]:
-    """One reference-format record per window, with the reranker's choice and ranking NLLs when given."""
+    """One reference-format record per window, with the reranker's choice and ranking NLLs when given, and a retrieval
+    gate's settings (``gate``, written into every record) and per-window scores."""
     records = []
     for w, query, future, docs in zip(windows, queries, futures, passages):
         nlls = ranking_nlls[w.index] if ranking_nlls is not None and ranking_nlls[w.index] is not None else None
@@ -64,6 +72,10 @@ def retrieval_records(
             record.update(chosen=chosen[w.index], rerank=rerank)
             if nlls is not None and len(nlls) > len(docs):  # the window without a passage was a candidate
                 record["no_passage_ranking_nll"] = nlls[len(docs)]
+        if gate is not None:
+            record.update(gate)
+            if gate_scores is not None and gate_scores[w.index] is not None:
+                record["gate_score"] = gate_scores[w.index]
         records.append(record)
     return records
 
@@ -184,4 +196,7 @@ def load_retrieval_file(path: str, windows: Sequence[Window]) -> Retrievals:
         if not NO_PASSAGE <= choice < len(found):
             raise ValueError(f"{path}: window {w.index} chose passage {choice} of {len(found)}; the file is damaged.")
     strategies = {record.get("rerank") for record in records if record.get("rerank")}
-    return Retrievals(passages, chosen, ",".join(sorted(strategies)) or None)
+    gated = [record for record in records if record.get("retrieval_gate")]
+    gate = {key: gated[0][key] for key in ("retrieval_gate", "gate_threshold") if key in gated[0]} if gated else None
+    gate_scores = [record.get("gate_score") for record in records] if gated else None
+    return Retrievals(passages, chosen, ",".join(sorted(strategies)) or None, gate, gate_scores)

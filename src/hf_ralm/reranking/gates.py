@@ -1,0 +1,156 @@
+"""Retrieval gates: whether a window (or a generation stride) retrieves at all (``RalmConfig.retrieval_gate``).
+
+* ``"always"``: every window after the first puts retrieval's passage in context (the paper).
+* ``"score"``: only when the top passage's retrieval score, divided by its query's maximum attainable score
+  (:meth:`~hf_ralm.retrieval.base.Retriever.max_scores`; BM25: the sum of the idf of the query's terms, which no
+  passage reaches), is at least ``gate_threshold``. Raw BM25 scores grow with the query's terms and their rarity, so
+  they are not comparable across queries; the fraction is (0: nothing matched, towards 1: every query term matched
+  as strongly as it can be). The gate score is that fraction.
+* ``"lm"``: the reader decides, zero-shot. It *is* LM reranking with two candidates, the window's passage and no
+  passage (:func:`lm_gate_config`: ``rerank="lm"``, ``rerank_candidates=1``, ``rerank_allow_no_passage=True``), ranked
+  on the same ranking tokens (the last ``rerank_tokens`` prefix tokens, :mod:`hf_ralm.reranking.rules`): the passage
+  stays when its ranking NLL is not higher than without it (ties keep it, as reranking's ties go to the better rank).
+  The gate score is ``NLL(no passage) - NLL(passage)``, the nats the passage saves: it stays when that is >= 0.
+
+With reranking (``rerank``), the score gate decides first, on retrieval's top passage (a closed window has no
+candidates, so nothing is ranked there), and the lm gate last, on the reranked choice (with the reader ranking,
+``rerank="lm"``, that gives the choices of ``rerank_allow_no_passage`` at the cost of one more pass). A closed window is
+evaluated exactly as a window whose retrieval found nothing. ``retrieved_fraction`` is the share of the windows after
+the first that had a passage in context.
+
+Example:
+    >>> outcome = choose_passages(model, tokenizer, ids, windows, queries, passages, config,
+    ...                           retriever)                                                       # doctest: +SKIP
+    >>> outcome.chosen[5], outcome.gate_scores[5]   # -1: window 5 went without a passage          # doctest: +SKIP
+    (-1, 0.21)
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..configuration_ralm import RalmConfig
+from ..model_inputs import context_indices
+from ..passage_cache import PassageKVCache
+from ..retrieval.base import Passage
+from ..windows import Window
+from .lm import RerankOutcome, rerank_windows
+from .rules import NO_PASSAGE
+
+
+def normalized_top_scores(retriever, queries: Sequence[str | None],
+                          found: Sequence[Sequence[Passage]]) -> list[float | None]:
+    """Per query, its top passage's score divided by the query's maximum attainable score (``retriever.max_scores``),
+    the score gate's measure; ``None`` where nothing was found.
+
+    Example:
+        >>> normalized_top_scores(bm25, ["the emperor of rome"], [[Passage("1", "", "rome", 6.1)]])  # doctest: +SKIP
+        [0.43]
+    """
+    scores: list[float | None] = [None] * len(found)
+    todo = [i for i, passages in enumerate(found) if passages]
+    if not todo:
+        return scores
+    if retriever is None:
+        raise ValueError("retrieval_gate='score' divides each top score by its query's maximum attainable score, which "
+                         "only the retriever knows, and a retrieval file holds raw scores: evaluate with the "
+                         "retriever, or write the file with the gate applied (hf-ralm retrieve --retrieval-gate score) "
+                         "and evaluate it with the default gate.")
+    if not hasattr(retriever, "max_scores"):
+        raise ValueError(f"retrieval_gate='score' needs the retriever's max_scores(queries) to compare scores across "
+                         f"queries; {type(retriever).__name__} has none: use retrieval_gate='lm'.")
+    bounds = retriever.max_scores([queries[i] for i in todo])
+    for i, bound in zip(todo, bounds):
+        scores[i] = found[i][0].score / bound if bound > 0 else 0.0
+    return scores
+
+
+def score_gate_pools(found: Sequence[Sequence[Passage]], gate_scores: Sequence[float | None],
+                     threshold: float) -> list[list[Passage]]:
+    """What each window (stride) may put in context behind the score gate: its passages when its gate score is at
+    least ``threshold``, else none.
+
+    Example:
+        >>> score_gate_pools([["a", "b"], ["c"], []], [0.4, 0.1, None], threshold=0.3)
+        [['a', 'b'], [], []]
+    """
+    return [list(passages) if score is not None and score >= threshold else []
+            for passages, score in zip(found, gate_scores)]
+
+
+def lm_gate_config(config: RalmConfig) -> RalmConfig:
+    """The reranking the lm gate is: the reader ranks one passage (the window's) against none on the last
+    ``rerank_tokens`` prefix tokens; the rest of ``config`` as it is."""
+    return RalmConfig(**{**config.to_dict(), "rerank": "lm", "rerank_candidates": 1, "rerank_allow_no_passage": True,
+                         "reranker_model": None, "retrieval_gate": "always", "gate_threshold": None})
+
+
+def lm_gate_scores(ranking_nlls: Sequence[Sequence[float] | None]) -> list[float | None]:
+    """The lm gate's scores from its ranking NLLs ``[passage, no passage]``: the nats the passage saves.
+
+    Example:
+        >>> lm_gate_scores([[10.0, 12.5], None])
+        [2.5, None]
+    """
+    return [None if nlls is None else nlls[1] - nlls[0] for nlls in ranking_nlls]
+
+
+def retrieved_fraction(windows: Sequence[Window], passages: Sequence[Sequence[Passage]],
+                       chosen: Sequence[int]) -> float | None:
+    """The share of the windows after the first that had a passage in context (``None`` for a text of one window).
+
+    Example:
+        >>> from hf_ralm.windows import plan_windows
+        >>> retrieved_fraction(plan_windows(10, 6, 2), [[], ["a"], ["b"]], [-1, 0, -1])
+        0.5
+    """
+    later = [w for w in windows if w.has_retrieval]
+    if not later:
+        return None
+    retrieved = sum(1 for w in later if context_indices(chosen[w.index], len(passages[w.index]), 1))
+    return retrieved / len(later)
+
+
+def choose_passages(
+    model,
+    tokenizer,
+    ids: Sequence[int],
+    windows: Sequence[Window],
+    queries: Sequence[str | None],
+    passages: Sequence[Sequence[Passage]],
+    config: RalmConfig,
+    retriever=None,
+    reranker=None,
+    batch_size: int = 8,
+    reuse_prefix_kv: bool = True,
+    show_progress: bool = True,
+) -> RerankOutcome:
+    """Each window's passage in context under ``config.retrieval_gate`` and ``config.rerank`` (see the module
+    docstring): the score gate (``retriever`` normalises the scores), then
+    :func:`~hf_ralm.reranking.lm.rerank_windows`, then the lm gate. ``passages[w.index]`` are window ``w``'s retrieved
+    passages; the outcome's lists follow ``windows``, with the gate's scores. Its ``token_nlls``, when the reader
+    ranked, are the windows' NLLs with their chosen passage alone (``None`` with ``num_passages > 1``: the windows
+    have yet to be scored with their passages).
+    """
+    pools: Sequence[Sequence[Passage]] = passages
+    gate_scores = None
+    if config.retrieval_gate == "score":
+        gate_scores = normalized_top_scores(retriever, queries, passages)
+        pools = score_gate_pools(passages, gate_scores, config.gate_threshold)
+    cache = PassageKVCache.for_model(model) if reuse_prefix_kv else None  # the lm gate's pass reuses it
+    outcome = rerank_windows(model, tokenizer, ids, windows, queries, pools, config, reranker, batch_size,
+                             reuse_prefix_kv, cache, show_progress)
+    if config.retrieval_gate == "lm":
+        kept = [[] for _ in passages]
+        for w, choice in zip(windows, outcome.chosen):
+            if choice >= 0:
+                kept[w.index] = [passages[w.index][choice]]
+        gate = rerank_windows(model, tokenizer, ids, windows, queries, kept, lm_gate_config(config), None, batch_size,
+                              reuse_prefix_kv, cache, show_progress)
+        chosen = [choice if verdict == 0 else NO_PASSAGE for choice, verdict in zip(outcome.chosen, gate.chosen)]
+        outcome = RerankOutcome(chosen, outcome.ranking_nlls, gate.token_nlls, outcome.target_nlls)
+        gate_scores = lm_gate_scores(gate.ranking_nlls)
+    outcome.gate_scores = gate_scores
+    if config.num_passages > 1:
+        outcome.token_nlls = None  # scored with the chosen passage alone; the windows put several in context
+    return outcome
