@@ -8,14 +8,19 @@ a. ``RetrievalAugmentedModel.generate``: the rows of the batch decoded together,
 b. the rebuild-every-step reference: the same call with ``use_cache=False``, which runs the whole
    ``[passage; x[a_j:]]`` at every step (``--reference-prompts N`` runs it on the first N prompts only; then (a) is
    also timed on those N prompts, so that the speed-up compares like with like);
-c. plain ``generate`` of the base model, no retrieval.
+c. plain ``generate`` of the base model, no retrieval;
+g. (a) behind the score gate (``retrieval_gate="score"``, ``--gate-threshold``): a stride without a passage resumes
+   the row's plain context, whose cache then takes only the tokens generated since;
+g'. the same with ``keep_plain_context=False``: such a stride rebuilds its plain context. (g) against (g') is what
+   keeping the plain context saves (forward tokens and time); they must give identical tokens.
 
 Every variant generates exactly ``--max-new-tokens`` tokens per prompt: ``min_new_tokens = max_new_tokens`` (the
 generation config's ``MinNewTokensLengthLogitsProcessor``, which ``generate`` builds for the RALM decoding loop too)
 keeps EOS out. Timings include retrieval (BM25), which is also reported on its own. The benchmark prints tokens/s,
 the fraction of strides whose passage changed, the prefill tokens the passage cache saved, the speed-up of (a) over
-(b) (target: at least 3x), the cost of (a) relative to (c), and whether (a) and (b) produced identical tokens on the
-prompts both ran, then the command line, torch version, threads and device. The exit status is 1 when (a) and (b)
+(b) (target: at least 3x), the cost of (a) relative to (c), whether (a) and (b) produced identical tokens on the
+prompts both ran, and for the gate the share of strides that retrieved and what resuming the plain context saved,
+then the command line, torch version, threads and device. The exit status is 1 when (a) and (b), or (g) and (g'),
 differ.
 
 Settings are those of the issue: SmolLM2-135M, BM25 over the Wikipedia sample (WikiText's own articles excluded),
@@ -69,6 +74,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--stride", type=int, default=4, help="retrieval stride s (default 4)")
     parser.add_argument("--query-length", type=int, default=32, help="query length ℓ in tokens (default 32)")
     parser.add_argument("--max-doc-tokens", type=int, default=256, help="passage length cap (default 256)")
+    parser.add_argument("--gate-threshold", type=float, default=0.25,
+                        help="the score gate of (g) and (g'): the top passage's BM25 score over its query's maximum "
+                             "attainable score must reach this (default 0.25; such scores mostly lie in 0.15-0.4)")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch.set_num_threads (default: every core this process may use)")
     parser.add_argument("--device", default=None, help="default: cuda if available, else cpu")
@@ -96,9 +104,15 @@ class TimedRetriever:
         self.calls = 0
 
     def retrieve(self, queries, k: int = 1):
+        return self._timed(self.retriever.retrieve, queries, k=k)
+
+    def max_scores(self, queries):
+        return self._timed(self.retriever.max_scores, queries)
+
+    def _timed(self, method, *args, **kwargs):
         t0 = time.perf_counter()
         try:
-            return self.retriever.retrieve(queries, k=k)
+            return method(*args, **kwargs)
         finally:
             self.seconds += time.perf_counter() - t0
             self.calls += 1
@@ -166,9 +180,12 @@ def main(argv: list[str] | None = None) -> int:
     retriever = TimedRetriever(BM25Retriever.load(args.index_dir, forbidden_titles=forbidden))
     index_load_s = time.perf_counter() - t0
 
-    ralm = RetrievalAugmentedModel.from_pretrained(
-        base, retriever=retriever, tokenizer=tokenizer, retrieval_stride=args.stride, query_length=args.query_length,
-        max_doc_tokens=args.max_doc_tokens, max_length=args.max_length)
+    ralm_settings = dict(retriever=retriever, tokenizer=tokenizer, retrieval_stride=args.stride,
+                         query_length=args.query_length, max_doc_tokens=args.max_doc_tokens,
+                         max_length=args.max_length)
+    ralm = RetrievalAugmentedModel.from_pretrained(base, **ralm_settings)
+    gated = RetrievalAugmentedModel.from_pretrained(base, retrieval_gate="score", gate_threshold=args.gate_threshold,
+                                                    **ralm_settings)
     config = ralm.config
 
     texts = load_prompt_texts(args)
@@ -198,6 +215,12 @@ def main(argv: list[str] | None = None) -> int:
                             **gen_kwargs(n))
         return out.sequences[:, ids.shape[1]:], out
 
+    def gated_run(rows: list[list[int]], n: int, keep_plain_context: bool):
+        ids, mask = left_pad(rows, pad_id, device)
+        out = gated.generate(ids, attention_mask=mask, keep_plain_context=keep_plain_context,
+                             return_dict_in_generate=True, **gen_kwargs(n))
+        return out.sequences[:, ids.shape[1]:], out
+
     def plain_run(rows: list[list[int]], n: int):
         ids, mask = left_pad(rows, pad_id, device)
         with torch.no_grad():
@@ -214,6 +237,9 @@ def main(argv: list[str] | None = None) -> int:
         variants.append(("a'", f"RALM generate (ours), reference's {n_ref} prompts", n_ref,
                          lambda r, n: ralm_run(r, n, True)))
     variants.append(("c", "plain generate, no retrieval", len(prompts), plain_run))
+    gate = f"score gate ≥ {args.gate_threshold}"
+    variants.append(("g", f"{gate}, plain context resumed (ours)", len(prompts), lambda r, n: gated_run(r, n, True)))
+    variants.append(("g'", f"{gate}, plain context rebuilt", len(prompts), lambda r, n: gated_run(r, n, False)))
 
     results: dict[str, dict] = {}
     outputs: dict[str, torch.Tensor] = {}
@@ -252,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         outputs[key] = generated
 
-    a, b, c = results["a"], results["b"], results["c"]
+    a, b, c, g, g_rebuilt = results["a"], results["b"], results["c"], results["g"], results["g'"]
     a_same = results.get("a'", a)  # (a) on the prompts (b) ran
     # sanity: the reference really rebuilt at every step, ours really used its caches
     if b["ralm_stats"]["passage_cache"]["misses"] or b["ralm_stats"]["batched_steps"]:
@@ -263,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
     differing_rows = [i for i in range(n_ref) if not torch.equal(outputs["a"][i], outputs["b"][i])]
     same_sources = a["sources"][:n_ref] == b["sources"]
     same_as_plain = float((outputs["a"] == outputs["c"]).float().mean())
+    gate_same_tokens = torch.equal(outputs["g"], outputs["g'"])
+    gate_stats, rebuilt_stats = g["ralm_stats"], g_rebuilt["ralm_stats"]
 
     stats = a["ralm_stats"]
     cache = stats["passage_cache"]
@@ -297,6 +325,14 @@ def main(argv: list[str] | None = None) -> int:
         "a_b_differing_rows": differing_rows,
         "a_b_identical_sources": same_sources,
         "a_c_same_token_fraction": same_as_plain,
+        "gate_threshold": args.gate_threshold,
+        "gate_retrieved_fraction": gate_stats["retrieved_fraction"],
+        "gate_plain_contexts_resumed": gate_stats["plain_contexts_resumed"],
+        "gate_plain_tokens_reused": gate_stats["plain_tokens_reused"],
+        "gate_forward_tokens_resumed": gate_stats["forward_tokens"],
+        "gate_forward_tokens_rebuilt": rebuilt_stats["forward_tokens"],
+        "gate_speedup_resumed_over_rebuilt": g["tokens_per_s"] / g_rebuilt["tokens_per_s"],
+        "gate_g_g_prime_identical_tokens": gate_same_tokens,
     }
 
     # --- report -------------------------------------------------------------------------------------------------
@@ -365,6 +401,12 @@ def main(argv: list[str] | None = None) -> int:
     eos_counts = ", ".join(f"({k}) {r['eos_in_output']}" for k, r in results.items())
     print(f"- every variant generated exactly {n_new} tokens per prompt (min_new_tokens = max_new_tokens); EOS in "
           f"outputs: {eos_counts}")
+    print(f"- score gate ≥ {args.gate_threshold} (g): {100 * gate_stats['retrieved_fraction']:.1f} % of "
+          f"{gate_stats['strides']} row-strides had a passage in context; {gate_stats['plain_contexts_resumed']} "
+          f"strides resumed the plain context, which saved {gate_stats['plain_tokens_reused']} forward tokens "
+          f"({gate_stats['forward_tokens']} for (g) vs {rebuilt_stats['forward_tokens']} for (g')); (g) over (g'): "
+          f"{derived['gate_speedup_resumed_over_rebuilt']:.2f}× the tokens/s; identical tokens: "
+          f"{'yes' if gate_same_tokens else 'NO'}")
     print(f"- command: `{command}`")
     print(f"- torch {environment['torch']}, transformers {environment['transformers']}, Python "
           f"{environment['python']}; threads {environment['threads']}; device {environment['device']}")
@@ -379,6 +421,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"- figures written to {args.json_out}")
     if not same_tokens:
         print(f"bench_generate: (a) and (b) generated different tokens (rows {differing_rows})", file=sys.stderr)
+        return 1
+    if not gate_same_tokens:
+        print("bench_generate: (g) and (g') generated different tokens", file=sys.stderr)
         return 1
     return 0
 

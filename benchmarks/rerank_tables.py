@@ -29,104 +29,32 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import os
 import sys
 import time
-from pathlib import Path
 
 import torch
+from table_runs import MODELS, Run, add_run_args, cached, chosen_nll, load_retrievers, perplexities, reader_pass
 
-HOME = Path.home()
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared" / "data"
-MODELS = {  # name: (folder, BOS in every window)
-    "SmolLM2-135M": ("smollm2-135m-instruct", False),
-    "Gemma-3-270M": ("gemma-3-270m", True),
-}
 OTHER = {"SmolLM2-135M": "Gemma-3-270M", "Gemma-3-270M": "SmolLM2-135M"}
 COLORS = {"none": "#999999", "BM25 top-1": "#4c72b0", "zero-shot": "#55a868",
           "zero-shot, other model reranks": "#8172b2", "zero-shot + no-passage choice": "#64b5cd",
           "predictive": "#dd8452", "oracle": "#c44e52", "random": "#937860"}
 STRATEGIES = list(COLORS)  # the table's and the chart's order
+K = 16
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default=str(HOME / ".cache/hf-ralm/rerank-tables"), help="cached passes")
-    parser.add_argument("--figures-dir", default=str(REPO / "docs" / "figures"))
-    parser.add_argument("--models-dir", default=str(HOME / ".cache/hf-ralm/models"))
-    parser.add_argument("--index-dir", default=str(HOME / ".cache/hf-ralm/index/wikipedia-2015-sample-bm25"))
-    parser.add_argument("--heldout-dir", default=str(HOME / ".cache/hf-ralm/heldout"))
-    parser.add_argument("--max-eval-tokens", type=int, default=2048)
+    add_run_args(parser, "rerank-tables")
     parser.add_argument("--predictive", help="a trained predictive reranker folder (hf-ralm train-reranker)")
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--device", default=None)
     return parser.parse_args(argv)
 
 
-class Run:
-    """One (reader, data): its model, text, windows, queries and k candidates (retrieval is cheap and redone)."""
-
-    def __init__(self, reader: str, data: str, args, retrievers: dict):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        from hf_ralm import RalmConfig
-        from hf_ralm.data import load_dataset_text
-        from hf_ralm.evaluation import retrieve_for_windows, tokenize_text, window_queries
-        from hf_ralm.windows import count_words, plan_windows
-
-        folder, bos = MODELS[reader]
-        path = os.path.join(args.models_dir, folder)
-        self.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).to(self.device).eval()
-        self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.config = RalmConfig(retrieval_stride=4, query_length=32, max_length=512, rerank="lm",
-                                 rerank_candidates=16, rerank_tokens=16, rerank_allow_no_passage=True,
-                                 bos_every_window=bos)
-        data_path, _ = datasets(args)[data]
-        text = load_dataset_text(data_path)
-        self.ids = tokenize_text(self.tokenizer, text, args.max_eval_tokens)
-        if len(self.ids) == args.max_eval_tokens:
-            text = self.tokenizer.decode(self.ids)
-        self.num_words = count_words(text)
-        self.windows = plan_windows(len(self.ids), 512, 4)
-        self.queries = window_queries(self.tokenizer, self.ids, self.windows, 32)
-        self.candidates = retrieve_for_windows(retrievers[data], self.queries, 16, show_progress=False)
-
-
-def datasets(args) -> dict:
-    return {
-        "held-out Wikipedia": (os.path.join(args.heldout_dir, "rows.jsonl"),
-                               os.path.join(args.heldout_dir, "titles.txt")),
-        "WikiText-103 test": (str(SHARED / "wikitext-103" / "test.jsonl"),
-                              str(SHARED / "wikitext-103" / "forbidden_titles.txt")),
-    }
-
-
-def cached(path: str, compute) -> dict:
-    from hf_ralm.retrieval.jsonfile import write_json_atomic
-
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    result = compute()
-    write_json_atomic(path, result)
-    return result
-
-
-def reader_pass(run: Run, batch_size: int) -> dict:
-    """Every candidate's (and no passage's) ranking and target NLL sums, per window."""
-    from hf_ralm.reranking.lm import rerank_windows
-
-    t0 = time.perf_counter()
-    outcome = rerank_windows(run.model, run.tokenizer, run.ids, run.windows, run.queries, run.candidates, run.config,
-                             batch_size=batch_size)
-    seconds = time.perf_counter() - t0
-    unranked = [w for w in run.windows if outcome.target_nlls[w.index] is None]
-    base = sum(float(outcome.token_nlls[w.score_begin : w.end].sum()) for w in unranked)
-    return {"seconds": seconds, "base_nll": base, "ranking": outcome.ranking_nlls, "targets": outcome.target_nlls,
-            "num_tokens": len(run.ids), "num_words": run.num_words, "num_windows": len(run.windows)}
+def rerank_run(reader: str, data: str, args, retrievers: dict) -> Run:
+    """A run with k=16 candidates, ranked by the reader on s'=16 tokens with the no-passage choice."""
+    return Run(reader, data, args, retrievers, K, rerank="lm", rerank_candidates=K, rerank_tokens=16,
+               rerank_allow_no_passage=True)
 
 
 def one_passage_pass(run: Run, batch_size: int) -> dict:
@@ -175,11 +103,6 @@ def table_rows(reader: str, data: str, p: dict, single: dict, other: dict, predi
     """Every strategy's perplexity from the reader pass's NLL sums (see the module docstring)."""
     from hf_ralm.reranking.rules import choose_lowest, random_choice
 
-    windows = [(i, r, t) for i, (r, t) in enumerate(zip(p["ranking"], p["targets"])) if t is not None]
-
-    def total(pick) -> float:  # pick(window index, ranking sums, target sums) -> the chosen candidate's index
-        return p["base_nll"] + sum(t[pick(i, r, t)] for i, r, t in windows)
-
     def by_choice(chosen):  # -1 (none chosen) is the no-passage candidate, the last
         return lambda i, r, t: chosen[i] if chosen[i] >= 0 else len(t) - 1
 
@@ -200,13 +123,11 @@ def table_rows(reader: str, data: str, p: dict, single: dict, other: dict, predi
         if strategy not in picks:
             continue
         pick, seconds = picks[strategy]
-        nll = total(pick)
+        nll = chosen_nll(p, pick)
         rows.append({"data": data, "reader": reader, "strategy": strategy,
                      "reranker": OTHER[reader] if strategy.startswith("zero-shot, other") else "",
-                     "token_ppl": float(torch.tensor(nll / p["num_tokens"]).exp()),
-                     "word_ppl": float(torch.tensor(nll / p["num_words"]).exp()),
-                     "s_per_window": seconds / n, "windows": n, "tokens": p["num_tokens"]})
-    check = abs(single["nll_sum"] - total(lambda i, r, t: 0)) / single["nll_sum"]
+                     **perplexities(p, nll), "s_per_window": seconds / n, "windows": n, "tokens": p["num_tokens"]})
+    check = abs(single["nll_sum"] - chosen_nll(p, lambda i, r, t: 0)) / single["nll_sum"]
     print(f"[tables] {reader} / {data}: top-1 from the pass vs a separate one-passage run: relative NLL difference "
           f"{check:.1e}", file=sys.stderr)
     return rows
@@ -237,22 +158,18 @@ def plot(rows: list[dict], path: str) -> None:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from hf_ralm.retrieval.base import read_forbidden_titles
-    from hf_ralm.retrieval.bm25 import BM25Retriever
-
     os.makedirs(args.out, exist_ok=True)
     os.makedirs(args.figures_dir, exist_ok=True)
-    retrievers = {data: BM25Retriever.load(args.index_dir, forbidden_titles=read_forbidden_titles(titles))
-                  for data, (_, titles) in datasets(args).items()}
+    retrievers = load_retrievers(args)
     rows = []
-    for data in datasets(args):
+    for data in retrievers:
         for reader in MODELS:
             stem = os.path.join(args.out, f"{reader}.{data}.{args.max_eval_tokens}".replace(" ", "_"))
             run = None
 
             def get_run():
                 nonlocal run
-                run = run or Run(reader, data, args, retrievers)
+                run = run or rerank_run(reader, data, args, retrievers)
                 return run
 
             p = cached(f"{stem}.pass.json", lambda: reader_pass(get_run(), args.batch_size))

@@ -160,6 +160,18 @@ def test_mean_and_cls_pooling(dense_mod, tiny_bert, corpus, tmp_path):
     np.testing.assert_allclose(loaded.encoder.encode(texts), expected["cls"], atol=1e-5)
 
 
+def test_max_scores_only_for_normalised_embeddings(dense_mod, minilm_index, tiny_bert, corpus, tmp_path):
+    """Cosines (normalised embeddings) are at most 1, so the score gate can compare them across queries; raw inner
+    products have no bound and the gate refuses them."""
+    retriever = dense_mod.DenseRetriever.build(corpus, str(tmp_path / "unit"), words_per_passage=WPP,
+                                               encoder=tiny_bert, normalize=True, show_progress=False)
+    queries = ["the king and the queen", "a comet in the galaxy"]
+    assert retriever.max_scores(queries) == [1.0, 1.0]
+    assert all(p.score <= 1.0 + 1e-5 for found in retriever.retrieve(queries, k=3) for p in found)
+    with pytest.raises(ValueError, match="dense retriever's scores have no known maximum per query"):
+        minilm_index["retriever"].max_scores(queries)
+
+
 # --------------------------------------------------------------------------------------------------------------
 # Resume after a crash
 # --------------------------------------------------------------------------------------------------------------

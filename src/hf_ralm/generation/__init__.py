@@ -43,8 +43,29 @@ choice it runs as a stride whose retrieval returned nothing. A stride that retri
 ``sources`` give the chosen passage's ``"rank"`` among the candidates, ``ralm_stats`` the ``reranked_strides`` and
 those where no passage was chosen (``no_passage_chosen``).
 
+Beyond the paper, as in evaluation (issue 10):
+
+* Retrieval gates (``config.retrieval_gate``, :mod:`hf_ralm.reranking.gates`): with ``"score"`` a stride keeps its
+  passages only when the top one's score over its query's maximum attainable score (the retriever's
+  ``max_scores``) reaches ``gate_threshold`` (before any reranking); with ``"lm"`` the reader ranks the stride's
+  passage (retrieval's top, or the reranked choice) against no passage exactly as ``"lm"`` reranking ranks two
+  candidates (:func:`~hf_ralm.reranking.gates.lm_gate_config`), and keeps it when its ranking NLL is not higher
+  (or when there is no token to rank on).
+  A closed gate makes the stride one whose retrieval found nothing; ``ralm_stats`` counts ``gated_strides`` and
+  gives the ``retrieved_fraction`` of row-strides with a passage in context.
+* Several passages (``config.num_passages`` n): the stride's top n (reranked: the chosen one first, then retrieval
+  order) go in one context ``[d_n; ...; d_1; x[a_j:]]``, the prefix built as the evaluation builds it
+  (:func:`~hf_ralm.model_inputs.context_prefix`), and ``a_j`` counts the whole prefix.
+* Ensembles (``ensemble_size`` n > 1, :class:`RalmLogitsProcessor`'s argument or ``config.ensemble_size``): each of
+  the top n passages gets its own context ``[d_i; x[a_i:]]`` and the next-token probabilities are mixed with the
+  weights ``softmax(score / ensemble_temperature)``; per token this is the evaluation's ensemble
+  (:mod:`hf_ralm.ensemble`) on the same passages.
+
 How it is computed (:mod:`.contexts`, :mod:`.decoder`): each row keeps the KV cache of its context
-``[d_j; x[a_j:]]`` and feeds it only the tokens it lacks. When the next stride has the same passage and the same
+``[d_j; x[a_j:]]`` and feeds it only the tokens it lacks. A row also keeps its last context without a passage:
+a later stride without one (a closed gate, an empty retrieval) that starts it at the same place resumes its cache
+(``ralm_stats``: ``plain_contexts_resumed``, and ``plain_tokens_reused``, the prefill that saved;
+``keep_plain_context=False`` rebuilds it instead). When the next stride has the same passage and the same
 ``a`` the context is unchanged and its cache simply keeps growing; otherwise the context starts from the passage's
 keys/values, taken from a :class:`~hf_ralm.passage_cache.PassageKVCache` (a passage sits at position 0, so its
 keys/values are the same for every stride and row that uses it), and only ``x[a_j:]`` is prefilled. With

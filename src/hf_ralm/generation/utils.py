@@ -36,12 +36,14 @@ class RalmGenerateOutput(GenerateDecoderOnlyOutput):
     ``sources[b]`` lists, for every stride of row ``b`` that had a passage in context, a dict ``{"start", "end",
     "id", "title", "text", "score"}``: the passage was in context for generated tokens ``[start, end)`` (indices into
     the row's generated tokens, i.e. ``sequences[b, prompt_length + start : prompt_length + end]``); when reranked,
-    also ``"rank"``: the chosen passage's index among the stride's candidates (0: retrieval's top). ``ralm_stats``
-    counts row-strides (``strides``, ``strides_with_passage``, ``empty_retrievals``; ``reranked_strides``: those
-    whose candidates were reranked, ``no_passage_chosen``: those where no passage won), ``passage_changes`` (strides
-    after a row's first whose top passage differs from the previous stride's), contexts kept or rebuilt, the tokens
-    run through the model (passages and ranking inputs excluded), batched steps, and the passage cache's counters
-    (``reused_tokens``: prefill it saved).
+    also ``"rank"``: the passage's index among the stride's candidates (0: retrieval's top); in an ensemble,
+    ``"weight"``: its mixture weight. ``ralm_stats`` counts row-strides (``strides``, ``strides_with_passage``,
+    ``empty_retrievals``; ``reranked_strides``: those whose candidates were reranked, ``no_passage_chosen``: those
+    where no passage won, ``gated_strides``: those a retrieval gate closed; ``retrieved_fraction``:
+    ``strides_with_passage / strides``), ``passage_changes`` (strides after a row's first whose top passage differs
+    from the previous stride's), contexts kept or rebuilt, plain contexts resumed and the prefill tokens that saved
+    (``plain_tokens_reused``), the tokens run through the model (passages and ranking inputs excluded), batched
+    steps, and the passage cache's counters (``reused_tokens``: prefill it saved).
     """
 
     sources: list[list[dict]] | None = None

@@ -1,0 +1,207 @@
+"""Issue 10's results: perplexity against the share of windows that retrieved (``retrieved_fraction``) for the score
+gate at several thresholds and the lm gate, with no retrieval and retrieval in every window as the ends; and
+perplexity with n ∈ {1, 2, 3} passages in context and with ensembles of n ∈ {2, 4, 8} passages. SmolLM2-135M and
+Gemma-3-270M (Gemma with a BOS in every window), WikiText-103 test and held-out Wikipedia, L=512, s=4, ℓ=32, s'=16,
+BM25 over the whole Wikipedia sample, bfloat16 (benchmarks/table_runs.py).
+
+How it is computed: one pass of the reader per (reader, data) runs every window with its top passage and without
+(``rerank_windows`` under ``lm_gate_config``: the lm gate's own computation), which gives each window's ranking NLL
+(the last s' prefix tokens) and target NLL both ways. Every gate is then a choice per window and its perplexity the
+sum of the chosen target NLLs: none = without, always = with, lm = the lm gate's choice (ranking NLL with <= without),
+score t = with when the top passage's BM25 score over its query's maximum attainable score is >= t
+(``normalized_top_scores``). Several passages and ensembles run ``evaluate_perplexity`` with ``num_passages=n`` or
+``ensemble_size=n`` (τ = ``--ensemble-temperature``); n=1 passage is measured that way too, and its difference from
+``always`` (the same windows, from the pass) is printed as a check.
+
+Every point is one row of ``--figures-dir/gate_results.csv``, appended as soon as it is measured (``seconds``: the
+time of the pass it comes from, or of its evaluation); a rerun skips the points already there (the pass is cached as
+JSON under ``--out``). Then the table is printed and
+``gate_results.png`` drawn (matplotlib, the ``bench`` extra)::
+
+    python benchmarks/make_heldout.py --corpus ../shared/data/wikipedia-2015-sample/articles.jsonl.gz \\
+        --out-dir ~/.cache/hf-ralm/heldout
+    python benchmarks/gate_tables.py --max-eval-tokens 2048
+
+A smoke run: ``--max-eval-tokens 600 --figures-dir /tmp/gates --out /tmp/gates/passes``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from tqdm.auto import tqdm
+
+from table_runs import DATA, MODELS, ResultsCsv, Run, add_run_args, cached, chosen_nll, load_retrievers, perplexities
+from table_runs import reader_pass
+
+THRESHOLDS = (0.15, 0.2, 0.225, 0.25, 0.275, 0.3, 0.35, 0.4)  # BM25 top scores over the maximum: ~0.14 to ~0.4
+PASSAGES = (1, 2, 3)
+ENSEMBLES = (2, 4, 8)
+FIELDS = ["data", "reader", "method", "setting", "retrieved_fraction", "token_ppl", "word_ppl", "tokens", "windows",
+          "seconds"]
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_run_args(parser, "gate-tables")
+    parser.add_argument("--thresholds", type=float, nargs="+", default=list(THRESHOLDS),
+                        help="the score gate's thresholds (default: %(default)s)")
+    parser.add_argument("--ensemble-temperature", type=float, default=1.0, help="τ of the ensembles (default 1.0)")
+    parser.add_argument("--max-context-doc-tokens", type=int,
+                        help="cap on the tokens of the passages in context with n > 1 (default: none, n × 256)")
+    parser.add_argument("--readers", nargs="+", choices=list(MODELS), default=list(MODELS),
+                        help="measure only these readers (default: both)")
+    parser.add_argument("--data", nargs="+", choices=list(DATA), default=list(DATA),
+                        help="measure only these data sets (default: both)")
+    return parser.parse_args(argv)
+
+
+def points(args) -> list[tuple[str, str]]:
+    """Every (method, setting) measured per (reader, data), in the table's order."""
+    return ([("none", ""), ("always", ""), ("lm gate", "")] + [("score gate", str(t)) for t in args.thresholds]
+            + [("passages", str(n)) for n in PASSAGES] + [("ensemble", str(n)) for n in ENSEMBLES])
+
+
+def gate_pass(run: Run, batch_size: int) -> dict:
+    """Every window's ranking and target NLL with its top passage and without, and its normalised top score."""
+    from hf_ralm.reranking.gates import lm_gate_config, normalized_top_scores
+
+    p = reader_pass(run, batch_size, lm_gate_config(run.config))
+    p["gate_scores"] = normalized_top_scores(run.retriever, run.queries, run.candidates)
+    return p
+
+
+def gate_point(p: dict, method: str, setting: str) -> dict:
+    """A gate's (or one passage's) retrieved fraction and perplexity from the pass: candidate 0 is the top passage,
+    1 no passage."""
+    from hf_ralm.reranking.rules import choose_lowest
+
+    def pick(i, ranking, targets) -> int:
+        if method == "none":
+            return 1
+        if method == "lm gate":
+            return choose_lowest(ranking)
+        if method == "score gate":
+            return 0 if p["gate_scores"][i] >= float(setting) else 1
+        return 0  # always
+
+    later = p["num_windows"] - 1
+    ranked = [i for i, targets in enumerate(p["targets"]) if targets is not None]
+    retrieved = sum(1 for i in ranked if pick(i, p["ranking"][i], p["targets"][i]) == 0)
+    return {**perplexities(p, chosen_nll(p, pick)), "retrieved_fraction": retrieved / later if later else None,
+            "seconds": p["seconds"]}
+
+
+def evaluated_point(run: Run, method: str, n: int, args) -> dict:
+    """``evaluate_perplexity`` with n passages in context or an ensemble of n."""
+    from hf_ralm import RalmConfig
+    from hf_ralm.evaluation import evaluate_perplexity
+
+    settings = {"num_passages": n, "max_context_doc_tokens": args.max_context_doc_tokens} if method == "passages" \
+        else {"ensemble_size": n, "ensemble_temperature": args.ensemble_temperature}
+    config = RalmConfig(**{**run.config.to_dict(), **settings})
+    t0 = time.perf_counter()
+    result = evaluate_perplexity(run.model, run.tokenizer, run.ids, run.retriever, config,
+                                 batch_size=args.batch_size, show_progress=False)
+    figures = result.figures
+    return {"token_ppl": figures["token_ppl"], "word_ppl": figures["word_ppl"],
+            "retrieved_fraction": figures["retrieved_fraction"], "seconds": time.perf_counter() - t0}
+
+
+def plot(rows: list[dict], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = sorted({(r["reader"], r["data"]) for r in rows})
+    fig, axes = plt.subplots(2, len(groups), figsize=(4.2 * len(groups), 7.6), squeeze=False)
+    for column, (reader, data) in enumerate(groups):
+        mine = [r for r in rows if (r["reader"], r["data"]) == (reader, data)]
+
+        def of(method):
+            return sorted(((float(r["retrieved_fraction"] or 0), float(r["token_ppl"]), r["setting"]) for r in mine
+                           if r["method"] == method), key=lambda point: point[0])
+
+        ax = axes[0][column]
+        score = of("score gate")
+        ax.plot([x for x, _, _ in score], [y for _, y, _ in score], "o-", color="#4c72b0", label="score gate")
+        for x, y, setting in score:
+            ax.annotate(setting, (x, y), fontsize=6, xytext=(2, 2), textcoords="offset points")
+        for method, marker, color in (("lm gate", "*", "#55a868"), ("none", "s", "#999999"),
+                                      ("always", "D", "#c44e52")):
+            for x, y, _ in of(method):
+                ax.plot([x], [y], marker, color=color, markersize=9, label=method)
+        ax.set_xlabel("windows with a passage in context")
+        ax.set_ylabel("token perplexity")
+        ax.set_title(f"{reader}\n{data}", fontsize=9)
+        ax.legend(fontsize=7)
+        ax = axes[1][column]
+        for method, color in (("passages", "#dd8452"), ("ensemble", "#8172b2")):
+            series = sorted((int(r["setting"]), float(r["token_ppl"])) for r in mine if r["method"] == method)
+            ax.plot([n for n, _ in series], [y for _, y in series], "o-", color=color,
+                    label=f"{method} (n in context)" if method == "passages" else "ensemble of n")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("n passages")
+        ax.set_ylabel("token perplexity")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    os.makedirs(args.figures_dir, exist_ok=True)
+    results = ResultsCsv(os.path.join(args.figures_dir, "gate_results.csv"), FIELDS)
+    retrievers = load_retrievers(args)
+    todo = [(data, reader, method, setting) for data in args.data for reader in args.readers
+            for method, setting in points(args)]
+    with tqdm(total=len(todo), desc="gate tables", unit="point") as progress:
+        for data in args.data:
+            for reader in args.readers:
+                stem = os.path.join(args.out, f"{reader}.{data}.{args.max_eval_tokens}".replace(" ", "_"))
+                run = p = None
+                for method, setting in points(args):
+                    key = {"data": data, "reader": reader, "method": method, "setting": setting,
+                           "tokens": args.max_eval_tokens}
+                    if results.done(**key):
+                        progress.update()
+                        continue
+                    run = run or Run(reader, data, args, retrievers, 1)
+                    if method in ("passages", "ensemble"):
+                        measured = evaluated_point(run, method, int(setting), args)
+                    else:
+                        p = p or cached(f"{stem}.gates.json", lambda: gate_pass(run, args.batch_size))
+                        measured = gate_point(p, method, setting)
+                    results.add({**key, **measured, "windows": len(run.windows)})
+                    progress.update()
+    order = {point: i for i, point in enumerate(points(args))}
+    rows = sorted((r for r in results.rows if r["tokens"] == str(args.max_eval_tokens)),
+                  key=lambda r: (r["data"], r["reader"], order.get((r["method"], r["setting"]), len(order))))
+    for data in args.data:
+        for reader in args.readers:
+            ppl = {(r["method"], r["setting"]): float(r["token_ppl"]) for r in rows
+                   if (r["data"], r["reader"]) == (data, reader)}
+            if ("always", "") in ppl and ("passages", "1") in ppl:
+                check = abs(ppl["passages", "1"] - ppl["always", ""]) / ppl["always", ""]
+                print(f"[gates] {reader} / {data}: one passage evaluated vs always from the pass: relative "
+                      f"perplexity difference {check:.1e}", file=sys.stderr)
+    plot(rows, os.path.join(args.figures_dir, "gate_results.png"))
+    print("| data | reader | method | setting | retrieved | token ppl | word ppl |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        fraction = f"{float(r['retrieved_fraction']):.2f}" if r["retrieved_fraction"] else "—"
+        print(f"| {r['data']} | {r['reader']} | {r['method']} | {r['setting']} | {fraction} | "
+              f"{float(r['token_ppl']):.3f} | {float(r['word_ppl']):.3f} |")
+    cap = args.max_context_doc_tokens
+    print(f"\n(first {args.max_eval_tokens} tokens, L=512, s=4, ℓ=32, s'=16, BM25, bfloat16, ensembles' τ "
+          f"{args.ensemble_temperature}, passages capped at {cap or 'n × 256'} tokens; {results.path})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

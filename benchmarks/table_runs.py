@@ -1,0 +1,166 @@
+"""What the results scripts that measure perplexity in-process share (rerank_tables.py, gate_tables.py): the two
+readers, the two data sets and their BM25 retrievers, one (reader, data) run's tokens, windows, queries and retrieved
+passages, the reader's pass over every window with each of its candidates, the perplexity of a choice per window, and
+the caches that make a rerun resume.
+
+Settings: L=512, s=4, ℓ=32, BM25 over the whole Wikipedia sample (each data set's own articles excluded), bfloat16,
+Gemma with a BOS in every window (the fair baseline).
+
+Example:
+    >>> retrievers = load_retrievers(args)                                                      # doctest: +SKIP
+    >>> run = Run("SmolLM2-135M", "WikiText-103 test", args, retrievers, k=16)                 # doctest: +SKIP
+    >>> p = reader_pass(run, batch_size=8, config=lm_gate_config(run.config))                  # doctest: +SKIP
+    >>> perplexities(p, chosen_nll(p, lambda i, ranking, targets: 0))   # each window's first  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import time
+from pathlib import Path
+
+import torch
+
+HOME = Path.home()
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared" / "data"
+MODELS = {  # name: (folder, BOS in every window)
+    "SmolLM2-135M": ("smollm2-135m-instruct", False),
+    "Gemma-3-270M": ("gemma-3-270m", True),
+}
+SETTINGS = dict(retrieval_stride=4, query_length=32, max_length=512)
+
+
+def add_run_args(parser: argparse.ArgumentParser, out: str) -> None:
+    """The flags every results script takes: where passes are cached (``--out``, default ``out`` in hf-ralm's cache),
+    the figures' folder, the models, the index, the held-out set, the text length, the batch and the device."""
+    parser.add_argument("--out", default=str(HOME / ".cache/hf-ralm" / out), help="cached passes")
+    parser.add_argument("--figures-dir", default=str(REPO / "docs" / "figures"))
+    parser.add_argument("--models-dir", default=str(HOME / ".cache/hf-ralm/models"))
+    parser.add_argument("--index-dir", default=str(HOME / ".cache/hf-ralm/index/wikipedia-2015-sample-bm25"))
+    parser.add_argument("--heldout-dir", default=str(HOME / ".cache/hf-ralm/heldout"))
+    parser.add_argument("--max-eval-tokens", type=int, default=2048)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--device", default=None)
+
+
+DATA = ("held-out Wikipedia", "WikiText-103 test")
+
+
+def datasets(args) -> dict:
+    """``{name: (rows.jsonl, titles never to retrieve)}``."""
+    return {
+        "held-out Wikipedia": (os.path.join(args.heldout_dir, "rows.jsonl"),
+                               os.path.join(args.heldout_dir, "titles.txt")),
+        "WikiText-103 test": (str(SHARED / "wikitext-103" / "test.jsonl"),
+                              str(SHARED / "wikitext-103" / "forbidden_titles.txt")),
+    }
+
+
+def load_retrievers(args) -> dict:
+    """One BM25 retriever per data set, its own articles excluded."""
+    from hf_ralm.retrieval.base import read_forbidden_titles
+    from hf_ralm.retrieval.bm25 import BM25Retriever
+
+    return {data: BM25Retriever.load(args.index_dir, forbidden_titles=read_forbidden_titles(titles))
+            for data, (_, titles) in datasets(args).items()}
+
+
+class Run:
+    """One (reader, data): its model, text, windows, queries and ``k`` retrieved passages per window (retrieval is
+    cheap and redone), with ``config`` the :data:`SETTINGS` plus ``settings`` (RalmConfig fields)."""
+
+    def __init__(self, reader: str, data: str, args, retrievers: dict, k: int, **settings):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from hf_ralm import RalmConfig
+        from hf_ralm.data import load_dataset_text
+        from hf_ralm.evaluation import retrieve_for_windows, tokenize_text, window_queries
+        from hf_ralm.windows import count_words, plan_windows
+
+        folder, bos = MODELS[reader]
+        path = os.path.join(args.models_dir, folder)
+        self.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).to(self.device).eval()
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.config = RalmConfig(**SETTINGS, bos_every_window=bos, **settings)
+        data_path, _ = datasets(args)[data]
+        text = load_dataset_text(data_path)
+        self.ids = tokenize_text(self.tokenizer, text, args.max_eval_tokens)
+        if len(self.ids) == args.max_eval_tokens:
+            text = self.tokenizer.decode(self.ids)
+        self.num_words = count_words(text)
+        self.windows = plan_windows(len(self.ids), SETTINGS["max_length"], SETTINGS["retrieval_stride"])
+        self.queries = window_queries(self.tokenizer, self.ids, self.windows, SETTINGS["query_length"])
+        self.retriever = retrievers[data]
+        self.candidates = retrieve_for_windows(self.retriever, self.queries, k, show_progress=False)
+
+
+def cached(path: str, compute) -> dict:
+    """The JSON at ``path``, or ``compute()`` written there (atomically) first."""
+    from hf_ralm.retrieval.jsonfile import write_json_atomic
+
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    result = compute()
+    write_json_atomic(path, result)
+    return result
+
+
+def reader_pass(run: Run, batch_size: int, config=None) -> dict:
+    """Every candidate's (and, with ``rerank_allow_no_passage``, no passage's) ranking and target NLL sums per window
+    (``rerank_windows`` under ``config``, by default the run's), the NLL of the windows nothing was ranked for
+    (``base_nll``) and the pass's time."""
+    from hf_ralm.reranking.lm import rerank_windows
+
+    config = config or run.config
+    t0 = time.perf_counter()
+    outcome = rerank_windows(run.model, run.tokenizer, run.ids, run.windows, run.queries, run.candidates, config,
+                             batch_size=batch_size)
+    seconds = time.perf_counter() - t0
+    unranked = [w for w in run.windows if outcome.target_nlls[w.index] is None]
+    base = sum(float(outcome.token_nlls[w.score_begin : w.end].sum()) for w in unranked)
+    return {"seconds": seconds, "base_nll": base, "ranking": outcome.ranking_nlls, "targets": outcome.target_nlls,
+            "num_tokens": len(run.ids), "num_words": run.num_words, "num_windows": len(run.windows)}
+
+
+def chosen_nll(p: dict, pick) -> float:
+    """The summed NLL of the text when each ranked window ``i`` puts candidate ``pick(i, ranking sums, target sums)``
+    in context: a reader pass's NLL sums, added up."""
+    return p["base_nll"] + sum(t[pick(i, r, t)] for i, (r, t) in enumerate(zip(p["ranking"], p["targets"]))
+                               if t is not None)
+
+
+def perplexities(p: dict, nll: float) -> dict:
+    """Token and word perplexity of a summed NLL over the pass's text (the paper's counts)."""
+    return {"token_ppl": float(torch.tensor(nll / p["num_tokens"]).exp()),
+            "word_ppl": float(torch.tensor(nll / p["num_words"]).exp())}
+
+
+class ResultsCsv:
+    """A CSV of result rows, one per measured point, appended (and flushed) as soon as each is measured, so that a
+    rerun skips the points it already holds (:meth:`done`)."""
+
+    def __init__(self, path: str, fields: list[str]):
+        self.path, self.fields = path, fields
+        self.rows: list[dict] = []
+        if os.path.exists(path):
+            with open(path, newline="", encoding="utf-8") as f:
+                self.rows = list(csv.DictReader(f))
+
+    def done(self, **key) -> bool:
+        """Whether a row with these values (compared as text) is already there."""
+        return any(all(str(row[k]) == str(v) for k, v in key.items()) for row in self.rows)
+
+    def add(self, row: dict) -> None:
+        new = not os.path.exists(self.path)
+        with open(self.path, "a", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, fieldnames=self.fields)
+            if new:
+                writer.writeheader()
+            writer.writerow(row)
+        self.rows.append({k: "" if v is None else str(v) for k, v in row.items()})  # as read back
