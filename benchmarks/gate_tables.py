@@ -28,20 +28,22 @@ A smoke run: ``--max-eval-tokens 600 --figures-dir /tmp/gates --out /tmp/gates/p
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
 
+import torch
 from tqdm.auto import tqdm
 
 from table_runs import DATA, MODELS, ResultsCsv, Run, add_run_args, cached, chosen_nll, load_retrievers, perplexities
 from table_runs import reader_pass
 
-THRESHOLDS = (0.15, 0.2, 0.225, 0.25, 0.275, 0.3, 0.35, 0.4)  # BM25 top scores over the maximum: ~0.14 to ~0.4
+THRESHOLDS = (0.15, 0.2, 0.225, 0.25, 0.275, 0.3, 0.35, 0.4)  # meant to span the windows' normalised top scores
 PASSAGES = (1, 2, 3)
 ENSEMBLES = (2, 4, 8)
-FIELDS = ["data", "reader", "method", "setting", "retrieved_fraction", "token_ppl", "word_ppl", "tokens", "windows",
-          "seconds"]
+FIELDS = ["data", "reader", "method", "setting", "options", "retrieved_fraction", "token_ppl", "word_ppl", "tokens",
+          "windows", "seconds"]
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -152,36 +154,42 @@ def plot(rows: list[dict], path: str) -> None:
     fig.savefig(path, dpi=130)
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    os.makedirs(args.out, exist_ok=True)
-    os.makedirs(args.figures_dir, exist_ok=True)
-    results = ResultsCsv(os.path.join(args.figures_dir, "gate_results.csv"), FIELDS)
+def pass_path(args, reader: str, data: str) -> str:
+    """Where the gate pass of (reader, data) is cached."""
+    return os.path.join(args.out, f"{reader}.{data}.{args.max_eval_tokens}.gates.json".replace(" ", "_"))
+
+
+def options(method: str, args) -> str:
+    """The settings besides n that a point depends on (part of its key: a rerun with others measures it again)."""
+    if method == "passages":
+        return f"cap={args.max_context_doc_tokens}"
+    return f"tau={args.ensemble_temperature}" if method == "ensemble" else ""
+
+
+def measure(args, results: ResultsCsv) -> None:
+    """Every point not yet in ``results``, one row each as soon as it is measured."""
     retrievers = load_retrievers(args)
-    todo = [(data, reader, method, setting) for data in args.data for reader in args.readers
-            for method, setting in points(args)]
-    with tqdm(total=len(todo), desc="gate tables", unit="point") as progress:
-        for data in args.data:
-            for reader in args.readers:
-                stem = os.path.join(args.out, f"{reader}.{data}.{args.max_eval_tokens}".replace(" ", "_"))
-                run = p = None
-                for method, setting in points(args):
-                    key = {"data": data, "reader": reader, "method": method, "setting": setting,
-                           "tokens": args.max_eval_tokens}
-                    if results.done(**key):
-                        progress.update()
-                        continue
-                    run = run or Run(reader, data, args, retrievers, 1)
-                    if method in ("passages", "ensemble"):
-                        measured = evaluated_point(run, method, int(setting), args)
-                    else:
-                        p = p or cached(f"{stem}.gates.json", lambda: gate_pass(run, args.batch_size))
-                        measured = gate_point(p, method, setting)
-                    results.add({**key, **measured, "windows": len(run.windows)})
-                    progress.update()
-    order = {point: i for i, point in enumerate(points(args))}
-    rows = sorted((r for r in results.rows if r["tokens"] == str(args.max_eval_tokens)),
-                  key=lambda r: (r["data"], r["reader"], order.get((r["method"], r["setting"]), len(order))))
+    todo = [(data, reader, point) for data in args.data for reader in args.readers for point in points(args)]
+    runs: dict = {}
+    for data, reader, (method, setting) in tqdm(todo, desc="gate tables", unit="point"):
+        key = {"data": data, "reader": reader, "method": method, "setting": setting, "options": options(method, args),
+               "tokens": args.max_eval_tokens}
+        if results.done(**key):
+            continue
+        if (reader, data) not in runs:
+            runs = {(reader, data): Run(reader, data, args, retrievers, 1)}  # one model in memory at a time
+        run = runs[reader, data]
+        if method in ("passages", "ensemble"):
+            measured = evaluated_point(run, method, int(setting), args)
+        else:
+            measured = gate_point(cached(pass_path(args, reader, data), lambda: gate_pass(run, args.batch_size)),
+                                  method, setting)
+        results.add({**key, **measured, "windows": len(run.windows)})
+
+
+def print_checks(args, rows: list[dict]) -> None:
+    """Per (reader, data): one passage evaluated against ``always`` from the pass, and the spread of the windows'
+    normalised top scores (what the thresholds should span)."""
     for data in args.data:
         for reader in args.readers:
             ppl = {(r["method"], r["setting"]): float(r["token_ppl"]) for r in rows
@@ -190,6 +198,28 @@ def main(argv=None) -> int:
                 check = abs(ppl["passages", "1"] - ppl["always", ""]) / ppl["always", ""]
                 print(f"[gates] {reader} / {data}: one passage evaluated vs always from the pass: relative "
                       f"perplexity difference {check:.1e}", file=sys.stderr)
+            path, scores = pass_path(args, reader, data), []
+            if os.path.exists(path):
+                with open(path, encoding="utf-8") as f:
+                    scores = [s for s in json.load(f)["gate_scores"] if s is not None]
+            if scores:
+                low, median, high = torch.quantile(torch.tensor(scores, dtype=torch.float64),
+                                                   torch.tensor([0.05, 0.5, 0.95], dtype=torch.float64))
+                print(f"[gates] {reader} / {data}: the windows' normalised top BM25 scores: 5th/50th/95th percentile "
+                      f"{low:.3f} / {median:.3f} / {high:.3f}", file=sys.stderr)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    os.makedirs(args.figures_dir, exist_ok=True)
+    results = ResultsCsv(os.path.join(args.figures_dir, "gate_results.csv"), FIELDS)
+    measure(args, results)
+    order = {point: i for i, point in enumerate(points(args))}
+    rows = sorted((r for r in results.rows if r["tokens"] == str(args.max_eval_tokens)
+                   and r["options"] == options(r["method"], args)),
+                  key=lambda r: (r["data"], r["reader"], order.get((r["method"], r["setting"]), len(order))))
+    print_checks(args, rows)
     plot(rows, os.path.join(args.figures_dir, "gate_results.png"))
     print("| data | reader | method | setting | retrieved | token ppl | word ppl |")
     print("|---|---|---|---|---|---|---|")
