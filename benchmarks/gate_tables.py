@@ -10,8 +10,10 @@ How it is computed: one pass of the reader per (reader, data) runs every window 
 sum of the chosen target NLLs: none = without, always = with, lm = the lm gate's choice (ranking NLL with <= without),
 score t = with when the top passage's BM25 score over its query's maximum attainable score is >= t
 (``normalized_top_scores``). Several passages and ensembles run ``evaluate_perplexity`` with ``num_passages=n`` or
-``ensemble_size=n`` (τ = ``--ensemble-temperature``); n=1 passage is measured that way too, and its difference from
-``always`` (the same windows, from the pass) is printed as a check.
+``ensemble_size=n`` (τ = ``--ensemble-temperature``; the passages capped at ``--max-context-doc-tokens``, 384 by
+default: the window must hold them and a stride); n=1 passage is measured that way too (the cap does not bind: one
+passage is at most 256 tokens), and its difference from ``always`` (the same windows, from the pass) is printed as a
+check.
 
 Every point is one row of ``--figures-dir/gate_results.csv``, appended as soon as it is measured (``seconds``: the
 time of the pass it comes from, or of its evaluation); a rerun skips the points already there (the pass is cached as
@@ -52,8 +54,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--thresholds", type=float, nargs="+", default=list(THRESHOLDS),
                         help="the score gate's thresholds (default: %(default)s)")
     parser.add_argument("--ensemble-temperature", type=float, default=1.0, help="τ of the ensembles (default 1.0)")
-    parser.add_argument("--max-context-doc-tokens", type=int,
-                        help="cap on the tokens of the passages in context with n > 1 (default: none, n × 256)")
+    parser.add_argument("--max-context-doc-tokens", type=int, default=384,
+                        help="cap on the tokens of the passages in context, separators included (default %(default)s: "
+                             "a quarter of the L=512 window stays the text's; L must hold it and a stride, so at "
+                             "most 508)")
     parser.add_argument("--readers", nargs="+", choices=list(MODELS), default=list(MODELS),
                         help="measure only these readers (default: both)")
     parser.add_argument("--data", nargs="+", choices=list(DATA), default=list(DATA),
@@ -229,7 +233,7 @@ def main(argv=None) -> int:
               f"{float(r['token_ppl']):.3f} | {float(r['word_ppl']):.3f} |")
     cap = args.max_context_doc_tokens
     print(f"\n(first {args.max_eval_tokens} tokens, L=512, s=4, ℓ=32, s'=16, BM25, bfloat16, ensembles' τ "
-          f"{args.ensemble_temperature}, passages capped at {cap or 'n × 256'} tokens; {results.path})")
+          f"{args.ensemble_temperature}, several passages capped at {cap} tokens; {results.path})")
     return 0
 
 

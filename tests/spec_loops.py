@@ -3,9 +3,10 @@ the tests hold gates, several passages and ensembles to; and a deterministic ret
 maximum per query.
 
 * Several passages: the top n passages (the chosen one first) go in front of the text, most relevant nearest it,
-  each encoded as one passage alone and cut to max_doc_tokens, a blank-line separator between two; their total is
-  capped by max_context_doc_tokens (the most relevant are kept whole first, the first that does not fit keeps its
-  beginning); they overwrite the window's oldest tokens, as one passage does.
+  each encoded as one passage alone and cut to max_doc_tokens, a blank-line separator between two; their total,
+  separators included, is capped by max_context_doc_tokens, at most (and by default) n x max_doc_tokens (the most
+  relevant are kept whole first, the first that does not fit keeps its beginning); they overwrite the window's
+  oldest tokens, as one passage does.
 * Ensembles: p(x_i | x_<i) = sum_j w_j p(x_i | [d_j; x_<i]), w = softmax(retrieval scores / tau), here summed in
   probability space in float64.
 * Gates: score: the top passage's score over the query's maximum attainable score must reach the threshold; lm: the
@@ -68,15 +69,15 @@ def spec_prefix(tokenizer, passages, config, separator: str = "\n\n") -> list[in
         return passage_prefix(tokenizer, None, config)
     sep = tokenizer.encode(separator, add_special_tokens=False)
     segments = [passage_prefix(tokenizer, p, config) + (sep if i > 0 else []) for i, p in enumerate(passages)]
-    cap = config.max_context_doc_tokens
-    if cap is not None:
-        kept, used = [], 0
-        for segment in segments:  # most relevant first
-            if used >= cap:
-                break
-            kept.append(segment[: cap - used])
-            used += len(kept[-1])
-        segments = kept
+    cap = config.num_passages * config.max_doc_tokens
+    cap = cap if config.max_context_doc_tokens is None else min(cap, config.max_context_doc_tokens)
+    kept, used = [], 0
+    for segment in segments:  # most relevant first
+        if used >= cap:
+            break
+        kept.append(segment[: cap - used])
+        used += len(kept[-1])
+    segments = kept
     return [t for segment in reversed(segments) for t in segment]
 
 

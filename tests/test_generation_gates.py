@@ -69,7 +69,7 @@ CASES = [  # (arch, stride, settings)
     ("llama", 4, dict(retrieval_gate="lm", rerank_tokens=6)),
     ("opt", 2, dict(retrieval_gate="lm", rerank_tokens=30)),        # s' beyond the shortest context: clipped
     ("gemma3", 3, dict(retrieval_gate="score", gate_threshold=0.5, bos_every_window=True)),
-    ("llama", 3, dict(num_passages=3)),
+    ("llama", 3, dict(num_passages=3, max_context_doc_tokens=26)),
     ("opt", 4, dict(num_passages=2, max_context_doc_tokens=14, retrieval_gate="score", gate_threshold=0.5)),
     ("gemma3", 2, dict(num_passages=3, bos_every_window=True)),
     ("gpt2", 3, dict(ensemble_size=3, ensemble_temperature=0.5, retrieval_gate="score", gate_threshold=0.5)),

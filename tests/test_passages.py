@@ -46,7 +46,7 @@ PASSAGE_CASES = [  # (arch, stride, max_length, n, max_doc_tokens, cap, num_toke
     ("llama", 4, 32, 3, 10, 18, 60, "none"),      # the cap binds: the least relevant passage is cut or left out
     ("opt", 4, 48, 3, 12, None, 52, "none"),      # a text barely longer than the window
     ("opt", 4, 64, 3, 12, None, 40, "none"),      # a text shorter than the window: window 0 alone
-    ("gemma3", 2, 20, 3, 12, None, 41, "none"),   # passages longer than the window fill it whole; BOS every window
+    ("gemma3", 2, 40, 3, 12, None, 61, "none"),   # BOS every window
     ("llama", 3, 32, 2, 10, None, 60, "lm"),      # after reranking: the chosen passage first
     ("gpt2", 3, 32, 1, 10, 6, 60, "none"),        # one passage, cut by the cap
 ]
@@ -96,6 +96,21 @@ def test_passages_are_separated(monkeypatch, tiny_llama, tiny_tokenizer):
     expected = plain_window_nlls(tiny_llama, tiny_tokenizer, ids, windows, in_context, config, separator=". ,")
     result = evaluate_perplexity(tiny_llama, tiny_tokenizer, ids, retriever, config, show_progress=False)
     assert torch.allclose(result.token_nlls[1:], expected[1:], atol=1e-4, rtol=0)
+
+
+def test_passages_must_leave_room_for_a_stride(tiny_llama, tiny_tokenizer):
+    """Several passages longer than the window minus a stride would cover the tokens it scores: refused, naming the
+    setting to lower, whether L is given or the model's maximum (128 for the tiny models)."""
+    with pytest.raises(ValueError, match=r"^max_length \(32\) cannot hold the passages of max_context_doc_tokens "
+                                         r"\(36\) tokens and the retrieval_stride \(2\) tokens after it: lower "
+                                         r"max_context_doc_tokens to at most 30 or raise max_length to at least 38\."):
+        RalmConfig(retrieval_stride=2, max_length=32, max_doc_tokens=12, num_passages=3)
+    assert RalmConfig(retrieval_stride=2, max_length=32, max_doc_tokens=12, num_passages=3,
+                      max_context_doc_tokens=30).context_doc_tokens == 30
+    too_many = RalmConfig(max_doc_tokens=50, num_passages=3)
+    with pytest.raises(ValueError, match=r"^The model's maximum length \(128\) cannot hold the passages of "
+                                         r"max_context_doc_tokens \(150\) tokens"):
+        evaluate_perplexity(tiny_llama, tiny_tokenizer, list(range(4, 40)), None, too_many, show_progress=False)
 
 
 def test_context_indices_and_one_passage():

@@ -195,8 +195,9 @@ FLAG_GROUPS: dict[str, dict[str, dict]] = {
                                 "help": "n: passages put in front of the text, the most relevant nearest it, each cut "
                                         "to --max-doc-tokens (default %(default)s; with --rerank the chosen one "
                                         "first, then retrieval order)"},
-        FLAGS["max_context_doc_tokens"]: {"type": int, "help": "cap on the tokens of all the passages in context; at "
-                                                               "the cap the least relevant give way (default: none)"},
+        FLAGS["max_context_doc_tokens"]: {"type": int, "help": "cap on the tokens of all the passages in context, "
+                                                               "separators included; at the cap the least relevant "
+                                                               "give way (default and at most: n × --max-doc-tokens)"},
         FLAGS["ensemble_size"]: {"type": int, "default": RalmConfig.ensemble_size,
                                  "help": "n > 1: mix the next-token probabilities of the top n passages, one in "
                                          "context each, weighted by softmax(retrieval score / "
