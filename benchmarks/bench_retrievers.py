@@ -81,6 +81,28 @@ def write_subset(corpus: str, titles: set[str], n: int, seed: int, path: str) ->
     return {"num_articles_in_sample": len(lines), "num_articles": len(chosen)}
 
 
+def ensure_subset(corpus: str, titles_file: str, out: str, n: int, seed: int) -> str:
+    """The folder of the ``n``-article subset of ``corpus`` (seed ``seed``, the titles in ``titles_file`` excluded)
+    under ``out``: ``corpus.jsonl`` and ``subset.json``, written there when missing."""
+    from hf_ralm.retrieval.base import read_forbidden_titles
+    from hf_ralm.retrieval.files import write_json_atomic
+
+    sub = os.path.join(out, f"subset-{n}-seed{seed}")
+    os.makedirs(sub, exist_ok=True)
+    path, record = os.path.join(sub, "corpus.jsonl"), os.path.join(sub, "subset.json")
+    if not (os.path.exists(path) and os.path.exists(record)):
+        write_json_atomic(record, write_subset(corpus, read_forbidden_titles(titles_file), n, seed, path))
+    return sub
+
+
+def subset_index_dirs(sub: str) -> dict[str, str]:
+    """Where each retriever's index of the subset in ``sub`` lives: bm25 and dense where
+    `hf-ralm index --retriever hybrid --index-dir <sub>/index/hybrid` finds them, Lucene beside them."""
+    hybrid = os.path.join(sub, "index", "hybrid")
+    return {"bm25": os.path.join(hybrid, "bm25"), "lucene": os.path.join(sub, "index", "lucene"),
+            "dense": os.path.join(hybrid, "dense"), "hybrid": hybrid}
+
+
 def make_queries(tokenizer_dir: str, rows: str, max_eval_tokens: int) -> dict[int, list[str]]:
     from transformers import AutoTokenizer
 
@@ -163,15 +185,9 @@ def main() -> None:
     print("command:", command, flush=True)
     rows = os.path.join(args.heldout_dir, "rows.jsonl")
     titles_file = os.path.join(args.heldout_dir, "titles.txt")
-    with open(titles_file, encoding="utf-8") as f:
-        titles = {line.strip() for line in f if line.strip()}
-    sub = os.path.join(args.out, f"subset-{args.num_articles}-seed{args.seed}")
-    os.makedirs(sub, exist_ok=True)
+    sub = ensure_subset(args.corpus, titles_file, args.out, args.num_articles, args.seed)
     corpus = os.path.join(sub, "corpus.jsonl")
-    subset_json = os.path.join(sub, "subset.json")
-    if not (os.path.exists(corpus) and os.path.exists(subset_json)):
-        write_json_atomic(subset_json, write_subset(args.corpus, titles, args.num_articles, args.seed, corpus))
-    with open(subset_json, encoding="utf-8") as f:
+    with open(os.path.join(sub, "subset.json"), encoding="utf-8") as f:
         subset = json.load(f)
     from hf_ralm.retrieval.corpus import read_corpus, split_passages
 
@@ -181,16 +197,17 @@ def main() -> None:
 
     queries_file = os.path.join(sub, "queries.json")
     if not os.path.exists(queries_file):
-        write_json_atomic(queries_file, {str(k): v for k, v in make_queries(args.model, rows, args.max_eval_tokens).items()})
-    hybrid_dir = os.path.join(sub, "index", "hybrid")
-    index_dirs = {"bm25": os.path.join(hybrid_dir, "bm25"), "lucene": os.path.join(sub, "index", "lucene"),
-                  "dense": os.path.join(hybrid_dir, "dense"), "hybrid": hybrid_dir}
+        queries = make_queries(args.model, rows, args.max_eval_tokens)
+        write_json_atomic(queries_file, {str(k): v for k, v in queries.items()})
+    index_dirs = subset_index_dirs(sub)
+    hybrid_dir = index_dirs["hybrid"]
 
     results = {}
     for kind in BUILT:  # one heavy process at a time
         record = os.path.join(sub, f"build.{kind}.json")
         if not os.path.exists(record):
-            write_json_atomic(record, timed_build(kind, corpus, index_dirs[kind], os.path.join(sub, f"build.{kind}.log")))
+            log = os.path.join(sub, f"build.{kind}.log")
+            write_json_atomic(record, timed_build(kind, corpus, index_dirs[kind], log))
         with open(record, encoding="utf-8") as f:
             results[kind] = {"build": json.load(f)}
     # hybrid: `hf-ralm index --retriever hybrid` finds <dir>/bm25 and <dir>/dense already built and only loads them
@@ -246,7 +263,8 @@ def main() -> None:
     print(f"\nAll figures are on a {n}-article subset ({subset['num_passages']} passages of 100 words) of the "
           f"{subset['num_articles_in_sample']}-article Wikipedia sample, seed {args.seed}, held-out articles excluded; "
           f"{available_cores()} CPU cores.\n")
-    print("| retriever | build s | size MB | build peak RSS GB | queries/s (ℓ) | RSS after load GB (added by the load) |")
+    print("| retriever | build s | size MB | build peak RSS GB | queries/s (ℓ) "
+          "| RSS after load GB (added by the load) |")
     print("|---|---|---|---|---|---|")
     for kind, r in results.items():
         b, q = r.get("build"), r["query"]

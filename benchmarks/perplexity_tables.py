@@ -18,38 +18,31 @@ import os
 import subprocess
 import sys
 
-HOME = os.path.expanduser("~")
-SHARED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data")
+from bench_setup import BM25_INDEX, CACHE, HELDOUT_DIR, MODELS_DIR, READERS, WIKIPEDIA, eval_sets
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default=os.path.join(HOME, ".cache/hf-ralm/tables"))
-    parser.add_argument("--models-dir", default=os.environ.get("HF_RALM_MODELS", os.path.join(HOME, ".cache/hf-ralm/models")))
-    parser.add_argument("--index-dir", default=os.path.join(HOME, ".cache/hf-ralm/index/wikipedia-2015-sample-bm25"))
-    parser.add_argument("--corpus", default=os.path.join(SHARED, "wikipedia-2015-sample/articles.jsonl.gz"))
-    parser.add_argument("--heldout-dir", default=os.path.join(HOME, ".cache/hf-ralm/heldout"))
+    parser.add_argument("--out", default=str(CACHE / "tables"))
+    parser.add_argument("--models-dir", default=str(MODELS_DIR))
+    parser.add_argument("--index-dir", default=str(BM25_INDEX))
+    parser.add_argument("--corpus", default=str(WIKIPEDIA))
+    parser.add_argument("--heldout-dir", default=str(HELDOUT_DIR))
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], help="one dtype for every model")
     parser.add_argument("--max-eval-tokens", type=int, default=2048)
     args = parser.parse_args()
 
-    datasets = {
-        "wikitext103-test": (os.path.join(SHARED, "wikitext-103/test.jsonl"),
-                             os.path.join(SHARED, "wikitext-103/forbidden_titles.txt")),
-        "heldout-wikipedia": (os.path.join(args.heldout_dir, "rows.jsonl"), os.path.join(args.heldout_dir, "titles.txt")),
-    }
-    models = {  # name: (folder, BOS options, dtype)
-        "SmolLM2-135M": ("smollm2-135m-instruct", [False], "float32"),
-        "Gemma-3-270M": ("gemma-3-270m", [False, True], "bfloat16"),
-    }
     rows = []
-    for data_name, (data_path, forbidden) in datasets.items():
-        for model_name, (folder, bos_options, dtype) in models.items():
-            dtype = args.dtype or dtype
+    for data_name, (data_path, forbidden) in eval_sets(args.heldout_dir).items():
+        for model_name, reader in READERS.items():
+            folder, dtype = reader.folder, args.dtype or reader.dtype
+            # a reader that needs a BOS in every window is also shown with the reference's BOS rule
+            bos_options = [False, True] if reader.bos_every_window else [False]
             for bos in bos_options:
                 figures = {}
                 for retriever in ("none", "bm25"):
-                    run = f"{data_name}.{folder}.{dtype}.{retriever}{'.bos' if bos else ''}"
+                    slug = data_name.lower().replace(" ", "-")
+                    run = f"{slug}.{folder}.{dtype}.{retriever}{'.bos' if bos else ''}"
                     out_dir = os.path.join(args.out, run)
                     command = [
                         "hf-ralm", "eval-lm", "--model", os.path.join(args.models_dir, folder),
@@ -58,7 +51,8 @@ def main() -> None:
                         "--dtype", dtype, "--output-dir", out_dir,
                     ]
                     if retriever == "bm25":
-                        command += ["--index-dir", args.index_dir, "--corpus", args.corpus, "--forbidden-titles", forbidden]
+                        command += ["--index-dir", args.index_dir, "--corpus", args.corpus,
+                                    "--forbidden-titles", forbidden]
                     if bos:
                         command.append("--bos-every-window")
                     if not os.path.exists(os.path.join(out_dir, "eval.json")):
@@ -69,7 +63,8 @@ def main() -> None:
                 label = f"{model_name}, {dtype}" + (
                     ", BOS every window" if bos else ", reference BOS" if bos_options != [False] else "")
                 rows.append((data_name, label, figures))
-    print("\n| data | model | token ppl, none | token ppl, BM25 | word ppl, none | word ppl, BM25 | windows with a passage |")
+    print("\n| data | model | token ppl, none | token ppl, BM25 | word ppl, none | word ppl, BM25 "
+          "| windows with a passage |")
     print("|---|---|---|---|---|---|---|")
     for data_name, label, f in rows:
         print(f"| {data_name} | {label} | {f['none']['token_ppl']:.3f} | {f['bm25']['token_ppl']:.3f} | "

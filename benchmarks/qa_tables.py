@@ -27,7 +27,8 @@ import os
 import shlex
 import subprocess
 import sys
-import tempfile
+
+from hf_ralm.retrieval.jsonfile import write_text_atomic
 
 HOME = os.path.expanduser("~")
 SHARED = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data"))
@@ -53,23 +54,24 @@ def write_gold_corpus(rows: list[dict], path: str) -> dict:
             long_ones += len(text.split()) > WORDS_PER_PASSAGE
             lines.append(json.dumps({"id": f"nq-gold-{row_number}-{j}", "title": title, "text": text},
                                     ensure_ascii=False) + "\n")
-    data = "".join(lines).encode("utf-8")
+    content = "".join(lines)
     stats = {"num_rows": len(rows), "num_passages": len(lines), "num_over_100_words": long_ones}
     if os.path.isfile(path):
-        with open(path, "rb") as f:
-            if f.read() == data:
+        with open(path, encoding="utf-8") as f:
+            if f.read() == content:
                 return stats
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=".jsonl")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    write_text_atomic(path, content, suffix=".jsonl")
     return stats
+
+
+def qa_corpus(out: str, questions: str, rows: list[dict], index_dir: str | None = None) -> tuple[str, str, dict]:
+    """``(gold corpus file, index folder, gold passages' stats)``: the questions' gold passages written as a corpus
+    under ``out`` (:func:`write_gold_corpus`), and the folder of the BM25 index of the Wikipedia sample plus them
+    (``index_dir``, default ``out/index-wiki-plus-nq-gold``)."""
+    name = os.path.basename(questions).removesuffix(".gz").removesuffix(".jsonl")
+    gold_corpus = os.path.join(out, f"{name}-passages.jsonl")
+    gold = write_gold_corpus(rows, gold_corpus)
+    return gold_corpus, os.path.abspath(index_dir or os.path.join(out, "index-wiki-plus-nq-gold")), gold
 
 
 def read_eval(out_dir: str) -> dict | None:
@@ -83,11 +85,13 @@ def read_eval(out_dir: str) -> dict | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=os.path.join(HOME, ".cache/hf-ralm/qa"))
-    parser.add_argument("--models-dir", default=os.environ.get("HF_RALM_MODELS", os.path.join(HOME, ".cache/hf-ralm/models")))
+    parser.add_argument("--models-dir",
+                        default=os.environ.get("HF_RALM_MODELS", os.path.join(HOME, ".cache/hf-ralm/models")))
     parser.add_argument("--questions", default=os.path.join(SHARED, "nq-open/nq-open-gold-2000.jsonl.gz"))
     parser.add_argument("--corpus", default=os.path.join(SHARED, "wikipedia-2015-sample/articles.jsonl.gz"),
                         help="the Wikipedia corpus the gold passages are added to")
-    parser.add_argument("--index-dir", help="BM25 index of corpus + gold passages (default OUT/index-wiki-plus-nq-gold)")
+    parser.add_argument("--index-dir",
+                        help="BM25 index of corpus + gold passages (default OUT/index-wiki-plus-nq-gold)")
     parser.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"])
     parser.add_argument("--max-questions", type=int, help="answer only the first N questions (default: all)")
     parser.add_argument("--batch-size", type=int, default=8, help="questions per generate call (default 8)")
@@ -96,11 +100,8 @@ def main() -> None:
     out = os.path.abspath(os.path.expanduser(args.out))
     questions = os.path.abspath(args.questions)
     corpus = os.path.abspath(args.corpus)
-    index_dir = os.path.abspath(args.index_dir or os.path.join(out, "index-wiki-plus-nq-gold"))
-    name = os.path.basename(questions).removesuffix(".gz").removesuffix(".jsonl")
-    gold_corpus = os.path.join(out, f"{name}-passages.jsonl")
     rows = read_questions(questions)
-    gold = write_gold_corpus(rows, gold_corpus)
+    gold_corpus, index_dir, gold = qa_corpus(out, questions, rows, args.index_dir)
     wanted = len(rows) if args.max_questions is None else min(args.max_questions, len(rows))
 
     models = {"SmolLM2-135M": "smollm2-135m-instruct", "Gemma-3-270M": "gemma-3-270m"}
