@@ -1,0 +1,83 @@
+"""Ours (the paper fixed L=1,024): perplexity against the window length L ∈ {256, 512, 1024, 2048}, without
+retrieval and with BM25 over the whole Wikipedia sample (s=4, ℓ=32), both models (Gemma with a BOS in every
+window), held-out Wikipedia and WikiText-103 test. A passage overwrites up to 256 of a window's tokens (the
+reference's rule), so it costs a smaller share of the context as L grows: does retrieval's gain appear then? The lower
+panels give retrieval's relative change of perplexity at each L.
+
+Every point scores the same tokens: the --max-eval-tokens tokens that follow the first 2,048 (the largest L), each
+with a full window of L tokens of text before it (perplexity.eval_slice). Counting from the start of the text instead
+would score the first L tokens in window 0, without retrieval: at L=2048 a 2,048-token evaluation would have no
+retrieval at all. So this figure's L=512 points differ from the other figures' (which count from the start, as the
+tables do).
+
+    python benchmarks/figures/context_length.py                 # docs/figures/context_length.{csv,png}; resumable
+"""
+
+from __future__ import annotations
+
+import perplexity  # first: it puts benchmarks/ on sys.path
+import plotting
+from resources import Resources
+
+NAME = "context_length"
+MAX_LENGTHS = (256, 512, 1024, 2048)
+
+
+def points(res: Resources) -> list[dict]:
+    max_lengths = res.args.max_lengths
+    context = max(max_lengths)
+    return [perplexity.point(res, model, data, retriever=kind, max_length=length, context_tokens=context)
+            for model in res.args.models for data in res.args.datasets for kind in ("none", "bm25")
+            for length in max_lengths]
+
+
+def relative_change(rows: list[dict]) -> list[dict]:
+    """Per row with retrieval, its row without retrieval at the same settings found: ``change`` = 100 * (ppl with /
+    ppl without - 1), in percent.
+
+    Example:
+        >>> base = {"model": "M", "max_length": "512", "token_ppl": "20.0"}
+        >>> rows = [{**base, "retriever": "none"}, {**base, "retriever": "bm25", "token_ppl": "19.0"}]
+        >>> relative_change(rows)[0]["change"]
+        '-5'
+    """
+    retrieval = {"retriever", "index_id", *perplexity.RETRIEVAL_ONLY}
+
+    def same(row: dict) -> tuple:
+        return tuple(v for k, v in row.items() if k in perplexity.SETTINGS and k not in retrieval)
+
+    without = {same(row): float(row["token_ppl"]) for row in rows if row["retriever"] == "none"}
+    return [{**row, "change": f"{100 * (float(row['token_ppl']) / without[same(row)] - 1):.6g}"}
+            for row in rows if row["retriever"] != "none" and same(row) in without]
+
+
+def plot(rows: list[dict], path: str) -> None:
+    datasets = sorted({row["data"] for row in rows})
+    fig, axes = plotting.panels(len(datasets), rows=2)
+    series, settings = ("model", "retriever", "dtype"), perplexity.SETTINGS
+    for column, data in enumerate(datasets):
+        here = [row for row in rows if row["data"] == data]
+        top, bottom = axes[0][column], axes[1][column]
+        plotting.draw_lines(top, here, "max_length", "token_ppl", series, settings, plotting.model_style)
+        top.set_ylabel("token perplexity")
+        top.set_title(data, fontsize=9)
+        top.legend(fontsize=6)
+        plotting.draw_lines(bottom, relative_change(here), "max_length", "change", series, settings,
+                            plotting.model_style)
+        bottom.axhline(0, color="#999999", linewidth=0.8)
+        bottom.set_ylabel("retrieval's change of perplexity (%)")
+        for ax in (top, bottom):
+            plotting.log2_axis(ax, [float(row["max_length"]) for row in here])
+            ax.set_xlabel("window length L (tokens)")
+    plotting.save(fig, path, rows, settings)
+
+
+def main(argv=None) -> list[dict]:
+    def flags(parser):
+        parser.add_argument("--max-lengths", type=int, nargs="+", default=list(MAX_LENGTHS))
+
+    return perplexity.main(__doc__, NAME, ["bm25"], flags, points, plot, argv)
+
+
+if __name__ == "__main__":
+    main()

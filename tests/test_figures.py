@@ -1,0 +1,306 @@
+"""The figure suite's machinery (benchmarks/figures): one CSV row per point as soon as it is measured, reruns that skip
+what is done, settings never mixed, interrupted runs that keep their points, plots drawn from the CSV alone; on tiny
+random models, a tiny corpus and tiny texts (not the figures' values)."""
+
+from __future__ import annotations
+
+import argparse
+import doctest
+import json
+import math
+import sys
+
+import pytest
+import torch
+from conftest import EVAL_TEXT, REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT / "benchmarks" / "figures"))  # the figure scripts and their modules
+
+import context_length  # noqa: E402
+import perplexity  # noqa: E402
+import plotting  # noqa: E402
+import qa_num_docs  # noqa: E402
+import query_length  # noqa: E402
+import resources  # noqa: E402
+import retrievers  # noqa: E402
+import stride  # noqa: E402
+import sweep  # noqa: E402
+
+DATA = "held-out Wikipedia"
+
+
+def simple_table(tmp_path) -> sweep.Table:
+    return sweep.Table(tmp_path / "fig.csv", settings=("model", "max_eval_tokens", "stride"), measures=("ppl",))
+
+
+def counting_measure(calls: list, fail_at: int | None = None):
+    def measure(point):
+        calls.append(point["stride"])
+        if len(calls) == fail_at:
+            raise RuntimeError("interrupted")
+        return {"ppl": 10.0 + point["stride"]}
+    return measure
+
+
+def test_a_row_per_point_and_a_rerun_skips_the_done_points(tmp_path):
+    table, calls = simple_table(tmp_path), []
+    points = [{"model": "m", "max_eval_tokens": 64, "stride": s} for s in (1, 2, 4)]
+    assert sweep.run_points(table, points, counting_measure(calls), "test") == 3
+    assert [(r["stride"], r["ppl"]) for r in table.read()] == [("1", "11.0"), ("2", "12.0"), ("4", "14.0")]
+    assert sweep.run_points(table, points, counting_measure(calls), "test") == 0
+    assert calls == [1, 2, 4]  # nothing measured again
+    sweep.run_points(table, points + [{"model": "m", "max_eval_tokens": 64, "stride": 8}], counting_measure(calls), "t")
+    assert calls == [1, 2, 4, 8] and len(table.read()) == 4
+
+
+def test_a_changed_fixed_setting_is_measured_apart_and_labelled_apart(tmp_path):
+    table, calls = simple_table(tmp_path), []
+    sweep.run_points(table, [{"model": "m", "max_eval_tokens": 64, "stride": s} for s in (1, 2)],
+                     counting_measure(calls), "test")
+    sweep.run_points(table, [{"model": "m", "max_eval_tokens": 32, "stride": s} for s in (1, 2)],
+                     counting_measure(calls), "test")
+    rows = table.read()
+    assert calls == [1, 2, 1, 2] and len(rows) == 4  # the old rows kept, the new ones beside them
+    assert plotting.split_columns(rows, ("model",), "stride", table.settings) == ["max_eval_tokens"]
+    fig, axes = plotting.panels(1)
+    plotting.draw_lines(axes[0][0], rows, "stride", "ppl", ("model",), table.settings, lambda row: {})
+    assert sorted(line.get_label() for line in axes[0][0].get_lines()) == ["m, max_eval_tokens=32",
+                                                                           "m, max_eval_tokens=64"]
+
+
+def test_an_interrupted_run_keeps_the_points_measured_before(tmp_path):
+    table, calls = simple_table(tmp_path), []
+    points = [{"model": "m", "max_eval_tokens": 64, "stride": s} for s in (1, 2, 4)]
+    with pytest.raises(RuntimeError, match="interrupted"):
+        sweep.run_points(table, points, counting_measure(calls, fail_at=3), "test")
+    assert [r["stride"] for r in table.read()] == ["1", "2"]
+    assert not list(tmp_path.glob(".tmp-*"))  # no temporary file left behind
+    calls.clear()
+    sweep.run_points(table, points, counting_measure(calls), "test")
+    assert calls == [4] and [r["stride"] for r in table.read()] == ["1", "2", "4"]
+
+
+def test_a_csv_with_other_columns_is_refused(tmp_path):
+    (tmp_path / "fig.csv").write_text("model,stride,token_ppl\nm,4,12.0\n")
+    with pytest.raises(ValueError, match="move it away"):
+        simple_table(tmp_path).read()
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Perplexity points on a tiny model
+# ------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture()
+def tiny_resources(tmp_path, tiny_llama, tiny_tokenizer, tiny_index):
+    heldout = tmp_path / "heldout"
+    heldout.mkdir()
+    (heldout / "rows.jsonl").write_text(json.dumps({"text": EVAL_TEXT}) + "\n")
+    (heldout / "titles.txt").write_text("Kingdom\n")
+    args = argparse.Namespace(dtype="float32", heldout_dir=str(heldout), corpus=tiny_index["corpus"],
+                              index_dir=tiny_index["index_dir"], batch_size=4, max_eval_tokens=40,
+                              models=["SmolLM2-135M", "Gemma-3-270M"], datasets=[DATA], out_dir=str(tmp_path / "out"),
+                              plot_only=False)
+    loads = []
+
+    def load(name, dtype):
+        loads.append(name)
+        return tiny_llama, tiny_tokenizer
+
+    res = resources.Resources(args, load_reader=load)
+    res.loads = loads
+    return res
+
+
+def count_forwards(model):
+    calls = []
+    return calls, model.register_forward_hook(lambda *_: calls.append(1))
+
+
+def test_perplexity_points_load_each_model_once_and_are_not_recomputed(tiny_resources, tiny_llama, tmp_path):
+    res = tiny_resources
+    points = [perplexity.point(res, model, DATA, retriever=kind, stride=s, max_length=16)
+              for model in res.args.models for kind, s in (("none", 4), ("bm25", 2), ("bm25", 4))]
+    table = perplexity.table(str(tmp_path), "stride")
+    assert sweep.run_points(table, points, lambda p: perplexity.measure(res, p), "test") == 6
+    assert res.loads == ["SmolLM2-135M", "Gemma-3-270M"]  # points come model by model
+    rows = table.read()
+    assert [r["retriever"] for r in rows] == ["none", "bm25", "bm25"] * 2
+    assert all(r["index_id"] == resources.index_identity(res.args.index_dir) for r in rows[1:3])
+    assert rows[0]["index_id"] == rows[0]["query_length"] == rows[0]["corpus"] == ""
+    assert [int(r["num_retrievals"]) for r in rows[:3]] == [0, 12, 6]  # (40 - 16) / s windows after window 0
+    calls, hook = count_forwards(tiny_llama)
+    try:
+        assert sweep.run_points(table, points, lambda p: perplexity.measure(res, p), "test") == 0
+    finally:
+        hook.remove()
+    assert calls == [] and res.loads == ["SmolLM2-135M", "Gemma-3-270M"]
+
+
+def test_a_point_equals_the_library_evaluation(tiny_resources, tiny_llama, tiny_tokenizer):
+    from hf_ralm import RalmConfig
+    from hf_ralm.evaluation import evaluate_perplexity
+
+    res = tiny_resources
+    p = perplexity.point(res, "SmolLM2-135M", DATA, stride=4, max_length=16)
+    measured = perplexity.measure(res, p)
+    config = RalmConfig(retrieval_stride=4, query_length=32, max_length=16)
+    expected = evaluate_perplexity(tiny_llama, tiny_tokenizer, EVAL_TEXT, res.retriever("bm25", resources.WHOLE, DATA),
+                                   config, max_eval_tokens=40, show_progress=False).figures
+    for key in ("token_ppl", "word_ppl", "num_tokens", "num_words", "num_windows", "num_windows_with_passage"):
+        assert measured[key] == pytest.approx(expected[key], rel=1e-6), key
+
+
+@pytest.mark.parametrize("length", [8, 16])
+def test_context_points_score_the_same_tokens_each_with_a_full_window(tiny_resources, tiny_llama, tiny_tokenizer,
+                                                                      length):
+    """A plain loop from the definition: the tokens [C, C+T), each scored after the L-token window of text that ends
+    at its window's end (windows end every s tokens after C)."""
+    res, context, s = tiny_resources, 16, 4
+    p = perplexity.point(res, "SmolLM2-135M", DATA, retriever="none", stride=s, max_length=length,
+                         context_tokens=context)
+    measured = perplexity.measure(res, p)
+    ids = tiny_tokenizer(EVAL_TEXT, add_special_tokens=False)["input_ids"]
+    total, n = 0.0, res.args.max_eval_tokens
+    for first in range(context, context + n, s):
+        end = min(first + s, context + n)
+        window = torch.tensor(ids[end - length : end])
+        with torch.no_grad():
+            logp = torch.log_softmax(tiny_llama(window[None]).logits[0].double(), -1)
+        for t in range(first, end):
+            total -= float(logp[t - (end - length) - 1, ids[t]])
+    assert measured["nll_sum"] == pytest.approx(total, rel=1e-4)
+    assert measured["num_tokens"] == n
+    assert measured["token_ppl"] == pytest.approx(math.exp(total / n), rel=1e-4)
+
+
+def test_eval_slice_counts_the_same_tokens_whatever_the_window_length():
+    from hf_ralm.windows import plan_windows
+
+    for length in (8, 16, 32):
+        start, end, first = perplexity.eval_slice(context_tokens=32, max_length=length, num_tokens=20)
+        assert (start + first, end) == (32, 52)
+        for w in plan_windows(end - start, length, 4)[1:]:
+            assert w.length == length and w.score_begin >= first  # full windows, only counted tokens after 0
+    with pytest.raises(ValueError, match="context_tokens"):
+        perplexity.eval_slice(context_tokens=8, max_length=16, num_tokens=20)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# QA points
+# ------------------------------------------------------------------------------------------------------------------
+
+
+class StubQa:
+    """Two questions, with the tiny corpus's passages as what BM25 would have retrieved."""
+
+    def __init__(self, index_dir):
+        self.index_dir = index_dir
+        self.questions = [{"question": "who ruled rome", "answers": ["the emperor"]},
+                          {"question": "where did the ship sail", "answers": ["the island"]}]
+
+    def with_passages(self):
+        from conftest import ARTICLES
+
+        return [{**q, "ctxs": ARTICLES[i : i + 2]} for i, q in enumerate(self.questions)]
+
+
+def test_qa_points_write_their_rows_and_resume(tiny_resources, tiny_index, tiny_llama, tmp_path):
+    res = tiny_resources
+    res.args.questions, res.args.num_docs, res.args.work_dir = "nq.jsonl.gz", [0, 1, 2], str(tmp_path / "qa")
+    res.args.models = ["SmolLM2-135M"]
+    qa = StubQa(tiny_index["index_dir"])
+    table = sweep.Table(tmp_path / "qa.csv", qa_num_docs.SETTINGS, qa_num_docs.MEASURES)
+    points = qa_num_docs.points(res, qa)
+    assert sweep.run_points(table, points, lambda p: qa_num_docs.measure(res, qa, table, p), "qa") == 3
+    rows = table.read()
+    assert [(r["num_docs"], r["retriever"], r["num_questions"]) for r in rows] == [
+        ("0", "none", "2"), ("1", "bm25", "2"), ("2", "bm25", "2")]
+    assert rows[0]["has_answer"] == "0.0" and rows[2]["has_answer"] == "100.0"  # every answer is in 2 passages
+    assert rows[0]["index_id"] == "" and rows[2]["index_id"] == resources.index_identity(tiny_index["index_dir"])
+    calls, hook = count_forwards(tiny_llama)
+    try:
+        assert sweep.run_points(table, points, lambda p: qa_num_docs.measure(res, qa, table, p), "qa") == 0
+    finally:
+        hook.remove()
+    assert calls == []
+    qa_num_docs.plot(rows, str(tmp_path / "qa.png"))
+    assert (tmp_path / "qa.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Plots from the CSV alone
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def fake_rows(**varied) -> list[dict]:
+    """Perplexity rows as read from a CSV (strings): one per combination of the ``varied`` values."""
+    import itertools
+
+    base = {name: "" for name in (*perplexity.SETTINGS, *perplexity.MEASURES)}
+    base.update(model="SmolLM2-135M", data=DATA, dtype="float32", max_eval_tokens="2048", max_length="512",
+                stride="4", query_length="32", retriever="bm25", corpus=resources.WHOLE, index_id="abc",
+                measured_at="2026-01-01T00:00:00+00:00")
+    names = list(varied)
+    rows = []
+    for values in itertools.product(*varied.values()):
+        row = {**base, **dict(zip(names, values))}
+        if row["retriever"] == "none":
+            row.update(query_length="", corpus="", index_id="")
+        seed = sum(map(ord, "".join(values)))
+        row.update(token_ppl=str(15 + seed % 7 / 10), wall_s=str(10 + seed % 5), num_retrievals=str(100 + seed % 9))
+        rows.append(row)
+    return rows
+
+
+def write_rows(path, rows):
+    table = sweep.Table(path, perplexity.SETTINGS, perplexity.MEASURES)
+    for row in rows:
+        table.append(row)
+
+
+@pytest.mark.parametrize("script, rows", [
+    (stride, fake_rows(model=["SmolLM2-135M", "Gemma-3-270M"], stride=["1", "4", "64"])
+     + fake_rows(retriever=["none"])),
+    (query_length, fake_rows(retriever=["bm25", "dense", "none"], query_length=["8", "32"])),
+    (context_length, fake_rows(retriever=["bm25", "none"], max_length=["256", "2048"], context_tokens=["2048"])),
+    (retrievers, fake_rows(retriever=["bm25", "lucene", "dense", "hybrid"], corpus=[resources.WHOLE, "subset"])
+     + fake_rows(retriever=["none"])),
+])
+def test_plot_only_draws_the_png_from_the_csv(tmp_path, script, rows):
+    write_rows(tmp_path / f"{script.NAME}.csv", rows)
+    drawn = script.main(["--plot-only", "--out-dir", str(tmp_path)])
+    assert len(drawn) == len(rows)
+    assert (tmp_path / f"{script.NAME}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_only_without_a_csv_says_so(tmp_path):
+    with pytest.raises(SystemExit, match="run without --plot-only"):
+        stride.main(["--plot-only", "--out-dir", str(tmp_path)])
+
+
+def test_best_query_lengths_feed_the_retrievers_figure():
+    rows = fake_rows(retriever=["bm25", "dense"], query_length=["8", "16", "32", "64"])
+    best = query_length.best_query_lengths(rows)
+    for kind in ("bm25", "dense"):
+        mine = [r for r in rows if r["retriever"] == kind]
+        wanted = min(mine, key=lambda r: float(r["token_ppl"]))["query_length"]
+        assert best[("SmolLM2-135M", DATA, kind, "2048")] == int(wanted)
+    given = dict([retrievers.kind_and_length("dense=128")])
+    for kind, source in (("lucene", "bm25"), ("hybrid", "dense")):
+        assert retrievers.query_length(given, best, "SmolLM2-135M", DATA, kind, 2048) == best[
+            ("SmolLM2-135M", DATA, source, "2048")]
+    assert retrievers.query_length(given, best, "SmolLM2-135M", DATA, "dense", 2048) == 128
+    assert retrievers.query_length(given, {}, "Gemma-3-270M", DATA, "bm25", 2048) == 32  # the paper's default
+
+
+def test_a_bad_query_length_flag_is_a_usage_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        retrievers.main(["--plot-only", "--out-dir", str(tmp_path), "--query-length", "bm25=long"])
+    assert exit_info.value.code == 2
+    assert "KIND=ℓ with KIND one of bm25, lucene, dense, hybrid" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("module", [sweep, perplexity, plotting, resources, query_length, context_length, retrievers])
+def test_examples_in_docstrings(module):
+    assert doctest.testmod(module).failed == 0
