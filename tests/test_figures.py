@@ -137,6 +137,22 @@ def test_perplexity_points_load_each_model_once_and_are_not_recomputed(tiny_reso
     assert calls == [] and res.loads == ["SmolLM2-135M", "Gemma-3-270M"]
 
 
+def test_the_scripts_list_their_points_model_by_model(tiny_resources):
+    args = tiny_resources.args
+    args.strides, args.max_lengths, args.retrievers, args.query_lengths = [1, 64], [8, 16], ["bm25"], [8, 16]
+
+    def settings(points, *names):
+        return [tuple(p[n] for n in names) for p in points]
+
+    models = args.models
+    assert settings(stride.points(tiny_resources), "model", "retriever", "stride") == [
+        (m, kind, s) for m in models for kind, s in (("none", 4), ("bm25", 1), ("bm25", 64))]
+    assert settings(query_length.points(tiny_resources), "model", "retriever", "query_length") == [
+        (m, kind, ell) for m in models for kind, ell in (("none", None), ("bm25", 8), ("bm25", 16))]
+    assert settings(context_length.points(tiny_resources), "model", "retriever", "max_length", "context_tokens") == [
+        (m, kind, length, 16) for m in models for kind in ("none", "bm25") for length in (8, 16)]
+
+
 def test_a_point_equals_the_library_evaluation(tiny_resources, tiny_llama, tiny_tokenizer):
     from hf_ralm import RalmConfig
     from hf_ralm.evaluation import evaluate_perplexity

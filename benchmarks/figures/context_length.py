@@ -24,11 +24,9 @@ MAX_LENGTHS = (256, 512, 1024, 2048)
 
 
 def points(res: Resources) -> list[dict]:
-    max_lengths = res.args.max_lengths
-    context = max(max_lengths)
-    return [perplexity.point(res, model, data, retriever=kind, max_length=length, context_tokens=context)
-            for model in res.args.models for data in res.args.datasets for kind in ("none", "bm25")
-            for length in max_lengths]
+    lengths = res.args.max_lengths
+    return perplexity.points_per_text(res, [{"retriever": kind, "max_length": length, "context_tokens": max(lengths)}
+                                            for kind in ("none", "bm25") for length in lengths], baseline=False)
 
 
 def relative_change(rows: list[dict]) -> list[dict]:

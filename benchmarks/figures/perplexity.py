@@ -81,6 +81,17 @@ def point(res: Resources, model: str, data: str, retriever: str = "bm25", corpus
     return p
 
 
+def points_per_text(res: Resources, variants: list[dict], baseline: bool = True) -> list[dict]:
+    """Model by model (so that each loads once), for every evaluation text: the run without retrieval (with
+    ``baseline``), then a :func:`point` per variant (the settings it changes)."""
+    out = []
+    for model in res.args.models:
+        for data in res.args.datasets:
+            out += [point(res, model, data, retriever="none")] if baseline else []
+            out += [point(res, model, data, **variant) for variant in variants]
+    return out
+
+
 def measure(res: Resources, p: dict) -> dict:
     """Evaluate the point: its figures (over the counted tokens, :func:`eval_slice`), counts and times."""
     from hf_ralm import RalmConfig

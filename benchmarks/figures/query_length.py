@@ -25,13 +25,8 @@ QUERY_LENGTHS = (8, 16, 32, 64, 128)
 
 def points(res: Resources) -> list[dict]:
     args = res.args
-    out = []
-    for model in args.models:
-        for data in args.datasets:
-            out.append(perplexity.point(res, model, data, retriever="none"))
-            out += [perplexity.point(res, model, data, retriever=kind, query_length=ell)
-                    for kind in args.retrievers for ell in args.query_lengths]
-    return out
+    return perplexity.points_per_text(res, [{"retriever": kind, "query_length": ell} for kind in args.retrievers
+                                            for ell in args.query_lengths])
 
 
 def plot(rows: list[dict], path: str) -> None:

@@ -23,13 +23,7 @@ STRIDES = (1, 2, 4, 8, 16, 32, 64)
 
 
 def points(res: Resources) -> list[dict]:
-    args = res.args
-    out = []
-    for model in args.models:
-        for data in args.datasets:
-            out.append(perplexity.point(res, model, data, retriever="none"))
-            out += [perplexity.point(res, model, data, stride=s) for s in args.strides]
-    return out
+    return perplexity.points_per_text(res, [{"stride": s} for s in res.args.strides])
 
 
 def plot(rows: list[dict], path: str) -> None:
