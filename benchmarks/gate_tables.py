@@ -38,7 +38,8 @@ import time
 import torch
 from tqdm.auto import tqdm
 
-from table_runs import DATA, MODELS, ResultsCsv, Run, add_run_args, cached, chosen_nll, load_retrievers, perplexities
+from bench_setup import READERS
+from table_runs import DATA, ResultsCsv, Run, add_run_args, cached, chosen_nll, load_retrievers, perplexities
 from table_runs import reader_pass
 
 THRESHOLDS = (0.15, 0.2, 0.225, 0.25, 0.275, 0.3, 0.35, 0.4)  # meant to span the windows' normalised top scores
@@ -58,7 +59,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="cap on the tokens of the passages in context, separators included (default %(default)s: "
                              "a quarter of the L=512 window stays the text's; L must hold it and a stride, so at "
                              "most 508)")
-    parser.add_argument("--readers", nargs="+", choices=list(MODELS), default=list(MODELS),
+    parser.add_argument("--readers", nargs="+", choices=list(READERS), default=list(READERS),
                         help="measure only these readers (default: both)")
     parser.add_argument("--data", nargs="+", choices=list(DATA), default=list(DATA),
                         help="measure only these data sets (default: both)")

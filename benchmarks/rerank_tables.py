@@ -33,8 +33,8 @@ import os
 import sys
 import time
 
-import torch
-from table_runs import MODELS, Run, add_run_args, cached, chosen_nll, load_retrievers, perplexities, reader_pass
+from bench_setup import READERS, load_reader
+from table_runs import Run, add_run_args, cached, chosen_nll, load_retrievers, perplexities, reader_pass
 
 OTHER = {"SmolLM2-135M": "Gemma-3-270M", "Gemma-3-270M": "SmolLM2-135M"}
 COLORS = {"none": "#999999", "BM25 top-1": "#4c72b0", "zero-shot": "#55a868",
@@ -70,14 +70,10 @@ def one_passage_pass(run: Run, batch_size: int) -> dict:
 
 def other_model_pass(run: Run, other: str, args) -> dict:
     """Another LM (the other model) ranks the reader's candidates in text; its choices and time."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     from hf_ralm import RalmConfig
     from hf_ralm.reranking.lm import LMReranker, rerank_windows
 
-    path = os.path.join(args.models_dir, MODELS[other][0])
-    reranker = LMReranker(AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).to(run.device).eval(),
-                          AutoTokenizer.from_pretrained(path), 512)
+    reranker = LMReranker(*load_reader(args.models_dir, other, "bfloat16", run.device), 512)
     config = RalmConfig(**{**run.config.to_dict(), "rerank_allow_no_passage": False})
     t0 = time.perf_counter()
     outcome = rerank_windows(run.model, run.tokenizer, run.ids, run.windows, run.queries, run.candidates, config,
@@ -163,7 +159,7 @@ def main(argv=None) -> int:
     retrievers = load_retrievers(args)
     rows = []
     for data in retrievers:
-        for reader in MODELS:
+        for reader in READERS:
             stem = os.path.join(args.out, f"{reader}.{data}.{args.max_eval_tokens}".replace(" ", "_"))
             run = None
 

@@ -20,44 +20,27 @@ import csv
 import json
 import os
 import time
-from pathlib import Path
 
 import torch
+from bench_setup import BM25_INDEX, CACHE, HELDOUT_DIR, MODELS_DIR, READERS, REPO, eval_sets, load_reader
 
-HOME = Path.home()
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared" / "data"
-MODELS = {  # name: (folder, BOS in every window)
-    "SmolLM2-135M": ("smollm2-135m-instruct", False),
-    "Gemma-3-270M": ("gemma-3-270m", True),
-}
 SETTINGS = dict(retrieval_stride=4, query_length=32, max_length=512)
 
 
 def add_run_args(parser: argparse.ArgumentParser, out: str) -> None:
     """The flags every results script takes: where passes are cached (``--out``, default ``out`` in hf-ralm's cache),
     the figures' folder, the models, the index, the held-out set, the text length, the batch and the device."""
-    parser.add_argument("--out", default=str(HOME / ".cache/hf-ralm" / out), help="cached passes")
+    parser.add_argument("--out", default=str(CACHE / out), help="cached passes")
     parser.add_argument("--figures-dir", default=str(REPO / "docs" / "figures"))
-    parser.add_argument("--models-dir", default=str(HOME / ".cache/hf-ralm/models"))
-    parser.add_argument("--index-dir", default=str(HOME / ".cache/hf-ralm/index/wikipedia-2015-sample-bm25"))
-    parser.add_argument("--heldout-dir", default=str(HOME / ".cache/hf-ralm/heldout"))
+    parser.add_argument("--models-dir", default=str(MODELS_DIR))
+    parser.add_argument("--index-dir", default=str(BM25_INDEX))
+    parser.add_argument("--heldout-dir", default=str(HELDOUT_DIR))
     parser.add_argument("--max-eval-tokens", type=int, default=2048)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--device", default=None)
 
 
-DATA = ("held-out Wikipedia", "WikiText-103 test")
-
-
-def datasets(args) -> dict:
-    """``{name: (rows.jsonl, titles never to retrieve)}``."""
-    return {
-        "held-out Wikipedia": (os.path.join(args.heldout_dir, "rows.jsonl"),
-                               os.path.join(args.heldout_dir, "titles.txt")),
-        "WikiText-103 test": (str(SHARED / "wikitext-103" / "test.jsonl"),
-                              str(SHARED / "wikitext-103" / "forbidden_titles.txt")),
-    }
+DATA = tuple(eval_sets(HELDOUT_DIR))
 
 
 def load_retrievers(args) -> dict:
@@ -66,7 +49,7 @@ def load_retrievers(args) -> dict:
     from hf_ralm.retrieval.bm25 import BM25Retriever
 
     return {data: BM25Retriever.load(args.index_dir, forbidden_titles=read_forbidden_titles(titles))
-            for data, (_, titles) in datasets(args).items()}
+            for data, (_, titles) in eval_sets(args.heldout_dir).items()}
 
 
 class Run:
@@ -74,20 +57,15 @@ class Run:
     cheap and redone), with ``config`` the :data:`SETTINGS` plus ``settings`` (RalmConfig fields)."""
 
     def __init__(self, reader: str, data: str, args, retrievers: dict, k: int, **settings):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
         from hf_ralm import RalmConfig
         from hf_ralm.data import load_dataset_text
         from hf_ralm.evaluation import retrieve_for_windows, tokenize_text, window_queries
         from hf_ralm.windows import count_words, plan_windows
 
-        folder, bos = MODELS[reader]
-        path = os.path.join(args.models_dir, folder)
         self.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).to(self.device).eval()
-        self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.config = RalmConfig(**SETTINGS, bos_every_window=bos, **settings)
-        data_path, _ = datasets(args)[data]
+        self.model, self.tokenizer = load_reader(args.models_dir, reader, "bfloat16", self.device)
+        self.config = RalmConfig(**SETTINGS, bos_every_window=READERS[reader].bos_every_window, **settings)
+        data_path, _ = eval_sets(args.heldout_dir)[data]
         text = load_dataset_text(data_path)
         self.ids = tokenize_text(self.tokenizer, text, args.max_eval_tokens)
         if len(self.ids) == args.max_eval_tokens:
