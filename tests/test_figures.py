@@ -119,7 +119,7 @@ def count_forwards(model):
 
 def test_perplexity_points_load_each_model_once_and_are_not_recomputed(tiny_resources, tiny_llama, tmp_path):
     res = tiny_resources
-    points = [perplexity.point(res, model, DATA, retriever=kind, stride=s, max_length=16)
+    points = [perplexity.point(res, model, DATA, retriever=kind, stride=s, max_length=16, max_doc_tokens=8)
               for model in res.args.models for kind, s in (("none", 4), ("bm25", 2), ("bm25", 4))]
     table = perplexity.table(str(tmp_path), "stride")
     assert sweep.run_points(table, points, lambda p: perplexity.measure(res, p), "test") == 6
@@ -149,8 +149,9 @@ def test_the_scripts_list_their_points_model_by_model(tiny_resources):
         (m, kind, s) for m in models for kind, s in (("none", 4), ("bm25", 1), ("bm25", 64))]
     assert settings(query_length.points(tiny_resources), "model", "retriever", "query_length") == [
         (m, kind, ell) for m in models for kind, ell in (("none", None), ("bm25", 8), ("bm25", 16))]
-    assert settings(context_length.points(tiny_resources), "model", "retriever", "max_length", "context_tokens") == [
-        (m, kind, length, 16) for m in models for kind in ("none", "bm25") for length in (8, 16)]
+    assert settings(context_length.points(tiny_resources), "model", "retriever", "max_length", "context_tokens",
+                    "max_doc_tokens") == [(m, kind, length, 16, None if kind == "none" else length - 4)
+                                          for m in models for kind in ("none", "bm25") for length in (8, 16)]
 
 
 def test_a_point_equals_the_library_evaluation(tiny_resources, tiny_llama, tiny_tokenizer):
@@ -158,9 +159,9 @@ def test_a_point_equals_the_library_evaluation(tiny_resources, tiny_llama, tiny_
     from hf_ralm.evaluation import evaluate_perplexity
 
     res = tiny_resources
-    p = perplexity.point(res, "SmolLM2-135M", DATA, stride=4, max_length=16)
+    p = perplexity.point(res, "SmolLM2-135M", DATA, stride=4, max_length=16, max_doc_tokens=8)
     measured = perplexity.measure(res, p)
-    config = RalmConfig(retrieval_stride=4, query_length=32, max_length=16)
+    config = RalmConfig(retrieval_stride=4, query_length=32, max_length=16, max_doc_tokens=8)
     expected = evaluate_perplexity(tiny_llama, tiny_tokenizer, EVAL_TEXT, res.retriever("bm25", resources.WHOLE, DATA),
                                    config, max_eval_tokens=40, show_progress=False).figures
     for key in ("token_ppl", "word_ppl", "num_tokens", "num_words", "num_windows", "num_windows_with_passage"):

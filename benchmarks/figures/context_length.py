@@ -1,8 +1,9 @@
 """Ours (the paper fixed L=1,024): perplexity against the window length L ∈ {256, 512, 1024, 2048}, without
 retrieval and with BM25 over the whole Wikipedia sample (s=4, ℓ=32), both models (Gemma with a BOS in every
 window), held-out Wikipedia and WikiText-103 test. A passage overwrites up to 256 of a window's tokens (the
-reference's rule), so it costs a smaller share of the context as L grows: does retrieval's gain appear then? The lower
-panels give retrieval's relative change of perplexity at each L.
+reference's rule; 252 at L=256, where the window must still hold the stride after it), so it costs a smaller share
+of the context as L grows: does retrieval's gain appear then? The lower panels give retrieval's relative change of
+perplexity at each L.
 
 Every point scores the same tokens: the --max-eval-tokens tokens that follow the first 2,048 (the largest L), each
 with a full window of L tokens of text before it (perplexity.eval_slice). Counting from the start of the text instead
@@ -24,9 +25,14 @@ MAX_LENGTHS = (256, 512, 1024, 2048)
 
 
 def points(res: Resources) -> list[dict]:
-    lengths = res.args.max_lengths
-    return perplexity.points_per_text(res, [{"retriever": kind, "max_length": length, "context_tokens": max(lengths)}
-                                            for kind in ("none", "bm25") for length in lengths], baseline=False)
+    from hf_ralm import RalmConfig
+
+    lengths, defaults = res.args.max_lengths, RalmConfig()
+    return perplexity.points_per_text(res, [
+        {"retriever": kind, "max_length": length, "context_tokens": max(lengths),
+         # a window must hold the passage and the stride after it (RalmConfig.check_room): 252 tokens at L=256
+         "max_doc_tokens": min(defaults.max_doc_tokens, length - defaults.retrieval_stride)}
+        for kind in ("none", "bm25") for length in lengths], baseline=False)
 
 
 def relative_change(rows: list[dict]) -> list[dict]:

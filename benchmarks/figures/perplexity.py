@@ -105,9 +105,10 @@ def measure(res: Resources, p: dict) -> dict:
         raise ValueError(f"{p['data']} has {len(ids)} tokens, fewer than the {end} this point needs: lower "
                          "--max-eval-tokens.")
     ids = ids[start:end]
+    # without retrieval there is no passage: any max_doc_tokens the window has room for will do
+    doc_tokens = p["max_doc_tokens"] or p["max_length"] - p["stride"]
     config = RalmConfig(retrieval_stride=p["stride"], query_length=p["query_length"], max_length=p["max_length"],
-                        max_doc_tokens=p["max_doc_tokens"] or RalmConfig().max_doc_tokens,
-                        bos_every_window=p["bos_every_window"])
+                        max_doc_tokens=doc_tokens, bos_every_window=p["bos_every_window"])
     retriever = res.retriever(p["retriever"], p["corpus"], p["data"])
     t0 = time.perf_counter()
     result = evaluate_perplexity(model, tokenizer, ids, retriever, config, batch_size=res.args.batch_size,
