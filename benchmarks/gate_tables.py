@@ -15,9 +15,9 @@ default: the window must hold them and a stride); n=1 passage is measured that w
 passage is at most 256 tokens), and its difference from ``always`` (the same windows, from the pass) is printed as a
 check.
 
-Every point is one row of ``--figures-dir/gate_results.csv``, appended as soon as it is measured (``seconds``: the
-time of the pass it comes from, or of its evaluation); a rerun skips the points already there (the pass is cached as
-JSON under ``--out``). Then the table is printed and
+Every point is one row of ``--figures-dir/gate_results.csv``, written as soon as it is measured (``seconds``: the
+time of the pass it comes from, or of its evaluation; benchmarks/results_csv.py); a rerun skips the points already
+there (the pass is cached as JSON under ``--out``). Then the table is printed and
 ``gate_results.png`` drawn (matplotlib, the ``bench`` extra)::
 
     python benchmarks/make_heldout.py --corpus ../shared/data/wikipedia-2015-sample/articles.jsonl.gz \\
@@ -36,17 +36,16 @@ import sys
 import time
 
 import torch
-from tqdm.auto import tqdm
 
 from bench_setup import READERS
-from table_runs import DATA, ResultsCsv, Run, add_run_args, cached, chosen_nll, load_retrievers, perplexities
-from table_runs import reader_pass
+from results_csv import Table, run_points
+from table_runs import DATA, Run, add_run_args, cached, chosen_nll, load_retrievers, perplexities, reader_pass
 
 THRESHOLDS = (0.15, 0.2, 0.225, 0.25, 0.275, 0.3, 0.35, 0.4)  # meant to span the windows' normalised top scores
 PASSAGES = (1, 2, 3)
 ENSEMBLES = (2, 4, 8)
-FIELDS = ["data", "reader", "method", "setting", "options", "retrieved_fraction", "token_ppl", "word_ppl", "tokens",
-          "windows", "seconds"]
+SETTINGS = ("data", "reader", "method", "setting", "options", "tokens")  # a point's key in the CSV
+MEASURES = ("token_ppl", "word_ppl", "retrieved_fraction", "windows", "seconds")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -171,25 +170,28 @@ def options(method: str, args) -> str:
     return f"tau={args.ensemble_temperature}" if method == "ensemble" else ""
 
 
-def measure(args, results: ResultsCsv) -> None:
-    """Every point not yet in ``results``, one row each as soon as it is measured."""
-    retrievers = load_retrievers(args)
-    todo = [(data, reader, point) for data in args.data for reader in args.readers for point in points(args)]
+def measure(args):
+    """What a point of the CSV measures, as a function of the point: the retrievers are loaded for the first point
+    measured, and one reader at a time (with its text's windows and retrieved passages)."""
+    retrievers: dict = {}
     runs: dict = {}
-    for data, reader, (method, setting) in tqdm(todo, desc="gate tables", unit="point"):
-        key = {"data": data, "reader": reader, "method": method, "setting": setting, "options": options(method, args),
-               "tokens": args.max_eval_tokens}
-        if results.done(**key):
-            continue
+
+    def measure_point(point: dict) -> dict:
+        reader, data, method, setting = point["reader"], point["data"], point["method"], point["setting"]
+        if not retrievers:
+            retrievers.update(load_retrievers(args))
         if (reader, data) not in runs:
-            runs = {(reader, data): Run(reader, data, args, retrievers, 1)}  # one model in memory at a time
+            runs.clear()  # one model in memory at a time
+            runs[reader, data] = Run(reader, data, args, retrievers, 1)
         run = runs[reader, data]
         if method in ("passages", "ensemble"):
             measured = evaluated_point(run, method, int(setting), args)
         else:
             measured = gate_point(cached(pass_path(args, reader, data), lambda: gate_pass(run, args.batch_size)),
                                   method, setting)
-        results.add({**key, **measured, "windows": len(run.windows)})
+        return {**measured, "windows": len(run.windows)}
+
+    return measure_point
 
 
 def print_checks(args, rows: list[dict]) -> None:
@@ -218,10 +220,13 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     os.makedirs(args.figures_dir, exist_ok=True)
-    results = ResultsCsv(os.path.join(args.figures_dir, "gate_results.csv"), FIELDS)
-    measure(args, results)
+    table = Table(os.path.join(args.figures_dir, "gate_results.csv"), SETTINGS, MEASURES)
+    todo = [{"data": data, "reader": reader, "method": method, "setting": setting, "options": options(method, args),
+             "tokens": args.max_eval_tokens}
+            for data in args.data for reader in args.readers for method, setting in points(args)]
+    run_points(table, todo, measure(args), "gates")
     order = {point: i for i, point in enumerate(points(args))}
-    rows = sorted((r for r in results.rows if r["tokens"] == str(args.max_eval_tokens)
+    rows = sorted((r for r in table.read() if r["tokens"] == str(args.max_eval_tokens)
                    and r["options"] == options(r["method"], args)),
                   key=lambda r: (r["data"], r["reader"], order.get((r["method"], r["setting"]), len(order))))
     print_checks(args, rows)
@@ -234,7 +239,7 @@ def main(argv=None) -> int:
               f"{float(r['token_ppl']):.3f} | {float(r['word_ppl']):.3f} |")
     cap = args.max_context_doc_tokens
     print(f"\n(first {args.max_eval_tokens} tokens, L=512, s=4, ℓ=32, s'=16, BM25, bfloat16, ensembles' τ "
-          f"{args.ensemble_temperature}, several passages capped at {cap} tokens; {results.path})")
+          f"{args.ensemble_temperature}, several passages capped at {cap} tokens; {table.path})")
     return 0
 
 

@@ -16,7 +16,6 @@ Example:
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import time
@@ -117,28 +116,3 @@ def perplexities(p: dict, nll: float) -> dict:
     """Token and word perplexity of a summed NLL over the pass's text (the paper's counts)."""
     return {"token_ppl": float(torch.tensor(nll / p["num_tokens"]).exp()),
             "word_ppl": float(torch.tensor(nll / p["num_words"]).exp())}
-
-
-class ResultsCsv:
-    """A CSV of result rows, one per measured point, appended (and flushed) as soon as each is measured, so that a
-    rerun skips the points it already holds (:meth:`done`)."""
-
-    def __init__(self, path: str, fields: list[str]):
-        self.path, self.fields = path, fields
-        self.rows: list[dict] = []
-        if os.path.exists(path):
-            with open(path, newline="", encoding="utf-8") as f:
-                self.rows = list(csv.DictReader(f))
-
-    def done(self, **key) -> bool:
-        """Whether a row with these values (compared as text) is already there."""
-        return any(all(str(row[k]) == str(v) for k, v in key.items()) for row in self.rows)
-
-    def add(self, row: dict) -> None:
-        new = not os.path.exists(self.path)
-        with open(self.path, "a", newline="", encoding="utf-8") as f:
-            writer = csv.DictWriter(f, fieldnames=self.fields)
-            if new:
-                writer.writeheader()
-            writer.writerow(row)
-        self.rows.append({k: "" if v is None else str(v) for k, v in row.items()})  # as read back

@@ -1,106 +1,32 @@
-"""The figure suite's sweep: points measured one at a time into the figure's CSV, resumably, and the figure drawn
-from that CSV.
+"""The figure suite's sweep: points measured one at a time into the figure's CSV, resumably (:mod:`results_csv`'s
+:class:`Table` and :func:`run_points`, shared with gate_tables.py), and the figure drawn from that CSV.
 
 A point is one measurement, named by the values of ALL its settings: the model, the data, what the figure varies
-and what it keeps fixed (dtype, max_eval_tokens, the index on disk ...). Its CSV row holds those settings and what
-was measured. The CSV is written again after every point (a temporary file, fsync, rename), so an interrupted run
-keeps every finished point, and a rerun skips the points whose settings are already in a row. A rerun with another
-fixed setting (say --max-eval-tokens 1024) finds no such row, so it measures new rows beside the old ones instead of
-mixing them; the plots then label every setting that differs between the rows of a line (:mod:`plotting`).
+and what it keeps fixed (dtype, max_eval_tokens, the index on disk ...). A rerun with another fixed setting (say
+--max-eval-tokens 1024) finds no such row, so it measures new rows beside the old ones instead of mixing them; the
+plots then label every setting that differs between the rows of a line (:mod:`plotting`).
 
     >>> table = Table("/tmp/example.csv", settings=("model", "stride"), measures=("token_ppl",))
-    >>> table.key({"model": "SmolLM2-135M", "stride": 4, "token_ppl": 15.1})
-    ('SmolLM2-135M', '4')
+    >>> table.columns
+    ['model', 'stride', 'token_ppl']
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Iterable
 
 BENCHMARKS = Path(__file__).resolve().parents[1]
-if str(BENCHMARKS) not in sys.path:  # bench_setup and bench_common, when a figure script is run as a file
+if str(BENCHMARKS) not in sys.path:  # bench_setup, bench_common and results_csv, when a figure script is run as a file
     sys.path.insert(0, str(BENCHMARKS))
 
 from bench_setup import CACHE, HELDOUT_DIR, MODELS_DIR, READERS, REPO, eval_sets  # noqa: E402
+from results_csv import Table, run_points  # noqa: E402,F401  (the figure scripts use them as sweep.Table, ...)
 
 FIGURES_DIR = REPO / "docs" / "figures"
-
-
-def cell(value) -> str:
-    """How a setting is written in the CSV and compared with a row's: ``""`` for ``None`` (not applicable)."""
-    return "" if value is None else str(value)
-
-
-@dataclass(frozen=True)
-class Table:
-    """A figure's CSV: the ``settings`` columns name a point, the ``measures`` columns hold what was measured."""
-
-    path: str | os.PathLike
-    settings: tuple[str, ...]
-    measures: tuple[str, ...]
-
-    @property
-    def columns(self) -> list[str]:
-        return [*self.settings, *self.measures]
-
-    def key(self, point: Mapping) -> tuple[str, ...]:
-        """The point's settings, as written in the CSV."""
-        return tuple(cell(point.get(name)) for name in self.settings)
-
-    def read(self) -> list[dict[str, str]]:
-        """The rows so far (none when the file does not exist).
-
-        Raises:
-            ValueError: the file has other columns (written by another version of the script).
-        """
-        if not os.path.isfile(self.path):
-            return []
-        with open(self.path, encoding="utf-8", newline="") as f:
-            reader = csv.DictReader(f)
-            rows = list(reader)
-        if reader.fieldnames != self.columns:
-            raise ValueError(f"{self.path} has the columns {reader.fieldnames}, not the {self.columns} this script "
-                             "writes (another version of the script wrote it): move it away and rerun.")
-        return rows
-
-    def append(self, row: Mapping) -> None:
-        """Add a row and write the whole CSV again, atomically."""
-        from hf_ralm.retrieval.jsonfile import write_text_atomic
-
-        missing = [name for name in self.columns if name not in row]
-        if missing:
-            raise ValueError(f"A row of {self.path} lacks the columns {missing}.")
-        out = io.StringIO()
-        writer = csv.DictWriter(out, fieldnames=self.columns, extrasaction="ignore", lineterminator="\n")
-        writer.writeheader()
-        writer.writerows([*self.read(), {name: cell(row[name]) for name in self.columns}])
-        write_text_atomic(str(self.path), out.getvalue(), suffix=".csv")
-
-
-def run_points(table: Table, points: Sequence[dict], measure: Callable[[dict], dict], desc: str) -> int:
-    """Measure every point not in ``table`` yet, in order, writing its row (the point's settings updated by what
-    ``measure`` returns) as soon as it is measured. Returns how many points were measured."""
-    from tqdm.auto import tqdm
-
-    done = {table.key(row) for row in table.read()}
-    todo = [point for point in points if table.key(point) not in done]
-    varied = [name for name in table.settings if len({cell(point.get(name)) for point in points}) > 1]
-    print(f"[{desc}] {len(points) - len(todo)} of {len(points)} points already in {table.path}; "
-          f"{len(todo)} to measure", file=sys.stderr, flush=True)
-    for point in tqdm(todo, desc=desc, unit="point"):
-        row = {**point, **measure(point)}
-        table.append(row)
-        first = table.measures[0]
-        tqdm.write(f"[{desc}] " + ", ".join(f"{name}={cell(row[name])}" for name in varied)
-                   + f": {first}={row[first]:.5g}", file=sys.stderr)
-    return len(todo)
 
 
 def provenance(model) -> dict:

@@ -1,0 +1,91 @@
+"""Resumable result CSVs: points measured one at a time, each written as a row as soon as it is measured, so that an
+interrupted run keeps every finished point and a rerun skips the points already there. The figure scripts
+(figures/sweep.py) and gate_tables.py measure into them.
+
+A point is named by the values of ALL its settings (the ``settings`` columns): a rerun with another value of any of
+them finds no such row and measures a new one beside the old. The whole CSV is written again after every point (a
+temporary file, fsync, rename), and a CSV with other columns (another version of the script) is refused.
+
+    >>> table = Table("/tmp/example.csv", settings=("model", "stride"), measures=("token_ppl",))
+    >>> table.key({"model": "SmolLM2-135M", "stride": 4, "token_ppl": 15.1})
+    ('SmolLM2-135M', '4')
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import sys
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+
+def cell(value) -> str:
+    """How a setting is written in the CSV and compared with a row's: ``""`` for ``None`` (not applicable)."""
+    return "" if value is None else str(value)
+
+
+@dataclass(frozen=True)
+class Table:
+    """A results CSV: the ``settings`` columns name a point, the ``measures`` columns hold what was measured."""
+
+    path: str | os.PathLike
+    settings: tuple[str, ...]
+    measures: tuple[str, ...]
+
+    @property
+    def columns(self) -> list[str]:
+        return [*self.settings, *self.measures]
+
+    def key(self, point: Mapping) -> tuple[str, ...]:
+        """The point's settings, as written in the CSV."""
+        return tuple(cell(point.get(name)) for name in self.settings)
+
+    def read(self) -> list[dict[str, str]]:
+        """The rows so far (none when the file does not exist).
+
+        Raises:
+            ValueError: the file has other columns (written by another version of the script).
+        """
+        if not os.path.isfile(self.path):
+            return []
+        with open(self.path, encoding="utf-8", newline="") as f:
+            reader = csv.DictReader(f)
+            rows = list(reader)
+        if reader.fieldnames != self.columns:
+            raise ValueError(f"{self.path} has the columns {reader.fieldnames}, not the {self.columns} this script "
+                             "writes (another version of the script wrote it): move it away and rerun.")
+        return rows
+
+    def append(self, row: Mapping) -> None:
+        """Add a row and write the whole CSV again, atomically."""
+        from hf_ralm.retrieval.jsonfile import write_text_atomic
+
+        missing = [name for name in self.columns if name not in row]
+        if missing:
+            raise ValueError(f"A row of {self.path} lacks the columns {missing}.")
+        out = io.StringIO()
+        writer = csv.DictWriter(out, fieldnames=self.columns, extrasaction="ignore", lineterminator="\n")
+        writer.writeheader()
+        writer.writerows([*self.read(), {name: cell(row[name]) for name in self.columns}])
+        write_text_atomic(str(self.path), out.getvalue(), suffix=".csv")
+
+
+def run_points(table: Table, points: Sequence[dict], measure: Callable[[dict], dict], desc: str) -> int:
+    """Measure every point not in ``table`` yet, in order, writing its row (the point's settings updated by what
+    ``measure`` returns) as soon as it is measured. Returns how many points were measured."""
+    from tqdm.auto import tqdm
+
+    done = {table.key(row) for row in table.read()}
+    todo = [point for point in points if table.key(point) not in done]
+    varied = [name for name in table.settings if len({cell(point.get(name)) for point in points}) > 1]
+    print(f"[{desc}] {len(points) - len(todo)} of {len(points)} points already in {table.path}; "
+          f"{len(todo)} to measure", file=sys.stderr, flush=True)
+    for point in tqdm(todo, desc=desc, unit="point"):
+        row = {**point, **measure(point)}
+        table.append(row)
+        first = table.measures[0]
+        tqdm.write(f"[{desc}] " + ", ".join(f"{name}={cell(row[name])}" for name in varied)
+                   + f": {first}={row[first]:.5g}", file=sys.stderr)
+    return len(todo)
