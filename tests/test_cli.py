@@ -237,6 +237,7 @@ RERANK_FLAGS = {"--rerank", "--rerank-candidates", "--rerank-tokens", "--reranke
                 "--rerank-seed"}
 BEYOND_FLAGS = {"--retrieval-gate", "--gate-threshold", "--num-passages", "--max-context-doc-tokens", "--ensemble",
                 "--ensemble-temperature"}  # issue 10: gates, several passages, ensembles
+RESUME_FLAGS = ("--chunk-size", "--overwrite")
 COMMAND_FLAGS = {
     "index": {"--corpus", "--index-dir", "--retriever", "--encoder", "--pooling", "--faiss-factory",
               "--words-per-passage"},
@@ -244,12 +245,12 @@ COMMAND_FLAGS = {
                  "--corpus", "--index-dir", "--forbidden-titles", "--stride", "--query-length", "--max-length",
                  "--dataset-path", "--dataset-name", "--dataset-split", "--max-eval-tokens", "--output-dir",
                  "--save-retrieval-file", "--max-doc-tokens", "--bos-every-window", "--batch-size", *RERANK_FLAGS,
-                 *BEYOND_FLAGS},
+                 *BEYOND_FLAGS, *RESUME_FLAGS},
     "eval-lm": {"--model", "--tokenizer", "--gguf-file", "--dtype", "--device", "--retriever", "--encoder",
                 "--corpus", "--index-dir", "--forbidden-titles", "--stride", "--query-length", "--max-length",
                 "--max-doc-tokens", "--bos-every-window", "--dataset-path", "--dataset-name", "--dataset-split",
                 "--max-eval-tokens", "--batch-size", "--output-dir", "--retrieval-file", "--save-retrieval-file",
-                "--no-prefix-kv-reuse", *RERANK_FLAGS, *BEYOND_FLAGS},
+                "--no-prefix-kv-reuse", *RERANK_FLAGS, *BEYOND_FLAGS, *RESUME_FLAGS},
     "generate": {"--model", "--tokenizer", "--gguf-file", "--dtype", "--device", "--retriever", "--encoder",
                  "--corpus", "--index-dir", "--forbidden-titles", "--stride", "--query-length", "--max-length",
                  "--max-doc-tokens", "--bos-every-window", "--batch-size", "--prompt", "--prompts-file",

@@ -22,7 +22,8 @@ from hf_ralm.reranking import (
     rerank_metrics,
     train_reranker,
 )
-from hf_ralm.reranking.data import METADATA_FILE, TMP_PREFIX
+from hf_ralm.chunks import TMP_PREFIX
+from hf_ralm.reranking.data import METADATA_FILE
 from hf_ralm.reranking.predictive import argmax_first
 from hf_ralm.reranking.training import default_init
 

@@ -16,10 +16,10 @@ import pytest
 
 from conftest import ARTICLES, EVAL_TEXT, write_jsonl
 from hf_ralm import RalmConfig
+from hf_ralm.chunks import TMP_PREFIX
 from hf_ralm.cli import main
 from hf_ralm.reranking import collect_rerank_data, load_rerank_data
 from hf_ralm.reranking.collect import retrieve_excluding_title, spread_windows
-from hf_ralm.reranking.data import TMP_PREFIX
 from hf_ralm.retrieval.base import Passage
 from hf_ralm.retrieval.bm25 import BM25Retriever
 from hf_ralm.windows import place_passage, plan_windows

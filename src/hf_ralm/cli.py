@@ -34,6 +34,7 @@ from .data import load_dataset_text
 from .qa import MAX_NEW_TOKENS
 from .reranking import collect_rerank_data, train_reranker
 from .retrieval.files import write_json_atomic
+from .resume import CHUNK_SIZE
 from .retrieval.registry import RETRIEVER_NAMES
 from .windows import check_count
 
@@ -217,7 +218,16 @@ FLAG_GROUPS: dict[str, dict[str, dict]] = {
                                                                  "(rerank-data) per forward pass (default "
                                                                  "%(default)s)"},
     },
-    "output": {"--output-dir": {"help": "where eval.json goes"}},
+    "output": {"--output-dir": {"help": "where eval.json and the run's progress go (a rerun with the same settings "
+                                        "resumes there)"}},
+    "resuming": {
+        FLAGS["chunk_size"]: {"type": int, "default": CHUNK_SIZE,
+                              "help": "windows per chunk saved in --output-dir: what an interrupted run can lose at "
+                                      "most (default %(default)s)"},
+        "--overwrite": {"action": "store_true",
+                        "help": "start afresh, deleting the progress --output-dir holds (else a rerun resumes it, "
+                                "and refuses other settings)"},
+    },
 }
 """The flags the commands share, by group; each group is a parent parser that a command takes whole or not at all
 (``retrieve``: model, retriever, RALM settings, dataset, output)."""
@@ -237,7 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
     model, retriever, windows, passages = (_parent(title) for title in ("model", "retriever", "RALM settings",
                                                                         "passages in context"))
     dataset, batch, output, rerank = (_parent(title) for title in ("dataset", "batching", "output", "reranking"))
-    gate, several = _parent("retrieval gate"), _parent("several passages")
+    gate, several, resuming = _parent("retrieval gate"), _parent("several passages"), _parent("resuming")
     parser = _Parser(prog="hf-ralm", description="In-Context RALM for Hugging Face causal LMs.")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -254,11 +264,11 @@ def build_parser() -> argparse.ArgumentParser:
     retrieve = sub.add_parser("retrieve", help="write a retrieval file (with --rerank or --retrieval-gate: also the "
                                                "choices, ranking NLLs and gate scores)",
                               parents=[model, retriever, windows, passages, several, rerank, gate, dataset, batch,
-                                       output])
+                                       output, resuming])
     retrieve.add_argument("--save-retrieval-file", help="write the retrievals to this file (required)")
 
     eval_lm = sub.add_parser("eval-lm", help="perplexity", parents=[model, retriever, windows, passages, several,
-                                                                    rerank, gate, dataset, batch, output])
+                                                                    rerank, gate, dataset, batch, output, resuming])
     eval_lm.add_argument("--retrieval-file", help="reuse passages from this retrieval file (paper's JSON format)")
     eval_lm.add_argument("--save-retrieval-file", help="write the retrievals to this file")
     eval_lm.add_argument("--no-prefix-kv-reuse", action="store_true",
@@ -364,6 +374,11 @@ def _report(args, tokenizer, result, load_s: float) -> dict:
     return report
 
 
+def _resuming(args) -> dict:
+    """Where ``retrieve`` and ``eval-lm`` save their progress and how (:mod:`hf_ralm.resume`)."""
+    return {"output_dir": args.output_dir, "overwrite": args.overwrite, "chunk_size": args.chunk_size}
+
+
 def run_retrieve(args) -> dict:
     """``hf-ralm retrieve``: every evaluation window's retrieved passages (and, reranked or gated, the choices),
     written to ``--save-retrieval-file``."""
@@ -374,7 +389,7 @@ def run_retrieve(args) -> dict:
     text, model, load_s = _text_and_model(args, args.retriever)
     result = evaluate_retrieval(model.language_model, model.tokenizer, text, model.retriever, model.config,
                                 max_eval_tokens=args.max_eval_tokens, reranker=model.reranker,
-                                batch_size=args.batch_size)
+                                batch_size=args.batch_size, **_resuming(args))
     return _report(args, model.tokenizer, result, load_s)
 
 
@@ -383,7 +398,8 @@ def run_eval_lm(args) -> dict:
     ``--retrieval-file``."""
     text, model, load_s = _text_and_model(args, "none" if args.retrieval_file else args.retriever)
     result = model.evaluate_perplexity(text, retrieval_file=args.retrieval_file, max_eval_tokens=args.max_eval_tokens,
-                                       batch_size=args.batch_size, reuse_prefix_kv=not args.no_prefix_kv_reuse)
+                                       batch_size=args.batch_size, reuse_prefix_kv=not args.no_prefix_kv_reuse,
+                                       **_resuming(args))
     return _report(args, model.tokenizer, result, load_s)
 
 
@@ -705,6 +721,13 @@ def main(argv: list[str] | None = None) -> None:
         if args.debug:
             traceback.print_exc()
         _fail(with_flags(str(error)))
+    except KeyboardInterrupt:  # Ctrl-C: the chunks saved in --output-dir are complete, the one in progress is lost
+        if args.debug:
+            traceback.print_exc()
+        saved = " (--output-dir holds complete chunks only: run the same command to resume)" \
+            if getattr(args, "output_dir", None) and args.command in ("eval-lm", "retrieve", "rerank-data") else ""
+        print(f"hf-ralm: interrupted{saved}", file=sys.stderr)
+        sys.exit(130)
 
 
 if __name__ == "__main__":

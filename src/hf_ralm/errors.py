@@ -36,6 +36,11 @@ class IndexFolderError(InputError):
     backend's."""
 
 
+class OutputFolderError(InputError):
+    """An output folder (``--output-dir``) that holds another run's saved progress (other settings, model or data),
+    or files that are not a run's: going on there would mix results."""
+
+
 def first_non_utf8_line(path: str) -> tuple[int, int]:
     """``(line, column)`` (from 1; the column counts bytes) of the first bytes of ``path`` (gzip-compressed when its
     name ends in ``.gz``) that are not UTF-8, or ``(0, 0)`` when there are none."""

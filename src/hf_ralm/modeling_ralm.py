@@ -197,7 +197,13 @@ class RetrievalAugmentedModel(PreTrainedModel):
 
     def evaluate_perplexity(self, text_or_ids: str | Sequence[int], **kwargs) -> RalmEvalResult:
         """In-Context RALM perplexity of a text under the paper's conventions; see
-        :func:`hf_ralm.evaluation.evaluate_perplexity` for the keyword arguments."""
+        :func:`hf_ralm.evaluation.evaluate_perplexity` for the keyword arguments (``output_dir=`` saves the progress
+        chunk by chunk, and a rerun resumes it).
+
+        Example:
+            >>> model.evaluate_perplexity(text, output_dir="runs/bm25").figures["num_resumed_windows"]  # doctest: +SKIP
+            0
+        """
         if self.tokenizer is None:
             raise ValueError("This model has no tokenizer: pass tokenizer= to from_pretrained.")
         return evaluate_perplexity(self.language_model, self.tokenizer, text_or_ids, self.retriever, self.config,

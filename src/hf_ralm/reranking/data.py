@@ -11,8 +11,8 @@ A data folder::
       chunk-00001/
       .tmp-chunk-00002/    a chunk being written, or left by a crash: the loader ignores it, the writer replaces it
 
-A chunk is written under its temporary name and renamed once complete, so a crash loses at most the rows not yet
-in a complete chunk, and a resumed run appends after the complete ones.
+A chunk is written under its temporary name, flushed to disk and renamed once complete (:mod:`hf_ralm.chunks`), so a
+crash loses at most the rows not yet in a complete chunk, and a resumed run appends after the complete ones.
 
 Example::
 
@@ -30,9 +30,7 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
-import shutil
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -40,10 +38,9 @@ from typing import Any
 import datasets
 import numpy as np
 
+from ..chunks import CHUNK_PREFIX, ChunkWriter
+
 METADATA_FILE = "rerank_data.json"
-CHUNK_PREFIX = "chunk-"
-TMP_PREFIX = ".tmp-chunk-"
-_CHUNK_RE = re.compile(r"^chunk-(\d{5,})$")
 
 FEATURES = datasets.Features(
     {
@@ -66,8 +63,9 @@ REQUIRED_METADATA = ("reader", "k", "stride", "query_length", "rerank_tokens")
 _LOGPROB_SLACK = 1e-4
 
 
-class RerankDataWriter:
-    """Appends rows to a rerank data folder in complete chunks of ``chunk_size`` rows.
+class RerankDataWriter(ChunkWriter):
+    """Appends rows to a rerank data folder in complete chunks of ``chunk_size`` rows (a
+    :class:`~hf_ralm.chunks.ChunkWriter` of ``datasets`` chunks).
 
     Opening a folder that already holds data of the same metadata resumes it; other metadata is refused unless
     ``overwrite=True``, which deletes the folder's data files first. ``num_done`` counts the rows saved in complete
@@ -84,77 +82,28 @@ class RerankDataWriter:
         writer.close()
     """
 
-    def __init__(
-        self,
-        folder: str | os.PathLike,
-        metadata: Mapping[str, Any],
-        *,
-        chunk_size: int = 1000,
-        overwrite: bool = False,
-    ) -> None:
-        if chunk_size < 1:
-            raise ValueError(f"chunk_size must be at least 1, got {chunk_size}.")
-        self.folder = Path(folder)
-        self.metadata = _normalise_metadata(metadata)
-        self.chunk_size = chunk_size
-        self._buffer: list[dict[str, Any]] = []
-        self._closed = False
+    metadata_file = METADATA_FILE
+    what = "rerank data"
 
-        metadata_path = self.folder / METADATA_FILE
-        if overwrite:
-            _remove_data_files(self.folder)
-        elif metadata_path.is_file():
-            _check_same_metadata(metadata_path, self.metadata)
-        elif self.folder.is_dir() and any(self.folder.iterdir()):
-            raise FileExistsError(
-                f"{self.folder} is not empty and has no {METADATA_FILE}, so it is not a rerank data folder: "
-                "write to a new or empty folder, or pass overwrite=True to write there anyway."
+    def save_chunk(self, rows: list[dict[str, Any]], path: Path) -> None:
+        with _quiet_datasets():
+            datasets.Dataset.from_list(rows, features=FEATURES).save_to_disk(str(path))
+
+    def read_chunk(self, path: Path) -> datasets.Dataset:
+        with _quiet_datasets():
+            return datasets.load_from_disk(str(path))
+
+    def normalise_metadata(self, metadata: Mapping[str, Any]) -> dict[str, Any]:
+        missing = [key for key in REQUIRED_METADATA if key not in metadata]
+        if missing:
+            raise ValueError(
+                f"The metadata lacks {missing}: the trained reranker's card reports them, so pass "
+                f"{list(REQUIRED_METADATA)} (plus any other settings, e.g. max_length, max_doc_tokens, corpus)."
             )
-        self.folder.mkdir(parents=True, exist_ok=True)
-        for leftover in self.folder.glob(TMP_PREFIX + "*"):  # chunks a crash left half written
-            shutil.rmtree(leftover)
-        _write_json_atomic(metadata_path, self.metadata)
+        return super().normalise_metadata(metadata)
 
-        chunks = complete_chunks(self.folder)
-        self.num_chunks = len(chunks)
-        with _quiet_datasets():
-            self.num_done = sum(datasets.load_from_disk(str(chunk)).num_rows for chunk in chunks)
-        self._next_index = _chunk_index(chunks[-1]) + 1 if chunks else 0
-
-    def add(self, rows: Mapping[str, Any] | Iterable[Mapping[str, Any]]) -> None:
-        """Buffers ``rows`` (one row or several), saving a chunk whenever ``chunk_size`` rows are buffered."""
-        if self._closed:
-            raise RuntimeError(f"This writer of {self.folder} is closed: open a new RerankDataWriter to add rows.")
-        for row in [rows] if isinstance(rows, Mapping) else rows:
-            self._buffer.append(validate_row(row))
-            if len(self._buffer) >= self.chunk_size:
-                self._flush()
-
-    def close(self) -> None:
-        """Saves the buffered rows as a last (possibly shorter) chunk; closing twice is harmless."""
-        if not self._closed:
-            self._flush()
-            self._closed = True
-
-    def __enter__(self) -> RerankDataWriter:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        # Buffered rows are complete and valid even when the caller failed, so they are saved all the same.
-        self.close()
-
-    def _flush(self) -> None:
-        if not self._buffer:
-            return
-        name = f"{self._next_index:05d}"
-        tmp, final = self.folder / (TMP_PREFIX + name), self.folder / (CHUNK_PREFIX + name)
-        with _quiet_datasets():
-            datasets.Dataset.from_list(self._buffer, features=FEATURES).save_to_disk(str(tmp))
-        os.replace(tmp, final)  # the rename makes the chunk visible only once complete
-        self.num_done += len(self._buffer)
-        self.num_chunks += 1
-        self._next_index += 1
-        self._buffer = []
+    def prepare_row(self, row: Mapping[str, Any]) -> dict[str, Any]:
+        return validate_row(row)
 
 
 def load_rerank_data(folder: str | os.PathLike) -> tuple[datasets.Dataset, dict[str, Any]]:
@@ -190,8 +139,7 @@ def load_rerank_data(folder: str | os.PathLike) -> tuple[datasets.Dataset, dict[
 
 def complete_chunks(folder: Path) -> list[Path]:
     """The complete chunk folders of ``folder``, in writing order (temporary leftovers are not among them)."""
-    chunks = [path for path in folder.iterdir() if path.is_dir() and _CHUNK_RE.match(path.name)]
-    return sorted(chunks, key=_chunk_index)
+    return RerankDataWriter.complete_chunks(folder)
 
 
 def validate_row(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -240,51 +188,6 @@ def _quiet_datasets() -> Iterator[None]:
     finally:
         if was_enabled:
             datasets.enable_progress_bars()
-
-
-def _normalise_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
-    """``metadata`` as it reads back from JSON (tuples become lists), so a stored copy compares equal to it."""
-    missing = [key for key in REQUIRED_METADATA if key not in metadata]
-    if missing:
-        raise ValueError(
-            f"The metadata lacks {missing}: the trained reranker's card reports them, so pass "
-            f"{list(REQUIRED_METADATA)} (plus any other settings, e.g. max_length, max_doc_tokens, corpus)."
-        )
-    try:
-        return json.loads(json.dumps(dict(metadata)))
-    except TypeError as error:
-        raise TypeError(f"The metadata must be JSON-serializable (strings, numbers, lists, dicts): {error}") from None
-
-
-def _check_same_metadata(path: Path, metadata: dict[str, Any]) -> None:
-    stored = json.loads(path.read_text(encoding="utf-8"))
-    differing = sorted(key for key in stored.keys() | metadata.keys() if stored.get(key) != metadata.get(key))
-    if differing:
-        details = "; ".join(f"{key!r}: stored {stored.get(key)!r}, given {metadata.get(key)!r}" for key in differing)
-        raise ValueError(
-            f"{path.parent} holds rerank data made with other settings ({details}). Appending would mix them: "
-            "write to another folder, or pass overwrite=True to delete its data and start afresh."
-        )
-
-
-def _remove_data_files(folder: Path) -> None:
-    """Deletes what a writer put in ``folder`` (and nothing else the user may keep there)."""
-    if not folder.is_dir():
-        return
-    for path in folder.iterdir():
-        if path.is_dir() and (_CHUNK_RE.match(path.name) or path.name.startswith(TMP_PREFIX)):
-            shutil.rmtree(path)
-    (folder / METADATA_FILE).unlink(missing_ok=True)
-
-
-def _write_json_atomic(path: Path, content: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(content, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def _chunk_index(path: Path) -> int:
-    return int(path.name[len(CHUNK_PREFIX):])
 
 
 def _load_chunk(path: Path) -> datasets.Dataset:

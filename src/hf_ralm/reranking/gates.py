@@ -128,15 +128,18 @@ def choose_passages(
     """Each window's passage in context under ``config.retrieval_gate`` and ``config.rerank`` (see the module
     docstring): the score gate (``retriever`` normalises the scores), then
     :func:`~hf_ralm.reranking.lm.rerank_windows`, then the lm gate. ``passages[w.index]`` are window ``w``'s retrieved
-    passages; the outcome's lists follow ``windows``, with the gate's scores. Its ``token_nlls``, when the reader
+    passages (``windows`` may be any of the text's windows); the outcome's lists follow ``windows``, with the gate's
+    scores. Its ``token_nlls``, when the reader
     ranked, are the windows' NLLs with their chosen passage alone (``None`` with ``num_passages > 1``: the windows
     have yet to be scored with their passages).
     """
-    pools: Sequence[Sequence[Passage]] = passages
+    pools: list[Sequence[Passage]] = list(passages)
     gate_scores = None
     if config.retrieval_gate == "score":
-        gate_scores = normalized_top_scores(retriever, queries, passages)
-        pools = score_gate_pools(passages, gate_scores, config.gate_threshold)
+        found = [passages[w.index] for w in windows]
+        gate_scores = normalized_top_scores(retriever, [queries[w.index] for w in windows], found)
+        for w, pool in zip(windows, score_gate_pools(found, gate_scores, config.gate_threshold)):
+            pools[w.index] = pool
     cache = PassageKVCache.for_model(model) if reuse_prefix_kv else None  # the lm gate's pass reuses it
     outcome = rerank_windows(model, tokenizer, ids, windows, queries, pools, config, reranker, batch_size,
                              reuse_prefix_kv, cache, show_progress)

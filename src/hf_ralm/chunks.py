@@ -1,0 +1,203 @@
+"""Chunked, resumable output folders: what a long run writes as it goes, so that a crash or Ctrl-C loses at most one
+chunk and a rerun with the same settings goes on after the saved ones.
+
+A folder::
+
+    FOLDER/
+      <metadata file>      the settings the rows were made with (JSON)
+      chunk-00000<suffix>  a complete chunk (a file or a folder: the subclass's format)
+      chunk-00001<suffix>
+      .tmp-chunk-00002...  a chunk being written, or left by a crash: never read, replaced by the next writer
+
+Each chunk is written under its temporary name, flushed to disk (fsync) and renamed once complete, so only complete
+chunks are ever visible. A subclass says how rows are saved (:meth:`ChunkWriter.save_chunk`) and read back
+(:meth:`ChunkWriter.read_chunk`): the predictive reranker's training data
+(:class:`~hf_ralm.reranking.data.RerankDataWriter`, ``datasets`` chunks) and the per-window records of an evaluation
+(:class:`~hf_ralm.resume.WindowRecordWriter`, JSON chunks).
+
+Example::
+
+    with WindowRecordWriter("out/windows", settings, chunk_size=256) as writer:
+        done = writer.num_done                 # rows saved by an earlier run: skip them
+        for rows in my_chunks(start=done):
+            writer.add(rows)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, ClassVar, Sequence
+
+from .errors import OutputFolderError
+
+CHUNK_PREFIX = "chunk-"
+TMP_PREFIX = ".tmp-chunk-"
+
+
+class ChunkWriter:
+    """Appends rows to ``folder`` in complete chunks of ``chunk_size`` rows (see the module docstring).
+
+    Opening a folder that holds rows of the same ``metadata`` resumes it (``num_done`` rows in ``num_chunks``
+    chunks, read back as ``saved_chunks``); other metadata is refused with an
+    :class:`~hf_ralm.errors.OutputFolderError` naming the settings that differ, and a folder holding other files
+    with a ``FileExistsError``, unless ``overwrite=True``, which deletes the folder's chunks and metadata first (and
+    nothing else).
+    """
+
+    metadata_file: ClassVar[str]
+    suffix: ClassVar[str] = ""  # of a chunk's name: "" for a folder, ".json" for a file
+    what: ClassVar[str] = "data"  # what the rows are, in messages
+
+    def __init__(self, folder: str | os.PathLike, metadata: Mapping[str, Any], *, chunk_size: int = 1000,
+                 overwrite: bool = False) -> None:
+        if chunk_size < 1:
+            raise ValueError(f"chunk_size must be at least 1, got {chunk_size}.")
+        self.folder = Path(folder)
+        self.metadata = self.normalise_metadata(metadata)
+        self.chunk_size = chunk_size
+        self._buffer: list[Any] = []
+        self._closed = False
+
+        metadata_path = self.folder / self.metadata_file
+        if overwrite:
+            self.remove(self.folder)
+        elif metadata_path.is_file():
+            if self.complete_chunks(self.folder):  # no rows yet: nothing to mix, the new metadata replaces it
+                self._check_same_metadata(metadata_path)
+        elif self.folder.is_dir() and any(self.folder.iterdir()):
+            raise FileExistsError(
+                f"{self.folder} is not empty and has no {self.metadata_file}, so it is not a {self.what} folder: "
+                "write to a new or empty folder, or overwrite (--overwrite, overwrite=True) to write there anyway.")
+        self.folder.mkdir(parents=True, exist_ok=True)
+        for leftover in self.folder.glob(TMP_PREFIX + "*"):  # chunks a crash left half written
+            _remove_path(leftover)
+        _write_durably(metadata_path, lambda path: path.write_text(
+            json.dumps(self.metadata, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"))
+
+        chunks = self.complete_chunks(self.folder)
+        self.saved_chunks = [self.read_chunk(chunk) for chunk in chunks]  # what an earlier run saved, in order
+        self.num_chunks = len(chunks)
+        self.num_done = sum(len(rows) for rows in self.saved_chunks)
+        self._next_index = _chunk_index(chunks[-1]) + 1 if chunks else 0
+
+    # what a subclass defines -------------------------------------------------------------------------------------
+
+    def save_chunk(self, rows: list[Any], path: Path) -> None:
+        """Write ``rows`` to ``path`` (a temporary name, renamed by the caller)."""
+        raise NotImplementedError
+
+    def read_chunk(self, path: Path) -> Sequence[Any]:
+        """The rows of a complete chunk."""
+        raise NotImplementedError
+
+    def normalise_metadata(self, metadata: Mapping[str, Any]) -> dict[str, Any]:
+        """``metadata`` as it reads back from JSON (tuples become lists), so a stored copy compares equal to it."""
+        try:
+            return json.loads(json.dumps(dict(metadata)))
+        except TypeError as error:
+            raise TypeError(f"The metadata must be JSON-serializable (strings, numbers, lists, dicts): {error}") \
+                from None
+
+    def prepare_row(self, row: Any) -> Any:
+        """``row`` as it is saved (a subclass checks it here)."""
+        return row
+
+    # the writing -------------------------------------------------------------------------------------------------
+
+    def add(self, rows: Any | Iterable[Any]) -> None:
+        """Buffers ``rows`` (one row, a mapping, or several), saving a chunk whenever ``chunk_size`` are buffered."""
+        if self._closed:
+            raise RuntimeError(f"This writer of {self.folder} is closed: open a new {type(self).__name__} to add rows.")
+        for row in [rows] if isinstance(rows, Mapping) else rows:
+            self._buffer.append(self.prepare_row(row))
+            if len(self._buffer) >= self.chunk_size:
+                self._flush()
+
+    def close(self) -> None:
+        """Saves the buffered rows as a last (possibly shorter) chunk; closing twice is harmless."""
+        if not self._closed:
+            self._flush()
+            self._closed = True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        # Buffered rows are complete and valid even when the caller failed, so they are saved all the same.
+        self.close()
+
+    def _flush(self) -> None:
+        if not self._buffer:
+            return
+        name = f"{self._next_index:05d}{self.suffix}"
+        tmp = self.folder / (TMP_PREFIX + name)
+        _write_durably(self.folder / (CHUNK_PREFIX + name), lambda path: self.save_chunk(self._buffer, path), tmp)
+        self.num_done += len(self._buffer)
+        self.num_chunks += 1
+        self._next_index += 1
+        self._buffer = []
+
+    # the folder --------------------------------------------------------------------------------------------------
+
+    @classmethod
+    def complete_chunks(cls, folder: Path) -> list[Path]:
+        """The complete chunks of ``folder``, in writing order (temporary leftovers are not among them)."""
+        pattern = re.compile(rf"^{CHUNK_PREFIX}\d{{5,}}{re.escape(cls.suffix)}$")
+        return sorted((path for path in folder.iterdir() if pattern.match(path.name)), key=_chunk_index)
+
+    @classmethod
+    def remove(cls, folder: Path) -> None:
+        """Deletes what a writer put in ``folder`` (and nothing else the user may keep there)."""
+        if not folder.is_dir():
+            return
+        for path in cls.complete_chunks(folder) + list(folder.glob(TMP_PREFIX + "*")):
+            _remove_path(path)
+        (folder / cls.metadata_file).unlink(missing_ok=True)
+
+    def _check_same_metadata(self, path: Path) -> None:
+        stored = json.loads(path.read_text(encoding="utf-8"))
+        given = self.metadata
+        differing = sorted(key for key in stored.keys() | given.keys() if stored.get(key) != given.get(key))
+        if differing:
+            details = "; ".join(f"{key!r}: stored {stored.get(key)!r}, given {given.get(key)!r}" for key in differing)
+            raise OutputFolderError(
+                f"{path.parent} holds {self.what} made with other settings ({details}). Going on would mix them: "
+                "write to another folder, or overwrite (--overwrite, overwrite=True) to delete its "
+                f"{self.what} and start afresh.")
+
+
+def _write_durably(final: Path, write, tmp: Path | None = None) -> None:
+    """``write(tmp)``, then fsync what it wrote and rename it to ``final``: after a crash ``final`` is either the
+    old or the complete new one, never a part."""
+    tmp = tmp or final.with_name(TMP_PREFIX + final.name)
+    try:
+        write(tmp)
+        for path in [tmp] if tmp.is_file() else [p for p in tmp.rglob("*") if p.is_file()]:
+            with open(path, "rb+") as f:
+                os.fsync(f.fileno())
+        os.replace(tmp, final)
+    except BaseException:
+        if tmp.exists():
+            _remove_path(tmp)
+        raise
+    directory = os.open(final.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)  # the rename itself
+    finally:
+        os.close(directory)
+
+
+def _remove_path(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path)
+    else:
+        path.unlink()
+
+
+def _chunk_index(path: Path) -> int:
+    return int(re.match(rf"{CHUNK_PREFIX}(\d+)", path.name).group(1))

@@ -1,0 +1,127 @@
+"""Resumable evaluation: the records of each chunk of windows, saved in ``output_dir`` as soon as they are done.
+
+An evaluation (:func:`~hf_ralm.evaluation.evaluate_perplexity`, ``hf-ralm eval-lm``, and
+:func:`~hf_ralm.evaluation.evaluate_retrieval`, ``hf-ralm retrieve``) runs its windows in chunks of ``chunk_size``,
+each chunk end to end (retrieve, rerank or gate, score), and with ``output_dir`` saves each chunk's per-window
+records::
+
+    OUTPUT_DIR/
+      eval.json            the figures, written once at the end (atomically)
+      windows/
+        settings.json      what the records depend on: model, tokenizer, data, retrieval, RALM settings, batching
+        chunk-00000.json   one record per window: its passages, the choice, ranking NLLs, gate score and NLLs
+        chunk-00001.json
+
+A rerun with the same settings reads the saved records and goes on with the first window without one; as every chunk
+is computed the same way whether the run was interrupted or not, the figures are the same to the last digit. A rerun
+with other settings is refused (:class:`~hf_ralm.errors.OutputFolderError`, naming what differs) unless
+``overwrite``.
+
+Example:
+    >>> settings = run_settings(model, tokenizer, ids, retriever, config, None, 512, 8, True, True,
+    ...                         256)                                                 # doctest: +SKIP
+    >>> with WindowRecordWriter("out/windows", settings, chunk_size=256) as writer:  # doctest: +SKIP
+    ...     saved = writer.saved_records()
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+from .chunks import ChunkWriter
+from .configuration_ralm import RALM_FIELDS, RalmConfig
+from .errors import OutputFolderError
+from .retrieval.base import Passage
+
+RECORDS_DIR = "windows"
+EVAL_FILE = "eval.json"
+CHUNK_SIZE = 256
+"""Windows per chunk by default (1,024 tokens at s=4): what an interrupted run can lose at most, and how many windows
+are retrieved, ranked and scored together."""
+
+
+class WindowRecordWriter(ChunkWriter):
+    """The per-window records of an evaluation, in JSON chunks (see the module docstring)."""
+
+    metadata_file = "settings.json"
+    suffix = ".json"
+    what = "window records"
+
+    def save_chunk(self, rows: list[dict], path: Path) -> None:
+        path.write_text(json.dumps(rows, ensure_ascii=False), encoding="utf-8")
+
+    def read_chunk(self, path: Path) -> list[dict]:
+        return json.loads(path.read_text(encoding="utf-8"))
+
+    def saved_records(self) -> list[dict]:
+        """The records of the complete chunks, window 0 first; an :class:`~hf_ralm.errors.OutputFolderError` when
+        they are not the windows 0, 1, ... in order (a folder edited by hand)."""
+        records = [record for rows in self.saved_chunks for record in rows]
+        for i, record in enumerate(records):
+            if record.get("window") != i:
+                raise OutputFolderError(f"{self.folder} holds a record of window {record.get('window')} where window "
+                                        f"{i}'s should be: the folder was altered; overwrite (--overwrite, "
+                                        "overwrite=True) to start afresh.")
+        return records
+
+
+def digest(value: Any) -> str:
+    """A short SHA-256 of a JSON-serializable value (or of bytes): what settings record of large inputs.
+
+    Example:
+        >>> digest([1, 2, 3])
+        'a36b1f2c3f84522d'
+    """
+    data = value if isinstance(value, bytes) else json.dumps(value, sort_keys=True).encode("utf-8")
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def run_settings(model, tokenizer, ids: Sequence[int], retriever, config: RalmConfig, retrieval_file: str | None,
+                 max_length: int, batch_size: int, reuse_prefix_kv: bool, scored: bool, chunk_size: int) -> dict:
+    """Everything an evaluation's per-window records depend on, as :class:`WindowRecordWriter` compares it: the
+    model (name, class, dtype, size), the tokenizer, the data (its token ids' count and digest), the retriever (its
+    config) or retrieval file (its contents' digest), the RALM settings, the window length and the batching (the
+    batch size changes fp32 results in their last digits)."""
+    retriever_config = retriever.config() if callable(getattr(retriever, "config", None)) else type(retriever).__name__
+    if isinstance(retriever_config, dict) and "forbidden_titles" in retriever_config:
+        titles = retriever_config["forbidden_titles"]
+        retriever_config = {**retriever_config, "forbidden_titles": f"{len(titles)} titles, {digest(titles)}"}
+    file_digest = None
+    if retrieval_file is not None:
+        file_digest = digest(Path(retrieval_file).read_bytes())
+    return {
+        "model": getattr(model.config, "_name_or_path", None),
+        "model_class": type(model).__name__,
+        "dtype": str(model.dtype),
+        "num_parameters": sum(p.numel() for p in model.parameters()),
+        "tokenizer": getattr(tokenizer, "name_or_path", None),
+        "data": f"{len(ids)} tokens, {digest(list(ids))}",
+        "retriever": None if retriever is None else retriever_config,
+        "retrieval_file": file_digest,
+        **{name: getattr(config, name) for name in sorted(RALM_FIELDS)},
+        "window_length": max_length,
+        "batch_size": batch_size,
+        "reuse_prefix_kv": reuse_prefix_kv,
+        "scored": scored,
+        "chunk_size": chunk_size,
+    }
+
+
+def window_record(index: int, passages: Sequence[Passage], chosen: int, ranking_nlls: list[float] | None,
+                  gate_score: float | None, nlls: list[float] | None) -> dict:
+    """One window's record: what the evaluation needs of it to go on without computing it again.
+
+    Example:
+        >>> window_record(3, [Passage("7", "Rome", "rome was", 6.5)], 0, None, None, [2.5, 1.0])["passages"]
+        [{'id': '7', 'title': 'Rome', 'text': 'rome was', 'score': 6.5}]
+    """
+    return {"window": index, "passages": [p.to_dict() for p in passages], "chosen": chosen,
+            "ranking_nlls": ranking_nlls, "gate_score": gate_score, "nlls": nlls}
+
+
+def record_passages(record: dict) -> list[Passage]:
+    """The passages of a saved :func:`window_record`."""
+    return [Passage(**passage) for passage in record["passages"]]

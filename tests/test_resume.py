@@ -1,0 +1,220 @@
+"""Resumable evaluation (issue 11): an evaluation interrupted after some chunks and run again ends with exactly the
+figures of an uninterrupted run, counts the windows it resumed, refuses to mix other settings, and Ctrl-C leaves a
+consistent folder. Interruptions are injected after a chunk's work is done but before it is saved (the worst case)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import hf_ralm.evaluation as evaluation
+from conftest import EVAL_TEXT, make_tiny_model, write_jsonl
+from hf_ralm import RalmConfig
+from hf_ralm.chunks import TMP_PREFIX
+from hf_ralm.cli import main
+from hf_ralm.errors import OutputFolderError
+
+CHUNK = 4  # windows per chunk: the tiny text has 15 windows of stride 4, so 4 chunks
+BASE = {"retrieval_stride": 4, "query_length": 8, "max_length": 32, "max_doc_tokens": 12}
+SETUPS = {
+    "plain": {},
+    "rerank-lm": {"rerank": "lm", "rerank_candidates": 3, "rerank_tokens": 6},  # the reader ranks and scores at once
+    "ensemble": {"ensemble_size": 2},
+    "score-gate": {"retrieval_gate": "score", "gate_threshold": 0.3},
+}
+VOLATILE = {"num_resumed_windows", "scored_tokens_per_s", "timings", "args"}  # what a resumed run may change
+
+
+def same_figures(a: dict, b: dict) -> bool:
+    return {k: v for k, v in a.items() if k not in VOLATILE} == {k: v for k, v in b.items() if k not in VOLATILE}
+
+
+def interrupt_after(monkeypatch, chunks_done: int, error: type[BaseException] = RuntimeError) -> None:
+    """The next evaluation computes ``chunks_done`` chunks and then the next one, and stops before saving that."""
+    real, calls = evaluation._chunk_records, []
+
+    def stopping(*args, **kwargs):
+        records = real(*args, **kwargs)
+        calls.append(1)
+        if len(calls) > chunks_done:
+            raise error("injected interruption")
+        return records
+
+    monkeypatch.setattr(evaluation, "_chunk_records", stopping)
+
+
+def evaluate(model, tokenizer, retriever, output_dir=None, overwrite=False, text=EVAL_TEXT, **settings):
+    config = RalmConfig(**{**BASE, **settings})
+    return evaluation.evaluate_perplexity(model, tokenizer, text, retriever, config, show_progress=False,
+                                          output_dir=None if output_dir is None else str(output_dir),
+                                          overwrite=overwrite, chunk_size=CHUNK)
+
+
+def saved_chunks(folder) -> list[str]:
+    return sorted(p.name for p in (folder / "windows").iterdir() if p.name.startswith("chunk-"))
+
+
+@pytest.mark.parametrize("setup", SETUPS)
+def test_interrupted_then_resumed_equals_uninterrupted(setup, tmp_path, monkeypatch, tiny_llama, tiny_tokenizer,
+                                                       tiny_index):
+    retriever, settings = tiny_index["retriever"], SETUPS[setup]
+    whole = evaluate(tiny_llama, tiny_tokenizer, retriever, tmp_path / "whole", **settings)
+    assert whole.figures["num_windows"] > 3 * CHUNK and whole.figures["num_resumed_windows"] == 0
+    assert json.loads((tmp_path / "whole" / "eval.json").read_text()) == {**whole.figures, "timings": whole.timings}
+
+    interrupt_after(monkeypatch, 2)
+    with pytest.raises(RuntimeError, match="injected"):
+        evaluate(tiny_llama, tiny_tokenizer, retriever, tmp_path / "cut", **settings)
+    assert saved_chunks(tmp_path / "cut") == ["chunk-00000.json", "chunk-00001.json"]
+    assert not (tmp_path / "cut" / "eval.json").exists()
+    monkeypatch.undo()
+
+    resumed = evaluate(tiny_llama, tiny_tokenizer, retriever, tmp_path / "cut", **settings)
+    assert resumed.figures["num_resumed_windows"] == 2 * CHUNK
+    assert same_figures(resumed.figures, whole.figures)  # to the last digit: nll_sum, token_ppl, word_ppl, counts
+    assert torch.equal(resumed.token_nlls[1:], whole.token_nlls[1:])
+    assert resumed.passages == whole.passages and resumed.chosen == whole.chosen
+    assert resumed.ranking_nlls == whole.ranking_nlls and resumed.gate_scores == whole.gate_scores
+    report = json.loads((tmp_path / "cut" / "eval.json").read_text())
+    assert report["num_resumed_windows"] == 2 * CHUNK and report["token_ppl"] == whole.figures["token_ppl"]
+    # without an output folder the same chunks give the same figures
+    assert same_figures(evaluate(tiny_llama, tiny_tokenizer, retriever, **settings).figures, whole.figures)
+
+
+def test_rerun_of_a_finished_run_computes_nothing(tmp_path, monkeypatch, tiny_llama, tiny_tokenizer, tiny_index):
+    first = evaluate(tiny_llama, tiny_tokenizer, tiny_index["retriever"], tmp_path)
+    interrupt_after(monkeypatch, 0)  # any chunk computed would fail
+    again = evaluate(tiny_llama, tiny_tokenizer, tiny_index["retriever"], tmp_path)
+    assert again.figures["num_resumed_windows"] == first.figures["num_windows"]
+    assert same_figures(again.figures, first.figures)
+
+
+def test_keyboard_interrupt_leaves_complete_chunks_only(tmp_path, monkeypatch, tiny_llama, tiny_tokenizer,
+                                                        tiny_index):
+    retriever = tiny_index["retriever"]
+    whole = evaluate(tiny_llama, tiny_tokenizer, retriever)
+    interrupt_after(monkeypatch, 1, KeyboardInterrupt)
+    with pytest.raises(KeyboardInterrupt):
+        evaluate(tiny_llama, tiny_tokenizer, retriever, tmp_path)
+    assert saved_chunks(tmp_path) == ["chunk-00000.json"]
+    assert not (tmp_path / "eval.json").exists()
+    monkeypatch.undo()
+
+    # Ctrl-C while a chunk is being written: its temporary file goes, the complete chunks stay
+    real_save = evaluation.WindowRecordWriter.save_chunk
+
+    def cut_save(self, rows, path):
+        real_save(self, rows[:1], path)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(evaluation.WindowRecordWriter, "save_chunk", cut_save)
+    with pytest.raises(KeyboardInterrupt):
+        evaluate(tiny_llama, tiny_tokenizer, retriever, tmp_path)
+    assert saved_chunks(tmp_path) == ["chunk-00000.json"]
+    assert not list((tmp_path / "windows").glob(TMP_PREFIX + "*")) and not (tmp_path / "eval.json").exists()
+    monkeypatch.undo()
+
+    # a kill (SIGKILL) in the middle of a write leaves a temporary file: it is never read, and replaced
+    (tmp_path / "windows" / f"{TMP_PREFIX}00001.json").write_text('[{"window": 5, "nl')
+    resumed = evaluate(tiny_llama, tiny_tokenizer, retriever, tmp_path)
+    assert resumed.figures["num_resumed_windows"] == CHUNK and same_figures(resumed.figures, whole.figures)
+    assert not list((tmp_path / "windows").glob(TMP_PREFIX + "*"))
+
+
+@pytest.mark.parametrize("change, named", [
+    ({"retrieval_stride": 2}, "'retrieval_stride': stored 4, given 2"),
+    ({"max_doc_tokens": 10}, "'max_doc_tokens': stored 12, given 10"),
+    ({"text": EVAL_TEXT + " the end ."}, "'data'"),
+    ({"retriever": None}, "'retriever'"),
+])
+def test_other_settings_are_refused_by_name_or_overwritten(change, named, tmp_path, monkeypatch, tiny_llama,
+                                                           tiny_tokenizer, tiny_index):
+    interrupt_after(monkeypatch, 1)
+    with pytest.raises(RuntimeError):
+        evaluate(tiny_llama, tiny_tokenizer, tiny_index["retriever"], tmp_path)
+    monkeypatch.undo()
+    kwargs = {"retriever": tiny_index["retriever"], **change}
+    with pytest.raises(OutputFolderError, match=named) as info:
+        evaluate(tiny_llama, tiny_tokenizer, output_dir=tmp_path, **kwargs)
+    assert "overwrite" in str(info.value)
+    assert saved_chunks(tmp_path) == ["chunk-00000.json"]  # nothing was touched
+
+    fresh = evaluate(tiny_llama, tiny_tokenizer, output_dir=tmp_path, overwrite=True, **kwargs)
+    assert fresh.figures["num_resumed_windows"] == 0
+    assert same_figures(fresh.figures, evaluate(tiny_llama, tiny_tokenizer, **kwargs).figures)
+
+
+def test_settings_of_a_run_stopped_before_its_first_chunk_are_replaced(tmp_path, monkeypatch, tiny_llama,
+                                                                       tiny_tokenizer):
+    interrupt_after(monkeypatch, 0)
+    with pytest.raises(RuntimeError):
+        evaluate(tiny_llama, tiny_tokenizer, None, tmp_path, max_doc_tokens=10)
+    monkeypatch.undo()
+    assert saved_chunks(tmp_path) == []  # no record to mix with: other settings go ahead
+    assert evaluate(tiny_llama, tiny_tokenizer, None, tmp_path).figures["num_resumed_windows"] == 0
+
+
+def test_another_model_is_refused(tmp_path, tiny_llama, tiny_tokenizer):
+    evaluate(tiny_llama, tiny_tokenizer, None, tmp_path)
+    with pytest.raises(OutputFolderError, match="'model_class'"):
+        evaluate(make_tiny_model("gpt2"), tiny_tokenizer, None, tmp_path)
+
+
+def test_python_path_through_the_model(tmp_path, monkeypatch, tiny_model_dir, tiny_index):
+    from hf_ralm import RetrievalAugmentedModel
+
+    model = RetrievalAugmentedModel.from_pretrained(str(tiny_model_dir), retriever="bm25",
+                                                    index_dir=tiny_index["index_dir"], **BASE)
+    whole = model.evaluate_perplexity(EVAL_TEXT, show_progress=False, chunk_size=CHUNK)
+    interrupt_after(monkeypatch, 3)
+    with pytest.raises(RuntimeError):
+        model.evaluate_perplexity(EVAL_TEXT, show_progress=False, chunk_size=CHUNK, output_dir=str(tmp_path))
+    monkeypatch.undo()
+    resumed = model.evaluate_perplexity(EVAL_TEXT, show_progress=False, chunk_size=CHUNK, output_dir=str(tmp_path))
+    assert resumed.figures["num_resumed_windows"] == 3 * CHUNK and same_figures(resumed.figures, whole.figures)
+
+
+def test_cli_eval_lm_and_retrieve_resume(tmp_path, monkeypatch, tiny_model_dir, tiny_index, capsys):
+    data = write_jsonl(tmp_path / "data.jsonl", [{"text": EVAL_TEXT}])
+    common = ["--model", str(tiny_model_dir), "--dataset-path", str(data), "--stride", "4", "--query-length", "8",
+              "--max-length", "32", "--max-doc-tokens", "12", "--retriever", "bm25", "--index-dir",
+              tiny_index["index_dir"], "--rerank", "lm", "--rerank-candidates", "3", "--chunk-size", str(CHUNK)]
+
+    def command(name, folder, *extra):
+        out = ["--save-retrieval-file", str(tmp_path / f"{folder}.json")] if name == "retrieve" else []
+        main([name, *common, "--output-dir", str(tmp_path / folder), *out, *extra])
+        return json.loads((tmp_path / folder / "eval.json").read_text())
+
+    wholes = {}
+    for name in ("eval-lm", "retrieve"):
+        whole = wholes[name] = command(name, f"{name}-whole")
+        interrupt_after(monkeypatch, 2)
+        with pytest.raises(RuntimeError):
+            command(name, f"{name}-cut")
+        monkeypatch.undo()
+        assert not (tmp_path / f"{name}-cut" / "eval.json").exists()
+        resumed = command(name, f"{name}-cut")
+        assert resumed["num_resumed_windows"] == 2 * CHUNK and same_figures(resumed, whole)
+    assert (json.loads((tmp_path / "retrieve-cut.json").read_text())
+            == json.loads((tmp_path / "retrieve-whole.json").read_text()))
+    again = command("eval-lm", "eval-lm-cut", "--overwrite")
+    assert again["num_resumed_windows"] == 0 and same_figures(again, wholes["eval-lm"])
+
+    interrupt_after(monkeypatch, 1, KeyboardInterrupt)  # Ctrl-C: one line, status 130, and the folder resumes
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:
+        command("eval-lm", "eval-lm-ctrl-c")
+    monkeypatch.undo()
+    assert info.value.code == 130
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "hf-ralm: interrupted (--output-dir holds complete chunks only: run the same command to resume)")
+    assert command("eval-lm", "eval-lm-ctrl-c")["num_resumed_windows"] == CHUNK
+
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:
+        command("eval-lm", "eval-lm-cut", "--stride", "2")
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert info.value.code == 2 and err.startswith("hf-ralm: error: ") and "Traceback" not in err
+    assert "'--stride': stored 4, given 2" in err and "--overwrite" in err
