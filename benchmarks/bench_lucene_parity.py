@@ -172,7 +172,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     from hf_ralm.retrieval.base import passage_text, read_forbidden_titles
     from hf_ralm.retrieval.analysis import ANALYSIS, analyze, analyze_texts
-    from hf_ralm.retrieval.bm25 import BM25Retriever, read_index_info
+    from hf_ralm.retrieval.bm25 import BM25Retriever
+    from hf_ralm.retrieval.index_folder import read_index_info
     from hf_ralm.retrieval.lucene import LuceneRetriever
     from hf_ralm.retrieval.lucene_compat import start_jvm
 

@@ -146,7 +146,7 @@ def test_special_characters_take_the_whole_grammar():
 @pytest.fixture(scope="module")
 def lucene(pyserini):
     """``lucene(text)``: the terms of Anserini's DefaultEnglishAnalyzer; ``lucene.stems(words)``: PorterStemFilter's
-    stems of whitespace-separated words."""
+    stems of whitespace-separated words; ``lucene.standard(text)``: StandardTokenizer's tokens, lowercased."""
     from hf_ralm.retrieval.lucene_compat import _autoclass, start_jvm
 
     start_jvm()
@@ -160,6 +160,9 @@ def lucene(pyserini):
         return list(analyze_with(english, text))
 
     terms.stems = lambda words: list(analyze_with(porter, " ".join(words)))
+    standard = _autoclass("org.apache.lucene.analysis.standard.StandardAnalyzer")(
+        _autoclass("org.apache.lucene.analysis.CharArraySet").EMPTY_SET)  # StandardTokenizer and lowercase only
+    terms.standard = lambda text: list(analyze_with(standard, text))
     stop_words = _autoclass("org.apache.lucene.analysis.en.EnglishAnalyzer").ENGLISH_STOP_WORDS_SET
     terms.stop_words = {"".join(word) for word in stop_words.toArray()}  # its items are char[]
     return terms
@@ -189,3 +192,21 @@ def test_wikipedia_passages_are_analyzed_as_lucene_does(lucene):
     vocabulary = sorted({word.lower() for text in texts for word in words(text) if word.isascii()})
     assert len(vocabulary) > 10_000
     assert [porter_stem(word) for word in vocabulary] == lucene.stems(vocabulary)
+
+
+def test_every_character_is_classed_as_lucene_classes_it(lucene):
+    """Every code point that Python's Unicode data assigns, alone, between two letters and between two digits: the
+    same tokens as Lucene's StandardTokenizer (Lucene's classes are Unicode 9's, the ``regex`` module's newer)."""
+    import unicodedata
+
+    from hf_ralm.retrieval.analysis import _JAVA_LOWER
+
+    mark = "qqzqq"  # a token between the items, to cut Lucene's one analysis of a chunk back into items
+    skipped = ("Cn", "Co", "Cs", "Cc", "Zs", "Zl", "Zp")  # unassigned, private, surrogates, controls, spaces
+    chars = [chr(code) for code in range(0x110000) if unicodedata.category(chr(code)) not in skipped]
+    for context in ("x{}x", "1{}1", "{}"):
+        for start in range(0, len(chars), 5000):
+            items = [context.format(c) for c in chars[start : start + 5000]]
+            theirs = " ".join(lucene.standard(f" {mark} ".join(items))).split(mark)
+            ours = [" ".join(w.translate(_JAVA_LOWER).lower() for w in words(item)) for item in items]
+            assert [t.strip() for t in theirs] == ours

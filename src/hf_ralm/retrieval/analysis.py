@@ -15,10 +15,11 @@ Anserini's ``DefaultEnglishAnalyzer`` (the analyzer of ``retriever="lucene"`` in
 * :func:`word_term`: one token's term: a final ``'s`` (``'``, ``’`` or ``＇``) removed, lowercased as Java does,
   ``""`` for a stop word, else :func:`~hf_ralm.retrieval.porter.porter_stem` (Lucene's Porter variant).
 
-The tests compare :func:`analyze` with Lucene's own analyzer, run through the JVM, on tricky strings and on
-Wikipedia passages. Known gaps (none seen in the Wikipedia sample): character properties come from the ``regex``
-module's Unicode version (Lucene's grammar uses Unicode 9), and emoji sequences are matched as written in Lucene's
-grammar but without its longest-match search, so unusual sequences (a joiner in odd places) can cut differently.
+Character classes come from the ``regex`` module's Unicode data, put back into Lucene's (Unicode 9) classes where
+the two differ (:data:`_LUCENE_CLASSES`). The tests compare :func:`analyze` with Lucene's own analyzer, run through
+the JVM, on tricky strings, on Wikipedia passages and on every code point that Unicode 14 assigns. Known gaps:
+characters assigned after Unicode 14 are not checked, and emoji sequences are matched as written in Lucene's grammar
+but without its longest-match search, so unusual sequences (a joiner in odd places) can cut differently.
 
 Example:
     >>> analyze("Darwin's 20,000 U.S. e-mails don't possibly")
@@ -68,19 +69,74 @@ _EXTENDED_PICTOGRAPHIC = (
     "\U0001f947-\U0001faff\U0001fc00-\U0001fffd]"
 )
 
+# Where Lucene's grammar (Unicode 9 tables) classes a character otherwise than the ``regex`` module's newer data: found
+# by running Lucene's StandardTokenizer on every code point that Unicode 14 assigns, alone, between letters and between
+# digits (tests/test_analysis.py repeats it). Nearly all are letters added after Unicode 9, which Lucene skips; the
+# rest: tone letters (˥˦˧˨˩), the cedilla ¸ and Armenian ՚ ՟ ֊ are no letters for Lucene, Arabic number signs are
+# Format characters, ︐ ︔ join digits, ᧚ is Southeast Asian and the legacy-computing symbols are tokens by themselves.
+_LUCENE_CLASSES = {
+    "other": (
+        "\u00b8\u02e5-\u02eb\u055a\u055f\u058a\u0870-\u0887\u0889-\u088e\u0890\u0891\u0898-\u089f\u08b5"
+        "\u08be-\u08d2\u0b55\u0c3c\u0c5d\u0cdd\u0d04\u0d81\u170d\u1715\u171f\u180f\u1abf-\u1ace\u1b4c\u1dfa\u2c2f"
+        "\u2c5f\u31bb-\u31bf\u4db6-\u4dbf\u9ff0-\u9fff\ua708-\ua716\ua7c0\ua7c1\ua7c7-\ua7ca\ua7d0\ua7d1\ua7d3"
+        "\ua7d5-\ua7d9\ua7f2-\ua7f6\ua82c\uab68\uab69\U00010570-\U0001057a\U0001057c-\U0001058a"
+        "\U0001058c-\U00010592\U00010594\U00010595\U00010597-\U000105a1\U000105a3-\U000105b1\U000105b3-\U000105b9"
+        "\U000105bb\U000105bc\U00010780-\U00010785\U00010787-\U000107b0\U000107b2-\U000107ba\U00010e80-\U00010ea9"
+        "\U00010eab\U00010eac\U00010eb0\U00010eb1\U00010f70-\U00010f85\U00010fb0-\U00010fc4\U00011070-\U00011075"
+        "\U000110c2\U00011147\U000111ce\U000111cf\U00011460\U00011461\U00011740-\U00011746\U00011900-\U00011906"
+        "\U00011909\U0001190c-\U00011913\U00011915\U00011916\U00011918-\U00011935\U00011937\U00011938"
+        "\U0001193b-\U00011943\U00011950-\U00011959\U00011ab0-\U00011abf\U00011fb0\U00012f90-\U00012ff0"
+        "\U00016a70-\U00016abe\U00016ac0-\U00016ac9\U00016fe2\U00016fe4\U00016ff0\U00016ff1\U0001aff0-\U0001aff3"
+        "\U0001aff5-\U0001affb\U0001affd\U0001affe\U0001b11f-\U0001b122\U0001cf00-\U0001cf2d\U0001cf30-\U0001cf46"
+        "\U0001df00-\U0001df1e\U0001e290-\U0001e2ae\U0001e7e0-\U0001e7e6\U0001e7e8-\U0001e7eb\U0001e7ed\U0001e7ee"
+        "\U0001e7f0-\U0001e7fe\U0002a6d7-\U0002a6df\U0002b735-\U0002b738\U00030000-\U0003134a"
+    ),
+    "format": "\u0600-\u0605\u06dd\u070f\u08e2\U000110bd\U000110cd",
+    "mid_num": "\ufe10\ufe14",
+    "southeast_asian": "\u19da",
+    "single": "\U0001fb00-\U0001fb92\U0001fb94-\U0001fbca\U0001fbf0-\U0001fbf9",
+}
 
-def _grammar() -> str:
-    """StandardTokenizerImpl.jflex (Lucene 9) as a ``regex`` pattern: its WORD/NUMERIC rule (Hangul and Katakana runs
-    are special cases of it), Southeast Asian runs, one Han or Hiragana character, and emoji sequences."""
-    ext = r"[\p{WB=Format}\p{WB=Extend}\p{WB=ZWJ}]*"  # WB4: these characters belong to the one before them
-    ahletter = rf"[\p{{WB=ALetter}}\p{{WB=Hebrew_Letter}}]{ext}"
-    hebrew = rf"\p{{WB=Hebrew_Letter}}{ext}"
-    numeric = rf"[\p{{WB=Numeric}}[\p{{Block=Halfwidth_And_Fullwidth_Forms}}&&\p{{Nd}}]]{ext}"
-    katakana = rf"\p{{WB=Katakana}}{ext}"
-    mid_letter = rf"[\p{{WB=MidLetter}}\p{{WB=MidNumLet}}\p{{WB=Single_Quote}}]{ext}"
-    mid_num = rf"[\p{{WB=MidNum}}\p{{WB=MidNumLet}}\p{{WB=Single_Quote}}]{ext}"
-    extend_num_let = rf"\p{{WB=ExtendNumLet}}{ext}"
-    hebrew_quoted = rf"{hebrew}(?:\p{{WB=Single_Quote}}{ext}|\p{{WB=Double_Quote}}{ext}{hebrew})"
+
+def _class(properties: str, lucene_class: str = "") -> str:
+    """A ``regex`` character class: the characters of ``properties`` (class items), without those of
+    :data:`_LUCENE_CLASSES`, and with those that Lucene puts in ``lucene_class``."""
+    corrected = "".join(_LUCENE_CLASSES.values())
+    return f"[[{properties}--[{corrected}]]{_LUCENE_CLASSES.get(lucene_class, '')}]"
+
+
+def _word_break_classes() -> dict[str, str]:
+    """The character classes of Lucene's grammar (its JFlex macros), as ``regex`` classes."""
+    not_emoji_chars = r"\p{WB=Regional_Indicator}0-9#*\u00a9\u00ae\u2122\u3030\u303d\p{Emoji_Modifier}"
+    emoji = rf"[{_EXTENDED_PICTOGRAPHIC}[\p{{Emoji}}--[{not_emoji_chars}]]]"
+    return {
+        "letter": _class(r"\p{WB=ALetter}"),
+        "hebrew": _class(r"\p{WB=Hebrew_Letter}"),
+        "digit": _class(r"\p{WB=Numeric}[\p{Block=Halfwidth_And_Fullwidth_Forms}&&\p{Nd}]"),
+        "katakana": _class(r"\p{WB=Katakana}"),
+        "mid_letter": _class(r"\p{WB=MidLetter}\p{WB=MidNumLet}\p{WB=Single_Quote}"),
+        "mid_digit": _class(r"\p{WB=MidNum}\p{WB=MidNumLet}\p{WB=Single_Quote}", "mid_num"),
+        "joiner": _class(r"\p{WB=ExtendNumLet}"),  # ExtendNumLet: "_" and the like
+        "single_quote": _class(r"\p{WB=Single_Quote}"),
+        "double_quote": _class(r"\p{WB=Double_Quote}"),
+        "extend": _class(r"\p{WB=Format}\p{WB=Extend}\p{WB=ZWJ}", "format"),  # WB4: part of the character before
+        "emoji_extend": _class(r"[\p{WB=Format}\p{WB=Extend}]--[\uFE0E\uFE0F]", "format"),
+        "emoji": _class(emoji),
+        "regional_indicator": _class(r"\p{WB=Regional_Indicator}"),
+        "southeast_asian": _class(r"\p{Line_Break=Complex_Context}", "southeast_asian"),
+        "one_char": _class(r"\p{Script=Han}\p{Script=Hiragana}", "single"),  # a token by itself
+    }
+
+
+def _grammar(c: dict[str, str]) -> str:
+    """StandardTokenizerImpl.jflex (Lucene 9) as a ``regex`` pattern over the classes ``c``: its WORD/NUMERIC rule
+    (Hangul and Katakana runs are special cases of it), Southeast Asian runs, one Han or Hiragana character, and emoji
+    sequences."""
+    ext = f"{c['extend']}*"  # WB4: these characters belong to the one before them
+    ahletter = f"[{c['letter']}{c['hebrew']}]{ext}"
+    hebrew, numeric, katakana = (f"{c[name]}{ext}" for name in ("hebrew", "digit", "katakana"))
+    mid_letter, mid_num, extend_num_let = (f"{c[name]}{ext}" for name in ("mid_letter", "mid_digit", "joiner"))
+    hebrew_quoted = f"{hebrew}(?:{c['single_quote']}{ext}|{c['double_quote']}{ext}{hebrew})"
     # a run of letters stops before a Hebrew letter that a quote follows, which the next part takes with its quote
     # (Lucene's longest match; a regex takes the first alternative that matches)
     next_letter = f"(?!{hebrew_quoted}){ahletter}"
@@ -93,23 +149,19 @@ def _grammar() -> str:
     word = rf"(?:{extend_num_let})*{part}(?:(?:{extend_num_let})+{part})*(?:{extend_num_let})*"
     # emoji (Lucene's EMOJI rule); ZWJ is left out of the characters that follow an emoji so that a joiner links the
     # next emoji, as Lucene's longest match does
-    emoji_ext = r"[[\p{WB=Format}\p{WB=Extend}]--[\uFE0E\uFE0F]]*"
-    emoji_char = (rf"[{_EXTENDED_PICTOGRAPHIC}[\p{{Emoji}}--[\p{{WB=Regional_Indicator}}0-9#*\u00a9\u00ae"
-                  r"\u2122\u3030\u303d\p{Emoji_Modifier}]]]")
-    emoji_one = (rf"(?:\p{{WB=ZWJ}}*{emoji_char}{emoji_ext}\uFE0F?"
+    emoji_ext = f"{c['emoji_extend']}*"
+    emoji_one = (rf"(?:\p{{WB=ZWJ}}*{c['emoji']}{emoji_ext}\uFE0F?"
                  rf"|(?:\p{{WB=ZWJ}}*\p{{Emoji_Modifier_Base}}{emoji_ext})?\p{{Emoji_Modifier}}{emoji_ext})")
     emoji = (rf"{emoji_one}(?:[\U000E0020-\U000E007E]+\U000E007F|(?:\p{{WB=ZWJ}}{emoji_one})*){ext}"
-             rf"|[0-9#*]{emoji_ext}\uFE0F?\u20E3{ext}|(?:\p{{WB=Regional_Indicator}}{ext}){{2}}")
-    southeast_asian = rf"(?:\p{{Line_Break=Complex_Context}}{ext})+"
-    one_char = rf"[\p{{Script=Han}}\p{{Script=Hiragana}}]{ext}"
-    return f"{word}|{emoji}|{southeast_asian}|{one_char}"
+             rf"|[0-9#*]{emoji_ext}\uFE0F?\u20E3{ext}|(?:{c['regional_indicator']}{ext}){{2}}")
+    return f"{word}|{emoji}|(?:{c['southeast_asian']}{ext})+|{c['one_char']}{ext}"
 
 
-def _characters(pattern: str) -> str:
-    """The Basic Multilingual Plane characters that a ``regex`` character class matches, as a ``re`` class."""
+def _characters(character_class: str) -> str:
+    """The Basic Multilingual Plane characters of a ``regex`` character class, as the body of a ``re`` class."""
     bmp = "".join(map(chr, itertools.chain(range(0xD800), range(0xE000, 0x10000))))
     ranges = []
-    for run in regex.finditer(f"{pattern}+", bmp, flags=regex.V1):  # the BMP in order: a run is a range
+    for run in regex.finditer(f"{character_class}+", bmp, flags=regex.V1):  # the BMP in order: a run is a range
         first, last = (re.escape(c) for c in (run.group()[0], run.group()[-1]))
         ranges.append(first if first == last else f"{first}-{last}")
     return "".join(ranges)
@@ -125,21 +177,16 @@ def _patterns() -> tuple[re.Pattern, re.Pattern, regex.Pattern]:
     ``.``, ``'``, ``’``) joins two letters, a MidNum/MidNumLet/Single_Quote one (``,``, ``;``, ``.``, ``'``) two
     digits; a token needs a letter or a digit. Built on first use (about 0.1 s), not at import.
     """
-    letter = _characters(r"\p{WB=ALetter}")
-    digit = _characters(r"[\p{WB=Numeric}[\p{Block=Halfwidth_And_Fullwidth_Forms}&&\p{Nd}]]")
-    mid_letter = _characters(r"[\p{WB=MidLetter}\p{WB=MidNumLet}\p{WB=Single_Quote}]")
-    mid_digit = _characters(r"[\p{WB=MidNum}\p{WB=MidNumLet}\p{WB=Single_Quote}]")
-    joiner = _characters(r"\p{WB=ExtendNumLet}")
+    c = _word_break_classes()
+    names = ("letter", "digit", "mid_letter", "mid_digit", "joiner")
+    letter, digit, mid_letter, mid_digit, joiner = (_characters(c[name]) for name in names)
     plain = re.compile(
         rf"[{joiner}]*[{letter}{digit}](?:[{letter}{digit}{joiner}]"
         rf"|(?<=[{letter}])[{mid_letter}](?=[{letter}])|(?<=[{digit}])[{mid_digit}](?=[{digit}]))*"
     )
-    special = _characters(
-        rf"[\p{{WB=Format}}\p{{WB=Extend}}\p{{WB=ZWJ}}\p{{WB=Hebrew_Letter}}\p{{WB=Katakana}}"
-        rf"\p{{WB=Regional_Indicator}}\p{{Script=Han}}\p{{Script=Hiragana}}\p{{Line_Break=Complex_Context}}\p{{Emoji}}"
-        rf"{_EXTENDED_PICTOGRAPHIC}--[0-9#*]]"
-    )
-    return plain, re.compile(f"[{special}\U00010000-\U0010ffff]"), regex.compile(_grammar(), regex.V1)
+    special_names = ("extend", "hebrew", "katakana", "regional_indicator", "one_char", "southeast_asian", "emoji")
+    special = "".join(_characters(c[name]) for name in special_names)
+    return plain, re.compile(f"[{special}\U00010000-\U0010ffff]"), regex.compile(_grammar(c), regex.V1)
 
 
 def _cut_long(text: str, grammar: regex.Pattern) -> list[str]:
