@@ -5,17 +5,16 @@ Queries are the paper's: the ℓ=32-token query of every retrieval window (strid
 2,048 tokens of WikiText-103 valid, tokenized with SmolLM2-135M's tokenizer. Both indexes number the passages of the
 Wikipedia sample the same way (row order of ``split_passages``), so agreement is a comparison of passage ids.
 
-The two sides analyze text differently, and the script shows where. bm25s: the backend's own analysis,
-``hf_ralm.retrieval.bm25.ANALYSIS`` applied by ``_tokenize`` (lowercase, the ``token_pattern`` regex, bm25s' stop
-words, a PyStemmer stemmer; printed at run time). Lucene: Anserini's ``DefaultEnglishAnalyzer`` (StandardTokenizer,
-possessive filter, lowercase, Lucene's English stop words, Lucene's ``PorterStemmer``), the analyzer of the index and of
-the searcher. For each disagreement the script reports:
+Both sides mean to analyze text the same way, and the script checks where they do not. bm25s: the backend's own
+analysis, ``hf_ralm.retrieval.analysis`` (Lucene's StandardTokenizer word breaks, possessive filter, lowercase, the 33
+English stop words and Lucene's Porter stemmer, written in Python; its ``ANALYSIS`` record is printed at run time).
+Lucene: Anserini's ``DefaultEnglishAnalyzer`` (the same chain in Java), the analyzer of the index and of the
+searcher. For each disagreement the script reports:
 
 * whether the two top-1 passages have the same text (duplicates ranked in another order);
 * whether both sides turn the query into the same terms (multiset of analyzed terms). When they differ, whether the
-  tokenizers split the query differently (the Lucene analysis of the regex's words is not the Lucene analysis of the
-  query: ``don't``, ``u.s``, possessives) and which words the two stemmers stem differently (e.g. ``ecology``:
-  ``ecologi`` for PyStemmer's Porter, ``ecolog`` for Lucene's);
+  tokenizers split the query differently (Lucene's analysis of the backend's tokens, one by one, is not Lucene's
+  analysis of the whole query) and which tokens the two sides turn into different terms (stemmer or filters);
 * the margins on both sides: how bm25s scores Lucene's pick relative to its own top-1, and how Lucene scores bm25s'
   pick relative to its own top-1. Lucene's side is recomputed in Python from its analysis and its index statistics
   (document frequencies, average length, one-byte ``SmallFloat`` length norms), checked against the scores Anserini
@@ -28,6 +27,9 @@ the searcher. For each disagreement the script reports:
   exact lengths would not change Lucene's pick, so the difference lies in how the passages were analyzed: term
   frequencies, document frequencies and lengths under the two tokenizers/stemmers).
 
+Apart from the queries, ``--compare-passages`` passages spread evenly over the index are analyzed by both sides, and
+the script counts those whose terms differ.
+
 The Lucene index is built on the first run (``--lucene-index``; about 5 minutes for the 666k passages on 2 cores)::
 
     python benchmarks/bench_lucene_parity.py --json-out ~/.cache/hf-ralm/bench/lucene_parity.json
@@ -39,7 +41,6 @@ import argparse
 import json
 import math
 import os
-import re
 import shlex
 import sys
 import time
@@ -66,6 +67,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--examples", type=int, default=5, help="disagreements to print in detail (default 5; -1: all)")
     parser.add_argument("--depth", type=int, default=10, help="hits fetched per query for the rank figures")
     parser.add_argument("--threads", type=int, default=0, help="search threads for both backends (0: all cores)")
+    parser.add_argument("--compare-passages", type=int, default=10_000,
+                        help="passages, evenly spread over the index, whose terms are compared between the two "
+                             "analyzers (default 10,000; 0: none)")
     parser.add_argument("--json-out", help="also write the figures here")
     return parser.parse_args(argv)
 
@@ -140,26 +144,26 @@ class LuceneSide:
         return total
 
 
-def query_analysis(query: str, bm25s_terms: list[str], lucene: LuceneSide, words_re: re.Pattern) -> dict:
+def query_analysis(query: str, bm25s_terms: list[str], lucene: LuceneSide) -> dict:
     """How the two sides analyze one query: same terms or not, and if not, tokenizer and/or stemmer differences."""
-    from hf_ralm.retrieval.bm25 import _tokenize
+    from hf_ralm.retrieval.analysis import word_term, words
 
     lucene_terms = lucene.terms(query)
     bm25s_count, lucene_count = Counter(bm25s_terms), Counter(lucene_terms)
-    # the backend's regex words, each analyzed alone by both sides: a word whose terms differ is a stemmer difference
-    words = words_re.findall(query.lower())
-    bm25s_words = _tokenize(words, show_progress=False) if words else []
-    stems = sorted({(w, " ".join(bt), " ".join(lucene.word_terms(w)))
-                    for w, bt in zip(words, bm25s_words) if bt != lucene.word_terms(w)})
-    # Lucene's analysis of the regex's words vs of the whole query: a difference is a tokenizer difference
-    regex_then_lucene = Counter(t for w in words for t in lucene.word_terms(w))
+    # the backend's tokens, each analyzed alone by both sides: a token whose terms differ is a stemmer/filter difference
+    tokens = words(query)
+    ours = [[term] if (term := word_term(token)) else [] for token in tokens]
+    stems = sorted({(token, " ".join(terms), " ".join(lucene.word_terms(token)))
+                    for token, terms in zip(tokens, ours) if terms != lucene.word_terms(token)})
+    # Lucene's analysis of the backend's tokens vs of the whole query: a difference is a tokenizer difference
+    tokens_then_lucene = Counter(t for token in tokens for t in lucene.word_terms(token))
     return {
         "bm25s_terms": bm25s_terms,
         "lucene_terms": lucene_terms,
         "same_terms": bm25s_count == lucene_count,
         "only_bm25s": sorted((bm25s_count - lucene_count).elements()),
         "only_lucene": sorted((lucene_count - bm25s_count).elements()),
-        "tokenizer_differs": regex_then_lucene != lucene_count,
+        "tokenizer_differs": tokens_then_lucene != lucene_count,
         "stem_differences": stems,
     }
 
@@ -167,7 +171,9 @@ def query_analysis(query: str, bm25s_terms: list[str], lucene: LuceneSide, words
 def main(argv=None) -> int:
     args = parse_args(argv)
     from hf_ralm.retrieval.base import passage_text, read_forbidden_titles
-    from hf_ralm.retrieval.bm25 import ANALYSIS, BM25Retriever, _tokenize, read_index_info
+    from hf_ralm.retrieval.analysis import ANALYSIS, analyze, analyze_texts
+    from hf_ralm.retrieval.bm25 import BM25Retriever
+    from hf_ralm.retrieval.index_folder import read_index_info
     from hf_ralm.retrieval.lucene import LuceneRetriever
     from hf_ralm.retrieval.lucene_compat import start_jvm
 
@@ -210,9 +216,8 @@ def main(argv=None) -> int:
 
     # query analysis, both sides, for every query
     side = LuceneSide(lucene.lucene_dir, lucene.k1, lucene.b)
-    words_re = re.compile(ANALYSIS["token_pattern"])
-    bm25s_query_terms = _tokenize(queries, show_progress=False)
-    analyses = [query_analysis(q, t, side, words_re) for q, t in zip(queries, bm25s_query_terms)]
+    bm25s_query_terms = analyze_texts(queries)
+    analyses = [query_analysis(q, t, side) for q, t in zip(queries, bm25s_query_terms)]
     agrees = [(lh[0].id if lh else None) == (bh[0].id if bh else None) for _, lh, bh in both]
     n_same_terms = sum(a["same_terms"] for a in analyses)
     agree_same_terms = sum(ok for ok, a in zip(agrees, analyses) if a["same_terms"])
@@ -243,7 +248,7 @@ def main(argv=None) -> int:
         bm25s_scores = scorer.get_scores(a["bm25s_terms"])
         docs = {pid: doc_text(pid) for pid in (lid, bid)}
         lucene_doc = {pid: side.terms(t) for pid, t in docs.items()}
-        bm25s_doc = {pid: _tokenize([t], show_progress=False)[0] for pid, t in docs.items()}
+        bm25s_doc = {pid: analyze(t) for pid, t in docs.items()}
         bm25s_len = {pid: len(terms) for pid, terms in bm25s_doc.items()}
         # query terms whose statistics differ between the two analyses: df, and tf in either passage
         bm25s_tf = {pid: Counter(terms) for pid, terms in bm25s_doc.items()}
@@ -287,6 +292,13 @@ def main(argv=None) -> int:
             d["cause"] = "document analysis"
         details.append(d)
 
+    # the two analyzers on passages spread over the whole index, passage by passage
+    t0 = time.perf_counter()
+    step = max(1, len(bm25) // args.compare_passages) if args.compare_passages > 0 else 0
+    compared = range(0, len(bm25), step)[: args.compare_passages] if step else range(0)
+    analyzed_differently = [i for i in compared if analyze(doc_text(str(i))) != side.terms(doc_text(str(i)))]
+    compare_s = time.perf_counter() - t0
+
     scored = [d for d in details if "bm25s_ratio" in d]
     near_ties = sum(1 for d in scored if d["bm25s_ratio"] >= 0.99)
     lucene_near_ties = sum(1 for d in scored if d["lucene_ratio"] >= 0.99)
@@ -300,6 +312,8 @@ def main(argv=None) -> int:
 
     figures = {
         "num_queries": n,
+        "passages_compared": len(compared),
+        "passages_analyzed_differently": analyzed_differently,
         "bm25s_analysis": dict(ANALYSIS),
         "lucene_analysis": "io.anserini.analysis.DefaultEnglishAnalyzer.newDefaultInstance() (porter)",
         "top1_agreement": agree / n,
@@ -333,7 +347,7 @@ def main(argv=None) -> int:
     pct = lambda x, m: f"{x}/{m} = {100 * x / max(1, m):.1f}%"
     print(f"{n} queries (ℓ={args.query_length}, s={args.stride}, L={args.max_length}, first {args.max_eval_tokens} "
           f"tokens of {os.path.basename(args.data)})")
-    print(f"bm25s analysis (hf_ralm.retrieval.bm25.ANALYSIS): {ANALYSIS}; Lucene: Anserini DefaultEnglishAnalyzer")
+    print(f"bm25s analysis (hf_ralm.retrieval.analysis.ANALYSIS): {ANALYSIS}; Lucene: Anserini DefaultEnglishAnalyzer")
     print(f"top-1 agreement (same passage id): {pct(agree, n)}")
     print(f"  same passage text (duplicates count as agreement): {100 * (agree + same_text) / n:.1f}%")
     print(f"  same article title: {100 * (same_title + neither) / n:.1f}%")
@@ -354,12 +368,17 @@ def main(argv=None) -> int:
     if doc_causes:
         print(f"  document analysis: in {doc_tf} of {len(doc_causes)} a query term occurs a different number of times "
               "in one of the two passages under the two analyses (the rest: document frequencies and lengths)")
-    print("stem differences (word: PyStemmer / Lucene, queries): " + ", ".join(
+    print("stem differences (token: bm25 backend / Lucene, queries): " + ", ".join(
         f"{w}: {b!r} / {lu!r} ({c})" for (w, b, lu), c in stems_all.most_common(15)))
     if stems_disagreements:
         print("  in the disagreements: " + ", ".join(
             f"{w}: {b!r} / {lu!r}" for (w, b, lu), _ in stems_disagreements.most_common(15)))
-    print(f"timings: lucene open/build {lucene_open_s:.1f}s, retrieve lucene {lucene_s:.2f}s, bm25s {bm25_s:.2f}s")
+    if compared:
+        print(f"passages analyzed into the same terms by both analyzers: "
+              f"{pct(len(compared) - len(analyzed_differently), len(compared))} (every {step}th passage; differing "
+              f"ids: {analyzed_differently[:10]})")
+    print(f"timings: lucene open/build {lucene_open_s:.1f}s, retrieve lucene {lucene_s:.2f}s, bm25s {bm25_s:.2f}s, "
+          f"passage comparison {compare_s:.1f}s")
 
     order = {"query terms differ": 0, "length norms": 1, "score tie": 2, "document analysis": 3}
     shown = sorted(scored, key=lambda d: (order.get(d["cause"], 4), -d["bm25s_ratio"]))

@@ -15,8 +15,8 @@ from hf_ralm import RalmConfig
 from hf_ralm.evaluation import evaluate_perplexity, evaluate_retrieval
 from hf_ralm.reranking.gates import lm_gate_config, normalized_top_scores, retrieved_fraction
 from hf_ralm.reranking.rules import NO_PASSAGE
+from hf_ralm.retrieval.analysis import analyze
 from hf_ralm.retrieval.base import Passage, passage_text
-from hf_ralm.retrieval.bm25 import _tokenize
 from hf_ralm.windows import plan_windows
 from spec_loops import ScoredRetriever, plain_window_nlls, ranking_nll
 from test_reranking import make_text, plain_rerank
@@ -171,11 +171,11 @@ def test_score_gate_needs_the_retrievers_maximum(tmp_path, tiny_llama, tiny_toke
 
 def test_bm25_max_score_is_the_sum_of_the_query_terms_idf(tiny_index):
     retriever = tiny_index["retriever"]
-    documents = [set(_tokenize([passage_text(a["title"], a["text"])], False)[0]) for a in ARTICLES]
+    documents = [set(analyze(passage_text(a["title"], a["text"]))) for a in ARTICLES]
     queries = ["the emperor of rome and rome", "a comet in the galaxy", "the zebra", "nero"]
     bounds = retriever.max_scores(queries)
     for query, bound in zip(queries, bounds):
-        terms = [t for t in _tokenize([query], False)[0] if any(t in d for d in documents)]  # unknown terms: none
+        terms = [t for t in analyze(query) if any(t in d for d in documents)]  # unknown terms: none
         df = [sum(t in d for d in documents) for t in terms]
         assert bound == pytest.approx(sum(math.log(1 + (5 - n + 0.5) / (n + 0.5)) for n in df), rel=1e-6)
     assert bounds[0] > retriever.max_scores(["the emperor of rome"])[0]  # a repeated term counts again

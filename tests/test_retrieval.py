@@ -10,6 +10,7 @@ import shutil
 import pytest
 
 from conftest import ARTICLES, write_jsonl
+from hf_ralm.errors import IndexFolderError
 from hf_ralm.retrieval import (
     RETRIEVER_NAMES,
     BM25Retriever,
@@ -22,6 +23,7 @@ from hf_ralm.retrieval import (
     read_forbidden_titles,
     retriever_class,
 )
+from hf_ralm.retrieval.analysis import ANALYSIS
 from hf_ralm.retrieval.index_folder import INDEX_FILE, read_index_info
 from hf_ralm.retrieval.corpus import WORDS_PER_PASSAGE, corpus_fingerprint, read_corpus, split_passages
 from hf_ralm.retrieval.files import load_retrieval_file, retrieval_records, save_retrieval_file
@@ -289,6 +291,31 @@ def test_build_or_load_reuses_and_rebuilds(tmp_path):
 
     # no corpus: load what is there
     assert len(BM25Retriever.build_or_load(None, str(index_dir))) == len(resized)
+
+
+def test_bm25_index_of_another_analysis_is_refused_then_rebuilt(tmp_path):
+    """An index records its text analysis; one built with another (here the earlier regex + PyStemmer analysis) is
+    refused on load, with how to rebuild it, and rebuilt when the corpus is given."""
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", ARTICLES)
+    index_dir = tmp_path / "index"
+    BM25Retriever.build(str(corpus), str(index_dir), show_progress=False)
+    info = json.loads((index_dir / INDEX_FILE).read_text())
+    assert {key: info[key] for key in ANALYSIS} == ANALYSIS
+    old = {key: value for key, value in info.items() if key not in ANALYSIS}
+    old.update({"token_pattern": r"(?u)\b\w+\b", "stemmer": "porter", "stopwords": "en"})
+    (index_dir / INDEX_FILE).write_text(json.dumps(old))
+    refused = r"older hf-ralm: its hf_ralm_index.json records no tokenizer, filters. Rebuild it: `hf-ralm index"
+    with pytest.raises(IndexFolderError, match=refused):
+        BM25Retriever.load(str(index_dir))
+    with pytest.raises(IndexFolderError, match=refused):
+        BM25Retriever.build_or_load(None, str(index_dir))  # no corpus: nothing to rebuild from
+    # recorded, but with other values (an analysis changed again): refused too
+    (index_dir / INDEX_FILE).write_text(json.dumps({**old, **ANALYSIS, "stemmer": "porter"}))
+    with pytest.raises(IndexFolderError, match=r"built with other settings \(\{'stemmer': 'porter'\}"):
+        BM25Retriever.load(str(index_dir))
+    rebuilt = BM25Retriever.build_or_load(str(corpus), str(index_dir))
+    assert {key: rebuilt.info[key] for key in ANALYSIS} == ANALYSIS and "token_pattern" not in rebuilt.info
+    assert rebuilt.retrieve(["Rome's emperors"], k=1)[0][0].title == "Rome"
 
 
 def test_build_or_load_errors(tmp_path):

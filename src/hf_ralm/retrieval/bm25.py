@@ -1,13 +1,15 @@
-"""Embedded BM25 (no Java): bm25s with Lucene's scoring (k1=0.9, b=0.4), English stemming and stop words.
+"""Embedded BM25 (no Java): bm25s with Lucene's scoring (k1=0.9, b=0.4) and Lucene's English analysis.
 
-Text analysis follows Lucene's English analyzer as closely as bm25s allows, so results agree with the paper's
-pyserini retrieval (top-1 agreement with Lucene: docs/lucene.md): every word of one or more characters is a term
-(bm25s' default drops one-character words), the Porter stemmer (PyStemmer's, which differs from Lucene's on a few
-words, rather than Snowball English) and Lucene's 33 English stop words.
+Text becomes terms as in the Lucene backend (Anserini's ``DefaultEnglishAnalyzer``), so that results agree with the
+paper's pyserini retrieval (top-1 agreement with Lucene: docs/lucene.md): :mod:`hf_ralm.retrieval.analysis` cuts
+words at Unicode word boundaries as Lucene's ``StandardTokenizer`` does (``20,000``, ``3.14`` and ``U.S`` stay
+whole), drops the possessive ``'s``, lowercases, removes Lucene's 33 English stop words and applies Lucene's Porter
+stemmer. bm25s indexes and searches these terms.
 
 An index folder holds the bm25s matrices (memory-mapped when loaded), the passages as an Arrow table (memory-mapped
 by ``datasets``) and ``hf_ralm_index.json``, which records the corpus fingerprint so a folder is reused only for the
-corpus it was built from.
+corpus it was built from, and the text analysis (``ANALYSIS``), so an index built with another one is
+refused (and rebuilt when the corpus is given).
 
 Example:
     >>> retriever = BM25Retriever.build_or_load("articles.jsonl.gz", "index/")  # doctest: +SKIP
@@ -23,28 +25,19 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from .analysis import ANALYSIS, analyze_texts
 from .base import Passage, Retriever, passage_text
 from .corpus import WORDS_PER_PASSAGE, check_passage_count, passage_columns
 from .index_folder import check_index, corpus_files, corpus_paths_and_articles, finish_build, index_matches
 from .index_folder import reading_index, reusable_index_info, start_build
 
 BM25_PARAMS = {"method": "lucene", "k1": 0.9, "b": 0.4}  # pyserini's defaults, as the paper used
-# how text becomes terms; an index is reused only with the same analysis (queries must be analysed as the passages)
-ANALYSIS = {"token_pattern": r"(?u)\b\w+\b", "stemmer": "porter", "stopwords": "en"}
-INDEX_SETTINGS = {**BM25_PARAMS, **ANALYSIS}  # what an index records and must match to be used
+# what an index records and must match to be used: an index is used only with the analysis it was built with, since
+# queries must be analyzed as the passages were
+INDEX_SETTINGS = {**BM25_PARAMS, **ANALYSIS}
 BM25_FILES = ("bm25s/params.index.json", "bm25s/vocab.index.json", "bm25s/data.csc.index.npy",
               "bm25s/indices.csc.index.npy", "bm25s/indptr.csc.index.npy", "passages/state.json", "passages/*.arrow")
 """The files of an index folder (beside hf_ralm_index.json), checked when the index records no file sizes."""
-
-
-def _tokenize(texts: Sequence[str], show_progress: bool) -> list[list[str]]:
-    import bm25s
-    import Stemmer
-
-    return bm25s.tokenize(
-        list(texts), token_pattern=ANALYSIS["token_pattern"], stopwords=ANALYSIS["stopwords"],
-        stemmer=Stemmer.Stemmer(ANALYSIS["stemmer"]), return_ids=False, show_progress=show_progress,
-    )
 
 
 class BM25Retriever(Retriever):
@@ -100,7 +93,7 @@ class BM25Retriever(Retriever):
         tmp_dir = start_build(index_dir)
         texts = (passage_text(t, x) for t, x in zip(passages["title"], passages["text"]))
         bm25 = bm25s.BM25(**BM25_PARAMS)
-        bm25.index(_tokenize(list(texts), show_progress), show_progress=show_progress)
+        bm25.index(analyze_texts(texts, show_progress), show_progress=show_progress)
         bm25.save(os.path.join(tmp_dir, "bm25s"))
         passages.save_to_disk(os.path.join(tmp_dir, "passages"))
         finish_build(tmp_dir, index_dir, cls.name, paths, words_per_passage, len(passages), INDEX_SETTINGS)
@@ -133,7 +126,7 @@ class BM25Retriever(Retriever):
         forbidden titles are never returned."""
         if not queries:
             return []
-        tokens = _tokenize(queries, show_progress=False)
+        tokens = analyze_texts(queries)
         k_eff = min(k, len(self))
         ids, scores = self.bm25.retrieve(
             tokens, k=k_eff, weight_mask=self._weight_mask, n_threads=self.n_threads, show_progress=False
@@ -155,7 +148,7 @@ class BM25Retriever(Retriever):
         matrix = self.bm25.scores  # one column per term: indptr[t + 1] - indptr[t] passages hold term t
         num_docs = matrix["num_docs"]
         bounds = []
-        for tokens in _tokenize(queries, show_progress=False):
+        for tokens in analyze_texts(queries):
             term_ids = np.asarray(self.bm25.get_tokens_ids(tokens), dtype=np.int64)
             df = matrix["indptr"][term_ids + 1] - matrix["indptr"][term_ids]
             bounds.append(float(np.log1p((num_docs - df + 0.5) / (df + 0.5)).sum()))
