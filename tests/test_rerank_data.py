@@ -20,6 +20,7 @@ from hf_ralm.chunks import TMP_PREFIX
 from hf_ralm.cli import main
 from hf_ralm.reranking import collect_rerank_data, load_rerank_data
 from hf_ralm.reranking.collect import retrieve_excluding_title, spread_windows
+from hf_ralm.retrieval.analysis import ANALYSIS
 from hf_ralm.retrieval.base import Passage
 from hf_ralm.retrieval.bm25 import BM25Retriever
 from hf_ralm.windows import place_passage, plan_windows
@@ -85,7 +86,10 @@ def test_targets_are_the_readers_logprobs_from_a_plain_forward(collected, tiny_l
         "reader": None, "dtype": "float32", "k": 3, "stride": 4, "query_length": 8, "rerank_tokens": 16,
         "max_length": 16, "max_doc_tokens": 8, "bos_every_window": False, "passage_template": "{title}\n{text}",
         "retriever": "bm25", "corpus": None, "forbidden_titles": collected["metadata"]["forbidden_titles"],
-        "windows_per_article": WINDOWS_PER_ARTICLE}
+        "index": collected["metadata"]["index"], "windows_per_article": WINDOWS_PER_ARTICLE}
+    # the index's own record (corpus fingerprint, analysis) is part of the data's identity; its file sizes are not
+    index = collected["metadata"]["index"]
+    assert {key: index[key] for key in ANALYSIS} == ANALYSIS and index["fingerprint"] and "files" not in index
 
 
 def test_own_passages_are_never_candidates(collected, setup):

@@ -49,6 +49,7 @@ from ..configuration_ralm import RALM_FIELDS, RalmConfig
 from ..model_inputs import window_length
 from ..retrieval.base import Passage, Retriever
 from ..retrieval.corpus import read_corpus
+from ..retrieval.index_folder import read_index_info
 from ..windows import check_count, plan_windows
 from .data import RerankDataWriter, load_rerank_data
 from .lm import rerank_windows
@@ -240,10 +241,15 @@ def titles_fingerprint(titles: Iterable[str]) -> str:
 
 
 def _retriever_metadata(retriever) -> dict[str, Any]:
-    """What identifies the candidates' source: the retriever kind, its index folder and its forbidden titles."""
+    """What identifies the candidates' source: the retriever kind, its index folder, what that index records about
+    itself (corpus fingerprint, scoring, text analysis: an index rebuilt with another analysis ranks other passages,
+    so rows from the two must not mix) and its forbidden titles."""
     if not isinstance(retriever, Retriever):
         return {"retriever": type(retriever).__name__, "corpus": None}
+    recorded = read_index_info(retriever.index_dir) or {}
     return {"retriever": retriever.name, "corpus": os.path.abspath(retriever.index_dir),
+            # not its file sizes or corpus paths: the same index, copied or moved, holds the same passages
+            "index": {key: value for key, value in recorded.items() if key not in ("files", "corpus")},
             "forbidden_titles": titles_fingerprint(retriever.forbidden_titles)}
 
 
