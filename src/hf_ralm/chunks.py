@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Sequence
 
 from .errors import OutputFolderError
+from .retrieval.jsonfile import write_json_atomic
 
 CHUNK_PREFIX = "chunk-"
 TMP_PREFIX = ".tmp-chunk-"
@@ -76,8 +77,7 @@ class ChunkWriter:
         self.folder.mkdir(parents=True, exist_ok=True)
         for leftover in self.folder.glob(TMP_PREFIX + "*"):  # chunks a crash left half written
             _remove_path(leftover)
-        _write_durably(metadata_path, lambda path: path.write_text(
-            json.dumps(self.metadata, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"))
+        write_json_atomic(str(metadata_path), self.metadata)
 
         chunks = self.complete_chunks(self.folder)
         self.saved_chunks = [self.read_chunk(chunk) for chunk in chunks]  # what an earlier run saved, in order
@@ -171,10 +171,9 @@ class ChunkWriter:
                 f"{self.what} and start afresh.")
 
 
-def _write_durably(final: Path, write, tmp: Path | None = None) -> None:
-    """``write(tmp)``, then fsync what it wrote and rename it to ``final``: after a crash ``final`` is either the
-    old or the complete new one, never a part."""
-    tmp = tmp or final.with_name(TMP_PREFIX + final.name)
+def _write_durably(final: Path, write, tmp: Path) -> None:
+    """``write(tmp)`` (a file or a folder), then fsync what it wrote and rename it to ``final``: after a crash
+    ``final`` is either missing or complete, never a part."""
     try:
         write(tmp)
         for path in [tmp] if tmp.is_file() else [p for p in tmp.rglob("*") if p.is_file()]:
