@@ -35,6 +35,7 @@ from typing import Any, ClassVar, Sequence
 
 from .errors import OutputFolderError
 from .retrieval.jsonfile import write_json_atomic
+from .windows import check_count
 
 CHUNK_PREFIX = "chunk-"
 TMP_PREFIX = ".tmp-chunk-"
@@ -56,8 +57,7 @@ class ChunkWriter:
 
     def __init__(self, folder: str | os.PathLike, metadata: Mapping[str, Any], *, chunk_size: int = 1000,
                  overwrite: bool = False) -> None:
-        if chunk_size < 1:
-            raise ValueError(f"chunk_size must be at least 1, got {chunk_size}.")
+        check_count("chunk_size", chunk_size)
         self.folder = Path(folder)
         self.metadata = self.normalise_metadata(metadata)
         self.chunk_size = chunk_size

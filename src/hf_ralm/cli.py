@@ -636,7 +636,8 @@ def _add_rerank_data(sub, parents: list[argparse.ArgumentParser]) -> None:
 def run_rerank_data(args) -> dict:
     """``hf-ralm rerank-data``: the predictive reranker's training data (see
     :func:`hf_ralm.reranking.collect_rerank_data`); returns its summary."""
-    from .reranking.collect import titles_fingerprint, training_articles
+    from .reranking.collect import training_articles
+    from .resume import titles_fingerprint
     from .retrieval.base import read_forbidden_titles
 
     _check_args(args, "model", "articles", "output_dir")

@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from .chunks import ChunkWriter
 from .configuration_ralm import RALM_FIELDS, RalmConfig
@@ -79,6 +79,18 @@ def digest(value: Any) -> str:
     return hashlib.sha256(data).hexdigest()[:16]
 
 
+def titles_fingerprint(titles: Iterable[str]) -> str:
+    """A short, order-free identity of a set of titles (forbidden or excluded ones), to record in settings instead of
+    the titles themselves.
+
+    Example:
+        >>> titles_fingerprint(["Nero", "Rome"]) == titles_fingerprint(["Rome", "Nero", "Rome"])
+        True
+    """
+    unique = sorted(set(titles))
+    return f"{len(unique)} titles, sha256 {digest(chr(10).join(unique).encode('utf-8'))}"
+
+
 def run_settings(model, tokenizer, ids: Sequence[int], retriever, config: RalmConfig, retrieval_file: str | None,
                  max_length: int, batch_size: int, reuse_prefix_kv: bool, scored: bool, chunk_size: int) -> dict:
     """Everything an evaluation's per-window records depend on, as :class:`WindowRecordWriter` compares it: the
@@ -87,8 +99,8 @@ def run_settings(model, tokenizer, ids: Sequence[int], retriever, config: RalmCo
     batch size changes fp32 results in their last digits)."""
     retriever_config = retriever.config() if callable(getattr(retriever, "config", None)) else type(retriever).__name__
     if isinstance(retriever_config, dict) and "forbidden_titles" in retriever_config:
-        titles = retriever_config["forbidden_titles"]
-        retriever_config = {**retriever_config, "forbidden_titles": f"{len(titles)} titles, {digest(titles)}"}
+        retriever_config = {**retriever_config,
+                            "forbidden_titles": titles_fingerprint(retriever_config["forbidden_titles"])}
     file_digest = None
     if retrieval_file is not None:
         file_digest = digest(Path(retrieval_file).read_bytes())

@@ -35,7 +35,6 @@ Example::
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import logging
 import os
@@ -49,6 +48,7 @@ from ..configuration_ralm import RALM_FIELDS, RalmConfig
 from ..model_inputs import window_length
 from ..retrieval.base import Passage, Retriever
 from ..retrieval.corpus import read_corpus
+from ..resume import titles_fingerprint
 from ..retrieval.index_folder import read_index_info
 from ..windows import check_count, plan_windows
 from .data import RerankDataWriter, load_rerank_data
@@ -226,18 +226,6 @@ def training_articles(
     excluded = frozenset(exclude_titles)
     kept = (article for article in read_corpus(str(path)) if article["title"] not in excluded)
     return itertools.islice(kept, num_articles)
-
-
-def titles_fingerprint(titles: Iterable[str]) -> str:
-    """A short, order-free identity of a set of titles, to record in metadata instead of the titles themselves.
-
-    Example:
-        >>> titles_fingerprint(["Nero", "Rome"]) == titles_fingerprint(["Rome", "Nero", "Rome"])
-        True
-    """
-    unique = sorted(set(titles))
-    digest = hashlib.sha256("\n".join(unique).encode("utf-8")).hexdigest()
-    return f"{len(unique)} titles, sha256 {digest[:16]}"
 
 
 def _retriever_metadata(retriever) -> dict[str, Any]:

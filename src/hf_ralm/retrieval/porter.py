@@ -62,31 +62,10 @@ class _Word:
         return not self.cons(i - 1)
 
     def m(self) -> int:
-        """The number of vowel-consonant sequences in ``b[0..j]``."""
-        n, i, j = 0, 0, self.j
-        while True:
-            if i > j:
-                return n
-            if not self.cons(i):
-                break
-            i += 1
-        i += 1
-        while True:
-            while True:
-                if i > j:
-                    return n
-                if self.cons(i):
-                    break
-                i += 1
-            i += 1
-            n += 1
-            while True:
-                if i > j:
-                    return n
-                if not self.cons(i):
-                    break
-                i += 1
-            i += 1
+        """The number of vowel-consonant sequences in ``b[0..j]`` (Porter's measure of ``[C](VC)^m[V]``): how often a
+        vowel is followed by a consonant."""
+        consonant = [self.cons(i) for i in range(self.j + 1)]
+        return sum(1 for before, after in zip(consonant, consonant[1:]) if not before and after)
 
     def vowel_in_stem(self) -> bool:
         return any(not self.cons(i) for i in range(self.j + 1))
