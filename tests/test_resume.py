@@ -218,3 +218,35 @@ def test_cli_eval_lm_and_retrieve_resume(tmp_path, monkeypatch, tiny_model_dir, 
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert info.value.code == 2 and err.startswith("hf-ralm: error: ") and "Traceback" not in err
     assert "'--stride': stored 4, given 2" in err and "--overwrite" in err
+
+
+def test_progress_within_a_chunk_is_shown_per_batch_of_windows(monkeypatch, tiny_llama, tiny_tokenizer, tiny_index):
+    """A chunk (256 windows by default) takes minutes on a CPU: the stage that scores it shows its own bar under the
+    run's, advancing with every batch, and vanishing with the chunk (``leave=None``: nested bars leave no trace)."""
+    import tqdm.auto
+
+    import hf_ralm.scoring as scoring
+
+    bars = []
+
+    class Recorded(tqdm.auto.tqdm):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.leave_arg, self.updates = kwargs.get("leave", True), []
+            if not kwargs.get("disable"):  # the bars shown
+                bars.append(self)
+
+        def update(self, n=1):
+            self.updates.append(n)
+            return super().update(n)
+
+    monkeypatch.setattr(evaluation, "tqdm", Recorded)
+    monkeypatch.setattr(scoring, "tqdm", Recorded)
+    config = RalmConfig(**BASE)
+    result = evaluation.evaluate_perplexity(tiny_llama, tiny_tokenizer, EVAL_TEXT, tiny_index["retriever"], config,
+                                            batch_size=2, chunk_size=100)
+    run, *stages = bars
+    assert run.desc == "Evaluating" and run.updates == [result.figures["num_windows"]]  # one chunk holds them all
+    assert [bar.desc for bar in stages] == ["Scoring windows"] and stages[0].leave_arg is None
+    assert sum(stages[0].updates) == result.figures["num_windows"] and max(stages[0].updates) <= 2
+    assert len(stages[0].updates) >= result.figures["num_windows"] // 2

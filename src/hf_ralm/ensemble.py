@@ -75,7 +75,7 @@ def ensemble_window_nlls(
     options = [found or [None] for found in members]
     firsts = [w.score_begin for w in windows]
     with tqdm(total=len(windows), desc=f"Scoring ensembles of {config.ensemble_size}", unit="win",
-              disable=not show_progress) as progress:
+              disable=not show_progress, leave=None) as progress:
         rows = reader_nlls(model, tokenizer, ids, windows, options, firsts, config, batch_size, reuse_prefix_kv,
                            progress=progress)
         for w, found, window_rows in zip(windows, members, rows):

@@ -273,8 +273,9 @@ def _evaluate(model, tokenizer, text_or_ids, retriever, config, retrieval_file, 
                                        disable=not show_progress, desc="Evaluating" if scored else "Retrieving") as bar:
         for start in range(len(resumed), len(windows), chunk_size):
             chunk = windows[start : start + chunk_size]
+            # the stages' own bars show each window of the chunk under this one, and vanish with the chunk
             records = _chunk_records(model, tokenizer, ids, chunk, queries, state, retrievals, retriever, config,
-                                     reranker, batch_size, reuse_prefix_kv, scored, timings)
+                                     reranker, batch_size, reuse_prefix_kv, scored, timings, show_progress)
             for record in records:
                 state.apply(record)
             if writer:
@@ -355,7 +356,7 @@ class _WindowState:
 
 def _chunk_records(model, tokenizer, ids, chunk: Sequence[Window], queries, state: _WindowState,
                    retrievals: Retrievals | None, retriever, config: RalmConfig, reranker, batch_size: int,
-                   reuse_prefix_kv: bool, scored: bool, timings: dict) -> list[dict]:
+                   reuse_prefix_kv: bool, scored: bool, timings: dict, show_progress: bool) -> list[dict]:
     """One chunk of windows end to end: its passages (retrieved, or from the retrieval file), each window's choice
     (gate, rerank) and, when ``scored``, its NLLs; as :func:`~hf_ralm.resume.window_record` records. ``state``'s
     passages and choices of the chunk are filled in on the way (the scorers index them by window)."""
@@ -373,17 +374,17 @@ def _chunk_records(model, tokenizer, ids, chunk: Sequence[Window], queries, stat
         outcome = RerankOutcome(retrievals.chosen[first:stop], [None] * len(chunk), gate_scores=file_scores)
     else:
         outcome = choose_passages(model, tokenizer, ids, chunk, queries, state.passages, config, retriever, reranker,
-                                  batch_size, reuse_prefix_kv, show_progress=False)
+                                  batch_size, reuse_prefix_kv, show_progress)
     state.chosen[first:stop] = outcome.chosen
     timings["rerank_s"] += time.perf_counter() - t0
     t0 = time.perf_counter()
     nlls = outcome.token_nlls
     if nlls is None and scored and config.ensemble_size > 1:
         nlls = ensemble_window_nlls(model, tokenizer, ids, chunk, state.passages, config, state.chosen, batch_size,
-                                    reuse_prefix_kv, show_progress=False)
+                                    reuse_prefix_kv, show_progress)
     elif nlls is None and scored:  # not already scored while the reader ranked the candidates
         prefixes = [[]] * first + window_prefixes(tokenizer, chunk, state.passages, config, state.chosen)
-        nlls = score_windows(model, ids, chunk, prefixes, batch_size, reuse_prefix_kv, show_progress=False)
+        nlls = score_windows(model, ids, chunk, prefixes, batch_size, reuse_prefix_kv, show_progress)
     timings["scoring_s"] += time.perf_counter() - t0
     gate_scores = outcome.gate_scores or [None] * len(chunk)
     return [window_record(w.index, state.passages[w.index], choice, ranking, gate_score,

@@ -142,7 +142,8 @@ def score_windows(
     """
     ids = list(ids)
     nll = torch.full((len(ids),), float("nan"), dtype=torch.float64)
-    with tqdm(total=len(windows), desc="Scoring windows", unit="win", disable=not show_progress) as progress:
+    with tqdm(total=len(windows), desc="Scoring windows", unit="win", disable=not show_progress,
+              leave=None) as progress:
         rows = score_inputs(model, window_inputs(ids, windows, prefixes), batch_size, reuse_prefix_kv, passage_cache,
                             progress)
     for w, row in zip(windows, rows):

@@ -204,7 +204,7 @@ def _reader_ranks(model, tokenizer, ids, windows, pools, config, batch_size, reu
     firsts = [oracle_span(w)[0] if config.rerank == "oracle" else ranking_span(w, config.rerank_tokens)[0]
               for w in windows]
     with tqdm(total=len(windows), desc=f"Reranking ({config.rerank})", unit="win",
-              disable=not show_progress) as progress:
+              disable=not show_progress, leave=None) as progress:
         rows = reader_nlls(model, tokenizer, ids, windows, options, firsts, config, batch_size, reuse_prefix_kv,
                            passage_cache, progress)
         for w, first, window_rows in zip(windows, firsts, rows):
@@ -231,7 +231,8 @@ def _other_lm_ranks(reranker: LMReranker, tokenizer, ids, windows, pools, config
     chosen: list[int] = []
     ranking: list[list[float] | None] = []
     cache = PassageKVCache(reranker.model) if reuse_prefix_kv else None
-    progress = tqdm(total=len(windows), desc="Reranking (lm)", unit="win", disable=not show_progress)
+    progress = tqdm(total=len(windows), desc="Reranking (lm)", unit="win", disable=not show_progress,
+                    leave=None)
     for start in range(0, len(windows), WINDOWS_PER_CHUNK):
         chunk = [w for w in windows[start : start + WINDOWS_PER_CHUNK] if pools[w.index]]
         inputs, counts = [], []
