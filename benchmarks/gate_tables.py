@@ -1,23 +1,25 @@
 """Issue 10's results: perplexity against the share of windows that retrieved (``retrieved_fraction``) for the score
 gate at several thresholds and the lm gate, with no retrieval and retrieval in every window as the ends; and
-perplexity with n ∈ {1, 2, 3} passages in context and with ensembles of n ∈ {2, 4, 8} passages. SmolLM2-135M and
-Gemma-3-270M (Gemma with a BOS in every window), WikiText-103 test and held-out Wikipedia, L=512, s=4, ℓ=32, s'=16,
-BM25 over the whole Wikipedia sample, bfloat16 (benchmarks/table_runs.py).
+perplexity with n ∈ {1, 2, 3} passages in context and with ensembles of n ∈ {2, 4, 8} passages at several
+temperatures τ. SmolLM2-135M and Gemma-3-270M (Gemma with a BOS in every window), WikiText-103 test and held-out
+Wikipedia, L=512, s=4, ℓ=32, s'=16, BM25 over the whole Wikipedia sample, bfloat16 (benchmarks/table_runs.py).
 
 How it is computed: one pass of the reader per (reader, data) runs every window with its top passage and without
 (``rerank_windows`` under ``lm_gate_config``: the lm gate's own computation), which gives each window's ranking NLL
 (the last s' prefix tokens) and target NLL both ways. Every gate is then a choice per window and its perplexity the
 sum of the chosen target NLLs: none = without, always = with, lm = the lm gate's choice (ranking NLL with <= without),
 score t = with when the top passage's BM25 score over its query's maximum attainable score is >= t
-(``normalized_top_scores``). Several passages and ensembles run ``evaluate_perplexity`` with ``num_passages=n`` or
-``ensemble_size=n`` (τ = ``--ensemble-temperature``; the passages capped at ``--max-context-doc-tokens``, 384 by
-default: the window must hold them and a stride); n=1 passage is measured that way too (the cap does not bind: one
-passage is at most 256 tokens), and its difference from ``always`` (the same windows, from the pass) is printed as a
-check.
+(``normalized_top_scores``). Several passages run ``evaluate_perplexity`` with ``num_passages=n`` (capped at
+``--max-context-doc-tokens``, 384 by default: the window must hold them and a stride); n=1 is measured that way too
+(the cap does not bind: one passage is at most 256 tokens), and its difference from ``always`` (the same windows,
+from the pass) is printed as a check. Ensembles come from one more pass per (reader, data): every window's NLLs under
+each of its top 8 passages (``ensemble_member_nlls``), mixed for each n and each τ of ``--ensemble-temperature``
+(``mix_window_nlls`` of the first n: what ``evaluate_perplexity`` with ``ensemble_size=n`` gives, as
+tests/test_passages.py checks; τ=inf weighs the n passages equally).
 
 Every point is one row of ``--figures-dir/gate_results.csv``, written as soon as it is measured (``seconds``: the
 time of the pass it comes from, or of its evaluation; benchmarks/results_csv.py); a rerun skips the points already
-there (the pass is cached as JSON under ``--out``). Then the table is printed and
+there (the passes are cached as JSON under ``--out``). Then the table is printed and
 ``gate_results.png`` drawn (matplotlib, the ``bench`` extra)::
 
     python benchmarks/make_heldout.py --corpus ../shared/data/wikipedia-2015-sample/articles.jsonl.gz \\
@@ -41,6 +43,7 @@ from bench_setup import READERS
 from results_csv import Table, run_points
 from table_runs import DATA, Run, add_run_args, cached, chosen_nll, load_retrievers, perplexities, reader_pass
 
+TEMPERATURES = (1.0, 4.0, 16.0, float("inf"))  # BM25 scores differ by units: τ=1 is nearly the top passage alone
 THRESHOLDS = (0.15, 0.2, 0.225, 0.25, 0.275, 0.3, 0.35, 0.4)  # meant to span the windows' normalised top scores
 PASSAGES = (1, 2, 3)
 ENSEMBLES = (2, 4, 8)
@@ -53,7 +56,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     add_run_args(parser, "gate-tables")
     parser.add_argument("--thresholds", type=float, nargs="+", default=list(THRESHOLDS),
                         help="the score gate's thresholds (default: %(default)s)")
-    parser.add_argument("--ensemble-temperature", type=float, default=1.0, help="τ of the ensembles (default 1.0)")
+    parser.add_argument("--ensemble-temperature", type=float, nargs="+", default=list(TEMPERATURES),
+                        help="the ensembles' τ, each measured from the same pass (default: %(default)s)")
     parser.add_argument("--max-context-doc-tokens", type=int, default=384,
                         help="cap on the tokens of the passages in context, separators included (default %(default)s: "
                              "a quarter of the L=512 window stays the text's; L must hold it and a stride, so at "
@@ -65,10 +69,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def points(args) -> list[tuple[str, str]]:
-    """Every (method, setting) measured per (reader, data), in the table's order."""
-    return ([("none", ""), ("always", ""), ("lm gate", "")] + [("score gate", str(t)) for t in args.thresholds]
-            + [("passages", str(n)) for n in PASSAGES] + [("ensemble", str(n)) for n in ENSEMBLES])
+def points(args) -> list[tuple[str, str, str]]:
+    """Every (method, setting, options) measured per (reader, data), in the table's order; ``options`` are the
+    settings besides n that a point depends on (part of its key: a rerun with others measures it again)."""
+    return ([("none", "", ""), ("always", "", ""), ("lm gate", "", "")]
+            + [("score gate", str(t), "") for t in args.thresholds]
+            + [("passages", str(n), f"cap={args.max_context_doc_tokens}") for n in PASSAGES]
+            + [("ensemble", str(n), f"tau={tau}") for tau in args.ensemble_temperature for n in ENSEMBLES])
 
 
 def gate_pass(run: Run, batch_size: int) -> dict:
@@ -101,20 +108,47 @@ def gate_point(p: dict, method: str, setting: str) -> dict:
             "seconds": p["seconds"]}
 
 
-def evaluated_point(run: Run, method: str, n: int, args) -> dict:
-    """``evaluate_perplexity`` with n passages in context or an ensemble of n."""
+def passages_point(run: Run, n: int, args) -> dict:
+    """``evaluate_perplexity`` with n passages in context."""
     from hf_ralm import RalmConfig
     from hf_ralm.evaluation import evaluate_perplexity
 
-    settings = {"num_passages": n, "max_context_doc_tokens": args.max_context_doc_tokens} if method == "passages" \
-        else {"ensemble_size": n, "ensemble_temperature": args.ensemble_temperature}
-    config = RalmConfig(**{**run.config.to_dict(), **settings})
+    config = RalmConfig(**{**run.config.to_dict(), "num_passages": n,
+                           "max_context_doc_tokens": args.max_context_doc_tokens})
     t0 = time.perf_counter()
-    result = evaluate_perplexity(run.model, run.tokenizer, run.ids, run.retriever, config,
-                                 batch_size=args.batch_size, show_progress=False)
-    figures = result.figures
+    figures = evaluate_perplexity(run.model, run.tokenizer, run.ids, run.retriever, config,
+                                  batch_size=args.batch_size, show_progress=False).figures
     return {"token_ppl": figures["token_ppl"], "word_ppl": figures["word_ppl"],
             "retrieved_fraction": figures["retrieved_fraction"], "seconds": time.perf_counter() - t0}
+
+
+def ensemble_pass(run: Run, batch_size: int) -> dict:
+    """Every window's top ``max(ENSEMBLES)`` passages' retrieval scores and the window's NLLs under each."""
+    from hf_ralm import RalmConfig
+    from hf_ralm.ensemble import ensemble_member_nlls
+    from hf_ralm.evaluation import retrieve_for_windows
+
+    config = RalmConfig(**{**run.config.to_dict(), "ensemble_size": max(ENSEMBLES)})
+    passages = retrieve_for_windows(run.retriever, run.queries, max(ENSEMBLES), show_progress=False)
+    t0 = time.perf_counter()
+    members, rows = ensemble_member_nlls(run.model, run.tokenizer, run.ids, run.windows, passages, config,
+                                         batch_size=batch_size)
+    return {"seconds": time.perf_counter() - t0, "scores": [[p.score for p in found] for found in members],
+            "rows": [[row.tolist() for row in window_rows] for window_rows in rows],
+            "num_tokens": len(run.ids), "num_words": run.num_words}
+
+
+def ensemble_point(run: Run, p: dict, n: int, temperature: float) -> dict:
+    """The ensemble of each window's top n at ``temperature``, from the pass (``mix_window_nlls`` of its first n)."""
+    from hf_ralm.ensemble import mix_window_nlls
+    from hf_ralm.retrieval.base import Passage
+
+    members = [[Passage("", "", "", score) for score in scores[:n]] for scores in p["scores"]]
+    rows = [[torch.tensor(row, dtype=torch.float64) for row in window_rows] for window_rows in p["rows"]]
+    nll = mix_window_nlls(run.windows, members, rows, p["num_tokens"], temperature)
+    later = len(run.windows) - 1
+    return {**perplexities(p, float(nll[1:].sum())), "seconds": p["seconds"],
+            "retrieved_fraction": sum(1 for m in members[1:] if m) / later if later else None}
 
 
 def plot(rows: list[dict], path: str) -> None:
@@ -146,10 +180,19 @@ def plot(rows: list[dict], path: str) -> None:
         ax.set_title(f"{reader}\n{data}", fontsize=9)
         ax.legend(fontsize=7)
         ax = axes[1][column]
-        for method, color in (("passages", "#dd8452"), ("ensemble", "#8172b2")):
-            series = sorted((int(r["setting"]), float(r["token_ppl"])) for r in mine if r["method"] == method)
-            ax.plot([n for n, _ in series], [y for _, y in series], "o-", color=color,
-                    label=f"{method} (n in context)" if method == "passages" else "ensemble of n")
+        series = [("passages", "", "n in context", "#dd8452")] + [
+            ("ensemble", options, f"ensemble of n, τ={options.removeprefix('tau=')}", color)
+            for options, color in zip(sorted({r["options"] for r in mine if r["method"] == "ensemble"},
+                                             key=lambda o: float(o.removeprefix("tau="))),
+                                      ("#8172b2", "#64b5cd", "#937860", "#da8bc3", "#8c8c8c"))]
+        for method, options, label, color in series:
+            points_ = sorted((int(r["setting"]), float(r["token_ppl"])) for r in mine
+                             if r["method"] == method and (not options or r["options"] == options))
+            ax.plot([n for n, _ in points_], [y for _, y in points_], "o-", color=color, label=label)
+        for x, y, _ in of("always"):
+            ax.axhline(y, color="#c44e52", linestyle=":", linewidth=1, label="top passage (always)")
+        for x, y, _ in of("none"):
+            ax.axhline(y, color="#999999", linestyle=":", linewidth=1, label="no retrieval")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("n passages")
         ax.set_ylabel("token perplexity")
@@ -158,16 +201,9 @@ def plot(rows: list[dict], path: str) -> None:
     fig.savefig(path, dpi=130)
 
 
-def pass_path(args, reader: str, data: str) -> str:
-    """Where the gate pass of (reader, data) is cached."""
-    return os.path.join(args.out, f"{reader}.{data}.{args.max_eval_tokens}.gates.json".replace(" ", "_"))
-
-
-def options(method: str, args) -> str:
-    """The settings besides n that a point depends on (part of its key: a rerun with others measures it again)."""
-    if method == "passages":
-        return f"cap={args.max_context_doc_tokens}"
-    return f"tau={args.ensemble_temperature}" if method == "ensemble" else ""
+def pass_path(args, reader: str, data: str, kind: str = "gates") -> str:
+    """Where the gate (or ensemble) pass of (reader, data) is cached."""
+    return os.path.join(args.out, f"{reader}.{data}.{args.max_eval_tokens}.{kind}.json".replace(" ", "_"))
 
 
 def measure(args):
@@ -184,8 +220,11 @@ def measure(args):
             runs.clear()  # one model in memory at a time
             runs[reader, data] = Run(reader, data, args, retrievers, 1)
         run = runs[reader, data]
-        if method in ("passages", "ensemble"):
-            measured = evaluated_point(run, method, int(setting), args)
+        if method == "passages":
+            measured = passages_point(run, int(setting), args)
+        elif method == "ensemble":
+            ensembles = cached(pass_path(args, reader, data, "ensembles"), lambda: ensemble_pass(run, args.batch_size))
+            measured = ensemble_point(run, ensembles, int(setting), float(point["options"].removeprefix("tau=")))
         else:
             measured = gate_point(cached(pass_path(args, reader, data), lambda: gate_pass(run, args.batch_size)),
                                   method, setting)
@@ -221,21 +260,22 @@ def main(argv=None) -> int:
     os.makedirs(args.out, exist_ok=True)
     os.makedirs(args.figures_dir, exist_ok=True)
     table = Table(os.path.join(args.figures_dir, "gate_results.csv"), SETTINGS, MEASURES)
-    todo = [{"data": data, "reader": reader, "method": method, "setting": setting, "options": options(method, args),
+    todo = [{"data": data, "reader": reader, "method": method, "setting": setting, "options": options,
              "tokens": args.max_eval_tokens}
-            for data in args.data for reader in args.readers for method, setting in points(args)]
+            for data in args.data for reader in args.readers for method, setting, options in points(args)]
     run_points(table, todo, measure(args), "gates")
     order = {point: i for i, point in enumerate(points(args))}
     rows = sorted((r for r in table.read() if r["tokens"] == str(args.max_eval_tokens)
-                   and r["options"] == options(r["method"], args)),
-                  key=lambda r: (r["data"], r["reader"], order.get((r["method"], r["setting"]), len(order))))
+                   and (r["method"], r["setting"], r["options"]) in order),
+                  key=lambda r: (r["data"], r["reader"], order[r["method"], r["setting"], r["options"]]))
     print_checks(args, rows)
     plot(rows, os.path.join(args.figures_dir, "gate_results.png"))
     print("| data | reader | method | setting | retrieved | token ppl | word ppl |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         fraction = f"{float(r['retrieved_fraction']):.2f}" if r["retrieved_fraction"] else "—"
-        print(f"| {r['data']} | {r['reader']} | {r['method']} | {r['setting']} | {fraction} | "
+        setting = " ".join(filter(None, (r["setting"], r["options"])))
+        print(f"| {r['data']} | {r['reader']} | {r['method']} | {setting} | {fraction} | "
               f"{float(r['token_ppl']):.3f} | {float(r['word_ppl']):.3f} |")
     cap = args.max_context_doc_tokens
     print(f"\n(first {args.max_eval_tokens} tokens, L=512, s=4, ℓ=32, s'=16, BM25, bfloat16, ensembles' τ "

@@ -12,7 +12,8 @@ import torch
 from conftest import EVAL_TEXT, MODEL_VOCAB_SIZE, write_jsonl
 from hf_ralm import RalmConfig
 from hf_ralm.cli import main
-from hf_ralm.ensemble import ensemble_log_weights, mix_nlls
+from hf_ralm.ensemble import (ensemble_log_weights, ensemble_member_nlls, ensemble_window_nlls, mix_nlls,
+                              mix_window_nlls)
 from hf_ralm.evaluation import evaluate_perplexity
 from hf_ralm.generation import RalmLogitsProcessor
 from hf_ralm.model_inputs import context_indices, context_prefix, passage_prefix
@@ -152,6 +153,27 @@ def test_ensemble_equals_the_plain_mixture(arch, n, temperature, threshold, tiny
     assert result.figures["ensemble_size"] == n and result.figures["ensemble_temperature"] == temperature
     assert result.in_context() == [members[w.index] for w in windows]
     assert all(call[1] == n for call in retriever.calls)
+
+
+def test_smaller_ensembles_and_other_temperatures_from_one_pass(tiny_llama, tiny_tokenizer):
+    """The first n members of an ensemble of 4, mixed at any τ, are the ensemble of n at that τ (what
+    benchmarks/gate_tables.py measures every n and τ with)."""
+    ids = make_text(tiny_tokenizer, 60, seed=4)
+    windows = plan_windows(len(ids), 32, 3)
+    retriever = ScoredRetriever(seed=4)
+    base = dict(retrieval_stride=3, max_length=32, query_length=6, max_doc_tokens=10)
+    queries = [tiny_tokenizer.decode(ids[max(0, w.prev_end - 6) : w.prev_end]) if w.has_retrieval else None
+               for w in windows]
+    passages = [retriever.retrieve([q], k=4)[0] if q else [] for q in queries]
+    members, rows = ensemble_member_nlls(tiny_llama, tiny_tokenizer, ids, windows, passages,
+                                         RalmConfig(**base, ensemble_size=4), show_progress=False)
+    assert max(len(m) for m in members) == 4
+    for n, temperature in [(2, 1.0), (3, 0.5), (4, 3.0)]:
+        config = RalmConfig(**base, ensemble_size=n, ensemble_temperature=temperature)
+        expected = ensemble_window_nlls(tiny_llama, tiny_tokenizer, ids, windows, passages, config, batch_size=3,
+                                        show_progress=False)  # its own pass, over n members
+        mixed = mix_window_nlls(windows, [m[:n] for m in members], rows, len(ids), temperature)
+        assert torch.allclose(mixed[1:], expected[1:], atol=1e-6, rtol=0)
 
 
 def test_mixture_in_log_space():

@@ -56,6 +56,47 @@ def ensemble_members(windows: Sequence[Window], passages: Sequence[Sequence[Pass
     return members
 
 
+def ensemble_member_nlls(
+    model,
+    tokenizer,
+    ids: Sequence[int],
+    windows: Sequence[Window],
+    passages: Sequence[Sequence[Passage]],
+    config: RalmConfig,
+    chosen: Sequence[int] | None = None,
+    batch_size: int = 8,
+    reuse_prefix_kv: bool = True,
+    show_progress: bool = True,
+) -> tuple[list[list[Passage]], list[list[torch.Tensor]]]:
+    """Per window, the passages it mixes (:func:`ensemble_members` of ``config.ensemble_size``) and each one's NLLs
+    (float64) of the window's scored tokens; a window without passages has one row, of the plain window. The members
+    of an ensemble of n are the first n of a larger one's, so one pass serves every smaller n
+    (:func:`mix_window_nlls` of the first n)."""
+    members = ensemble_members(windows, passages, chosen, config.ensemble_size)
+    options = [found or [None] for found in members]
+    firsts = [w.score_begin for w in windows]
+    with tqdm(total=len(windows), desc=f"Scoring ensembles of {config.ensemble_size}", unit="win",
+              disable=not show_progress, leave=None) as progress:
+        rows = list(reader_nlls(model, tokenizer, ids, windows, options, firsts, config, batch_size, reuse_prefix_kv,
+                                progress=progress))
+    return members, rows
+
+
+def mix_window_nlls(windows: Sequence[Window], members: Sequence[Sequence[Passage]],
+                    rows: Sequence[Sequence[torch.Tensor]], num_tokens: int, temperature: float) -> torch.Tensor:
+    """NLL of every token (a float64 tensor of ``num_tokens``, NaN for token 0) when each window mixes its
+    ``members`` (weights from their retrieval scores at ``temperature``) with their ``rows`` of NLLs
+    (:func:`ensemble_member_nlls`); a window without members takes its one row."""
+    nll = torch.full((num_tokens,), float("nan"), dtype=torch.float64)
+    for w, found, window_rows in zip(windows, members, rows):
+        if found:
+            log_weights = ensemble_log_weights([p.score for p in found], temperature)
+            nll[w.score_begin : w.end] = mix_nlls(window_rows[: len(found)], log_weights)
+        else:
+            nll[w.score_begin : w.end] = window_rows[0]
+    return nll
+
+
 def ensemble_window_nlls(
     model,
     tokenizer,
@@ -70,18 +111,6 @@ def ensemble_window_nlls(
 ) -> torch.Tensor:
     """NLL of every token under the ensemble of ``config.ensemble_size`` passages (see the module docstring), as a
     float64 tensor of ``len(ids)`` (NaN for token 0)."""
-    nll = torch.full((len(ids),), float("nan"), dtype=torch.float64)
-    members = ensemble_members(windows, passages, chosen, config.ensemble_size)
-    options = [found or [None] for found in members]
-    firsts = [w.score_begin for w in windows]
-    with tqdm(total=len(windows), desc=f"Scoring ensembles of {config.ensemble_size}", unit="win",
-              disable=not show_progress, leave=None) as progress:
-        rows = reader_nlls(model, tokenizer, ids, windows, options, firsts, config, batch_size, reuse_prefix_kv,
-                           progress=progress)
-        for w, found, window_rows in zip(windows, members, rows):
-            if found:
-                log_weights = ensemble_log_weights([p.score for p in found], config.ensemble_temperature)
-                nll[w.score_begin : w.end] = mix_nlls(window_rows, log_weights)
-            else:
-                nll[w.score_begin : w.end] = window_rows[0]
-    return nll
+    members, rows = ensemble_member_nlls(model, tokenizer, ids, windows, passages, config, chosen, batch_size,
+                                         reuse_prefix_kv, show_progress)
+    return mix_window_nlls(windows, members, rows, len(ids), config.ensemble_temperature)
