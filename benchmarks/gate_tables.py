@@ -141,14 +141,13 @@ def ensemble_pass(run: Run, batch_size: int) -> dict:
 def ensemble_point(run: Run, p: dict, n: int, temperature: float) -> dict:
     """The ensemble of each window's top n at ``temperature``, from the pass (``mix_window_nlls`` of its first n)."""
     from hf_ralm.ensemble import mix_window_nlls
-    from hf_ralm.retrieval.base import Passage
+    from hf_ralm.reranking.gates import retrieved_fraction
 
-    members = [[Passage("", "", "", score) for score in scores[:n]] for scores in p["scores"]]
+    scores = [window_scores[:n] for window_scores in p["scores"]]
     rows = [[torch.tensor(row, dtype=torch.float64) for row in window_rows] for window_rows in p["rows"]]
-    nll = mix_window_nlls(run.windows, members, rows, p["num_tokens"], temperature)
-    later = len(run.windows) - 1
+    nll = mix_window_nlls(run.windows, scores, rows, p["num_tokens"], temperature)
     return {**perplexities(p, float(nll[1:].sum())), "seconds": p["seconds"],
-            "retrieved_fraction": sum(1 for m in members[1:] if m) / later if later else None}
+            "retrieved_fraction": retrieved_fraction(run.windows, scores, [0] * len(run.windows))}
 
 
 def plot(rows: list[dict], path: str) -> None:

@@ -172,7 +172,7 @@ def test_smaller_ensembles_and_other_temperatures_from_one_pass(tiny_llama, tiny
         config = RalmConfig(**base, ensemble_size=n, ensemble_temperature=temperature)
         expected = ensemble_window_nlls(tiny_llama, tiny_tokenizer, ids, windows, passages, config, batch_size=3,
                                         show_progress=False)  # its own pass, over n members
-        mixed = mix_window_nlls(windows, [m[:n] for m in members], rows, len(ids), temperature)
+        mixed = mix_window_nlls(windows, [[p.score for p in m[:n]] for m in members], rows, len(ids), temperature)
         assert torch.allclose(mixed[1:], expected[1:], atol=1e-6, rtol=0)
 
 

@@ -82,15 +82,16 @@ def ensemble_member_nlls(
     return members, rows
 
 
-def mix_window_nlls(windows: Sequence[Window], members: Sequence[Sequence[Passage]],
+def mix_window_nlls(windows: Sequence[Window], scores: Sequence[Sequence[float]],
                     rows: Sequence[Sequence[torch.Tensor]], num_tokens: int, temperature: float) -> torch.Tensor:
-    """NLL of every token (a float64 tensor of ``num_tokens``, NaN for token 0) when each window mixes its
-    ``members`` (weights from their retrieval scores at ``temperature``) with their ``rows`` of NLLs
-    (:func:`ensemble_member_nlls`); a window without members takes its one row."""
+    """NLL of every token (a float64 tensor of ``num_tokens``, NaN for token 0) when each window mixes its members,
+    whose retrieval ``scores`` give the weights at ``temperature``, with their ``rows`` of NLLs
+    (:func:`ensemble_member_nlls`; the first ``len(scores[i])`` rows of window i); a window without members takes its
+    one row."""
     nll = torch.full((num_tokens,), float("nan"), dtype=torch.float64)
-    for w, found, window_rows in zip(windows, members, rows):
+    for w, found, window_rows in zip(windows, scores, rows):
         if found:
-            log_weights = ensemble_log_weights([p.score for p in found], temperature)
+            log_weights = ensemble_log_weights(found, temperature)
             nll[w.score_begin : w.end] = mix_nlls(window_rows[: len(found)], log_weights)
         else:
             nll[w.score_begin : w.end] = window_rows[0]
@@ -113,4 +114,5 @@ def ensemble_window_nlls(
     float64 tensor of ``len(ids)`` (NaN for token 0)."""
     members, rows = ensemble_member_nlls(model, tokenizer, ids, windows, passages, config, chosen, batch_size,
                                          reuse_prefix_kv, show_progress)
-    return mix_window_nlls(windows, members, rows, len(ids), config.ensemble_temperature)
+    scores = [[p.score for p in found] for found in members]
+    return mix_window_nlls(windows, scores, rows, len(ids), config.ensemble_temperature)
