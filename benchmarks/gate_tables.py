@@ -7,7 +7,8 @@ Wikipedia, L=512, s=4, ℓ=32, s'=16, BM25 over the whole Wikipedia sample, bflo
 How it is computed: one pass of the reader per (reader, data) runs every window with its top passage and without
 (``rerank_windows`` under ``lm_gate_config``: the lm gate's own computation), which gives each window's ranking NLL
 (the last s' prefix tokens) and target NLL both ways. Every gate is then a choice per window and its perplexity the
-sum of the chosen target NLLs: none = without, always = with, lm = the lm gate's choice (ranking NLL with <= without),
+sum of the chosen target NLLs: none = without, always = with, lm t = the lm gate's choice at threshold t (with when
+the passage saves >= t nats of ranking NLL, ``choose_option``; t=0: ranking NLL with <= without),
 score t = with when the top passage's BM25 score over its query's maximum attainable score is >= t
 (``normalized_top_scores``). Several passages run ``evaluate_perplexity`` with ``num_passages=n`` (capped at
 ``--max-context-doc-tokens``, 384 by default: the window must hold them and a stride); n=1 is measured that way too
@@ -45,6 +46,7 @@ from table_runs import DATA, Run, add_run_args, cached, chosen_nll, load_retriev
 
 TEMPERATURES = (1.0, 4.0, 16.0, float("inf"))  # BM25 scores differ by units: τ=1 is nearly the top passage alone
 THRESHOLDS = (0.15, 0.2, 0.225, 0.25, 0.275, 0.3, 0.35, 0.4)  # meant to span the windows' normalised top scores
+LM_THRESHOLDS = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0)  # nats saved on the s'=16 ranking tokens: 0 is the plain lm gate
 PASSAGES = (1, 2, 3)
 ENSEMBLES = (2, 4, 8)
 SETTINGS = ("data", "reader", "method", "setting", "options", "tokens")  # a point's key in the CSV
@@ -56,6 +58,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     add_run_args(parser, "gate-tables")
     parser.add_argument("--thresholds", type=float, nargs="+", default=list(THRESHOLDS),
                         help="the score gate's thresholds (default: %(default)s)")
+    parser.add_argument("--lm-thresholds", type=float, nargs="+", default=list(LM_THRESHOLDS),
+                        help="the lm gate's thresholds, nats saved on the ranking tokens (default: %(default)s)")
     parser.add_argument("--ensemble-temperature", type=float, nargs="+", default=list(TEMPERATURES),
                         help="the ensembles' τ, each measured from the same pass (default: %(default)s)")
     parser.add_argument("--max-context-doc-tokens", type=int, default=384,
@@ -72,7 +76,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 def points(args) -> list[tuple[str, str, str]]:
     """Every (method, setting, options) measured per (reader, data), in the table's order; ``options`` are the
     settings besides n that a point depends on (part of its key: a rerun with others measures it again)."""
-    return ([("none", "", ""), ("always", "", ""), ("lm gate", "", "")]
+    return ([("none", "", ""), ("always", "", "")]
+            + [("lm gate", str(t), "") for t in args.lm_thresholds]
             + [("score gate", str(t), "") for t in args.thresholds]
             + [("passages", str(n), f"cap={args.max_context_doc_tokens}") for n in PASSAGES]
             + [("ensemble", str(n), f"tau={tau}") for tau in args.ensemble_temperature for n in ENSEMBLES])
@@ -90,13 +95,13 @@ def gate_pass(run: Run, batch_size: int) -> dict:
 def gate_point(p: dict, method: str, setting: str) -> dict:
     """A gate's (or one passage's) retrieved fraction and perplexity from the pass: candidate 0 is the top passage,
     1 no passage."""
-    from hf_ralm.reranking.rules import choose_lowest
+    from hf_ralm.reranking.rules import choose_option
 
     def pick(i, ranking, targets) -> int:
         if method == "none":
             return 1
         if method == "lm gate":
-            return choose_lowest(ranking)
+            return choose_option(ranking, no_passage_last=True, no_passage_margin=float(setting))
         if method == "score gate":
             return 0 if p["gate_scores"][i] >= float(setting) else 1
         return 0  # always
@@ -166,12 +171,12 @@ def plot(rows: list[dict], path: str) -> None:
                            if r["method"] == method), key=lambda point: point[0])
 
         ax = axes[0][column]
-        score = of("score gate")
-        ax.plot([x for x, _, _ in score], [y for _, y, _ in score], "o-", color="#4c72b0", label="score gate")
-        for x, y, setting in score:
-            ax.annotate(setting, (x, y), fontsize=6, xytext=(2, 2), textcoords="offset points")
-        for method, marker, color in (("lm gate", "*", "#55a868"), ("none", "s", "#999999"),
-                                      ("always", "D", "#c44e52")):
+        for method, style, color in (("score gate", "o-", "#4c72b0"), ("lm gate", "*-", "#55a868")):
+            gate = of(method)
+            ax.plot([x for x, _, _ in gate], [y for _, y, _ in gate], style, color=color, label=method)
+            for x, y, setting in gate:
+                ax.annotate(setting, (x, y), fontsize=6, xytext=(2, 2), textcoords="offset points", color=color)
+        for method, marker, color in (("none", "s", "#999999"), ("always", "D", "#c44e52")):
             for x, y, _ in of(method):
                 ax.plot([x], [y], marker, color=color, markersize=9, label=method)
         ax.set_xlabel("windows with a passage in context")

@@ -234,7 +234,7 @@ def test_none_run_counts_no_retrievals(files, capsys):
 
 
 RERANK_FLAGS = {"--rerank", "--rerank-candidates", "--rerank-tokens", "--reranker-model", "--rerank-allow-no-passage",
-                "--rerank-seed"}
+                "--rerank-no-passage-margin", "--rerank-seed"}
 BEYOND_FLAGS = {"--retrieval-gate", "--gate-threshold", "--num-passages", "--max-context-doc-tokens", "--ensemble",
                 "--ensemble-temperature"}  # issue 10: gates, several passages, ensembles
 RESUME_FLAGS = ("--chunk-size", "--overwrite")
@@ -305,8 +305,8 @@ def test_config_errors_are_reported_with_flags():
     """Every RALM setting the command line passes on has its flag, and the config's errors read as flags."""
     assert {name for name in FLAGS if name in RalmConfig.__dataclass_fields__} == {
         "retrieval_stride", "query_length", "max_length", "max_doc_tokens", "bos_every_window", "rerank",
-        "rerank_candidates", "rerank_tokens", "reranker_model", "rerank_allow_no_passage", "rerank_seed",
-        "retrieval_gate", "gate_threshold", "num_passages", "max_context_doc_tokens", "ensemble_size",
+        "rerank_candidates", "rerank_tokens", "reranker_model", "rerank_allow_no_passage", "rerank_no_passage_margin",
+        "rerank_seed", "retrieval_gate", "gate_threshold", "num_passages", "max_context_doc_tokens", "ensemble_size",
         "ensemble_temperature"}
     with pytest.raises(ValueError) as info:
         RalmConfig(max_length=2, retrieval_stride=3)

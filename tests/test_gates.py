@@ -43,7 +43,7 @@ def plain_gated(model, tokenizer, ids, windows, retriever, config):
         if choice >= 0 and config.retrieval_gate == "lm":
             score = (ranking_nll(model, tokenizer, ids, w, None, config)
                      - ranking_nll(model, tokenizer, ids, w, found[choice], config))
-            choice = choice if score >= 0 else NO_PASSAGE
+            choice = choice if score >= (config.gate_threshold or 0.0) else NO_PASSAGE
         chosen.append(choice)
         gate_scores.append(score)
         in_context[w.index] = [found[choice]] if choice >= 0 else []
@@ -80,9 +80,36 @@ def test_gates_equal_the_plain_loop(arch, gate, threshold, rerank, settings, tin
     later = [c for c, w in zip(expected_chosen, windows) if w.has_retrieval]
     assert result.figures["retrieved_fraction"] == pytest.approx(sum(c >= 0 for c in later) / len(later))
     assert result.figures["retrieval_gate"] == gate
-    assert ("gate_threshold" in result.figures) == (gate == "score")
+    assert ("gate_threshold" in result.figures) == (threshold is not None)
     closed = [s for s in expected_scores if s is not None and s < (threshold or 0)]
     assert closed and len(closed) < len([s for s in expected_scores if s is not None])  # the gate opened and closed
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_lm_gate_threshold_is_a_margin_in_nats(arch, tiny_models, tiny_tokenizer, tiny_bos_tokenizer):
+    """A positive lm gate threshold closes the windows whose passage saves fewer nats than it, and equals the plain
+    loop; the threshold lies mid-way among the windows' positive gate scores (tiny models' scale differs by arch)."""
+    model = tiny_models[arch]
+    tokenizer = tiny_bos_tokenizer if arch == "gemma3" else tiny_tokenizer
+    common = dict(retrieval_stride=3, max_length=32, query_length=6, max_doc_tokens=10, retrieval_gate="lm",
+                  rerank_tokens=6, bos_every_window=arch == "gemma3")
+    ids = make_text(tokenizer, 70, seed=len(arch))
+    windows = plan_windows(len(ids), 32, 3)
+    retriever = ScoredRetriever(seed=3)
+    plain_chosen, scores, _ = plain_gated(model, tokenizer, ids, windows, retriever, RalmConfig(**common))
+    helped = sorted(s for s in scores if s is not None and s >= 0)
+    middle = len(helped) // 2
+    assert helped[middle] - helped[middle - 1] > 1e-3  # no window's score at the threshold, where float noise decides
+    threshold = (helped[middle - 1] + helped[middle]) / 2
+    config = RalmConfig(gate_threshold=threshold, **common)
+    expected_chosen, _, expected_nll = plain_gated(model, tokenizer, ids, windows, retriever, config)
+    result = evaluate_perplexity(model, tokenizer, ids, retriever, config, batch_size=4, show_progress=False)
+    assert result.chosen == expected_chosen
+    assert torch.allclose(result.token_nlls[1:], expected_nll[1:], atol=1e-4, rtol=0)
+    assert result.figures["gate_threshold"] == threshold
+    opened = [i for i, (s, c) in enumerate(zip(scores, plain_chosen)) if s is not None and c >= 0]
+    assert [i for i in opened if expected_chosen[i] >= 0] == [i for i in opened if scores[i] >= threshold]
+    assert 0 < sum(c >= 0 for c in expected_chosen) < len(opened)  # it kept some passages the plain gate kept
 
 
 def test_score_gate_thresholds_zero_and_one(tiny_llama, tiny_tokenizer):
@@ -120,6 +147,8 @@ def test_lm_gate_config_is_reranking_with_two_candidates():
     config = lm_gate_config(RalmConfig(retrieval_gate="lm", rerank="predictive", reranker_model="x", rerank_tokens=7))
     assert (config.rerank, config.rerank_candidates, config.rerank_allow_no_passage, config.reranker_model,
             config.rerank_tokens, config.retrieval_gate) == ("lm", 1, True, None, 7, "always")
+    assert config.rerank_no_passage_margin == 0.0 and config.gate_threshold is None
+    assert lm_gate_config(RalmConfig(retrieval_gate="lm", gate_threshold=1.5)).rerank_no_passage_margin == 1.5
 
 
 @pytest.mark.parametrize("gate,threshold", [("score", 0.5), ("lm", None)])
@@ -198,7 +227,10 @@ def test_retrieved_fraction_counts_windows_after_the_first():
     (dict(retrieval_gate="score"), "retrieval_gate='score' needs gate_threshold"),
     (dict(retrieval_gate="score", gate_threshold=1.5), "gate_threshold must be a number from 0 to 1"),
     (dict(retrieval_gate="score", gate_threshold=True), "gate_threshold must be a number from 0 to 1"),
-    (dict(gate_threshold=0.5), "gate_threshold is the threshold of retrieval_gate='score'"),
+    (dict(gate_threshold=0.5), "gate_threshold is the threshold of retrieval_gate='score' or 'lm'"),
+    (dict(retrieval_gate="lm", gate_threshold=float("nan")), "The lm gate's gate_threshold is the nats"),
+    (dict(rerank="lm", rerank_no_passage_margin=1.0), "set rerank_allow_no_passage=True, or drop the margin"),
+    (dict(rerank="lm", rerank_allow_no_passage=True, rerank_no_passage_margin="1"), "must be a finite number"),
     (dict(retrieval_gate="lm", num_passages=2), "retrieval_gate='lm' weighs one passage against none"),
     (dict(retrieval_gate="lm", ensemble_size=2), "use retrieval_gate='score' with an ensemble"),
 ])

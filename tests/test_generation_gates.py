@@ -22,11 +22,11 @@ NEW_TOKENS = 12
 def spec_generate(model, tokenizer, retriever, config, prompt, new_tokens):
     """Greedy decoding from the issue's words. At the start of stride j: retrieve the top n (num_passages or
     ensemble_size) for the last ℓ tokens; the score gate drops them when the top score over the query's maximum is
-    below the threshold; the lm gate drops them when the last s' tokens of x are likelier without the top passage
-    (each candidate in the context the stride would give it, never x's first token in a context; nothing to rank on:
-    the passage stays); then every token is predicted from [d_n; ...; d_1; x[a:]], or mixed over [d_j; x[a_j:]] with
-    the softmax of the scores over τ. Returns the generated tokens, per stride its passages, and every step's
-    scores."""
+    below the threshold; the lm gate drops them unless the top passage lowers the NLL of the last s' tokens of x by
+    the threshold (0 if None) (each candidate in the context the stride would give it, never x's first token in a
+    context; nothing to rank on: the passage stays); then every token is predicted from [d_n; ...; d_1; x[a:]], or
+    mixed over [d_j; x[a_j:]] with the softmax of the scores over τ. Returns the generated tokens, per stride its
+    passages, and every step's scores."""
     s, length, x = config.retrieval_stride, config.max_length, list(prompt)
     n = max(config.num_passages, config.ensemble_size)
     strides, step_scores = [], []
@@ -44,7 +44,7 @@ def spec_generate(model, tokenizer, retriever, config, prompt, new_tokens):
                 if first < len(x):
                     nlls = [float(full_nlls(model, d + x[a:])[len(d) + first - a - 1 :].sum())
                             for d, a in zip(docs, starts)]
-                    found = found if nlls[0] <= nlls[1] else []
+                    found = found if nlls[1] - nlls[0] >= (config.gate_threshold or 0.0) else []
             members = [[p] for p in found] if config.ensemble_size > 1 and found else [found]
             exps = [math.exp(p.score / config.ensemble_temperature) for p in found]
             weights = [e / sum(exps) for e in exps] if len(members) > 1 else [1.0]
@@ -68,6 +68,7 @@ CASES = [  # (arch, stride, settings)
     ("gpt2", 3, dict(retrieval_gate="score", gate_threshold=0.5)),
     ("llama", 4, dict(retrieval_gate="lm", rerank_tokens=6)),
     ("opt", 2, dict(retrieval_gate="lm", rerank_tokens=30)),        # s' beyond the shortest context: clipped
+    ("gpt2", 4, dict(retrieval_gate="lm", gate_threshold=0.05, rerank_tokens=6)),  # the passage must save 0.05 nats
     ("gemma3", 3, dict(retrieval_gate="score", gate_threshold=0.5, bos_every_window=True)),
     ("llama", 3, dict(num_passages=3, max_context_doc_tokens=26)),
     ("opt", 4, dict(num_passages=2, max_context_doc_tokens=14, retrieval_gate="score", gate_threshold=0.5)),

@@ -234,6 +234,10 @@ def test_cli_several_passages_ensembles_and_gates(tmp_path, tiny_model_dir, tiny
     reused = evaluate("--retrieval-file", str(tmp_path / "gated.json"))
     assert reused["token_ppl"] == pytest.approx(gated["token_ppl"], rel=1e-9)
     assert reused["retrieved_fraction"] == gated["retrieved_fraction"]
+    never = evaluate("--retrieval-gate", "lm", "--gate-threshold", "1e6")  # no passage saves a million nats
+    assert never["gate_threshold"] == 1e6 and never["retrieved_fraction"] == 0.0
+    kept = evaluate("--retrieval-gate", "lm", "--gate-threshold=-1e6")  # every passage does better than that
+    assert kept["retrieved_fraction"] == 1.0 and kept["token_ppl"] == pytest.approx(one["token_ppl"], rel=1e-9)
     capsys.readouterr()
     for flags, message in [(["--retrieval-gate", "score"], "--retrieval-gate='score' needs --gate-threshold"),
                            (["--ensemble", "2", "--num-passages", "2"], "--ensemble=2 mixes the top passages"),

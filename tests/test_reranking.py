@@ -24,7 +24,7 @@ from hf_ralm import RalmConfig
 from hf_ralm.evaluation import evaluate_perplexity
 from hf_ralm.model_inputs import passage_prefix
 from hf_ralm.reranking.lm import LMReranker, rerank_windows
-from hf_ralm.reranking.rules import NO_PASSAGE, fit_reranker_input, random_choice, ranking_span
+from hf_ralm.reranking.rules import NO_PASSAGE, choose_option, fit_reranker_input, random_choice, ranking_span
 from hf_ralm.retrieval.base import Passage
 from hf_ralm.retrieval.files import load_retrieval_file
 from hf_ralm.windows import place_passage, plan_windows
@@ -97,7 +97,9 @@ def plain_rerank(model, tokenizer, ids, windows, candidates, config, reranker=No
                 else:
                     positions = range(max(w.begin + 1, w.score_begin - config.rerank_tokens), w.score_begin)
                 scores.append(sum(float(window_nll[t - w.begin - 1]) for t in positions))
-            best = min(range(len(scores)), key=lambda i: (scores[i], i))
+            best = min(range(len(pool)), key=lambda i: (scores[i], i))  # the best passage (ties: the better rank)
+            if options[-1] is None and scores[-1] - scores[best] < config.rerank_no_passage_margin:
+                best = len(pool)  # no passage: the best one does not save the margin's nats over it
         chosen.append(NO_PASSAGE if best >= len(pool) else best)
         nll[w.score_begin : w.end] = target_nlls(options[best] if best < len(options) else None)
     return chosen, nll
@@ -138,14 +140,15 @@ SETTINGS = [  # (stride, max_length, k, rerank_tokens, num_tokens)
 
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("stride,max_length,k,rerank_tokens,num_tokens", SETTINGS)
-@pytest.mark.parametrize("strategy,allow_none", [("lm", False), ("lm", True), ("oracle", False), ("oracle", True)])
+@pytest.mark.parametrize("strategy,allow_none,margin", [
+    ("lm", False, 0.0), ("lm", True, 0.0), ("lm", True, 0.05), ("oracle", False, 0.0), ("oracle", True, 0.0)])
 def test_reader_ranking_equals_plain_loop(arch, stride, max_length, k, rerank_tokens, num_tokens, strategy, allow_none,
-                                          tiny_models, tiny_tokenizer, tiny_bos_tokenizer):
+                                          margin, tiny_models, tiny_tokenizer, tiny_bos_tokenizer):
     model = tiny_models[arch]
     tokenizer = tiny_bos_tokenizer if arch == "gemma3" else tiny_tokenizer
     config = RalmConfig(retrieval_stride=stride, max_length=max_length, max_doc_tokens=12, rerank=strategy,
                         rerank_candidates=k - 1, rerank_tokens=rerank_tokens, rerank_allow_no_passage=allow_none,
-                        bos_every_window=arch == "gemma3")
+                        rerank_no_passage_margin=margin, bos_every_window=arch == "gemma3")
     ids = make_text(tokenizer, num_tokens, seed=stride)
     windows = plan_windows(len(ids), max_length, stride)
     candidates = make_candidates(windows, k, seed=max_length)  # k passages, k-1 considered: fewer than retrieved
@@ -186,6 +189,15 @@ def test_other_lm_ranking_equals_plain_loop(reader_arch, reranker_arch, allow_no
     assert outcome.chosen == expected_chosen
     assert outcome.token_nlls is None  # the reader still has to score the chosen passages
     assert len(set(expected_chosen[1:])) > 1  # the choice depends on the window
+
+
+def test_no_passage_margin_asks_a_passage_to_save_that_many_nats():
+    assert choose_option([3.0, 2.0, 4.0], no_passage_last=True) == 1  # no margin: the lowest
+    assert choose_option([3.0, 2.0, 4.0], no_passage_last=True, no_passage_margin=2.0) == 1  # saves exactly 2: kept
+    assert choose_option([3.0, 2.0, 4.0], no_passage_last=True, no_passage_margin=2.5) == 2  # saves 2 < 2.5: none
+    assert choose_option([3.0, 2.0, 4.0], no_passage_last=False, no_passage_margin=9.0) == 1  # no such candidate
+    assert choose_option([5.0, 4.0], no_passage_last=True, no_passage_margin=-1.5) == 0  # below zero: passages favoured
+    assert choose_option([7.0], no_passage_last=True, no_passage_margin=1.0) == 0  # nothing else to choose
 
 
 def test_random_is_seeded_and_uniform(tiny_llama, tiny_tokenizer):

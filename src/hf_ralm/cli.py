@@ -59,6 +59,7 @@ FLAGS = {
     "rerank_tokens": "--rerank-tokens",
     "reranker_model": "--reranker-model",
     "rerank_allow_no_passage": "--rerank-allow-no-passage",
+    "rerank_no_passage_margin": "--rerank-no-passage-margin",
     "rerank_seed": "--rerank-seed",
     "retrieval_gate": "--retrieval-gate",
     "gate_threshold": "--gate-threshold",
@@ -178,6 +179,10 @@ FLAG_GROUPS: dict[str, dict[str, dict]] = {
                                           "trained reranker of --rerank predictive (folder or Hub id)"},
         FLAGS["rerank_allow_no_passage"]: {"action": "store_true",
                                            "help": "with --rerank lm/oracle, no passage is one more candidate"},
+        FLAGS["rerank_no_passage_margin"]: {"type": float, "default": RalmConfig.rerank_no_passage_margin,
+                                            "help": "with --rerank-allow-no-passage, the nats of ranking NLL a "
+                                                    "passage must save over no passage to be chosen (default "
+                                                    "%(default)s)"},
         FLAGS["rerank_seed"]: {"type": int, "default": RalmConfig.rerank_seed,
                                "help": "seed of --rerank random (default %(default)s)"},
     },
@@ -186,10 +191,13 @@ FLAG_GROUPS: dict[str, dict[str, dict]] = {
                                   "help": "whether a window retrieves at all: always (default), score (when the top "
                                           "passage's score over its query's maximum attainable score reaches "
                                           "--gate-threshold; bm25) or lm (when the passage lowers the model's NLL of "
-                                          "the last --rerank-tokens tokens, compared with no passage); with --rerank "
+                                          "the last --rerank-tokens tokens by --gate-threshold nats, compared with no "
+                                          "passage); with --rerank "
                                           "the score gate decides before it, the lm gate after it"},
         FLAGS["gate_threshold"]: {"type": float, "help": "the score gate's threshold, a fraction (0 to 1) of the "
-                                                         "query's maximum attainable score"},
+                                                         "query's maximum attainable score; the lm gate's, the nats "
+                                                         "the passage must save on the --rerank-tokens tokens "
+                                                         "(default 0)"},
     },
     "several passages": {
         FLAGS["num_passages"]: {"type": int, "default": RalmConfig.num_passages,

@@ -3,6 +3,7 @@ one validation (:meth:`RalmConfig.validate`)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import fields
 
 from transformers import AutoConfig, PreTrainedConfig
@@ -71,15 +72,19 @@ class RalmConfig(PreTrainedConfig):
         reranker_model: the LM that ranks for ``"lm"`` (default: the reader itself; another model works in text, see
             :mod:`hf_ralm.reranking.rules`), or the cross-encoder of ``"predictive"`` (a folder or Hub id).
         rerank_allow_no_passage: with ``"lm"`` or ``"oracle"``, the window without a passage is one more candidate.
+        rerank_no_passage_margin: with ``rerank_allow_no_passage``, the nats of ranking NLL the best passage must save
+            over no passage to be chosen (0.0: the lowest NLL wins; a positive margin keeps a passage out of the
+            context unless the LM finds clear evidence that it helps).
         rerank_seed: the seed of ``"random"`` (a choice per window, whatever the batching).
         retrieval_gate: whether a window (a generation stride) retrieves at all: ``"always"`` (the paper),
             ``"score"`` (only when its top passage's retrieval score, divided by the query's maximum attainable
             score, reaches ``gate_threshold``) or ``"lm"`` (only when the passage lowers the reader's NLL of the last
-            ``rerank_tokens`` prefix tokens, compared with no passage). With ``rerank``, the score gate decides
-            before reranking (on retrieval's top passage) and the lm gate after it (on the chosen passage); see
-            :mod:`hf_ralm.reranking.gates`.
+            ``rerank_tokens`` prefix tokens, compared with no passage, by at least ``gate_threshold`` nats). With
+            ``rerank``, the score gate decides before reranking (on retrieval's top passage) and the lm gate after it
+            (on the chosen passage); see :mod:`hf_ralm.reranking.gates`.
         gate_threshold: the ``"score"`` gate's threshold, a fraction of the query's maximum attainable score
-            (0: always retrieve, 1: never with BM25).
+            (0: always retrieve, 1: never with BM25); the ``"lm"`` gate's, in nats saved on the ranking tokens
+            (``None``: 0.0, the passage stays when it does not raise their NLL).
         num_passages: ``n``, the passages put in front of the text: the top ``n`` (with ``rerank``, the chosen
             one first, then the others in retrieval order), the most relevant nearest the text, each cut to
             ``max_doc_tokens``. 1 is the paper.
@@ -120,6 +125,7 @@ class RalmConfig(PreTrainedConfig):
     rerank_tokens: int = 16
     reranker_model: str | None = None
     rerank_allow_no_passage: bool = False
+    rerank_no_passage_margin: float = 0.0
     rerank_seed: int = 0
     retrieval_gate: str = "always"
     gate_threshold: float | None = None
@@ -209,6 +215,12 @@ retrieval_stride (4) tokens after it: lower max_context_doc_tokens to at most 29
         if self.rerank_allow_no_passage and self.rerank not in ("lm", "oracle"):
             raise ValueError("rerank_allow_no_passage adds the window without a passage to what an LM ranks: it needs "
                              f"rerank='lm' or 'oracle', got rerank={self.rerank!r}.")
+        if not _is_number(self.rerank_no_passage_margin) or not math.isfinite(self.rerank_no_passage_margin):
+            raise ValueError(f"rerank_no_passage_margin must be a finite number of nats, got "
+                             f"{self.rerank_no_passage_margin!r}.")
+        if self.rerank_no_passage_margin != 0 and not self.rerank_allow_no_passage:
+            raise ValueError("rerank_no_passage_margin is how much a passage must beat the no-passage candidate of "
+                             "rerank_allow_no_passage: set rerank_allow_no_passage=True, or drop the margin.")
 
     def _validate_passages(self) -> None:
         check_count("num_passages", self.num_passages)
@@ -223,10 +235,15 @@ retrieval_stride (4) tokens after it: lower max_context_doc_tokens to at most 29
         if self.retrieval_gate not in RETRIEVAL_GATES:
             raise ValueError(f"retrieval_gate must be one of {', '.join(RETRIEVAL_GATES)}, got "
                              f"{self.retrieval_gate!r}.")
-        if self.retrieval_gate != "score":
+        if self.retrieval_gate == "always":
             if self.gate_threshold is not None:
-                raise ValueError(f"gate_threshold is the threshold of retrieval_gate='score'; retrieval_gate="
-                                 f"{self.retrieval_gate!r} uses none: drop gate_threshold.")
+                raise ValueError("gate_threshold is the threshold of retrieval_gate='score' or 'lm'; "
+                                 "retrieval_gate='always' uses none: drop gate_threshold.")
+        elif self.retrieval_gate == "lm":
+            if self.gate_threshold is not None and (not _is_number(self.gate_threshold)
+                                                    or not math.isfinite(self.gate_threshold)):
+                raise ValueError(f"The lm gate's gate_threshold is the nats a passage must save on the ranking tokens "
+                                 f"(a finite number, or None for 0.0), got {self.gate_threshold!r}.")
         elif self.gate_threshold is None:
             raise ValueError("retrieval_gate='score' needs gate_threshold: the fraction of the query's maximum "
                              "attainable retrieval score (0 to 1) the top passage must reach.")

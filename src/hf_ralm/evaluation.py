@@ -157,14 +157,14 @@ def evaluate_retrieval(
 
 
 def gate_settings(config: RalmConfig) -> dict:
-    """The retrieval gate's figures: ``retrieval_gate`` and, for the score gate, ``gate_threshold``.
+    """The retrieval gate's figures: ``retrieval_gate`` and, when it has one, ``gate_threshold``.
 
     Example:
         >>> gate_settings(RalmConfig(retrieval_gate="score", gate_threshold=0.3))
         {'retrieval_gate': 'score', 'gate_threshold': 0.3}
     """
     settings = {"retrieval_gate": config.retrieval_gate}
-    if config.retrieval_gate == "score":
+    if config.gate_threshold is not None:
         settings["gate_threshold"] = config.gate_threshold
     return settings
 

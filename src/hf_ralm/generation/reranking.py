@@ -20,8 +20,8 @@ from typing import Sequence
 
 from ..configuration_ralm import RalmConfig
 from ..passage_cache import PassageKVCache
-from ..reranking.lm import LMReranker, rerank_options
-from ..reranking.rules import NO_PASSAGE, choose_lowest, random_choice
+from ..reranking.lm import LMReranker, choose_ranked, rerank_options
+from ..reranking.rules import NO_PASSAGE, random_choice
 from ..retrieval.base import Passage
 from ..scoring import ScoredInput, score_inputs
 from .contexts import Row, encode_passage, stride_start
@@ -124,9 +124,10 @@ class StrideReranker:
 
     def _lm_choices(self, rows: list[Row], pools: list[list[Passage]], stride_tokens: int,
                     reuse_prefix_kv: bool) -> list[int]:
-        """``"lm"``: per row, the index into its options (:func:`~hf_ralm.reranking.lm.rerank_options`) of the lowest
-        ranking NLL; the first option when there is no token to rank on."""
-        inputs, counts = [], []
+        """``"lm"``: per row, the index into its options (:func:`~hf_ralm.reranking.lm.rerank_options`) chosen on
+        their ranking NLLs (:func:`~hf_ralm.reranking.lm.choose_ranked`); the first option when there is no token to
+        rank on."""
+        inputs, ranked = [], []
         for row, pool in zip(rows, pools):
             options = rerank_options(pool, self.config)
             prefixes = [tuple(encode_passage(self.tokenizer, option, self.config)) for option in options]
@@ -134,12 +135,13 @@ class StrideReranker:
             first = ranking_start(len(row.ids), self.config.rerank_tokens, starts)
             row_inputs = [] if first >= len(row.ids) else self._inputs(row, options, prefixes, starts, first)
             inputs.extend(row_inputs)
-            counts.append(len(row_inputs))
+            ranked.append(options if row_inputs else [])
         model, cache = (self.model, self.passage_cache) if self.reranker is None else \
             (self.reranker.model, self.reranker_cache)
         nlls = iter(score_inputs(model, inputs, self.batch_size, reuse_prefix_kv,
                                  cache if reuse_prefix_kv else None))
-        return [choose_lowest([float(next(nlls).sum()) for _ in range(count)]) if count else 0 for count in counts]
+        return [choose_ranked([float(next(nlls).sum()) for _ in options], options, self.config) if options else 0
+                for options in ranked]
 
     def _inputs(self, row: Row, options: list[Passage | None], prefixes: list[tuple[int, ...]], starts: list[int],
                 first: int) -> list[ScoredInput]:

@@ -99,7 +99,8 @@ def collect_rerank_data(
     if max_windows is not None:
         check_count("max_windows", max_windows)
     oracle = RalmConfig(**{**{name: getattr(config, name) for name in RALM_FIELDS}, "rerank": "oracle",
-                           "reranker_model": None, "rerank_allow_no_passage": False})
+                           "reranker_model": None, "rerank_allow_no_passage": False,
+                           "rerank_no_passage_margin": 0.0})
     max_length = window_length(model, config)
     query_length = config.query_length_for(retriever)
     settings = {

@@ -9,8 +9,11 @@
 * ``"lm"``: the reader decides, zero-shot. It *is* LM reranking with two candidates, the window's passage and no
   passage (:func:`lm_gate_config`: ``rerank="lm"``, ``rerank_candidates=1``, ``rerank_allow_no_passage=True``), ranked
   on the same ranking tokens (the last ``rerank_tokens`` prefix tokens, :mod:`hf_ralm.reranking.rules`): the passage
-  stays when its ranking NLL is not higher than without it (ties keep it, as reranking's ties go to the better rank).
-  The gate score is ``NLL(no passage) - NLL(passage)``, the nats the passage saves: it stays when that is >= 0.
+  stays when it saves at least ``gate_threshold`` nats of their NLL (``None``: 0.0, i.e. when its ranking NLL is
+  not higher than without it; ties keep it, as reranking's ties go to the better rank). The gate score is
+  ``NLL(no passage) - NLL(passage)``, the nats the passage saves: it stays when that is >= the threshold. A positive
+  threshold is a margin: the reader must find clear evidence on the prefix that the passage helps, since a passage
+  that merely ties displaces up to 256 of the window's own tokens.
 
 With reranking (``rerank``), the score gate decides first, on retrieval's top passage (a closed window has no
 candidates, so nothing is ranked there), and the lm gate last, on the reranked choice (with the reader ranking,
@@ -80,9 +83,17 @@ def score_gate_pools(found: Sequence[Sequence[Passage]], gate_scores: Sequence[f
 
 def lm_gate_config(config: RalmConfig) -> RalmConfig:
     """The reranking the lm gate is: the reader ranks one passage (the window's) against none on the last
-    ``rerank_tokens`` prefix tokens; the rest of ``config`` as it is."""
+    ``rerank_tokens`` prefix tokens, the passage needing the lm gate's ``gate_threshold`` nats
+    (``rerank_no_passage_margin``); the rest of ``config`` as it is.
+
+    Example:
+        >>> lm_gate_config(RalmConfig(retrieval_gate="lm", gate_threshold=2.0)).rerank_no_passage_margin
+        2.0
+    """
+    margin = config.gate_threshold if config.retrieval_gate == "lm" and config.gate_threshold is not None else 0.0
     return RalmConfig(**{**config.to_dict(), "rerank": "lm", "rerank_candidates": 1, "rerank_allow_no_passage": True,
-                         "reranker_model": None, "retrieval_gate": "always", "gate_threshold": None})
+                         "rerank_no_passage_margin": margin, "reranker_model": None, "retrieval_gate": "always",
+                         "gate_threshold": None})
 
 
 def lm_gate_scores(ranking_nlls: Sequence[Sequence[float] | None]) -> list[float | None]:

@@ -33,7 +33,7 @@ from ..passage_cache import PassageKVCache
 from ..retrieval.base import Passage
 from ..scoring import ScoredInput, score_inputs
 from ..windows import Window
-from .rules import NO_PASSAGE, choose_lowest, fit_reranker_input, oracle_span, random_choice, ranking_span
+from .rules import NO_PASSAGE, choose_option, fit_reranker_input, oracle_span, random_choice, ranking_span
 
 WINDOWS_PER_CHUNK = 64  # windows whose candidate inputs are built and batched together (bounds memory)
 
@@ -160,6 +160,20 @@ def rerank_options(pool: list[Passage], config: RalmConfig) -> list[Passage | No
     return pool + [None] if pool and config.rerank_allow_no_passage else list(pool)
 
 
+def choose_ranked(ranking_nlls: Sequence[float], options: Sequence[Passage | None], config: RalmConfig) -> int:
+    """Index into ``options`` (:func:`rerank_options`) of the one chosen on ``ranking_nlls``: the lowest, no passage
+    winning unless a passage saves ``config.rerank_no_passage_margin`` nats over it
+    (:func:`~hf_ralm.reranking.rules.choose_option`). Evaluation and generation both choose so.
+
+    Example:
+        >>> config = RalmConfig(rerank="lm", rerank_allow_no_passage=True, rerank_no_passage_margin=2.0)
+        >>> choose_ranked([10.0, 11.5], [Passage("1", "", "rome", 1.0), None], config)   # saves 1.5 nats: none
+        1
+    """
+    no_passage_last = len(options) > 0 and options[-1] is None
+    return choose_option(list(ranking_nlls), no_passage_last, config.rerank_no_passage_margin)
+
+
 def _index(choice: int, pool: list[Passage]) -> int:
     return NO_PASSAGE if choice >= len(pool) else choice
 
@@ -207,7 +221,7 @@ def _reader_ranks(model, tokenizer, ids, windows, pools, config, batch_size, reu
               disable=not show_progress, leave=None) as progress:
         rows = reader_nlls(model, tokenizer, ids, windows, options, firsts, config, batch_size, reuse_prefix_kv,
                            passage_cache, progress)
-        for w, first, window_rows in zip(windows, firsts, rows):
+        for w, first, window_options, window_rows in zip(windows, firsts, options, rows):
             scored = [row[w.score_begin - first :] for row in window_rows]  # the window's target tokens
             if not pools[w.index]:
                 chosen.append(NO_PASSAGE)
@@ -217,7 +231,7 @@ def _reader_ranks(model, tokenizer, ids, windows, pools, config, batch_size, reu
                 continue
             sums = [float(row[: w.score_begin - first].sum()) for row in window_rows]
             target_sums = [float(row.sum()) for row in scored]
-            best = choose_lowest(sums if config.rerank == "lm" else target_sums)
+            best = choose_ranked(sums if config.rerank == "lm" else target_sums, window_options, config)
             chosen.append(_index(best, pools[w.index]))
             ranking.append(sums if config.rerank == "lm" else target_sums)
             targets.append(target_sums)
@@ -235,18 +249,18 @@ def _other_lm_ranks(reranker: LMReranker, tokenizer, ids, windows, pools, config
                     leave=None)
     for start in range(0, len(windows), WINDOWS_PER_CHUNK):
         chunk = [w for w in windows[start : start + WINDOWS_PER_CHUNK] if pools[w.index]]
-        inputs, counts = [], []
+        inputs, chunk_options = [], []
         for w in chunk:
             begin, stop = ranking_span(w, config.rerank_tokens)
             options = rerank_options(pools[w.index], config)
             inputs.extend(reranker.inputs(tokenizer.decode(ids[w.begin : begin]), tokenizer.decode(ids[begin:stop]),
                                           options, config))
-            counts.append(len(options))
+            chunk_options.append(options)
         rows = iter(score_inputs(reranker.model, inputs, batch_size, reuse_prefix_kv, cache))
         by_window = {}
-        for w, count in zip(chunk, counts):
-            sums = [float(next(rows).sum()) for _ in range(count)]
-            by_window[w.index] = (_index(choose_lowest(sums), pools[w.index]), sums)
+        for w, options in zip(chunk, chunk_options):
+            sums = [float(next(rows).sum()) for _ in options]
+            by_window[w.index] = (_index(choose_ranked(sums, options, config), pools[w.index]), sums)
         for w in windows[start : start + WINDOWS_PER_CHUNK]:
             choice, sums = by_window.get(w.index, (NO_PASSAGE, None))
             chosen.append(choice)

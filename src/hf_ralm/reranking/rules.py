@@ -15,6 +15,8 @@ Example:
     ((12, 40, 44), (24, 40))
     >>> choose_lowest([3.0, 1.5, 1.5, 2.0])   # ties go to the better retrieval rank
     1
+    >>> choose_option([3.0, 2.0], no_passage_last=True, no_passage_margin=1.5)   # saves 1 nat, not 1.5: none
+    1
 """
 
 from __future__ import annotations
@@ -44,6 +46,17 @@ def choose_lowest(ranking_nlls: Sequence[float]) -> int:
     if len(ranking_nlls) == 0:
         raise ValueError("No candidate to choose from.")
     return int(np.argmin(np.asarray(ranking_nlls, dtype=np.float64)))  # argmin returns the first of equal values
+
+
+def choose_option(ranking_nlls: Sequence[float], no_passage_last: bool, no_passage_margin: float = 0.0) -> int:
+    """Index of the chosen candidate: the lowest ranking NLL (:func:`choose_lowest`), except that when the last
+    candidate is no passage (``no_passage_last``), the best passage is chosen over it only when it saves at least
+    ``no_passage_margin`` nats (``NLL(no passage) - NLL(passage) >= margin``; 0: the lowest wins, ties keep the
+    passage). A margin asks a passage for clear evidence that it helps before it displaces the text's own tokens."""
+    if not no_passage_last or len(ranking_nlls) < 2:
+        return choose_lowest(ranking_nlls)
+    best = choose_lowest(ranking_nlls[:-1])
+    return best if ranking_nlls[-1] - ranking_nlls[best] >= no_passage_margin else len(ranking_nlls) - 1
 
 
 def random_choice(seed: int, window_index: int, num_candidates: int) -> int:
