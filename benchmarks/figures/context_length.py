@@ -58,7 +58,9 @@ def relative_change(rows: list[dict]) -> list[dict]:
 def plot(rows: list[dict], path: str) -> None:
     datasets = sorted({row["data"] for row in rows})
     fig, axes = plotting.panels(len(datasets), rows=2)
-    series, settings = ("model", "retriever", "dtype"), perplexity.SETTINGS
+    # max_doc_tokens follows L (252 at L=256): a point's passage cap must not split its line from the other Ls'
+    series = ("model", "retriever", "dtype")
+    settings = tuple(column for column in perplexity.SETTINGS if column != "max_doc_tokens")
     for column, data in enumerate(datasets):
         here = [row for row in rows if row["data"] == data]
         top, bottom = axes[0][column], axes[1][column]
