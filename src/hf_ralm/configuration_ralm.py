@@ -215,7 +215,7 @@ retrieval_stride (4) tokens after it: lower max_context_doc_tokens to at most 29
         if self.rerank_allow_no_passage and self.rerank not in ("lm", "oracle"):
             raise ValueError("rerank_allow_no_passage adds the window without a passage to what an LM ranks: it needs "
                              f"rerank='lm' or 'oracle', got rerank={self.rerank!r}.")
-        if not _is_number(self.rerank_no_passage_margin) or not math.isfinite(self.rerank_no_passage_margin):
+        if not _is_finite_number(self.rerank_no_passage_margin):
             raise ValueError(f"rerank_no_passage_margin must be a finite number of nats, got "
                              f"{self.rerank_no_passage_margin!r}.")
         if self.rerank_no_passage_margin != 0 and not self.rerank_allow_no_passage:
@@ -240,8 +240,7 @@ retrieval_stride (4) tokens after it: lower max_context_doc_tokens to at most 29
                 raise ValueError("gate_threshold is the threshold of retrieval_gate='score' or 'lm'; "
                                  "retrieval_gate='always' uses none: drop gate_threshold.")
         elif self.retrieval_gate == "lm":
-            if self.gate_threshold is not None and (not _is_number(self.gate_threshold)
-                                                    or not math.isfinite(self.gate_threshold)):
+            if self.gate_threshold is not None and not _is_finite_number(self.gate_threshold):
                 raise ValueError(f"The lm gate's gate_threshold is the nats a passage must save on the ranking tokens "
                                  f"(a finite number, or None for 0.0), got {self.gate_threshold!r}.")
         elif self.gate_threshold is None:
@@ -280,6 +279,10 @@ retrieval_stride (4) tokens after it: lower max_context_doc_tokens to at most 29
 
 def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_finite_number(value) -> bool:
+    return _is_number(value) and math.isfinite(value)
 
 
 def check_ensemble(config: RalmConfig, ensemble_size: int) -> None:

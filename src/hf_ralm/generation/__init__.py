@@ -49,8 +49,9 @@ Beyond the paper, as in evaluation (issue 10):
   passages only when the top one's score over its query's maximum attainable score (the retriever's
   ``max_scores``) reaches ``gate_threshold`` (before any reranking); with ``"lm"`` the reader ranks the stride's
   passage (retrieval's top, or the reranked choice) against no passage exactly as ``"lm"`` reranking ranks two
-  candidates (:func:`~hf_ralm.reranking.gates.lm_gate_config`), and keeps it when its ranking NLL is not higher
-  (or when there is no token to rank on).
+  candidates (:func:`~hf_ralm.reranking.gates.lm_gate_config`), and keeps it when it lowers the ranking NLL by at
+  least ``gate_threshold`` nats (``None``: when its ranking NLL is not higher; or when there is no token to rank
+  on).
   A closed gate makes the stride one whose retrieval found nothing; ``ralm_stats`` counts ``gated_strides`` and
   gives the ``retrieved_fraction`` of row-strides with a passage in context.
 * Several passages (``config.num_passages`` n): the stride's top n (reranked: the chosen one first, then retrieval

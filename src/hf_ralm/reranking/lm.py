@@ -4,7 +4,8 @@ Strategies (``RalmConfig.rerank``): ``"none"`` (retrieval's top passage), ``"lm"
 which an LM finds the ranking tokens likeliest, :mod:`hf_ralm.reranking.rules`), ``"oracle"`` (the reader's own
 NLL of the window's target tokens: it looks at the future, an upper bound), ``"random"`` (a seeded uniform choice: a
 floor) and ``"predictive"`` (a trained cross-encoder, :class:`~hf_ralm.reranking.predictive.PredictiveReranker`).
-With ``rerank_allow_no_passage`` the window without a passage is one more candidate (``"lm"``, ``"oracle"``).
+With ``rerank_allow_no_passage`` the window without a passage is one more candidate (``"lm"``, ``"oracle"``),
+chosen unless a passage saves ``rerank_no_passage_margin`` nats over it (:func:`choose_ranked`).
 
 When the reader ranks (``"lm"`` without ``reranker_model``, ``"oracle"``), every candidate's input runs once through
 :func:`~hf_ralm.scoring.score_inputs` and yields both its ranking NLLs and its target NLLs (the ranking tokens come

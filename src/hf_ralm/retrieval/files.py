@@ -11,7 +11,7 @@ retrieve --rerank ...``) lists the ``k`` candidates in retrieval order, as the r
 its ``ranking_nll`` when an LM ranked them, and adds ``"chosen"`` (the index of the passage put in context, -1 for
 none), ``"rerank"`` (the strategy) and, when the window without a passage was a candidate, ``"no_passage_ranking_nll"``.
 A file written with a retrieval gate (``--retrieval-gate score|lm``) records the choices too (``"rerank": "none"``,
-``"chosen"`` -1 where the gate closed), with ``"retrieval_gate"``, ``"gate_threshold"`` (score gate) and each window's
+``"chosen"`` -1 where the gate closed), with ``"retrieval_gate"``, ``"gate_threshold"`` (when set) and each window's
 ``"gate_score"``. Files without ``chosen`` (the paper's scripts write none) put their first passage(s) in context.
 """
 
