@@ -291,6 +291,19 @@ def test_plot_only_draws_the_png_from_the_csv(tmp_path, script, rows):
     assert (tmp_path / f"{script.NAME}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_context_length_draws_one_line_per_retriever_whatever_the_passage_cap(tmp_path, monkeypatch):
+    # the passage cap follows L (252 at L=256, 256 above): it must not split a retriever's line in two
+    rows = fake_rows(retriever=["bm25"], max_length=["512", "1024", "2048"], context_tokens=["2048"],
+                     max_doc_tokens=["256"])
+    rows += fake_rows(retriever=["bm25"], max_length=["256"], context_tokens=["2048"], max_doc_tokens=["252"])
+    rows += fake_rows(retriever=["none"], max_length=["256", "512", "1024", "2048"], context_tokens=["2048"])
+    figures = []
+    monkeypatch.setattr(plotting, "save", lambda fig, *args: figures.append(fig))
+    context_length.plot(rows, str(tmp_path / "context_length.png"))
+    top = figures[0].axes[0]
+    assert sorted(len(line.get_xdata()) for line in top.get_lines()) == [4, 4]
+
+
 def test_plot_only_without_a_csv_says_so(tmp_path):
     with pytest.raises(SystemExit, match="run without --plot-only"):
         stride.main(["--plot-only", "--out-dir", str(tmp_path)])
