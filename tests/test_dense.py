@@ -487,3 +487,46 @@ def test_cli_index_and_eval_dense(dense_mod, tiny_model_dir, corpus, tmp_path, c
               "--max-doc-tokens", "12", "--device", "cpu", "--retriever", "dense", "--index-dir", index_dir,
               "--encoder", str(tmp_path)])
     assert "was built with encoder" in capsys.readouterr().err
+
+
+def test_encoder_dtype_recorded_reused_and_used_for_queries(dense_mod, tiny_bert, corpus, tmp_path, capsys,
+                                                            monkeypatch):
+    from hf_ralm.cli import main
+
+    index_dir = str(tmp_path / "index")
+    main(["index", "--retriever", "dense", "--corpus", corpus, "--index-dir", index_dir, "--words-per-passage",
+          str(WPP), "--encoder", tiny_bert, "--encoder-dtype", "bfloat16"])
+    capsys.readouterr()
+    info_path = os.path.join(index_dir, "hf_ralm_index.json")
+    assert json.loads(open(info_path).read())["dtype"] == "bfloat16"
+    retriever = dense_mod.DenseRetriever.load(index_dir)
+    assert retriever.encoder.dtype == "bfloat16"  # queries are encoded in the passages' precision
+    assert {p.dtype for p in retriever.encoder.model.parameters()} == {torch.bfloat16}
+    texts = _passage_texts(retriever)
+    half = dense_mod.DenseEncoder(tiny_bert, dtype="bfloat16").encode(texts)
+    full = dense_mod.DenseEncoder(tiny_bert).encode(texts)
+    stored = np.load(os.path.join(index_dir, "embeddings.npy"))
+    assert stored.dtype == np.float32 and half.dtype == np.float32
+    np.testing.assert_allclose(stored, half, atol=1e-6)
+    assert not np.allclose(stored, full, atol=1e-6)  # really encoded in bfloat16, not float32...
+    np.testing.assert_allclose(stored, full, atol=0.05)  # ...and close to it
+
+    def no_encoding(self, texts):
+        raise AssertionError("the index was rebuilt")
+
+    monkeypatch.setattr(dense_mod.DenseEncoder, "encode", no_encoding)  # dtype=None reuses the index's own
+    reused = dense_mod.DenseRetriever.build_or_load(corpus, index_dir, words_per_passage=WPP)
+    assert reused.encoder.dtype == "bfloat16"
+    monkeypatch.undo()
+    rebuilt = dense_mod.DenseRetriever.build_or_load(corpus, index_dir, words_per_passage=WPP,
+                                                     encoder_dtype="float32")
+    assert rebuilt.info["dtype"] == "float32"
+    np.testing.assert_allclose(np.load(os.path.join(index_dir, "embeddings.npy")), full, atol=1e-6)
+
+    info = json.loads(open(info_path).read())  # an index from before dtype was recorded: float32 queries
+    del info["dtype"]
+    with open(info_path, "w") as f:
+        json.dump(info, f)
+    assert dense_mod.DenseRetriever.load(index_dir).encoder.dtype == "float32"
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        dense_mod.DenseEncoder(tiny_bert, dtype="int8")

@@ -5,9 +5,9 @@ held-out Wikipedia and WikiText-103 test, the first --max-eval-tokens tokens; ea
 retrieval is the dotted line. The paper: a sweet spot near ℓ=32 for BM25 and ℓ=64 for dense. retrievers.py reads each
 retriever's best ℓ from this CSV.
 
-The dense index of the whole sample (--dense-index-dir) is built on first use if missing: encoding the ~666k passages
-takes about 2 hours on a 2-core CPU, and an interrupted build resumes. Run `--retrievers bm25` first to have the
-BM25 half meanwhile; the dense points are then added by a later run.
+The dense index of the whole sample (--dense-index-dir) is built on first use if missing: encoding the ~666k
+passages in bfloat16 takes about 3 hours on a 2-core CPU, and an interrupted build resumes. Run `--retrievers bm25`
+first to have the BM25 half meanwhile; the dense points are then added by a later run.
 
     python benchmarks/figures/query_length.py                    # docs/figures/query_length.{csv,png}; resumable
     python benchmarks/figures/query_length.py --retrievers bm25  # the BM25 points only

@@ -9,9 +9,9 @@ query_length.csv has no such points, the paper's defaults (32 sparse, 64 dense a
 sets one. The CSV records the ℓ of every point.
 
 The whole sample's Lucene index (--lucene-index-dir) is built on first use if missing (~1.5 min), and so is its dense
-index (--dense-index-dir): encoding ~666k passages with MiniLM takes about 2 hours on a 2-core CPU; an interrupted
-build resumes where it stopped. The subset and its indexes are those of bench_retrievers.py (--subset-out), built
-if missing (minutes).
+index (--dense-index-dir): encoding ~666k passages with MiniLM in bfloat16 takes about 3 hours on a 2-core CPU; an
+interrupted build resumes where it stopped. The subset and its indexes are those of bench_retrievers.py
+(--subset-out), built if missing (minutes).
 
     python benchmarks/figures/query_length.py                      # first, for the best ℓ
     python benchmarks/figures/retrievers.py                        # docs/figures/retrievers.{csv,png}; resumable

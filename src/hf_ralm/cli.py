@@ -35,6 +35,7 @@ from .qa import MAX_NEW_TOKENS
 from .reranking import collect_rerank_data, train_reranker
 from .retrieval.files import write_json_atomic
 from .resume import CHUNK_SIZE
+from .retrieval.dense import ENCODER_DTYPES
 from .retrieval.registry import RETRIEVER_NAMES
 from .windows import check_count
 
@@ -265,6 +266,10 @@ def build_parser() -> argparse.ArgumentParser:
     index.add_argument("--retriever", default="bm25", choices=RETRIEVER_NAMES[1:])
     index.add_argument("--encoder", help=ENCODER_HELP)
     index.add_argument("--pooling", choices=["mean", "cls"], help="dense pooling (default: the encoder's own)")
+    index.add_argument("--encoder-dtype", choices=list(ENCODER_DTYPES),
+                       help="the dense encoder's precision, recorded in the index and used for its queries (default: "
+                            "an existing index's own, else float32); bfloat16 about halves encoding time on a CPU "
+                            "with bf16 instructions")
     index.add_argument("--faiss-factory", default="Flat",
                        help="faiss index_factory string, e.g. HNSW32 or IVF4096,PQ64 (default Flat: exact search)")
     index.add_argument("--words-per-passage", type=int, default=100, help="0 keeps rows as passages (default 100)")
@@ -354,7 +359,8 @@ def run_index(args) -> dict:
     from .retrieval import retriever_class
 
     dense = args.retriever in ("dense", "hybrid")
-    options = {"encoder": args.encoder, "pooling": args.pooling, "faiss_factory": args.faiss_factory} if dense else {}
+    options = {"encoder": args.encoder, "pooling": args.pooling, "faiss_factory": args.faiss_factory,
+               "encoder_dtype": args.encoder_dtype} if dense else {}
     retriever = retriever_class(args.retriever).build_or_load(
         args.corpus, args.index_dir, words_per_passage=args.words_per_passage, **options)
     return {"index_dir": retriever.index_dir, "num_passages": len(retriever)}

@@ -14,7 +14,7 @@ An index folder holds::
     passages/            the passages (Arrow, written by datasets' save_to_disk): id = row number, title, text
     embeddings.npy       float32 (num_passages, dim), memory-mapped
     faiss.index          the FAISS index
-    hf_ralm_index.json   corpus files and fingerprint, encoder, pooling, normalize, dim, faiss_factory
+    hf_ralm_index.json   corpus files and fingerprint, encoder, pooling, normalize, dim, dtype, faiss_factory
 
 Building encodes the passages chunk by chunk (``chunk_size`` passages) into ``<index_dir>.tmp/embeddings.npy``
 and records each finished chunk in ``<index_dir>.tmp/progress.json``: a crash loses at most the chunk being
@@ -53,6 +53,7 @@ FAISS_FILE = "faiss.index"
 PROGRESS_FILE = "progress.json"
 INDEX_NAME = "embeddings"  # the name of the FAISS index on the passages Dataset
 POOLINGS = ("mean", "cls")
+ENCODER_DTYPES = ("float32", "bfloat16", "float16")  # the encoder's precision; embeddings are always float32
 MAX_TRAIN_VECTORS = 1_000_000  # IVF/PQ indexes are trained on at most this many vectors
 DENSE_FILES = (EMBEDDINGS_FILE, FAISS_FILE, "passages/state.json", "passages/*.arrow")
 """The files of an index folder (beside hf_ralm_index.json), checked when the index records no file sizes."""
@@ -96,11 +97,20 @@ class DenseEncoder:
     """A sentence-transformers model (any ST or plain HF encoder) with a chosen pooling, returning float32 arrays.
 
     ``pooling=None`` keeps the model's own (a plain HF encoder then gets mean pooling, sentence-transformers'
-    default); ``"mean"`` or ``"cls"`` replaces the pooling module.
+    default); ``"mean"`` or ``"cls"`` replaces the pooling module. ``dtype`` is the precision the encoder runs in
+    (``"float32"``, the default, ``"bfloat16"`` or ``"float16"``); the embeddings are float32 either way. Half
+    precision roughly halves the time of encoding a corpus on a CPU with bf16 instructions (docs/dense.md).
+
+    Example:
+        >>> encoder = DenseEncoder(dtype="bfloat16")                      # doctest: +SKIP
+        >>> encoder.encode(["Nero was emperor of Rome."]).shape           # doctest: +SKIP
+        (1, 384)
     """
 
     def __init__(self, name_or_path: str | None = None, pooling: str | None = None, normalize: bool = False,
-                 device: str | None = None, batch_size: int = 32):
+                 device: str | None = None, batch_size: int = 32, dtype: str | None = None):
+        import torch
+
         try:
             from sentence_transformers import SentenceTransformer
         except ImportError as error:
@@ -111,10 +121,14 @@ class DenseEncoder:
             from sentence_transformers.models import Pooling
         if pooling is not None and pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS} (or None for the model's own), got {pooling!r}.")
+        self.dtype = dtype or "float32"
+        if self.dtype not in ENCODER_DTYPES:
+            raise ValueError(f"The dense encoder's dtype must be one of {ENCODER_DTYPES}, got {dtype!r}.")
         self.name = encoder_id(name_or_path)
         self.normalize = bool(normalize)
         self.batch_size = batch_size
         self.model = SentenceTransformer(self.name, device=device)
+        self.model.to(getattr(torch, self.dtype))
         self.model.eval()
         keys = [key for key, module in self.model._modules.items() if isinstance(module, Pooling)]
         if not keys:
@@ -134,8 +148,8 @@ class DenseEncoder:
         if len(texts) == 0:
             return np.zeros((0, self.dim), dtype=np.float32)
         out = self.model.encode(list(texts), batch_size=self.batch_size, show_progress_bar=False,
-                                convert_to_numpy=True, normalize_embeddings=self.normalize)
-        return np.ascontiguousarray(out, dtype=np.float32)
+                                convert_to_tensor=True, normalize_embeddings=self.normalize)
+        return np.ascontiguousarray(out.float().cpu().numpy())  # numpy has no bfloat16
 
 
 def _passages_fingerprint(passages) -> str:
@@ -146,11 +160,15 @@ def _passages_fingerprint(passages) -> str:
     return digest.hexdigest()
 
 
-def _match_settings(encoder: str | None, pooling: str | None, normalize: bool, faiss_factory: str) -> dict:
+def _match_settings(encoder: str | None, pooling: str | None, normalize: bool, faiss_factory: str,
+                    encoder_dtype: str | None) -> dict:
+    """What a reusable index must record; ``None`` (pooling, dtype) accepts the index's own."""
     settings = {"retriever": DenseRetriever.name, "encoder": encoder_id(encoder), "normalize": bool(normalize),
                 "faiss_factory": faiss_factory}
     if pooling is not None:
         settings["pooling"] = pooling
+    if encoder_dtype is not None:
+        settings["dtype"] = encoder_dtype
     return settings
 
 
@@ -187,7 +205,8 @@ class DenseRetriever(Retriever):
         self.index_dir = index_dir
         self.info = info
         self.encoder = encoder if isinstance(encoder, DenseEncoder) else DenseEncoder(
-            wanted, pooling=info["pooling"], normalize=info["normalize"], device=device, batch_size=batch_size)
+            wanted, pooling=info["pooling"], normalize=info["normalize"], device=device, batch_size=batch_size,
+            dtype=info.get("dtype"))  # queries in the passages' precision (indexes before dtype was recorded: fp32)
         with reading_index(index_dir, self.name):
             self.passages = load_from_disk(os.path.join(index_dir, "passages"))
             self.passages.load_faiss_index(INDEX_NAME, os.path.join(index_dir, FAISS_FILE), device=faiss_device())
@@ -222,9 +241,11 @@ class DenseRetriever(Retriever):
         faiss_factory: str = DEFAULT_FACTORY,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         show_progress: bool = True,
+        encoder_dtype: str | None = None,
     ) -> "DenseRetriever":
         """Encode and index a corpus (file path(s), or rows/``datasets.Dataset`` with ``id``, ``title``, ``text``),
-        resuming an interrupted build of the same corpus and settings from its last complete chunk."""
+        resuming an interrupted build of the same corpus and settings from its last complete chunk. ``encoder_dtype``
+        is the encoder's precision (:class:`DenseEncoder`'s ``dtype``), recorded so that queries are encoded in it."""
         from datasets import Dataset
         from tqdm.auto import tqdm
 
@@ -235,11 +256,12 @@ class DenseRetriever(Retriever):
         passages = Dataset.from_dict(passage_columns(articles, words_per_passage))
         n = len(passages)
         check_passage_count(n, paths)
-        enc = encoder if isinstance(encoder, DenseEncoder) else DenseEncoder(encoder, pooling, normalize)
+        enc = encoder if isinstance(encoder, DenseEncoder) else DenseEncoder(encoder, pooling, normalize,
+                                                                             dtype=encoder_dtype)
         state = {
             "fingerprint": corpus_fingerprint(paths, words_per_passage) if paths else _passages_fingerprint(passages),
             "words_per_passage": words_per_passage, "num_passages": n, "encoder": enc.name, "pooling": enc.pooling,
-            "normalize": enc.normalize, "dim": enc.dim, "chunk_size": chunk_size,
+            "normalize": enc.normalize, "dim": enc.dim, "dtype": enc.dtype, "chunk_size": chunk_size,
         }
         tmp_dir, done = _resume_or_start(index_dir, state)
         emb_path = os.path.join(tmp_dir, EMBEDDINGS_FILE)
@@ -273,7 +295,7 @@ class DenseRetriever(Retriever):
         passages.save_faiss_index(INDEX_NAME, os.path.join(tmp_dir, FAISS_FILE))
         os.remove(os.path.join(tmp_dir, PROGRESS_FILE))
         settings = {"encoder": enc.name, "pooling": enc.pooling, "normalize": enc.normalize, "dim": enc.dim,
-                    "faiss_factory": faiss_factory, "metric": "inner_product"}
+                    "dtype": enc.dtype, "faiss_factory": faiss_factory, "metric": "inner_product"}
         if not paths:  # rows: no corpus files to fingerprint, record the passages' own hash
             settings["fingerprint"] = state["fingerprint"]
         finish_build(tmp_dir, index_dir, cls.name, paths, words_per_passage, n, settings)
@@ -292,20 +314,23 @@ class DenseRetriever(Retriever):
         normalize: bool = False,
         faiss_factory: str = DEFAULT_FACTORY,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
+        encoder_dtype: str | None = None,
     ) -> "DenseRetriever":
         """Reuse ``index_dir`` if it was built from the same corpus files with the same encoder and settings,
         otherwise (re)build it there (resuming an interrupted build). ``encoder=None``: the one the index records,
-        or :func:`default_encoder` for a new index."""
+        or :func:`default_encoder` for a new index; ``encoder_dtype=None``: the index's own, float32 for a new one."""
         if corpus is None:
             return cls(index_dir, forbidden_titles, encoder=encoder)
         paths = corpus_files(corpus)
         info = reusable_index_info(index_dir, cls.name, DENSE_FILES, DENSE_KEYS)
         if encoder is None and info is not None:
             encoder = info["encoder"]
-        if index_matches(info, paths, words_per_passage, _match_settings(encoder, pooling, normalize, faiss_factory)):
+        wanted = _match_settings(encoder, pooling, normalize, faiss_factory, encoder_dtype)
+        if index_matches(info, paths, words_per_passage, wanted):
             return cls(index_dir, forbidden_titles, encoder=encoder)
         return cls.build(paths, index_dir, words_per_passage, forbidden_titles, encoder=encoder, pooling=pooling,
-                         normalize=normalize, faiss_factory=faiss_factory, chunk_size=chunk_size)
+                         normalize=normalize, faiss_factory=faiss_factory, chunk_size=chunk_size,
+                         encoder_dtype=encoder_dtype)
 
     def __len__(self) -> int:
         return len(self.passages)

@@ -90,19 +90,21 @@ class HybridRetriever(Retriever):
         encoder: str | None = None,
         pooling: str | None = None,
         faiss_factory: str | None = None,
+        encoder_dtype: str | None = None,
         sparse: str = "bm25",
         k_rrf: float = K_RRF,
         depth: int = MIN_DEPTH,
     ) -> "HybridRetriever":
         """Both indexes under ``index_dir``: ``<index_dir>/<sparse>`` (``bm25`` or ``lucene``) and
-        ``<index_dir>/dense``, each built there from ``corpus`` when missing or stale. ``encoder``, ``pooling`` and
-        ``faiss_factory`` are the dense side's."""
+        ``<index_dir>/dense``, each built there from ``corpus`` when missing or stale. ``encoder``, ``pooling``,
+        ``faiss_factory`` and ``encoder_dtype`` are the dense side's."""
         if sparse not in SPARSE_NAMES:
             raise ValueError(f"The hybrid retriever's sparse side is one of {SPARSE_NAMES}, got {sparse!r}.")
         common = {"forbidden_titles": forbidden_titles, "words_per_passage": words_per_passage}
         sparse_side = retriever_class(sparse).build_or_load(corpus, os.path.join(index_dir, sparse), **common)
         dense_side = retriever_class("dense").build_or_load(corpus, os.path.join(index_dir, "dense"), encoder=encoder,
-                                                            pooling=pooling, faiss_factory=faiss_factory, **common)
+                                                            pooling=pooling, faiss_factory=faiss_factory,
+                                                            encoder_dtype=encoder_dtype, **common)
         return cls(sparse_side, dense_side, k_rrf=k_rrf, depth=depth)
 
     @classmethod
