@@ -528,5 +528,8 @@ def test_encoder_dtype_recorded_reused_and_used_for_queries(dense_mod, tiny_bert
     with open(info_path, "w") as f:
         json.dump(info, f)
     assert dense_mod.DenseRetriever.load(index_dir).encoder.dtype == "float32"
+    monkeypatch.setattr(dense_mod.DenseEncoder, "encode", no_encoding)  # and asking for float32 reuses it
+    dense_mod.DenseRetriever.build_or_load(corpus, index_dir, words_per_passage=WPP, encoder_dtype="float32")
+    monkeypatch.undo()
     with pytest.raises(ValueError, match="dtype must be one of"):
         dense_mod.DenseEncoder(tiny_bert, dtype="int8")

@@ -323,8 +323,9 @@ class DenseRetriever(Retriever):
             return cls(index_dir, forbidden_titles, encoder=encoder)
         paths = corpus_files(corpus)
         info = reusable_index_info(index_dir, cls.name, DENSE_FILES, DENSE_KEYS)
-        if encoder is None and info is not None:
-            encoder = info["encoder"]
+        if info is not None:
+            info = {"dtype": "float32", **info}  # indexes from before the dtype was recorded were float32
+            encoder = encoder if encoder is not None else info["encoder"]
         wanted = _match_settings(encoder, pooling, normalize, faiss_factory, encoder_dtype)
         if index_matches(info, paths, words_per_passage, wanted):
             return cls(index_dir, forbidden_titles, encoder=encoder)
