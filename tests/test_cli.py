@@ -239,7 +239,7 @@ BEYOND_FLAGS = {"--retrieval-gate", "--gate-threshold", "--num-passages", "--max
                 "--ensemble-temperature"}  # issue 10: gates, several passages, ensembles
 RESUME_FLAGS = ("--chunk-size", "--overwrite")
 COMMAND_FLAGS = {
-    "index": {"--corpus", "--index-dir", "--retriever", "--encoder", "--pooling", "--faiss-factory",
+    "index": {"--corpus", "--index-dir", "--retriever", "--encoder", "--pooling", "--encoder-dtype", "--faiss-factory",
               "--words-per-passage"},
     "retrieve": {"--model", "--tokenizer", "--gguf-file", "--dtype", "--device", "--retriever", "--encoder",
                  "--corpus", "--index-dir", "--forbidden-titles", "--stride", "--query-length", "--max-length",

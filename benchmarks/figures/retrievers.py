@@ -92,10 +92,10 @@ def plot(rows: list[dict], path: str) -> None:
                 ax.bar_label(drawn, fmt="%.2f", fontsize=6)
             ax.set_xticks(range(len(kinds)), [tick(kind, here) for kind in kinds], fontsize=7)
             low = min(float(row["token_ppl"]) for row in here)
-            ax.set_ylim(low * 0.95, max(float(row["token_ppl"]) for row in here) * 1.03)
+            ax.set_ylim(low * 0.95, max(float(row["token_ppl"]) for row in here) * 1.06)  # room for labels, legend
             ax.set_ylabel("token perplexity")
             ax.set_title(f"{data}, retrieval from the {corpus}", fontsize=9)
-            ax.legend(fontsize=6)
+            ax.legend(fontsize=6, loc="best")
     plotting.save(fig, path, rows, settings)
 
 
