@@ -98,8 +98,8 @@ class DenseEncoder:
 
     ``pooling=None`` keeps the model's own (a plain HF encoder then gets mean pooling, sentence-transformers'
     default); ``"mean"`` or ``"cls"`` replaces the pooling module. ``dtype`` is the precision the encoder runs in
-    (``"float32"``, the default, ``"bfloat16"`` or ``"float16"``); the embeddings are float32 either way. Half
-    precision roughly halves the time of encoding a corpus on a CPU with bf16 instructions (docs/dense.md).
+    (``"float32"``, the default, ``"bfloat16"`` or ``"float16"``); the embeddings are float32 either way. bfloat16
+    encoded 1.6 times as many passages per second as float32 on a CPU with bf16 instructions (docs/dense.md).
 
     Example:
         >>> encoder = DenseEncoder(dtype="bfloat16")                      # doctest: +SKIP
