@@ -112,6 +112,22 @@ def tiny_resources(tmp_path, tiny_llama, tiny_tokenizer, tiny_index):
     return res
 
 
+def test_a_missing_dense_index_is_built_in_bfloat16_and_an_existing_one_kept(tiny_resources, tmp_path, monkeypatch):
+    from hf_ralm.retrieval import factory
+
+    opened = []
+    monkeypatch.setattr(factory, "load_retriever", lambda kind, **options: opened.append(options) or object())
+    res = tiny_resources
+    res.args.dense_index_dir = str(tmp_path / "dense")
+    res.retriever("dense", resources.WHOLE, DATA)
+    assert opened[-1]["encoder_dtype"] == "bfloat16" and opened[-1]["pooling"] == "mean"
+    (tmp_path / "dense").mkdir()
+    (tmp_path / "dense" / "hf_ralm_index.json").write_text(json.dumps({"retriever": "dense", "dtype": "float32"}))
+    res._retrievers.clear()
+    res.retriever("dense", resources.WHOLE, DATA)
+    assert "encoder_dtype" not in opened[-1]  # built before: used in the precision it records
+
+
 def count_forwards(model):
     calls = []
     return calls, model.register_forward_hook(lambda *_: calls.append(1))
