@@ -54,6 +54,7 @@ PROGRESS_FILE = "progress.json"
 INDEX_NAME = "embeddings"  # the name of the FAISS index on the passages Dataset
 POOLINGS = ("mean", "cls")
 ENCODER_DTYPES = ("float32", "bfloat16", "float16")  # the encoder's precision; embeddings are always float32
+DEFAULT_ENCODER_DTYPE = ENCODER_DTYPES[0]  # also the precision of indexes from before the dtype was recorded
 MAX_TRAIN_VECTORS = 1_000_000  # IVF/PQ indexes are trained on at most this many vectors
 DENSE_FILES = (EMBEDDINGS_FILE, FAISS_FILE, "passages/state.json", "passages/*.arrow")
 """The files of an index folder (beside hf_ralm_index.json), checked when the index records no file sizes."""
@@ -121,7 +122,7 @@ class DenseEncoder:
             from sentence_transformers.models import Pooling
         if pooling is not None and pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS} (or None for the model's own), got {pooling!r}.")
-        self.dtype = dtype or "float32"
+        self.dtype = dtype or DEFAULT_ENCODER_DTYPE
         if self.dtype not in ENCODER_DTYPES:
             raise ValueError(f"The dense encoder's dtype must be one of {ENCODER_DTYPES}, got {dtype!r}.")
         self.name = encoder_id(name_or_path)
@@ -324,7 +325,7 @@ class DenseRetriever(Retriever):
         paths = corpus_files(corpus)
         info = reusable_index_info(index_dir, cls.name, DENSE_FILES, DENSE_KEYS)
         if info is not None:
-            info = {"dtype": "float32", **info}  # indexes from before the dtype was recorded were float32
+            info = {"dtype": DEFAULT_ENCODER_DTYPE, **info}  # an index from before the dtype was recorded
             encoder = encoder if encoder is not None else info["encoder"]
         wanted = _match_settings(encoder, pooling, normalize, faiss_factory, encoder_dtype)
         if index_matches(info, paths, words_per_passage, wanted):
