@@ -66,6 +66,8 @@ def test_a_changed_fixed_setting_is_measured_apart_and_labelled_apart(tmp_path):
     plotting.draw_lines(axes[0][0], rows, "stride", "ppl", ("model",), table.settings, lambda row: {})
     assert sorted(line.get_label() for line in axes[0][0].get_lines()) == ["m, max_eval_tokens=32",
                                                                            "m, max_eval_tokens=64"]
+    # same series, so the same colour from the style; the split setting tells them apart by their dashes
+    assert sorted(line.get_linestyle() for line in axes[0][0].get_lines()) == ["-", "--"]
 
 
 def test_an_interrupted_run_keeps_the_points_measured_before(tmp_path):

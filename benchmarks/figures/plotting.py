@@ -19,6 +19,7 @@ from typing import Callable, Iterable, Sequence
 
 MODEL_COLORS = {"SmolLM2-135M": "#4c72b0", "Gemma-3-270M": "#dd8452"}
 RETRIEVER_STYLES = {"bm25": "-", "dense": "--", "lucene": "-.", "hybrid": ":", "none": ":"}
+SPLIT_STYLES = ("-", "--", "-.", ":")  # lines of one series that differ in another setting, in sorted order
 
 
 def pyplot():
@@ -78,13 +79,18 @@ def draw_lines(ax, rows: Sequence[dict], x: str, y: str, series: Sequence[str], 
     """One line per value of the ``series`` columns (split further by :func:`split_columns` over ``settings``), its
     points sorted by ``x``; ``style(row)`` gives the matplotlib keywords of a line."""
     columns = [*series, *split_columns(rows, series, x, settings)]
+    split = columns[len(series):]
+    variants = sorted({tuple(row[c] for c in split) for row in rows})
     lines = defaultdict(list)
     for row in rows:
         lines[tuple(row[c] for c in columns)].append(row)
     for members in lines.values():
         members.sort(key=lambda row: float(row[x]))
+        look = style(members[0])
+        if split and "linestyle" not in look:  # one series split by another setting: same colour, its own dashes
+            look["linestyle"] = SPLIT_STYLES[variants.index(tuple(members[0][c] for c in split)) % len(SPLIT_STYLES)]
         ax.plot([float(row[x]) for row in members], [scale * float(row[y]) for row in members], marker="o",
-                markersize=3, label=label(members[0], columns), **style(members[0]))
+                markersize=3, label=label(members[0], columns), **look)
 
 
 def draw_baselines(ax, rows: Sequence[dict], y: str, series: Sequence[str], settings: Sequence[str],
