@@ -79,16 +79,15 @@ def draw_lines(ax, rows: Sequence[dict], x: str, y: str, series: Sequence[str], 
     """One line per value of the ``series`` columns (split further by :func:`split_columns` over ``settings``), its
     points sorted by ``x``; ``style(row)`` gives the matplotlib keywords of a line."""
     columns = [*series, *split_columns(rows, series, x, settings)]
-    split = columns[len(series):]
-    variants = sorted({tuple(row[c] for c in split) for row in rows})
     lines = defaultdict(list)
     for row in rows:
         lines[tuple(row[c] for c in columns)].append(row)
-    for members in lines.values():
+    variants = sorted({key[len(series):] for key in lines})  # the values of the split settings, () if none
+    for key, members in lines.items():
         members.sort(key=lambda row: float(row[x]))
-        look = style(members[0])
-        if split and "linestyle" not in look:  # one series split by another setting: same colour, its own dashes
-            look["linestyle"] = SPLIT_STYLES[variants.index(tuple(members[0][c] for c in split)) % len(SPLIT_STYLES)]
+        look = dict(style(members[0]))
+        if len(variants) > 1 and "linestyle" not in look:  # a series split by another setting: its own dashes
+            look["linestyle"] = SPLIT_STYLES[variants.index(key[len(series):]) % len(SPLIT_STYLES)]
         ax.plot([float(row[x]) for row in members], [scale * float(row[y]) for row in members], marker="o",
                 markersize=3, label=label(members[0], columns), **look)
 
