@@ -59,7 +59,8 @@ def parser(doc: str, texts: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--plot-only", action="store_true", help="draw the PNG from the CSV, measure nothing")
     p.add_argument("--models", nargs="+", choices=list(READERS), default=list(READERS))
     p.add_argument("--dtype", choices=["float32", "bfloat16"],
-                   help="one dtype for every model (default: SmolLM2 float32, Gemma bfloat16, as the tables)")
+                   help="one dtype for every model (default: %(default)s, where None runs SmolLM2 in float32 and Gemma "
+                        "in bfloat16, as the tables)")
     p.add_argument("--device", help="default: cuda when there is one, else cpu")
     p.add_argument("--batch-size", type=int, default=8, help="windows (or questions) per forward")
     p.add_argument("--models-dir", default=str(MODELS_DIR))
