@@ -77,7 +77,8 @@ def label(row: dict, columns: Sequence[str]) -> str:
 def draw_lines(ax, rows: Sequence[dict], x: str, y: str, series: Sequence[str], settings: Sequence[str],
                style: Callable[[dict], dict], scale: float = 1.0) -> None:
     """One line per value of the ``series`` columns (split further by :func:`split_columns` over ``settings``), its
-    points sorted by ``x``; ``style(row)`` gives the matplotlib keywords of a line."""
+    points sorted by ``x``; ``style(row)`` gives the matplotlib keywords of a line. Where a series is split and
+    ``style`` sets no linestyle, each split value gets its own dashes (:data:`SPLIT_STYLES`)."""
     columns = [*series, *split_columns(rows, series, x, settings)]
     lines = defaultdict(list)
     for row in rows:
