@@ -349,6 +349,15 @@ def test_a_bad_query_length_flag_is_a_usage_error(tmp_path, capsys):
     assert "KIND=ℓ with KIND one of bm25, lucene, dense, hybrid" in capsys.readouterr().err
 
 
+def test_the_dtype_flag_shows_the_default_each_script_runs():
+    per_model = sweep.parser("doc")
+    assert per_model.parse_args([]).dtype is None  # each model in the tables' dtype
+    assert "SmolLM2 in float32 and Gemma in bfloat16" in " ".join(per_model.format_help().split())
+    qa = sweep.parser("doc", texts=False, dtype="bfloat16")
+    assert qa.parse_args([]).dtype == "bfloat16"
+    assert "(default: bfloat16)" in qa.format_help()
+
+
 @pytest.mark.parametrize("module", [sweep, perplexity, plotting, resources, query_length, context_length, retrievers])
 def test_examples_in_docstrings(module):
     assert doctest.testmod(module).failed == 0

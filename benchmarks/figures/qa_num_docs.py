@@ -103,8 +103,7 @@ def plot(rows: list[dict], path: str) -> None:
 
 
 def main(argv=None) -> list[dict]:
-    parser = sweep.parser(__doc__, texts=False)
-    parser.set_defaults(dtype="bfloat16")
+    parser = sweep.parser(__doc__, texts=False, dtype="bfloat16")
     parser.add_argument("--num-docs", type=int, nargs="+", default=list(NUM_DOCS))
     parser.add_argument("--questions", default=str(SHARED / "nq-open" / "nq-open-gold-2000.jsonl.gz"))
     parser.add_argument("--max-questions", type=int, help="answer only the first N questions (default: all)")

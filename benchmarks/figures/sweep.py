@@ -17,7 +17,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Optional
 
 BENCHMARKS = Path(__file__).resolve().parents[1]
 if str(BENCHMARKS) not in sys.path:  # bench_setup, bench_common and results_csv, when a figure script is run as a file
@@ -48,19 +48,19 @@ def provenance(model) -> dict:
 # ------------------------------------------------------------------------------------------------------------------
 
 
-def parser(doc: str, texts: bool = True) -> argparse.ArgumentParser:
-    """The figure scripts' common flags: where the CSV and PNG go, --plot-only, which models, dtype, device, batch
-    size, where the models and the Wikipedia sample are; with ``texts``, which evaluation texts, where the held-out
-    one is, and the token budget."""
+def parser(doc: str, texts: bool = True, dtype: Optional[str] = None) -> argparse.ArgumentParser:
+    """The figure scripts' common flags: where the CSV and PNG go, --plot-only, which models, dtype (``dtype`` is the
+    default; None runs each model in the tables' dtype), device, batch size, where the models and the Wikipedia sample
+    are; with ``texts``, which evaluation texts, where the held-out one is, and the token budget."""
     from bench_setup import WIKIPEDIA
 
     p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out-dir", default=str(FIGURES_DIR), help="where the CSV and the PNG go (default docs/figures)")
     p.add_argument("--plot-only", action="store_true", help="draw the PNG from the CSV, measure nothing")
     p.add_argument("--models", nargs="+", choices=list(READERS), default=list(READERS))
-    p.add_argument("--dtype", choices=["float32", "bfloat16"],
-                   help="one dtype for every model (default: %(default)s, where None runs SmolLM2 in float32 and Gemma "
-                        "in bfloat16, as the tables)")
+    dtype_default = dtype or "SmolLM2 in float32 and Gemma in bfloat16, as the tables"
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], default=dtype,
+                   help=f"one dtype for every model (default: {dtype_default})")
     p.add_argument("--device", help="default: cuda when there is one, else cpu")
     p.add_argument("--batch-size", type=int, default=8, help="windows (or questions) per forward")
     p.add_argument("--models-dir", default=str(MODELS_DIR))
