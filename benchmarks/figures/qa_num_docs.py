@@ -98,7 +98,9 @@ def plot(rows: list[dict], path: str) -> None:
         ax.set_xlabel("passages in the prompt k")
         ax.set_ylabel(what)
         ax.set_xticks(sorted({int(row["num_docs"]) for row in rows}))
-        ax.legend(fontsize=6)
+    # One legend for both panels (the same series), where has_answer leaves room: under its rising curve, not over
+    # the exact match lines; long handles so the dashes of a split series show.
+    axes[0][1].legend(fontsize=6, loc="lower right", handlelength=4)
     plotting.save(fig, path, rows, SETTINGS)
 
 
