@@ -1,15 +1,19 @@
-"""The predictive reranker's training data (issue 8 §3) and its two commands, on the tiny model and a tiny corpus:
+"""The predictive reranker's training data and its two commands, on the tiny model and a tiny corpus:
 
-* each row's target log-probabilities are the reader's summed log-probabilities of the window's next stride with
-  each candidate written over the window's first positions, from a plain full forward;
+* each record's target and ranking NLLs are the reader's summed NLLs of the window's next stride and of the s'
+  tokens before it, with each candidate (and no passage) written over the window's first positions, from a plain
+  full forward; its texts come back from the articles, the index and the tokenizer;
 * an article's own passages are never among its candidates, and the candidates are exactly the top-k others;
-* an interrupted collection, resumed, gives the rows of an uninterrupted one; other settings are refused;
+* an interrupted collection, resumed, gives the records of an uninterrupted one, also from a copy of the folder made
+  elsewhere (a fresh clone); other settings are refused;
+* two builds of an index from one corpus give the same passage ids;
 * ``hf-ralm rerank-data`` → ``hf-ralm train-reranker`` → ``hf-ralm eval-lm --rerank predictive`` end to end.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -20,6 +24,8 @@ from hf_ralm.chunks import TMP_PREFIX
 from hf_ralm.cli import main
 from hf_ralm.reranking import collect_rerank_data, load_rerank_data
 from hf_ralm.reranking.collect import retrieve_excluding_title, spread_windows
+from hf_ralm.reranking.data import read_rerank_records, rerank_data_summary
+from hf_ralm.reranking.rules import ranking_span
 from hf_ralm.retrieval.analysis import ANALYSIS
 from hf_ralm.retrieval.base import Passage
 from hf_ralm.retrieval.bm25 import BM25Retriever
@@ -51,56 +57,99 @@ def collect(setup, tiny_llama, tiny_tokenizer, folder: Path, **options) -> dict:
     return collect_rerank_data(tiny_llama, tiny_tokenizer, setup["retriever"], ARTICLES, config, folder, **options)
 
 
+def texts(setup, tokenizer, folder: Path) -> list[dict]:
+    return load_rerank_data(folder, articles=setup["corpus"], tokenizer=tokenizer)[0].to_list()
+
+
 @pytest.fixture(scope="module")
 def collected(setup, tiny_llama, tiny_tokenizer):
     folder = setup["root"] / "uninterrupted"
     summary = collect(setup, tiny_llama, tiny_tokenizer, folder)
-    dataset, metadata = load_rerank_data(folder)
-    return {"summary": summary, "rows": dataset.to_list(), "metadata": metadata}
+    records, metadata, reproduce = read_rerank_records(folder)
+    return {"summary": summary, "records": records, "rows": texts(setup, tiny_tokenizer, folder),
+            "metadata": metadata, "reproduce": reproduce, "folder": folder}
 
 
-def test_targets_are_the_readers_logprobs_from_a_plain_forward(collected, tiny_llama, tiny_tokenizer):
-    rows = collected["rows"]
-    assert collected["summary"]["rows_total"] == len(rows) >= 10
-    assert sum(len(row["candidates"]) for row in rows) > len(rows)  # several candidates in most windows
-    texts = {article["title"]: article["text"] for article in ARTICLES}
-    for row in rows:
-        ids = tiny_tokenizer(texts[row["article"]], add_special_tokens=False)["input_ids"]
+def test_nlls_are_the_readers_from_a_plain_forward(collected, setup, tiny_llama, tiny_tokenizer):
+    records, rows = collected["records"], collected["rows"]
+    assert collected["summary"]["rows_total"] == len(records) == len(rows) >= 10
+    assert sum(len(r["passage_ids"]) for r in records) > len(records)  # several candidates in most windows
+    by_id = {article["id"]: article for article in ARTICLES}
+    for record, row in zip(records, rows):
+        article = by_id[record["article"]]
+        ids = tiny_tokenizer(article["text"], add_special_tokens=False)["input_ids"]
         windows = plan_windows(len(ids), SETTINGS["max_length"], SETTINGS["retrieval_stride"])
-        assert row["window"] in spread_windows(len(windows), WINDOWS_PER_ARTICLE)
-        w = windows[row["window"]]
+        assert record["window"] in spread_windows(len(windows), WINDOWS_PER_ARTICLE)
+        w = windows[record["window"]]
+        assert record["query"] == [w.prev_end - SETTINGS["query_length"], w.prev_end]
         assert row["prefix"] == tiny_tokenizer.decode(ids[w.prev_end - SETTINGS["query_length"] : w.prev_end])
-        assert row["retrieval_scores"] == sorted(row["retrieval_scores"], reverse=True)
+        assert (row["article"], row["window"]) == (record["article"], record["window"])
+        assert record["retrieval_scores"] == sorted(record["retrieval_scores"], reverse=True)
+        assert row["retrieval_scores"] == record["retrieval_scores"]
         text = ids[w.begin : w.end]
-        expected = []
-        for candidate in row["candidates"]:
-            passage = tiny_tokenizer.encode(candidate, max_length=SETTINGS["max_doc_tokens"], truncation=True)
+        begin = ranking_span(w, 16)[0]
+        targets, ranking = [], []
+        for candidate in row["candidates"] + [None]:  # no passage last
+            passage = [] if candidate is None else \
+                tiny_tokenizer.encode(candidate, max_length=SETTINGS["max_doc_tokens"], truncation=True)
             nlls = full_nlls(tiny_llama, place_passage(text, passage), text)
-            expected.append(-float(nlls[w.score_begin - w.begin - 1 :].sum()))
-        assert row["target_logprobs"] == pytest.approx(expected, abs=1e-4)
-    # rows follow the articles' order, then the windows'
-    order = [article["title"] for article in ARTICLES]
-    keys = [(order.index(row["article"]), row["window"]) for row in rows]
+            targets.append(float(nlls[w.score_begin - w.begin - 1 :].sum()))
+            ranking.append(float(nlls[begin - w.begin - 1 : w.score_begin - w.begin - 1].sum()))
+        assert record["target_nlls"] == pytest.approx(targets, abs=1e-4)
+        assert record["ranking_nlls"] == pytest.approx(ranking, abs=1e-4)
+        assert row["target_logprobs"] + [row["no_passage_logprob"]] == pytest.approx([-t for t in targets], abs=1e-4)
+    # records follow the articles' order, then the windows'
+    order = [article["id"] for article in ARTICLES]
+    keys = [(order.index(r["article"]), r["window"]) for r in records]
     assert keys == sorted(keys) and len(set(keys)) == len(keys)
-    assert collected["metadata"] | {"reader": None, "corpus": None} == {
-        "reader": None, "dtype": "float32", "k": 3, "stride": 4, "query_length": 8, "rerank_tokens": 16,
-        "max_length": 16, "max_doc_tokens": 8, "bos_every_window": False, "passage_template": "{title}\n{text}",
-        "retriever": "bm25", "corpus": None, "forbidden_titles": collected["metadata"]["forbidden_titles"],
-        "index": collected["metadata"]["index"], "windows_per_article": WINDOWS_PER_ARTICLE}
-    # the index's own record (corpus fingerprint, analysis) is part of the data's identity; its file sizes are not
-    index = collected["metadata"]["index"]
-    assert {key: index[key] for key in ANALYSIS} == ANALYSIS and index["fingerprint"] and "files" not in index
+    metadata = collected["metadata"]
+    assert metadata == {
+        "reader": "LlamaForCausalLM", "reader_class": "LlamaForCausalLM", "reader_parameters": metadata["reader_parameters"],
+        "dtype": "float32", "k": 3, "stride": 4, "query_length": 8, "rerank_tokens": 16, "max_length": 16,
+        "max_doc_tokens": 8, "bos_every_window": False, "passage_template": "{title}\n{text}", "retriever": "bm25",
+        "corpus_fingerprint": metadata["corpus_fingerprint"], "forbidden_titles": metadata["forbidden_titles"],
+        "index": metadata["index"], "windows_per_article": WINDOWS_PER_ARTICLE}
+    # the corpus fingerprint and the index's own record (analysis) identify the data; its paths and sizes do not
+    assert {key: metadata["index"][key] for key in ANALYSIS} == ANALYSIS and "files" not in metadata["index"]
+    assert len(metadata["corpus_fingerprint"]) == 64 and setup["index"] not in json.dumps(metadata)
+    reproduce = collected["reproduce"]
+    assert reproduce["index_dir"] == setup["index"] and reproduce["command"] and "git_commit" in reproduce
+
+
+def test_records_hold_numbers_and_ids_only(collected):
+    stored = json.dumps(collected["records"])
+    for row in collected["rows"]:
+        assert row["prefix"] not in stored and all(candidate not in stored for candidate in row["candidates"])
+    summary = rerank_data_summary(collected["folder"])
+    assert summary["windows"] == len(collected["records"])
+    assert summary["articles"] == len({r["article"] for r in collected["records"]})
+    assert summary["distinct_passages"] == len({i for r in collected["records"] for i in r["passage_ids"]})
+    assert 0 <= summary["no_passage_best"] <= 1 and summary["seconds"] > 0
+
+
+def test_two_builds_of_an_index_give_the_same_passage_ids(setup, tmp_path):
+    again = BM25Retriever.build(setup["corpus"], str(tmp_path / "index"), show_progress=False)
+    queries = [article["text"][:60] for article in ARTICLES] + ["the band played a song"]
+    assert again.retrieve(queries, k=5) == setup["retriever"].retrieve(queries, k=5)
+    ids = [str(i) for i in range(len(again))]
+    assert again.passages_by_id(ids) == setup["retriever"].passages_by_id(ids)
+    found = again.retrieve(queries[:1], k=2)[0]
+    assert again.passages_by_id([p.id for p in found]) == [Passage(p.id, p.title, p.text, 0.0) for p in found]
+    with pytest.raises(ValueError, match=f"No passage with the id {len(again)}"):
+        again.passages_by_id([str(len(again))])
 
 
 def test_own_passages_are_never_candidates(collected, setup):
     retriever, k = setup["retriever"], SETTINGS["rerank_candidates"]
+    titles = {article["id"]: article["title"] for article in ARTICLES}
     would_leak = 0
     for row in collected["rows"]:
-        assert not any(candidate.startswith(row["article"] + "\n") for candidate in row["candidates"])
+        title = titles[row["article"]]
+        assert not any(candidate.startswith(title + "\n") for candidate in row["candidates"])
         ranking = retriever.retrieve([row["prefix"]], k=len(retriever))[0]
-        others = [f"{p.title}\n{p.text}" for p in ranking if p.title != row["article"]][:k]
+        others = [f"{p.title}\n{p.text}" for p in ranking if p.title != title][:k]
         assert row["candidates"] == others  # exactly the top k of the other articles' passages
-        would_leak += any(p.title == row["article"] for p in ranking[:k])
+        would_leak += any(p.title == title for p in ranking[:k])
     assert would_leak > 0  # without the exclusion, some windows would have had their own article
 
 
@@ -126,28 +175,34 @@ def test_retrieval_goes_deeper_until_k_others_are_found():
         "Other 0", "Other 1", "Other 2"]
 
 
-def test_resumed_collection_gives_the_uninterrupted_rows(collected, setup, tiny_llama, tiny_tokenizer, tmp_path,
-                                                         monkeypatch):
+def test_resumed_collection_gives_the_uninterrupted_records(collected, setup, tiny_llama, tiny_tokenizer, tmp_path,
+                                                            monkeypatch):
     folder = tmp_path / "resumed"
     first = collect(setup, tiny_llama, tiny_tokenizer, folder, max_windows=2, chunk_size=2)
     assert (first["rows_written"], first["rows_total"]) == (2, 2)
-    assert len({row["article"] for row in collected["rows"][:3]}) == 1  # so it stopped inside the first article
-    (folder / f"{TMP_PREFIX}00001").mkdir()  # and a crash left a half-written chunk
+    assert len({r["article"] for r in collected["records"][:3]}) == 1  # so it stopped inside the first article
+    (folder / f"{TMP_PREFIX}00001.json.gz").write_bytes(b"half")  # and a crash left a half-written chunk
     second = collect(setup, tiny_llama, tiny_tokenizer, folder, max_windows=7, chunk_size=2)
     assert (second["rows_resumed"], second["rows_written"]) == (2, 5)
-    third = collect(setup, tiny_llama, tiny_tokenizer, folder, chunk_size=2)
-    assert third["rows_total"] == len(collected["rows"])
-    resumed = load_rerank_data(folder)[0].to_list()
-    for got, want in zip(resumed, collected["rows"]):
-        assert got["target_logprobs"] == pytest.approx(want["target_logprobs"], abs=1e-5)
-        assert {**got, "target_logprobs": None} == {**want, "target_logprobs": None}
+    # a fresh clone elsewhere: the folder copied, nothing else kept; the run resumes there
+    clone = tmp_path / "clone" / "benchmarks" / "runs" / "resumed"
+    shutil.copytree(folder, clone)
+    shutil.rmtree(folder)
+    third = collect(setup, tiny_llama, tiny_tokenizer, clone, chunk_size=2)
+    assert (third["rows_resumed"], third["rows_total"]) == (7, len(collected["records"]))
+    resumed, _, _ = read_rerank_records(clone)
+    for got, want in zip(resumed, collected["records"]):
+        for key in ("target_nlls", "ranking_nlls"):
+            assert got[key] == pytest.approx(want[key], abs=1e-5)
+        assert {**got, "target_nlls": None, "ranking_nlls": None} == {**want, "target_nlls": None,
+                                                                       "ranking_nlls": None}
 
     def no_computing(*args, **kwargs):
         raise AssertionError("a complete folder must be resumed without running the reader")
 
     monkeypatch.setattr("hf_ralm.reranking.collect.rerank_windows", no_computing)
-    again = collect(setup, tiny_llama, tiny_tokenizer, folder)
-    assert (again["rows_written"], again["rows_resumed"]) == (0, len(collected["rows"]))
+    again = collect(setup, tiny_llama, tiny_tokenizer, clone)
+    assert (again["rows_written"], again["rows_resumed"]) == (0, len(collected["records"]))
 
 
 def test_other_settings_are_refused_unless_overwriting(setup, tiny_llama, tiny_tokenizer, tmp_path):
@@ -160,7 +215,7 @@ def test_other_settings_are_refused_unless_overwriting(setup, tiny_llama, tiny_t
         collect(setup, tiny_llama, tiny_tokenizer, folder, windows_per_article=2)
     summary = collect(setup, tiny_llama, tiny_tokenizer, folder, config=other, overwrite=True, max_windows=3)
     assert (summary["rows_resumed"], summary["rows_total"]) == (0, 3)
-    assert load_rerank_data(folder)[1]["stride"] == 2
+    assert read_rerank_records(folder)[1]["stride"] == 2
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -197,12 +252,17 @@ def test_commands_collect_train_and_rerank(setup, tiny_model_dir, tiny_init, tmp
     summary = json.loads(printed)
     assert len(printed.strip().splitlines()) == 1
     assert summary["output_dir"] == str(data) and summary["rows_resumed"] == 0
-    dataset, metadata = load_rerank_data(data)
+    dataset, metadata = load_rerank_data(data)  # the articles, index and tokenizer the run recorded
     assert dataset.num_rows == summary["rows_total"] >= 8
-    assert "Rome" not in dataset["article"]  # never trained on ...
+    assert "a1" not in dataset["article"]  # never trained on Rome ...
     assert not any(c.startswith("Rome\n") for candidates in dataset["candidates"] for c in candidates)  # nor seen
-    assert metadata["reader"] == str(tiny_model_dir) and metadata["articles"] == setup["corpus"]
-    assert metadata["exclude_titles"].startswith("1 titles")
+    _, _, reproduce = read_rerank_records(data)
+    assert metadata["reader"] == tiny_model_dir.name and reproduce["reader_path"] == str(tiny_model_dir)
+    assert reproduce["articles"] == setup["corpus"] and "rerank-data" in reproduce["command"]
+    assert len(metadata["articles_fingerprint"]) == 64 and metadata["exclude_titles"].startswith("1 titles")
+    other_articles = write_jsonl(tmp_path / "other.jsonl", ARTICLES[:2])
+    with pytest.raises(ValueError, match="is not the articles file"):
+        load_rerank_data(data, articles=other_articles)
 
     again = json.loads(run(capsys, rerank_data_argv(setup, tiny_model_dir, data, "--exclude-titles", str(titles))))
     assert (again["rows_resumed"], again["rows_written"]) == (summary["rows_total"], 0)

@@ -651,6 +651,7 @@ def run_rerank_data(args) -> dict:
     """``hf-ralm rerank-data``: the predictive reranker's training data (see
     :func:`hf_ralm.reranking.collect_rerank_data`); returns its summary."""
     from .reranking.collect import training_articles
+    from .reranking.data import file_fingerprint
     from .resume import titles_fingerprint
     from .retrieval.base import read_forbidden_titles
 
@@ -666,12 +667,13 @@ def run_rerank_data(args) -> dict:
     args.forbidden_titles = sorted(excluded | read_forbidden_titles(args.forbidden_titles))
     model = _load_model(args, settings, args.retriever)
     articles = training_articles(args.articles, exclude_titles=excluded, num_articles=args.num_articles)
-    source = {"articles": os.path.abspath(args.articles), "num_articles": args.num_articles,
+    source = {"articles_fingerprint": file_fingerprint(args.articles), "num_articles": args.num_articles,
               "exclude_titles": titles_fingerprint(excluded)}
     return collect_rerank_data(
         model.language_model, model.tokenizer, model.retriever, articles, model.config, args.output_dir,
         windows_per_article=args.windows_per_article, max_windows=args.max_windows, chunk_size=args.chunk_size,
-        overwrite=args.overwrite, batch_size=args.batch_size, metadata=source)
+        overwrite=args.overwrite, batch_size=args.batch_size, metadata=source,
+        reproduce={"articles": os.path.abspath(args.articles)})
 
 
 def _add_train_reranker(sub) -> None:

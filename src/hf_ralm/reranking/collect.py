@@ -9,17 +9,19 @@ For each training article (``{"id", "title", "text"}``, in the given order):
 3. each kept window's query (the last ``ℓ`` tokens before its first scored token) retrieves ``k``
    (``rerank_candidates``) passages, the article's own passages excluded (:func:`retrieve_excluding_title`: a
    passage of the same article would hold the very text to predict);
-4. the reader scores the window's next stride ``y`` under every candidate ``d_i``: the oracle's computation,
-   :func:`~hf_ralm.reranking.lm.rerank_windows` with ``rerank="oracle"``, whose target NLL sums are
-   ``-log p(y | [d_i; x])``;
-5. the window becomes one row: ``prefix`` (the decoded query: what the cross-encoder reads at use time, as
-   ``rerank="predictive"`` gives it), ``candidates`` (``title\\ntext`` as put in context), ``retrieval_scores``,
-   ``target_logprobs``, ``article`` (the title) and ``window`` (its index).
+4. the reader scores each kept window with every candidate ``d_i`` in context and with none (one batched pass,
+   :func:`~hf_ralm.reranking.lm.rerank_windows` with the no-passage candidate): the NLL of its last ``s'`` prefix
+   tokens (zero-shot ranking) and of its next stride ``y`` (``-log p(y | [d_i; x])``, what the oracle ranks on and
+   the predictive reranker learns);
+5. the window becomes one compact record (:mod:`hf_ralm.reranking.data`): the article's corpus id, the window, its
+   query's token positions, the candidates' ids and retrieval scores, and the two NLL lists (no passage last).
 
-Rows go to a :class:`~hf_ralm.reranking.data.RerankDataWriter` folder in chunks. A rerun with the same settings
-resumes after the last saved row, found by its article title and window without recomputing anything (titles
-identify articles: an untitled article, or one whose title came before, is skipped); a rerun with other settings is
-refused, naming the setting, unless ``overwrite``.
+Records go to a :class:`~hf_ralm.reranking.data.RerankDataWriter` folder in gzip'd chunks. Its settings record what
+the records depend on by fingerprint (the articles file, the index's corpus, the excluded titles), never by path, so a
+copy of the folder (e.g. committed to a repository) resumes anywhere; ``reproduce`` records the command, the code's
+commit and the paths. A rerun with the same settings resumes after the last saved record, found by its article id and
+window, without recomputing anything (ids and titles identify articles: an article without a title, or whose id or
+title came before, is skipped); a rerun with other settings is refused, naming the setting, unless ``overwrite``.
 
 Example::
 
@@ -30,7 +32,7 @@ Example::
                                                     corpus="wiki.jsonl.gz", max_length=512, rerank_candidates=16)
     articles = training_articles("wiki.jsonl.gz", exclude_titles=eval_titles, num_articles=1000)
     collect_rerank_data(model.language_model, model.tokenizer, model.retriever, articles, model.config,
-                        "data/rerank", windows_per_article=8, metadata={"articles": "wiki.jsonl.gz"})
+                        "data/rerank", windows_per_article=8, articles_path="wiki.jsonl.gz")
 """
 
 from __future__ import annotations
@@ -50,8 +52,8 @@ from ..retrieval.base import Passage, Retriever
 from ..retrieval.corpus import read_corpus
 from ..resume import titles_fingerprint
 from ..retrieval.index_folder import read_index_info
-from ..windows import check_count, plan_windows
-from .data import RerankDataWriter, load_rerank_data
+from ..windows import check_count, plan_windows, query_span
+from .data import RerankDataWriter
 from .lm import rerank_windows
 
 logger = logging.getLogger(__name__)
@@ -67,22 +69,26 @@ def collect_rerank_data(
     *,
     windows_per_article: int = 8,
     max_windows: int | None = None,
-    chunk_size: int = 1000,
+    chunk_size: int = 64,
     overwrite: bool = False,
     batch_size: int = 8,
     metadata: Mapping[str, Any] | None = None,
+    reproduce: Mapping[str, Any] | None = None,
     show_progress: bool = True,
 ) -> dict[str, Any]:
     """Write the predictive reranker's training data for ``articles`` to ``output_dir`` (see the module docstring).
 
     ``config`` gives the RALM settings (``retrieval_stride``, ``max_length``, ``query_length``, ``max_doc_tokens``,
-    ``bos_every_window``, ``passage_template``, ``rerank_candidates`` as ``k``, ``rerank_tokens``); its reranking
-    strategy is not used: every candidate is scored. Collection stops after ``max_windows`` rows in the folder
-    (resumed ones included; ``None``: all articles). ``batch_size`` counts the reader's inputs (one per candidate) per
-    forward pass. ``metadata`` adds settings the rows depend on that this function cannot see, above all where the
-    articles came from (e.g. ``{"articles": "wiki.jsonl.gz", "num_articles": 1000}``); they are recorded with the
-    reader, ``k``, ``stride``, ``query_length``, ``rerank_tokens``, ``max_length``, ``max_doc_tokens``, the corpus
-    and ``windows_per_article`` (``rerank_data.json``).
+    ``bos_every_window``, ``passage_template``, ``rerank_candidates`` as ``k``, ``rerank_tokens`` as ``s'``); its
+    reranking strategy is not used: every candidate is scored. Collection stops after ``max_windows`` records in the
+    folder (resumed ones included; ``None``: all articles). ``batch_size`` counts the reader's inputs (one per
+    candidate) per forward pass. ``metadata`` adds settings the records depend on that this function cannot see,
+    above all which articles they come from (e.g. ``{"articles_fingerprint": file_fingerprint(path),
+    "num_articles": 1000}``: :func:`load_rerank_data` checks that fingerprint), and ``reproduce`` what reruns it
+    (e.g. ``{"articles": path}``, which :func:`load_rerank_data` reads the texts from); the settings also record the
+    reader, ``k``, the stride, ``query_length``, ``rerank_tokens``, ``max_length``, ``max_doc_tokens``, the index's
+    corpus fingerprint and ``windows_per_article``, and ``reproduce`` the command, git commit, reader and index
+    paths (``rerank_data.json``).
 
     Returns ``output_dir``, ``rows_written`` (this run), ``rows_resumed`` (found in the folder), ``rows_total``,
     ``articles_read`` (this run), ``seconds`` and ``windows_per_s``.
@@ -93,18 +99,23 @@ def collect_rerank_data(
         summary["rows_total"]  # 20, or fewer when the articles run out
     """
     from ..evaluation import tokenize_text, window_queries  # evaluation imports this package: imported here
+    from ..provenance import provenance
 
     check_count("windows_per_article", windows_per_article)
     check_count("batch_size", batch_size)
     if max_windows is not None:
         check_count("max_windows", max_windows)
-    oracle = RalmConfig(**{**{name: getattr(config, name) for name in RALM_FIELDS}, "rerank": "oracle",
-                           "reranker_model": None, "rerank_allow_no_passage": False,
-                           "rerank_no_passage_margin": 0.0})
+    # The reader ranks every candidate and no passage: one pass gives the ranking and the target NLLs of each.
+    scoring = RalmConfig(**{**{name: getattr(config, name) for name in RALM_FIELDS}, "rerank": "lm",
+                            "reranker_model": None, "rerank_allow_no_passage": True,
+                            "rerank_no_passage_margin": 0.0})
     max_length = window_length(model, config)
     query_length = config.query_length_for(retriever)
+    name = model.config.name_or_path or type(model).__name__
     settings = {
-        "reader": model.config.name_or_path or type(model).__name__,
+        "reader": os.path.basename(os.path.normpath(name)) if os.path.isdir(name) else name,
+        "reader_class": type(model).__name__,
+        "reader_parameters": sum(p.numel() for p in model.parameters()),
         "dtype": str(model.dtype).removeprefix("torch."),
         "k": config.rerank_candidates,
         "stride": config.retrieval_stride,
@@ -118,9 +129,12 @@ def collect_rerank_data(
         "windows_per_article": windows_per_article,
         **(metadata or {}),
     }
+    run = {**provenance(), "reader_path": os.path.abspath(name) if os.path.isdir(name) else name,
+           "index_dir": os.path.abspath(retriever.index_dir) if isinstance(retriever, Retriever) else None,
+           **(reproduce or {})}
 
-    def article_rows(article: Mapping[str, str], first_window: int, limit: int | None) -> list[dict[str, Any]]:
-        """The rows of the article's kept windows from ``first_window`` on (at most ``limit``)."""
+    def article_records(article: Mapping[str, str], first_window: int, limit: int | None) -> list[dict[str, Any]]:
+        """The records of the article's kept windows from ``first_window`` on (at most ``limit``)."""
         ids = tokenize_text(tokenizer, article["text"]) if article["text"] else []
         if len(ids) <= max_length:  # window 0 holds it all: no window with retrieval
             return []
@@ -128,45 +142,48 @@ def collect_rerank_data(
         kept = [windows[i] for i in spread_windows(len(windows), windows_per_article) if i >= first_window]
         queries = window_queries(tokenizer, ids, kept, query_length)
         found = retrieve_excluding_title(retriever, queries, config.rerank_candidates, article["title"])
-        todo = [(w, query, pool) for w, query, pool in zip(kept, queries, found) if pool][:limit]
+        todo = [(w, pool) for w, pool in zip(kept, found) if pool][:limit]
         if not todo:
             return []
         pools: list[list[Passage]] = [[] for _ in windows]
-        for w, _, pool in todo:
+        for w, pool in todo:
             pools[w.index] = pool
         # The spread windows rarely share a passage, and sharing its keys/values would run their inputs one by one.
-        outcome = rerank_windows(model, tokenizer, ids, [w for w, _, _ in todo], [None] * len(windows), pools, oracle,
+        outcome = rerank_windows(model, tokenizer, ids, [w for w, _ in todo], [None] * len(windows), pools, scoring,
                                  batch_size=batch_size, reuse_prefix_kv=False, show_progress=False)
-        return [{"prefix": query, "candidates": [config.passage_text(p.title, p.text) for p in pool],
-                 "retrieval_scores": [p.score for p in pool], "target_logprobs": [-nll for nll in nlls],
-                 "article": article["title"], "window": w.index}
-                for (w, query, pool), nlls in zip(todo, outcome.target_nlls)]
+        return [{"article": article["id"], "window": w.index, "query": list(query_span(w, query_length)),
+                 "passage_ids": [p.id for p in pool], "retrieval_scores": [p.score for p in pool],
+                 "ranking_nlls": ranking, "target_nlls": targets}
+                for (w, pool), ranking, targets in zip(todo, outcome.ranking_nlls, outcome.target_nlls)]
 
     t0 = time.perf_counter()
     articles_read = 0
-    with RerankDataWriter(output_dir, settings, chunk_size=chunk_size, overwrite=overwrite) as writer:
+    with RerankDataWriter(output_dir, settings, chunk_size=chunk_size, overwrite=overwrite,
+                          reproduce=run) as writer:
         resumed = total = writer.num_done
-        resume_after = _last_saved_row(output_dir) if resumed else None
+        resume_after = (writer.saved_chunks[-1][-1]["article"], writer.saved_chunks[-1][-1]["window"]) \
+            if resumed else None
         progress = tqdm(total=max_windows, initial=resumed, desc="Collecting rerank data", unit="win",
                         disable=not show_progress)
         with progress:
-            for article in _titled_once(articles):
+            for article in _identified_once(articles):
                 if max_windows is not None and total >= max_windows:
                     break
                 first_window = 1
-                if resume_after is not None:  # the saved rows end inside or after this article
-                    if article["title"] != resume_after[0]:
+                if resume_after is not None:  # the saved records end inside or after this article
+                    if article["id"] != resume_after[0]:
                         continue
                     first_window, resume_after = resume_after[1] + 1, None
-                rows = article_rows(article, first_window, None if max_windows is None else max_windows - total)
+                records = article_records(article, first_window,
+                                          None if max_windows is None else max_windows - total)
                 articles_read += 1
-                writer.add(rows)
-                total += len(rows)
-                progress.update(len(rows))
+                writer.add(records)
+                total += len(records)
+                progress.update(len(records))
     if resume_after is not None and not (max_windows is not None and total >= max_windows):
         raise ValueError(
-            f"{output_dir} holds rows up to article {resume_after[0]!r} (window {resume_after[1]}), which is not among "
-            "the given articles: resume with the same articles in the same order, or pass overwrite=True."
+            f"{output_dir} holds records up to article id {resume_after[0]!r} (window {resume_after[1]}), which is not "
+            "among the given articles: resume with the same articles in the same order, or pass overwrite=True."
         )
     seconds = time.perf_counter() - t0
     return {"output_dir": str(output_dir), "rows_written": total - resumed, "rows_resumed": resumed,
@@ -230,33 +247,31 @@ def training_articles(
 
 
 def _retriever_metadata(retriever) -> dict[str, Any]:
-    """What identifies the candidates' source: the retriever kind, its index folder, what that index records about
-    itself (corpus fingerprint, scoring, text analysis: an index rebuilt with another analysis ranks other passages,
-    so rows from the two must not mix) and its forbidden titles."""
+    """What identifies the candidates' source: the retriever kind, the fingerprint of the corpus its index was built
+    from (passage ids are row numbers of that corpus's passages), what the index records about its scoring and text
+    analysis (an index rebuilt with another analysis ranks other passages, so records from the two must not mix) and
+    its forbidden titles; never the index's path, so that the records resume from a copy of the index elsewhere."""
     if not isinstance(retriever, Retriever):
-        return {"retriever": type(retriever).__name__, "corpus": None}
+        return {"retriever": type(retriever).__name__, "corpus_fingerprint": None}
     recorded = read_index_info(retriever.index_dir) or {}
-    return {"retriever": retriever.name, "corpus": os.path.abspath(retriever.index_dir),
+    return {"retriever": retriever.name, "corpus_fingerprint": recorded.get("fingerprint"),
             # not its file sizes or corpus paths: the same index, copied or moved, holds the same passages
-            "index": {key: value for key, value in recorded.items() if key not in ("files", "corpus")},
+            "index": {key: value for key, value in recorded.items() if key not in ("files", "corpus", "fingerprint")},
             "forbidden_titles": titles_fingerprint(retriever.forbidden_titles)}
 
 
-def _titled_once(articles: Iterable[Mapping[str, str]]) -> Iterator[Mapping[str, str]]:
-    """The articles with a title not seen before: titles identify articles (own passages, resuming)."""
-    seen: set[str] = set()
+def _identified_once(articles: Iterable[Mapping[str, str]]) -> Iterator[Mapping[str, str]]:
+    """The articles whose id and title did not come before: ids identify articles in the records (and resuming),
+    titles their own passages."""
+    seen_ids: set[str] = set()
+    seen_titles: set[str] = set()
     for article in articles:
-        title = article.get("title") or ""
-        if not title or title in seen:
-            logger.warning("Skipping an article %s: titles identify the articles of rerank data.",
-                           f"whose title {title!r} came before" if title else "without a title")
+        title, article_id = article.get("title") or "", str(article.get("id", ""))
+        if not title or title in seen_titles or article_id in seen_ids:
+            why = "without a title" if not title else \
+                f"whose title {title!r} came before" if title in seen_titles else f"whose id {article_id!r} came before"
+            logger.warning("Skipping an article %s: ids and titles identify the articles of rerank data.", why)
             continue
-        seen.add(title)
-        yield article
-
-
-def _last_saved_row(folder: str | os.PathLike) -> tuple[str, int]:
-    """The article title and window of the last row saved in a rerank data folder."""
-    dataset, _ = load_rerank_data(folder)
-    last = dataset.select_columns(["article", "window"])[dataset.num_rows - 1]
-    return last["article"], last["window"]
+        seen_ids.add(article_id)
+        seen_titles.add(title)
+        yield {**article, "id": article_id}

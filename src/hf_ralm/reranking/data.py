@@ -1,46 +1,58 @@
-"""Training data of the predictive reranker (Ram et al. 2023, §6.2): its format and its chunked, resumable I/O.
+"""Training data of the predictive reranker (Ram et al. 2023, §6.2): compact records, and the texts they stand for.
 
-One row per evaluation window: the prefix the reranker reads, the ``k`` candidate passages retrieval gave for the
-window, and the frozen reader's log-probability of the window's next stride given each candidate in context.
+:func:`~hf_ralm.reranking.collect.collect_rerank_data` writes one **record** per window of a training article:
+numbers and ids only, never texts, so that a long collection can be committed to a repository chunk by chunk::
 
-A data folder::
+    {"article": "12",                  # the article's corpus id
+     "window": 57, "query": [211, 243],  # its window and the token positions of its query in the article
+     "passage_ids": ["50012", ...],    # its k candidates (the retriever's ids, stable for an index's corpus)
+     "retrieval_scores": [21.3, ...],
+     "ranking_nlls": [40.1, ..., 41.7],  # the reader's NLL of the s' tokens before the target: zero-shot ranking
+     "target_nlls": [9.8, ..., 10.4]}    # -log p(y | [d_i; x]) of the window's next stride y; both: no passage last
+
+A data folder (a :class:`~hf_ralm.chunks.RecordChunkWriter` folder)::
 
     DATA_DIR/
-      rerank_data.json     how the data was made: reader, k, stride, query_length, rerank_tokens, ...
-      chunk-00000/         a complete datasets.Dataset (save_to_disk)
-      chunk-00001/
-      .tmp-chunk-00002/    a chunk being written, or left by a crash: the loader ignores it, the writer replaces it
+      rerank_data.json          the settings (reader, k, s, ℓ, s', corpus and articles fingerprints, ...) and, under
+                                "reproduce", the command, git commit and paths of the run that started it
+      chunk-00000000-00000064.json.gz   a complete chunk: the records of windows 0 to 63 (in writing order)
+      .tmp-chunk-00000064-...           a chunk being written, or left by a crash: never read, replaced
 
-A chunk is written under its temporary name, flushed to disk and renamed once complete (:mod:`hf_ralm.chunks`), so a
-crash loses at most the rows not yet in a complete chunk, and a resumed run appends after the complete ones.
+:func:`load_rerank_data` gives the records back as **text rows**, what the cross-encoder trains on: the query text
+(the reader's tokens of the article at the recorded positions, decoded), each candidate's text (``title\\ntext`` as
+put in context, looked up by id in the index) and ``target_logprobs`` (negated target NLLs), with the no-passage
+candidate's log-probability in ``no_passage_logprob``. It checks that the articles file and the index are the ones
+the records were made from (their fingerprints).
 
 Example::
 
-    from hf_ralm.reranking import RerankDataWriter, load_rerank_data
+    from hf_ralm.reranking import load_rerank_data, rerank_data_summary
 
-    metadata = {"reader": "gpt2", "k": 16, "stride": 4, "query_length": 32, "rerank_tokens": 16}
-    with RerankDataWriter("data/rerank", metadata, chunk_size=1000) as writer:
-        for row in my_rows()[writer.num_done:]:  # a deterministic generator: skip what is already saved
-            writer.add([row])
-    dataset, metadata = load_rerank_data("data/rerank")
+    rerank_data_summary("data/rerank")   # {'windows': 2000, 'articles': 251, 'distinct_passages': 20417, ...}
+    dataset, settings = load_rerank_data("data/rerank")   # the articles, index and tokenizer the run recorded
+    dataset[0]["prefix"], dataset[0]["candidates"][0], dataset[0]["target_logprobs"][0]
 """
 
 from __future__ import annotations
 
-import json
+import hashlib
 import math
 import os
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import datasets
-import numpy as np
 
-from ..chunks import CHUNK_PREFIX, ChunkWriter
+from ..chunks import RecordChunkWriter
 
 METADATA_FILE = "rerank_data.json"
+
+RECORD_KEYS = ("article", "window", "query", "passage_ids", "retrieval_scores", "ranking_nlls", "target_nlls")
+
+# The settings the model card reports (reader, k, s, ℓ, s'); without them a trained reranker could not say what it
+# was trained for. Other keys (max_length, max_doc_tokens, corpus, ...) are kept as given.
+REQUIRED_METADATA = ("reader", "k", "stride", "query_length", "rerank_tokens")
 
 FEATURES = datasets.Features(
     {
@@ -48,188 +60,273 @@ FEATURES = datasets.Features(
         "candidates": datasets.List(datasets.Value("string")),
         "retrieval_scores": datasets.List(datasets.Value("float64")),
         "target_logprobs": datasets.List(datasets.Value("float64")),
+        "no_passage_logprob": datasets.Value("float64"),
         "article": datasets.Value("string"),
         "window": datasets.Value("int64"),
     }
 )
+"""The text rows a reranker trains on (:func:`load_rerank_data`; :func:`text_rows` checks hand-made ones)."""
 COLUMNS = tuple(FEATURES)
-LIST_COLUMNS = ("candidates", "retrieval_scores", "target_logprobs")
-
-# The settings the model card reports (reader, k, s, ℓ, s'); without them a trained reranker could not say what it
-# was trained for. Other keys (max_length, max_doc_tokens, corpus, ...) are kept as given.
-REQUIRED_METADATA = ("reader", "k", "stride", "query_length", "rerank_tokens")
 
 # Summed log-probabilities are <= 0; a little slack absorbs float rounding, while NLLs passed by mistake (> 0) fail.
 _LOGPROB_SLACK = 1e-4
 
 
-class RerankDataWriter(ChunkWriter):
-    """Appends rows to a rerank data folder in complete chunks of ``chunk_size`` rows (a
-    :class:`~hf_ralm.chunks.ChunkWriter` of ``datasets`` chunks).
+class RerankDataWriter(RecordChunkWriter):
+    """Appends records (see the module docstring) to a rerank data folder in complete, gzip'd chunks of
+    ``chunk_size`` windows.
 
-    Opening a folder that already holds data of the same metadata resumes it; other metadata is refused unless
-    ``overwrite=True``, which deletes the folder's data files first. ``num_done`` counts the rows saved in complete
-    chunks (what survives a crash: a resumed run skips that many rows of its deterministic row stream) and
-    ``num_chunks`` the chunks.
+    Opening a folder that already holds data of the same settings resumes it (``num_done`` records, read back with
+    :meth:`rows`); other settings are refused unless ``overwrite=True``, which deletes the folder's data files first.
 
     Example::
 
-        writer = RerankDataWriter("data/rerank", {"reader": "gpt2", "k": 2, "stride": 4, "query_length": 32,
-                                                  "rerank_tokens": 16}, chunk_size=500)
-        writer.add([{"prefix": "the emperor of", "candidates": ["Rome\\nrome was ...", "Music\\nthe band ..."],
-                     "retrieval_scores": [7.5, 3.1], "target_logprobs": [-6.2, -9.8],
-                     "article": "Rome", "window": 3}])
-        writer.close()
+        settings = {"reader": "gpt2", "k": 2, "stride": 4, "query_length": 32, "rerank_tokens": 16}
+        with RerankDataWriter("data/rerank", settings, chunk_size=64) as writer:
+            writer.add([{"article": "7", "window": 3, "query": [0, 32], "passage_ids": ["10", "4"],
+                         "retrieval_scores": [7.5, 3.1], "ranking_nlls": [30.2, 33.0, 31.5],
+                         "target_nlls": [6.2, 9.8, 7.0]}])
     """
 
     metadata_file = METADATA_FILE
     what = "rerank data"
 
-    def save_chunk(self, rows: list[dict[str, Any]], path: Path) -> None:
-        with _quiet_datasets():
-            datasets.Dataset.from_list(rows, features=FEATURES).save_to_disk(str(path))
-
-    def read_chunk(self, path: Path) -> datasets.Dataset:
-        with _quiet_datasets():
-            return datasets.load_from_disk(str(path))
-
     def normalise_metadata(self, metadata: Mapping[str, Any]) -> dict[str, Any]:
         missing = [key for key in REQUIRED_METADATA if key not in metadata]
         if missing:
             raise ValueError(
-                f"The metadata lacks {missing}: the trained reranker's card reports them, so pass "
+                f"The settings lack {missing}: the trained reranker's card reports them, so pass "
                 f"{list(REQUIRED_METADATA)} (plus any other settings, e.g. max_length, max_doc_tokens, corpus)."
             )
         return super().normalise_metadata(metadata)
 
     def prepare_row(self, row: Mapping[str, Any]) -> dict[str, Any]:
-        return validate_row(row)
+        return validate_record(row)
 
 
-def load_rerank_data(folder: str | os.PathLike) -> tuple[datasets.Dataset, dict[str, Any]]:
-    """The complete chunks of a rerank data folder as one dataset (in writing order), and its metadata.
+def validate_record(record: Mapping[str, Any]) -> dict[str, Any]:
+    """``record`` as a plain dict of :data:`RECORD_KEYS`, or a ValueError saying what is wrong with it."""
+    if not isinstance(record, Mapping):
+        raise TypeError(f"A record must be a dict with the keys {list(RECORD_KEYS)}, got {type(record).__name__}.")
+    missing, extra = set(RECORD_KEYS) - set(record), set(record) - set(RECORD_KEYS)
+    if missing or extra:
+        raise ValueError(f"A record must have exactly the keys {list(RECORD_KEYS)}; missing {sorted(missing)}, "
+                         f"unknown {sorted(extra)}.")
+    where = f"record (article {record['article']!r}, window {record['window']!r})"
+    if not isinstance(record["article"], str):
+        raise ValueError(f"{where}: 'article' must be the article's corpus id, a string.")
+    if isinstance(record["window"], bool) or not isinstance(record["window"], int):
+        raise ValueError(f"{where}: 'window' must be an int, got {record['window']!r}.")
+    query = list(record["query"])
+    if len(query) != 2 or not all(isinstance(i, int) for i in query) or not 0 <= query[0] < query[1]:
+        raise ValueError(f"{where}: 'query' must be the [begin, end) token positions of the query, got {query}.")
+    ids = [] if isinstance(record["passage_ids"], str) else list(record["passage_ids"])
+    if not ids or not all(isinstance(i, str) for i in ids):
+        raise ValueError(f"{where}: 'passage_ids' must be a non-empty list of the candidates' ids (strings).")
+    numbers = {}
+    for key, count in (("retrieval_scores", len(ids)), ("ranking_nlls", len(ids) + 1), ("target_nlls", len(ids) + 1)):
+        values = [float(value) for value in record[key]]
+        if len(values) != count:
+            raise ValueError(f"{where}: {len(values)} {key} for {len(ids)} candidates; give {count}"
+                             + (" (one per candidate, then no passage's)." if count > len(ids) else "."))
+        if not all(math.isfinite(value) for value in values):
+            raise ValueError(f"{where}: {key} must be finite, got {values}.")
+        numbers[key] = values
+    if min(numbers["target_nlls"]) < -_LOGPROB_SLACK:
+        raise ValueError(f"{where}: target_nlls must be NLLs (>= 0), got {numbers['target_nlls']}; if these are "
+                         "log-probabilities, negate them.")
+    return {"article": record["article"], "window": record["window"], "query": query, "passage_ids": ids, **numbers}
+
+
+def read_rerank_records(folder: str | os.PathLike) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any]]:
+    """The records of a rerank data folder's complete chunks (in writing order), its settings and how its run was
+    started (``{}`` when not recorded).
 
     Example::
 
-        dataset, metadata = load_rerank_data("data/rerank")
-        print(dataset.num_rows, metadata["reader"], dataset[0]["target_logprobs"])
+        records, settings, reproduce = read_rerank_records("data/rerank")
+        records[0]["target_nlls"][-1]   # the first window's target NLL without a passage
     """
     folder = Path(folder)
     if not folder.is_dir():
-        raise FileNotFoundError(f"No rerank data folder at {folder}: write one with RerankDataWriter first.")
-    metadata_path = folder / METADATA_FILE
-    if not metadata_path.is_file():
-        raise FileNotFoundError(
-            f"{folder} has no {METADATA_FILE}, so it is not a rerank data folder: point to the folder "
-            "RerankDataWriter wrote."
-        )
-    metadata = json.loads(metadata_path.read_text(encoding="utf-8"))
-    chunks = complete_chunks(folder)
+        raise FileNotFoundError(f"No rerank data folder at {folder}: collect one with hf-ralm rerank-data.")
+    if not (folder / METADATA_FILE).is_file():
+        raise FileNotFoundError(f"{folder} has no {METADATA_FILE}, so it is not a rerank data folder: point to the "
+                                "folder hf-ralm rerank-data wrote.")
+    chunks = RerankDataWriter.complete_chunks(folder)
     if not chunks:
-        raise FileNotFoundError(
-            f"{folder} holds no complete chunk ({CHUNK_PREFIX}00000/, ...): the writer saves rows every chunk_size "
-            "rows and at close(), so close the writer (or use it in a with-block) after the last add()."
-        )
-    with _quiet_datasets():
-        parts = [_load_chunk(chunk) for chunk in chunks]
-    dataset = parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
-    _check_list_lengths(dataset, folder)
-    return dataset, metadata
+        raise FileNotFoundError(f"{folder} holds no complete chunk (chunk-00000000-...{RerankDataWriter.suffix}): a "
+                                "collection saves its records every chunk_size windows and when it ends.")
+    settings, reproduce = RerankDataWriter.read_metadata(folder)
+    records = []
+    for chunk in chunks:
+        for record in RerankDataWriter.read_chunk_file(chunk)["rows"]:
+            try:
+                records.append(validate_record(record))
+            except (TypeError, ValueError) as error:
+                raise ValueError(f"{chunk}: {error}") from None
+    return records, settings, reproduce or {}
 
 
-def complete_chunks(folder: Path) -> list[Path]:
-    """The complete chunk folders of ``folder``, in writing order (temporary leftovers are not among them)."""
-    return RerankDataWriter.complete_chunks(folder)
+def rerank_data_summary(folder: str | os.PathLike) -> dict[str, Any]:
+    """What a rerank data folder holds, from its records alone: ``windows``, ``articles``, ``distinct_passages``,
+    ``candidates`` (passages in all), ``no_passage_best`` (share of windows whose lowest target NLL is without a
+    passage), ``top1_is_oracle`` (share whose best passage is retrieval's first) and ``seconds`` (what the chunks
+    took to compute, across resumes).
+
+    Example::
+
+        rerank_data_summary("benchmarks/runs/rerank-data-smollm2")["windows"]
+    """
+    records, _, _ = read_rerank_records(folder)
+    best = [min(range(len(r["target_nlls"])), key=r["target_nlls"].__getitem__) for r in records]
+    best_passage = [min(range(len(r["passage_ids"])), key=r["target_nlls"].__getitem__) for r in records]
+    return {
+        "windows": len(records),
+        "articles": len({r["article"] for r in records}),
+        "distinct_passages": len({i for r in records for i in r["passage_ids"]}),
+        "candidates": sum(len(r["passage_ids"]) for r in records),
+        "no_passage_best": sum(b == len(r["passage_ids"]) for b, r in zip(best, records)) / len(records),
+        "top1_is_oracle": sum(b == 0 for b in best_passage) / len(records),
+        "seconds": RerankDataWriter.chunk_seconds(folder),
+    }
 
 
-def validate_row(row: Mapping[str, Any]) -> dict[str, Any]:
-    """``row`` as a plain dict of the data format's columns, or a ValueError saying what is wrong with it."""
-    if not isinstance(row, Mapping):
-        raise TypeError(f"A row must be a dict with the columns {list(COLUMNS)}, got {type(row).__name__}.")
-    missing, extra = set(COLUMNS) - set(row), set(row) - set(COLUMNS)
-    if missing or extra:
-        raise ValueError(
-            f"A row must have exactly the columns {list(COLUMNS)}; missing {sorted(missing)}, unknown {sorted(extra)}."
-        )
-    where = f"row (article {row['article']!r}, window {row['window']!r})"
-    if not isinstance(row["prefix"], str) or not isinstance(row["article"], str):
-        raise ValueError(f"{where}: 'prefix' and 'article' must be strings.")
-    if isinstance(row["window"], bool) or not isinstance(row["window"], int):
-        raise ValueError(f"{where}: 'window' must be an int, got {row['window']!r}.")
+def file_fingerprint(path: str | os.PathLike) -> str:
+    """A SHA-256 of a file's bytes: what settings record of the articles file (its path may differ elsewhere)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def load_rerank_data(
+    folder: str | os.PathLike,
+    *,
+    articles: str | os.PathLike | None = None,
+    index_dir: str | os.PathLike | None = None,
+    tokenizer=None,
+) -> tuple[datasets.Dataset, dict[str, Any]]:
+    """The records of a rerank data folder as text rows (:data:`FEATURES`, in writing order) and its settings.
+
+    The texts come back from where the records were made: ``articles`` (the corpus-format file of the training
+    articles), ``index_dir`` (the retriever's index, which gives each passage's text by its id) and ``tokenizer``
+    (the reader's, a tokenizer or a name or folder), by default those the run recorded under ``reproduce``. The
+    articles file and the index must have the fingerprints the settings record.
+
+    Example::
+
+        dataset, settings = load_rerank_data("data/rerank", index_dir="~/indexes/wiki-bm25")
+        dataset[0]["prefix"], dataset[0]["no_passage_logprob"]
+    """
+    from ..retrieval.base import passage_text
+    from ..retrieval.corpus import read_corpus
+    from ..retrieval.factory import load_retriever
+    from ..retrieval.index_folder import read_index_info
+
+    records, settings, reproduce = read_rerank_records(folder)
+    articles = _recorded_path(articles, reproduce, "articles", folder)
+    index_dir = os.path.expanduser(str(_recorded_path(index_dir, reproduce, "index_dir", folder)))
+    recorded = settings.get("articles_fingerprint")  # what the command line records; Python callers may not
+    if recorded is not None and file_fingerprint(articles) != recorded:
+        raise ValueError(f"{articles} is not the articles file {folder} was collected from (its SHA-256 differs "
+                         "from the settings' articles_fingerprint): pass articles= (--articles) that file.")
+    info = read_index_info(index_dir) or {}
+    if info.get("fingerprint") != settings.get("corpus_fingerprint"):
+        raise ValueError(f"The index {index_dir} was built from another corpus than the one {folder} was collected "
+                         f"with (corpus fingerprint {info.get('fingerprint')}, the data's "
+                         f"{settings.get('corpus_fingerprint')}): pass index_dir= (--index-dir) that index.")
+    if tokenizer is None or isinstance(tokenizer, (str, os.PathLike)):
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(str(tokenizer or _recorded_path(None, reproduce, "reader_path",
+                                                                                  folder)))
+    wanted = {r["article"] for r in records}
+    texts = {a["id"]: a["text"] for a in read_corpus(str(articles)) if a["id"] in wanted}
+    missing = wanted - texts.keys()
+    if missing:
+        raise ValueError(f"{articles} has no article with the id(s) {sorted(missing)[:5]} of {folder}'s records.")
+    retriever = load_retriever(settings.get("retriever", "bm25"), index_dir=index_dir)
+    passage_ids = sorted({i for r in records for i in r["passage_ids"]})
+    passages = dict(zip(passage_ids, retriever.passages_by_id(passage_ids)))
+    template = settings.get("passage_template")
+    token_ids = {}
+    rows = []
+    for r in records:
+        if r["article"] not in token_ids:
+            token_ids[r["article"]] = tokenizer(texts[r["article"]], add_special_tokens=False)["input_ids"]
+        begin, end = r["query"]
+        rows.append({
+            "prefix": tokenizer.decode(token_ids[r["article"]][begin:end]),
+            "candidates": [passage_text(passages[i].title, passages[i].text, *([template] if template else []))
+                           for i in r["passage_ids"]],
+            "retrieval_scores": r["retrieval_scores"],
+            "target_logprobs": [-nll for nll in r["target_nlls"][:-1]],
+            "no_passage_logprob": -r["target_nlls"][-1],
+            "article": r["article"], "window": r["window"],
+        })
+    return text_rows(rows), settings
+
+
+def text_rows(rows: Iterable[Mapping[str, Any]] | datasets.Dataset) -> datasets.Dataset:
+    """Text rows (hand-made, or :func:`load_rerank_data`'s) checked and cast to :data:`FEATURES`: each needs
+    ``prefix``, ``candidates`` (non-empty), one ``retrieval_scores`` and one ``target_logprobs`` (<= 0) per
+    candidate; ``no_passage_logprob`` (``None`` when unknown), ``article`` and ``window`` may be left out.
+
+    Example:
+        >>> text_rows([{"prefix": "the emperor of", "candidates": ["Rome\\nrome was"], "retrieval_scores": [7.5],
+        ...             "target_logprobs": [-6.2]}])[0]["no_passage_logprob"] is None
+        True
+    """
+    if isinstance(rows, datasets.Dataset):
+        rows = rows.to_list()
+    checked = [_check_text_row(row, i) for i, row in enumerate(rows)]
+    if not checked:
+        raise ValueError("No rows: the reranker needs windows to train on.")
+    return datasets.Dataset.from_list(checked, features=FEATURES)
+
+
+def _check_text_row(row: Mapping[str, Any], index: int) -> dict[str, Any]:
+    where = f"row {index}"
+    missing = [key for key in ("prefix", "candidates", "retrieval_scores", "target_logprobs") if key not in row]
+    if missing:
+        raise ValueError(f"{where} lacks {missing}: a text row holds prefix, candidates, retrieval_scores and "
+                         "target_logprobs (and optionally no_passage_logprob, article, window).")
+    if not isinstance(row["prefix"], str):
+        raise ValueError(f"{where}: 'prefix' must be a string.")
     candidates = [] if isinstance(row["candidates"], str) else list(row["candidates"])
     if not candidates or not all(isinstance(text, str) for text in candidates):
         raise ValueError(f"{where}: 'candidates' must be a non-empty list of passage texts (\"title\\ntext\").")
     numbers = {}
-    for column in ("retrieval_scores", "target_logprobs"):
-        values = [float(value) for value in row[column]]
+    for key in ("retrieval_scores", "target_logprobs"):
+        values = [float(value) for value in row[key]]
         if len(values) != len(candidates):
-            raise ValueError(
-                f"{where}: {len(values)} {column} for {len(candidates)} candidates; give one per candidate."
-            )
+            raise ValueError(f"{where}: {len(values)} {key} for {len(candidates)} candidates; give one per "
+                             "candidate.")
         if not all(math.isfinite(value) for value in values):
-            raise ValueError(f"{where}: {column} must be finite, got {values}.")
-        numbers[column] = values
-    if max(numbers["target_logprobs"]) > _LOGPROB_SLACK:
-        raise ValueError(
-            f"{where}: target_logprobs must be log-probabilities (<= 0), got {numbers['target_logprobs']}; "
-            "if these are NLLs, negate them."
-        )
-    return {"prefix": row["prefix"], "candidates": candidates, **numbers, "article": row["article"],
-            "window": row["window"]}
+            raise ValueError(f"{where}: {key} must be finite, got {values}.")
+        numbers[key] = values
+    no_passage = row.get("no_passage_logprob")
+    logprobs = numbers["target_logprobs"] + ([] if no_passage is None else [float(no_passage)])
+    if max(logprobs) > _LOGPROB_SLACK:
+        raise ValueError(f"{where}: target_logprobs must be log-probabilities (<= 0), got {logprobs}; if these are "
+                         "NLLs, negate them.")
+    return {"prefix": row["prefix"], "candidates": candidates, **numbers,
+            "no_passage_logprob": None if no_passage is None else float(no_passage),
+            "article": str(row.get("article", "")), "window": int(row.get("window", index))}
 
 
-@contextmanager
-def _quiet_datasets() -> Iterator[None]:
-    """Silences datasets' progress bars: a bar per small chunk would break up the caller's own progress bar."""
-    was_enabled = datasets.is_progress_bar_enabled()
-    datasets.disable_progress_bars()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            datasets.enable_progress_bars()
+def _recorded_path(given, reproduce: Mapping[str, Any], key: str, folder) -> str | os.PathLike:
+    """``given``, else the path the run recorded under ``key``; an error saying which argument to pass."""
+    path = given if given is not None else reproduce.get(key)
+    if path is None:
+        raise ValueError(f"{folder} records no {key} (under 'reproduce' in its {METADATA_FILE}): pass it.")
+    return path
 
 
-def _load_chunk(path: Path) -> datasets.Dataset:
-    chunk = datasets.load_from_disk(str(path))
-    missing = [column for column in COLUMNS if column not in chunk.column_names]
-    if missing:
-        raise ValueError(
-            f"{path} lacks the column(s) {missing} of the rerank data format {list(COLUMNS)}: "
-            "write the data with RerankDataWriter (or add those columns)."
-        )
-    chunk = chunk.select_columns(list(COLUMNS))  # unknown extra columns are dropped, so chunks concatenate
-    if chunk.features != FEATURES:
-        try:
-            chunk = chunk.cast(FEATURES)
-        except (TypeError, ValueError) as error:
-            raise ValueError(f"{path} has columns of the wrong types ({chunk.features}): {error}") from None
-    return chunk
-
-
-def list_lengths(dataset: datasets.Dataset, column: str) -> np.ndarray:
-    """The length of each row's list in ``column`` of a dataset as :func:`load_rerank_data` returns it, read from
-    Arrow without decoding the lists (the candidates' texts are most of the data).
-
-    Example::
-
-        list_lengths(dataset, "candidates").sum()  # how many candidate passages in all
-    """
+def candidate_counts(dataset: datasets.Dataset) -> Sequence[int]:
+    """The number of candidates of each text row."""
     import pyarrow.compute as pc
 
-    return np.asarray(pc.list_value_length(dataset.data.column(column)))
-
-
-def _check_list_lengths(dataset: datasets.Dataset, folder: Path) -> None:
-    """Every row has as many retrieval scores and target log-probabilities as candidates, and at least one."""
-    lengths = {column: list_lengths(dataset, column) for column in LIST_COLUMNS}
-    bad = (lengths["candidates"] == 0) | np.any(
-        [lengths[column] != lengths["candidates"] for column in LIST_COLUMNS[1:]], axis=0
-    )
-    if bad.any():
-        row = int(np.argmax(bad))
-        counts = {column: int(lengths[column][row]) for column in LIST_COLUMNS}
-        raise ValueError(
-            f"Row {row} of {folder} (and {int(bad.sum()) - 1} more) has unusable lists {counts}: each row needs at "
-            "least one candidate and one retrieval score and one target log-probability per candidate."
-        )
+    return pc.list_value_length(dataset.data.column("candidates")).to_pylist()

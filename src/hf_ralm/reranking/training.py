@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from .data import list_lengths, load_rerank_data
+from .data import candidate_counts, load_rerank_data
 from .predictive import PredictiveReranker, argmax_first
 
 if TYPE_CHECKING:
@@ -234,7 +234,7 @@ def train_reranker(
     n_train = _num_train(dataset.num_rows, eval_fraction)
     train_set, eval_set = dataset.select(range(n_train)), dataset.select(range(n_train, dataset.num_rows))
     held_out = eval_set.to_dict()  # plain lists, read many times below (a tenth of the data or so)
-    candidate_counts = list_lengths(dataset, "candidates")
+    counts = candidate_counts(dataset)
     init_name = str(init) if init is not None else default_init()
     set_seed(seed)  # the new classification head is initialised randomly
     model = CrossEncoder(init_name, num_labels=1)
@@ -250,9 +250,9 @@ def train_reranker(
     eval_scores = reranker.scores(held_out["prefix"], held_out["candidates"], show_progress)
     results = {
         "train_windows": n_train,
-        "train_candidates": int(candidate_counts[:n_train].sum()),
+        "train_candidates": sum(counts[:n_train]),
         "eval_windows": eval_set.num_rows,
-        "eval_candidates": int(candidate_counts[n_train:].sum()),
+        "eval_candidates": sum(counts[n_train:]),
         "train_loss": train_loss,
         "eval_loss_init": eval_loss_init,
         "eval_loss": _eval_loss(eval_scores, held_out["target_logprobs"]),

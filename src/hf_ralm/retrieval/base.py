@@ -74,6 +74,18 @@ class Retriever(ABC):
                          "compared across queries: retrieval_gate='score' needs the bm25 retriever (or dense with "
                          "normalised embeddings); use retrieval_gate='lm' instead.")
 
+    def passages_by_id(self, ids: Sequence[str]) -> list[Passage]:
+        """The passages with these ids (as :meth:`retrieve` gives them; score 0), in the order of ``ids``: how
+        records that keep only ids (e.g. the predictive reranker's training data) get their texts back. A backend
+        whose index stores the passages overrides this.
+
+        Example:
+            >>> retriever.passages_by_id(["12", "7"])[0].id   # doctest: +SKIP
+            '12'
+        """
+        raise ValueError(f"The {self.name} retriever cannot look passages up by id: use an index that stores them "
+                         "(bm25, dense).")
+
     @classmethod
     def build_or_load(
         cls,
@@ -166,6 +178,26 @@ class Retriever(ABC):
         if index_copy is not None:
             index_dir = copy_index(index_dir, os.path.join(save_directory, index_copy))
         return {**self.config(), "index_dir": path_for_folder(index_dir, save_directory)}
+
+
+def passages_from_table(table, hits: Sequence[Sequence[tuple[int, float]]]) -> list[list[Passage]]:
+    """Per query, its ``hits`` (row number in a passage table, score) as passages, in order: one read of the table's
+    distinct rows. The table is a ``datasets.Dataset`` with ``title`` and ``text`` columns whose row numbers are the
+    passage ids (the bm25 and dense indexes).
+
+    Example:
+        >>> from datasets import Dataset
+        >>> table = Dataset.from_dict({"title": ["A", "B"], "text": ["a text", "b text"]})
+        >>> passages_from_table(table, [[(1, 2.5), (0, 1.0)], []])[0][0]
+        Passage(id='1', title='B', text='b text', score=2.5)
+    """
+    wanted = sorted({int(i) for row in hits for i, _ in row})
+    if wanted and not 0 <= wanted[0] <= wanted[-1] < len(table):
+        bad = next(i for i in wanted if not 0 <= i < len(table))
+        raise ValueError(f"No passage with the id {bad}: the index holds the ids 0 to {len(table) - 1}.")
+    found = table[wanted] if wanted else {"title": [], "text": []}
+    by_row = {i: (title, text) for i, title, text in zip(wanted, found["title"], found["text"])}
+    return [[Passage(str(int(i)), *by_row[int(i)], float(score)) for i, score in row] for row in hits]
 
 
 def passage_text(title: str | None, text: str, template: str = PASSAGE_TEMPLATE) -> str:

@@ -26,7 +26,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from .analysis import ANALYSIS, analyze_texts
-from .base import Passage, Retriever, passage_text
+from .base import Passage, Retriever, passage_text, passages_from_table
 from .corpus import WORDS_PER_PASSAGE, check_passage_count, passage_columns
 from .index_folder import check_index, corpus_files, corpus_paths_and_articles, finish_build, index_matches
 from .index_folder import reading_index, reusable_index_info, start_build
@@ -131,14 +131,11 @@ class BM25Retriever(Retriever):
         ids, scores = self.bm25.retrieve(
             tokens, k=k_eff, weight_mask=self._weight_mask, n_threads=self.n_threads, show_progress=False
         )
-        wanted = sorted({int(i) for row_ids, row_scores in zip(ids, scores)
-                         for i, s in zip(row_ids, row_scores) if s > 0})
-        rows = self.passages[wanted] if wanted else {"title": [], "text": []}
-        by_id = {i: (title, text) for i, title, text in zip(wanted, rows["title"], rows["text"])}
-        return [
-            [Passage(str(i), *by_id[int(i)], float(s)) for i, s in zip(row_ids, row_scores) if s > 0]
-            for row_ids, row_scores in zip(ids, scores)
-        ]
+        return passages_from_table(self.passages, [[(i, s) for i, s in zip(row_ids, row_scores) if s > 0]
+                                                    for row_ids, row_scores in zip(ids, scores)])
+
+    def passages_by_id(self, ids: Sequence[str]) -> list[Passage]:
+        return passages_from_table(self.passages, [[(int(i), 0.0) for i in ids]])[0]
 
     def max_scores(self, queries: Sequence[str]) -> list[float]:
         """Per query, its maximum attainable BM25 score: with Lucene's scoring a term adds

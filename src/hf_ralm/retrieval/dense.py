@@ -38,7 +38,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .base import Passage, Retriever, passage_text
+from .base import Passage, Retriever, passage_text, passages_from_table
 from .corpus import WORDS_PER_PASSAGE, check_passage_count, corpus_fingerprint, passage_columns
 from .index_folder import check_index, corpus_files, corpus_paths_and_articles, finish_build, index_matches
 from .index_folder import read_index_info, reading_index, reusable_index_info, start_build
@@ -344,14 +344,12 @@ class DenseRetriever(Retriever):
             return []
         depth = min(max(100, 4 * k) if self.forbidden_titles else k, len(self))
         found = self.passages.search_batch(INDEX_NAME, self.encoder.encode(queries), k=depth)
-        wanted = sorted({int(i) for row in found.total_indices for i in row if i >= 0})
-        rows = self.passages[wanted] if wanted else {"title": [], "text": []}
-        by_id = {i: (title, text) for i, title, text in zip(wanted, rows["title"], rows["text"])}
-        results = []
-        for ids, scores in zip(found.total_indices, found.total_scores):
-            hits = [Passage(str(int(i)), *by_id[int(i)], float(s)) for i, s in zip(ids, scores) if i >= 0]
-            results.append([p for p in hits if p.title not in self.forbidden_titles][:k])
-        return results
+        hits = passages_from_table(self.passages, [[(i, s) for i, s in zip(ids, scores) if i >= 0]
+                                                   for ids, scores in zip(found.total_indices, found.total_scores)])
+        return [[p for p in row if p.title not in self.forbidden_titles][:k] for row in hits]
+
+    def passages_by_id(self, ids: Sequence[str]) -> list[Passage]:
+        return passages_from_table(self.passages, [[(int(i), 0.0) for i in ids]])[0]
 
     def max_scores(self, queries: Sequence[str]) -> list[float]:
         """1 per query when the embeddings are L2-normalised (every score is then a cosine, at most 1); otherwise

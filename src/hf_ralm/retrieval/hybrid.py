@@ -74,6 +74,9 @@ class HybridRetriever(Retriever):
         return frozenset(getattr(self.sparse, "forbidden_titles", ())) | frozenset(
             getattr(self.dense, "forbidden_titles", ()))
 
+    def passages_by_id(self, ids: Sequence[str]) -> list[Passage]:
+        return self.sparse.passages_by_id(ids)  # both sides number the same corpus's passages alike
+
     @property
     def index_dir(self) -> str:
         """The folder holding both sides' indexes (their common parent)."""
