@@ -1,28 +1,34 @@
-"""The paper's reranking results on our data (Table 1's rows, Table 3, Fig 7): token and word perplexity of
-none / BM25 top-1 / zero-shot (the reader reranks itself) / zero-shot with the other model reranking / zero-shot with
-the no-passage choice / predictive / oracle / random, for SmolLM2-135M and Gemma-3-270M (Gemma with a BOS in every
-window, the fair baseline), on held-out Wikipedia and WikiText-103 test; L=512, s=4, ℓ=32, k=16, s'=16, BM25 over
-the whole Wikipedia sample, bfloat16.
+"""The paper's reranking results on our data (Table 1's rows, Table 3, Fig 7): token and word perplexity, and cost per
+window, of none / BM25 top-1 / zero-shot (the reader reranks itself) / zero-shot with the other model reranking /
+zero-shot with the no-passage choice at margins 0 and 2 nats / the lm gate (2 nats) / predictive (a trained
+cross-encoder, with and without the no-passage candidate) / oracle / random, for SmolLM2-135M and Gemma-3-270M (Gemma
+with a BOS in every window, the fair baseline), on held-out Wikipedia and WikiText-103 test; L=512, s=4, ℓ=32, k=16,
+s'=16, BM25 over the whole Wikipedia sample, bfloat16.
 
 How it is computed, exactly and without waste: one pass of the reader per (reader, data) runs every window with each
-of its k candidates and with no passage (``rerank_windows`` with the no-passage choice), which gives every candidate's
-ranking NLL (the last s' prefix tokens) and its target NLL (the window's scored tokens). Every strategy is then a
-choice per window, and its perplexity the sum of the chosen candidates' target NLLs: none = the no-passage candidate,
-top-1 = candidate 0, zero-shot = the lowest ranking NLL among the passages (with the no-passage choice: among all),
-oracle = the lowest target NLL among the passages, random = ``random_choice(seed 0, window)``. The other model's
-ranking and the predictive reranker (``--predictive DIR``) only choose; their targets come from the same pass.
+of its k candidates and with no passage (:func:`hf_ralm.reranking.candidates.score_candidates`), which gives every
+option's ranking NLL (the last s' prefix tokens) and target NLL (the window's scored tokens). Every strategy is then a
+choice per window, and its perplexity the sum of the chosen options' target NLLs: none = no passage, top-1 = candidate
+0, zero-shot = the lowest ranking NLL among the passages (with the no-passage choice: a passage only when it saves the
+margin over no passage), the lm gate = the same between candidate 0 and no passage, oracle = the lowest target NLL
+among the passages, random = ``random_choice(seed 0, window)``. The other model's ranking and the predictive
+rerankers (``--predictive DIR``, ``--predictive-no-passage DIR``) only choose; their targets come from the same pass.
 
-Cost per window (``s_per_window``): the pass's time for zero-shot / no-passage / oracle (they need every candidate's
-input, k+1 of them per window here); a timed one-passage run (``score_windows`` with the top-1 passages, which also
-checks the pass's top-1 perplexity) for none / top-1 / random; the other model's or the cross-encoder's ranking time
-plus that one-passage run for the other-model and predictive rows.
+Every pass keeps its records (numbers and passage ids, gzip'd chunks of 32 windows) under ``--runs-dir`` (default
+benchmarks/runs/rerank-tables, committed to the repository), so a rerun, here or in a fresh clone, resumes after the
+saved chunks and never computes one twice; a pass whose settings differ is refused.
 
-Every pass is cached as JSON under ``--out`` (a rerun skips it), the table is printed, and the CSV and a bar chart go
-to ``--figures-dir``::
+Cost per window (``s_per_window``) comes from a side-by-side timing in one process on the first
+``--timing-windows`` windows with retrieval of each (reader, data) (also kept as records): one forward per window
+without a passage (none) and with its top passage (top-1, random), the k+1 inputs of the pass (zero-shot, with the
+no-passage choice, oracle), the lm gate's two inputs, the other model's ranking and the cross-encoder's ranking
+(each plus the one-passage forward that scores the choice)::
 
     python benchmarks/make_heldout.py --corpus ../shared/data/wikipedia-2015-sample/articles.jsonl.gz \\
         --out-dir ~/.cache/hf-ralm/heldout
-    python benchmarks/rerank_tables.py --max-eval-tokens 1024 [--predictive ~/.cache/hf-ralm/reranker]
+    python benchmarks/rerank_tables.py --max-eval-tokens 1024 [--predictive DIR] [--predictive-no-passage DIR]
+
+``--plot-only`` redraws the chart from the CSV.
 """
 
 from __future__ import annotations
@@ -32,100 +38,204 @@ import csv
 import os
 import sys
 import time
+from pathlib import Path
 
-from bench_setup import READERS, load_reader
-from table_runs import Run, add_run_args, cached, chosen_nll, load_retrievers, perplexities, reader_pass
+from bench_setup import READERS, REPO, load_reader
+from table_runs import Run, add_run_args, load_retrievers, perplexities
 
 OTHER = {"SmolLM2-135M": "Gemma-3-270M", "Gemma-3-270M": "SmolLM2-135M"}
-COLORS = {"none": "#999999", "BM25 top-1": "#4c72b0", "zero-shot": "#55a868",
-          "zero-shot, other model reranks": "#8172b2", "zero-shot + no-passage choice": "#64b5cd",
-          "predictive": "#dd8452", "oracle": "#c44e52", "random": "#937860"}
+COLORS = {"none": "#999999", "BM25 top-1": "#4c72b0", "random": "#937860", "zero-shot": "#55a868",
+          "zero-shot, other model reranks": "#8172b2", "zero-shot + no-passage choice (0 nats)": "#64b5cd",
+          "zero-shot + no-passage choice (2 nats)": "#2a8ca8", "lm gate (2 nats)": "#b7b7e0",
+          "predictive": "#dd8452", "predictive + no-passage candidate": "#f2b27a", "oracle": "#c44e52"}
 STRATEGIES = list(COLORS)  # the table's and the chart's order
 K = 16
+CHUNK = 32  # windows per saved chunk of a pass
+GATE_MARGIN = 2.0
+PASSES = ("candidates", "other", "predictive", "timing")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_run_args(parser, "rerank-tables")
-    parser.add_argument("--predictive", help="a trained predictive reranker folder (hf-ralm train-reranker)")
+    parser.add_argument("--runs-dir", default=str(REPO / "benchmarks" / "runs" / "rerank-tables"),
+                        help="where each pass keeps its records (default: %(default)s)")
+    parser.add_argument("--predictive", help="a predictive reranker trained over the k passages")
+    parser.add_argument("--predictive-no-passage", help="one trained with the no-passage candidate too")
+    parser.add_argument("--readers", nargs="+", default=list(READERS), choices=list(READERS))
+    parser.add_argument("--timing-windows", type=int, default=16, help="windows timed per (reader, data)")
+    parser.add_argument("--passes", nargs="+", default=list(PASSES), choices=list(PASSES),
+                        help="run only these passes (the table needs them all; default: all)")
+    parser.add_argument("--plot-only", action="store_true", help="redraw the chart from the CSV")
     return parser.parse_args(argv)
 
 
-def rerank_run(reader: str, data: str, args, retrievers: dict) -> Run:
-    """A run with k=16 candidates, ranked by the reader on s'=16 tokens with the no-passage choice."""
-    return Run(reader, data, args, retrievers, K, rerank="lm", rerank_candidates=K, rerank_tokens=16,
-               rerank_allow_no_passage=True)
+def pass_dir(args, reader: str, data: str, name: str) -> Path:
+    return Path(args.runs_dir) / f"{reader}.{data.replace(' ', '_')}.{args.max_eval_tokens}" / name
 
 
-def one_passage_pass(run: Run, batch_size: int) -> dict:
-    """The reader scoring every window with its top-1 passage: the cost of a one-passage strategy."""
+def run_identity(run: Run, data: str, args) -> dict:
+    """What a pass's records depend on besides the model: the text (name and token count), the retrieval (corpus
+    fingerprint, forbidden titles) and the candidates' count."""
+    from hf_ralm.resume import retriever_identity
+
+    return {"data": data, "max_eval_tokens": args.max_eval_tokens, "k": K, **retriever_identity(run.retriever)}
+
+
+def candidate_pass(run: Run, data: str, args) -> list:
+    """Every window's k candidates and no passage, scored by the reader (resumable records)."""
+    from hf_ralm.reranking.candidates import score_candidates
+
+    return score_candidates(run.model, run.tokenizer, run.ids, run.windows, run.candidates, run.config,
+                            batch_size=args.batch_size, output_dir=pass_dir(args, run.reader, data, "candidates"),
+                            chunk_size=CHUNK, settings=run_identity(run, data, args))
+
+
+def choice_pass(run: Run, data: str, args, name: str, ranker_settings: dict, choose) -> list[int]:
+    """Per window, the choice of a ranker that only chooses (``choose(windows) -> chosen``), saved every
+    :data:`CHUNK` windows in ``name``'s folder and resumed from there."""
+    from hf_ralm.chunks import RecordChunkWriter
+    from hf_ralm.provenance import provenance
+    from hf_ralm.resume import model_identity
+
+    settings = {**model_identity(run.model), **run_identity(run, data, args), **ranker_settings}
+    writer = RecordChunkWriter(pass_dir(args, run.reader, data, name), settings, chunk_size=CHUNK,
+                               reproduce=provenance())
+    chosen = [row["chosen"] for row in writer.rows()]
+    with writer:
+        for start in range(len(chosen), len(run.windows), CHUNK):
+            chunk = run.windows[start : start + CHUNK]
+            picks = choose(chunk)
+            writer.add([{"window": w.index, "chosen": c} for w, c in zip(chunk, picks)])
+            chosen += picks
+            print(f"[tables] {run.reader} / {data} / {name}: {len(chosen)} of {len(run.windows)} windows",
+                  file=sys.stderr)
+    return chosen
+
+
+def other_model_choices(run: Run, data: str, args, other) -> list[int]:
+    """The other LM ranks the reader's candidates in text (zero-shot, no no-passage choice)."""
+    from hf_ralm.reranking.lm import rerank_windows
+    from hf_ralm.resume import model_identity
+
+    config = run.config_for(rerank="lm")
+    return choice_pass(run, data, args, f"other-{OTHER[run.reader]}", {"ranker": model_identity(other.model)},
+                       lambda chunk: rerank_windows(run.model, run.tokenizer, run.ids, chunk, run.queries,
+                                                    run.candidates, config, reranker=other,
+                                                    batch_size=args.batch_size, show_progress=False).chosen)
+
+
+def predictive_choices(run: Run, data: str, args, folder: str, no_passage: bool) -> list[int]:
+    """A trained cross-encoder chooses among the candidates (with ``no_passage``, also the empty passage)."""
+    from hf_ralm.reranking.lm import rerank_windows
+    from hf_ralm.reranking.predictive import PredictiveReranker
+    from hf_ralm.reranking.data import file_fingerprint
+
+    config = run.config_for(rerank="predictive", reranker_model=folder, rerank_allow_no_passage=no_passage)
+    reranker = PredictiveReranker(folder, device=str(run.model.device))
+    weights = next(Path(folder).glob("model.safetensors"), None) or next(Path(folder).glob("*.bin"))
+    name = "predictive-no-passage" if no_passage else "predictive"
+    return choice_pass(run, data, args, name, {"ranker": file_fingerprint(weights), "no_passage": no_passage},
+                       lambda chunk: rerank_windows(run.model, run.tokenizer, run.ids, chunk, run.queries,
+                                                    run.candidates, config, reranker=reranker,
+                                                    show_progress=False).chosen)
+
+
+def timing(run: Run, data: str, args, other, predictive: dict) -> dict[str, float]:
+    """Seconds per window of each computation a strategy needs, measured side by side on the same windows (one
+    record per computation, resumed)."""
+    from hf_ralm.chunks import RecordChunkWriter
     from hf_ralm.model_inputs import window_prefixes
+    from hf_ralm.provenance import provenance
+    from hf_ralm.reranking.candidates import score_candidates
+    from hf_ralm.reranking.gates import lm_gate_config
+    from hf_ralm.reranking.lm import rerank_windows
+    from hf_ralm.reranking.predictive import PredictiveReranker
+    from hf_ralm.resume import model_identity
     from hf_ralm.scoring import score_windows
 
-    prefixes = window_prefixes(run.tokenizer, run.windows, run.candidates, run.config)
-    t0 = time.perf_counter()
-    nll = score_windows(run.model, run.ids, run.windows, prefixes, batch_size)
-    return {"seconds": time.perf_counter() - t0, "nll_sum": float(nll[1:].sum())}
+    windows = [w for w in run.windows if w.has_retrieval][: args.timing_windows]
+    # the scorer reads a window's prefix at its index: the windows before the timed ones get none
+    top1 = [[]] * windows[0].index + window_prefixes(run.tokenizer, windows, run.candidates, run.config)
+    empty = [[]] * len(top1)
 
+    def ranks(config, reranker=None):
+        return lambda: rerank_windows(run.model, run.tokenizer, run.ids, windows, run.queries, run.candidates,
+                                      config, reranker=reranker, batch_size=args.batch_size, show_progress=False)
 
-def other_model_pass(run: Run, other: str, args) -> dict:
-    """Another LM (the other model) ranks the reader's candidates in text; its choices and time."""
-    from hf_ralm import RalmConfig
-    from hf_ralm.reranking.lm import LMReranker, rerank_windows
-
-    reranker = LMReranker(*load_reader(args.models_dir, other, "bfloat16", run.device), 512)
-    config = RalmConfig(**{**run.config.to_dict(), "rerank_allow_no_passage": False})
-    t0 = time.perf_counter()
-    outcome = rerank_windows(run.model, run.tokenizer, run.ids, run.windows, run.queries, run.candidates, config,
-                             reranker=reranker, batch_size=args.batch_size)
-    return {"seconds": time.perf_counter() - t0, "chosen": outcome.chosen}
-
-
-def predictive_pass(run: Run, folder: str) -> dict:
-    """The trained cross-encoder chooses among the reader's candidates; its choices and time."""
-    from hf_ralm import RalmConfig
-    from hf_ralm.reranking.lm import load_reranker, rerank_windows
-
-    config = RalmConfig(**{**run.config.to_dict(), "rerank": "predictive", "reranker_model": folder,
-                           "rerank_allow_no_passage": False})
-    reranker = load_reranker(config, run.model)
-    t0 = time.perf_counter()
-    outcome = rerank_windows(run.model, run.tokenizer, run.ids, run.windows, run.queries, run.candidates, config,
-                             reranker=reranker)
-    return {"seconds": time.perf_counter() - t0, "chosen": outcome.chosen}
-
-
-def table_rows(reader: str, data: str, p: dict, single: dict, other: dict, predictive: dict | None) -> list[dict]:
-    """Every strategy's perplexity from the reader pass's NLL sums (see the module docstring)."""
-    from hf_ralm.reranking.rules import choose_lowest, random_choice
-
-    def by_choice(chosen):  # -1 (none chosen) is the no-passage candidate, the last
-        return lambda i, r, t: chosen[i] if chosen[i] >= 0 else len(t) - 1
-
-    n = p["num_windows"]
-    picks = {
-        "none": (lambda i, r, t: len(t) - 1, single["seconds"]),
-        "BM25 top-1": (lambda i, r, t: 0, single["seconds"]),
-        "zero-shot": (lambda i, r, t: choose_lowest(r[:-1]), p["seconds"]),
-        "zero-shot, other model reranks": (by_choice(other["chosen"]), other["seconds"] + single["seconds"]),
-        "zero-shot + no-passage choice": (lambda i, r, t: choose_lowest(r), p["seconds"]),
-        "oracle": (lambda i, r, t: choose_lowest(t[:-1]), p["seconds"]),
-        "random": (lambda i, r, t: random_choice(0, i, len(t) - 1), single["seconds"]),
+    computations = {
+        "no passage": lambda: score_windows(run.model, run.ids, windows, empty, args.batch_size,
+                                            show_progress=False),
+        "one passage": lambda: score_windows(run.model, run.ids, windows, top1, args.batch_size,
+                                             show_progress=False),
+        "k+1 candidates": lambda: score_candidates(run.model, run.tokenizer, run.ids, windows, run.candidates,
+                                                   run.config, batch_size=args.batch_size, show_progress=False),
+        "lm gate": ranks(lm_gate_config(run.config_for(rerank="none", retrieval_gate="lm",
+                                                       gate_threshold=GATE_MARGIN))),
+        "other model ranks": ranks(run.config_for(rerank="lm"), other),
     }
-    if predictive is not None:
-        picks["predictive"] = (by_choice(predictive["chosen"]), predictive["seconds"] + single["seconds"])
+    for name, folder in predictive.items():
+        computations[f"{name} ranks"] = ranks(
+            run.config_for(rerank="predictive", reranker_model=folder,
+                           rerank_allow_no_passage=name.endswith("no-passage candidate")),
+            PredictiveReranker(folder, device=str(run.model.device)))
+    settings = {**model_identity(run.model), **run_identity(run, data, args), "windows": len(windows)}
+    writer = RecordChunkWriter(pass_dir(args, run.reader, data, "timing"), settings, chunk_size=1,
+                               reproduce=provenance())
+    measured = {row["computation"]: row["seconds_per_window"] for row in writer.rows()}
+    with writer:
+        for name, compute in computations.items():
+            if name in measured:
+                continue
+            t0 = time.perf_counter()
+            compute()
+            measured[name] = (time.perf_counter() - t0) / len(windows)
+            writer.add([{"computation": name, "seconds_per_window": measured[name]}])
+    return measured
+
+
+def table_rows(reader: str, data: str, scores: list, choices: dict[str, list[int]], cost: dict[str, float],
+               num_tokens: int, num_words: int) -> list[dict]:
+    """Every strategy's perplexity from the candidate scores and the choices (see the module docstring)."""
+    from hf_ralm.reranking.rules import choose_lowest, choose_option, random_choice
+
+    def from_choices(chosen):  # -1 (none chosen) is the no-passage option
+        return lambda s: chosen[s.window] if chosen[s.window] >= 0 else s.no_passage
+
+    def margin(m):
+        return lambda s: choose_option(s.ranking_nlls, True, m)
+
+    # the lm gate ranks candidate 0 against no passage: ranking_nlls[::no_passage] is [passage 0, no passage]
+    picks = {
+        "none": (lambda s: s.no_passage, cost["no passage"]),
+        "BM25 top-1": (lambda s: 0, cost["one passage"]),
+        "random": (lambda s: random_choice(0, s.window, s.no_passage), cost["one passage"]),
+        "zero-shot": (lambda s: choose_lowest(s.ranking_nlls[:-1]), cost["k+1 candidates"]),
+        "zero-shot + no-passage choice (0 nats)": (margin(0.0), cost["k+1 candidates"]),
+        "zero-shot + no-passage choice (2 nats)": (margin(GATE_MARGIN), cost["k+1 candidates"]),
+        "lm gate (2 nats)": (lambda s: 0 if choose_option(s.ranking_nlls[::s.no_passage], True, GATE_MARGIN) == 0
+                             else s.no_passage, cost["lm gate"]),
+        "oracle": (lambda s: choose_lowest(s.target_nlls[:-1]), cost["k+1 candidates"]),
+        "zero-shot, other model reranks": (from_choices(choices["other"]),
+                                           cost["other model ranks"] + cost["one passage"]),
+    }
+    for name in ("predictive", "predictive + no-passage candidate"):
+        if name in choices:
+            picks[name] = (from_choices(choices[name]), cost[f"{name} ranks"] + cost["one passage"])
     rows = []
+    ranked = [s for s in scores if s.passage_ids]
     for strategy in STRATEGIES:
         if strategy not in picks:
             continue
         pick, seconds = picks[strategy]
-        nll = chosen_nll(p, pick)
+        chosen = [pick(s) if s.passage_ids else 0 for s in scores]
+        nll = sum(s.target_nlls[c] for s, c in zip(scores, chosen))
+        with_passage = sum(c != s.no_passage for s, c in zip(ranked, (pick(s) for s in ranked)))
         rows.append({"data": data, "reader": reader, "strategy": strategy,
                      "reranker": OTHER[reader] if strategy.startswith("zero-shot, other") else "",
-                     **perplexities(p, nll), "s_per_window": seconds / n, "windows": n, "tokens": p["num_tokens"]})
-    check = abs(single["nll_sum"] - chosen_nll(p, lambda i, r, t: 0)) / single["nll_sum"]
-    print(f"[tables] {reader} / {data}: top-1 from the pass vs a separate one-passage run: relative NLL difference "
-          f"{check:.1e}", file=sys.stderr)
+                     **perplexities({"num_tokens": num_tokens, "num_words": num_words}, nll),
+                     "retrieved_fraction": with_passage / (len(scores) - 1),
+                     "s_per_window": seconds, "windows": len(scores), "tokens": num_tokens})
     return rows
 
 
@@ -137,59 +247,71 @@ def plot(rows: list[dict], path: str) -> None:
 
     groups = sorted({(r["reader"], r["data"]) for r in rows})
     strategies = [s for s in STRATEGIES if any(r["strategy"] == s for r in rows)]
-    fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 4.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(groups), figsize=(4.4 * len(groups), 5.2), squeeze=False)
     for ax, (reader, data) in zip(axes[0], groups):
-        values = {r["strategy"]: r["token_ppl"] for r in rows if (r["reader"], r["data"]) == (reader, data)}
+        values = {r["strategy"]: float(r["token_ppl"]) for r in rows if (r["reader"], r["data"]) == (reader, data)}
         bars = ax.bar(range(len(strategies)), [values.get(s, float("nan")) for s in strategies],
                       color=[COLORS[s] for s in strategies])
-        ax.bar_label(bars, fmt="%.2f", fontsize=7)
-        ax.set_xticks(range(len(strategies)), strategies, rotation=60, ha="right", fontsize=7)
+        ax.bar_label(bars, fmt="%.2f", fontsize=6.5, rotation=90, padding=2)
+        ax.set_xticks(range(len(strategies)), strategies, rotation=65, ha="right", fontsize=7)
         ax.set_title(f"{reader}\n{data}", fontsize=9)
         ax.set_ylabel("token perplexity")
-        low = min(values.values())
-        ax.set_ylim(low * 0.9, max(values.values()) * 1.04)
+        ax.axhline(values["none"], color=COLORS["none"], lw=0.8, ls="--")
+        ax.set_ylim(min(values.values()) * 0.9, max(values.values()) * 1.1)
+    fig.suptitle(f"Reranking among k={K} BM25 candidates (L=512, s=4, ℓ=32, s'=16, bf16)", fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=130)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    os.makedirs(args.out, exist_ok=True)
     os.makedirs(args.figures_dir, exist_ok=True)
+    csv_path = os.path.join(args.figures_dir, "rerank_results.csv")
+    if args.plot_only:
+        with open(csv_path, encoding="utf-8") as f:
+            plot(list(csv.DictReader(f)), os.path.join(args.figures_dir, "rerank_results.png"))
+        return 0
     retrievers = load_retrievers(args)
+    predictive = {name: folder for name, folder in (("predictive", args.predictive),
+                                                    ("predictive + no-passage candidate", args.predictive_no_passage))
+                  if folder}
     rows = []
     for data in retrievers:
-        for reader in READERS:
-            stem = os.path.join(args.out, f"{reader}.{data}.{args.max_eval_tokens}".replace(" ", "_"))
-            run = None
+        for reader in args.readers:
+            from hf_ralm.reranking.lm import LMReranker
 
-            def get_run():
-                nonlocal run
-                run = run or rerank_run(reader, data, args, retrievers)
-                return run
+            run = Run(reader, data, args, retrievers, K, rerank_candidates=K, rerank_tokens=16)
+            if "candidates" in args.passes:
+                scores = candidate_pass(run, data, args)
+            other = LMReranker(*load_reader(args.models_dir, OTHER[reader], "bfloat16", run.device), 512)
+            if "other" in args.passes:
+                choices = {"other": other_model_choices(run, data, args, other)}
+            if "predictive" in args.passes:
+                for name, folder in predictive.items():
+                    choices[name] = predictive_choices(run, data, args, folder, name.endswith("candidate"))
+            if "timing" in args.passes:
+                cost = timing(run, data, args, other, predictive)
+            if set(args.passes) == set(PASSES):
+                rows += table_rows(reader, data, scores, choices, cost, len(run.ids), run.num_words)
+            del run, other
+    if not rows:
+        print(f"[tables] passes done: {', '.join(args.passes)}", file=sys.stderr)
+        return 0
 
-            p = cached(f"{stem}.pass.json", lambda: reader_pass(get_run(), args.batch_size))
-            single = cached(f"{stem}.top1.json", lambda: one_passage_pass(get_run(), args.batch_size))
-            other = cached(f"{stem}.other.json", lambda: other_model_pass(get_run(), OTHER[reader], args))
-            predictive = None
-            if args.predictive:
-                predictive = cached(f"{stem}.predictive.json", lambda: predictive_pass(get_run(), args.predictive))
-            rows += table_rows(reader, data, p, single, other, predictive)
-
-    csv_path = os.path.join(args.figures_dir, "rerank_results.csv")
-    with open(csv_path + ".tmp", "w", newline="", encoding="utf-8") as f:
+    tmp = csv_path + ".tmp"
+    with open(tmp, "w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    os.replace(csv_path + ".tmp", csv_path)
+    os.replace(tmp, csv_path)
     plot(rows, os.path.join(args.figures_dir, "rerank_results.png"))
-    print("| data | reader | strategy | token ppl | word ppl | s / window |")
-    print("|---|---|---|---|---|---|")
+    print("| data | reader | strategy | token ppl | word ppl | windows with a passage | s / window |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
         name = r["strategy"] + (f" ({r['reranker']})" if r["reranker"] else "")
         print(f"| {r['data']} | {r['reader']} | {name} | {r['token_ppl']:.3f} | {r['word_ppl']:.3f} | "
-              f"{r['s_per_window']:.2f} |")
-    print(f"\n(first {args.max_eval_tokens} tokens, L=512, s=4, ℓ=32, k=16, s'=16, bfloat16; {csv_path})")
+              f"{r['retrieved_fraction']:.1%} | {r['s_per_window']:.2f} |")
+    print(f"\n(first {args.max_eval_tokens} tokens, L=512, s=4, ℓ=32, k={K}, s'=16, bfloat16; {csv_path})")
     return 0
 
 

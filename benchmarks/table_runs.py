@@ -61,6 +61,7 @@ class Run:
         from hf_ralm.evaluation import retrieve_for_windows, tokenize_text, window_queries
         from hf_ralm.windows import count_words, plan_windows
 
+        self.reader = reader
         self.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.model, self.tokenizer = load_reader(args.models_dir, reader, "bfloat16", self.device)
         self.config = RalmConfig(**SETTINGS, bos_every_window=READERS[reader].bos_every_window, **settings)
@@ -74,6 +75,12 @@ class Run:
         self.queries = window_queries(self.tokenizer, self.ids, self.windows, SETTINGS["query_length"])
         self.retriever = retrievers[data]
         self.candidates = retrieve_for_windows(self.retriever, self.queries, k, show_progress=False)
+
+    def config_for(self, **settings):
+        """The run's config with ``settings`` (RalmConfig fields) changed."""
+        from hf_ralm import RalmConfig
+
+        return RalmConfig(**{**self.config.to_dict(), **settings})
 
 
 def cached(path: str, compute) -> dict:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -89,6 +90,50 @@ def titles_fingerprint(titles: Iterable[str]) -> str:
     """
     unique = sorted(set(titles))
     return f"{len(unique)} titles, sha256 {digest(chr(10).join(unique).encode('utf-8'))}"
+
+
+def model_identity(model) -> dict[str, Any]:
+    """What identifies a model in settings that must compare equal on another machine: its name (a local folder's
+    name, not its path; a Hub id as it is; the class name when it has neither), class, parameter count and dtype.
+
+    Example:
+        >>> model_identity(model)                                                                # doctest: +SKIP
+        {'reader': 'smollm2-135m-instruct', 'reader_class': 'LlamaForCausalLM', 'reader_parameters': 134515008,
+         'dtype': 'bfloat16'}
+    """
+    name = getattr(model.config, "name_or_path", None) or type(model).__name__
+    return {"reader": os.path.basename(os.path.normpath(name)) if os.path.isdir(name) else name,
+            "reader_class": type(model).__name__,
+            "reader_parameters": sum(p.numel() for p in model.parameters()),
+            "dtype": str(model.dtype).removeprefix("torch.")}
+
+
+def model_path(model) -> str:
+    """Where a model was loaded from (a local folder's absolute path, else its name): what ``reproduce`` records."""
+    name = getattr(model.config, "name_or_path", None) or type(model).__name__
+    return os.path.abspath(name) if os.path.isdir(name) else name
+
+
+def retriever_identity(retriever) -> dict[str, Any]:
+    """What identifies retrieved passages in settings that must compare equal elsewhere: the retriever kind, the
+    fingerprint of the corpus its index was built from (passage ids are row numbers of that corpus's passages), what
+    the index records about its scoring and text analysis (another analysis ranks other passages) and its forbidden
+    titles; never the index's path, so that records made here resume from a copy of the index elsewhere.
+
+    Example:
+        >>> retriever_identity(bm25)["corpus_fingerprint"]                                        # doctest: +SKIP
+        'e0b8cc01f966ef0833ed9cfaab95c0c96c33500d3dd9b27f39c2a1213be59870'
+    """
+    from .retrieval.base import Retriever
+    from .retrieval.index_folder import read_index_info
+
+    if not isinstance(retriever, Retriever):
+        return {"retriever": type(retriever).__name__, "corpus_fingerprint": None}
+    recorded = read_index_info(retriever.index_dir) or {}
+    return {"retriever": retriever.name, "corpus_fingerprint": recorded.get("fingerprint"),
+            # not its file sizes or corpus paths: the same index, copied or moved, holds the same passages
+            "index": {key: value for key, value in recorded.items() if key not in ("files", "corpus", "fingerprint")},
+            "forbidden_titles": titles_fingerprint(retriever.forbidden_titles)}
 
 
 def run_settings(model, tokenizer, ids: Sequence[int], retriever, config: RalmConfig, retrieval_file: str | None,

@@ -50,8 +50,7 @@ from ..configuration_ralm import RALM_FIELDS, RalmConfig
 from ..model_inputs import window_length
 from ..retrieval.base import Passage, Retriever
 from ..retrieval.corpus import read_corpus
-from ..resume import titles_fingerprint
-from ..retrieval.index_folder import read_index_info
+from ..resume import model_identity, model_path, retriever_identity
 from ..windows import check_count, plan_windows, query_span
 from .data import RerankDataWriter
 from .lm import rerank_windows
@@ -111,12 +110,8 @@ def collect_rerank_data(
                             "rerank_no_passage_margin": 0.0})
     max_length = window_length(model, config)
     query_length = config.query_length_for(retriever)
-    name = model.config.name_or_path or type(model).__name__
     settings = {
-        "reader": os.path.basename(os.path.normpath(name)) if os.path.isdir(name) else name,
-        "reader_class": type(model).__name__,
-        "reader_parameters": sum(p.numel() for p in model.parameters()),
-        "dtype": str(model.dtype).removeprefix("torch."),
+        **model_identity(model),
         "k": config.rerank_candidates,
         "stride": config.retrieval_stride,
         "query_length": query_length,
@@ -125,11 +120,11 @@ def collect_rerank_data(
         "max_doc_tokens": config.max_doc_tokens,
         "bos_every_window": config.bos_every_window,
         "passage_template": config.passage_template,
-        **_retriever_metadata(retriever),
+        **retriever_identity(retriever),
         "windows_per_article": windows_per_article,
         **(metadata or {}),
     }
-    run = {**provenance(), "reader_path": os.path.abspath(name) if os.path.isdir(name) else name,
+    run = {**provenance(), "reader_path": model_path(model),
            "index_dir": os.path.abspath(retriever.index_dir) if isinstance(retriever, Retriever) else None,
            **(reproduce or {})}
 
@@ -244,20 +239,6 @@ def training_articles(
     excluded = frozenset(exclude_titles)
     kept = (article for article in read_corpus(str(path)) if article["title"] not in excluded)
     return itertools.islice(kept, num_articles)
-
-
-def _retriever_metadata(retriever) -> dict[str, Any]:
-    """What identifies the candidates' source: the retriever kind, the fingerprint of the corpus its index was built
-    from (passage ids are row numbers of that corpus's passages), what the index records about its scoring and text
-    analysis (an index rebuilt with another analysis ranks other passages, so records from the two must not mix) and
-    its forbidden titles; never the index's path, so that the records resume from a copy of the index elsewhere."""
-    if not isinstance(retriever, Retriever):
-        return {"retriever": type(retriever).__name__, "corpus_fingerprint": None}
-    recorded = read_index_info(retriever.index_dir) or {}
-    return {"retriever": retriever.name, "corpus_fingerprint": recorded.get("fingerprint"),
-            # not its file sizes or corpus paths: the same index, copied or moved, holds the same passages
-            "index": {key: value for key, value in recorded.items() if key not in ("files", "corpus", "fingerprint")},
-            "forbidden_titles": titles_fingerprint(retriever.forbidden_titles)}
 
 
 def _identified_once(articles: Iterable[Mapping[str, str]]) -> Iterator[Mapping[str, str]]:

@@ -131,8 +131,8 @@ class BM25Retriever(Retriever):
         ids, scores = self.bm25.retrieve(
             tokens, k=k_eff, weight_mask=self._weight_mask, n_threads=self.n_threads, show_progress=False
         )
-        return passages_from_table(self.passages, [[(i, s) for i, s in zip(row_ids, row_scores) if s > 0]
-                                                    for row_ids, row_scores in zip(ids, scores)])
+        hits = [[(i, s) for i, s in zip(row_ids, row_scores) if s > 0] for row_ids, row_scores in zip(ids, scores)]
+        return passages_from_table(self.passages, hits)
 
     def passages_by_id(self, ids: Sequence[str]) -> list[Passage]:
         return passages_from_table(self.passages, [[(int(i), 0.0) for i in ids]])[0]

@@ -1,0 +1,138 @@
+"""Every window's candidates scored by the reader in one pass, and no passage too: the numbers from which every
+selection strategy's perplexity follows (top-1, zero-shot reranking with or without the no-passage choice, the lm
+gate, oracle, random, or the choices of another ranker), kept as compact records that resume.
+
+For each window with retrieved passages, the reader runs the window once with each of its first ``k``
+(``config.rerank_candidates``) passages written over its start and once without a passage
+(:func:`~hf_ralm.reranking.lm.rerank_windows` with the no-passage candidate), which gives per option the NLL of the
+``s'`` ranking tokens before the window's target (``ranking_nlls``: what zero-shot reranking and the lm gate compare)
+and of the target itself (``target_nlls``: what the window contributes to the text's NLL when that option is put in
+context; the oracle compares these). A window without passages (window 0, or a query that found nothing) has only
+the no-passage option. The perplexity of any choice per window is then the sum of the chosen options' target NLLs.
+
+With ``output_dir`` the records are saved in gzip'd chunks of windows (:class:`~hf_ralm.chunks.RecordChunkWriter`;
+numbers and passage ids only), with settings that identify the model, the text, the retrieval (by the corpus
+fingerprint, not a path) and the RALM settings: a rerun, here or from a copy of the folder elsewhere, resumes after
+the saved chunks, and a rerun with other settings is refused.
+
+Example:
+    >>> scores = score_candidates(model, tokenizer, ids, windows, candidates, config,
+    ...                           output_dir="runs/candidates")                               # doctest: +SKIP
+    >>> s = scores[5]; s.target_nlls[0], s.target_nlls[-1]   # window 5 with its top passage, and without one
+    (10.2, 11.9)
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from typing import Any, Mapping, Sequence
+
+from tqdm.auto import tqdm
+
+from ..chunks import RecordChunkWriter
+from ..configuration_ralm import RALM_FIELDS, RalmConfig
+from ..model_inputs import window_length
+from ..retrieval.base import Passage
+from ..windows import Window, check_count
+from .lm import rerank_windows
+
+
+@dataclass
+class CandidateScores:
+    """One window's options, scored by the reader: ``passage_ids`` and ``retrieval_scores`` of its candidates in
+    retrieval order, then per option (each candidate, then no passage) ``ranking_nlls`` (``None`` for a window
+    without candidates, where nothing is ranked) and ``target_nlls``."""
+
+    window: int
+    passage_ids: list[str]
+    retrieval_scores: list[float]
+    ranking_nlls: list[float] | None
+    target_nlls: list[float]
+
+    @property
+    def no_passage(self) -> int:
+        """The index of the no-passage option (the last)."""
+        return len(self.passage_ids)
+
+
+class CandidateRecordWriter(RecordChunkWriter):
+    """The records of :func:`score_candidates`, one per window, in gzip'd chunks."""
+
+    what = "candidate scores"
+
+    def prepare_row(self, row: CandidateScores) -> dict[str, Any]:
+        return asdict(row)
+
+
+def score_candidates(
+    model,
+    tokenizer,
+    ids: Sequence[int],
+    windows: Sequence[Window],
+    candidates: Sequence[Sequence[Passage]],
+    config: RalmConfig,
+    *,
+    batch_size: int = 8,
+    output_dir: str | os.PathLike | None = None,
+    chunk_size: int = 32,
+    settings: Mapping[str, Any] | None = None,
+    reproduce: Mapping[str, Any] | None = None,
+    overwrite: bool = False,
+    show_progress: bool = True,
+) -> list[CandidateScores]:
+    """Every window's options scored by the reader (see the module docstring), in the order of ``windows`` (all of a
+    text's windows, from window 0).
+
+    ``candidates[w]`` are window ``w``'s retrieved passages in retrieval order (the first
+    ``config.rerank_candidates`` are scored); ``config`` gives the RALM settings and ``rerank_tokens`` (s'). With
+    ``output_dir``, the records are saved there every ``chunk_size`` windows and a rerun resumes after them;
+    ``settings`` adds what the records depend on that this function cannot see (e.g. the retriever's identity,
+    :func:`~hf_ralm.resume.retriever_identity`, or the text's name), ``reproduce`` what reruns the pass (the command,
+    paths); the settings always record the model (:func:`~hf_ralm.resume.model_identity`), a digest of ``ids``, the
+    RALM settings, the window length and ``batch_size`` (it changes results in their last digits).
+
+    Example::
+
+        scores = score_candidates(model, tokenizer, ids, windows, candidates, config, output_dir="runs/pass",
+                                  settings={"data": "WikiText-103 test", **retriever_identity(retriever)})
+    """
+    from ..provenance import provenance
+    from ..resume import digest, model_identity, model_path
+
+    check_count("batch_size", batch_size)
+    scoring = RalmConfig(**{**{name: getattr(config, name) for name in RALM_FIELDS}, "rerank": "lm",
+                            "reranker_model": None, "rerank_allow_no_passage": True,
+                            "rerank_no_passage_margin": 0.0})
+    writer = None
+    done: list[CandidateScores] = []
+    if output_dir is not None:
+        stored = {**model_identity(model), "data": f"{len(ids)} tokens, {digest(list(ids))}",
+                  **{name: getattr(scoring, name) for name in sorted(RALM_FIELDS)},
+                  "window_length": window_length(model, config), "batch_size": batch_size, **(settings or {})}
+        writer = CandidateRecordWriter(output_dir, stored, chunk_size=chunk_size, overwrite=overwrite,
+                                       reproduce={**provenance(), "model_path": model_path(model), **(reproduce or {})})
+        done = [CandidateScores(**row) for row in writer.rows()]
+        if [s.window for s in done] != [w.index for w in windows[: len(done)]]:
+            raise ValueError(f"{output_dir} holds the records of other windows: score the same text, or overwrite.")
+    ids = list(ids)
+    with tqdm(total=len(windows), initial=len(done), desc="Scoring candidates", unit="win",
+              disable=not show_progress) as progress:
+        for start in range(len(done), len(windows), chunk_size):
+            chunk = windows[start : start + chunk_size]
+            outcome = rerank_windows(model, tokenizer, ids, chunk, [None] * len(candidates), candidates, scoring,
+                                     batch_size=batch_size, show_progress=False)
+            scores = []
+            for w, ranking, targets in zip(chunk, outcome.ranking_nlls, outcome.target_nlls):
+                pool = list(candidates[w.index])[: scoring.rerank_candidates] if w.has_retrieval else []
+                if targets is None:  # nothing ranked: the window as it is
+                    targets = [float(outcome.token_nlls[w.score_begin : w.end].sum())]
+                scores.append(CandidateScores(w.index, [p.id for p in pool], [p.score for p in pool], ranking,
+                                              targets))
+            if writer is not None:
+                writer.add(scores)
+            done.extend(scores)
+            progress.update(len(chunk))
+    if writer is not None:
+        writer.close()
+    return done
