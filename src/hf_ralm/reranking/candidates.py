@@ -107,7 +107,7 @@ def score_candidates(
     writer = None
     done: list[CandidateScores] = []
     if output_dir is not None:
-        stored = {**model_identity(model), "data": f"{len(ids)} tokens, {digest(list(ids))}",
+        stored = {**model_identity(model), "tokens": f"{len(ids)} tokens, {digest(list(ids))}",
                   **{name: getattr(scoring, name) for name in sorted(RALM_FIELDS)},
                   "window_length": window_length(model, config), "batch_size": batch_size, **(settings or {})}
         writer = CandidateRecordWriter(output_dir, stored, chunk_size=chunk_size, overwrite=overwrite,

@@ -1,0 +1,123 @@
+"""Every window's candidates scored in one pass (``score_candidates``, what the reranking tables are computed from):
+
+* each option's ranking and target NLLs equal a plain full forward of the window with that candidate (or nothing)
+  written over its start; a window without candidates has the no-passage option only;
+* its records hold numbers and passage ids only; a pass interrupted and resumed, also from a copy of its folder in
+  another place (a fresh clone), gives the records of an uninterrupted one and never recomputes a saved chunk;
+* a pass with other settings (model, text, RALM settings, retrieval) is refused before any work.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from conftest import make_tiny_model
+from hf_ralm import RalmConfig
+from hf_ralm.chunks import RecordChunkWriter
+from hf_ralm.errors import OutputFolderError
+from hf_ralm.reranking.candidates import CandidateScores, score_candidates
+from hf_ralm.reranking.rules import ranking_span
+from hf_ralm.windows import place_passage, plan_windows
+from hf_ralm.model_inputs import passage_prefix
+from test_reranking import full_nlls, make_candidates, make_text
+
+CONFIG = RalmConfig(max_length=24, retrieval_stride=4, query_length=8, max_doc_tokens=6, rerank_candidates=3,
+                    rerank_tokens=5)
+
+
+@pytest.fixture(scope="module")
+def text(tiny_tokenizer):
+    ids = make_text(tiny_tokenizer, 60, seed=3)
+    windows = plan_windows(len(ids), CONFIG.max_length, CONFIG.retrieval_stride)
+    return {"ids": ids, "windows": windows, "candidates": make_candidates(windows, 4, seed=5)}
+
+
+def scores_of(model, tokenizer, text, **options):
+    return score_candidates(model, tokenizer, text["ids"], text["windows"], text["candidates"], CONFIG,
+                            batch_size=3, show_progress=False, **options)
+
+
+def test_every_option_is_scored_as_a_plain_forward(tiny_llama, tiny_tokenizer, text):
+    ids, scores = text["ids"], scores_of(tiny_llama, tiny_tokenizer, text)
+    assert [s.window for s in scores] == [w.index for w in text["windows"]]
+    for w, s in zip(text["windows"], scores):
+        pool = text["candidates"][w.index][: CONFIG.rerank_candidates] if w.has_retrieval else []
+        assert s.passage_ids == [p.id for p in pool] and s.retrieval_scores == [p.score for p in pool]
+        window = ids[w.begin : w.end]
+        targets, ranking = [], []
+        for option in pool + [None]:
+            nlls = full_nlls(tiny_llama, place_passage(window, passage_prefix(tiny_tokenizer, option, CONFIG)),
+                             window)
+            targets.append(float(nlls[w.score_begin - w.begin - 1 :].sum()))
+            begin = ranking_span(w, CONFIG.rerank_tokens)[0]
+            ranking.append(float(nlls[begin - w.begin - 1 : w.score_begin - w.begin - 1].sum()))
+        if not pool:  # window 0 and the windows whose retrieval found nothing: as they are
+            assert s.ranking_nlls is None and s.target_nlls == pytest.approx(targets, abs=1e-4)
+            continue
+        assert s.no_passage == len(pool)
+        assert s.target_nlls == pytest.approx(targets, abs=1e-4)
+        assert s.ranking_nlls == pytest.approx(ranking, abs=1e-4)
+    assert sum(1 for s in scores if s.passage_ids) >= 5
+
+
+def test_an_interrupted_pass_resumes_from_a_copy_and_never_recomputes(tiny_llama, tiny_tokenizer, text, tmp_path,
+                                                                      monkeypatch):
+    whole = scores_of(tiny_llama, tiny_tokenizer, text)
+    folder = tmp_path / "runs" / "pass"
+    calls = []
+    import hf_ralm.reranking.candidates as candidates
+
+    real = candidates.rerank_windows
+
+    def interrupted(model, tokenizer, ids, windows, *args, **kwargs):
+        calls.append([w.index for w in windows])
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(model, tokenizer, ids, windows, *args, **kwargs)
+
+    monkeypatch.setattr(candidates, "rerank_windows", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        scores_of(tiny_llama, tiny_tokenizer, text, output_dir=folder, chunk_size=4, settings={"data": "t"})
+    assert len(RecordChunkWriter.complete_chunks(folder)) == 2
+    stored = json.dumps([row for path in RecordChunkWriter.complete_chunks(folder)
+                         for row in RecordChunkWriter.read_chunk_file(path)["rows"]])
+    assert not any(p.text in stored for pool in text["candidates"] for p in pool)  # ids and numbers only
+
+    clone = tmp_path / "clone" / "runs" / "pass"  # a fresh clone of the repository, elsewhere
+    shutil.copytree(folder, clone)
+    shutil.rmtree(folder)
+    calls.clear()
+    resumed = scores_of(tiny_llama, tiny_tokenizer, text, output_dir=clone, chunk_size=4, settings={"data": "t"})
+    assert calls[0][0] == 8  # it went on with the first window not saved
+    assert [c for call in calls for c in call] == [w.index for w in text["windows"][8:]]
+    assert resumed == whole  # the same windows, options and NLLs (to the last digit: same chunks, same batches)
+    calls.clear()
+    again = scores_of(tiny_llama, tiny_tokenizer, text, output_dir=clone, chunk_size=4, settings={"data": "t"})
+    assert calls == [] and again == whole
+    assert all(isinstance(s, CandidateScores) for s in again)
+
+
+def test_a_pass_with_other_settings_is_refused_before_any_work(tiny_llama, tiny_tokenizer, text, tmp_path,
+                                                              monkeypatch):
+    folder = tmp_path / "pass"
+    short = {**text, "windows": text["windows"][:4]}
+    scores_of(tiny_llama, tiny_tokenizer, short, output_dir=folder, chunk_size=2, settings={"data": "t"})
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("a refused pass must not compute")
+
+    monkeypatch.setattr("hf_ralm.reranking.candidates.rerank_windows", no_work)
+    with pytest.raises(OutputFolderError, match="'data': stored 't', given 'u'"):
+        scores_of(tiny_llama, tiny_tokenizer, text, output_dir=folder, settings={"data": "u"})
+    with pytest.raises(OutputFolderError, match="'reader_parameters'"):
+        scores_of(make_tiny_model("gpt2"), tiny_tokenizer, text, output_dir=folder, settings={"data": "t"})
+    with pytest.raises(OutputFolderError, match="'rerank_tokens': stored 5, given 6"):
+        score_candidates(tiny_llama, tiny_tokenizer, text["ids"], text["windows"], text["candidates"],
+                         RalmConfig(**{**CONFIG.to_dict(), "rerank_tokens": 6}), batch_size=3, output_dir=folder,
+                         settings={"data": "t"}, show_progress=False)
+    other_text = {**text, "ids": list(reversed(text["ids"]))}
+    with pytest.raises(OutputFolderError, match="'tokens': stored '60 tokens"):
+        scores_of(tiny_llama, tiny_tokenizer, other_text, output_dir=folder, settings={"data": "t"})
