@@ -101,7 +101,7 @@ def test_an_interrupted_pass_resumes_from_a_copy_and_never_recomputes(tiny_llama
 
 
 def test_a_pass_with_other_settings_is_refused_before_any_work(tiny_llama, tiny_tokenizer, text, tmp_path,
-                                                              monkeypatch):
+                                                               monkeypatch):
     folder = tmp_path / "pass"
     short = {**text, "windows": text["windows"][:4]}
     scores_of(tiny_llama, tiny_tokenizer, short, output_dir=folder, chunk_size=2, settings={"data": "t"})

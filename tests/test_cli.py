@@ -265,7 +265,8 @@ COMMAND_FLAGS = {
                     "--articles", "--exclude-titles", "--num-articles", "--windows-per-article", "--max-windows",
                     "--output-dir", "--chunk-size", "--overwrite"},
     "train-reranker": {"--data", "--init", "--output-dir", "--push-to-hub", "--epochs", "--batch-size",
-                       "--learning-rate", "--seed", "--eval-fraction"},
+                       "--learning-rate", "--seed", "--eval-fraction", "--no-passage-candidate", "--max-train-windows",
+                       "--eval-points", "--articles", "--index-dir"},
 }
 
 

@@ -1,5 +1,6 @@
-"""The predictive reranker (issue 8 §3, paper §6.2): the Eq. 9 loss, the training-data I/O, and a tiny cross-encoder
-trained, evaluated, saved, reloaded and (with the upload faked) pushed, all offline."""
+"""The predictive reranker (paper §6.2): the Eq. 9 loss, the training data's records and text rows, the held-out split
+by article, and a tiny cross-encoder trained (over the passages, and with the no-passage candidate), evaluated, saved,
+reloaded, used (choosing no passage too) and (with the upload faked) pushed, all offline."""
 
 from __future__ import annotations
 
@@ -13,29 +14,32 @@ import datasets
 import pytest
 import torch
 
+from hf_ralm import RalmConfig
 from hf_ralm.reranking import (
     PredictiveReranker,
     PredictiveRerankLoss,
     RerankDataWriter,
-    load_rerank_data,
     predictive_loss,
     rerank_metrics,
     train_reranker,
 )
 from hf_ralm.chunks import TMP_PREFIX
-from hf_ralm.reranking.data import METADATA_FILE
-from hf_ralm.reranking.predictive import argmax_first
-from hf_ralm.reranking.training import default_init
+from hf_ralm.reranking.data import METADATA_FILE, read_rerank_records, text_rows
+from hf_ralm.reranking.predictive import NO_PASSAGE_TEXT, argmax_first, choose_predictive
+from hf_ralm.reranking.training import CURVE_FILE, default_init, split_by_article
+from hf_ralm.retrieval.base import Passage
 
 METADATA = {"reader": "tiny-llama", "k": 4, "stride": 4, "query_length": 32, "rerank_tokens": 16,
             "max_length": 128, "max_doc_tokens": 64, "corpus": "synthetic"}
 REPO_ID = "someone/tiny-predictive-reranker"
 
 
-def make_row(i: int, k: int = 3) -> dict:
-    return {"prefix": f"prefix {i}", "candidates": [f"Title {j}\npassage {i}.{j}" for j in range(k)],
+def make_record(i: int, k: int = 3) -> dict:
+    return {"article": f"a{i // 3}", "window": i, "query": [i, i + 32],
+            "passage_ids": [str(10 * i + j) for j in range(k)],
             "retrieval_scores": [float(k - j) for j in range(k)],
-            "target_logprobs": [-1.0 - j - i / 10 for j in range(k)], "article": f"a{i // 3}", "window": i}
+            "ranking_nlls": [20.0 + j + i / 10 for j in range(k + 1)],
+            "target_nlls": [1.0 + j + i / 10 for j in range(k + 1)]}
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -85,75 +89,82 @@ def test_loss_rejects_mismatched_counts():
 
 
 def test_rerank_metrics_on_hand_made_windows():
-    metrics = rerank_metrics([[0.1, 0.9], [2.0, 2.0, 1.0]], [[-4.0, -2.0], [-1.0, -3.0, -0.5]],
-                             [[3.0, 1.0], [0.0, 5.0, 1.0]])
-    # reranker picks 1 and 0 (tie to the lower index); oracle 1 and 2; retrieval top-1 0 and 1
+    metrics = rerank_metrics([[0.1, 0.9], [2.0, 2.0, 1.0]], [[-4.0, -2.0], [-1.0, -3.0, -0.5]])
+    # reranker picks 1 and 0 (tie to the lower index); oracle 1 and 2; retrieval's top-1 is candidate 0
     assert metrics == pytest.approx({
         "oracle_agreement": 0.5, "retrieval_oracle_agreement": 0.0, "chance_agreement": (1 / 2 + 1 / 3) / 2,
-        "nll_reranker": (2.0 + 1.0) / 2, "nll_retrieval_top1": (4.0 + 3.0) / 2, "nll_oracle": (2.0 + 0.5) / 2,
+        "nll_reranker": (2.0 + 1.0) / 2, "nll_retrieval_top1": (4.0 + 1.0) / 2, "nll_oracle": (2.0 + 0.5) / 2,
     })
+    with_none = rerank_metrics([[0.1, 0.9], [2.0, 2.0, 1.0]], [[-4.0, -2.0], [-1.0, -3.0, -0.5]], no_passage=True)
+    assert with_none["no_passage_chosen"] == 0.5 and with_none["nll_no_passage"] == pytest.approx((2.0 + 0.5) / 2)
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# Data format and I/O
+# Records and text rows
 # ------------------------------------------------------------------------------------------------------------------
 
 
-def test_writer_and_loader_round_trip(tmp_path):
+def test_writer_and_reader_round_trip(tmp_path):
     folder = tmp_path / "data"
-    rows = [make_row(i, k=2 + i % 3) for i in range(5)]
-    with RerankDataWriter(folder, METADATA, chunk_size=2) as writer:
-        writer.add(rows[0])  # one row on its own
-        writer.add(rows[1:])
-        assert (writer.num_done, writer.num_chunks) == (4, 2)  # the fifth row waits in the buffer
+    records = [make_record(i, k=2 + i % 3) for i in range(5)]
+    with RerankDataWriter(folder, METADATA, chunk_size=2, reproduce={"command": "hf-ralm rerank-data"}) as writer:
+        writer.add(records[0])  # one record on its own
+        writer.add(records[1:])
+        assert (writer.num_done, writer.num_chunks) == (4, 2)  # the fifth record waits in the buffer
     assert (writer.num_done, writer.num_chunks) == (5, 3)
-    assert sorted(p.name for p in folder.iterdir()) == ["chunk-00000", "chunk-00001", "chunk-00002", METADATA_FILE]
-    dataset, metadata = load_rerank_data(folder)
-    assert metadata == METADATA
-    assert dataset.to_list() == rows
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "chunk-00000000-00000002.json.gz", "chunk-00000002-00000004.json.gz", "chunk-00000004-00000005.json.gz",
+        METADATA_FILE]
+    got, settings, reproduce = read_rerank_records(folder)
+    assert settings == METADATA and reproduce == {"command": "hf-ralm rerank-data"}
+    assert got == records
 
 
 def test_resume_after_a_crash_mid_chunk(tmp_path):
     folder = tmp_path / "data"
-    rows = [make_row(i) for i in range(7)]
+    records = [make_record(i) for i in range(7)]
     writer = RerankDataWriter(folder, METADATA, chunk_size=3)
-    writer.add(rows[:4])  # one complete chunk; row 3 is buffered when the process "dies" (no close)
-    # the crash also left a half-written chunk under its temporary name
-    datasets.Dataset.from_list(rows[3:4]).save_to_disk(str(folder / f"{TMP_PREFIX}00001"))
-    assert load_rerank_data(folder)[0].num_rows == 3  # the loader ignores the leftover
+    writer.add(records[:4])  # one complete chunk; record 3 is buffered when the process "dies" (no close)
+    (folder / f"{TMP_PREFIX}00000003-00000006.json.gz").write_bytes(b"half")  # and a half-written chunk
+    assert len(read_rerank_records(folder)[0]) == 3  # the reader ignores the leftover
 
     resumed = RerankDataWriter(folder, METADATA, chunk_size=3)
     assert (resumed.num_done, resumed.num_chunks) == (3, 1)
     assert not list(folder.glob(TMP_PREFIX + "*"))  # the leftover is gone
-    resumed.add(rows[resumed.num_done:])
+    resumed.add(records[resumed.num_done:])
     resumed.close()
-    assert load_rerank_data(folder)[0].to_list() == rows
+    assert read_rerank_records(folder)[0] == records
 
 
-def test_metadata_mismatch_is_refused_unless_overwriting(tmp_path):
+def test_settings_mismatch_is_refused_unless_overwriting(tmp_path):
     folder = tmp_path / "data"
-    with RerankDataWriter(folder, METADATA, chunk_size=2) as writer:
-        writer.add([make_row(i) for i in range(3)])
+    with RerankDataWriter(folder, METADATA, chunk_size=2, reproduce={"command": "first"}) as writer:
+        writer.add([make_record(i) for i in range(3)])
     other = {**METADATA, "k": 16}
     with pytest.raises(ValueError, match=r"'k': stored 4, given 16.*overwrite=True"):
         RerankDataWriter(folder, other)
+    # how a run was started is never compared, and a resumed run keeps the first record of it
+    RerankDataWriter(folder, METADATA, reproduce={"command": "second"}).close()
+    assert read_rerank_records(folder)[2] == {"command": "first"}
     fresh = RerankDataWriter(folder, other, overwrite=True)
     assert fresh.num_done == 0 and fresh.num_chunks == 0
     assert sorted(p.name for p in folder.iterdir()) == [METADATA_FILE]
     assert json.loads((folder / METADATA_FILE).read_text())["k"] == 16
 
 
-def test_writer_rejects_bad_rows_and_metadata(tmp_path):
+def test_writer_rejects_bad_records_and_settings(tmp_path):
     writer = RerankDataWriter(tmp_path / "data", METADATA)
-    with pytest.raises(ValueError, match="if these are NLLs, negate them"):
-        writer.add({**make_row(0), "target_logprobs": [1.0, 2.0, 3.0]})
+    with pytest.raises(ValueError, match="if these are log-probabilities, negate them"):
+        writer.add({**make_record(0), "target_nlls": [-1.0, -2.0, -3.0, -4.0]})
     with pytest.raises(ValueError, match="2 retrieval_scores for 3 candidates"):
-        writer.add({**make_row(0), "retrieval_scores": [1.0, 2.0]})
-    with pytest.raises(ValueError, match="non-empty list of passage texts"):
-        writer.add({**make_row(0), "candidates": "one passage, not a list"})
+        writer.add({**make_record(0), "retrieval_scores": [1.0, 2.0]})
+    with pytest.raises(ValueError, match=r"3 ranking_nlls for 3 candidates; give 4 \(one per candidate, then no"):
+        writer.add({**make_record(0), "ranking_nlls": [1.0, 2.0, 3.0]})
+    with pytest.raises(ValueError, match="non-empty list of the candidates' ids"):
+        writer.add({**make_record(0), "passage_ids": "one passage, not a list"})
     with pytest.raises(ValueError, match=r"missing \['window'\]"):
-        writer.add({key: value for key, value in make_row(0).items() if key != "window"})
-    with pytest.raises(ValueError, match="lacks \\['rerank_tokens'\\]"):
+        writer.add({key: value for key, value in make_record(0).items() if key != "window"})
+    with pytest.raises(ValueError, match="lack \\['rerank_tokens'\\]"):
         RerankDataWriter(tmp_path / "other", {key: v for key, v in METADATA.items() if key != "rerank_tokens"})
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "notes.txt").write_text("mine")
@@ -161,21 +172,31 @@ def test_writer_rejects_bad_rows_and_metadata(tmp_path):
         RerankDataWriter(tmp_path / "busy", METADATA)
 
 
-def test_loader_errors_say_what_is_wrong(tmp_path):
+def test_reader_errors_say_what_is_wrong(tmp_path):
     with pytest.raises(FileNotFoundError, match="No rerank data folder"):
-        load_rerank_data(tmp_path / "missing")
+        read_rerank_records(tmp_path / "missing")
     (tmp_path / "plain").mkdir()
     with pytest.raises(FileNotFoundError, match=f"no {METADATA_FILE}"):
-        load_rerank_data(tmp_path / "plain")
+        read_rerank_records(tmp_path / "plain")
     RerankDataWriter(tmp_path / "empty", METADATA)
-    with pytest.raises(FileNotFoundError, match="no complete chunk.*close"):
-        load_rerank_data(tmp_path / "empty")
-    # a chunk written by hand without the target column
-    RerankDataWriter(tmp_path / "bad", METADATA)
-    bad_rows = [{k: v for k, v in make_row(0).items() if k != "target_logprobs"}]
-    datasets.Dataset.from_list(bad_rows).save_to_disk(str(tmp_path / "bad" / "chunk-00000"))
-    with pytest.raises(ValueError, match=r"lacks the column\(s\) \['target_logprobs'\]"):
-        load_rerank_data(tmp_path / "bad")
+    with pytest.raises(FileNotFoundError, match="no complete chunk"):
+        read_rerank_records(tmp_path / "empty")
+    with pytest.raises(ValueError, match="lacks \\['target_logprobs'\\]"):
+        text_rows([{"prefix": "p", "candidates": ["c"], "retrieval_scores": [1.0]}])
+    with pytest.raises(ValueError, match="if these are NLLs, negate them"):
+        text_rows([{"prefix": "p", "candidates": ["c"], "retrieval_scores": [1.0], "target_logprobs": [2.0]}])
+
+
+def test_held_out_articles_are_fixed_as_the_data_grows():
+    rows = datasets.Dataset.from_dict({"article": [f"art{i // 8}" for i in range(4000)]})
+    small_train, small_eval = split_by_article(rows.select(range(1000)), 0.1)
+    train, held_out = split_by_article(rows, 0.1, max_train_windows=2000)
+    assert set(small_eval["article"]) <= set(held_out["article"])  # the articles held out stay held out
+    assert not set(train["article"]) & set(held_out["article"]) and train.num_rows == 2000
+    assert 0.05 < held_out.num_rows / rows.num_rows < 0.15
+    assert train["article"] == [a for a in rows["article"] if a not in set(held_out["article"])][:2000]
+    with pytest.raises(ValueError, match="too few"):
+        split_by_article(rows.select(range(8)), 0.1)
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -185,20 +206,25 @@ def test_loader_errors_say_what_is_wrong(tmp_path):
 TOPICS = ["rome", "river", "music", "planet", "castle", "garden", "winter", "market"]
 
 
+CLOSED = ("winter", "market")  # topics where every passage misleads the reader: no passage is best
+
+
 def synthetic_rows(n: int, seed: int = 0) -> list[dict]:
-    """Windows with 2 to 4 candidates where one passage (at a random rank) is always best for the reader."""
+    """Windows with 2 to 4 candidates where one passage (at a random rank) is best for the reader, except for the
+    :data:`CLOSED` topics, where no passage is best."""
     rng = random.Random(seed)
     rows = []
     for i in range(n):
         k = 2 + i % 3
         best = rng.randrange(k)
         topic = rng.choice(TOPICS)
-        candidates = [f"Helpful\nthe golden passage about {topic}" if j == best else
+        closed = topic in CLOSED
+        candidates = [f"Helpful\nthe golden passage about {topic}" if j == best and not closed else
                       f"Other\na plain note about {rng.choice(TOPICS)}" for j in range(k)]
-        targets = [-2.0 - rng.random() if j == best else -9.0 - rng.random() for j in range(k)]
+        targets = [-2.0 - rng.random() if j == best and not closed else -9.0 - rng.random() for j in range(k)]
         rows.append({"prefix": f"a story of the {topic}", "candidates": candidates,
                      "retrieval_scores": [rng.uniform(0, 10) for _ in range(k)], "target_logprobs": targets,
-                     "article": f"art{i // 5}", "window": i % 5})
+                     "no_passage_logprob": -2.5 if closed else -6.0, "article": f"art{i // 5}", "window": i % 5})
     return rows
 
 
@@ -219,13 +245,17 @@ def tiny_init(tmp_path_factory) -> Path:
     return folder
 
 
+def train(root: Path, tiny_init: Path, rows: list[dict], **options) -> dict:
+    return train_reranker(text_rows(rows), tiny_init, output_dir=root, eval_fraction=0.2, epochs=3, batch_size=8,
+                          learning_rate=3e-3, seed=0, eval_points=4, metadata=METADATA, show_progress=False,
+                          **options)
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, tiny_init):
-    """Trains once (pushing to a faked Hub); every test below reads this run."""
+    """Trains once over the passages (pushing to a faked Hub); the tests below read this run."""
     root = tmp_path_factory.mktemp("trained")
     rows = synthetic_rows(100)
-    with RerankDataWriter(root / "data", METADATA, chunk_size=40) as writer:
-        writer.add(rows)
     uploads = []
 
     def fake_create_repo(self, repo_id, **kwargs):
@@ -239,20 +269,61 @@ def trained(tmp_path_factory, tiny_init):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr("huggingface_hub.HfApi.create_repo", fake_create_repo)
         patch.setattr("huggingface_hub.HfApi.upload_folder", fake_upload_folder)
-        results = train_reranker(root / "data", tiny_init, output_dir=root / "model", eval_fraction=0.2, epochs=3,
-                                 batch_size=8, learning_rate=3e-3, seed=0, push_to_hub=REPO_ID, show_progress=False)
-    return SimpleNamespace(results=results, model_dir=root / "model", uploads=uploads, eval_rows=rows[80:])
+        results = train(root / "model", tiny_init, rows, push_to_hub=REPO_ID)
+    held_out = set(split_by_article(text_rows(rows), 0.2)[1]["article"])
+    return SimpleNamespace(results=results, model_dir=root / "model", uploads=uploads,
+                           eval_rows=[row for row in rows if row["article"] in held_out])
+
+
+@pytest.fixture(scope="module")
+def trained_with_none(tmp_path_factory, tiny_init):
+    """Trains once with the empty passage as one more candidate."""
+    root = tmp_path_factory.mktemp("trained-none")
+    rows = synthetic_rows(100)
+    results = train(root / "model", tiny_init, rows, no_passage_candidate=True)
+    held_out = set(split_by_article(text_rows(rows), 0.2)[1]["article"])
+    return SimpleNamespace(results=results, model_dir=root / "model",
+                           eval_rows=[row for row in rows if row["article"] in held_out])
 
 
 def test_training_lowers_the_loss_and_beats_chance(trained):
     r = trained.results
-    assert (r["train_windows"], r["eval_windows"]) == (80, 20)
+    assert r["train_windows"] + r["eval_windows"] == 100 and r["eval_windows"] == len(trained.eval_rows) > 5
+    assert r["train_articles"] + r["eval_articles"] == 20 and r["no_passage_candidate"] is False
     assert r["eval_candidates"] == sum(len(row["candidates"]) for row in trained.eval_rows)
     assert r["eval_loss"] < r["eval_loss_init"] - 0.5
-    assert r["oracle_agreement"] >= 0.8 > r["chance_agreement"] + 0.3
+    assert r["oracle_agreement"] >= 0.7 > r["chance_agreement"] + 0.2
     assert r["nll_reranker"] < r["nll_retrieval_top1"]
     assert r["nll_oracle"] <= r["nll_reranker"]
+    assert r["train_seconds"] > 0
     assert json.loads((trained.model_dir / "eval_results.json").read_text()) == pytest.approx(r)
+    curve = json.loads((trained.model_dir / CURVE_FILE).read_text())
+    assert [point["step"] for point in curve] == sorted(point["step"] for point in curve) and len(curve) == 4
+    assert curve[-1]["eval_loss"] == pytest.approx(r["eval_loss"], abs=1e-4)
+    assert curve[-1]["eval_nll_reranker"] == pytest.approx(r["nll_reranker"], abs=1e-4)
+    assert curve[-1]["eval_loss"] < r["eval_loss_init"] and all(p["train_loss"] > 0 for p in curve)
+
+
+def test_the_no_passage_candidate_learns_when_no_passage_is_best(trained_with_none):
+    r, rows = trained_with_none.results, trained_with_none.eval_rows
+    assert r["no_passage_candidate"] is True and r["eval_loss"] < r["eval_loss_init"] - 0.5
+    closed = [row for row in rows if row["prefix"].split()[-1] in CLOSED]
+    assert closed and len(closed) < len(rows)
+    assert r["no_passage_chosen"] == pytest.approx(len(closed) / len(rows), abs=0.15)
+    assert r["nll_reranker"] < min(r["nll_retrieval_top1"], r["nll_no_passage"])
+    # in use: the empty passage is one more candidate; when it wins, the window goes without a passage
+    config = RalmConfig(rerank="predictive", reranker_model=str(trained_with_none.model_dir),
+                        rerank_allow_no_passage=True)
+    reranker = PredictiveReranker(trained_with_none.model_dir)
+    pools = [[Passage(str(j), *text.split("\n", 1)) for j, text in enumerate(row["candidates"])] for row in rows]
+    chosen = choose_predictive(reranker, [row["prefix"] for row in rows], pools, config)
+    scores = reranker.scores([row["prefix"] for row in rows], [row["candidates"] + [NO_PASSAGE_TEXT] for row in rows])
+    assert chosen == [-1 if argmax_first(s) == len(s) - 1 else argmax_first(s) for s in scores]
+    assert sum(c == -1 for c in chosen) / len(rows) == pytest.approx(r["no_passage_chosen"])
+    card = (trained_with_none.model_dir / "README.md").read_text()
+    assert "the empty passage is one more candidate" in card.lower() and "rerank_allow_no_passage=True" in card
+    without = RalmConfig(rerank="predictive", reranker_model="x")
+    assert -1 not in choose_predictive(reranker, [row["prefix"] for row in rows], pools, without)
 
 
 def test_saved_folder_loads_as_cross_encoder_and_as_transformers_model(trained):
@@ -308,11 +379,12 @@ def test_model_card_states_the_setting_data_loss_and_figures(trained):
                      "| stride s (tokens of y) | `4` |", "| retrieval query length ℓ | `32` |",
                      "| zero-shot ranking tokens s' (recorded; the cross-encoder reads the query) | `16` |",
                      "| retrieval corpus | `synthetic` |",
-                     f"100 windows with {r['train_candidates'] + r['eval_candidates']} candidate passages",
+                     f"100 windows with {r['train_candidates'] + r['eval_candidates']} candidates in all",
+                     f"{r['eval_windows']}\nwindows of {r['eval_articles']} other articles",
                      "## Loss (Eq. 9)", "log_softmax(f)_i + log p_θ(y | [d_i; x])",
                      f"| {r['oracle_agreement']:.1%} |", f"| {r['nll_reranker']:.4f} |",
                      f"| {r['nll_retrieval_top1']:.4f} |", f"| {r['nll_oracle']:.4f} |",
-                     f'PredictiveReranker("{REPO_ID}")'):
+                     f'reranker_model="{REPO_ID}")', f'CrossEncoder("{REPO_ID}")'):
         assert expected in card, expected
 
 
@@ -328,7 +400,8 @@ def test_push_uploads_the_folder_with_its_card(trained):
 def test_train_reranker_refuses_unusable_settings(tmp_path):
     with pytest.raises(ValueError, match="eval_fraction"):
         train_reranker(tmp_path, output_dir=tmp_path / "out", eval_fraction=1.0)
-    with RerankDataWriter(tmp_path / "data", METADATA) as writer:
-        writer.add(make_row(0))
     with pytest.raises(ValueError, match="too few"):
-        train_reranker(tmp_path / "data", output_dir=tmp_path / "out")
+        train_reranker(text_rows(synthetic_rows(3)), output_dir=tmp_path / "out")
+    rows = [{k: v for k, v in row.items() if k != "no_passage_logprob"} for row in synthetic_rows(20)]
+    with pytest.raises(ValueError, match="20 window\\(s\\) have no no_passage_logprob"):
+        train_reranker(text_rows(rows), output_dir=tmp_path / "out", no_passage_candidate=True)

@@ -104,7 +104,8 @@ def test_nlls_are_the_readers_from_a_plain_forward(collected, setup, tiny_llama,
     assert keys == sorted(keys) and len(set(keys)) == len(keys)
     metadata = collected["metadata"]
     assert metadata == {
-        "reader": "LlamaForCausalLM", "reader_class": "LlamaForCausalLM", "reader_parameters": metadata["reader_parameters"],
+        "reader": "LlamaForCausalLM", "reader_class": "LlamaForCausalLM",
+        "reader_parameters": metadata["reader_parameters"],
         "dtype": "float32", "k": 3, "stride": 4, "query_length": 8, "rerank_tokens": 16, "max_length": 16,
         "max_doc_tokens": 8, "bos_every_window": False, "passage_template": "{title}\n{text}", "retriever": "bm25",
         "corpus_fingerprint": metadata["corpus_fingerprint"], "forbidden_titles": metadata["forbidden_titles"],
@@ -194,8 +195,8 @@ def test_resumed_collection_gives_the_uninterrupted_records(collected, setup, ti
     for got, want in zip(resumed, collected["records"]):
         for key in ("target_nlls", "ranking_nlls"):
             assert got[key] == pytest.approx(want[key], abs=1e-5)
-        assert {**got, "target_nlls": None, "ranking_nlls": None} == {**want, "target_nlls": None,
-                                                                       "ranking_nlls": None}
+        numbers = {"target_nlls": None, "ranking_nlls": None}
+        assert {**got, **numbers} == {**want, **numbers}
 
     def no_computing(*args, **kwargs):
         raise AssertionError("a complete folder must be resumed without running the reader")

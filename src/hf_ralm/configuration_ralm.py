@@ -71,7 +71,8 @@ class RalmConfig(PreTrainedConfig):
         rerank_tokens: ``s'``, the prefix tokens ``"lm"`` ranks on (16).
         reranker_model: the LM that ranks for ``"lm"`` (default: the reader itself; another model works in text, see
             :mod:`hf_ralm.reranking.rules`), or the cross-encoder of ``"predictive"`` (a folder or Hub id).
-        rerank_allow_no_passage: with ``"lm"`` or ``"oracle"``, the window without a passage is one more candidate.
+        rerank_allow_no_passage: with ``"lm"``, ``"oracle"`` or ``"predictive"``, the window without a passage is one
+            more candidate (the predictive reranker reads it as the empty passage).
         rerank_no_passage_margin: with ``rerank_allow_no_passage``, the nats of ranking NLL the best passage must save
             over no passage to be chosen (0.0: the lowest NLL wins; a positive margin keeps a passage out of the
             context unless the LM finds clear evidence that it helps).
@@ -212,15 +213,19 @@ retrieval_stride (4) tokens after it: lower max_context_doc_tokens to at most 29
         if self.rerank in ("oracle", "random", "none") and self.reranker_model is not None:
             raise ValueError(f"reranker_model is for rerank='lm' or 'predictive'; rerank={self.rerank!r} uses none "
                              "(the oracle ranks with the reader itself): drop reranker_model.")
-        if self.rerank_allow_no_passage and self.rerank not in ("lm", "oracle"):
-            raise ValueError("rerank_allow_no_passage adds the window without a passage to what an LM ranks: it needs "
-                             f"rerank='lm' or 'oracle', got rerank={self.rerank!r}.")
+        if self.rerank_allow_no_passage and self.rerank not in ("lm", "oracle", "predictive"):
+            raise ValueError("rerank_allow_no_passage adds the window without a passage to what a reranker ranks: it "
+                             f"needs rerank='lm', 'oracle' or 'predictive', got rerank={self.rerank!r}.")
         if not _is_finite_number(self.rerank_no_passage_margin):
             raise ValueError(f"rerank_no_passage_margin must be a finite number of nats, got "
                              f"{self.rerank_no_passage_margin!r}.")
         if self.rerank_no_passage_margin != 0 and not self.rerank_allow_no_passage:
             raise ValueError("rerank_no_passage_margin is how much a passage must beat the no-passage candidate of "
                              "rerank_allow_no_passage: set rerank_allow_no_passage=True, or drop the margin.")
+        if self.rerank_no_passage_margin != 0 and self.rerank == "predictive":
+            raise ValueError("rerank_no_passage_margin is in nats of the reader's NLL, which rerank='predictive' does "
+                             "not compute (a trained reranker's scores have no unit): drop the margin, or train the "
+                             "reranker with the no-passage candidate and let it decide.")
 
     def _validate_passages(self) -> None:
         check_count("num_passages", self.num_passages)

@@ -36,7 +36,8 @@ choice it runs as a stride whose retrieval returned nothing. A stride that retri
   ``crc32(prompt ids) · 2**32 + j`` (:func:`.reranking.random_key`): reproducible per prompt and stride, whatever
   the batch.
 * ``"predictive"``: the trained cross-encoder (:class:`~hf_ralm.reranking.PredictiveReranker`) scores (the stride's
-  query, ``config.passage_text(title, text)``) for every candidate; the highest wins, ties to the better rank.
+  query, ``config.passage_text(title, text)``) for every candidate, and with ``rerank_allow_no_passage`` the empty
+  passage too (:func:`~hf_ralm.reranking.predictive.choose_predictive`); the highest wins, ties to the better rank.
 * ``"oracle"`` ranks on the tokens a stride is about to generate: refused (a ``ValueError``), as is reranking with
   an ensemble of passages (``RalmLogitsProcessor(ensemble_size > 1)``).
 

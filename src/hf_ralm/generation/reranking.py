@@ -21,6 +21,7 @@ from typing import Sequence
 from ..configuration_ralm import RalmConfig
 from ..passage_cache import PassageKVCache
 from ..reranking.lm import LMReranker, choose_ranked, rerank_options
+from ..reranking.predictive import choose_predictive
 from ..reranking.rules import NO_PASSAGE, random_choice
 from ..retrieval.base import Passage
 from ..scoring import ScoredInput, score_inputs
@@ -114,12 +115,11 @@ class StrideReranker:
             keys = [random_key(rows[i].ids[: rows[i].prompt_length], stride_index) for i in todo]
             picks = [random_choice(self.config.rerank_seed, key, len(pool)) for key, pool in zip(keys, pools)]
         elif strategy == "predictive":
-            texts = [[self.config.passage_text(p.title, p.text) for p in pool] for pool in pools]
-            picks = self.reranker.choose([queries[i] for i in todo], texts)
+            picks = choose_predictive(self.reranker, [queries[i] for i in todo], pools, self.config)
         else:
             picks = self._lm_choices([rows[i] for i in todo], pools, stride_tokens, reuse_prefix_kv)
         for i, pool, pick in zip(todo, pools, picks):
-            chosen[i] = pick if pick < len(pool) else NO_PASSAGE
+            chosen[i] = pick if 0 <= pick < len(pool) else NO_PASSAGE
         return chosen
 
     def _lm_choices(self, rows: list[Row], pools: list[list[Passage]], stride_tokens: int,

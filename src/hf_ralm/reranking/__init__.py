@@ -1,8 +1,9 @@
 """Reranking the retrieved passages of In-Context RALM (Ram et al. 2023, §6).
 
-The predictive reranker (§6.2): :func:`collect_rerank_data` collects its training data with the frozen reader,
-:class:`RerankDataWriter` / :func:`load_rerank_data` hold it, :func:`train_reranker` trains it with the loss of
-Eq. 9, and :class:`PredictiveReranker` uses it. Training and using it need the ``rerank`` extra
+The predictive reranker (§6.2): :func:`collect_rerank_data` collects its training data with the frozen reader as
+compact records (:class:`RerankDataWriter`; :func:`load_rerank_data` gives back their texts,
+:func:`rerank_data_summary` counts them), :func:`train_reranker` trains it with the loss of Eq. 9, and
+:class:`PredictiveReranker` uses it. Training and using it need the ``rerank`` extra
 (``pip install 'hf-ralm[rerank]'``); sentence-transformers is imported only then.
 
 Example::
@@ -14,7 +15,7 @@ Example::
 """
 
 from .collect import collect_rerank_data, training_articles
-from .data import RerankDataWriter, load_rerank_data
+from .data import RerankDataWriter, load_rerank_data, rerank_data_summary
 from .predictive import PredictiveReranker
 from .training import PredictiveRerankLoss, predictive_loss, push_reranker, rerank_metrics, train_reranker
 
@@ -23,6 +24,7 @@ __all__ = [
     "training_articles",
     "RerankDataWriter",
     "load_rerank_data",
+    "rerank_data_summary",
     "PredictiveReranker",
     "PredictiveRerankLoss",
     "predictive_loss",

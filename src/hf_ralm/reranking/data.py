@@ -326,7 +326,8 @@ def _recorded_path(given, reproduce: Mapping[str, Any], key: str, folder) -> str
 
 
 def candidate_counts(dataset: datasets.Dataset) -> Sequence[int]:
-    """The number of candidates of each text row."""
+    """The number of candidates of each text row (read from Arrow, without decoding the texts; a selection of rows
+    counts its own rows)."""
     import pyarrow.compute as pc
 
-    return pc.list_value_length(dataset.data.column("candidates")).to_pylist()
+    return pc.list_value_length(dataset.with_format("arrow")["candidates"]).to_pylist()

@@ -138,7 +138,7 @@ def rerank_windows(
                   for w in windows]
         return RerankOutcome(chosen, [None] * len(windows))
     if strategy == "predictive":
-        return _predictive(reranker, windows, queries, pools, config, show_progress)
+        return _predictive(reranker, windows, queries, pools, config)
     if reranker is None and config.reranker_model is not None:
         raise ValueError(f"reranker_model={config.reranker_model!r} ranks, but no reranker was passed: pass "
                          "reranker=load_reranker(config, model).")
@@ -271,13 +271,14 @@ def _other_lm_ranks(reranker: LMReranker, tokenizer, ids, windows, pools, config
     return RerankOutcome(chosen, ranking)
 
 
-def _predictive(reranker, windows, queries, pools, config, show_progress) -> RerankOutcome:
-    """A trained cross-encoder scores (query, passage) pairs; its highest score wins (ties: the better rank)."""
+def _predictive(reranker, windows, queries, pools, config) -> RerankOutcome:
+    """A trained cross-encoder scores (query, passage) pairs; its highest score wins (ties: the better rank; with
+    ``rerank_allow_no_passage`` the empty passage is one more candidate)."""
+    from .predictive import choose_predictive
+
     if reranker is None:
         raise ValueError("rerank='predictive' needs a trained reranker: pass reranker=load_reranker(config, model) "
                          "with reranker_model set to its folder or Hub id.")
-    todo = [w for w in windows if pools[w.index]]
-    texts = [[config.passage_text(p.title, p.text) for p in pools[w.index]] for w in todo]
-    choices = dict(zip((w.index for w in todo),
-                       reranker.choose([queries[w.index] for w in todo], texts, show_progress=show_progress)))
-    return RerankOutcome([choices.get(w.index, NO_PASSAGE) for w in windows], [None] * len(windows))
+    chosen = choose_predictive(reranker, [queries[w.index] for w in windows], [pools[w.index] for w in windows],
+                               config)
+    return RerankOutcome(chosen, [None] * len(windows))

