@@ -18,6 +18,7 @@ from hf_ralm.configuration_ralm import RALM_FIELDS
 from hf_ralm.generation import RalmLogitsProcessor, ralm_generate
 from hf_ralm.model_inputs import passage_prefix
 from hf_ralm.passage_cache import PassageKVCache
+from hf_ralm.reranking.predictive import NO_PASSAGE_TEXT
 from hf_ralm.reranking.rules import random_choice
 from test_reranking import full_nlls, permuted_tokenizer
 
@@ -415,13 +416,15 @@ TEXT_ONLY = dict(suppress_tokens=list(range(TOKENIZER_VOCAB_SIZE, MODEL_VOCAB_SI
 
 
 class KeywordReranker:
-    """Stands in for the trained cross-encoder: a passage scores the number of the query's words it holds."""
+    """Stands in for the trained cross-encoder: a passage scores the number of the query's words it holds; the empty
+    passage (no passage, with ``rerank_allow_no_passage``) scores 3.5, so it wins unless a passage holds four."""
 
     def __init__(self):
         self.queries: list[str] = []
 
-    def scores(self, query: str, texts: list[str]) -> list[int]:
-        return [sum(word in text.split() for word in query.split()) for text in texts]
+    def scores(self, query: str, texts: list[str]) -> list[float]:
+        return [sum(word in text.split() for word in query.split()) if text != NO_PASSAGE_TEXT else 3.5
+                for text in texts]
 
     def choose(self, prefixes, candidates):
         self.queries.extend(prefixes)
@@ -463,10 +466,11 @@ def spec_rerank_generate(model, tokenizer, retriever, config, prompt, new_tokens
             elif config.rerank == "random":
                 key = (zlib.crc32(" ".join(map(str, prompt)).encode()) << 32) + t // s
                 choice = random_choice(config.rerank_seed, key, len(pool))
-            elif config.rerank == "predictive":
-                texts = [config.passage_text(p.title, p.text) for p in pool]
+            elif config.rerank == "predictive":  # the empty passage is no passage's text
+                texts = [config.passage_text(p.title, p.text) if p else NO_PASSAGE_TEXT for p in options]
                 scores = reranker.scores(query, texts)
-                choice = min(range(len(pool)), key=lambda i: (-scores[i], i))
+                best = min(range(len(options)), key=lambda i: (-scores[i], i))
+                choice = best if best < len(pool) else -1
             else:
                 first = max(len(x) - config.rerank_tokens, max(starts) + 1)
                 scores = [spec_ranking_nll(model, tokenizer, config, x, d, a, first, reranker, option)
@@ -571,9 +575,11 @@ def test_other_lm_reranks_generation_in_text(models, tiny_tokenizer, rerank_prom
         ralm_generate(model, tiny_tokenizer, retriever, config, ids, max_new_tokens=2)
 
 
-def test_predictive_reranker_sees_the_query_and_passage_texts(models, tiny_tokenizer, rerank_prompts):
+@pytest.mark.parametrize("allow_none", [False, True])
+def test_predictive_reranker_sees_the_query_and_passage_texts(models, tiny_tokenizer, rerank_prompts, allow_none):
     model, retriever, reranker = models["llama"], HashRetriever(), KeywordReranker()
-    config = ralm_config(4, rerank="predictive", rerank_candidates=K, reranker_model="unused-here")
+    config = ralm_config(4, rerank="predictive", rerank_candidates=K, reranker_model="unused-here",
+                         rerank_allow_no_passage=allow_none)
     ids, mask = left_pad(rerank_prompts)
     out = ralm_generate(model, tiny_tokenizer, retriever, config, ids, attention_mask=mask, reranker=reranker,
                         max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=None, pad_token_id=PAD_ID,
@@ -581,6 +587,7 @@ def test_predictive_reranker_sees_the_query_and_passage_texts(models, tiny_token
     queries = list(reranker.queries)
     ranks = check_reranked(out, ids.shape[1], rerank_prompts, model, tiny_tokenizer, retriever, config, reranker)
     assert any(rank > 0 for rank in ranks)
+    assert (-1 in ranks) == allow_none  # with the empty passage, some strides go without a passage
     assert set(queries) <= set(retriever.queries) and len(queries) == out.ralm_stats["reranked_strides"]
 
 

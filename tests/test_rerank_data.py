@@ -272,21 +272,29 @@ def test_commands_collect_train_and_rerank(setup, tiny_model_dir, tiny_init, tmp
 
     model = tmp_path / "reranker"
     figures = json.loads(run(capsys, ["train-reranker", "--data", str(data), "--init", str(tiny_init), "--output-dir",
-                                      str(model), "--epochs", "1", "--batch-size", "4", "--eval-fraction", "0.25"]))
+                                      str(model), "--epochs", "1", "--batch-size", "4", "--eval-fraction", "0.25",
+                                      "--no-passage-candidate", "--eval-points", "2"]))
     assert figures["train_windows"] + figures["eval_windows"] == dataset.num_rows
+    assert figures["no_passage_candidate"] and 0 <= figures["no_passage_chosen"] <= 1
     assert json.loads((model / "eval_results.json").read_text()) == pytest.approx(figures)
+    assert len(json.loads((model / "training_curve.json").read_text())) == 2
+    from sentence_transformers import CrossEncoder
+
+    assert CrossEncoder(str(model)).num_labels == 1  # a plain cross-encoder folder
 
     rows = write_jsonl(tmp_path / "eval.jsonl", [{"text": EVAL_TEXT}])
     out = tmp_path / "eval"
-    run(capsys, ["eval-lm", "--model", str(tiny_model_dir), "--device", "cpu", "--dataset-path", str(rows),
-                 "--retriever", "bm25", "--index-dir", setup["index"], "--corpus", setup["corpus"],
-                 "--max-length", "16", "--stride", "4", "--query-length", "8", "--max-doc-tokens", "8",
-                 "--rerank", "predictive",
-                 "--reranker-model", str(model), "--rerank-candidates", "3", "--max-eval-tokens", "40",
-                 "--output-dir", str(out)])
+    common = ["--model", str(tiny_model_dir), "--device", "cpu", "--retriever", "bm25", "--index-dir", setup["index"],
+              "--max-length", "16", "--stride", "4", "--query-length", "8", "--max-doc-tokens", "8",
+              "--rerank", "predictive", "--reranker-model", str(model), "--rerank-candidates", "3",
+              "--rerank-allow-no-passage"]
+    run(capsys, ["eval-lm", *common, "--dataset-path", str(rows), "--max-eval-tokens", "40", "--output-dir", str(out)])
     report = json.loads((out / "eval.json").read_text())
     assert report["rerank"] == "predictive" and report["rerank_candidates"] == 3
     assert report["num_windows_with_passage"] > 0
+    generated = run(capsys, ["generate", *common, "--prompt", "the emperor of rome and the senate ruled the city",
+                             "--max-new-tokens", "8", "--show-sources"])
+    assert generated.strip()
 
 
 @pytest.mark.parametrize(

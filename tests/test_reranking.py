@@ -285,6 +285,10 @@ def test_config_rejects_bad_rerank_settings():
         RalmConfig(rerank="predictive")
     with pytest.raises(ValueError, match="rerank_allow_no_passage"):
         RalmConfig(rerank="random", rerank_allow_no_passage=True)
+    # a trained reranker may take the empty passage as one more candidate, but its scores have no nats for a margin
+    assert RalmConfig(rerank="predictive", reranker_model="r", rerank_allow_no_passage=True).rerank_allow_no_passage
+    with pytest.raises(ValueError, match="rerank='predictive' does not compute"):
+        RalmConfig(rerank="predictive", reranker_model="r", rerank_allow_no_passage=True, rerank_no_passage_margin=1.0)
     with pytest.raises(ValueError, match="rerank_tokens must be at least 1"):
         RalmConfig(rerank="lm", rerank_tokens=0)
     assert RalmConfig(rerank="lm").num_retrieved == 16 and RalmConfig().num_retrieved == 1
