@@ -23,7 +23,7 @@ from bench_setup import WIKIPEDIA
 
 def first_passages(corpus: str, count: int) -> list[str]:
     """The corpus's first ``count`` passages, as the index encodes them (title, newline, 100 words)."""
-    from hf_ralm.retrieval.base import passage_text
+    from hf_ralm.passages import passage_text
     from hf_ralm.retrieval.corpus import passage_rows, read_corpus
 
     return [passage_text(row["title"], row["text"])

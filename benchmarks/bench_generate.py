@@ -43,8 +43,7 @@ import time
 from pathlib import Path
 
 import torch
-from bench_common import available_cores, synchronize
-from bench_common import environment as run_environment
+from bench_common import available_cores, environment as run_environment, synchronize
 
 
 HOME = Path.home()
@@ -161,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     from hf_ralm import RetrievalAugmentedModel
     from hf_ralm.retrieval.base import read_forbidden_titles
     from hf_ralm.retrieval.bm25 import BM25Retriever
-    from hf_ralm.retrieval.files import write_json_atomic
+    from hf_ralm.utils.atomic import write_json_atomic
     from hf_ralm.modeling_utils import model_device
 
     threads = args.threads or available_cores()

@@ -170,7 +170,8 @@ def query_analysis(query: str, bm25s_terms: list[str], lucene: LuceneSide) -> di
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from hf_ralm.retrieval.base import passage_text, read_forbidden_titles
+    from hf_ralm.retrieval.base import read_forbidden_titles
+    from hf_ralm.passages import passage_text
     from hf_ralm.retrieval.analysis import ANALYSIS, analyze, analyze_texts
     from hf_ralm.retrieval.bm25 import BM25Retriever
     from hf_ralm.retrieval.index_folder import read_index_info

@@ -35,8 +35,7 @@ import sys
 from pathlib import Path
 
 import torch
-from bench_common import environment as run_environment
-from bench_common import timed
+from bench_common import environment as run_environment, timed
 
 HOME = Path.home()
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -116,15 +115,14 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
 
-    from hf_ralm.model_inputs import passage_prefix
+    from hf_ralm.model_inputs import passage_prefix, window_prefixes
     from hf_ralm.passage_cache import PassageKVCache
     from hf_ralm.reference import reference_rerank_nlls
     from hf_ralm.reranking.lm import LMReranker
     from hf_ralm.retrieval.base import read_forbidden_titles
     from hf_ralm.retrieval.bm25 import BM25Retriever
-    from hf_ralm.retrieval.jsonfile import write_json_atomic
+    from hf_ralm.utils.atomic import write_json_atomic
     from hf_ralm.scoring import score_windows
-    from hf_ralm.model_inputs import window_prefixes
 
     forbidden = read_forbidden_titles(args.forbidden_titles) if args.forbidden_titles else frozenset()
     retriever = BM25Retriever.load(args.index_dir, forbidden_titles=forbidden)

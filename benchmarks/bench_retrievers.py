@@ -85,7 +85,7 @@ def ensure_subset(corpus: str, titles_file: str, out: str, n: int, seed: int) ->
     """The folder of the ``n``-article subset of ``corpus`` (seed ``seed``, the titles in ``titles_file`` excluded)
     under ``out``: ``corpus.jsonl`` and ``subset.json``, written there when missing."""
     from hf_ralm.retrieval.base import read_forbidden_titles
-    from hf_ralm.retrieval.files import write_json_atomic
+    from hf_ralm.utils.atomic import write_json_atomic
 
     sub = os.path.join(out, f"subset-{n}-seed{seed}")
     os.makedirs(sub, exist_ok=True)
@@ -179,7 +179,7 @@ def main() -> None:
     if args.measure:
         return measure_one(args)
 
-    from hf_ralm.retrieval.files import write_json_atomic
+    from hf_ralm.utils.atomic import write_json_atomic
 
     command = shlex.join([sys.executable, *sys.argv])
     print("command:", command, flush=True)

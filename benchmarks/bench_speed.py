@@ -32,8 +32,7 @@ import time
 from pathlib import Path
 
 import torch
-from bench_common import available_cores, timed
-from bench_common import environment as run_environment
+from bench_common import available_cores, environment as run_environment, timed
 
 
 HOME = Path.home()
@@ -87,14 +86,14 @@ def main(argv: list[str] | None = None) -> int:
     from hf_ralm.data import load_dataset_text
     from hf_ralm.evaluation import retrieve_for_windows, tokenize_text, window_queries
     from hf_ralm.model_inputs import window_prefixes
-    from hf_ralm.modeling_utils import resolve_max_length
+    from hf_ralm.modeling_utils import model_device, resolve_max_length
     from hf_ralm.reference import reference_window_nlls
     from hf_ralm.retrieval.base import read_forbidden_titles
     from hf_ralm.retrieval.bm25 import BM25Retriever
-    from hf_ralm.retrieval.files import write_json_atomic
-    from hf_ralm.modeling_utils import model_device
+    from hf_ralm.utils.atomic import write_json_atomic
     from hf_ralm.scoring import score_windows
-    from hf_ralm.windows import count_words, perplexity_figures, plan_windows
+    from hf_ralm.windows import plan_windows
+    from hf_ralm.perplexity import count_words, perplexity_figures
 
     threads = args.threads or available_cores()
     torch.set_num_threads(threads)

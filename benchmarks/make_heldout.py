@@ -12,7 +12,7 @@ import os
 import random
 
 from hf_ralm.retrieval.corpus import read_corpus
-from hf_ralm.retrieval.files import write_json_atomic
+from hf_ralm.utils.atomic import write_json_atomic
 
 
 def main() -> None:

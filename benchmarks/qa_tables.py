@@ -28,7 +28,7 @@ import shlex
 import subprocess
 import sys
 
-from hf_ralm.retrieval.jsonfile import write_text_atomic
+from hf_ralm.utils.atomic import write_text_atomic
 
 HOME = os.path.expanduser("~")
 SHARED = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data"))

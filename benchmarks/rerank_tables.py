@@ -94,13 +94,12 @@ def candidate_pass(run: Run, data: str, args) -> list:
 def choice_pass(run: Run, data: str, args, name: str, ranker_settings: dict, choose) -> list[int]:
     """Per window, the choice of a ranker that only chooses (``choose(windows) -> chosen``), saved every
     :data:`CHUNK` windows in ``name``'s folder and resumed from there."""
-    from hf_ralm.chunks import RecordChunkWriter
-    from hf_ralm.provenance import provenance
+    from hf_ralm.records import RecordStore
+    from hf_ralm.utils.provenance import provenance
     from hf_ralm.resume import model_identity
 
     settings = {**model_identity(run.model), **run_identity(run, data, args), **ranker_settings}
-    writer = RecordChunkWriter(pass_dir(args, run.reader, data, name), settings, chunk_size=CHUNK,
-                               reproduce=provenance())
+    writer = RecordStore(pass_dir(args, run.reader, data, name), settings, chunk_size=CHUNK, reproduce=provenance())
     chosen = [row["chosen"] for row in writer.rows()]
     with writer:
         for start in range(len(chosen), len(run.windows), CHUNK):
@@ -144,9 +143,9 @@ def predictive_choices(run: Run, data: str, args, folder: str, no_passage: bool)
 def timing(run: Run, data: str, args, other, predictive: dict) -> dict[str, float]:
     """Seconds per window of each computation a strategy needs, measured side by side on the same windows (one
     record per computation, resumed)."""
-    from hf_ralm.chunks import RecordChunkWriter
+    from hf_ralm.records import RecordStore
     from hf_ralm.model_inputs import window_prefixes
-    from hf_ralm.provenance import provenance
+    from hf_ralm.utils.provenance import provenance
     from hf_ralm.reranking.candidates import score_candidates
     from hf_ralm.reranking.gates import lm_gate_config
     from hf_ralm.reranking.lm import rerank_windows
@@ -180,8 +179,8 @@ def timing(run: Run, data: str, args, other, predictive: dict) -> dict[str, floa
                            rerank_allow_no_passage=name.endswith("no-passage candidate")),
             PredictiveReranker(folder, device=str(run.model.device)))
     settings = {**model_identity(run.model), **run_identity(run, data, args), "windows": len(windows)}
-    writer = RecordChunkWriter(pass_dir(args, run.reader, data, "timing"), settings, chunk_size=1,
-                               reproduce=provenance())
+    writer = RecordStore(pass_dir(args, run.reader, data, "timing"), settings, chunk_size=1,
+                         reproduce=provenance())
     measured = {row["computation"]: row["seconds_per_window"] for row in writer.rows()}
     with writer:
         for name, compute in computations.items():

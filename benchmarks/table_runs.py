@@ -59,7 +59,8 @@ class Run:
         from hf_ralm import RalmConfig
         from hf_ralm.data import load_dataset_text
         from hf_ralm.evaluation import retrieve_for_windows, tokenize_text, window_queries
-        from hf_ralm.windows import count_words, plan_windows
+        from hf_ralm.windows import plan_windows
+        from hf_ralm.perplexity import count_words
 
         self.reader = reader
         self.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -85,7 +86,7 @@ class Run:
 
 def cached(path: str, compute) -> dict:
     """The JSON at ``path``, or ``compute()`` written there (atomically) first."""
-    from hf_ralm.retrieval.jsonfile import write_json_atomic
+    from hf_ralm.utils.atomic import write_json_atomic
 
     if os.path.exists(path):
         with open(path, encoding="utf-8") as f:

@@ -64,7 +64,7 @@ def train_one(args, variant: str, size: int, summary: dict) -> dict | None:
     """One model's record (trained now, or read back); ``None`` when the data has fewer training windows."""
     from hf_ralm.reranking import train_reranker
     from hf_ralm.reranking.training import CURVE_FILE
-    from hf_ralm.retrieval.jsonfile import write_json_atomic
+    from hf_ralm.utils.atomic import write_json_atomic
 
     record_path = Path(args.runs_dir) / f"{variant}-{size}.json"
     if record_path.is_file():

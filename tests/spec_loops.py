@@ -23,7 +23,7 @@ import torch
 
 from conftest import TINY_VOCAB_WORDS
 from hf_ralm.model_inputs import passage_prefix
-from hf_ralm.retrieval.base import Passage
+from hf_ralm.passages import Passage
 from test_reranking import full_nlls
 
 WORDS = TINY_VOCAB_WORDS[:60]

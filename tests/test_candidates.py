@@ -16,7 +16,7 @@ import pytest
 
 from conftest import make_tiny_model
 from hf_ralm import RalmConfig
-from hf_ralm.chunks import RecordChunkWriter
+from hf_ralm.records import RecordStore
 from hf_ralm.errors import OutputFolderError
 from hf_ralm.reranking.candidates import CandidateScores, score_candidates
 from hf_ralm.reranking.rules import ranking_span
@@ -81,9 +81,9 @@ def test_an_interrupted_pass_resumes_from_a_copy_and_never_recomputes(tiny_llama
     monkeypatch.setattr(candidates, "rerank_windows", interrupted)
     with pytest.raises(KeyboardInterrupt):
         scores_of(tiny_llama, tiny_tokenizer, text, output_dir=folder, chunk_size=4, settings={"data": "t"})
-    assert len(RecordChunkWriter.complete_chunks(folder)) == 2
-    stored = json.dumps([row for path in RecordChunkWriter.complete_chunks(folder)
-                         for row in RecordChunkWriter.read_chunk_file(path)["rows"]])
+    assert len(RecordStore.complete_chunks(folder)) == 2
+    stored = json.dumps([row for path in RecordStore.complete_chunks(folder)
+                         for row in RecordStore.read_chunk_file(path)["rows"]])
     assert not any(p.text in stored for pool in text["candidates"] for p in pool)  # ids and numbers only
 
     clone = tmp_path / "clone" / "runs" / "pass"  # a fresh clone of the repository, elsewhere

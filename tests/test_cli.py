@@ -11,8 +11,8 @@ import pytest
 from conftest import ARTICLES, EVAL_TEXT, write_jsonl
 from hf_ralm.cli import FLAGS, build_parser, main, with_flags
 from hf_ralm.configuration_ralm import RalmConfig
-from hf_ralm.data import load_dataset_text
-from hf_ralm.windows import count_words, join_rows
+from hf_ralm.data import join_rows, load_dataset_text
+from hf_ralm.perplexity import count_words
 
 FIGURE_KEYS = {"nll_sum", "num_tokens", "num_scored", "num_words", "token_ppl", "word_ppl"}
 

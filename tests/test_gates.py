@@ -14,9 +14,8 @@ from conftest import ARCHS, ARTICLES
 from hf_ralm import RalmConfig
 from hf_ralm.evaluation import evaluate_perplexity, evaluate_retrieval
 from hf_ralm.reranking.gates import lm_gate_config, normalized_top_scores, retrieved_fraction
-from hf_ralm.reranking.rules import NO_PASSAGE
+from hf_ralm.passages import NO_PASSAGE, Passage, passage_text
 from hf_ralm.retrieval.analysis import analyze
-from hf_ralm.retrieval.base import Passage, passage_text
 from hf_ralm.windows import plan_windows
 from spec_loops import ScoredRetriever, plain_window_nlls, ranking_nll
 from test_reranking import make_text, plain_rerank

@@ -17,9 +17,11 @@ from hf_ralm import RalmConfig
 from hf_ralm.evaluation import evaluate_retrieval
 from hf_ralm.model_inputs import window_prefixes
 from hf_ralm.reference import reference_window_nlls
-from hf_ralm.retrieval import BM25Retriever, Passage
+from hf_ralm.retrieval import BM25Retriever
+from hf_ralm.passages import Passage
 from hf_ralm.scoring import score_windows
-from hf_ralm.windows import join_rows, plan_windows
+from hf_ralm.windows import plan_windows
+from hf_ralm.data import join_rows
 
 pytestmark = pytest.mark.integration
 

@@ -15,8 +15,10 @@ from hf_ralm import RalmConfig, RetrievalAugmentedModel, evaluate_perplexity
 from hf_ralm.evaluation import evaluate_retrieval, retrieve_for_windows, tokenize_text, window_prefixes, window_queries
 from hf_ralm.modeling_utils import resolve_max_length
 from hf_ralm.reference import reference_window_nlls
-from hf_ralm.retrieval import BM25Retriever, Passage
-from hf_ralm.windows import count_words, plan_windows
+from hf_ralm.retrieval import BM25Retriever
+from hf_ralm.passages import Passage
+from hf_ralm.windows import plan_windows
+from hf_ralm.perplexity import count_words
 
 SETTINGS = dict(retrieval_stride=4, query_length=8, max_length=16, max_doc_tokens=12)  # L holds a passage and s
 

@@ -17,7 +17,7 @@ from hf_ralm.ensemble import (ensemble_log_weights, ensemble_member_nlls, ensemb
 from hf_ralm.evaluation import evaluate_perplexity
 from hf_ralm.generation import RalmLogitsProcessor
 from hf_ralm.model_inputs import context_indices, context_prefix, passage_prefix
-from hf_ralm.retrieval.base import Passage
+from hf_ralm.passages import Passage
 from hf_ralm.windows import plan_windows
 from spec_loops import ScoredRetriever, plain_ensemble_nlls, plain_window_nlls
 from test_reranking import make_text, plain_rerank

@@ -23,11 +23,11 @@ from hf_ralm.reranking import (
     rerank_metrics,
     train_reranker,
 )
-from hf_ralm.chunks import TMP_PREFIX
+from hf_ralm.records import TMP_PREFIX
 from hf_ralm.reranking.data import METADATA_FILE, read_rerank_records, text_rows
 from hf_ralm.reranking.predictive import NO_PASSAGE_TEXT, argmax_first, choose_predictive
 from hf_ralm.reranking.training import CURVE_FILE, default_init, split_by_article
-from hf_ralm.retrieval.base import Passage
+from hf_ralm.passages import Passage
 
 METADATA = {"reader": "tiny-llama", "k": 4, "stride": 4, "query_length": 32, "rerank_tokens": 16,
             "max_length": 128, "max_doc_tokens": 64, "corpus": "synthetic"}

@@ -20,14 +20,14 @@ import pytest
 
 from conftest import ARTICLES, EVAL_TEXT, write_jsonl
 from hf_ralm import RalmConfig
-from hf_ralm.chunks import TMP_PREFIX
+from hf_ralm.records import TMP_PREFIX
 from hf_ralm.cli import main
 from hf_ralm.reranking import collect_rerank_data, load_rerank_data
 from hf_ralm.reranking.collect import retrieve_excluding_title, spread_windows
 from hf_ralm.reranking.data import read_rerank_records, rerank_data_summary
 from hf_ralm.reranking.rules import ranking_span
 from hf_ralm.retrieval.analysis import ANALYSIS
-from hf_ralm.retrieval.base import Passage
+from hf_ralm.passages import Passage
 from hf_ralm.retrieval.bm25 import BM25Retriever
 from hf_ralm.windows import place_passage, plan_windows
 from test_predictive_reranker import tiny_init  # noqa: F401 - a fixture: the tiny cross-encoder to start from

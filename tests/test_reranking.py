@@ -24,8 +24,8 @@ from hf_ralm import RalmConfig
 from hf_ralm.evaluation import evaluate_perplexity
 from hf_ralm.model_inputs import passage_prefix
 from hf_ralm.reranking.lm import LMReranker, rerank_windows
-from hf_ralm.reranking.rules import NO_PASSAGE, choose_option, fit_reranker_input, random_choice, ranking_span
-from hf_ralm.retrieval.base import Passage
+from hf_ralm.reranking.rules import choose_option, fit_reranker_input, random_choice, ranking_span
+from hf_ralm.passages import NO_PASSAGE, Passage
 from hf_ralm.retrieval.files import load_retrieval_file
 from hf_ralm.windows import place_passage, plan_windows
 

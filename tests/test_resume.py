@@ -10,9 +10,10 @@ import pytest
 import torch
 
 import hf_ralm.evaluation as evaluation
+import hf_ralm.records as records
 from conftest import EVAL_TEXT, make_tiny_model, write_jsonl
 from hf_ralm import RalmConfig
-from hf_ralm.chunks import TMP_PREFIX
+from hf_ralm.records import TMP_PREFIX
 from hf_ralm.cli import main
 from hf_ralm.errors import OutputFolderError
 
@@ -56,6 +57,11 @@ def saved_chunks(folder) -> list[str]:
     return sorted(p.name for p in (folder / "windows").iterdir() if p.name.startswith("chunk-"))
 
 
+def chunk_names(count: int) -> list[str]:
+    """The names of the first ``count`` chunks of CHUNK windows: named by the windows they hold."""
+    return [f"chunk-{i * CHUNK:08d}-{(i + 1) * CHUNK:08d}.json.gz" for i in range(count)]
+
+
 @pytest.mark.parametrize("setup", SETUPS)
 def test_interrupted_then_resumed_equals_uninterrupted(setup, tmp_path, monkeypatch, tiny_llama, tiny_tokenizer,
                                                        tiny_index):
@@ -67,7 +73,7 @@ def test_interrupted_then_resumed_equals_uninterrupted(setup, tmp_path, monkeypa
     interrupt_after(monkeypatch, 2)
     with pytest.raises(RuntimeError, match="injected"):
         evaluate(tiny_llama, tiny_tokenizer, retriever, tmp_path / "cut", **settings)
-    assert saved_chunks(tmp_path / "cut") == ["chunk-00000.json", "chunk-00001.json"]
+    assert saved_chunks(tmp_path / "cut") == chunk_names(2)
     assert not (tmp_path / "cut" / "eval.json").exists()
     monkeypatch.undo()
 
@@ -98,26 +104,29 @@ def test_keyboard_interrupt_leaves_complete_chunks_only(tmp_path, monkeypatch, t
     interrupt_after(monkeypatch, 1, KeyboardInterrupt)
     with pytest.raises(KeyboardInterrupt):
         evaluate(tiny_llama, tiny_tokenizer, retriever, tmp_path)
-    assert saved_chunks(tmp_path) == ["chunk-00000.json"]
+    assert saved_chunks(tmp_path) == chunk_names(1)
     assert not (tmp_path / "eval.json").exists()
     monkeypatch.undo()
 
     # Ctrl-C while a chunk is being written: its temporary file goes, the complete chunks stay
-    real_save = evaluation.WindowRecordWriter.save_chunk
+    real_write = records.write_durably
 
-    def cut_save(self, rows, path):
-        real_save(self, rows[:1], path)
-        raise KeyboardInterrupt
+    def cut_write(final, write, tmp):
+        def half(path):
+            path.write_bytes(b"\x1f\x8b half a chunk")
+            raise KeyboardInterrupt
 
-    monkeypatch.setattr(evaluation.WindowRecordWriter, "save_chunk", cut_save)
+        real_write(final, half, tmp)
+
+    monkeypatch.setattr(records, "write_durably", cut_write)
     with pytest.raises(KeyboardInterrupt):
         evaluate(tiny_llama, tiny_tokenizer, retriever, tmp_path)
-    assert saved_chunks(tmp_path) == ["chunk-00000.json"]
+    assert saved_chunks(tmp_path) == chunk_names(1)
     assert not list((tmp_path / "windows").glob(TMP_PREFIX + "*")) and not (tmp_path / "eval.json").exists()
     monkeypatch.undo()
 
     # a kill (SIGKILL) in the middle of a write leaves a temporary file: it is never read, and replaced
-    (tmp_path / "windows" / f"{TMP_PREFIX}00001.json").write_text('[{"window": 5, "nl')
+    (tmp_path / "windows" / f"{TMP_PREFIX}{CHUNK:08d}-{2 * CHUNK:08d}.json.gz").write_text('[{"window": 5, "nl')
     resumed = evaluate(tiny_llama, tiny_tokenizer, retriever, tmp_path)
     assert resumed.figures["num_resumed_windows"] == CHUNK and same_figures(resumed.figures, whole.figures)
     assert not list((tmp_path / "windows").glob(TMP_PREFIX + "*"))
@@ -139,7 +148,7 @@ def test_other_settings_are_refused_by_name_or_overwritten(change, named, tmp_pa
     with pytest.raises(OutputFolderError, match=named) as info:
         evaluate(tiny_llama, tiny_tokenizer, output_dir=tmp_path, **kwargs)
     assert "overwrite" in str(info.value)
-    assert saved_chunks(tmp_path) == ["chunk-00000.json"]  # nothing was touched
+    assert saved_chunks(tmp_path) == chunk_names(1)  # nothing was touched
 
     fresh = evaluate(tiny_llama, tiny_tokenizer, output_dir=tmp_path, overwrite=True, **kwargs)
     assert fresh.figures["num_resumed_windows"] == 0

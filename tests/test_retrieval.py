@@ -14,15 +14,14 @@ from hf_ralm.errors import IndexFolderError
 from hf_ralm.retrieval import (
     RETRIEVER_NAMES,
     BM25Retriever,
-    Passage,
     Retriever,
     hf_ralm_cache_dir,
     load_retriever,
     load_retriever_from_pretrained,
-    passage_text,
     read_forbidden_titles,
     retriever_class,
 )
+from hf_ralm.passages import Passage, passage_text
 from hf_ralm.retrieval.analysis import ANALYSIS
 from hf_ralm.retrieval.index_folder import INDEX_FILE, read_index_info
 from hf_ralm.retrieval.corpus import WORDS_PER_PASSAGE, corpus_fingerprint, read_corpus, split_passages

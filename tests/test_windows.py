@@ -7,16 +7,10 @@ import re
 
 import pytest
 
-from hf_ralm.windows import (
-    Window,
-    check_count,
-    count_words,
-    join_rows,
-    perplexity_figures,
-    place_passage,
-    plan_windows,
-    query_span,
-)
+from hf_ralm.windows import Window, place_passage, plan_windows, query_span
+from hf_ralm.utils.checks import check_count
+from hf_ralm.perplexity import count_words, perplexity_figures
+from hf_ralm.data import join_rows
 
 
 def reference_loop(n: int, max_length: int, stride: int) -> list[tuple[int, int, int]]:

@@ -96,7 +96,7 @@ def measure(res: Resources, p: dict) -> dict:
     """Evaluate the point: its figures (over the counted tokens, :func:`eval_slice`), counts and times."""
     from hf_ralm import RalmConfig
     from hf_ralm.evaluation import evaluate_perplexity
-    from hf_ralm.windows import count_words, perplexity_figures
+    from hf_ralm.perplexity import count_words, perplexity_figures
 
     model, tokenizer = res.reader(p["model"], p["dtype"])
     ids = res.ids(p["model"], p["dtype"], p["data"])

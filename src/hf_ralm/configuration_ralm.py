@@ -3,13 +3,13 @@ one validation (:meth:`RalmConfig.validate`)."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import fields
 
 from transformers import AutoConfig, PreTrainedConfig
 
-from .retrieval.base import PASSAGE_TEMPLATE, passage_text
-from .windows import check_count, check_passage_room, check_window_overlap
+from .passages import PASSAGE_TEMPLATE, passage_text
+from .utils.checks import check_count, is_finite_number, is_number
+from .windows import check_passage_room, check_window_overlap
 
 SPARSE_QUERY_LENGTH = 32
 """The paper's best query length ℓ for sparse retrieval (BM25), and the default for every retriever not listed in
@@ -216,7 +216,7 @@ retrieval_stride (4) tokens after it: lower max_context_doc_tokens to at most 29
         if self.rerank_allow_no_passage and self.rerank not in ("lm", "oracle", "predictive"):
             raise ValueError("rerank_allow_no_passage adds the window without a passage to what a reranker ranks: it "
                              f"needs rerank='lm', 'oracle' or 'predictive', got rerank={self.rerank!r}.")
-        if not _is_finite_number(self.rerank_no_passage_margin):
+        if not is_finite_number(self.rerank_no_passage_margin):
             raise ValueError(f"rerank_no_passage_margin must be a finite number of nats, got "
                              f"{self.rerank_no_passage_margin!r}.")
         if self.rerank_no_passage_margin != 0 and not self.rerank_allow_no_passage:
@@ -232,7 +232,7 @@ retrieval_stride (4) tokens after it: lower max_context_doc_tokens to at most 29
         if self.max_context_doc_tokens is not None:
             check_count("max_context_doc_tokens", self.max_context_doc_tokens)
         check_count("ensemble_size", self.ensemble_size)
-        if not _is_number(self.ensemble_temperature) or not self.ensemble_temperature > 0:
+        if not is_number(self.ensemble_temperature) or not self.ensemble_temperature > 0:
             raise ValueError(f"ensemble_temperature must be a positive number, got {self.ensemble_temperature!r}.")
         check_ensemble(self, self.ensemble_size)
 
@@ -245,13 +245,13 @@ retrieval_stride (4) tokens after it: lower max_context_doc_tokens to at most 29
                 raise ValueError("gate_threshold is the threshold of retrieval_gate='score' or 'lm'; "
                                  "retrieval_gate='always' uses none: drop gate_threshold.")
         elif self.retrieval_gate == "lm":
-            if self.gate_threshold is not None and not _is_finite_number(self.gate_threshold):
+            if self.gate_threshold is not None and not is_finite_number(self.gate_threshold):
                 raise ValueError(f"The lm gate's gate_threshold is the nats a passage must save on the ranking tokens "
                                  f"(a finite number, or None for 0.0), got {self.gate_threshold!r}.")
         elif self.gate_threshold is None:
             raise ValueError("retrieval_gate='score' needs gate_threshold: the fraction of the query's maximum "
                              "attainable retrieval score (0 to 1) the top passage must reach.")
-        elif not _is_number(self.gate_threshold) or not 0 <= self.gate_threshold <= 1:
+        elif not is_number(self.gate_threshold) or not 0 <= self.gate_threshold <= 1:
             raise ValueError(f"gate_threshold must be a number from 0 to 1 (a fraction of the query's maximum "
                              f"attainable score), got {self.gate_threshold!r}.")
         if self.retrieval_gate == "lm" and self.num_passages > 1:
@@ -280,14 +280,6 @@ retrieval_stride (4) tokens after it: lower max_context_doc_tokens to at most 29
     def passage_text(self, title: str | None, text: str) -> str:
         """The text put in context for a passage (``title + "\\n" + text`` by default)."""
         return passage_text(title, text, self.passage_template)
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _is_finite_number(value) -> bool:
-    return _is_number(value) and math.isfinite(value)
 
 
 def check_ensemble(config: RalmConfig, ensemble_size: int) -> None:

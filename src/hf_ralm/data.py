@@ -16,8 +16,14 @@ import gzip
 import json
 import os
 
+from typing import Iterable
+
 from .errors import InputError, utf8_errors
-from .windows import join_rows
+
+
+def join_rows(rows: Iterable[str]) -> str:
+    """Join dataset rows (e.g. the HF ``wikitext`` splits) the way the reference does: empty rows become ``" \\n"``."""
+    return "".join(row if row else " \n" for row in rows)
 
 
 def _row_text(path: str, line_number: int, line: str) -> str:
@@ -34,7 +40,7 @@ def _row_text(path: str, line_number: int, line: str) -> str:
 
 def load_dataset_text(path: str, name: str | None = None, split: str = "test") -> str:
     """The evaluation text at ``path``: a ``.jsonl``/``.jsonl.gz`` file of rows with a ``text`` field, joined as the
-    reference joins dataset rows (:func:`hf_ralm.windows.join_rows`: an empty row becomes ``" \\n"``), any other file
+    reference joins dataset rows (:func:`join_rows`: an empty row becomes ``" \\n"``), any other file
     as plain text, or else a HF dataset (Hub id or folder, config ``name``, ``split``) whose ``text`` column is
     joined the same way.
 

@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 
 from .configuration_ralm import RalmConfig
 from .model_inputs import context_indices
-from .retrieval.base import Passage
+from .passages import Passage
 from .reranking.lm import reader_nlls
 from .windows import Window
 

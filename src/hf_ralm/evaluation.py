@@ -23,15 +23,18 @@ from tqdm.auto import tqdm
 
 from .configuration_ralm import RalmConfig
 from .ensemble import ensemble_window_nlls
-from .retrieval.base import Passage, Retriever
+from .retrieval.base import Retriever
+from .passages import Passage
 from .reranking.gates import choose_passages, retrieved_fraction
 from .reranking.lm import RerankOutcome
 from .resume import CHUNK_SIZE, EVAL_FILE, RECORDS_DIR, WindowRecordWriter, record_passages, run_settings, window_record
 from .retrieval.files import Retrievals, load_retrieval_file, retrieval_records
-from .retrieval.jsonfile import write_json_atomic
+from .utils.atomic import write_json_atomic
 from .model_inputs import context_indices, window_length, window_prefixes
 from .scoring import score_windows
-from .windows import Window, check_count, count_words, perplexity_figures, plan_windows, query_span
+from .windows import Window, plan_windows, query_span
+from .utils.checks import check_count
+from .perplexity import count_words, perplexity_figures
 
 
 @dataclass

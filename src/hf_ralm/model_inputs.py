@@ -19,7 +19,7 @@ from typing import Sequence
 
 from .configuration_ralm import RalmConfig
 from .modeling_utils import resolve_max_length
-from .retrieval.base import Passage
+from .passages import Passage
 from .windows import Window
 
 

@@ -303,7 +303,7 @@ def _encode_batch(tokenizer, prompts: Sequence[str], budget: int, pad_id: int):
 def _check_arguments(examples: Sequence[dict], retriever, num_docs: int, use_ctxs: bool, batch_size: int,
                      max_new_tokens: int) -> None:
     """Raise a ``ValueError`` naming the argument that :func:`evaluate_qa` cannot work with."""
-    from .windows import check_count
+    from .utils.checks import check_count
 
     check_count("num_docs", num_docs, minimum=0)
     if num_docs and not use_ctxs and retriever is None:
@@ -437,7 +437,7 @@ class _QaRun:
         return result
 
     def _write(self, report: dict) -> None:
-        from .retrieval.files import write_json_atomic
+        from .utils.atomic import write_json_atomic
 
         if self.output_dir is not None:
             write_json_atomic(os.path.join(self.output_dir, EVAL_FILE), report)

@@ -9,8 +9,8 @@ records::
       eval.json            the figures, written once at the end (atomically)
       windows/
         settings.json      what the records depend on: model, tokenizer, data, retrieval, RALM settings, batching
-        chunk-00000.json   one record per window: its passages, the choice, ranking NLLs, gate score and NLLs
-        chunk-00001.json
+        chunk-00000000-00000256.json.gz   one record per window: its passages, the choice, ranking NLLs, gate score
+                                          and NLLs (a :class:`~hf_ralm.records.RecordStore` chunk)
 
 A rerun with the same settings reads the saved records and goes on with the first window without one; as every chunk
 is computed the same way whether the run was interrupted or not, the figures are the same to the last digit. A rerun
@@ -26,16 +26,14 @@ Example:
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
-from .chunks import ChunkWriter
+from .records import RecordStore, digest, titles_fingerprint
 from .configuration_ralm import RALM_FIELDS, RalmConfig
 from .errors import OutputFolderError
-from .retrieval.base import Passage
+from .passages import Passage
 
 RECORDS_DIR = "windows"
 EVAL_FILE = "eval.json"
@@ -44,52 +42,21 @@ CHUNK_SIZE = 256
 are retrieved, ranked and scored together."""
 
 
-class WindowRecordWriter(ChunkWriter):
-    """The per-window records of an evaluation, in JSON chunks (see the module docstring)."""
+class WindowRecordWriter(RecordStore):
+    """The per-window records of an evaluation (see the module docstring)."""
 
-    metadata_file = "settings.json"
-    suffix = ".json"
     what = "window records"
-
-    def save_chunk(self, rows: list[dict], path: Path) -> None:
-        path.write_text(json.dumps(rows, ensure_ascii=False), encoding="utf-8")
-
-    def read_chunk(self, path: Path) -> list[dict]:
-        return json.loads(path.read_text(encoding="utf-8"))
 
     def saved_records(self) -> list[dict]:
         """The records of the complete chunks, window 0 first; an :class:`~hf_ralm.errors.OutputFolderError` when
         they are not the windows 0, 1, ... in order (a folder edited by hand)."""
-        records = [record for rows in self.saved_chunks for record in rows]
+        records = self.rows()
         for i, record in enumerate(records):
             if record.get("window") != i:
                 raise OutputFolderError(f"{self.folder} holds a record of window {record.get('window')} where window "
                                         f"{i}'s should be: the folder was altered; overwrite (--overwrite, "
                                         "overwrite=True) to start afresh.")
         return records
-
-
-def digest(value: Any) -> str:
-    """A short SHA-256 of a JSON-serializable value (or of bytes): what settings record of large inputs.
-
-    Example:
-        >>> digest([1, 2, 3])
-        'a36b1f2c3f84522d'
-    """
-    data = value if isinstance(value, bytes) else json.dumps(value, sort_keys=True).encode("utf-8")
-    return hashlib.sha256(data).hexdigest()[:16]
-
-
-def titles_fingerprint(titles: Iterable[str]) -> str:
-    """A short, order-free identity of a set of titles (forbidden or excluded ones), to record in settings instead of
-    the titles themselves.
-
-    Example:
-        >>> titles_fingerprint(["Nero", "Rome"]) == titles_fingerprint(["Rome", "Nero", "Rome"])
-        True
-    """
-    unique = sorted(set(titles))
-    return f"{len(unique)} titles, sha256 {digest(chr(10).join(unique).encode('utf-8'))}"
 
 
 def model_identity(model) -> dict[str, Any]:

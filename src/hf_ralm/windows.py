@@ -18,9 +18,10 @@ Example:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Sequence
+
+from .utils.checks import check_count
 
 
 @dataclass(frozen=True)
@@ -52,21 +53,6 @@ class Window:
     def has_retrieval(self) -> bool:
         """Window 0 is evaluated on the text alone, as in the paper."""
         return self.index > 0
-
-
-def check_count(name: str, value: int, minimum: int = 1) -> None:
-    """Raise a ``ValueError`` that names the argument unless ``value`` is an integer of at least ``minimum``.
-
-    Example:
-        >>> check_count("stride", 0)
-        Traceback (most recent call last):
-        ...
-        ValueError: stride must be at least 1, got 0.
-    """
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be an integer, got {value!r}.")
-    if value < minimum:
-        raise ValueError(f"{name} must be at least {minimum}, got {value}.")
 
 
 def check_window_overlap(max_length: int, stride: int, stride_name: str = "stride") -> None:
@@ -175,26 +161,3 @@ def place_passage(window_ids: Sequence[int], passage_ids: Sequence[int]) -> list
     """
     width = min(len(passage_ids), len(window_ids))
     return list(passage_ids[:width]) + list(window_ids[width:])
-
-
-def join_rows(rows: Iterable[str]) -> str:
-    """Join dataset rows (e.g. the HF ``wikitext`` splits) the way the reference does: empty rows become ``" \\n"``."""
-    return "".join(row if row else " \n" for row in rows)
-
-
-def count_words(text: str) -> int:
-    """The reference's word count for word-level perplexity: the number of spaces."""
-    return text.count(" ")
-
-
-def perplexity_figures(nll_sum: float, num_tokens: int, num_scored: int, num_words: int) -> dict[str, float | int]:
-    """The figures the paper reports. Both perplexities divide the summed NLL of the scored tokens by a count of
-    the *whole* text (``num_tokens`` tokens, or ``num_words`` words), as the reference does."""
-    return {
-        "nll_sum": float(nll_sum),
-        "num_tokens": int(num_tokens),
-        "num_scored": int(num_scored),
-        "num_words": int(num_words),
-        "token_ppl": math.exp(nll_sum / num_tokens),
-        "word_ppl": math.exp(nll_sum / num_words) if num_words else float("nan"),
-    }

@@ -26,7 +26,7 @@ from transformers.cache_utils import DynamicLayer
 from ..configuration_ralm import RalmConfig
 from ..model_inputs import passage_prefix
 from ..modeling_utils import last_logits, model_device, one_logit_kwargs
-from ..retrieval.base import Passage
+from ..passages import Passage
 
 
 def encode_passage(tokenizer, passage: Passage | None, config: RalmConfig) -> list[int]:

@@ -23,8 +23,8 @@ from ..model_inputs import context_indices, context_prefix, window_length
 from ..modeling_utils import empty_cache
 from ..passage_cache import DEFAULT_MAX_BYTES, PassageKVCache
 from ..reranking.gates import lm_gate_config, normalized_top_scores, score_gate_pools
-from ..reranking.rules import NO_PASSAGE
-from ..retrieval.base import Passage, Retriever
+from ..passages import NO_PASSAGE, Passage
+from ..retrieval.base import Retriever
 from .contexts import Context, Row, RowBatch, batchable, stride_start
 from .reranking import StrideReranker, check_rerank
 

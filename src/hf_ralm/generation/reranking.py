@@ -22,8 +22,8 @@ from ..configuration_ralm import RalmConfig
 from ..passage_cache import PassageKVCache
 from ..reranking.lm import LMReranker, choose_ranked, rerank_options
 from ..reranking.predictive import choose_predictive
-from ..reranking.rules import NO_PASSAGE, random_choice
-from ..retrieval.base import Passage
+from ..reranking.rules import random_choice
+from ..passages import NO_PASSAGE, Passage
 from ..scoring import ScoredInput, score_inputs
 from .contexts import Row, encode_passage, stride_start
 

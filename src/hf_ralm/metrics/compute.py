@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..configuration_ralm import RalmConfig
-from ..windows import join_rows
+from ..data import join_rows
 
 
 def compute_ralm_perplexity(

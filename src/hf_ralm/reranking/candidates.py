@@ -10,7 +10,7 @@ and of the target itself (``target_nlls``: what the window contributes to the te
 context; the oracle compares these). A window without passages (window 0, or a query that found nothing) has only
 the no-passage option. The perplexity of any choice per window is then the sum of the chosen options' target NLLs.
 
-With ``output_dir`` the records are saved in gzip'd chunks of windows (:class:`~hf_ralm.chunks.RecordChunkWriter`;
+With ``output_dir`` the records are saved in gzip'd chunks of windows (:class:`~hf_ralm.records.RecordStore`;
 numbers and passage ids only), with settings that identify the model, the text, the retrieval (by the corpus
 fingerprint, not a path) and the RALM settings: a rerun, here or from a copy of the folder elsewhere, resumes after
 the saved chunks, and a rerun with other settings is refused.
@@ -25,16 +25,17 @@ Example:
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from tqdm.auto import tqdm
 
-from ..chunks import RecordChunkWriter
+from ..records import RecordStore
 from ..configuration_ralm import RALM_FIELDS, RalmConfig
 from ..model_inputs import window_length
-from ..retrieval.base import Passage
-from ..windows import Window, check_count
+from ..passages import Passage
+from ..windows import Window
+from ..utils.checks import check_count
 from .lm import rerank_windows
 
 
@@ -56,13 +57,11 @@ class CandidateScores:
         return len(self.passage_ids)
 
 
-class CandidateRecordWriter(RecordChunkWriter):
+class CandidateRecordWriter(RecordStore):
     """The records of :func:`score_candidates`, one per window, in gzip'd chunks."""
 
     what = "candidate scores"
-
-    def prepare_row(self, row: CandidateScores) -> dict[str, Any]:
-        return asdict(row)
+    record_type = CandidateScores
 
 
 def score_candidates(
@@ -97,8 +96,9 @@ def score_candidates(
         scores = score_candidates(model, tokenizer, ids, windows, candidates, config, output_dir="runs/pass",
                                   settings={"data": "WikiText-103 test", **retriever_identity(retriever)})
     """
-    from ..provenance import provenance
-    from ..resume import digest, model_identity, model_path
+    from ..utils.provenance import provenance
+    from ..resume import model_identity, model_path
+    from ..records import digest
 
     check_count("batch_size", batch_size)
     scoring = RalmConfig(**{**{name: getattr(config, name) for name in RALM_FIELDS}, "rerank": "lm",
@@ -112,7 +112,7 @@ def score_candidates(
                   "window_length": window_length(model, config), "batch_size": batch_size, **(settings or {})}
         writer = CandidateRecordWriter(output_dir, stored, chunk_size=chunk_size, overwrite=overwrite,
                                        reproduce={**provenance(), "model_path": model_path(model), **(reproduce or {})})
-        done = [CandidateScores(**row) for row in writer.rows()]
+        done = writer.rows()
         if [s.window for s in done] != [w.index for w in windows[: len(done)]]:
             raise ValueError(f"{output_dir} holds the records of other windows: score the same text, or overwrite.")
     ids = list(ids)

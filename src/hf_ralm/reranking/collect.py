@@ -48,10 +48,12 @@ from tqdm.auto import tqdm
 
 from ..configuration_ralm import RALM_FIELDS, RalmConfig
 from ..model_inputs import window_length
-from ..retrieval.base import Passage, Retriever
+from ..retrieval.base import Retriever
+from ..passages import Passage
 from ..retrieval.corpus import read_corpus
 from ..resume import model_identity, model_path, retriever_identity
-from ..windows import check_count, plan_windows, query_span
+from ..windows import plan_windows, query_span
+from ..utils.checks import check_count
 from .data import RerankDataWriter
 from .lm import rerank_windows
 
@@ -98,7 +100,7 @@ def collect_rerank_data(
         summary["rows_total"]  # 20, or fewer when the articles run out
     """
     from ..evaluation import tokenize_text, window_queries  # evaluation imports this package: imported here
-    from ..provenance import provenance
+    from ..utils.provenance import provenance
 
     check_count("windows_per_article", windows_per_article)
     check_count("batch_size", batch_size)
@@ -156,8 +158,7 @@ def collect_rerank_data(
     with RerankDataWriter(output_dir, settings, chunk_size=chunk_size, overwrite=overwrite,
                           reproduce=run) as writer:
         resumed = total = writer.num_done
-        resume_after = (writer.saved_chunks[-1][-1]["article"], writer.saved_chunks[-1][-1]["window"]) \
-            if resumed else None
+        resume_after = (writer.rows()[-1]["article"], writer.rows()[-1]["window"]) if resumed else None
         progress = tqdm(total=max_windows, initial=resumed, desc="Collecting rerank data", unit="win",
                         disable=not show_progress)
         with progress:

@@ -10,7 +10,7 @@ numbers and ids only, never texts, so that a long collection can be committed to
      "ranking_nlls": [40.1, ..., 41.7],  # the reader's NLL of the s' tokens before the target: zero-shot ranking
      "target_nlls": [9.8, ..., 10.4]}    # -log p(y | [d_i; x]) of the window's next stride y; both: no passage last
 
-A data folder (a :class:`~hf_ralm.chunks.RecordChunkWriter` folder)::
+A data folder (a :class:`~hf_ralm.records.RecordStore` folder)::
 
     DATA_DIR/
       rerank_data.json          the settings (reader, k, s, ℓ, s', corpus and articles fingerprints, ...) and, under
@@ -44,7 +44,7 @@ from typing import Any
 
 import datasets
 
-from ..chunks import RecordChunkWriter
+from ..records import RecordStore
 
 METADATA_FILE = "rerank_data.json"
 
@@ -72,7 +72,7 @@ COLUMNS = tuple(FEATURES)
 _LOGPROB_SLACK = 1e-4
 
 
-class RerankDataWriter(RecordChunkWriter):
+class RerankDataWriter(RecordStore):
     """Appends records (see the module docstring) to a rerank data folder in complete, gzip'd chunks of
     ``chunk_size`` windows.
 
@@ -88,17 +88,17 @@ class RerankDataWriter(RecordChunkWriter):
                          "target_nlls": [6.2, 9.8, 7.0]}])
     """
 
-    metadata_file = METADATA_FILE
+    settings_file = METADATA_FILE
     what = "rerank data"
 
-    def normalise_metadata(self, metadata: Mapping[str, Any]) -> dict[str, Any]:
+    def normalise_settings(self, metadata: Mapping[str, Any]) -> dict[str, Any]:
         missing = [key for key in REQUIRED_METADATA if key not in metadata]
         if missing:
             raise ValueError(
                 f"The settings lack {missing}: the trained reranker's card reports them, so pass "
                 f"{list(REQUIRED_METADATA)} (plus any other settings, e.g. max_length, max_doc_tokens, corpus)."
             )
-        return super().normalise_metadata(metadata)
+        return super().normalise_settings(metadata)
 
     def prepare_row(self, row: Mapping[str, Any]) -> dict[str, Any]:
         return validate_record(row)
@@ -155,9 +155,9 @@ def read_rerank_records(folder: str | os.PathLike) -> tuple[list[dict[str, Any]]
                                 "folder hf-ralm rerank-data wrote.")
     chunks = RerankDataWriter.complete_chunks(folder)
     if not chunks:
-        raise FileNotFoundError(f"{folder} holds no complete chunk (chunk-00000000-...{RerankDataWriter.suffix}): a "
+        raise FileNotFoundError(f"{folder} holds no complete chunk (chunk-00000000-...json.gz): a "
                                 "collection saves its records every chunk_size windows and when it ends.")
-    settings, reproduce = RerankDataWriter.read_metadata(folder)
+    settings, reproduce = RerankDataWriter.read_settings(folder)
     records = []
     for chunk in chunks:
         for record in RerankDataWriter.read_chunk_file(chunk)["rows"]:
@@ -220,7 +220,7 @@ def load_rerank_data(
         dataset, settings = load_rerank_data("data/rerank", index_dir="~/indexes/wiki-bm25")
         dataset[0]["prefix"], dataset[0]["no_passage_logprob"]
     """
-    from ..retrieval.base import passage_text
+    from ..passages import passage_text
     from ..retrieval.corpus import read_corpus
     from ..retrieval.factory import load_retriever
     from ..retrieval.index_folder import read_index_info

@@ -35,10 +35,9 @@ from typing import Sequence
 from ..configuration_ralm import RalmConfig
 from ..model_inputs import context_indices
 from ..passage_cache import PassageKVCache
-from ..retrieval.base import Passage
+from ..passages import NO_PASSAGE, Passage
 from ..windows import Window
 from .lm import RerankOutcome, rerank_windows
-from .rules import NO_PASSAGE
 
 
 def normalized_top_scores(retriever, queries: Sequence[str | None],

@@ -31,10 +31,10 @@ from ..configuration_ralm import RalmConfig
 from ..model_inputs import passage_prefix
 from ..modeling_utils import model_device, resolve_max_length
 from ..passage_cache import PassageKVCache
-from ..retrieval.base import Passage
+from ..passages import NO_PASSAGE, Passage
 from ..scoring import ScoredInput, score_inputs
 from ..windows import Window
-from .rules import NO_PASSAGE, choose_option, fit_reranker_input, oracle_span, random_choice, ranking_span
+from .rules import choose_option, fit_reranker_input, oracle_span, random_choice, ranking_span
 
 WINDOWS_PER_CHUNK = 64  # windows whose candidate inputs are built and batched together (bounds memory)
 

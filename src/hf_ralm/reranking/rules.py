@@ -25,7 +25,6 @@ from typing import Sequence
 
 import numpy as np
 
-from ..retrieval.files import NO_PASSAGE  # noqa: F401 - what ``chosen`` holds for a window without a passage
 from ..windows import Window
 
 

@@ -1,14 +1,13 @@
 """Retrievers: the :class:`Retriever` base class, the registry of backends (``bm25``, ``lucene``, ``dense``,
 ``hybrid``), loading and saving, corpus tools and retrieval files."""
 
-from .base import RETRIEVER_CONFIG_FILE, Passage, Retriever, passage_text, read_forbidden_titles
+from .base import RETRIEVER_CONFIG_FILE, Retriever, read_forbidden_titles
 from .bm25 import BM25Retriever
 from .factory import load_retriever, load_retriever_from_pretrained, pretrained_folder
 from .index_folder import hf_ralm_cache_dir
 from .registry import RETRIEVER_NAMES, retriever_class
 
 __all__ = [
-    "Passage",
     "Retriever",
     "BM25Retriever",
     "RETRIEVER_NAMES",
@@ -18,6 +17,5 @@ __all__ = [
     "load_retriever_from_pretrained",
     "pretrained_folder",
     "hf_ralm_cache_dir",
-    "passage_text",
     "read_forbidden_titles",
 ]

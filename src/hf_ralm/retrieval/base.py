@@ -17,30 +17,16 @@ from __future__ import annotations
 import inspect
 import os
 from abc import ABC, abstractmethod
-from dataclasses import asdict, dataclass
 from typing import ClassVar, Iterable, Sequence
 
 from ..errors import InputError, utf8_errors
+from ..passages import Passage
 from .corpus import WORDS_PER_PASSAGE
 from .index_folder import copy_index, default_index_dir, path_for_folder, resolve_path
-from .jsonfile import write_json_atomic
+from ..utils.atomic import write_json_atomic
 
-PASSAGE_TEMPLATE = "{title}\n{text}"
 RETRIEVER_CONFIG_FILE = "retriever_config.json"
 SAVED_INDEX_DIR = "index"  # where save_pretrained(dir, save_index=True) puts the index inside dir
-
-
-@dataclass(frozen=True)
-class Passage:
-    """One retrieved passage. ``id`` is the backend's id for it (stable across runs of the same index)."""
-
-    id: str
-    title: str
-    text: str
-    score: float = 0.0
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 class Retriever(ABC):
@@ -198,11 +184,6 @@ def passages_from_table(table, hits: Sequence[Sequence[tuple[int, float]]]) -> l
     found = table[wanted] if wanted else {"title": [], "text": []}
     by_row = {i: (title, text) for i, title, text in zip(wanted, found["title"], found["text"])}
     return [[Passage(str(int(i)), *by_row[int(i)], float(score)) for i, score in row] for row in hits]
-
-
-def passage_text(title: str | None, text: str, template: str = PASSAGE_TEMPLATE) -> str:
-    """How a passage becomes the text put in context: ``title + "\\n" + text`` (just ``text`` without a title)."""
-    return template.format(title=title, text=text) if title else text
 
 
 def read_forbidden_titles(path: str | None, setting: str = "forbidden_titles") -> frozenset[str]:

@@ -38,11 +38,12 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .base import Passage, Retriever, passage_text, passages_from_table
+from .base import Retriever, passages_from_table
+from ..passages import Passage, passage_text
 from .corpus import WORDS_PER_PASSAGE, check_passage_count, corpus_fingerprint, passage_columns
 from .index_folder import check_index, corpus_files, corpus_paths_and_articles, finish_build, index_matches
 from .index_folder import read_index_info, reading_index, reusable_index_info, start_build
-from .jsonfile import write_json_atomic
+from ..utils.atomic import write_json_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -247,8 +248,8 @@ class DenseRetriever(Retriever):
         """Encode and index a corpus (file path(s), or rows/``datasets.Dataset`` with ``id``, ``title``, ``text``),
         resuming an interrupted build of the same corpus and settings from its last complete chunk. ``encoder_dtype``
         is the encoder's precision (:class:`DenseEncoder`'s ``dtype``), recorded so that queries are encoded in it."""
-        from datasets import Dataset
         from tqdm.auto import tqdm
+        from datasets import Dataset
 
         faiss = _faiss()
         if chunk_size < 1:

@@ -24,10 +24,8 @@ from typing import Sequence
 
 from ..errors import RetrievalFileError, utf8_errors
 from ..windows import Window, plan_settings
-from .base import Passage
-from .jsonfile import write_json_atomic
-
-NO_PASSAGE = -1  # ``chosen`` of a window evaluated without a passage
+from ..passages import NO_PASSAGE, Passage
+from ..utils.atomic import write_json_atomic
 
 
 @dataclass

@@ -16,7 +16,8 @@ from __future__ import annotations
 import os
 from typing import Sequence
 
-from .base import Passage, Retriever
+from .base import Retriever
+from ..passages import Passage
 from .registry import retriever_class
 
 K_RRF = 60

@@ -1,5 +1,5 @@
-"""Writing files atomically, for every file hf-ralm writes (retrieval files, configs, reports) and the benchmarks'
-CSVs.
+"""Writing files atomically, for every file hf-ralm writes (retrieval files, configs, reports, record chunks) and the
+benchmarks' CSVs: a crash leaves the old file or the new one, never a part.
 
 Example:
     >>> write_json_atomic("out/eval.json", {"token_ppl": 23.2})     # doctest: +SKIP
@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
+from pathlib import Path
+from typing import Callable
 
 
 def write_text_atomic(path: str, text: str, suffix: str = ".tmp") -> None:
@@ -33,3 +36,25 @@ def write_text_atomic(path: str, text: str, suffix: str = ".tmp") -> None:
 def write_json_atomic(path: str, data) -> None:
     """Write JSON atomically (:func:`write_text_atomic`)."""
     write_text_atomic(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n", suffix=".json")
+
+
+def write_durably(final: Path, write: Callable[[Path], None], tmp: Path) -> None:
+    """``write(tmp)`` (a file or a folder), then fsync what it wrote and rename it to ``final``: after a crash
+    ``final`` is either missing or complete, never a part."""
+    try:
+        write(tmp)
+        for path in [tmp] if tmp.is_file() else [p for p in tmp.rglob("*") if p.is_file()]:
+            with open(path, "rb+") as f:
+                os.fsync(f.fileno())
+        os.replace(tmp, final)
+    except BaseException:
+        if tmp.is_dir():
+            shutil.rmtree(tmp)
+        elif tmp.exists():
+            tmp.unlink()
+        raise
+    directory = os.open(final.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)  # the rename itself
+    finally:
+        os.close(directory)

@@ -1,0 +1,272 @@
+"""The one resumable record store: what every long run (``eval-lm``, ``retrieve``, ``rerank-data``, ``eval-qa``, the
+benchmarks' passes) writes as it goes, so that a crash or Ctrl-C loses at most one chunk and a rerun with the same
+settings goes on after the saved ones, here or from a copy of the folder elsewhere.
+
+A folder::
+
+    FOLDER/
+      settings.json                      the settings the records depend on, and under "reproduce" how the run was
+                                         started (command, git commit, versions, paths)
+      chunk-00000000-00000064.json.gz    a complete chunk: records 0 to 63, {"rows": [...], "seconds": S,
+                                         "git_commit": C} (S: what they took to compute)
+      .tmp-chunk-00000064-...            a chunk being written, or left by a crash: never read, replaced
+
+Each chunk is written under its temporary name, flushed to disk (fsync) and renamed once complete, so only complete
+chunks are ever visible. The settings are compared when a folder is opened again: other settings are refused,
+naming what differs (two runs never mix). The ``reproduce`` part is written when the folder gets its first records and
+never compared, since a run may be resumed from another checkout, command line or machine. A record type (a
+dataclass) makes the rows typed: they are saved as dicts and read back as instances; floats keep all their digits.
+
+Example:
+    >>> import tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> with RecordStore(folder, {"k": 16}, chunk_size=2) as store:
+    ...     store.add([{"window": 1, "nll": 2.5}, {"window": 2, "nll": 1.25}, {"window": 3, "nll": 0.5}])
+    >>> reopened = RecordStore(folder, {"k": 16})
+    >>> reopened.num_done, reopened.rows()[-1]
+    (3, {'window': 3, 'nll': 0.5})
+    >>> RecordStore(folder, {"k": 8})   # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    hf_ralm.errors.OutputFolderError: ... holds records made with other settings ('k': stored 16, given 8). ...
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import gzip
+import hashlib
+import json
+import os
+import re
+import shutil
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+from .errors import OutputFolderError
+from .utils.atomic import write_durably, write_json_atomic
+from .utils.checks import check_count
+
+CHUNK_PREFIX = "chunk-"
+TMP_PREFIX = ".tmp-chunk-"
+CHUNK_SUFFIX = ".json.gz"
+REPRODUCE_KEY = "reproduce"
+"""The settings file's key for how the run was started (never compared)."""
+_CHUNK_NAME = re.compile(rf"^{CHUNK_PREFIX}(\d{{8}})-(\d{{8}}){re.escape(CHUNK_SUFFIX)}$")
+
+
+class RecordStore:
+    """Appends records to ``folder`` in complete chunks of ``chunk_size`` (see the module docstring).
+
+    Opening a folder that holds records of the same ``settings`` resumes it (``num_done`` records in ``num_chunks``
+    chunks, read back with :meth:`rows`); other settings are refused with an
+    :class:`~hf_ralm.errors.OutputFolderError` naming the settings that differ, and a folder holding other files
+    with a ``FileExistsError``, unless ``overwrite=True``, which deletes the folder's chunks and settings first (and
+    nothing else). ``reproduce`` (how the run was started, e.g. :func:`~hf_ralm.utils.provenance.provenance`) is
+    stored beside the settings when the folder has no records yet and kept as it is when it has. A subclass sets
+    ``record_type`` (a dataclass: records are saved as its fields and read back as instances), ``settings_file`` and
+    ``what`` (what the records are, in messages), and may check records (:meth:`prepare_row`) and settings
+    (:meth:`normalise_settings`).
+    """
+
+    settings_file: ClassVar[str] = "settings.json"
+    what: ClassVar[str] = "records"
+    record_type: ClassVar[type | None] = None
+
+    def __init__(self, folder: str | os.PathLike, settings: Mapping[str, Any], *, chunk_size: int = 1000,
+                 overwrite: bool = False, reproduce: Mapping[str, Any] | None = None) -> None:
+        check_count("chunk_size", chunk_size)
+        self.folder = Path(folder)
+        self.settings = self.normalise_settings(settings)
+        if REPRODUCE_KEY in self.settings:
+            raise ValueError(f"{REPRODUCE_KEY!r} is not a setting: pass how the run was started as reproduce=.")
+        self.chunk_size = chunk_size
+        self._buffer: list[Any] = []
+        self._closed = False
+
+        settings_path = self.folder / self.settings_file
+        stored_reproduce = None
+        if overwrite:
+            self.remove(self.folder)
+        elif settings_path.is_file():
+            if self.complete_chunks(self.folder):  # no records yet: nothing to mix, the new settings replace them
+                stored_reproduce = self._check_same_settings()
+        elif self.folder.is_dir() and any(self.folder.iterdir()):
+            raise FileExistsError(
+                f"{self.folder} is not empty and has no {self.settings_file}, so it is not a {self.what} folder: "
+                "write to a new or empty folder, or overwrite (--overwrite, overwrite=True) to write there anyway.")
+        self.folder.mkdir(parents=True, exist_ok=True)
+        for leftover in self.folder.glob(TMP_PREFIX + "*"):  # chunks a crash left half written
+            _remove_path(leftover)
+        self.reproduce = stored_reproduce if stored_reproduce is not None else \
+            (None if reproduce is None else as_json(reproduce, "reproduce"))
+        stored = self.settings if self.reproduce is None else {**self.settings, REPRODUCE_KEY: self.reproduce}
+        write_json_atomic(str(settings_path), stored)
+        self._last_save = time.perf_counter()
+
+        chunks = self.complete_chunks(self.folder)
+        self._saved = [self._typed(row) for chunk in chunks for row in self.read_chunk_file(chunk)["rows"]]
+        self.num_chunks = len(chunks)
+        self.num_done = len(self._saved)
+
+    # what a subclass may change ----------------------------------------------------------------------------------
+
+    def normalise_settings(self, settings: Mapping[str, Any]) -> dict[str, Any]:
+        """``settings`` as they read back from JSON (tuples become lists), so a stored copy compares equal."""
+        return as_json(settings, "settings")
+
+    def prepare_row(self, row: Any) -> dict[str, Any]:
+        """``row`` as it is saved: a ``record_type`` instance's fields, or a JSON-serializable dict (a subclass
+        checks it here)."""
+        return dataclasses.asdict(row) if dataclasses.is_dataclass(row) else dict(row)
+
+    # writing -----------------------------------------------------------------------------------------------------
+
+    def add(self, rows: Any | Iterable[Any]) -> None:
+        """Buffers ``rows`` (one record, or several), saving a chunk whenever ``chunk_size`` are buffered."""
+        if self._closed:
+            raise RuntimeError(f"This store of {self.folder} is closed: open a new {type(self).__name__} to add rows.")
+        one = isinstance(rows, Mapping) or dataclasses.is_dataclass(rows)
+        for row in [rows] if one else rows:
+            self._buffer.append(self.prepare_row(row))
+            if len(self._buffer) >= self.chunk_size:
+                self._flush()
+
+    def close(self) -> None:
+        """Saves the buffered records as a last (possibly shorter) chunk; closing twice is harmless."""
+        if not self._closed:
+            self._flush()
+            self._closed = True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        # Buffered records are complete and valid even when the caller failed, so they are saved all the same.
+        self.close()
+
+    def _flush(self) -> None:
+        if not self._buffer:
+            return
+        start, stop = self.num_done, self.num_done + len(self._buffer)
+        name = f"{start:08d}-{stop:08d}{CHUNK_SUFFIX}"
+        now = time.perf_counter()
+        chunk = {"rows": self._buffer, "seconds": now - self._last_save, "git_commit": self._git_commit}
+        data = json.dumps(chunk, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+        def write(path: Path) -> None:
+            with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as f:
+                f.write(data)
+
+        write_durably(self.folder / (CHUNK_PREFIX + name), write, self.folder / (TMP_PREFIX + name))
+        self._last_save = now
+        self._saved.extend(self._typed(row) for row in self._buffer)
+        self.num_done = stop
+        self.num_chunks += 1
+        self._buffer = []
+
+    @functools.cached_property
+    def _git_commit(self) -> str | None:
+        from .utils.provenance import provenance
+
+        return provenance()["git_commit"]
+
+    # reading -----------------------------------------------------------------------------------------------------
+
+    def rows(self) -> list[Any]:
+        """Every saved record, in writing order (``record_type`` instances when the store has one)."""
+        return list(self._saved)
+
+    def _typed(self, row: dict[str, Any]) -> Any:
+        return row if self.record_type is None else self.record_type(**row)
+
+    @staticmethod
+    def read_chunk_file(path: str | os.PathLike) -> dict[str, Any]:
+        """A chunk file's contents: ``rows``, ``seconds`` and ``git_commit``."""
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            return json.load(f)
+
+    @classmethod
+    def complete_chunks(cls, folder: str | os.PathLike) -> list[Path]:
+        """The complete chunks of ``folder``, in writing order (temporary leftovers are not among them)."""
+        folder = Path(folder)
+        if not folder.is_dir():
+            return []
+        chunks = [path for path in folder.iterdir() if _CHUNK_NAME.match(path.name)]
+        return sorted(chunks, key=lambda path: int(_CHUNK_NAME.match(path.name).group(1)))
+
+    @classmethod
+    def chunk_seconds(cls, folder: str | os.PathLike) -> float:
+        """The summed ``seconds`` of a folder's complete chunks: what its records took to compute, across resumes."""
+        return sum(cls.read_chunk_file(path)["seconds"] for path in cls.complete_chunks(folder))
+
+    @classmethod
+    def read_settings(cls, folder: str | os.PathLike) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """The settings of a folder's records and how its run was started (``None`` when not recorded)."""
+        stored = json.loads((Path(folder) / cls.settings_file).read_text(encoding="utf-8"))
+        reproduce = stored.pop(REPRODUCE_KEY, None)
+        return stored, reproduce
+
+    @classmethod
+    def remove(cls, folder: str | os.PathLike) -> None:
+        """Deletes what a store put in ``folder`` (and nothing else the user may keep there)."""
+        folder = Path(folder)
+        if not folder.is_dir():
+            return
+        for path in cls.complete_chunks(folder) + list(folder.glob(TMP_PREFIX + "*")):
+            _remove_path(path)
+        (folder / cls.settings_file).unlink(missing_ok=True)
+
+    def _check_same_settings(self) -> dict[str, Any] | None:
+        """Raise when the stored settings differ from the given ones; the stored ``reproduce``."""
+        stored, reproduce = self.read_settings(self.folder)
+        given = self.settings
+        differing = sorted(key for key in stored.keys() | given.keys() if stored.get(key) != given.get(key))
+        if differing:
+            details = "; ".join(f"{key!r}: stored {stored.get(key)!r}, given {given.get(key)!r}" for key in differing)
+            raise OutputFolderError(
+                f"{self.folder} holds {self.what} made with other settings ({details}). Going on would mix them: "
+                "write to another folder, or overwrite (--overwrite, overwrite=True) to delete its "
+                f"{self.what} and start afresh.")
+        return reproduce
+
+
+def as_json(mapping: Mapping[str, Any], what: str) -> dict[str, Any]:
+    """``mapping`` as it reads back from JSON (tuples become lists), so a stored copy compares equal to it."""
+    try:
+        return json.loads(json.dumps(dict(mapping)))
+    except TypeError as error:
+        raise TypeError(f"The {what} must be JSON-serializable (strings, numbers, lists, dicts): {error}") from None
+
+
+def digest(value: Any) -> str:
+    """A short SHA-256 of a JSON-serializable value (or of bytes): what settings record of large inputs.
+
+    Example:
+        >>> digest([1, 2, 3])
+        'a36b1f2c3f84522d'
+    """
+    data = value if isinstance(value, bytes) else json.dumps(value, sort_keys=True).encode("utf-8")
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def titles_fingerprint(titles: Iterable[str]) -> str:
+    """A short, order-free identity of a set of titles (forbidden or excluded ones), to record in settings instead of
+    the titles themselves.
+
+    Example:
+        >>> titles_fingerprint(["Nero", "Rome"]) == titles_fingerprint(["Rome", "Nero", "Rome"])
+        True
+    """
+    unique = sorted(set(titles))
+    return f"{len(unique)} titles, sha256 {digest(chr(10).join(unique).encode('utf-8'))}"
+
+
+def _remove_path(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path)
+    else:
+        path.unlink()
