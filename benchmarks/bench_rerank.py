@@ -90,7 +90,7 @@ class Setup:
         self.candidates = retrieve_for_windows(retriever, self.queries, args.rerank_candidates, show_progress=False)
 
     def rerank(self, dtype, reranker=None, reuse=True, batch_size=8, windows=None, passage_cache=None):
-        from hf_ralm.reranking.lm import rerank_windows
+        from hf_ralm.selection.rerank import rerank_windows
 
         windows = self.windows if windows is None else windows
         return rerank_windows(self.models[dtype], self.tokenizer, self.ids, windows, self.queries, self.candidates,
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     from hf_ralm.model_inputs import passage_prefix, window_prefixes
     from hf_ralm.passage_cache import PassageKVCache
     from hf_ralm.reference import reference_rerank_nlls
-    from hf_ralm.reranking.lm import LMReranker
+    from hf_ralm.selection.rerank import LMReranker
     from hf_ralm.retrieval.base import read_forbidden_titles
     from hf_ralm.retrieval.bm25 import BM25Retriever
     from hf_ralm.utils.atomic import write_json_atomic

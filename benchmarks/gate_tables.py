@@ -85,7 +85,7 @@ def points(args) -> list[tuple[str, str, str]]:
 
 def gate_pass(run: Run, batch_size: int) -> dict:
     """Every window's ranking and target NLL with its top passage and without, and its normalised top score."""
-    from hf_ralm.reranking.gates import lm_gate_config, normalized_top_scores
+    from hf_ralm.selection.gates import lm_gate_config, normalized_top_scores
 
     p = reader_pass(run, batch_size, lm_gate_config(run.config))
     p["gate_scores"] = normalized_top_scores(run.retriever, run.queries, run.candidates)
@@ -95,7 +95,7 @@ def gate_pass(run: Run, batch_size: int) -> dict:
 def gate_point(p: dict, method: str, setting: str) -> dict:
     """A gate's (or one passage's) retrieved fraction and perplexity from the pass: candidate 0 is the top passage,
     1 no passage."""
-    from hf_ralm.reranking.rules import choose_option
+    from hf_ralm.selection.rules import choose_option
 
     def pick(i, ranking, targets) -> int:
         if method == "none":
@@ -146,7 +146,7 @@ def ensemble_pass(run: Run, batch_size: int) -> dict:
 def ensemble_point(run: Run, p: dict, n: int, temperature: float) -> dict:
     """The ensemble of each window's top n at ``temperature``, from the pass (``mix_window_nlls`` of its first n)."""
     from hf_ralm.ensemble import mix_window_nlls
-    from hf_ralm.reranking.gates import retrieved_fraction
+    from hf_ralm.selection.gates import retrieved_fraction
 
     scores = [window_scores[:n] for window_scores in p["scores"]]
     rows = [[torch.tensor(row, dtype=torch.float64) for row in window_rows] for window_rows in p["rows"]]

@@ -6,7 +6,7 @@ with a BOS in every window, the fair baseline), on held-out Wikipedia and WikiTe
 s'=16, BM25 over the whole Wikipedia sample, bfloat16.
 
 How it is computed, exactly and without waste: one pass of the reader per (reader, data) runs every window with each
-of its k candidates and with no passage (:func:`hf_ralm.reranking.candidates.score_candidates`), which gives every
+of its k candidates and with no passage (:func:`hf_ralm.selection.candidates.score_candidates`), which gives every
 option's ranking NLL (the last s' prefix tokens) and target NLL (the window's scored tokens). Every strategy is then a
 choice per window, and its perplexity the sum of the chosen options' target NLLs: none = no passage, top-1 = candidate
 0, zero-shot = the lowest ranking NLL among the passages (with the no-passage choice: a passage only when it saves the
@@ -84,7 +84,7 @@ def run_identity(run: Run, data: str, args) -> dict:
 
 def candidate_pass(run: Run, data: str, args) -> list:
     """Every window's k candidates and no passage, scored by the reader (resumable records)."""
-    from hf_ralm.reranking.candidates import score_candidates
+    from hf_ralm.selection.candidates import score_candidates
 
     return score_candidates(run.model, run.tokenizer, run.ids, run.windows, run.candidates, run.config,
                             batch_size=args.batch_size, output_dir=pass_dir(args, run.reader, data, "candidates"),
@@ -114,7 +114,7 @@ def choice_pass(run: Run, data: str, args, name: str, ranker_settings: dict, cho
 
 def other_model_choices(run: Run, data: str, args, other) -> list[int]:
     """The other LM ranks the reader's candidates in text (zero-shot, no no-passage choice)."""
-    from hf_ralm.reranking.lm import rerank_windows
+    from hf_ralm.selection.rerank import rerank_windows
     from hf_ralm.resume import model_identity
 
     config = run.config_for(rerank="lm")
@@ -126,8 +126,8 @@ def other_model_choices(run: Run, data: str, args, other) -> list[int]:
 
 def predictive_choices(run: Run, data: str, args, folder: str, no_passage: bool) -> list[int]:
     """A trained cross-encoder chooses among the candidates (with ``no_passage``, also the empty passage)."""
-    from hf_ralm.reranking.lm import rerank_windows
-    from hf_ralm.reranking.predictive import PredictiveReranker
+    from hf_ralm.selection.rerank import rerank_windows
+    from hf_ralm.selection.predictive import PredictiveReranker
     from hf_ralm.reranking.data import file_fingerprint
 
     config = run.config_for(rerank="predictive", reranker_model=folder, rerank_allow_no_passage=no_passage)
@@ -146,10 +146,10 @@ def timing(run: Run, data: str, args, other, predictive: dict) -> dict[str, floa
     from hf_ralm.records import RecordStore
     from hf_ralm.model_inputs import window_prefixes
     from hf_ralm.utils.provenance import provenance
-    from hf_ralm.reranking.candidates import score_candidates
-    from hf_ralm.reranking.gates import lm_gate_config
-    from hf_ralm.reranking.lm import rerank_windows
-    from hf_ralm.reranking.predictive import PredictiveReranker
+    from hf_ralm.selection.candidates import score_candidates
+    from hf_ralm.selection.gates import lm_gate_config
+    from hf_ralm.selection.rerank import rerank_windows
+    from hf_ralm.selection.predictive import PredictiveReranker
     from hf_ralm.resume import model_identity
     from hf_ralm.scoring import score_windows
 
@@ -196,7 +196,7 @@ def timing(run: Run, data: str, args, other, predictive: dict) -> dict[str, floa
 def table_rows(reader: str, data: str, scores: list, choices: dict[str, list[int]], cost: dict[str, float],
                num_tokens: int, num_words: int) -> list[dict]:
     """Every strategy's perplexity from the candidate scores and the choices (see the module docstring)."""
-    from hf_ralm.reranking.rules import choose_lowest, choose_option, random_choice
+    from hf_ralm.selection.rules import choose_lowest, choose_option, random_choice
 
     def from_choices(chosen):  # -1 (none chosen) is the no-passage option
         return lambda s: chosen[s.window] if chosen[s.window] >= 0 else s.no_passage
@@ -277,7 +277,7 @@ def main(argv=None) -> int:
     rows = []
     for data in retrievers:
         for reader in args.readers:
-            from hf_ralm.reranking.lm import LMReranker
+            from hf_ralm.selection.rerank import LMReranker
 
             run = Run(reader, data, args, retrievers, K, rerank_candidates=K, rerank_tokens=16)
             if "candidates" in args.passes:

@@ -100,7 +100,7 @@ def reader_pass(run: Run, batch_size: int, config=None) -> dict:
     """Every candidate's (and, with ``rerank_allow_no_passage``, no passage's) ranking and target NLL sums per window
     (``rerank_windows`` under ``config``, by default the run's), the NLL of the windows nothing was ranked for
     (``base_nll``) and the pass's time."""
-    from hf_ralm.reranking.lm import rerank_windows
+    from hf_ralm.selection.rerank import rerank_windows
 
     config = config or run.config
     t0 = time.perf_counter()

@@ -18,8 +18,8 @@ from conftest import make_tiny_model
 from hf_ralm import RalmConfig
 from hf_ralm.records import RecordStore
 from hf_ralm.errors import OutputFolderError
-from hf_ralm.reranking.candidates import CandidateScores, score_candidates
-from hf_ralm.reranking.rules import ranking_span
+from hf_ralm.selection.candidates import CandidateScores, score_candidates
+from hf_ralm.selection.rules import ranking_span
 from hf_ralm.windows import place_passage, plan_windows
 from hf_ralm.model_inputs import passage_prefix
 from test_reranking import full_nlls, make_candidates, make_text
@@ -68,7 +68,7 @@ def test_an_interrupted_pass_resumes_from_a_copy_and_never_recomputes(tiny_llama
     whole = scores_of(tiny_llama, tiny_tokenizer, text)
     folder = tmp_path / "runs" / "pass"
     calls = []
-    import hf_ralm.reranking.candidates as candidates
+    import hf_ralm.selection.candidates as candidates
 
     real = candidates.rerank_windows
 
@@ -109,7 +109,7 @@ def test_a_pass_with_other_settings_is_refused_before_any_work(tiny_llama, tiny_
     def no_work(*args, **kwargs):
         raise AssertionError("a refused pass must not compute")
 
-    monkeypatch.setattr("hf_ralm.reranking.candidates.rerank_windows", no_work)
+    monkeypatch.setattr("hf_ralm.selection.candidates.rerank_windows", no_work)
     with pytest.raises(OutputFolderError, match="'data': stored 't', given 'u'"):
         scores_of(tiny_llama, tiny_tokenizer, text, output_dir=folder, settings={"data": "u"})
     with pytest.raises(OutputFolderError, match="'reader_parameters'"):

@@ -13,7 +13,7 @@ import torch
 from conftest import ARCHS, ARTICLES
 from hf_ralm import RalmConfig
 from hf_ralm.evaluation import evaluate_perplexity, evaluate_retrieval
-from hf_ralm.reranking.gates import lm_gate_config, normalized_top_scores, retrieved_fraction
+from hf_ralm.selection.gates import lm_gate_config, normalized_top_scores, retrieved_fraction
 from hf_ralm.passages import NO_PASSAGE, Passage, passage_text
 from hf_ralm.retrieval.analysis import analyze
 from hf_ralm.windows import plan_windows

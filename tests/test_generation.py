@@ -18,8 +18,8 @@ from hf_ralm.configuration_ralm import RALM_FIELDS
 from hf_ralm.generation import RalmLogitsProcessor, ralm_generate
 from hf_ralm.model_inputs import passage_prefix
 from hf_ralm.passage_cache import PassageKVCache
-from hf_ralm.reranking.predictive import NO_PASSAGE_TEXT
-from hf_ralm.reranking.rules import random_choice
+from hf_ralm.selection.predictive import NO_PASSAGE_TEXT
+from hf_ralm.selection.rules import random_choice
 from test_reranking import full_nlls, permuted_tokenizer
 
 MAX_LENGTH = 32

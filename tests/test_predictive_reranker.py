@@ -15,17 +15,11 @@ import pytest
 import torch
 
 from hf_ralm import RalmConfig
-from hf_ralm.reranking import (
-    PredictiveReranker,
-    PredictiveRerankLoss,
-    RerankDataWriter,
-    predictive_loss,
-    rerank_metrics,
-    train_reranker,
-)
+from hf_ralm.reranking import PredictiveRerankLoss, RerankDataWriter, predictive_loss, rerank_metrics, train_reranker
+from hf_ralm.selection.predictive import PredictiveReranker
 from hf_ralm.records import TMP_PREFIX
 from hf_ralm.reranking.data import METADATA_FILE, read_rerank_records, text_rows
-from hf_ralm.reranking.predictive import NO_PASSAGE_TEXT, argmax_first, choose_predictive
+from hf_ralm.selection.predictive import NO_PASSAGE_TEXT, argmax_first, choose_predictive
 from hf_ralm.reranking.training import CURVE_FILE, default_init, split_by_article
 from hf_ralm.passages import Passage
 

@@ -25,7 +25,7 @@ from hf_ralm.cli import main
 from hf_ralm.reranking import collect_rerank_data, load_rerank_data
 from hf_ralm.reranking.collect import retrieve_excluding_title, spread_windows
 from hf_ralm.reranking.data import read_rerank_records, rerank_data_summary
-from hf_ralm.reranking.rules import ranking_span
+from hf_ralm.selection.rules import ranking_span
 from hf_ralm.retrieval.analysis import ANALYSIS
 from hf_ralm.passages import Passage
 from hf_ralm.retrieval.bm25 import BM25Retriever

@@ -23,8 +23,8 @@ from conftest import ARCHS, BOS_ID, MODEL_VOCAB_SIZE, SPECIAL_TOKENS, TINY_VOCAB
 from hf_ralm import RalmConfig
 from hf_ralm.evaluation import evaluate_perplexity
 from hf_ralm.model_inputs import passage_prefix
-from hf_ralm.reranking.lm import LMReranker, rerank_windows
-from hf_ralm.reranking.rules import choose_option, fit_reranker_input, random_choice, ranking_span
+from hf_ralm.selection.rerank import LMReranker, rerank_windows
+from hf_ralm.selection.rules import choose_option, fit_reranker_input, random_choice, ranking_span
 from hf_ralm.passages import NO_PASSAGE, Passage
 from hf_ralm.retrieval.files import load_retrieval_file
 from hf_ralm.windows import place_passage, plan_windows

@@ -22,7 +22,7 @@ RERANK_STRATEGIES = ("none", "lm", "predictive", "oracle", "random")
 """How a window's passage is chosen among the retrieved candidates (the paper's §6; see :mod:`hf_ralm.reranking`)."""
 
 RETRIEVAL_GATES = ("always", "score", "lm")
-"""Whether a window retrieves at all (see :mod:`hf_ralm.reranking.gates`): always (the paper), when the top passage's
+"""Whether a window retrieves at all (see :mod:`hf_ralm.selection.gates`): always (the paper), when the top passage's
 normalised retrieval score clears ``gate_threshold``, or when the reader finds the passage helps."""
 
 TYPED_FIELDS = {"base_model_name_or_path": (str, type(None)), "passage_template": (str,), "bos_every_window": (bool,),
@@ -70,7 +70,7 @@ class RalmConfig(PreTrainedConfig):
         rerank_candidates: ``k``, the retrieved passages a reranker chooses among (16).
         rerank_tokens: ``s'``, the prefix tokens ``"lm"`` ranks on (16).
         reranker_model: the LM that ranks for ``"lm"`` (default: the reader itself; another model works in text, see
-            :mod:`hf_ralm.reranking.rules`), or the cross-encoder of ``"predictive"`` (a folder or Hub id).
+            :mod:`hf_ralm.selection.rules`), or the cross-encoder of ``"predictive"`` (a folder or Hub id).
         rerank_allow_no_passage: with ``"lm"``, ``"oracle"`` or ``"predictive"``, the window without a passage is one
             more candidate (the predictive reranker reads it as the empty passage).
         rerank_no_passage_margin: with ``rerank_allow_no_passage``, the nats of ranking NLL the best passage must save
@@ -82,7 +82,7 @@ class RalmConfig(PreTrainedConfig):
             score, reaches ``gate_threshold``) or ``"lm"`` (only when the passage lowers the reader's NLL of the last
             ``rerank_tokens`` prefix tokens, compared with no passage, by at least ``gate_threshold`` nats). With
             ``rerank``, the score gate decides before reranking (on retrieval's top passage) and the lm gate after it
-            (on the chosen passage); see :mod:`hf_ralm.reranking.gates`.
+            (on the chosen passage); see :mod:`hf_ralm.selection.gates`.
         gate_threshold: the ``"score"`` gate's threshold, a fraction of the query's maximum attainable score
             (0: always retrieve, 1: never with BM25); the ``"lm"`` gate's, in nats saved on the ranking tokens
             (``None``: 0.0, the passage stays when it does not raise their NLL).

@@ -8,7 +8,7 @@ over its start as a single passage is, and every scored token gets the mixture
 of the retrieval scores ``s`` of the window's passages (``τ`` = ``ensemble_temperature``), computed in log space:
 ``-log p = -logsumexp_j(log w_j - NLL_j)``. A window with one passage is that passage's window; one without (window
 0, an empty retrieval, a closed retrieval gate) is the plain window. The candidate inputs of many windows run batched
-through :func:`~hf_ralm.reranking.lm.reader_nlls` (the reranker's scorer), each distinct passage's keys/values
+through :func:`~hf_ralm.selection.rerank.reader_nlls` (the reranker's scorer), each distinct passage's keys/values
 computed once. Generation mixes the same way (``RalmLogitsProcessor(ensemble_size=n)``), with the same weights
 (:func:`ensemble_log_weights`).
 
@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 from .configuration_ralm import RalmConfig
 from .model_inputs import context_indices
 from .passages import Passage
-from .reranking.lm import reader_nlls
+from .selection.rerank import reader_nlls
 from .windows import Window
 
 

@@ -25,8 +25,8 @@ from .configuration_ralm import RalmConfig
 from .ensemble import ensemble_window_nlls
 from .retrieval.base import Retriever
 from .passages import Passage
-from .reranking.gates import choose_passages, retrieved_fraction
-from .reranking.lm import RerankOutcome
+from .selection.gates import choose_passages, retrieved_fraction
+from .selection.rerank import RerankOutcome
 from .resume import CHUNK_SIZE, EVAL_FILE, RECORDS_DIR, WindowRecordWriter, record_passages, run_settings, window_record
 from .retrieval.files import Retrievals, load_retrieval_file, retrieval_records
 from .utils.atomic import write_json_atomic
@@ -45,7 +45,7 @@ class RalmEvalResult:
     none), so :meth:`in_context` ``[token_windows[t]]`` was in context for token ``t`` (``context_size`` passages of
     it: ``num_passages``, or the ensemble's). ``ranking_nlls[w]`` are the ranking NLLs of the candidates when an LM
     ranked them (the window without a passage last, when it was a candidate); ``gate_scores[w]`` what a retrieval gate
-    decided on (:mod:`hf_ralm.reranking.gates`)."""
+    decided on (:mod:`hf_ralm.selection.gates`)."""
 
     figures: dict
     ids: list[int]
@@ -140,7 +140,7 @@ def evaluate_retrieval(
 
     ``config.rerank`` chooses among ``config.rerank_candidates`` retrieved passages (:mod:`hf_ralm.reranking`, with
     ``reranker`` for another LM or a trained cross-encoder) and ``config.retrieval_gate`` whether a window retrieves
-    at all (:mod:`hf_ralm.reranking.gates`; the score gate asks ``retriever`` for each query's maximum score); when the
+    at all (:mod:`hf_ralm.selection.gates`; the score gate asks ``retriever`` for each query's maximum score); when the
     reader ranked, the result already holds the target NLLs (``token_nlls``). A retrieval file that records choices
     (written with reranking or a gate) fixes them instead.
 

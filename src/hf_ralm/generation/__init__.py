@@ -26,18 +26,18 @@ choice it runs as a stride whose retrieval returned nothing. A stride that retri
   (prompt + output so far), fewer when ``x`` is shorter or a context holds fewer, ``r = max(len(x) - s',
   max_i a_i + 1)`` (:func:`.reranking.ranking_start`), so that every candidate ranks on the same tokens and none
   is the first of ``x`` in a context. The lowest wins, ties to the better retrieval rank
-  (:func:`~hf_ralm.reranking.rules.choose_lowest`); with no token to rank on (``r = len(x)``) retrieval's top. The
+  (:func:`~hf_ralm.selection.rules.choose_lowest`); with no token to rank on (``r = len(x)``) retrieval's top. The
   inputs of all rows × candidates of a stride run in one :func:`~hf_ralm.scoring.score_inputs` call (the
   evaluation's scorer), batched, a passage's keys/values taken from the decoder's passage cache.
-* ``"lm"`` with another LM (``reranker_model``; an :class:`~hf_ralm.reranking.lm.LMReranker`): the same ranking
-  tokens, in text, as the evaluation ranks (:func:`~hf_ralm.reranking.rules.fit_reranker_input`): its tokens of the
+* ``"lm"`` with another LM (``reranker_model``; an :class:`~hf_ralm.selection.rerank.LMReranker`): the same ranking
+  tokens, in text, as the evaluation ranks (:func:`~hf_ralm.selection.rules.fit_reranker_input`): its tokens of the
   passage, of the decoded ``x[:r]`` cut from the left, and of the decoded ``x[r:]``, whose summed NLL ranks.
-* ``"random"``: :func:`~hf_ralm.reranking.rules.random_choice` with ``rerank_seed`` and the key
+* ``"random"``: :func:`~hf_ralm.selection.rules.random_choice` with ``rerank_seed`` and the key
   ``crc32(prompt ids) · 2**32 + j`` (:func:`.reranking.random_key`): reproducible per prompt and stride, whatever
   the batch.
 * ``"predictive"``: the trained cross-encoder (:class:`~hf_ralm.reranking.PredictiveReranker`) scores (the stride's
   query, ``config.passage_text(title, text)``) for every candidate, and with ``rerank_allow_no_passage`` the empty
-  passage too (:func:`~hf_ralm.reranking.predictive.choose_predictive`); the highest wins, ties to the better rank.
+  passage too (:func:`~hf_ralm.selection.predictive.choose_predictive`); the highest wins, ties to the better rank.
 * ``"oracle"`` ranks on the tokens a stride is about to generate: refused (a ``ValueError``), as is reranking with
   an ensemble of passages (``RalmLogitsProcessor(ensemble_size > 1)``).
 
@@ -46,11 +46,11 @@ those where no passage was chosen (``no_passage_chosen``).
 
 Beyond the paper, as in evaluation (issue 10):
 
-* Retrieval gates (``config.retrieval_gate``, :mod:`hf_ralm.reranking.gates`): with ``"score"`` a stride keeps its
+* Retrieval gates (``config.retrieval_gate``, :mod:`hf_ralm.selection.gates`): with ``"score"`` a stride keeps its
   passages only when the top one's score over its query's maximum attainable score (the retriever's
   ``max_scores``) reaches ``gate_threshold`` (before any reranking); with ``"lm"`` the reader ranks the stride's
   passage (retrieval's top, or the reranked choice) against no passage exactly as ``"lm"`` reranking ranks two
-  candidates (:func:`~hf_ralm.reranking.gates.lm_gate_config`), and keeps it when it lowers the ranking NLL by at
+  candidates (:func:`~hf_ralm.selection.gates.lm_gate_config`), and keeps it when it lowers the ranking NLL by at
   least ``gate_threshold`` nats (``None``: when its ranking NLL is not higher; or when there is no token to rank
   on).
   A closed gate makes the stride one whose retrieval found nothing; ``ralm_stats`` counts ``gated_strides`` and

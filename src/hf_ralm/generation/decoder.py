@@ -22,7 +22,7 @@ from ..ensemble import ensemble_log_weights
 from ..model_inputs import context_indices, context_prefix, window_length
 from ..modeling_utils import empty_cache
 from ..passage_cache import DEFAULT_MAX_BYTES, PassageKVCache
-from ..reranking.gates import lm_gate_config, normalized_top_scores, score_gate_pools
+from ..selection.gates import lm_gate_config, normalized_top_scores, score_gate_pools
 from ..passages import NO_PASSAGE, Passage
 from ..retrieval.base import Retriever
 from .contexts import Context, Row, RowBatch, batchable, stride_start
@@ -58,7 +58,7 @@ class RalmDecoder:
     (default: ``config.ensemble_size``) each row keeps one context per passage of its top ``n`` and mixes their
     next-token distributions, weighted by the softmax of the retriever's scores over ``config.ensemble_temperature``
     (REPLUG-style). ``config.retrieval_gate`` decides whether a stride retrieves at all, as in evaluation
-    (:mod:`hf_ralm.reranking.gates`: the score gate before reranking, the lm gate, a two-candidate
+    (:mod:`hf_ralm.selection.gates`: the score gate before reranking, the lm gate, a two-candidate
     :class:`~.reranking.StrideReranker`, after it). A stride without a passage resumes the row's last context without
     one when it starts at the same place (``keep_plain_context``; its cache then only takes the tokens generated
     since). ``use_cache=False`` runs the whole context at every step (the slow reference).

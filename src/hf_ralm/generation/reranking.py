@@ -1,7 +1,7 @@
 """Reranking in generation (the paper's §6): at the start of a stride, which of a row's retrieved candidates goes in
 context. :mod:`hf_ralm.generation` states the rules; the ranking inputs are scored by the evaluation's scorer
 (:func:`~hf_ralm.scoring.score_inputs`) and, for another LM, built as the evaluation builds them
-(:meth:`~hf_ralm.reranking.lm.LMReranker.inputs`).
+(:meth:`~hf_ralm.selection.rerank.LMReranker.inputs`).
 
 Example:
     >>> ranking_start(num_tokens=40, rerank_tokens=16, starts=[10, 14])   # the last 16 tokens of x
@@ -20,9 +20,9 @@ from typing import Sequence
 
 from ..configuration_ralm import RalmConfig
 from ..passage_cache import PassageKVCache
-from ..reranking.lm import LMReranker, choose_ranked, rerank_options
-from ..reranking.predictive import choose_predictive
-from ..reranking.rules import random_choice
+from ..selection.rerank import LMReranker, choose_ranked, rerank_options
+from ..selection.predictive import choose_predictive
+from ..selection.rules import random_choice
 from ..passages import NO_PASSAGE, Passage
 from ..scoring import ScoredInput, score_inputs
 from .contexts import Row, encode_passage, stride_start
@@ -53,7 +53,7 @@ def ranking_start(num_tokens: int, rerank_tokens: int, starts: Sequence[int]) ->
 
 
 def random_key(prompt_ids: Sequence[int], stride_index: int) -> int:
-    """The key of :func:`~hf_ralm.reranking.rules.random_choice` for stride ``j = stride_index`` of a row:
+    """The key of :func:`~hf_ralm.selection.rules.random_choice` for stride ``j = stride_index`` of a row:
     ``crc32(prompt) · 2**32 + j``, the CRC-32 of the prompt's token ids written in decimal and joined by spaces. A
     row's choices depend on its prompt and the stride only, whatever the batch, its padding or its order.
 
@@ -83,8 +83,8 @@ class StrideReranker:
     """Chooses each row's passage among its candidates at the start of a stride, under ``config.rerank``
     (``"lm"``, ``"predictive"`` or ``"random"``; see :mod:`hf_ralm.generation`).
 
-    ``reranker``: an :class:`~hf_ralm.reranking.lm.LMReranker` (``"lm"`` ranked by another LM, in text), a
-    :class:`~hf_ralm.reranking.predictive.PredictiveReranker` (``"predictive"``) or ``None`` (the reader ranks).
+    ``reranker``: an :class:`~hf_ralm.selection.rerank.LMReranker` (``"lm"`` ranked by another LM, in text), a
+    :class:`~hf_ralm.selection.predictive.PredictiveReranker` (``"predictive"``) or ``None`` (the reader ranks).
     ``passage_cache`` holds the reader's passages' keys/values, shared with the contexts the chosen passages open.
     """
 
@@ -101,7 +101,7 @@ class StrideReranker:
     def choose(self, rows: Sequence[Row], queries: Sequence[str], candidates: Sequence[Sequence[Passage]],
                stride_tokens: int, generated: int, reuse_prefix_kv: bool) -> list[int]:
         """Per row, the index of the chosen passage in its ``candidates`` (retrieval order), or
-        :data:`~hf_ralm.reranking.rules.NO_PASSAGE` (nothing retrieved, or no passage won) for a stride of
+        :data:`~hf_ralm.selection.rules.NO_PASSAGE` (nothing retrieved, or no passage won) for a stride of
         ``stride_tokens`` tokens starting after ``generated`` generated tokens. The LM inputs of all rows run in one
         :func:`~hf_ralm.scoring.score_inputs` call (with ``reuse_prefix_kv``, passages' keys/values shared)."""
         todo = [i for i, pool in enumerate(candidates) if pool]
@@ -124,8 +124,8 @@ class StrideReranker:
 
     def _lm_choices(self, rows: list[Row], pools: list[list[Passage]], stride_tokens: int,
                     reuse_prefix_kv: bool) -> list[int]:
-        """``"lm"``: per row, the index into its options (:func:`~hf_ralm.reranking.lm.rerank_options`) chosen on
-        their ranking NLLs (:func:`~hf_ralm.reranking.lm.choose_ranked`); the first option when there is no token to
+        """``"lm"``: per row, the index into its options (:func:`~hf_ralm.selection.rerank.rerank_options`) chosen on
+        their ranking NLLs (:func:`~hf_ralm.selection.rerank.choose_ranked`); the first option when there is no token to
         rank on."""
         inputs, ranked = [], []
         for row, pool in zip(rows, pools):

@@ -16,7 +16,7 @@ Example::
 
 from .collect import collect_rerank_data, training_articles
 from .data import RerankDataWriter, load_rerank_data, rerank_data_summary
-from .predictive import PredictiveReranker
+from ..selection.predictive import PredictiveReranker
 from .training import PredictiveRerankLoss, predictive_loss, push_reranker, rerank_metrics, train_reranker
 
 __all__ = [

@@ -10,7 +10,7 @@ For each training article (``{"id", "title", "text"}``, in the given order):
    (``rerank_candidates``) passages, the article's own passages excluded (:func:`retrieve_excluding_title`: a
    passage of the same article would hold the very text to predict);
 4. the reader scores each kept window with every candidate ``d_i`` in context and with none (one batched pass,
-   :func:`~hf_ralm.reranking.lm.rerank_windows` with the no-passage candidate): the NLL of its last ``s'`` prefix
+   :func:`~hf_ralm.selection.rerank.rerank_windows` with the no-passage candidate): the NLL of its last ``s'`` prefix
    tokens (zero-shot ranking) and of its next stride ``y`` (``-log p(y | [d_i; x])``, what the oracle ranks on and
    the predictive reranker learns);
 5. the window becomes one compact record (:mod:`hf_ralm.reranking.data`): the article's corpus id, the window, its
@@ -55,7 +55,7 @@ from ..resume import model_identity, model_path, retriever_identity
 from ..windows import plan_windows, query_span
 from ..utils.checks import check_count
 from .data import RerankDataWriter
-from .lm import rerank_windows
+from ..selection.rerank import rerank_windows
 
 logger = logging.getLogger(__name__)
 

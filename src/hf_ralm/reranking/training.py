@@ -31,7 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from .data import candidate_counts, load_rerank_data, text_rows
-from .predictive import NO_PASSAGE_TEXT, PredictiveReranker, argmax_first
+from ..selection.predictive import NO_PASSAGE_TEXT, PredictiveReranker, argmax_first
 
 if TYPE_CHECKING:
     import datasets
@@ -315,7 +315,7 @@ def train_reranker(
 
 def training_options(dataset: datasets.Dataset, no_passage_candidate: bool) -> datasets.Dataset:
     """Text rows as the reranker trains on them: each window's candidates, and with ``no_passage_candidate`` the
-    empty passage (:data:`~hf_ralm.reranking.predictive.NO_PASSAGE_TEXT`) after them with the log-probability
+    empty passage (:data:`~hf_ralm.selection.predictive.NO_PASSAGE_TEXT`) after them with the log-probability
     without a passage."""
     if not no_passage_candidate:
         return dataset

@@ -4,7 +4,7 @@ gate, oracle, random, or the choices of another ranker), kept as compact records
 
 For each window with retrieved passages, the reader runs the window once with each of its first ``k``
 (``config.rerank_candidates``) passages written over its start and once without a passage
-(:func:`~hf_ralm.reranking.lm.rerank_windows` with the no-passage candidate), which gives per option the NLL of the
+(:func:`~hf_ralm.selection.rerank.rerank_windows` with the no-passage candidate), which gives per option the NLL of the
 ``s'`` ranking tokens before the window's target (``ranking_nlls``: what zero-shot reranking and the lm gate compare)
 and of the target itself (``target_nlls``: what the window contributes to the text's NLL when that option is put in
 context; the oracle compares these). A window without passages (window 0, or a query that found nothing) has only
@@ -36,7 +36,7 @@ from ..model_inputs import window_length
 from ..passages import Passage
 from ..windows import Window
 from ..utils.checks import check_count
-from .lm import rerank_windows
+from .rerank import rerank_windows
 
 
 @dataclass

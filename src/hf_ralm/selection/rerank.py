@@ -1,9 +1,9 @@
 """Which retrieved passage each window puts in context: LM-oriented reranking (the paper's §6), exactly.
 
 Strategies (``RalmConfig.rerank``): ``"none"`` (retrieval's top passage), ``"lm"`` (zero-shot: the candidate under
-which an LM finds the ranking tokens likeliest, :mod:`hf_ralm.reranking.rules`), ``"oracle"`` (the reader's own
+which an LM finds the ranking tokens likeliest, :mod:`hf_ralm.selection.rules`), ``"oracle"`` (the reader's own
 NLL of the window's target tokens: it looks at the future, an upper bound), ``"random"`` (a seeded uniform choice: a
-floor) and ``"predictive"`` (a trained cross-encoder, :class:`~hf_ralm.reranking.predictive.PredictiveReranker`).
+floor) and ``"predictive"`` (a trained cross-encoder, :class:`~hf_ralm.selection.predictive.PredictiveReranker`).
 With ``rerank_allow_no_passage`` the window without a passage is one more candidate (``"lm"``, ``"oracle"``),
 chosen unless a passage saves ``rerank_no_passage_margin`` nats over it (:func:`choose_ranked`).
 
@@ -58,7 +58,7 @@ class RerankOutcome:
 
 class LMReranker:
     """Another causal LM that ranks candidates for the reader (e.g. a small LM for a large one), in text: see
-    :func:`~hf_ralm.reranking.rules.fit_reranker_input` for how its input is built from its own tokens."""
+    :func:`~hf_ralm.selection.rules.fit_reranker_input` for how its input is built from its own tokens."""
 
     def __init__(self, model, tokenizer, max_length: int | None = None):
         self.model, self.tokenizer = model, tokenizer
@@ -88,7 +88,7 @@ class LMReranker:
 
 def load_reranker(config: RalmConfig, reader):
     """The reranker ``config`` asks for, on ``reader``'s device and in its dtype: an :class:`LMReranker` for ``"lm"``
-    with a ``reranker_model``, a :class:`~hf_ralm.reranking.predictive.PredictiveReranker` for ``"predictive"``,
+    with a ``reranker_model``, a :class:`~hf_ralm.selection.predictive.PredictiveReranker` for ``"predictive"``,
     else ``None`` (the reader ranks, or nothing does)."""
     if config.rerank == "predictive":
         from .predictive import PredictiveReranker
@@ -126,7 +126,7 @@ def rerank_windows(
     ``candidates[w.index]`` are the window's retrieved passages in retrieval order (at most
     ``config.rerank_candidates`` are considered); ``windows`` may be any of the text's windows, and the outcome's lists
     follow their order; ``reranker`` is an :class:`LMReranker` (``"lm"`` with another
-    model) or a :class:`~hf_ralm.reranking.predictive.PredictiveReranker` (``"predictive"``).
+    model) or a :class:`~hf_ralm.selection.predictive.PredictiveReranker` (``"predictive"``).
     """
     strategy = config.rerank
     pools = {w.index: list(candidates[w.index])[: config.rerank_candidates] if w.has_retrieval else []
@@ -164,7 +164,7 @@ def rerank_options(pool: list[Passage], config: RalmConfig) -> list[Passage | No
 def choose_ranked(ranking_nlls: Sequence[float], options: Sequence[Passage | None], config: RalmConfig) -> int:
     """Index into ``options`` (:func:`rerank_options`) of the one chosen on ``ranking_nlls``: the lowest, no passage
     winning unless a passage saves ``config.rerank_no_passage_margin`` nats over it
-    (:func:`~hf_ralm.reranking.rules.choose_option`). Evaluation and generation both choose so.
+    (:func:`~hf_ralm.selection.rules.choose_option`). Evaluation and generation both choose so.
 
     Example:
         >>> config = RalmConfig(rerank="lm", rerank_allow_no_passage=True, rerank_no_passage_margin=2.0)

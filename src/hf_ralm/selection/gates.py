@@ -8,7 +8,7 @@
   as strongly as it can be). The gate score is that fraction.
 * ``"lm"``: the reader decides, zero-shot. It *is* LM reranking with two candidates, the window's passage and no
   passage (:func:`lm_gate_config`: ``rerank="lm"``, ``rerank_candidates=1``, ``rerank_allow_no_passage=True``), ranked
-  on the same ranking tokens (the last ``rerank_tokens`` prefix tokens, :mod:`hf_ralm.reranking.rules`): the passage
+  on the same ranking tokens (the last ``rerank_tokens`` prefix tokens, :mod:`hf_ralm.selection.rules`): the passage
   stays when it saves at least ``gate_threshold`` nats of their NLL (``None``: 0.0, i.e. when its ranking NLL is
   not higher than without it; ties keep it, as reranking's ties go to the better rank). The gate score is
   ``NLL(no passage) - NLL(passage)``, the nats the passage saves: it stays when that is >= the threshold. A positive
@@ -37,7 +37,7 @@ from ..model_inputs import context_indices
 from ..passage_cache import PassageKVCache
 from ..passages import NO_PASSAGE, Passage
 from ..windows import Window
-from .lm import RerankOutcome, rerank_windows
+from .rerank import RerankOutcome, rerank_windows
 
 
 def normalized_top_scores(retriever, queries: Sequence[str | None],
@@ -137,9 +137,9 @@ def choose_passages(
 ) -> RerankOutcome:
     """Each window's passage in context under ``config.retrieval_gate`` and ``config.rerank`` (see the module
     docstring): the score gate (``retriever`` normalises the scores), then
-    :func:`~hf_ralm.reranking.lm.rerank_windows`, then the lm gate. ``passages[w.index]`` are window ``w``'s retrieved
-    passages (``windows`` may be any of the text's windows); the outcome's lists follow ``windows``, with the gate's
-    scores. Its ``token_nlls``, when the reader
+    :func:`~hf_ralm.selection.rerank.rerank_windows`, then the lm gate. ``passages[w.index]`` are window ``w``'s
+    retrieved passages (``windows`` may be any of the text's windows); the outcome's lists follow ``windows``, with
+    the gate's scores. Its ``token_nlls``, when the reader
     ranked, are the windows' NLLs with their chosen passage alone (``None`` with ``num_passages > 1``: the windows
     have yet to be scored with their passages).
     """
