@@ -77,14 +77,15 @@ def parse_args(argv=None) -> argparse.Namespace:
 def queries_for(args) -> list[str]:
     from transformers import AutoTokenizer
 
+    from hf_ralm import RalmConfig
     from hf_ralm.data import load_dataset_text
-    from hf_ralm.evaluation import tokenize_text, window_queries
-    from hf_ralm.windows import plan_windows
+    from hf_ralm.plan import prepare
 
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
-    ids = tokenize_text(tokenizer, load_dataset_text(args.data), args.max_eval_tokens)
-    windows = plan_windows(len(ids), args.max_length, args.stride)
-    return [q for q in window_queries(tokenizer, ids, windows, args.query_length) if q is not None]
+    config = RalmConfig(retrieval_stride=args.stride, query_length=args.query_length, max_length=args.max_length)
+    plan = prepare(load_dataset_text(args.data), tokenizer, config, max_length=args.max_length,
+                   max_eval_tokens=args.max_eval_tokens)
+    return [q for q in plan.queries if q is not None]
 
 
 class LuceneSide:

@@ -71,9 +71,8 @@ class Setup:
 
         from hf_ralm import RalmConfig
         from hf_ralm.data import load_dataset_text
-        from hf_ralm.evaluation import retrieve_for_windows, tokenize_text, window_queries
         from hf_ralm.modeling_utils import resolve_max_length
-        from hf_ralm.windows import plan_windows
+        from hf_ralm.plan import prepare
 
         self.path = model_path
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
@@ -83,11 +82,11 @@ class Setup:
         self.config = RalmConfig(retrieval_stride=args.stride, query_length=args.query_length,
                                  max_length=args.max_length, rerank="lm", rerank_candidates=args.rerank_candidates,
                                  rerank_tokens=args.rerank_tokens, bos_every_window=True)
-        self.ids = tokenize_text(self.tokenizer, load_dataset_text(args.data), args.max_eval_tokens)
         max_length = resolve_max_length(self.models[torch.float32], args.max_length)
-        self.windows = plan_windows(len(self.ids), max_length, args.stride)
-        self.queries = window_queries(self.tokenizer, self.ids, self.windows, args.query_length)
-        self.candidates = retrieve_for_windows(retriever, self.queries, args.rerank_candidates, show_progress=False)
+        plan = prepare(load_dataset_text(args.data), self.tokenizer, self.config, retriever, max_length=max_length,
+                       max_eval_tokens=args.max_eval_tokens)
+        self.ids, self.windows, self.queries = plan.ids, plan.windows, plan.queries
+        self.candidates = plan.candidates(self.windows, args.rerank_candidates)
 
     def rerank(self, dtype, reranker=None, reuse=True, batch_size=8, windows=None, passage_cache=None):
         from hf_ralm.selection.rerank import rerank_windows
@@ -118,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     from hf_ralm.model_inputs import passage_prefix, window_prefixes
     from hf_ralm.passage_cache import PassageKVCache
     from hf_ralm.reference import reference_rerank_nlls
-    from hf_ralm.selection.rerank import LMReranker
+    from hf_ralm.selection.rankers import LMReranker
     from hf_ralm.retrieval.base import read_forbidden_titles
     from hf_ralm.retrieval.bm25 import BM25Retriever
     from hf_ralm.utils.atomic import write_json_atomic

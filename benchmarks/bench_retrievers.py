@@ -106,14 +106,15 @@ def subset_index_dirs(sub: str) -> dict[str, str]:
 def make_queries(tokenizer_dir: str, rows: str, max_eval_tokens: int) -> dict[int, list[str]]:
     from transformers import AutoTokenizer
 
+    from hf_ralm import RalmConfig
     from hf_ralm.data import load_dataset_text
-    from hf_ralm.evaluation import tokenize_text, window_queries
-    from hf_ralm.windows import plan_windows
+    from hf_ralm.plan import prepare
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    ids = tokenize_text(tokenizer, load_dataset_text(rows), max_eval_tokens)
-    windows = plan_windows(len(ids), MAX_LENGTH, STRIDE)
-    return {ell: [q for q in window_queries(tokenizer, ids, windows, ell) if q is not None] for ell in (32, 64)}
+    text = load_dataset_text(rows)
+    plans = {ell: prepare(text, tokenizer, RalmConfig(retrieval_stride=STRIDE, query_length=ell, max_length=MAX_LENGTH),
+                          max_length=MAX_LENGTH, max_eval_tokens=max_eval_tokens) for ell in (32, 64)}
+    return {ell: [q for q in plan.queries if q is not None] for ell, plan in plans.items()}
 
 
 def measure_one(args) -> None:

@@ -84,16 +84,15 @@ def main(argv: list[str] | None = None) -> int:
 
     from hf_ralm.configuration_ralm import RalmConfig
     from hf_ralm.data import load_dataset_text
-    from hf_ralm.evaluation import retrieve_for_windows, tokenize_text, window_queries
     from hf_ralm.model_inputs import window_prefixes
     from hf_ralm.modeling_utils import model_device, resolve_max_length
     from hf_ralm.reference import reference_window_nlls
     from hf_ralm.retrieval.base import read_forbidden_titles
     from hf_ralm.retrieval.bm25 import BM25Retriever
     from hf_ralm.utils.atomic import write_json_atomic
+    from hf_ralm.perplexity import perplexity_figures
+    from hf_ralm.plan import prepare
     from hf_ralm.scoring import score_windows
-    from hf_ralm.windows import plan_windows
-    from hf_ralm.perplexity import count_words, perplexity_figures
 
     threads = args.threads or available_cores()
     torch.set_num_threads(threads)
@@ -115,26 +114,23 @@ def main(argv: list[str] | None = None) -> int:
     config.validate()
 
     t0 = time.perf_counter()
-    text = load_dataset_text(args.data)
-    ids = tokenize_text(tokenizer, text, args.max_eval_tokens)
-    if len(ids) == args.max_eval_tokens:
-        text = tokenizer.decode(ids)  # word count of the evaluated part, as evaluate_retrieval does
-    max_length = resolve_max_length(model32, config.max_length)
-    windows = plan_windows(len(ids), max_length, config.retrieval_stride)
-    queries = window_queries(tokenizer, ids, windows, config.query_length)
-    tokenize_s = time.perf_counter() - t0
-
-    t0 = time.perf_counter()
     forbidden = read_forbidden_titles(args.forbidden_titles) if args.forbidden_titles else frozenset()
     retriever = BM25Retriever.load(args.index_dir, forbidden_titles=forbidden)
     index_load_s = time.perf_counter() - t0
+
     t0 = time.perf_counter()
-    passages = retrieve_for_windows(retriever, queries, 1, show_progress=False)
+    max_length = resolve_max_length(model32, config.max_length)
+    plan = prepare(load_dataset_text(args.data), tokenizer, config, retriever, max_length=max_length,
+                   max_eval_tokens=args.max_eval_tokens)
+    ids, windows = plan.ids, plan.windows
+    tokenize_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    passages = plan.candidates(windows, 1)
     retrieval_s = time.perf_counter() - t0
     prefixes = window_prefixes(tokenizer, windows, passages, config)
 
     num_scored = sum(w.num_scored for w in windows)
-    num_words = count_words(text)
+    num_words = plan.num_words
     with_passage = [w for w in windows if w.has_retrieval and passages[w.index]]
     distinct_passages = {passages[w.index][0].id for w in with_passage}
     distinct_prefixes = {tuple(prefixes[w.index]) for w in with_passage}

@@ -131,10 +131,9 @@ def ensemble_pass(run: Run, batch_size: int) -> dict:
     """Every window's top ``max(ENSEMBLES)`` passages' retrieval scores and the window's NLLs under each."""
     from hf_ralm import RalmConfig
     from hf_ralm.ensemble import ensemble_member_nlls
-    from hf_ralm.evaluation import retrieve_for_windows
 
     config = RalmConfig(**{**run.config.to_dict(), "ensemble_size": max(ENSEMBLES)})
-    passages = retrieve_for_windows(run.retriever, run.queries, max(ENSEMBLES), show_progress=False)
+    passages = run.plan.candidates(run.windows, max(ENSEMBLES))
     t0 = time.perf_counter()
     members, rows = ensemble_member_nlls(run.model, run.tokenizer, run.ids, run.windows, passages, config,
                                          batch_size=batch_size)

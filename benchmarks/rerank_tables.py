@@ -77,7 +77,7 @@ def pass_dir(args, reader: str, data: str, name: str) -> Path:
 def run_identity(run: Run, data: str, args) -> dict:
     """What a pass's records depend on besides the model: the text (name and token count), the retrieval (corpus
     fingerprint, forbidden titles) and the candidates' count."""
-    from hf_ralm.resume import retriever_identity
+    from hf_ralm.retrieval.base import retriever_identity
 
     return {"data": data, "max_eval_tokens": args.max_eval_tokens, "k": K, **retriever_identity(run.retriever)}
 
@@ -96,7 +96,7 @@ def choice_pass(run: Run, data: str, args, name: str, ranker_settings: dict, cho
     :data:`CHUNK` windows in ``name``'s folder and resumed from there."""
     from hf_ralm.records import RecordStore
     from hf_ralm.utils.provenance import provenance
-    from hf_ralm.resume import model_identity
+    from hf_ralm.modeling_utils import model_identity
 
     settings = {**model_identity(run.model), **run_identity(run, data, args), **ranker_settings}
     writer = RecordStore(pass_dir(args, run.reader, data, name), settings, chunk_size=CHUNK, reproduce=provenance())
@@ -115,7 +115,7 @@ def choice_pass(run: Run, data: str, args, name: str, ranker_settings: dict, cho
 def other_model_choices(run: Run, data: str, args, other) -> list[int]:
     """The other LM ranks the reader's candidates in text (zero-shot, no no-passage choice)."""
     from hf_ralm.selection.rerank import rerank_windows
-    from hf_ralm.resume import model_identity
+    from hf_ralm.modeling_utils import model_identity
 
     config = run.config_for(rerank="lm")
     return choice_pass(run, data, args, f"other-{OTHER[run.reader]}", {"ranker": model_identity(other.model)},
@@ -150,7 +150,7 @@ def timing(run: Run, data: str, args, other, predictive: dict) -> dict[str, floa
     from hf_ralm.selection.gates import lm_gate_config
     from hf_ralm.selection.rerank import rerank_windows
     from hf_ralm.selection.predictive import PredictiveReranker
-    from hf_ralm.resume import model_identity
+    from hf_ralm.modeling_utils import model_identity
     from hf_ralm.scoring import score_windows
 
     windows = [w for w in run.windows if w.has_retrieval][: args.timing_windows]
@@ -277,7 +277,7 @@ def main(argv=None) -> int:
     rows = []
     for data in retrievers:
         for reader in args.readers:
-            from hf_ralm.selection.rerank import LMReranker
+            from hf_ralm.selection.rankers import LMReranker
 
             run = Run(reader, data, args, retrievers, K, rerank_candidates=K, rerank_tokens=16)
             if "candidates" in args.passes:

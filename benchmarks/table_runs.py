@@ -58,24 +58,19 @@ class Run:
     def __init__(self, reader: str, data: str, args, retrievers: dict, k: int, **settings):
         from hf_ralm import RalmConfig
         from hf_ralm.data import load_dataset_text
-        from hf_ralm.evaluation import retrieve_for_windows, tokenize_text, window_queries
-        from hf_ralm.windows import plan_windows
-        from hf_ralm.perplexity import count_words
+        from hf_ralm.plan import prepare
 
         self.reader = reader
         self.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.model, self.tokenizer = load_reader(args.models_dir, reader, "bfloat16", self.device)
         self.config = RalmConfig(**SETTINGS, bos_every_window=READERS[reader].bos_every_window, **settings)
         data_path, _ = eval_sets(args.heldout_dir)[data]
-        text = load_dataset_text(data_path)
-        self.ids = tokenize_text(self.tokenizer, text, args.max_eval_tokens)
-        if len(self.ids) == args.max_eval_tokens:
-            text = self.tokenizer.decode(self.ids)
-        self.num_words = count_words(text)
-        self.windows = plan_windows(len(self.ids), SETTINGS["max_length"], SETTINGS["retrieval_stride"])
-        self.queries = window_queries(self.tokenizer, self.ids, self.windows, SETTINGS["query_length"])
         self.retriever = retrievers[data]
-        self.candidates = retrieve_for_windows(self.retriever, self.queries, k, show_progress=False)
+        self.plan = prepare(load_dataset_text(data_path), self.tokenizer, self.config, self.retriever,
+                            max_length=SETTINGS["max_length"], max_eval_tokens=args.max_eval_tokens)
+        self.ids, self.windows, self.queries = self.plan.ids, self.plan.windows, self.plan.queries
+        self.num_words = self.plan.num_words
+        self.candidates = self.plan.candidates(self.windows, k)
 
     def config_for(self, **settings):
         """The run's config with ``settings`` (RalmConfig fields) changed."""

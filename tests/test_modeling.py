@@ -12,7 +12,10 @@ import torch
 
 from conftest import BOS_ID, EVAL_TEXT, make_tiny_model, write_jsonl
 from hf_ralm import RalmConfig, RetrievalAugmentedModel, evaluate_perplexity
-from hf_ralm.evaluation import evaluate_retrieval, retrieve_for_windows, tokenize_text, window_prefixes, window_queries
+from hf_ralm.evaluation import evaluate_retrieval
+from hf_ralm.model_inputs import window_prefixes
+
+from hf_ralm.plan import prepare, tokenize_text, window_queries
 from hf_ralm.modeling_utils import resolve_max_length
 from hf_ralm.reference import reference_window_nlls
 from hf_ralm.retrieval import BM25Retriever
@@ -532,18 +535,32 @@ def test_evaluate_perplexity_default_convention_equals_reference(tiny_llama, tin
     assert f["max_length"] == 16
 
 
-def test_queries_are_the_last_tokens_before_the_window(tiny_tokenizer, tiny_index):
+def test_the_plan_queries_the_last_tokens_before_the_window(tiny_tokenizer, tiny_index):
     ids = text_ids(tiny_tokenizer)[0].tolist()
-    windows = plan_windows(len(ids), 16, 4)
-    queries = window_queries(tiny_tokenizer, ids, windows, 8)
-    assert queries[0] is None
-    for w, q in zip(windows[1:], queries[1:]):
+    config = RalmConfig(retrieval_stride=4, query_length=8)
+    plan = prepare(ids, tiny_tokenizer, config, tiny_index["retriever"], max_length=16)
+    assert plan.windows == plan_windows(len(ids), 16, 4) and plan.ids == ids
+    assert plan.num_words == tiny_tokenizer.decode(ids).count(" ")
+    queries = plan.queries
+    assert queries == window_queries(tiny_tokenizer, ids, plan.windows, 8) and queries[0] is None
+    for w, q in zip(plan.windows[1:], queries[1:]):
         assert q == tiny_tokenizer.decode(ids[max(0, w.prev_end - 8) : w.prev_end])
         assert len(tiny_tokenizer(q, add_special_tokens=False)["input_ids"]) == min(8, w.prev_end)
-    passages = retrieve_for_windows(tiny_index["retriever"], queries, k=2, batch_size=3, show_progress=False)
+    calls = []
+    retrieve = tiny_index["retriever"].retrieve
+
+    class Counting:
+        def retrieve(self, batch, k):
+            calls.append(len(batch))
+            return retrieve(batch, k=k)
+
+    plan = prepare(ids, tiny_tokenizer, config, Counting(), max_length=16)
+    first, second = plan.windows[:3], plan.windows[3:]
+    passages = plan.candidates(first, k=2) + plan.candidates(second, k=2)
     assert passages[0] == []
-    assert passages[1:] == [tiny_index["retriever"].retrieve([q], k=2)[0] for q in queries[1:]]
-    assert retrieve_for_windows(None, queries, k=1) == [[] for _ in queries]
+    assert passages[1:] == [retrieve([q], k=2)[0] for q in queries[1:]]
+    assert plan.candidates(plan.windows, k=2) == passages and calls == [2, len(second)]  # each window once
+    assert prepare(ids, tiny_tokenizer, config, None, max_length=16).candidates(plan.windows, 1) == [[]] * len(queries)
 
 
 def test_evaluate_retrieval_and_retrieval_file(tiny_llama, tiny_tokenizer, tiny_index, tmp_path):

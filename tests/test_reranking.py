@@ -23,7 +23,8 @@ from conftest import ARCHS, BOS_ID, MODEL_VOCAB_SIZE, SPECIAL_TOKENS, TINY_VOCAB
 from hf_ralm import RalmConfig
 from hf_ralm.evaluation import evaluate_perplexity
 from hf_ralm.model_inputs import passage_prefix
-from hf_ralm.selection.rerank import LMReranker, rerank_windows
+from hf_ralm.selection.rerank import rerank_windows
+from hf_ralm.selection.rankers import LMReranker
 from hf_ralm.selection.rules import choose_option, fit_reranker_input, random_choice, ranking_span
 from hf_ralm.passages import NO_PASSAGE, Passage
 from hf_ralm.retrieval.files import load_retrieval_file
@@ -270,12 +271,18 @@ def test_ranking_span_is_clipped_to_the_window():
 
 
 def test_a_configured_reranker_must_be_passed(tiny_llama, tiny_tokenizer):
+    """One check, whoever chooses (evaluation per window, generation per stride): the policy's."""
     config = RalmConfig(retrieval_stride=4, max_length=16, max_doc_tokens=12, rerank="lm",
                         reranker_model="some/small-lm")
     windows = plan_windows(20, 16, 4)
-    with pytest.raises(ValueError, match="no reranker was passed"):
+    with pytest.raises(ValueError, match="no reranker was given: pass reranker=load_reranker"):
         rerank_windows(tiny_llama, tiny_tokenizer, list(range(4, 24)), windows, [None] * len(windows),
                        [[Passage("1", "", "rome")]] * len(windows), config, show_progress=False)
+    predictive = RalmConfig(retrieval_stride=4, max_length=16, max_doc_tokens=12, rerank="predictive",
+                            reranker_model="me/reranker")
+    with pytest.raises(ValueError, match="rerank='predictive' needs its trained reranker"):
+        rerank_windows(tiny_llama, tiny_tokenizer, list(range(4, 24)), windows, [None] * len(windows),
+                       [[Passage("1", "", "rome")]] * len(windows), predictive, show_progress=False)
 
 
 def test_config_rejects_bad_rerank_settings():

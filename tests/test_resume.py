@@ -34,7 +34,7 @@ def same_figures(a: dict, b: dict) -> bool:
 
 def interrupt_after(monkeypatch, chunks_done: int, error: type[BaseException] = RuntimeError) -> None:
     """The next evaluation computes ``chunks_done`` chunks and then the next one, and stops before saving that."""
-    real, calls = evaluation._chunk_records, []
+    real, calls = evaluation._Evaluation.chunk_records, []
 
     def stopping(*args, **kwargs):
         records = real(*args, **kwargs)
@@ -43,7 +43,7 @@ def interrupt_after(monkeypatch, chunks_done: int, error: type[BaseException] = 
             raise error("injected interruption")
         return records
 
-    monkeypatch.setattr(evaluation, "_chunk_records", stopping)
+    monkeypatch.setattr(evaluation._Evaluation, "chunk_records", stopping)
 
 
 def evaluate(model, tokenizer, retriever, output_dir=None, overwrite=False, text=EVAL_TEXT, **settings):
@@ -167,7 +167,7 @@ def test_settings_of_a_run_stopped_before_its_first_chunk_are_replaced(tmp_path,
 
 def test_another_model_is_refused(tmp_path, tiny_llama, tiny_tokenizer):
     evaluate(tiny_llama, tiny_tokenizer, None, tmp_path)
-    with pytest.raises(OutputFolderError, match="'model_class'"):
+    with pytest.raises(OutputFolderError, match="'reader_class'"):
         evaluate(make_tiny_model("gpt2"), tiny_tokenizer, None, tmp_path)
 
 

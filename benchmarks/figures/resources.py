@@ -78,7 +78,7 @@ class Resources:
     def ids(self, model: str, dtype: str, data: str) -> list[int]:
         """The current reader's token ids of the whole evaluation text ``data``."""
         from hf_ralm.data import load_dataset_text
-        from hf_ralm.evaluation import tokenize_text
+        from hf_ralm.plan import tokenize_text
 
         _, tokenizer = self.reader(model, dtype)
         if data not in self._ids:

@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 from .configuration_ralm import RalmConfig
 from .model_inputs import context_indices
 from .passages import Passage
-from .selection.rerank import reader_nlls
+from .scoring import reader_nlls
 from .windows import Window
 
 

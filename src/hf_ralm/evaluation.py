@@ -23,18 +23,21 @@ from tqdm.auto import tqdm
 
 from .configuration_ralm import RalmConfig
 from .ensemble import ensemble_window_nlls
-from .retrieval.base import Retriever
-from .passages import Passage
-from .selection.gates import choose_passages, retrieved_fraction
-from .selection.rerank import RerankOutcome
-from .resume import CHUNK_SIZE, EVAL_FILE, RECORDS_DIR, WindowRecordWriter, record_passages, run_settings, window_record
-from .retrieval.files import Retrievals, load_retrieval_file, retrieval_records
-from .utils.atomic import write_json_atomic
 from .model_inputs import context_indices, window_length, window_prefixes
+from .passage_cache import PassageKVCache
+from .passages import Passage
+from .perplexity import perplexity_figures
+from .plan import WindowPlan, prepare
+from .resume import CHUNK_SIZE, EVAL_FILE, RECORDS_DIR, WindowRecord, WindowRecordWriter, run_settings
+from .retrieval.base import Retriever
+from .retrieval.files import Retrievals, load_retrieval_file, retrieval_records
 from .scoring import score_windows
-from .windows import Window, plan_windows, query_span
+from .selection.gates import retrieved_fraction
+from .selection.policy import PassagePolicy
+from .selection.rerank import WindowRanker
+from .utils.atomic import write_json_atomic
 from .utils.checks import check_count
-from .perplexity import count_words, perplexity_figures
+from .windows import Window
 
 
 @dataclass
@@ -78,48 +81,6 @@ class RalmEvalResult:
                                  self.gate_scores)
 
 
-def window_queries(tokenizer, ids: Sequence[int], windows: Sequence[Window], query_length: int) -> list[str | None]:
-    """The decoded query of every window (``None`` for window 0, which gets no retrieval)."""
-    spans = [query_span(w, query_length) for w in windows]
-    return [None if span is None else tokenizer.decode(ids[span[0] : span[1]]) for span in spans]
-
-
-def retrieve_for_windows(
-    retriever: Retriever | None, queries: Sequence[str | None], k: int, batch_size: int = 512, show_progress=True
-) -> list[list[Passage]]:
-    """Batched retrieval of ``k`` passages for every window that has a query."""
-    passages: list[list[Passage]] = [[] for _ in queries]
-    if retriever is None:
-        return passages
-    todo = [i for i, q in enumerate(queries) if q is not None]
-    for start in tqdm(range(0, len(todo), batch_size), desc="Retrieving", unit="batch", disable=not show_progress):
-        chunk = todo[start : start + batch_size]
-        for i, found in zip(chunk, retriever.retrieve([queries[i] for i in chunk], k=k)):
-            passages[i] = list(found)
-    return passages
-
-
-def tokenize_text(tokenizer, text: str, max_eval_tokens: int | None = None) -> list[int]:
-    """Token ids of the whole text, without special tokens (as the reference), optionally cut to the first
-    ``max_eval_tokens``."""
-    if not text:
-        raise ValueError("The dataset is empty: there is no text to evaluate.")
-    return first_tokens(tokenizer(text, add_special_tokens=False)["input_ids"], max_eval_tokens)
-
-
-def first_tokens(ids: Sequence[int], max_eval_tokens: int | None = None) -> list[int]:
-    """The first ``max_eval_tokens`` ids (all of them when ``None``).
-
-    Example:
-        >>> first_tokens([5, 6, 7], 2)
-        [5, 6]
-    """
-    if max_eval_tokens is None:
-        return list(ids)
-    check_count("max_eval_tokens", max_eval_tokens)
-    return list(ids[:max_eval_tokens])
-
-
 def evaluate_retrieval(
     model,
     tokenizer,
@@ -155,8 +116,10 @@ def evaluate_retrieval(
     with the same settings resumes after them (``num_resumed_windows``; :mod:`hf_ralm.resume`, ``overwrite``: start
     afresh).
     """
-    return _evaluate(model, tokenizer, text_or_ids, retriever, config, retrieval_file, max_eval_tokens, batch_size,
-                     reuse_prefix_kv, show_progress, reranker, output_dir, overwrite, chunk_size, scored=False)
+    return _evaluate(model, tokenizer, text_or_ids, retriever, config, retrieval_file=retrieval_file,
+                     max_eval_tokens=max_eval_tokens, batch_size=batch_size, reuse_prefix_kv=reuse_prefix_kv,
+                     show_progress=show_progress, reranker=reranker, output_dir=output_dir, overwrite=overwrite,
+                     chunk_size=chunk_size, scored=False)
 
 
 def gate_settings(config: RalmConfig) -> dict:
@@ -225,80 +188,71 @@ def evaluate_perplexity(
         ...                     output_dir="runs/bm25").figures["num_resumed_windows"]    # doctest: +SKIP
         0
     """
-    return _evaluate(model, tokenizer, text_or_ids, retriever, config, retrieval_file, max_eval_tokens, batch_size,
-                     reuse_prefix_kv, show_progress, reranker, output_dir, overwrite, chunk_size, scored=True)
+    return _evaluate(model, tokenizer, text_or_ids, retriever, config, retrieval_file=retrieval_file,
+                     max_eval_tokens=max_eval_tokens, batch_size=batch_size, reuse_prefix_kv=reuse_prefix_kv,
+                     show_progress=show_progress, reranker=reranker, output_dir=output_dir, overwrite=overwrite,
+                     chunk_size=chunk_size, scored=True)
 
 
-def evaluation_tokens(tokenizer, text_or_ids: str | Sequence[int],
-                      max_eval_tokens: int | None) -> tuple[list[int], str]:
-    """The token ids evaluated and the text their words are counted in (the decoded ids when ids are given or
-    ``max_eval_tokens`` cuts the text)."""
-    if max_eval_tokens is not None:
-        check_count("max_eval_tokens", max_eval_tokens, minimum=2)  # token 0 is never scored
-    if not isinstance(text_or_ids, str):
-        ids = first_tokens(text_or_ids, max_eval_tokens)
-        return ids, tokenizer.decode(ids)
-    ids = tokenize_text(tokenizer, text_or_ids, max_eval_tokens)
-    return ids, tokenizer.decode(ids) if max_eval_tokens and len(ids) == max_eval_tokens else text_or_ids
-
-
-def _evaluate(model, tokenizer, text_or_ids, retriever, config, retrieval_file, max_eval_tokens, batch_size,
-              reuse_prefix_kv, show_progress, reranker, output_dir, overwrite, chunk_size, scored) -> RalmEvalResult:
+def _evaluate(model, tokenizer, text_or_ids, retriever, config: RalmConfig, *, retrieval_file, max_eval_tokens,
+              batch_size, reuse_prefix_kv, show_progress, reranker, output_dir, overwrite, chunk_size,
+              scored) -> RalmEvalResult:
     """:func:`evaluate_retrieval` (``scored=False``) and :func:`evaluate_perplexity`: the windows in chunks, each
     chunk's records saved in ``output_dir`` and the saved ones resumed."""
     check_count("chunk_size", chunk_size)
     t0 = time.perf_counter()
-    ids, text = evaluation_tokens(tokenizer, text_or_ids, max_eval_tokens)
-    max_length = window_length(model, config)
-    windows = plan_windows(len(ids), max_length, config.retrieval_stride)
-    queries = window_queries(tokenizer, ids, windows, config.query_length_for(retriever))
+    plan = prepare(text_or_ids, tokenizer, config, retriever, max_length=window_length(model, config),
+                   max_eval_tokens=max_eval_tokens)
     timings = {"tokenize_s": time.perf_counter() - t0, "retrieval_s": 0.0, "rerank_s": 0.0, "scoring_s": 0.0}
     t0 = time.perf_counter()
     retrievals = None
     if retrieval_file is not None:
-        retrievals = load_retrieval_file(retrieval_file, windows)
+        retrievals = load_retrieval_file(retrieval_file, plan.windows)
         check_file_choices(retrievals, config, retrieval_file)
     timings["retrieval_s"] += time.perf_counter() - t0
+    chooses = retrievals is None or retrievals.chosen is None
+    run = _Evaluation(model, tokenizer, plan, config, PassagePolicy(config, retriever, reranker) if chooses else None,
+                      retrievals, batch_size, reuse_prefix_kv, scored, show_progress, timings)
 
-    state = _WindowState(windows, len(ids))
     writer = None
     if output_dir is not None:
-        settings = run_settings(model, tokenizer, ids, retriever, config, retrieval_file, max_length, batch_size,
-                                reuse_prefix_kv, scored, chunk_size)
+        settings = run_settings(model=model, tokenizer=tokenizer, ids=plan.ids, retriever=retriever, config=config,
+                                retrieval_file=retrieval_file, max_length=plan.max_length, batch_size=batch_size,
+                                reuse_prefix_kv=reuse_prefix_kv, scored=scored, chunk_size=chunk_size)
         if overwrite:
             Path(output_dir, EVAL_FILE).unlink(missing_ok=True)
         writer = WindowRecordWriter(Path(output_dir, RECORDS_DIR), settings, chunk_size=chunk_size,
                                     overwrite=overwrite)
     resumed = writer.saved_records() if writer else []
+    state = _WindowState(plan.windows, len(plan.ids))
     for record in resumed:
         state.apply(record)
-    with writer or nullcontext(), tqdm(total=len(windows), initial=len(resumed), unit="win",
+    with writer or nullcontext(), tqdm(total=len(plan.windows), initial=len(resumed), unit="win",
                                        disable=not show_progress, desc="Evaluating" if scored else "Retrieving") as bar:
-        for start in range(len(resumed), len(windows), chunk_size):
-            chunk = windows[start : start + chunk_size]
+        for chunk in plan.chunks(chunk_size, start=len(resumed)):
             # the stages' own bars show each window of the chunk under this one, and vanish with the chunk
-            records = _chunk_records(model, tokenizer, ids, chunk, queries, state, retrievals, retriever, config,
-                                     reranker, batch_size, reuse_prefix_kv, scored, timings, show_progress)
+            records = run.chunk_records(chunk, state)
             for record in records:
                 state.apply(record)
             if writer:
                 writer.add(records)
             bar.update(len(chunk))
 
+    windows = plan.windows
     retrieving = retrieval_file is not None or retriever is not None
     num_retrievals = sum(1 for w in windows if w.has_retrieval) if retrieving else 0
     with_passage = sum(1 for w in windows if w.has_retrieval and state.passages[w.index])
     rerank = (retrievals and retrievals.rerank) or config.rerank
     gate = (retrievals and retrievals.gate) or gate_settings(config)
     figures = {
-        "num_tokens": len(ids),
-        "num_words": count_words(text),
+        "num_tokens": len(plan.ids),
+        "num_words": plan.num_words,
         "num_windows": len(windows),
         "num_resumed_windows": len(resumed),
         "num_retrievals": num_retrievals,
         "num_windows_with_passage": with_passage,
         "num_empty_retrievals": num_retrievals - with_passage,
-        "max_length": max_length,
+        "max_length": plan.max_length,
         "rerank": rerank,
         "num_windows_without_passage_chosen": sum(
             1 for w in windows if state.passages[w.index] and state.chosen[w.index] < 0),
@@ -311,20 +265,21 @@ def _evaluate(model, tokenizer, text_or_ids, retriever, config, retrieval_file, 
         figures["ensemble_temperature"] = config.ensemble_temperature
     if "oracle" in rerank:
         figures["oracle_looks_at_future"] = True  # an upper bound, not a method
-    if rerank != "none" and (retrievals is None or retrievals.chosen is None):
+    if rerank != "none" and chooses:
         figures["rerank_candidates"] = config.rerank_candidates
     scored_all = state.all_scored()
     if scored:
         computed = sum(w.num_scored for w in windows[len(resumed):])
         seconds = timings["scoring_s"] + timings["rerank_s"]  # reranking may have scored the windows already
-        figures = {**perplexity_figures(float(state.nlls[1:].sum()), len(ids), sum(w.num_scored for w in windows),
-                                        figures["num_words"]),
+        figures = {**perplexity_figures(float(state.nlls[1:].sum()), len(plan.ids),
+                                        sum(w.num_scored for w in windows), plan.num_words),
                    **figures, "scored_tokens_per_s": computed / seconds if seconds else None}
     gated = gate.get("retrieval_gate", "always") != "always"
-    result = RalmEvalResult(figures, ids, state.nlls if scored_all else None,
-                            state.token_windows if scored_all else None, windows, queries, state.passages,
-                            state.chosen, state.ranking_nlls, timings, state.gate_scores if gated else None,
-                            max(config.num_passages, config.ensemble_size))
+    result = RalmEvalResult(
+        figures=figures, ids=plan.ids, token_nlls=state.nlls if scored_all else None,
+        token_windows=state.token_windows if scored_all else None, windows=windows, queries=plan.queries,
+        passages=state.passages, chosen=state.chosen, ranking_nlls=state.ranking_nlls, timings=timings,
+        gate_scores=state.gate_scores if gated else None, context_size=max(config.num_passages, config.ensemble_size))
     if output_dir is not None:
         write_json_atomic(os.path.join(output_dir, EVAL_FILE), {**figures, "timings": timings})
     return result
@@ -343,53 +298,80 @@ class _WindowState:
         self.token_windows = torch.full((num_tokens,), -1, dtype=torch.long)
         self.windows = windows
 
-    def apply(self, record: dict) -> None:
-        w = self.windows[record["window"]]
-        self.passages[w.index] = record_passages(record)
-        self.chosen[w.index] = record["chosen"]
-        self.ranking_nlls[w.index] = record["ranking_nlls"]
-        self.gate_scores[w.index] = record["gate_score"]
-        if record["nlls"] is not None:
-            self.nlls[w.score_begin : w.end] = torch.tensor(record["nlls"], dtype=torch.float64)
+    def apply(self, record: WindowRecord) -> None:
+        w = self.windows[record.window]
+        self.passages[w.index] = record.passages
+        self.chosen[w.index] = record.chosen
+        self.ranking_nlls[w.index] = record.ranking_nlls
+        self.gate_scores[w.index] = record.gate_score
+        if record.nlls is not None:
+            self.nlls[w.score_begin : w.end] = torch.tensor(record.nlls, dtype=torch.float64)
             self.token_windows[w.score_begin : w.end] = w.index
 
     def all_scored(self) -> bool:
         return bool((self.token_windows[1:] >= 0).all())
 
 
-def _chunk_records(model, tokenizer, ids, chunk: Sequence[Window], queries, state: _WindowState,
-                   retrievals: Retrievals | None, retriever, config: RalmConfig, reranker, batch_size: int,
-                   reuse_prefix_kv: bool, scored: bool, timings: dict, show_progress: bool) -> list[dict]:
-    """One chunk of windows end to end: its passages (retrieved, or from the retrieval file), each window's choice
-    (gate, rerank) and, when ``scored``, its NLLs; as :func:`~hf_ralm.resume.window_record` records. ``state``'s
-    passages and choices of the chunk are filled in on the way (the scorers index them by window)."""
-    first, stop = chunk[0].index, chunk[-1].index + 1
-    t0 = time.perf_counter()
-    if retrievals is not None:
-        state.passages[first:stop] = retrievals.passages[first:stop]
-    else:
-        state.passages[first:stop] = retrieve_for_windows(retriever, queries[first:stop], config.num_retrieved,
-                                                          show_progress=False)
-    timings["retrieval_s"] += time.perf_counter() - t0
-    t0 = time.perf_counter()
-    if retrievals is not None and retrievals.chosen is not None:
-        file_scores = retrievals.gate_scores[first:stop] if retrievals.gate_scores else [None] * len(chunk)
-        outcome = RerankOutcome(retrievals.chosen[first:stop], [None] * len(chunk), gate_scores=file_scores)
-    else:
-        outcome = choose_passages(model, tokenizer, ids, chunk, queries, state.passages, config, retriever, reranker,
-                                  batch_size, reuse_prefix_kv, show_progress)
-    state.chosen[first:stop] = outcome.chosen
-    timings["rerank_s"] += time.perf_counter() - t0
-    t0 = time.perf_counter()
-    nlls = outcome.token_nlls
-    if nlls is None and scored and config.ensemble_size > 1:
-        nlls = ensemble_window_nlls(model, tokenizer, ids, chunk, state.passages, config, state.chosen, batch_size,
-                                    reuse_prefix_kv, show_progress)
-    elif nlls is None and scored:  # not already scored while the reader ranked the candidates
-        prefixes = [[]] * first + window_prefixes(tokenizer, chunk, state.passages, config, state.chosen)
-        nlls = score_windows(model, ids, chunk, prefixes, batch_size, reuse_prefix_kv, show_progress)
-    timings["scoring_s"] += time.perf_counter() - t0
-    gate_scores = outcome.gate_scores or [None] * len(chunk)
-    return [window_record(w.index, state.passages[w.index], choice, ranking, gate_score,
-                          None if nlls is None else nlls[w.score_begin : w.end].tolist())
-            for w, choice, ranking, gate_score in zip(chunk, outcome.chosen, outcome.ranking_nlls, gate_scores)]
+@dataclass
+class _Evaluation:
+    """One evaluation's fixed parts, which every chunk of windows runs with."""
+
+    model: object
+    tokenizer: object
+    plan: WindowPlan
+    config: RalmConfig
+    policy: PassagePolicy | None  # None: the retrieval file fixes the choices
+    retrievals: Retrievals | None
+    batch_size: int
+    reuse_prefix_kv: bool
+    scored: bool
+    show_progress: bool
+    timings: dict
+
+    def chunk_records(self, chunk: Sequence[Window], state: _WindowState) -> list[WindowRecord]:
+        """One chunk of windows end to end: its passages (retrieved, or from the retrieval file), each window's
+        choice (:class:`~hf_ralm.selection.policy.PassagePolicy`: gate, rerank, gate) and, when ``scored``, its
+        NLLs. ``state``'s passages and choices of the chunk are filled in on the way (the scorers index them by
+        window)."""
+        config, first, stop = self.config, chunk[0].index, chunk[-1].index + 1
+        t0 = time.perf_counter()
+        if self.retrievals is not None:
+            state.passages[first:stop] = self.retrievals.passages[first:stop]
+        else:
+            state.passages[first:stop] = self.plan.candidates(chunk, config.num_retrieved)
+        self.timings["retrieval_s"] += time.perf_counter() - t0
+        t0 = time.perf_counter()
+        nlls = None
+        if self.policy is None:  # the file's choices
+            chosen = self.retrievals.chosen[first:stop]
+            ranking = [None] * len(chunk)
+            gate_scores = self.retrievals.gate_scores[first:stop] if self.retrievals.gate_scores else None
+        else:
+            cache = PassageKVCache.for_model(self.model) if self.reuse_prefix_kv else None  # shared by both passes
+            ranker = WindowRanker(self.model, self.tokenizer, self.plan.ids, chunk, self.batch_size,
+                                  self.reuse_prefix_kv, cache, self.show_progress)
+            selection = self.policy.select([self.plan.queries[w.index] for w in chunk],
+                                           [state.passages[w.index] for w in chunk], ranker, [w.index for w in chunk])
+            chosen, ranking, gate_scores = selection.chosen, selection.ranking_nlls, selection.gate_scores
+            if config.num_passages == 1:  # the reader's passes scored the windows with their chosen passage
+                rows = [ranker.window_nlls(w, state.passages[w.index][c] if c >= 0 else None)
+                        for w, c in zip(chunk, chosen)]
+                if all(row is not None for row in rows):
+                    nlls = torch.full((len(self.plan.ids),), float("nan"), dtype=torch.float64)
+                    for w, row in zip(chunk, rows):
+                        nlls[w.score_begin : w.end] = row
+        state.chosen[first:stop] = chosen
+        self.timings["rerank_s"] += time.perf_counter() - t0
+        t0 = time.perf_counter()
+        if nlls is None and self.scored and config.ensemble_size > 1:
+            nlls = ensemble_window_nlls(self.model, self.tokenizer, self.plan.ids, chunk, state.passages, config,
+                                        state.chosen, self.batch_size, self.reuse_prefix_kv, self.show_progress)
+        elif nlls is None and self.scored:  # not already scored while the reader ranked the candidates
+            prefixes = [[]] * first + window_prefixes(self.tokenizer, chunk, state.passages, config, state.chosen)
+            nlls = score_windows(self.model, self.plan.ids, chunk, prefixes, self.batch_size, self.reuse_prefix_kv,
+                                 self.show_progress)
+        self.timings["scoring_s"] += time.perf_counter() - t0
+        gate_scores = gate_scores or [None] * len(chunk)
+        return [WindowRecord(window=w.index, passages=state.passages[w.index], chosen=choice, ranking_nlls=sums,
+                             gate_score=score, nlls=None if not self.scored else nlls[w.score_begin : w.end].tolist())
+                for w, choice, sums, score in zip(chunk, chosen, ranking, gate_scores)]

@@ -29,7 +29,7 @@ from transformers.utils import ModelOutput
 from .configuration_ralm import RALM_FIELDS, RalmConfig
 from .evaluation import RalmEvalResult, evaluate_perplexity
 from .generation import ralm_generate
-from .selection.rerank import load_reranker
+from .selection.rankers import load_reranker
 from .retrieval.base import RETRIEVER_CONFIG_FILE, Retriever, read_forbidden_titles
 from .passages import Passage
 from .retrieval.factory import load_retriever, load_retriever_from_pretrained, pretrained_folder

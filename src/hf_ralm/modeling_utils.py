@@ -12,6 +12,8 @@ Example:
 from __future__ import annotations
 
 import inspect
+import os
+from typing import Any
 
 import torch
 from transformers import DynamicCache
@@ -83,3 +85,25 @@ def padding_id(tokenizer) -> int:
         0
     """
     return next((t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id) if t is not None), 0)
+
+
+def model_identity(model) -> dict[str, Any]:
+    """What identifies a model in settings that must compare equal on another machine: its name (a local folder's
+    name, not its path; a Hub id as it is; the class name when it has neither), class, parameter count and dtype.
+
+    Example:
+        >>> model_identity(model)                                                                # doctest: +SKIP
+        {'reader': 'smollm2-135m-instruct', 'reader_class': 'LlamaForCausalLM', 'reader_parameters': 134515008,
+         'dtype': 'bfloat16'}
+    """
+    name = getattr(model.config, "name_or_path", None) or type(model).__name__
+    return {"reader": os.path.basename(os.path.normpath(name)) if os.path.isdir(name) else name,
+            "reader_class": type(model).__name__,
+            "reader_parameters": sum(p.numel() for p in model.parameters()),
+            "dtype": str(model.dtype).removeprefix("torch.")}
+
+
+def model_path(model) -> str:
+    """Where a model was loaded from (a local folder's absolute path, else its name): what ``reproduce`` records."""
+    name = getattr(model.config, "name_or_path", None) or type(model).__name__
+    return os.path.abspath(name) if os.path.isdir(name) else name

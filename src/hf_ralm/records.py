@@ -67,7 +67,8 @@ class RecordStore:
     with a ``FileExistsError``, unless ``overwrite=True``, which deletes the folder's chunks and settings first (and
     nothing else). ``reproduce`` (how the run was started, e.g. :func:`~hf_ralm.utils.provenance.provenance`) is
     stored beside the settings when the folder has no records yet and kept as it is when it has. A subclass sets
-    ``record_type`` (a dataclass: records are saved as its fields and read back as instances), ``settings_file`` and
+    ``record_type`` (a dataclass: records are saved as its fields, or its ``to_row()``, and read back as instances,
+    or with its ``from_row(row)``), ``settings_file`` and
     ``what`` (what the records are, in messages), and may check records (:meth:`prepare_row`) and settings
     (:meth:`normalise_settings`).
     """
@@ -119,8 +120,10 @@ class RecordStore:
         return as_json(settings, "settings")
 
     def prepare_row(self, row: Any) -> dict[str, Any]:
-        """``row`` as it is saved: a ``record_type`` instance's fields, or a JSON-serializable dict (a subclass
+        """``row`` as it is saved: a record's ``to_row()`` or its fields, or a JSON-serializable dict (a subclass
         checks it here)."""
+        if hasattr(row, "to_row"):
+            return row.to_row()
         return dataclasses.asdict(row) if dataclasses.is_dataclass(row) else dict(row)
 
     # writing -----------------------------------------------------------------------------------------------------
@@ -181,7 +184,10 @@ class RecordStore:
         return list(self._saved)
 
     def _typed(self, row: dict[str, Any]) -> Any:
-        return row if self.record_type is None else self.record_type(**row)
+        if self.record_type is None:
+            return row
+        from_row = getattr(self.record_type, "from_row", None)
+        return from_row(row) if from_row is not None else self.record_type(**row)
 
     @staticmethod
     def read_chunk_file(path: str | os.PathLike) -> dict[str, Any]:

@@ -18,22 +18,22 @@ with other settings is refused (:class:`~hf_ralm.errors.OutputFolderError`, nami
 ``overwrite``.
 
 Example:
-    >>> settings = run_settings(model, tokenizer, ids, retriever, config, None, 512, 8, True, True,
-    ...                         256)                                                 # doctest: +SKIP
     >>> with WindowRecordWriter("out/windows", settings, chunk_size=256) as writer:  # doctest: +SKIP
-    ...     saved = writer.saved_records()
+    ...     saved = writer.saved_records()                                           # WindowRecords, window 0 first
 """
 
 from __future__ import annotations
 
-import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
-from .records import RecordStore, digest, titles_fingerprint
 from .configuration_ralm import RALM_FIELDS, RalmConfig
 from .errors import OutputFolderError
+from .modeling_utils import model_identity
 from .passages import Passage
+from .records import RecordStore, digest
+from .retrieval.base import retriever_identity
 
 RECORDS_DIR = "windows"
 EVAL_FILE = "eval.json"
@@ -43,88 +43,43 @@ are retrieved, ranked and scored together."""
 
 
 class WindowRecordWriter(RecordStore):
-    """The per-window records of an evaluation (see the module docstring)."""
+    """The per-window records of an evaluation (:class:`WindowRecord`; see the module docstring)."""
 
     what = "window records"
+    record_type = None  # set below, once WindowRecord is defined
 
-    def saved_records(self) -> list[dict]:
+    def saved_records(self) -> list["WindowRecord"]:
         """The records of the complete chunks, window 0 first; an :class:`~hf_ralm.errors.OutputFolderError` when
         they are not the windows 0, 1, ... in order (a folder edited by hand)."""
         records = self.rows()
         for i, record in enumerate(records):
-            if record.get("window") != i:
-                raise OutputFolderError(f"{self.folder} holds a record of window {record.get('window')} where window "
-                                        f"{i}'s should be: the folder was altered; overwrite (--overwrite, "
-                                        "overwrite=True) to start afresh.")
+            if record.window != i:
+                raise OutputFolderError(f"{self.folder} holds a record of window {record.window} where window {i}'s "
+                                        "should be: the folder was altered; overwrite (--overwrite, overwrite=True) "
+                                        "to start afresh.")
         return records
 
 
-def model_identity(model) -> dict[str, Any]:
-    """What identifies a model in settings that must compare equal on another machine: its name (a local folder's
-    name, not its path; a Hub id as it is; the class name when it has neither), class, parameter count and dtype.
-
-    Example:
-        >>> model_identity(model)                                                                # doctest: +SKIP
-        {'reader': 'smollm2-135m-instruct', 'reader_class': 'LlamaForCausalLM', 'reader_parameters': 134515008,
-         'dtype': 'bfloat16'}
-    """
-    name = getattr(model.config, "name_or_path", None) or type(model).__name__
-    return {"reader": os.path.basename(os.path.normpath(name)) if os.path.isdir(name) else name,
-            "reader_class": type(model).__name__,
-            "reader_parameters": sum(p.numel() for p in model.parameters()),
-            "dtype": str(model.dtype).removeprefix("torch.")}
-
-
-def model_path(model) -> str:
-    """Where a model was loaded from (a local folder's absolute path, else its name): what ``reproduce`` records."""
-    name = getattr(model.config, "name_or_path", None) or type(model).__name__
-    return os.path.abspath(name) if os.path.isdir(name) else name
-
-
-def retriever_identity(retriever) -> dict[str, Any]:
-    """What identifies retrieved passages in settings that must compare equal elsewhere: the retriever kind, the
-    fingerprint of the corpus its index was built from (passage ids are row numbers of that corpus's passages), what
-    the index records about its scoring and text analysis (another analysis ranks other passages) and its forbidden
-    titles; never the index's path, so that records made here resume from a copy of the index elsewhere.
-
-    Example:
-        >>> retriever_identity(bm25)["corpus_fingerprint"]                                        # doctest: +SKIP
-        'e0b8cc01f966ef0833ed9cfaab95c0c96c33500d3dd9b27f39c2a1213be59870'
-    """
-    from .retrieval.base import Retriever
-    from .retrieval.index_folder import read_index_info
-
-    if not isinstance(retriever, Retriever):
-        return {"retriever": type(retriever).__name__, "corpus_fingerprint": None}
-    recorded = read_index_info(retriever.index_dir) or {}
-    return {"retriever": retriever.name, "corpus_fingerprint": recorded.get("fingerprint"),
-            # not its file sizes or corpus paths: the same index, copied or moved, holds the same passages
-            "index": {key: value for key, value in recorded.items() if key not in ("files", "corpus", "fingerprint")},
-            "forbidden_titles": titles_fingerprint(retriever.forbidden_titles)}
-
-
-def run_settings(model, tokenizer, ids: Sequence[int], retriever, config: RalmConfig, retrieval_file: str | None,
+def run_settings(*, model, tokenizer, ids: Sequence[int], retriever, config: RalmConfig, retrieval_file: str | None,
                  max_length: int, batch_size: int, reuse_prefix_kv: bool, scored: bool, chunk_size: int) -> dict:
     """Everything an evaluation's per-window records depend on, as :class:`WindowRecordWriter` compares it: the
-    model (name, class, dtype, size), the tokenizer, the data (its token ids' count and digest), the retriever (its
-    config) or retrieval file (its contents' digest), the RALM settings, the window length and the batching (the
-    batch size changes fp32 results in their last digits)."""
-    retriever_config = retriever.config() if callable(getattr(retriever, "config", None)) else type(retriever).__name__
-    if isinstance(retriever_config, dict) and "forbidden_titles" in retriever_config:
-        retriever_config = {**retriever_config,
-                            "forbidden_titles": titles_fingerprint(retriever_config["forbidden_titles"])}
-    file_digest = None
-    if retrieval_file is not None:
-        file_digest = digest(Path(retrieval_file).read_bytes())
+    model (:func:`~hf_ralm.modeling_utils.model_identity`), the tokenizer, the data (its token ids' count and digest),
+    the retriever (:func:`~hf_ralm.retrieval.base.retriever_identity`: its corpus by fingerprint, not its folder) or
+    retrieval file (its contents' digest), the RALM settings, the window length and the batching (the batch size
+    changes fp32 results in their last digits).
+
+    Example:
+        >>> run_settings(model=model, tokenizer=tokenizer, ids=ids, retriever=None, config=RalmConfig(),
+        ...              retrieval_file=None, max_length=512, batch_size=8, reuse_prefix_kv=True, scored=True,
+        ...              chunk_size=256)["window_length"]                                        # doctest: +SKIP
+        512
+    """
     return {
-        "model": getattr(model.config, "_name_or_path", None),
-        "model_class": type(model).__name__,
-        "dtype": str(model.dtype),
-        "num_parameters": sum(p.numel() for p in model.parameters()),
+        **model_identity(model),
         "tokenizer": getattr(tokenizer, "name_or_path", None),
         "data": f"{len(ids)} tokens, {digest(list(ids))}",
-        "retriever": None if retriever is None else retriever_config,
-        "retrieval_file": file_digest,
+        "retriever": None if retriever is None else retriever_identity(retriever),
+        "retrieval_file": None if retrieval_file is None else digest(Path(retrieval_file).read_bytes()),
         **{name: getattr(config, name) for name in sorted(RALM_FIELDS)},
         "window_length": max_length,
         "batch_size": batch_size,
@@ -134,18 +89,31 @@ def run_settings(model, tokenizer, ids: Sequence[int], retriever, config: RalmCo
     }
 
 
-def window_record(index: int, passages: Sequence[Passage], chosen: int, ranking_nlls: list[float] | None,
-                  gate_score: float | None, nlls: list[float] | None) -> dict:
-    """One window's record: what the evaluation needs of it to go on without computing it again.
+@dataclass
+class WindowRecord:
+    """One window's record: what the evaluation needs of it to go on without computing it again: its passages
+    (retrieval order), the index of the one put in context first (-1: none), the reranker's ranking NLLs, the gate's
+    score and the NLLs of the tokens it scores (``None`` when not scored: ``retrieve``).
 
     Example:
-        >>> window_record(3, [Passage("7", "Rome", "rome was", 6.5)], 0, None, None, [2.5, 1.0])["passages"]
-        [{'id': '7', 'title': 'Rome', 'text': 'rome was', 'score': 6.5}]
+        >>> record = WindowRecord(3, [Passage("7", "Rome", "rome was", 6.5)], 0, None, None, [2.5, 1.0])
+        >>> record.to_row()["passages"], WindowRecord.from_row(record.to_row()) == record
+        ([{'id': '7', 'title': 'Rome', 'text': 'rome was', 'score': 6.5}], True)
     """
-    return {"window": index, "passages": [p.to_dict() for p in passages], "chosen": chosen,
-            "ranking_nlls": ranking_nlls, "gate_score": gate_score, "nlls": nlls}
+
+    window: int
+    passages: list[Passage]
+    chosen: int
+    ranking_nlls: list[float] | None
+    gate_score: float | None
+    nlls: list[float] | None
+
+    def to_row(self) -> dict:
+        return {**self.__dict__, "passages": [p.to_dict() for p in self.passages]}
+
+    @classmethod
+    def from_row(cls, row: dict) -> "WindowRecord":
+        return cls(**{**row, "passages": [Passage(**p) for p in row["passages"]]})
 
 
-def record_passages(record: dict) -> list[Passage]:
-    """The passages of a saved :func:`window_record`."""
-    return [Passage(**passage) for passage in record["passages"]]
+WindowRecordWriter.record_type = WindowRecord

@@ -20,13 +20,16 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import torch
 from tqdm.auto import tqdm
 
+from .configuration_ralm import RalmConfig
+from .model_inputs import passage_prefix
 from .modeling_utils import last_logits, model_device
 from .passage_cache import PassageKVCache
+from .passages import Passage
 from .windows import Window, place_passage
 
 
@@ -149,3 +152,35 @@ def score_windows(
     for w, row in zip(windows, rows):
         nll[w.score_begin : w.end] = row
     return nll
+
+
+WINDOWS_PER_CHUNK = 64  # windows whose candidate inputs are built and batched together (bounds memory)
+
+
+def reader_nlls(model, tokenizer, ids: Sequence[int], windows: Sequence[Window],
+                options: Sequence[Sequence[Passage | None]], firsts: Sequence[int], config: RalmConfig,
+                batch_size: int = 8, reuse_prefix_kv: bool = True, passage_cache: PassageKVCache | None = None,
+                progress: tqdm | None = None) -> Iterator[list[torch.Tensor]]:
+    """For each window in order, the reader's NLLs (float64) of the text tokens from ``firsts[i]`` to its end under
+    each of ``options[i]``: the window with :func:`~hf_ralm.model_inputs.passage_prefix` of the option (``None``:
+    no passage) written over its start, as the chosen passage will be. The inputs of :data:`WINDOWS_PER_CHUNK`
+    windows run in one :func:`~hf_ralm.scoring.score_inputs` call (batched, each distinct passage's keys/values
+    computed once with ``reuse_prefix_kv``). What ranking (:func:`rerank_windows`) and ensembles
+    (:mod:`hf_ralm.ensemble`) score their candidates with.
+
+    Example:
+        >>> rows = next(reader_nlls(model, tokenizer, ids, [window], [[rome, None]], [window.score_begin], config))
+        >>> [float(row.sum()) for row in rows]   # the window's target NLL with rome, and without   # doctest: +SKIP
+        [11.2, 13.9]
+    """
+    ids = list(ids)
+    passage_cache = PassageKVCache.for_model(model, passage_cache) if reuse_prefix_kv else None
+    for start in range(0, len(windows), WINDOWS_PER_CHUNK):
+        chunk = range(start, min(start + WINDOWS_PER_CHUNK, len(windows)))
+        inputs = [ScoredInput(ids, windows[i].begin, windows[i].end, tuple(passage_prefix(tokenizer, option, config)),
+                              firsts[i]) for i in chunk for option in options[i]]
+        rows = iter(score_inputs(model, inputs, batch_size, reuse_prefix_kv, passage_cache))
+        for i in chunk:
+            yield [next(rows) for _ in options[i]]
+        if progress is not None:
+            progress.update(len(chunk))

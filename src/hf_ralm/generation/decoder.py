@@ -22,11 +22,12 @@ from ..ensemble import ensemble_log_weights
 from ..model_inputs import context_indices, context_prefix, window_length
 from ..modeling_utils import empty_cache
 from ..passage_cache import DEFAULT_MAX_BYTES, PassageKVCache
-from ..selection.gates import lm_gate_config, normalized_top_scores, score_gate_pools
-from ..passages import NO_PASSAGE, Passage
+from ..passages import Passage
 from ..retrieval.base import Retriever
+from ..selection.policy import PassagePolicy
+from ..utils.checks import check_count
 from .contexts import Context, Row, RowBatch, batchable, stride_start
-from .reranking import StrideReranker, check_rerank
+from .reranking import StrideRanker, check_rerank, random_key
 
 
 def retrieval_weights(passages: Sequence[Passage], temperature: float = 1.0) -> list[float]:
@@ -53,13 +54,14 @@ class RalmDecoder:
     """The retrieval and the contexts of every row of a batch.
 
     Each stride puts the row's top ``config.num_passages`` passages in one context (:func:`context_prefix`), or with
-    ``config.rerank`` the candidate a :class:`~.reranking.StrideReranker` chooses first (``reranker``: what ranks
-    when the reader does not; ``rerank_batch_size``: the ranking inputs per forward). With ``ensemble_size = n > 1``
+    ``config.rerank`` the candidate the :class:`~hf_ralm.selection.policy.PassagePolicy` chooses first, ranked by a
+    :class:`~.reranking.StrideRanker` (``reranker``: what ranks when the reader does not; ``rerank_batch_size``: the
+    ranking inputs per forward). With ``ensemble_size = n > 1``
     (default: ``config.ensemble_size``) each row keeps one context per passage of its top ``n`` and mixes their
     next-token distributions, weighted by the softmax of the retriever's scores over ``config.ensemble_temperature``
-    (REPLUG-style). ``config.retrieval_gate`` decides whether a stride retrieves at all, as in evaluation
-    (:mod:`hf_ralm.selection.gates`: the score gate before reranking, the lm gate, a two-candidate
-    :class:`~.reranking.StrideReranker`, after it). A stride without a passage resumes the row's last context without
+    (REPLUG-style). ``config.retrieval_gate`` decides whether a stride retrieves at all, as in evaluation (the same
+    policy, :mod:`hf_ralm.selection.gates`: the score gate before reranking, the lm gate, a two-candidate ranking,
+    after it). A stride without a passage resumes the row's last context without
     one when it starts at the same place (``keep_plain_context``; its cache then only takes the tokens generated
     since). ``use_cache=False`` runs the whole context at every step (the slow reference).
     """
@@ -84,10 +86,10 @@ class RalmDecoder:
         self.keep_plain_context = keep_plain_context
         self.ensemble_size = ensemble_size
         self.passage_cache = PassageKVCache.for_model(model, passage_cache, max_cache_bytes)
-        self.stride_reranker = None if config.rerank == "none" else StrideReranker(
-            model, tokenizer, config, reranker, self.passage_cache, self.max_length, rerank_batch_size)
-        self.gate_reranker = None if config.retrieval_gate != "lm" else StrideReranker(
-            model, tokenizer, lm_gate_config(config), None, self.passage_cache, self.max_length, rerank_batch_size)
+        self.policy = PassagePolicy(config, retriever, reranker)
+        check_count("rerank_batch_size", rerank_batch_size)
+        self.rerank_batch_size = rerank_batch_size
+        self.lm_caches: dict = {}  # another LM's passages' keys/values, kept across strides
         self._batch: RowBatch | None = None
         self.stats = {"strides": 0, "strides_with_passage": 0, "empty_retrievals": 0, "reranked_strides": 0,
                       "no_passage_chosen": 0, "gated_strides": 0, "passage_changes": 0, "contexts_kept": 0,
@@ -110,7 +112,8 @@ class RalmDecoder:
     def _retrieve(self, queries: list[str]) -> list[list[Passage]]:
         """Every row's passages: its top ``num_passages`` or ``ensemble_size``, or with reranking its
         ``rerank_candidates``."""
-        k = self.config.num_retrieved if self.stride_reranker else max(self.config.num_passages, self.ensemble_size)
+        reranking = self.config.rerank != "none"
+        k = self.config.num_retrieved if reranking else max(self.config.num_passages, self.ensemble_size)
         if self.retriever is None:
             return [[] for _ in queries]
         found = self.retriever.retrieve(queries, k=k)
@@ -121,29 +124,23 @@ class RalmDecoder:
     def _choose(self, rows: Sequence[Row], queries: list[str], found: list[list[Passage]], stride_tokens: int,
                 generated: int) -> list[tuple[list[Passage], list[int | None]]]:
         """Per row, the passages put in context (or mixed), most relevant first, and their ranks among the candidates
-        (``None`` each when not reranked): the score gate, the reranker's choice, the lm gate, then
-        :func:`context_indices`."""
-        pools = found
-        if self.config.retrieval_gate == "score":
-            pools = score_gate_pools(found, normalized_top_scores(self.retriever, queries, found),
-                                     self.config.gate_threshold)
-            self.stats["gated_strides"] += sum(1 for passages, pool in zip(found, pools) if passages and not pool)
-        if self.stride_reranker is None:
-            ranks = [0 if pool else NO_PASSAGE for pool in pools]
-        else:
-            ranks = self.stride_reranker.choose(rows, queries, pools, stride_tokens, generated, self.use_cache)
-            self.stats["reranked_strides"] += sum(1 for pool in pools if pool)
-            self.stats["no_passage_chosen"] += sum(1 for pool, rank in zip(pools, ranks) if pool and rank < 0)
-        if self.gate_reranker is not None:
-            kept = [[pool[rank]] if rank >= 0 else [] for pool, rank in zip(pools, ranks)]
-            verdicts = self.gate_reranker.choose(rows, queries, kept, stride_tokens, generated, self.use_cache)
-            self.stats["gated_strides"] += sum(1 for verdict, pool in zip(verdicts, kept) if pool and verdict < 0)
-            ranks = [rank if verdict == 0 else NO_PASSAGE for rank, verdict in zip(ranks, verdicts)]
+        (``None`` each when not reranked): the policy's choice (score gate, reranking, lm gate; as evaluation
+        chooses), then :func:`context_indices`."""
+        ranker = StrideRanker(self.model, self.tokenizer, rows, stride_tokens, self.max_length, self.passage_cache,
+                              self.lm_caches, self.rerank_batch_size, self.use_cache)
+        stride_index = generated // self.config.retrieval_stride
+        keys = [random_key(row.ids[: row.prompt_length], stride_index) for row in rows]
+        selection = self.policy.select(queries, found, ranker, keys)
+        reranking = self.config.rerank != "none"
+        self.stats["gated_strides"] += sum(selection.gated)
+        if reranking:
+            self.stats["reranked_strides"] += sum(selection.reranked)
+            self.stats["no_passage_chosen"] += sum(selection.none_chosen)
         size = max(self.config.num_passages, self.ensemble_size)
         choices = []
-        for pool, rank in zip(pools, ranks):
-            indices = context_indices(rank, len(pool), size)
-            choices.append(([pool[i] for i in indices], indices if self.stride_reranker else [None] * len(indices)))
+        for passages, rank in zip(found, selection.chosen):
+            indices = context_indices(rank, len(passages), size)
+            choices.append(([passages[i] for i in indices], indices if reranking else [None] * len(indices)))
         return choices
 
     def _context(self, row: Row, contexts: dict, prefix: tuple[int, ...], start: int) -> Context:

@@ -51,7 +51,8 @@ from ..model_inputs import window_length
 from ..retrieval.base import Retriever
 from ..passages import Passage
 from ..retrieval.corpus import read_corpus
-from ..resume import model_identity, model_path, retriever_identity
+from ..modeling_utils import model_identity, model_path
+from ..retrieval.base import retriever_identity
 from ..windows import plan_windows, query_span
 from ..utils.checks import check_count
 from .data import RerankDataWriter
@@ -99,7 +100,7 @@ def collect_rerank_data(
         summary = collect_rerank_data(reader, tokenizer, retriever, articles, config, "data/rerank", max_windows=20)
         summary["rows_total"]  # 20, or fewer when the articles run out
     """
-    from ..evaluation import tokenize_text, window_queries  # evaluation imports this package: imported here
+    from ..plan import tokenize_text, window_queries
     from ..utils.provenance import provenance
 
     check_count("windows_per_article", windows_per_article)

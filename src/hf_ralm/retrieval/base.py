@@ -17,13 +17,14 @@ from __future__ import annotations
 import inspect
 import os
 from abc import ABC, abstractmethod
-from typing import ClassVar, Iterable, Sequence
+from typing import Any, ClassVar, Iterable, Sequence
 
 from ..errors import InputError, utf8_errors
 from ..passages import Passage
-from .corpus import WORDS_PER_PASSAGE
-from .index_folder import copy_index, default_index_dir, path_for_folder, resolve_path
+from ..records import titles_fingerprint
 from ..utils.atomic import write_json_atomic
+from .corpus import WORDS_PER_PASSAGE
+from .index_folder import copy_index, default_index_dir, path_for_folder, read_index_info, resolve_path
 
 RETRIEVER_CONFIG_FILE = "retriever_config.json"
 SAVED_INDEX_DIR = "index"  # where save_pretrained(dir, save_index=True) puts the index inside dir
@@ -208,3 +209,22 @@ def read_forbidden_titles(path: str | None, setting: str = "forbidden_titles") -
         raise InputError(f"The {setting} file {path!r} holds no titles: give one article title per line, or leave "
                          f"{setting} out.")
     return titles
+
+
+def retriever_identity(retriever) -> dict[str, Any]:
+    """What identifies retrieved passages in settings that must compare equal elsewhere: the retriever kind, the
+    fingerprint of the corpus its index was built from (passage ids are row numbers of that corpus's passages), what
+    the index records about its scoring and text analysis (another analysis ranks other passages) and its forbidden
+    titles; never the index's path, so that records made here resume from a copy of the index elsewhere.
+
+    Example:
+        >>> retriever_identity(bm25)["corpus_fingerprint"]                                        # doctest: +SKIP
+        'e0b8cc01f966ef0833ed9cfaab95c0c96c33500d3dd9b27f39c2a1213be59870'
+    """
+    if not isinstance(retriever, Retriever):
+        return {"retriever": type(retriever).__name__, "corpus_fingerprint": None}
+    recorded = read_index_info(retriever.index_dir) or {}
+    return {"retriever": retriever.name, "corpus_fingerprint": recorded.get("fingerprint"),
+            # not its file sizes or corpus paths: the same index, copied or moved, holds the same passages
+            "index": {key: value for key, value in recorded.items() if key not in ("files", "corpus", "fingerprint")},
+            "forbidden_titles": titles_fingerprint(retriever.forbidden_titles)}

@@ -97,7 +97,7 @@ def score_candidates(
                                   settings={"data": "WikiText-103 test", **retriever_identity(retriever)})
     """
     from ..utils.provenance import provenance
-    from ..resume import model_identity, model_path
+    from ..modeling_utils import model_identity, model_path
     from ..records import digest
 
     check_count("batch_size", batch_size)

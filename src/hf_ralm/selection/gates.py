@@ -15,17 +15,18 @@
   threshold is a margin: the reader must find clear evidence on the prefix that the passage helps, since a passage
   that merely ties displaces up to 256 of the window's own tokens.
 
-With reranking (``rerank``), the score gate decides first, on retrieval's top passage (a closed window has no
-candidates, so nothing is ranked there), and the lm gate last, on the reranked choice (with the reader ranking,
-``rerank="lm"``, that gives the choices of ``rerank_allow_no_passage`` at the cost of one more pass). A closed window is
-evaluated exactly as a window whose retrieval found nothing. ``retrieved_fraction`` is the share of the windows after
+:class:`~hf_ralm.selection.policy.PassagePolicy` applies them: with reranking (``rerank``), the score gate decides
+first, on retrieval's top passage (a closed window has no candidates, so nothing is ranked there), and the lm gate
+last, on the reranked choice (with the reader ranking, ``rerank="lm"``, that gives the choices of
+``rerank_allow_no_passage`` at the cost of one more pass). A closed window is evaluated exactly as a window whose
+retrieval found nothing. ``retrieved_fraction`` is the share of the windows after
 the first that had a passage in context.
 
 Example:
-    >>> outcome = choose_passages(model, tokenizer, ids, windows, queries, passages, config,
-    ...                           retriever)                                                       # doctest: +SKIP
-    >>> outcome.chosen[5], outcome.gate_scores[5]   # -1: window 5 went without a passage          # doctest: +SKIP
-    (-1, 0.21)
+    >>> score_gate_pools([["a", "b"], ["c"]], [0.4, 0.1], threshold=0.3)   # the second closes
+    [['a', 'b'], []]
+    >>> lm_gate_scores([[10.0, 12.5]])   # the passage saves 2.5 nats of ranking NLL
+    [2.5]
 """
 
 from __future__ import annotations
@@ -34,10 +35,8 @@ from typing import Sequence
 
 from ..configuration_ralm import RalmConfig
 from ..model_inputs import context_indices
-from ..passage_cache import PassageKVCache
-from ..passages import NO_PASSAGE, Passage
+from ..passages import Passage
 from ..windows import Window
-from .rerank import RerankOutcome, rerank_windows
 
 
 def normalized_top_scores(retriever, queries: Sequence[str | None],
@@ -119,51 +118,3 @@ def retrieved_fraction(windows: Sequence[Window], passages: Sequence[Sequence[Pa
         return None
     retrieved = sum(1 for w in later if context_indices(chosen[w.index], len(passages[w.index]), 1))
     return retrieved / len(later)
-
-
-def choose_passages(
-    model,
-    tokenizer,
-    ids: Sequence[int],
-    windows: Sequence[Window],
-    queries: Sequence[str | None],
-    passages: Sequence[Sequence[Passage]],
-    config: RalmConfig,
-    retriever=None,
-    reranker=None,
-    batch_size: int = 8,
-    reuse_prefix_kv: bool = True,
-    show_progress: bool = True,
-) -> RerankOutcome:
-    """Each window's passage in context under ``config.retrieval_gate`` and ``config.rerank`` (see the module
-    docstring): the score gate (``retriever`` normalises the scores), then
-    :func:`~hf_ralm.selection.rerank.rerank_windows`, then the lm gate. ``passages[w.index]`` are window ``w``'s
-    retrieved passages (``windows`` may be any of the text's windows); the outcome's lists follow ``windows``, with
-    the gate's scores. Its ``token_nlls``, when the reader
-    ranked, are the windows' NLLs with their chosen passage alone (``None`` with ``num_passages > 1``: the windows
-    have yet to be scored with their passages).
-    """
-    pools: list[Sequence[Passage]] = list(passages)
-    gate_scores = None
-    if config.retrieval_gate == "score":
-        found = [passages[w.index] for w in windows]
-        gate_scores = normalized_top_scores(retriever, [queries[w.index] for w in windows], found)
-        for w, pool in zip(windows, score_gate_pools(found, gate_scores, config.gate_threshold)):
-            pools[w.index] = pool
-    cache = PassageKVCache.for_model(model) if reuse_prefix_kv else None  # the lm gate's pass reuses it
-    outcome = rerank_windows(model, tokenizer, ids, windows, queries, pools, config, reranker, batch_size,
-                             reuse_prefix_kv, cache, show_progress)
-    if config.retrieval_gate == "lm":
-        kept = [[] for _ in passages]
-        for w, choice in zip(windows, outcome.chosen):
-            if choice >= 0:
-                kept[w.index] = [passages[w.index][choice]]
-        gate = rerank_windows(model, tokenizer, ids, windows, queries, kept, lm_gate_config(config), None, batch_size,
-                              reuse_prefix_kv, cache, show_progress)
-        chosen = [choice if verdict == 0 else NO_PASSAGE for choice, verdict in zip(outcome.chosen, gate.chosen)]
-        outcome = RerankOutcome(chosen, outcome.ranking_nlls, gate.token_nlls, outcome.target_nlls)
-        gate_scores = lm_gate_scores(gate.ranking_nlls)
-    outcome.gate_scores = gate_scores
-    if config.num_passages > 1:
-        outcome.token_nlls = None  # scored with the chosen passage alone; the windows put several in context
-    return outcome

@@ -25,6 +25,8 @@ from typing import Sequence
 
 import numpy as np
 
+from ..configuration_ralm import RalmConfig
+from ..passages import Passage
 from ..windows import Window
 
 
@@ -85,3 +87,29 @@ def fit_reranker_input(
     if len(tokens) == len(ranking):
         raise ValueError("The first ranking token needs a token before it: give the reranker a passage or prefix.")
     return tokens, len(tokens) - len(ranking)
+
+
+def rerank_options(pool: list[Passage], config: RalmConfig) -> list[Passage | None]:
+    """The candidates an LM ranks, in order: the retrieved ones, then no passage (``None``) when
+    ``rerank_allow_no_passage`` (ties prefer a passage). Evaluation and generation both rank these.
+
+    Example:
+        >>> config = RalmConfig(rerank="lm", rerank_allow_no_passage=True)
+        >>> rerank_options([Passage("1", "", "rome", 1.0)], config), rerank_options([], config)
+        ([Passage(id='1', title='', text='rome', score=1.0), None], [])
+    """
+    return pool + [None] if pool and config.rerank_allow_no_passage else list(pool)
+
+
+def choose_ranked(ranking_nlls: Sequence[float], options: Sequence[Passage | None], config: RalmConfig) -> int:
+    """Index into ``options`` (:func:`rerank_options`) of the one chosen on ``ranking_nlls``: the lowest, no passage
+    winning unless a passage saves ``config.rerank_no_passage_margin`` nats over it
+    (:func:`~hf_ralm.selection.rules.choose_option`). Evaluation and generation both choose so.
+
+    Example:
+        >>> config = RalmConfig(rerank="lm", rerank_allow_no_passage=True, rerank_no_passage_margin=2.0)
+        >>> choose_ranked([10.0, 11.5], [Passage("1", "", "rome", 1.0), None], config)   # saves 1.5 nats: none
+        1
+    """
+    no_passage_last = len(options) > 0 and options[-1] is None
+    return choose_option(list(ranking_nlls), no_passage_last, config.rerank_no_passage_margin)

@@ -1,0 +1,70 @@
+"""What ranks candidates when the reader does not: another causal LM, in text (:class:`LMReranker`), or the
+trained cross-encoder a config names (:func:`load_reranker`).
+
+Example::
+
+    reranker = load_reranker(RalmConfig(rerank="lm", reranker_model="HuggingFaceTB/SmolLM2-135M"), reader)
+    inputs = reranker.inputs("the emperor of", "rome and", [passage, None], config)
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..configuration_ralm import RalmConfig
+from ..model_inputs import passage_prefix
+from ..modeling_utils import model_device, resolve_max_length
+from ..passages import Passage
+from ..scoring import ScoredInput
+from .rules import fit_reranker_input
+
+
+class LMReranker:
+    """Another causal LM that ranks candidates for the reader (e.g. a small LM for a large one), in text: see
+    :func:`~hf_ralm.selection.rules.fit_reranker_input` for how its input is built from its own tokens."""
+
+    def __init__(self, model, tokenizer, max_length: int | None = None):
+        self.model, self.tokenizer = model, tokenizer
+        self.max_length = resolve_max_length(model, max_length)
+
+    def inputs(self, prefix_text: str, ranking_text: str, options: Sequence[Passage | None],
+               config: RalmConfig) -> list[ScoredInput]:
+        """Its input for each candidate (``None``: no passage), scoring its tokens of ``ranking_text``: its tokens
+        of the passage, of ``prefix_text`` cut from the left, and of ``ranking_text`` (:func:`fit_reranker_input`).
+        Evaluation and generation both rank with these inputs.
+
+        Example:
+            >>> inputs = reranker.inputs("the emperor of", "rome and", [passage, None], config)  # doctest: +SKIP
+            >>> [float(nll.sum()) for nll in score_inputs(reranker.model, inputs)]             # doctest: +SKIP
+            [11.2, 13.9]
+        """
+        prefix_ids = self.tokenizer(prefix_text, add_special_tokens=False)["input_ids"]
+        ranking_ids = self.tokenizer(ranking_text, add_special_tokens=False)["input_ids"]
+        inputs = []
+        for option in options:
+            passage_ids = passage_prefix(self.tokenizer, option, config)
+            tokens, first = fit_reranker_input(passage_ids, prefix_ids, ranking_ids, self.max_length)
+            kept = tuple(passage_ids[: self.max_length - len(ranking_ids)])
+            inputs.append(ScoredInput(tokens, 0, len(tokens), kept, first))
+        return inputs
+
+
+def load_reranker(config: RalmConfig, reader):
+    """The reranker ``config`` asks for, on ``reader``'s device and in its dtype: an :class:`LMReranker` for ``"lm"``
+    with a ``reranker_model``, a :class:`~hf_ralm.selection.predictive.PredictiveReranker` for ``"predictive"``,
+    else ``None`` (the reader ranks, or nothing does)."""
+    if config.rerank == "predictive":
+        from .predictive import PredictiveReranker
+
+        return PredictiveReranker(config.reranker_model, device=str(model_device(reader)))
+    if config.rerank != "lm" or config.reranker_model is None:
+        return None
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(config.reranker_model, dtype=reader.dtype)
+        tokenizer = AutoTokenizer.from_pretrained(config.reranker_model)
+    except OSError as error:
+        raise OSError(f"Could not load the reranker LM {config.reranker_model!r} (reranker_model): it is neither a "
+                      f"local model folder nor a model that could be fetched from the Hub. {error}") from error
+    return LMReranker(model.to(model_device(reader)).eval(), tokenizer, config.max_length)
