@@ -34,10 +34,10 @@ from .configuration_ralm import RALM_FIELDS, RERANK_STRATEGIES, RETRIEVAL_GATES,
 from .data import load_dataset_text
 from .qa import MAX_NEW_TOKENS
 from .reranking import collect_rerank_data, train_reranker
-from .utils.atomic import write_json_atomic
 from .resume import CHUNK_SIZE
 from .retrieval.dense import ENCODER_DTYPES
 from .retrieval.registry import RETRIEVER_NAMES
+from .utils.atomic import write_json_atomic
 from .utils.checks import check_count
 
 ENCODER_HELP = ("dense encoder: a sentence-transformers or HF encoder folder or Hub id (default: all-MiniLM-L6-v2 "

@@ -29,11 +29,11 @@ from transformers.utils import ModelOutput
 from .configuration_ralm import RALM_FIELDS, RalmConfig
 from .evaluation import RalmEvalResult, evaluate_perplexity
 from .generation import ralm_generate
-from .selection.rankers import load_reranker
-from .retrieval.base import RETRIEVER_CONFIG_FILE, Retriever, read_forbidden_titles
 from .passages import Passage
+from .retrieval.base import RETRIEVER_CONFIG_FILE, Retriever, read_forbidden_titles
 from .retrieval.factory import load_retriever, load_retriever_from_pretrained, pretrained_folder
 from .retrieval.registry import retriever_class
+from .selection.rankers import load_reranker
 
 
 @dataclass

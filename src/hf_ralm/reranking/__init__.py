@@ -14,9 +14,9 @@ Example::
     PredictiveReranker("models/reranker").choose(["the emperor of"], [["Rome\\nrome was", "Music\\nthe band"]])
 """
 
+from ..selection.predictive import PredictiveReranker
 from .collect import collect_rerank_data, training_articles
 from .data import RerankDataWriter, load_rerank_data, rerank_data_summary
-from ..selection.predictive import PredictiveReranker
 from .training import PredictiveRerankLoss, predictive_loss, push_reranker, rerank_metrics, train_reranker
 
 __all__ = [

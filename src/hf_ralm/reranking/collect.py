@@ -48,15 +48,16 @@ from tqdm.auto import tqdm
 
 from ..configuration_ralm import RALM_FIELDS, RalmConfig
 from ..model_inputs import window_length
-from ..retrieval.base import Retriever
-from ..passages import Passage
-from ..retrieval.corpus import read_corpus
 from ..modeling_utils import model_identity, model_path
-from ..retrieval.base import retriever_identity
-from ..windows import plan_windows, query_span
-from ..utils.checks import check_count
-from .data import RerankDataWriter
+from ..passages import Passage
+from ..plan import prepare
+from ..retrieval.base import Retriever, retriever_identity
+from ..retrieval.corpus import read_corpus
 from ..selection.rerank import rerank_windows
+from ..utils.checks import check_count
+from ..utils.provenance import provenance
+from ..windows import query_span
+from .data import RerankDataWriter
 
 logger = logging.getLogger(__name__)
 
@@ -100,9 +101,6 @@ def collect_rerank_data(
         summary = collect_rerank_data(reader, tokenizer, retriever, articles, config, "data/rerank", max_windows=20)
         summary["rows_total"]  # 20, or fewer when the articles run out
     """
-    from ..plan import tokenize_text, window_queries
-    from ..utils.provenance import provenance
-
     check_count("windows_per_article", windows_per_article)
     check_count("batch_size", batch_size)
     if max_windows is not None:
@@ -112,7 +110,7 @@ def collect_rerank_data(
                             "reranker_model": None, "rerank_allow_no_passage": True,
                             "rerank_no_passage_margin": 0.0})
     max_length = window_length(model, config)
-    query_length = config.query_length_for(retriever)
+    query_length = config.query_length_for(retriever)  # the plan's, recorded with the data
     settings = {
         **model_identity(model),
         "k": config.rerank_candidates,
@@ -133,13 +131,15 @@ def collect_rerank_data(
 
     def article_records(article: Mapping[str, str], first_window: int, limit: int | None) -> list[dict[str, Any]]:
         """The records of the article's kept windows from ``first_window`` on (at most ``limit``)."""
-        ids = tokenize_text(tokenizer, article["text"]) if article["text"] else []
-        if len(ids) <= max_length:  # window 0 holds it all: no window with retrieval
+        if not article["text"]:
             return []
-        windows = plan_windows(len(ids), max_length, config.retrieval_stride)
+        plan = prepare(article["text"], tokenizer, config, retriever, max_length=max_length)
+        ids, windows = plan.ids, plan.windows
+        if len(windows) == 1:  # window 0 holds it all: no window with retrieval
+            return []
         kept = [windows[i] for i in spread_windows(len(windows), windows_per_article) if i >= first_window]
-        queries = window_queries(tokenizer, ids, kept, query_length)
-        found = retrieve_excluding_title(retriever, queries, config.rerank_candidates, article["title"])
+        found = retrieve_excluding_title(retriever, [plan.queries[w.index] for w in kept], config.rerank_candidates,
+                                         article["title"])
         todo = [(w, pool) for w, pool in zip(kept, found) if pool][:limit]
         if not todo:
             return []
@@ -147,7 +147,7 @@ def collect_rerank_data(
         for w, pool in todo:
             pools[w.index] = pool
         # The spread windows rarely share a passage, and sharing its keys/values would run their inputs one by one.
-        outcome = rerank_windows(model, tokenizer, ids, [w for w, _ in todo], [None] * len(windows), pools, scoring,
+        outcome = rerank_windows(model, tokenizer, ids, [w for w, _ in todo], plan.queries, pools, scoring,
                                  batch_size=batch_size, reuse_prefix_kv=False, show_progress=False)
         return [{"article": article["id"], "window": w.index, "query": list(query_span(w, query_length)),
                  "passage_ids": [p.id for p in pool], "retrieval_scores": [p.score for p in pool],

@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from .data import candidate_counts, load_rerank_data, text_rows
 from ..selection.predictive import NO_PASSAGE_TEXT, PredictiveReranker, argmax_first
+from .data import candidate_counts, load_rerank_data, text_rows
 
 if TYPE_CHECKING:
     import datasets

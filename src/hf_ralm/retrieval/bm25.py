@@ -25,9 +25,9 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from ..passages import Passage, passage_text
 from .analysis import ANALYSIS, analyze_texts
 from .base import Retriever, passages_from_table
-from ..passages import Passage, passage_text
 from .corpus import WORDS_PER_PASSAGE, check_passage_count, passage_columns
 from .index_folder import check_index, corpus_files, corpus_paths_and_articles, finish_build, index_matches
 from .index_folder import reading_index, reusable_index_info, start_build

@@ -38,12 +38,12 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .base import Retriever, passages_from_table
 from ..passages import Passage, passage_text
+from ..utils.atomic import write_json_atomic
+from .base import Retriever, passages_from_table
 from .corpus import WORDS_PER_PASSAGE, check_passage_count, corpus_fingerprint, passage_columns
 from .index_folder import check_index, corpus_files, corpus_paths_and_articles, finish_build, index_matches
 from .index_folder import read_index_info, reading_index, reusable_index_info, start_build
-from ..utils.atomic import write_json_atomic
 
 logger = logging.getLogger(__name__)
 

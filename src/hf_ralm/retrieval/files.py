@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..errors import RetrievalFileError, utf8_errors
-from ..windows import Window, plan_settings
 from ..passages import NO_PASSAGE, Passage
 from ..utils.atomic import write_json_atomic
+from ..windows import Window, plan_settings
 
 
 @dataclass

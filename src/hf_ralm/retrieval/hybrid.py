@@ -16,8 +16,8 @@ from __future__ import annotations
 import os
 from typing import Sequence
 
-from .base import Retriever
 from ..passages import Passage
+from .base import Retriever
 from .registry import retriever_class
 
 K_RRF = 60

@@ -30,8 +30,8 @@ import subprocess
 import sys
 from typing import Iterable, Sequence
 
-from .base import Retriever
 from ..passages import Passage, passage_text
+from .base import Retriever
 from .corpus import WORDS_PER_PASSAGE, check_passage_count, passage_rows
 from .index_folder import INDEX_FILE, check_corpus_files, check_index, check_kind, copy_index, corpus_files
 from .index_folder import corpus_paths_and_articles, finish_build, index_matches, path_for_folder, reusable_index_info

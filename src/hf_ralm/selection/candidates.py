@@ -30,12 +30,12 @@ from typing import Any, Mapping, Sequence
 
 from tqdm.auto import tqdm
 
-from ..records import RecordStore
 from ..configuration_ralm import RALM_FIELDS, RalmConfig
 from ..model_inputs import window_length
 from ..passages import Passage
-from ..windows import Window
+from ..records import RecordStore
 from ..utils.checks import check_count
+from ..windows import Window
 from .rerank import rerank_windows
 
 
