@@ -1,0 +1,115 @@
+"""The layers of docs/architecture.md are the ones the code has: every module of hf_ralm belongs to exactly one layer
+of the document's table, and imports (at the top of a module or inside a function alike) only modules of its own
+layer or of layers below it. Data flows one way: text → tokens → windows → queries → passages → chosen passages →
+model inputs → scores."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO_ROOT
+
+PACKAGE = REPO_ROOT / "src" / "hf_ralm"
+DOC = REPO_ROOT / "docs" / "architecture.md"
+
+
+def layers() -> dict[str, int]:
+    """``{module pattern: layer}`` from the document's layer table (``| N | name | `a`, `b/*` | ...``)."""
+    table: dict[str, int] = {}
+    for line in DOC.read_text(encoding="utf-8").splitlines():
+        match = re.match(r"^\|\s*(\d+)\s*\|[^|]*\|([^|]*)\|", line)
+        if match:
+            for pattern in re.findall(r"`([^`]+)`", match.group(2)):
+                table[pattern] = int(match.group(1))
+    return table
+
+
+def module_names() -> list[str]:
+    names = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+        names.append("/".join(parts))
+    return names
+
+
+def layer_of(module: str, table: dict[str, int]) -> int:
+    """The layer of a module path relative to the package (``selection/policy``); a package's ``__init__`` is in its
+    package's layer unless the table names it."""
+    if module in table:
+        return table[module]
+    matches = [layer for pattern, layer in table.items()
+               if pattern.endswith("/*") and module.startswith(pattern[:-1])]
+    if len(matches) != 1:
+        raise AssertionError(f"{module} is in {len(matches)} layers of {DOC.name}'s table: name it in exactly one")
+    return matches[0]
+
+
+def imported_modules(path: Path, source: str | None = None) -> list[tuple[int, str]]:
+    """``(line, module path relative to the package)`` of every hf_ralm module the module at ``path`` (with
+    ``source``, by default its file's) imports."""
+    here = list(path.relative_to(PACKAGE).with_suffix("").parts)
+    package = here[:-1]
+    found = []
+    for node in ast.walk(ast.parse(source if source is not None else path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                target = base + (node.module.split(".") if node.module else [])
+            elif node.module and node.module.split(".")[0] == "hf_ralm":
+                target = node.module.split(".")[1:]
+            else:
+                continue
+            candidates = [target + [alias.name] for alias in node.names] + [target]
+        elif isinstance(node, ast.Import):
+            candidates = [alias.name.split(".")[1:] for alias in node.names if alias.name.split(".")[0] == "hf_ralm"]
+        else:
+            continue
+        for parts in candidates:  # `from .selection import policy` names a module; `from .plan import prepare` not
+            module = "/".join(parts)
+            if (PACKAGE / f"{module}.py").is_file() or (PACKAGE / module / "__init__.py").is_file():
+                found.append((node.lineno, module if (PACKAGE / f"{module}.py").is_file() else f"{module}/__init__"))
+                break
+    return found
+
+
+def test_every_module_has_one_layer():
+    table = layers()
+    assert len(set(table.values())) >= 8, "the document's layer table was not found"
+    for module in module_names():
+        layer_of(module, table)
+
+
+def upward_imports(path: Path, table: dict[str, int], source: str | None = None) -> list[str]:
+    """The imports of the module at ``path`` from a higher layer than its own."""
+    module = "/".join(path.relative_to(PACKAGE).with_suffix("").parts)
+    return [f"{module}.py:{line} imports {target} (layer {layer_of(target, table)} above {layer_of(module, table)})"
+            for line, target in imported_modules(path, source) if layer_of(target, table) > layer_of(module, table)]
+
+
+def test_modules_import_only_their_layer_and_below():
+    table = layers()
+    upward = [problem for path in sorted(PACKAGE.rglob("*.py")) if path != PACKAGE / "__init__.py"
+              for problem in upward_imports(path, table)]  # the package's face re-exports the front ends
+    assert not upward, "\n".join(upward)
+
+
+def test_the_check_catches_an_upward_import():
+    """An import from a higher layer is caught, also one inside a function."""
+    path = PACKAGE / "windows.py"
+    leaking = path.read_text(encoding="utf-8") + "\n\ndef _leak():\n    from .evaluation import evaluate_perplexity\n"
+    assert upward_imports(path, layers()) == []
+    assert [problem.split(" (")[0] for problem in upward_imports(path, layers(), leaking)] == [
+        f"windows.py:{len(leaking.splitlines())} imports evaluation"]
+
+
+@pytest.mark.parametrize("lower, higher", [("windows", "plan"), ("plan", "selection/policy"),
+                                           ("selection/policy", "evaluation"), ("evaluation", "cli"),
+                                           ("records", "retrieval/base"), ("selection/rules", "reranking/training")])
+def test_the_flow_goes_one_way(lower, higher):
+    """Spot checks of the order the document states: values, plan, selection, evaluation, front ends."""
+    table = layers()
+    assert layer_of(lower, table) < layer_of(higher, table)
