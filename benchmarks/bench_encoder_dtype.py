@@ -17,8 +17,8 @@ import sys
 import numpy as np
 import torch
 
-from bench_common import environment, timed
-from bench_setup import WIKIPEDIA
+from benchmarks.bench_common import environment, timed
+from benchmarks.bench_setup import WIKIPEDIA
 
 
 def first_passages(corpus: str, count: int) -> list[str]:

@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 
 import torch
-from bench_common import available_cores, environment as run_environment, synchronize
+from benchmarks.bench_common import available_cores, environment as run_environment, synchronize
 
 
 HOME = Path.home()

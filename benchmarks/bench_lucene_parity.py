@@ -101,15 +101,15 @@ class LuceneSide:
     FIELD = "contents"
 
     def __init__(self, lucene_dir: str, k1: float, b: float):
-        from hf_ralm.retrieval.lucene_compat import _autoclass
+        from hf_ralm.retrieval.lucene_compat import java_class
 
-        self.analyzer = _autoclass("io.anserini.analysis.DefaultEnglishAnalyzer").newDefaultInstance()
-        self._analyze = _autoclass("io.anserini.analysis.AnalyzerUtils").analyze
-        self._small_float = _autoclass("org.apache.lucene.util.SmallFloat")
-        self._term = _autoclass("org.apache.lucene.index.Term")
-        path = _autoclass("java.io.File")(lucene_dir).toPath()
-        directory = _autoclass("org.apache.lucene.store.FSDirectory").open(path)
-        self.reader = _autoclass("org.apache.lucene.index.DirectoryReader").open(directory)
+        self.analyzer = java_class("io.anserini.analysis.DefaultEnglishAnalyzer").newDefaultInstance()
+        self._analyze = java_class("io.anserini.analysis.AnalyzerUtils").analyze
+        self._small_float = java_class("org.apache.lucene.util.SmallFloat")
+        self._term = java_class("org.apache.lucene.index.Term")
+        path = java_class("java.io.File")(lucene_dir).toPath()
+        directory = java_class("org.apache.lucene.store.FSDirectory").open(path)
+        self.reader = java_class("org.apache.lucene.index.DirectoryReader").open(directory)
         self.num_docs = int(self.reader.getDocCount(self.FIELD))
         self.avgdl = int(self.reader.getSumTotalTermFreq(self.FIELD)) / self.num_docs
         self.k1, self.b = k1, b

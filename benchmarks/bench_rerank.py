@@ -35,7 +35,7 @@ import sys
 from pathlib import Path
 
 import torch
-from bench_common import environment as run_environment, timed
+from benchmarks.bench_common import environment as run_environment, timed
 
 HOME = Path.home()
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"

@@ -252,7 +252,7 @@ def main() -> None:
             evals[kind] = {"command": shlex.join(cmd), **{k: e[k] for k in (
                 "token_ppl", "word_ppl", "num_windows", "num_windows_with_passage")}}
 
-    from bench_common import available_cores
+    from benchmarks.bench_common import available_cores
 
     summary = {"command": command, "cores": available_cores(), "subset": {**subset, "corpus": corpus,
                "seed": args.seed}, "max_length": MAX_LENGTH, "stride": STRIDE,
@@ -296,5 +296,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     main()

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 import torch
-from bench_common import available_cores, environment as run_environment, timed
+from benchmarks.bench_common import available_cores, environment as run_environment, timed
 
 
 HOME = Path.home()

@@ -20,7 +20,7 @@ tests/test_passages.py checks; τ=inf weighs the n passages equally).
 
 Every point is one row of ``--figures-dir/gate_results.csv``, written as soon as it is measured (``seconds``: the
 time of the pass it comes from, or of its evaluation; benchmarks/results_csv.py); a rerun skips the points already
-there (the passes are cached as JSON under ``--out``). Then the table is printed and
+there (each pass is kept in a record store, :mod:`hf_ralm.records`, under ``--out``). Then the table is printed and
 ``gate_results.png`` drawn (matplotlib, the ``bench`` extra)::
 
     python benchmarks/make_heldout.py --corpus ../shared/data/wikipedia-2015-sample/articles.jsonl.gz \\
@@ -33,16 +33,25 @@ A smoke run: ``--max-eval-tokens 600 --figures-dir /tmp/gates --out /tmp/gates/p
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 
 import torch
 
-from bench_setup import READERS
-from results_csv import Table, run_points
-from table_runs import DATA, Run, add_run_args, cached, chosen_nll, load_retrievers, perplexities, reader_pass
+from benchmarks.bench_setup import READERS
+from benchmarks.results_csv import Table, run_points
+from benchmarks.table_runs import (
+    DATA,
+    Run,
+    add_run_args,
+    cached,
+    chosen_nll,
+    load_retrievers,
+    perplexities,
+    reader_pass,
+)
+from hf_ralm.records import RecordStore
 
 TEMPERATURES = (1.0, 4.0, 16.0, float("inf"))  # BM25 scores differ by units: τ=1 is nearly the top passage alone
 THRESHOLDS = (0.15, 0.2, 0.225, 0.25, 0.275, 0.3, 0.35, 0.4)  # meant to span the windows' normalised top scores
@@ -205,8 +214,8 @@ def plot(rows: list[dict], path: str) -> None:
 
 
 def pass_path(args, reader: str, data: str, kind: str = "gates") -> str:
-    """Where the gate (or ensemble) pass of (reader, data) is cached."""
-    return os.path.join(args.out, f"{reader}.{data}.{args.max_eval_tokens}.{kind}.json".replace(" ", "_"))
+    """The record store of the gate (or ensemble) pass of (reader, data)."""
+    return os.path.join(args.out, f"{reader}.{data}.{args.max_eval_tokens}.{kind}".replace(" ", "_"))
 
 
 def measure(args):
@@ -226,11 +235,12 @@ def measure(args):
         if method == "passages":
             measured = passages_point(run, int(setting), args)
         elif method == "ensemble":
-            ensembles = cached(pass_path(args, reader, data, "ensembles"), lambda: ensemble_pass(run, args.batch_size))
+            ensembles = cached(pass_path(args, reader, data, "ensembles"), run, "ensembles",
+                               lambda: ensemble_pass(run, args.batch_size))
             measured = ensemble_point(run, ensembles, int(setting), float(point["options"].removeprefix("tau=")))
         else:
-            measured = gate_point(cached(pass_path(args, reader, data), lambda: gate_pass(run, args.batch_size)),
-                                  method, setting)
+            measured = gate_point(cached(pass_path(args, reader, data), run, "gates",
+                                         lambda: gate_pass(run, args.batch_size)), method, setting)
         return {**measured, "windows": len(run.windows)}
 
     return measure_point
@@ -247,10 +257,9 @@ def print_checks(args, rows: list[dict]) -> None:
                 check = abs(ppl["passages", "1"] - ppl["always", ""]) / ppl["always", ""]
                 print(f"[gates] {reader} / {data}: one passage evaluated vs always from the pass: relative "
                       f"perplexity difference {check:.1e}", file=sys.stderr)
-            path, scores = pass_path(args, reader, data), []
-            if os.path.exists(path):
-                with open(path, encoding="utf-8") as f:
-                    scores = [s for s in json.load(f)["gate_scores"] if s is not None]
+            saved, scores = RecordStore.read_rows(pass_path(args, reader, data)), []
+            if saved:
+                scores = [s for s in saved[0]["gate_scores"] if s is not None]
             if scores:
                 low, median, high = torch.quantile(torch.tensor(scores, dtype=torch.float64),
                                                    torch.tensor([0.05, 0.5, 0.95], dtype=torch.float64))

@@ -18,7 +18,7 @@ import os
 import subprocess
 import sys
 
-from bench_setup import BM25_INDEX, CACHE, HELDOUT_DIR, MODELS_DIR, READERS, WIKIPEDIA, eval_sets
+from benchmarks.bench_setup import BM25_INDEX, CACHE, HELDOUT_DIR, MODELS_DIR, READERS, WIKIPEDIA, eval_sets
 
 
 def main() -> None:

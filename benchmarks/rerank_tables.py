@@ -40,8 +40,8 @@ import sys
 import time
 from pathlib import Path
 
-from bench_setup import READERS, REPO, load_reader
-from table_runs import Run, add_run_args, load_retrievers, perplexities
+from benchmarks.bench_setup import READERS, REPO, load_reader
+from benchmarks.table_runs import Run, add_run_args, load_retrievers, perplexities
 
 OTHER = {"SmolLM2-135M": "Gemma-3-270M", "Gemma-3-270M": "SmolLM2-135M"}
 COLORS = {"none": "#999999", "BM25 top-1": "#4c72b0", "random": "#937860", "zero-shot": "#55a868",

@@ -16,12 +16,10 @@ Example:
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import time
 
 import torch
-from bench_setup import BM25_INDEX, CACHE, HELDOUT_DIR, MODELS_DIR, READERS, REPO, eval_sets, load_reader
+from benchmarks.bench_setup import BM25_INDEX, CACHE, HELDOUT_DIR, MODELS_DIR, READERS, REPO, eval_sets, load_reader
 
 SETTINGS = dict(retrieval_stride=4, query_length=32, max_length=512)
 
@@ -60,7 +58,7 @@ class Run:
         from hf_ralm.data import load_dataset_text
         from hf_ralm.plan import prepare
 
-        self.reader = reader
+        self.reader, self.data = reader, data
         self.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.model, self.tokenizer = load_reader(args.models_dir, reader, "bfloat16", self.device)
         self.config = RalmConfig(**SETTINGS, bos_every_window=READERS[reader].bos_every_window, **settings)
@@ -79,16 +77,20 @@ class Run:
         return RalmConfig(**{**self.config.to_dict(), **settings})
 
 
-def cached(path: str, compute) -> dict:
-    """The JSON at ``path``, or ``compute()`` written there (atomically) first."""
-    from hf_ralm.utils.atomic import write_json_atomic
+def cached(folder: str, run: Run, kind: str, compute) -> dict:
+    """What ``compute()`` gives for ``run``, kept as one record in the record store ``folder`` (a rerun reads it back;
+    one made with another reader, text or settings is refused)."""
+    from hf_ralm.modeling_utils import model_identity
+    from hf_ralm.records import RecordStore
+    from hf_ralm.retrieval.base import retriever_identity
+    from hf_ralm.utils.provenance import provenance
 
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    result = compute()
-    write_json_atomic(path, result)
-    return result
+    settings = {"pass": kind, **model_identity(run.model), "data": run.data, "tokens": len(run.ids),
+                **run.config.to_dict(), **retriever_identity(run.retriever)}
+    with RecordStore(folder, settings, chunk_size=1, reproduce=provenance()) as store:
+        if not store.rows():
+            store.add(compute())
+        return store.rows()[0]
 
 
 def reader_pass(run: Run, batch_size: int, config=None) -> dict:

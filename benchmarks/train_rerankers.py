@@ -28,7 +28,7 @@ import os
 import sys
 from pathlib import Path
 
-from bench_setup import CACHE, REPO
+from benchmarks.bench_setup import CACHE, REPO
 
 VARIANTS = {"passages": False, "no-passage": True}
 

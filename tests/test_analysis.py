@@ -147,23 +147,23 @@ def test_special_characters_take_the_whole_grammar():
 def lucene(pyserini):
     """``lucene(text)``: the terms of Anserini's DefaultEnglishAnalyzer; ``lucene.stems(words)``: PorterStemFilter's
     stems of whitespace-separated words; ``lucene.standard(text)``: StandardTokenizer's tokens, lowercased."""
-    from hf_ralm.retrieval.lucene_compat import _autoclass, start_jvm
+    from hf_ralm.retrieval.lucene_compat import java_class, start_jvm
 
     start_jvm()
-    analyze_with = _autoclass("io.anserini.analysis.AnalyzerUtils").analyze
-    english = _autoclass("io.anserini.analysis.DefaultEnglishAnalyzer").newDefaultInstance()
-    no_options = _autoclass("java.util.HashMap")()
-    porter = (_autoclass("org.apache.lucene.analysis.custom.CustomAnalyzer").builder()
+    analyze_with = java_class("io.anserini.analysis.AnalyzerUtils").analyze
+    english = java_class("io.anserini.analysis.DefaultEnglishAnalyzer").newDefaultInstance()
+    no_options = java_class("java.util.HashMap")()
+    porter = (java_class("org.apache.lucene.analysis.custom.CustomAnalyzer").builder()
               .withTokenizer("whitespace", no_options).addTokenFilter("porterStem", no_options).build())
 
     def terms(text: str) -> list[str]:
         return list(analyze_with(english, text))
 
     terms.stems = lambda words: list(analyze_with(porter, " ".join(words)))
-    standard = _autoclass("org.apache.lucene.analysis.standard.StandardAnalyzer")(
-        _autoclass("org.apache.lucene.analysis.CharArraySet").EMPTY_SET)  # StandardTokenizer and lowercase only
+    standard = java_class("org.apache.lucene.analysis.standard.StandardAnalyzer")(
+        java_class("org.apache.lucene.analysis.CharArraySet").EMPTY_SET)  # StandardTokenizer and lowercase only
     terms.standard = lambda text: list(analyze_with(standard, text))
-    stop_words = _autoclass("org.apache.lucene.analysis.en.EnglishAnalyzer").ENGLISH_STOP_WORDS_SET
+    stop_words = java_class("org.apache.lucene.analysis.en.EnglishAnalyzer").ENGLISH_STOP_WORDS_SET
     terms.stop_words = {"".join(word) for word in stop_words.toArray()}  # its items are char[]
     return terms
 

@@ -8,23 +8,22 @@ import argparse
 import doctest
 import json
 import math
-import sys
 
 import pytest
 import torch
-from conftest import EVAL_TEXT, REPO_ROOT
+from conftest import EVAL_TEXT
 
-sys.path.insert(0, str(REPO_ROOT / "benchmarks" / "figures"))  # the figure scripts and their modules
-
-import context_length  # noqa: E402
-import perplexity  # noqa: E402
-import plotting  # noqa: E402
-import qa_num_docs  # noqa: E402
-import query_length  # noqa: E402
-import resources  # noqa: E402
-import retrievers  # noqa: E402
-import stride  # noqa: E402
-import sweep  # noqa: E402
+from benchmarks.figures import (
+    context_length,
+    perplexity,
+    plotting,
+    qa_num_docs,
+    query_length,
+    resources,
+    retrievers,
+    stride,
+    sweep,
+)
 
 DATA = "held-out Wikipedia"
 

@@ -343,13 +343,13 @@ def test_eval_qa_resume(tmp_path, tiny_model_dir, tiny_llama, tiny_tokenizer, ca
     lines = (out / "predictions.jsonl").read_text().splitlines()
     assert len(lines) == 2
 
-    # a crash in the middle of writing the third line: the cut line is dropped, the others are kept as they are
-    with open(out / "predictions.jsonl", "a") as f:
-        f.write('{"question": "what did the band pl')
+    # a crash in the middle of writing the next batch: its half-written chunk is dropped, the saved ones are kept
+    (out / "predictions" / ".tmp-chunk-00000002-00000004.json.gz").write_text('{"rows": [{"question": "what did')
     main(argv)
     second = json.loads(capsys.readouterr().out)
     assert second["num_resumed"] == 2 and second["num_questions"] == len(QUESTIONS)
     assert (out / "predictions.jsonl").read_text().splitlines()[:2] == lines
+    assert not list((out / "predictions").glob(".tmp-*"))
     records, report = check_run(out, rows, predicted, passages)
     assert report["num_answered"] == len(QUESTIONS) - 2
 
@@ -361,7 +361,7 @@ def test_eval_qa_resume(tmp_path, tiny_model_dir, tiny_llama, tiny_tokenizer, ca
 
     # other settings, or another questions file, in the same folder: refused
     err = fail(capsys, argv[:-1] + ["1"])
-    assert "other settings" in err and "--num-docs: 2 → 1" in err
+    assert "other settings" in err and "'--num-docs': stored 2, given 1" in err
     other = write_jsonl(tmp_path / "other.jsonl", [{"question": "something else", "answers": ["x"], "ctxs": []}])
     err = fail(capsys, qa_argv(tiny_model_dir, other, out, "--use-ctxs", "--num-docs", "2"))
     assert "another questions file" in err

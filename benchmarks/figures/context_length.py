@@ -16,9 +16,9 @@ tables do).
 
 from __future__ import annotations
 
-import perplexity  # first: it puts benchmarks/ on sys.path
-import plotting
-from resources import Resources
+from benchmarks.figures import perplexity
+from benchmarks.figures import plotting
+from benchmarks.figures.resources import Resources
 
 NAME = "context_length"
 MAX_LENGTHS = (256, 512, 1024, 2048)

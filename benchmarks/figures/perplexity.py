@@ -18,9 +18,9 @@ from __future__ import annotations
 import sys
 import time
 
-import sweep  # first: it puts benchmarks/ on sys.path
-from bench_setup import READERS  # noqa: I100
-from resources import WHOLE, Resources
+from benchmarks.figures import sweep
+from benchmarks.bench_setup import READERS
+from benchmarks.figures.resources import WHOLE, Resources
 
 SETTINGS = ("model", "data", "dtype", "bos_every_window", "max_eval_tokens", "context_tokens", "max_length", "stride",
             "query_length", "max_doc_tokens", "retriever", "corpus", "index_id")

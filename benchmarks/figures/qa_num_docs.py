@@ -18,10 +18,10 @@ import hashlib
 import os
 import sys
 
-import sweep  # first: it puts benchmarks/ on sys.path
-import plotting
-from bench_setup import CACHE, READERS, SHARED
-from resources import Resources, index_identity
+from benchmarks.figures import sweep
+from benchmarks.figures import plotting
+from benchmarks.bench_setup import CACHE, READERS, SHARED
+from benchmarks.figures.resources import Resources, index_identity
 
 NAME = "qa_num_docs"
 NUM_DOCS = (0, 1, 2, 3, 4, 6, 8, 10)

@@ -15,9 +15,9 @@ first to have the BM25 half meanwhile; the dense points are then added by a late
 
 from __future__ import annotations
 
-import perplexity  # first: it puts benchmarks/ on sys.path
-import plotting
-from resources import Resources
+from benchmarks.figures import perplexity
+from benchmarks.figures import plotting
+from benchmarks.figures.resources import Resources
 
 NAME = "query_length"
 QUERY_LENGTHS = (8, 16, 32, 64, 128)

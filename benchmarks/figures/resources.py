@@ -26,8 +26,7 @@ import os
 import sys
 from typing import Callable
 
-import sweep  # noqa: F401  (first: it puts benchmarks/ on sys.path)
-from bench_setup import READERS, eval_sets, load_reader
+from benchmarks.bench_setup import READERS, eval_sets, load_reader
 
 WHOLE = "whole sample"
 RETRIEVERS = ("none", "bm25", "lucene", "dense", "hybrid")
@@ -87,7 +86,7 @@ class Resources:
         return self._ids[data]
 
     def _data(self, data: str) -> tuple[str, str]:
-        from bench_setup import HELDOUT_COMMAND
+        from benchmarks.bench_setup import HELDOUT_COMMAND
 
         rows, titles = eval_sets(self.args.heldout_dir)[data]
         if not os.path.isfile(rows):
@@ -157,7 +156,7 @@ class Resources:
 
 def add_subset_flags(parser) -> None:
     """bench_retrievers.py's subset flags, for the scripts that use the subset."""
-    from bench_setup import CACHE
+    from benchmarks.bench_setup import CACHE
 
     parser.add_argument("--subset-out", default=str(CACHE / "retrievers"), help="bench_retrievers.py's --out")
     parser.add_argument("--num-articles", type=int, default=1000, help="articles in the subset (default 1000)")

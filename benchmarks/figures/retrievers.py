@@ -23,11 +23,11 @@ from __future__ import annotations
 import os
 import sys
 
-import perplexity  # first: it puts benchmarks/ on sys.path
-import sweep
-import plotting
-from query_length import best_query_lengths
-from resources import RETRIEVERS, WHOLE, Resources, add_subset_flags
+from benchmarks.figures import perplexity
+from benchmarks.figures import sweep
+from benchmarks.figures import plotting
+from benchmarks.figures.query_length import best_query_lengths
+from benchmarks.figures.resources import RETRIEVERS, WHOLE, Resources, add_subset_flags
 
 NAME = "retrievers"
 LENGTH_FROM = {"bm25": "bm25", "lucene": "bm25", "dense": "dense", "hybrid": "dense"}  # whose best ℓ each takes

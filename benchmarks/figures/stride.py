@@ -14,9 +14,9 @@ whatever else the machine runs) and its retrievals (one per window but the first
 
 from __future__ import annotations
 
-import perplexity  # first: it puts benchmarks/ on sys.path
-import plotting
-from resources import Resources
+from benchmarks.figures import perplexity
+from benchmarks.figures import plotting
+from benchmarks.figures.resources import Resources
 
 NAME = "stride"
 STRIDES = (1, 2, 4, 8, 16, 32, 64)

@@ -16,15 +16,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 from typing import Callable, Iterable, Optional
 
-BENCHMARKS = Path(__file__).resolve().parents[1]
-if str(BENCHMARKS) not in sys.path:  # bench_setup, bench_common and results_csv, when a figure script is run as a file
-    sys.path.insert(0, str(BENCHMARKS))
-
-from bench_setup import CACHE, HELDOUT_DIR, MODELS_DIR, READERS, REPO, eval_sets  # noqa: E402
-from results_csv import Table, run_points  # noqa: E402,F401  (the figure scripts use them as sweep.Table, ...)
+from benchmarks.bench_setup import CACHE, HELDOUT_DIR, MODELS_DIR, READERS, REPO, eval_sets
+from benchmarks.results_csv import Table, run_points  # noqa: F401  (the figure scripts use them as sweep.Table, ...)
 
 FIGURES_DIR = REPO / "docs" / "figures"
 
@@ -36,7 +31,7 @@ def provenance(model) -> dict:
 
     import torch
 
-    from bench_common import device_name
+    from benchmarks.bench_common import device_name
     from hf_ralm.modeling_utils import model_device
 
     return {"device": device_name(model_device(model)), "threads": torch.get_num_threads(),
@@ -52,7 +47,7 @@ def parser(doc: str, texts: bool = True, dtype: Optional[str] = None) -> argpars
     """The figure scripts' common flags: where the CSV and PNG go, --plot-only, which models, dtype (``dtype`` is the
     default; None runs each model in the tables' dtype), device, batch size, where the models and the Wikipedia sample
     are; with ``texts``, which evaluation texts, where the held-out one is, and the token budget."""
-    from bench_setup import WIKIPEDIA
+    from benchmarks.bench_setup import WIKIPEDIA
 
     p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out-dir", default=str(FIGURES_DIR), help="where the CSV and the PNG go (default docs/figures)")
@@ -77,7 +72,7 @@ def parser(doc: str, texts: bool = True, dtype: Optional[str] = None) -> argpars
 
 def add_index_flags(p: argparse.ArgumentParser, kinds: Iterable[str]) -> None:
     """The index folder flags of the retriever ``kinds`` a script uses (each built there from --corpus if missing)."""
-    from bench_setup import BM25_INDEX
+    from benchmarks.bench_setup import BM25_INDEX
 
     index = CACHE / "index"
     defaults = {"bm25": ("--index-dir", BM25_INDEX, "BM25 (bm25s) index of the whole sample"),

@@ -29,6 +29,9 @@ import string
 import time
 from typing import Any, Iterable, Mapping, Sequence
 
+from .records import RecordStore
+from .utils.atomic import write_json_atomic, write_text_atomic
+
 __all__ = [
     "CLOSED_BOOK_PROMPT",
     "build_qa_prompt",
@@ -49,6 +52,7 @@ CLOSED_BOOK_PROMPT = "Answer these questions:\nQ: {question}\nA:"
 OPEN_BOOK_PROMPT = "{passages}\n\nBased on {these} answer these questions:\nQ: {question}\nA:"
 MAX_NEW_TOKENS = 10
 PREDICTIONS_FILE = "predictions.jsonl"
+PREDICTIONS_DIR = "predictions"
 EVAL_FILE = "eval.json"
 
 
@@ -217,51 +221,25 @@ def _passage_dict(passage: Any) -> dict:
     return out
 
 
-def _read_predictions(path: str, examples: Sequence[dict]) -> list[dict]:
-    """The records of a previous run, checked against the questions; a last line cut by a crash is dropped (and cut
-    from the file)."""
-    if not os.path.isfile(path):
-        return []
-    with open(path, "rb") as f:
-        lines = f.readlines()
-    records, good = [], 0
-    for number, line in enumerate(lines, 1):
-        try:
-            if not line.endswith(b"\n"):
-                raise ValueError("unterminated line")
-            record = json.loads(line)
-        except ValueError as error:
-            if number == len(lines):  # the line being written when the run stopped
-                break
-            raise ValueError(f"{path}:{number} is not a JSON line ({error}); remove the file to start over.") from error
-        records.append(record)
-        good += len(line)
-    if good < sum(len(line) for line in lines):
-        with open(path, "r+b") as f:
-            f.truncate(good)
+class QARecordStore(RecordStore):
+    """The answered questions of a run, one record (:func:`qa_record`) per question, in a
+    :class:`~hf_ralm.records.RecordStore` folder (``OUTPUT_DIR/predictions/``): a chunk per batch, resumed after the
+    saved ones with the same settings."""
+
+    what = "predictions"
+
+
+def _resumed_records(store: QARecordStore, examples: Sequence[dict]) -> list[dict]:
+    """The records a store holds for ``examples``, checked to answer them in order (a run may go on with more of the
+    same questions, never with others)."""
+    records = store.rows()[: len(examples)]
     for i, (record, example) in enumerate(zip(records, examples)):
         if record.get("question") != example["question"]:
             raise ValueError(
-                f"{path} line {i + 1} answers {record.get('question')!r}, but question {i + 1} is "
-                f"{example['question']!r}: it comes from another questions file. Use another --output-dir."
+                f"{store.folder} holds the answer of {record.get('question')!r} as question {i + 1}, but question "
+                f"{i + 1} is {example['question']!r}: it comes from another questions file. Use another --output-dir."
             )
     return records
-
-
-def _check_settings(output_dir: str, settings: dict) -> dict:
-    """The ``eval.json`` of a previous run in ``output_dir`` (``{}`` if none), checked to have the same settings."""
-    path = os.path.join(output_dir, EVAL_FILE)
-    if not os.path.isfile(path):
-        return {}
-    with open(path, encoding="utf-8") as f:
-        report = json.load(f)
-    previous = report.get("settings") or {}
-    changed = sorted(k for k in set(previous) | set(settings) if previous.get(k) != settings.get(k))
-    if changed:
-        details = ", ".join(f"{k}: {previous.get(k)!r} → {settings.get(k)!r}" for k in changed)
-        raise ValueError(f"{output_dir} holds predictions made with other settings ({details}); use another "
-                         f"--output-dir, or remove {PREDICTIONS_FILE} and {EVAL_FILE} to start over.")
-    return report
 
 
 def qa_figures(records: Sequence[dict]) -> dict:
@@ -394,31 +372,36 @@ class _Answerer:
 
 
 class _QaRun:
-    """The records of a run and where they go. With ``output_dir``: ``predictions.jsonl`` gets one line per answered
-    question and ``eval.json`` is rewritten atomically after every batch; the predictions already in the folder are
-    resumed (same questions and ``settings``, else a ``ValueError``). Without it the records stay in memory."""
+    """The records of a run and where they go. With ``output_dir``: the predictions' store
+    (:class:`QARecordStore`) gets each batch's records as a chunk, ``eval.json`` is rewritten atomically after every
+    batch, and ``predictions.jsonl`` (every record, a line each) is written at the end; the predictions already in
+    the folder are resumed (same questions and ``settings``, else a ``ValueError``). Without it the records stay in
+    memory."""
 
-    def __init__(self, output_dir: str | None, examples: Sequence[dict], settings: dict):
+    def __init__(self, output_dir: str | None, examples: Sequence[dict], settings: dict, batch_size: int):
         self.output_dir, self.settings = output_dir, settings
         self.records: list[dict] = []
         self.sample_prompt = None
+        self.store = None
         if output_dir is not None:
-            os.makedirs(output_dir, exist_ok=True)
-            self.records = _read_predictions(os.path.join(output_dir, PREDICTIONS_FILE), examples)[: len(examples)]
-            if self.records:
-                self.sample_prompt = _check_settings(output_dir, settings).get("sample_prompt")
+            self.store = QARecordStore(os.path.join(output_dir, PREDICTIONS_DIR), settings, chunk_size=batch_size)
+            self.records = _resumed_records(self.store, examples)
+            previous = os.path.join(output_dir, EVAL_FILE)
+            if self.records and os.path.isfile(previous):
+                with open(previous, encoding="utf-8") as f:
+                    self.sample_prompt = json.load(f).get("sample_prompt")
         self.num_resumed = len(self.records)
         self.timings = {"retrieval_s": 0.0, "generation_s": 0.0}
         self.start_time = time.perf_counter()
 
     def add(self, records: Sequence[dict], prompts: Sequence[str]) -> None:
-        """Keep (and write) the records of a batch, answered from ``prompts``."""
+        """Keep (and save) the records of a batch, answered from ``prompts``."""
         if self.sample_prompt is None:
             self.sample_prompt = prompts[0]
         self.records.extend(records)
-        if self.output_dir is not None:
-            with open(os.path.join(self.output_dir, PREDICTIONS_FILE), "a", encoding="utf-8") as out:
-                out.writelines(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
+        if self.store is not None:
+            self.store.add(records)
+            self.store.flush()
             self._write(self.report(complete=False))
 
     def report(self, complete: bool) -> dict:
@@ -431,14 +414,16 @@ class _QaRun:
                             "questions_per_s": answered / elapsed if elapsed > 0 else None}}
 
     def finish(self) -> dict:
-        """The final report (``complete``), written to ``eval.json``."""
+        """The final report (``complete``), written to ``eval.json``, and every record to ``predictions.jsonl``."""
         result = self.report(complete=True)
+        if self.store is not None:
+            self.store.close()
+            write_text_atomic(os.path.join(self.output_dir, PREDICTIONS_FILE),
+                              "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in self.records))
         self._write(result)
         return result
 
     def _write(self, report: dict) -> None:
-        from .utils.atomic import write_json_atomic
-
         if self.output_dir is not None:
             write_json_atomic(os.path.join(self.output_dir, EVAL_FILE), report)
 
@@ -464,10 +449,12 @@ def evaluate_qa(
     cut from the left to ``max_length - max_new_tokens`` tokens (``max_length``: the model's maximum by default),
     batched with left padding, and answered greedily (``max_new_tokens`` tokens, the first line).
 
-    With ``output_dir``, every answered question is appended to ``predictions.jsonl`` as it is done, and
-    ``eval.json`` (EM, has_answer, counts, ``settings``, timings; ``complete`` once every question is answered) is
-    rewritten atomically after every batch. A run on a folder that already holds predictions continues after them
-    (the questions and ``settings`` must be the same). Returns what ``eval.json`` holds.
+    With ``output_dir``, every batch of answered questions is saved as it is done (``OUTPUT_DIR/predictions/``, a
+    :class:`~hf_ralm.records.RecordStore`), ``eval.json`` (EM, has_answer, counts, ``settings``, timings;
+    ``complete`` once every question is answered) is rewritten atomically after every batch, and
+    ``predictions.jsonl`` (a line per question) is written at the end. A run on a folder that already holds
+    predictions continues after them (the same questions, maybe more of them, and the same ``settings``; other
+    settings are refused, naming them). Returns what ``eval.json`` holds.
     """
     from tqdm.auto import tqdm
 
@@ -475,7 +462,7 @@ def evaluate_qa(
     answerer = _Answerer(model, tokenizer, max_new_tokens, max_length)
     settings = {**(settings or {}), "num_docs": num_docs, "use_ctxs": use_ctxs, "max_new_tokens": max_new_tokens,
                 "max_length": answerer.max_length}
-    run = _QaRun(output_dir, examples, settings)
+    run = _QaRun(output_dir, examples, settings, batch_size)
     todo = examples[run.num_resumed :]
     progress = tqdm(total=len(examples), initial=run.num_resumed, desc="eval-qa", unit="question",
                     disable=not show_progress)

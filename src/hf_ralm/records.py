@@ -138,6 +138,11 @@ class RecordStore:
             if len(self._buffer) >= self.chunk_size:
                 self._flush()
 
+    def flush(self) -> None:
+        """Saves the buffered records now, as a chunk of their own (e.g. at the end of a batch that must not be lost
+        while the next one runs)."""
+        self._flush()
+
     def close(self) -> None:
         """Saves the buffered records as a last (possibly shorter) chunk; closing twice is harmless."""
         if not self._closed:
@@ -203,6 +208,12 @@ class RecordStore:
             return []
         chunks = [path for path in folder.iterdir() if _CHUNK_NAME.match(path.name)]
         return sorted(chunks, key=lambda path: int(_CHUNK_NAME.match(path.name).group(1)))
+
+    @classmethod
+    def read_rows(cls, folder: str | os.PathLike) -> list[dict[str, Any]]:
+        """The records of a folder's complete chunks, in writing order, as saved (without opening the folder for
+        writing: its settings file is left as it is)."""
+        return [row for chunk in cls.complete_chunks(folder) for row in cls.read_chunk_file(chunk)["rows"]]
 
     @classmethod
     def chunk_seconds(cls, folder: str | os.PathLike) -> float:

@@ -158,13 +158,10 @@ def read_rerank_records(folder: str | os.PathLike) -> tuple[list[dict[str, Any]]
         raise FileNotFoundError(f"{folder} holds no complete chunk (chunk-00000000-...json.gz): a "
                                 "collection saves its records every chunk_size windows and when it ends.")
     settings, reproduce = RerankDataWriter.read_settings(folder)
-    records = []
-    for chunk in chunks:
-        for record in RerankDataWriter.read_chunk_file(chunk)["rows"]:
-            try:
-                records.append(validate_record(record))
-            except (TypeError, ValueError) as error:
-                raise ValueError(f"{chunk}: {error}") from None
+    try:
+        records = [validate_record(record) for record in RerankDataWriter.read_rows(folder)]
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{folder}: {error}") from None
     return records, settings, reproduce or {}
 
 

@@ -236,7 +236,14 @@ def _quiet_lucene_mmap_warning() -> None:
         pass
 
 
-def _autoclass(name: str):
+def java_class(name: str):
+    """The Java class ``name`` (e.g. ``"io.anserini.analysis.DefaultEnglishAnalyzer"``), through pyjnius, with the JVM
+    started first (:func:`start_jvm`): how hf-ralm and its benchmarks reach Anserini's and Lucene's own classes.
+
+    Example::
+
+        analyzer = java_class("io.anserini.analysis.DefaultEnglishAnalyzer").newDefaultInstance()
+    """
     start_jvm()
     import jnius
 
@@ -259,7 +266,7 @@ class AnseriniSearcher:
     ``LuceneSearcher`` wraps), through pyjnius; creating one starts the JVM (:func:`start_jvm`)."""
 
     def __init__(self, lucene_dir: str, k1: float, b: float):
-        self._searcher = _autoclass("io.anserini.search.SimpleSearcher")(lucene_dir)
+        self._searcher = java_class("io.anserini.search.SimpleSearcher")(lucene_dir)
         self._searcher.set_bm25(float(k1), float(b))
         self.num_docs = int(self._searcher.get_total_num_docs())
 
@@ -268,7 +275,7 @@ class AnseriniSearcher:
     ) -> list[list[tuple[str, str | None, str | None, float]]]:
         """One threaded ``batch_search`` call: per query its top ``depth`` hits, best first, as ``(docid, stored raw
         document, stored contents (only when there is no raw one), score)``."""
-        strings, qids = _autoclass("java.util.ArrayList")(), _autoclass("java.util.ArrayList")()
+        strings, qids = java_class("java.util.ArrayList")(), java_class("java.util.ArrayList")()
         for i, query in enumerate(queries):
             strings.add(query)
             qids.add(str(i))
