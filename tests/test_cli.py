@@ -9,7 +9,8 @@ import re
 import pytest
 
 from conftest import ARTICLES, EVAL_TEXT, write_jsonl
-from hf_ralm.cli import FLAGS, build_parser, main, with_flags
+from hf_ralm.cli import FLAGS, build_parser, error_message, main
+from hf_ralm.errors import SettingError
 from hf_ralm.configuration_ralm import RalmConfig
 from hf_ralm.data import join_rows, load_dataset_text
 from hf_ralm.perplexity import count_words
@@ -309,11 +310,15 @@ def test_config_errors_are_reported_with_flags():
         "rerank_candidates", "rerank_tokens", "reranker_model", "rerank_allow_no_passage", "rerank_no_passage_margin",
         "rerank_seed", "retrieval_gate", "gate_threshold", "num_passages", "max_context_doc_tokens", "ensemble_size",
         "ensemble_temperature"}
-    with pytest.raises(ValueError) as info:
+    with pytest.raises(SettingError) as info:
         RalmConfig(max_length=2, retrieval_stride=3)
-    assert with_flags(str(info.value)) == ("--max-length (2) must be larger than --stride (3), or windows would skip "
-                                           "tokens: lower --stride or raise --max-length.")
-    assert with_flags("max_lengths and my_max_length stay") == "max_lengths and my_max_length stay"
+    assert str(info.value) == ("max_length (2) must be larger than retrieval_stride (3), or windows would skip "
+                               "tokens: lower retrieval_stride or raise max_length.")  # Python's names in Python
+    assert error_message(info.value) == ("--max-length (2) must be larger than --stride (3), or windows would skip "
+                                         "tokens: lower --stride or raise --max-length.")
+    # only what the library marked as a setting becomes a flag: names in paths or other words stay
+    plain = ValueError("max_lengths and my_max_length stay, as does data/max_length.txt")
+    assert error_message(plain) == str(plain)
 
 
 def test_retrieve_reranks_once_and_eval_lm_reuses_it(tmp_path, tiny_model_dir, tiny_index, capsys):

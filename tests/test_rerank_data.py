@@ -268,7 +268,7 @@ def test_commands_collect_train_and_rerank(setup, tiny_model_dir, tiny_init, tmp
     again = json.loads(run(capsys, rerank_data_argv(setup, tiny_model_dir, data, "--exclude-titles", str(titles))))
     assert (again["rows_resumed"], again["rows_written"]) == (summary["rows_total"], 0)
     err = fail(capsys, rerank_data_argv(setup, tiny_model_dir, data))
-    assert "'exclude_titles': stored '1 titles" in err and "overwrite" in err
+    assert "'--exclude-titles': stored '1 titles" in err and "overwrite" in err
 
     model = tmp_path / "reranker"
     figures = json.loads(run(capsys, ["train-reranker", "--data", str(data), "--init", str(tiny_init), "--output-dir",

@@ -8,7 +8,7 @@ defaults and their checks live in the library (:class:`~hf_ralm.configuration_ra
 functions); the command line only names them as flags (:data:`FLAGS`). Every usage error ends with one line
 ``hf-ralm: error: ...`` and exit status 2: the library's errors for bad input (a ``ValueError`` such as
 :class:`~hf_ralm.errors.InputError`, an ``OSError``) name the file or the setting, and :func:`main` prints them,
-with flags for setting names (:func:`with_flags`); ``--debug`` (before or after the command) prints the traceback
+naming settings by their flags (:func:`error_message`); ``--debug`` (before or after the command) prints the traceback
 first.
 
 Example::
@@ -32,6 +32,7 @@ from contextlib import redirect_stdout
 
 from .configuration_ralm import RALM_FIELDS, RERANK_STRATEGIES, RETRIEVAL_GATES, RalmConfig, default_query_length
 from .data import load_dataset_text
+from .errors import NamesSettings
 from .qa import MAX_NEW_TOKENS
 from .reranking import collect_rerank_data, train_reranker
 from .resume import CHUNK_SIZE
@@ -77,6 +78,7 @@ FLAGS = {
     "max_train_windows": "--max-train-windows",
     "eval_points": "--eval-points",
     "forbidden_titles": "--forbidden-titles",
+    "exclude_titles": "--exclude-titles",
 }
 """The one place where Python argument names (:class:`RalmConfig` fields, evaluation arguments) become flags: the
 flag of each, for the RALM settings a command passes on and for the errors of the checks it runs before loading
@@ -88,29 +90,22 @@ COUNTS = {"batch_size": 1, "max_eval_tokens": 2, "max_new_tokens": 1, "max_quest
 """The counts a command may take that are no RALM setting, and their minimum (``--num-docs 0``: closed book;
 ``--max-eval-tokens 2``: token 0 is never scored)."""
 
-# a name on its own, not part of a path, a file name or an extra ("data/forbidden_titles.txt", "hf-ralm[rerank]" stay as
-# they are); a name that is also a plain word ("rerank") only where it is set ("rerank='lm'")
-_FLAG_NAMES = re.compile(r"(?<![\w./\[-])(" + "|".join(name if "_" in name else name + "(?==)" for name in FLAGS)
-                         + r")(?![\w/\]-]|\.\w)")
-
 
 def _dest(name: str) -> str:
     """The ``args`` attribute of a Python argument: its flag's name (``retrieval_stride`` → ``stride``)."""
     return FLAGS[name][2:].replace("-", "_")
 
 
-def with_flags(message: str) -> str:
-    """``message`` with the Python argument names of :data:`FLAGS` written as their flags.
+def error_message(error: BaseException) -> str:
+    """How the command line prints a library error: the settings it names (:func:`~hf_ralm.errors.setting`) as their
+    flags.
 
     Example:
-        >>> with_flags("max_length (4) must be larger than retrieval_stride (4)")
-        '--max-length (4) must be larger than --stride (4)'
-        >>> with_flags("The forbidden_titles file 'forbidden_titles.txt' is empty: drop forbidden_titles.")
-        "The --forbidden-titles file 'forbidden_titles.txt' is empty: drop --forbidden-titles."
-        >>> with_flags("rerank='predictive' needs rerank data: pip install 'hf-ralm[rerank]'")
-        "--rerank='predictive' needs rerank data: pip install 'hf-ralm[rerank]'"
+        >>> from hf_ralm.errors import SettingError, setting
+        >>> error_message(SettingError(f"{setting('max_length')} (4) must exceed {setting('retrieval_stride')}"))
+        '--max-length (4) must exceed --stride'
     """
-    return _FLAG_NAMES.sub(lambda match: FLAGS[match.group(1)], message)
+    return error.render(FLAGS) if isinstance(error, NamesSettings) else str(error)
 
 
 def _fail(message: str) -> None:
@@ -666,7 +661,7 @@ def run_rerank_data(args) -> dict:
         if not os.path.isfile(path):
             _fail(f"file not found: {path}")
     settings = _ralm_settings(args)
-    excluded = frozenset().union(*(read_forbidden_titles(path, "--exclude-titles") for path in args.exclude_titles
+    excluded = frozenset().union(*(read_forbidden_titles(path, "exclude_titles") for path in args.exclude_titles
                                    or []))
     args.forbidden_titles = sorted(excluded | read_forbidden_titles(args.forbidden_titles))
     model = _load_model(args, settings, args.retriever)
@@ -756,7 +751,7 @@ def main(argv: list[str] | None = None) -> None:
     except (ValueError, OSError, ImportError) as error:  # bad input: the library's message names the file or setting
         if args.debug:
             traceback.print_exc()
-        _fail(with_flags(str(error)))
+        _fail(error_message(error))
     except KeyboardInterrupt:  # Ctrl-C: the chunks saved in --output-dir are complete, the one in progress is lost
         if args.debug:
             traceback.print_exc()

@@ -7,6 +7,7 @@ from dataclasses import fields
 
 from transformers import AutoConfig, PreTrainedConfig
 
+from .errors import SettingError, setting
 from .passages import PASSAGE_TEMPLATE, passage_text
 from .utils.checks import check_count, is_finite_number, is_number
 from .windows import check_passage_room, check_window_overlap
@@ -208,24 +209,28 @@ retrieval_stride (4) tokens after it: lower max_context_doc_tokens to at most 29
         check_count("rerank_tokens", self.rerank_tokens)
         check_count("rerank_seed", self.rerank_seed, minimum=0)
         if self.rerank == "predictive" and self.reranker_model is None:
-            raise ValueError("rerank='predictive' needs reranker_model: the folder or Hub id of a trained reranker "
-                             "(hf-ralm train-reranker).")
+            raise SettingError(f"{setting('rerank')}='predictive' needs {setting('reranker_model')}: the folder or "
+                               "Hub id of a trained reranker (hf-ralm train-reranker).")
         if self.rerank in ("oracle", "random", "none") and self.reranker_model is not None:
-            raise ValueError(f"reranker_model is for rerank='lm' or 'predictive'; rerank={self.rerank!r} uses none "
-                             "(the oracle ranks with the reader itself): drop reranker_model.")
+            raise SettingError(f"{setting('reranker_model')} is for {setting('rerank')}='lm' or 'predictive'; "
+                               f"{setting('rerank')}={self.rerank!r} uses none (the oracle ranks with the reader "
+                               f"itself): drop {setting('reranker_model')}.")
         if self.rerank_allow_no_passage and self.rerank not in ("lm", "oracle", "predictive"):
-            raise ValueError("rerank_allow_no_passage adds the window without a passage to what a reranker ranks: it "
-                             f"needs rerank='lm', 'oracle' or 'predictive', got rerank={self.rerank!r}.")
+            raise SettingError(f"{setting('rerank_allow_no_passage')} adds the window without a passage to what a "
+                               f"reranker ranks: it needs {setting('rerank')}='lm', 'oracle' or 'predictive', got "
+                               f"{setting('rerank')}={self.rerank!r}.")
         if not is_finite_number(self.rerank_no_passage_margin):
-            raise ValueError(f"rerank_no_passage_margin must be a finite number of nats, got "
-                             f"{self.rerank_no_passage_margin!r}.")
+            raise SettingError(f"{setting('rerank_no_passage_margin')} must be a finite number of nats, got "
+                               f"{self.rerank_no_passage_margin!r}.")
         if self.rerank_no_passage_margin != 0 and not self.rerank_allow_no_passage:
-            raise ValueError("rerank_no_passage_margin is how much a passage must beat the no-passage candidate of "
-                             "rerank_allow_no_passage: set rerank_allow_no_passage=True, or drop the margin.")
+            raise SettingError(f"{setting('rerank_no_passage_margin')} is how much a passage must beat the no-passage "
+                               f"candidate of {setting('rerank_allow_no_passage')}: set "
+                               f"{setting('rerank_allow_no_passage')}=True, or drop the margin.")
         if self.rerank_no_passage_margin != 0 and self.rerank == "predictive":
-            raise ValueError("rerank_no_passage_margin is in nats of the reader's NLL, which rerank='predictive' does "
-                             "not compute (a trained reranker's scores have no unit): drop the margin, or train the "
-                             "reranker with the no-passage candidate and let it decide.")
+            raise SettingError(f"{setting('rerank_no_passage_margin')} is in nats of the reader's NLL, which "
+                               f"{setting('rerank')}='predictive' does not compute (a trained reranker's scores have "
+                               "no unit): drop the margin, or train the reranker with the no-passage candidate and "
+                               "let it decide.")
 
     def _validate_passages(self) -> None:
         check_count("num_passages", self.num_passages)
@@ -233,31 +238,35 @@ retrieval_stride (4) tokens after it: lower max_context_doc_tokens to at most 29
             check_count("max_context_doc_tokens", self.max_context_doc_tokens)
         check_count("ensemble_size", self.ensemble_size)
         if not is_number(self.ensemble_temperature) or not self.ensemble_temperature > 0:
-            raise ValueError(f"ensemble_temperature must be a positive number, got {self.ensemble_temperature!r}.")
+            raise SettingError(f"{setting('ensemble_temperature')} must be a positive number, got "
+                               f"{self.ensemble_temperature!r}.")
         check_ensemble(self, self.ensemble_size)
 
     def _validate_gate(self) -> None:
         if self.retrieval_gate not in RETRIEVAL_GATES:
-            raise ValueError(f"retrieval_gate must be one of {', '.join(RETRIEVAL_GATES)}, got "
-                             f"{self.retrieval_gate!r}.")
+            raise SettingError(f"{setting('retrieval_gate')} must be one of {', '.join(RETRIEVAL_GATES)}, got "
+                               f"{self.retrieval_gate!r}.")
         if self.retrieval_gate == "always":
             if self.gate_threshold is not None:
-                raise ValueError("gate_threshold is the threshold of retrieval_gate='score' or 'lm'; "
-                                 "retrieval_gate='always' uses none: drop gate_threshold.")
+                raise SettingError(f"{setting('gate_threshold')} is the threshold of "
+                                   f"{setting('retrieval_gate')}='score' or 'lm'; "
+                                   f"{setting('retrieval_gate')}='always' uses none: drop {setting('gate_threshold')}.")
         elif self.retrieval_gate == "lm":
             if self.gate_threshold is not None and not is_finite_number(self.gate_threshold):
-                raise ValueError(f"The lm gate's gate_threshold is the nats a passage must save on the ranking tokens "
-                                 f"(a finite number, or None for 0.0), got {self.gate_threshold!r}.")
+                raise SettingError(f"The lm gate's {setting('gate_threshold')} is the nats a passage must save on the "
+                                   f"ranking tokens (a finite number, or None for 0.0), got {self.gate_threshold!r}.")
         elif self.gate_threshold is None:
-            raise ValueError("retrieval_gate='score' needs gate_threshold: the fraction of the query's maximum "
-                             "attainable retrieval score (0 to 1) the top passage must reach.")
+            raise SettingError(f"{setting('retrieval_gate')}='score' needs {setting('gate_threshold')}: the fraction "
+                               "of the query's maximum attainable retrieval score (0 to 1) the top passage must "
+                               "reach.")
         elif not is_number(self.gate_threshold) or not 0 <= self.gate_threshold <= 1:
-            raise ValueError(f"gate_threshold must be a number from 0 to 1 (a fraction of the query's maximum "
-                             f"attainable score), got {self.gate_threshold!r}.")
+            raise SettingError(f"{setting('gate_threshold')} must be a number from 0 to 1 (a fraction of the query's "
+                               f"maximum attainable score), got {self.gate_threshold!r}.")
         if self.retrieval_gate == "lm" and self.num_passages > 1:
-            raise ValueError(f"retrieval_gate='lm' weighs one passage against none; num_passages={self.num_passages} "
-                             "puts several in context: use retrieval_gate='score' with several passages, or "
-                             "num_passages=1.")
+            raise SettingError(f"{setting('retrieval_gate')}='lm' weighs one passage against none; "
+                               f"{setting('num_passages')}={self.num_passages} puts several in context: use "
+                               f"{setting('retrieval_gate')}='score' with several passages, or "
+                               f"{setting('num_passages')}=1.")
 
     @property
     def num_retrieved(self) -> int:
@@ -297,15 +306,18 @@ def check_ensemble(config: RalmConfig, ensemble_size: int) -> None:
     if ensemble_size <= 1:
         return
     if config.rerank != "none":
-        raise ValueError(f"ensemble_size={ensemble_size} mixes the top passages of each window or stride, while "
-                         f"rerank={config.rerank!r} puts one chosen passage in context; the two are not combined: "
-                         "use ensemble_size=1 to rerank, or rerank='none' to mix.")
+        raise SettingError(f"{setting('ensemble_size')}={ensemble_size} mixes the top passages of each window or "
+                           f"stride, while {setting('rerank')}={config.rerank!r} puts one chosen passage in context; "
+                           f"the two are not combined: use {setting('ensemble_size')}=1 to rerank, or "
+                           f"{setting('rerank')}='none' to mix.")
     if config.num_passages > 1:
-        raise ValueError(f"ensemble_size={ensemble_size} mixes the top passages, one in each context; "
-                         f"num_passages={config.num_passages} puts several in one context: use one or the other.")
+        raise SettingError(f"{setting('ensemble_size')}={ensemble_size} mixes the top passages, one in each context; "
+                           f"{setting('num_passages')}={config.num_passages} puts several in one context: use one or "
+                           "the other.")
     if config.retrieval_gate == "lm":
-        raise ValueError(f"ensemble_size={ensemble_size} mixes several passages, while retrieval_gate='lm' weighs one "
-                         "passage against none: use retrieval_gate='score' with an ensemble.")
+        raise SettingError(f"{setting('ensemble_size')}={ensemble_size} mixes several passages, while "
+                           f"{setting('retrieval_gate')}='lm' weighs one passage against none: use "
+                           f"{setting('retrieval_gate')}='score' with an ensemble.")
 
 
 AutoConfig.register("ralm", RalmConfig)

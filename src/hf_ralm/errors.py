@@ -14,12 +14,52 @@ Example:
 from __future__ import annotations
 
 import gzip
+import re
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterator, Mapping
+
+_SETTING = re.compile(r"⟦([A-Za-z_]\w*)⟧")
 
 
-class InputError(ValueError):
-    """A bad input file or setting; the message says which, what is wrong and how to fix it."""
+def setting(name: str) -> str:
+    """How a message names a setting (an argument of the library: ``retrieval_stride``, ``max_eval_tokens``, ...),
+    so that a front end can name it its own way: a :class:`SettingError` prints it as it is, the command line as its
+    flag (``--stride``).
+
+    Example:
+        >>> str(SettingError(f"{setting('retrieval_stride')} must be at least 1, got 0."))
+        'retrieval_stride must be at least 1, got 0.'
+        >>> SettingError(f"{setting('retrieval_stride')} must be at least 1").render({"retrieval_stride": "--stride"})
+        '--stride must be at least 1'
+    """
+    return f"⟦{name}⟧"
+
+
+class NamesSettings:
+    """An error whose message names settings with :func:`setting`: printed with their Python names, and
+    :meth:`render` names them otherwise (the command line: with its flags)."""
+
+    def __init__(self, message: str):
+        self.marked = message
+        super().__init__(self.render())
+
+    def render(self, names: Mapping[str, str] | None = None) -> str:
+        """The message with each setting named by ``names`` (its own name when ``names`` has none for it)."""
+        names = names or {}
+        return _SETTING.sub(lambda match: names.get(match.group(1), match.group(1)), self.marked)
+
+
+class InputError(NamesSettings, ValueError):
+    """A bad input file or setting; the message says which, what is wrong and how to fix it (naming settings with
+    :func:`setting`)."""
+
+
+class SettingError(InputError):
+    """A bad setting or argument value; its message names the settings (:func:`setting`)."""
+
+
+class MissingFileError(NamesSettings, FileNotFoundError):
+    """A file a setting names does not exist (a ``FileNotFoundError``); its message names the setting."""
 
 
 class RetrievalFileError(InputError):

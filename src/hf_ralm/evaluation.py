@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 
 from .configuration_ralm import RalmConfig
 from .ensemble import ensemble_window_nlls
+from .errors import SettingError, setting
 from .model_inputs import context_indices, window_length, window_prefixes
 from .passage_cache import PassageKVCache
 from .passages import Passage
@@ -144,12 +145,13 @@ def check_file_choices(retrievals: Retrievals, config: RalmConfig, path: str) ->
     reranked = retrievals.rerank not in (None, "none")
     made = retrievals.rerank if reranked else f"retrieval_gate={(retrievals.gate or {}).get('retrieval_gate')}"
     if config.rerank != "none" or config.retrieval_gate != "always":
-        raise ValueError(f"{path} already records {'reranked' if reranked else 'gated'} choices ({made}): evaluate "
-                         "them with rerank='none' and retrieval_gate='always', or rerank or gate a retrieval file "
-                         "without choices.")
+        raise SettingError(f"{path} already records {'reranked' if reranked else 'gated'} choices ({made}): evaluate "
+                           f"them with {setting('rerank')}='none' and {setting('retrieval_gate')}='always', or rerank "
+                           "or gate a retrieval file without choices.")
     if config.ensemble_size > 1 and reranked:
-        raise ValueError(f"{path} records the choices of rerank={retrievals.rerank!r}, while ensemble_size="
-                         f"{config.ensemble_size} mixes retrieval's top passages: use a file without reranking.")
+        raise SettingError(f"{path} records the choices of {setting('rerank')}={retrievals.rerank!r}, while "
+                           f"{setting('ensemble_size')}={config.ensemble_size} mixes retrieval's top passages: use a "
+                           "file without reranking.")
 
 
 def evaluate_perplexity(

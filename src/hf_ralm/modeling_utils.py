@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 from transformers import DynamicCache
+from .errors import SettingError, setting
 
 
 def model_device(model: torch.nn.Module) -> torch.device:
@@ -68,7 +69,7 @@ def resolve_max_length(model, max_length: int | None) -> int:
     model_max = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
     if max_length is None:
         if model_max is None:
-            raise ValueError("The model's maximum length is unknown: pass max_length.")
+            raise SettingError(f"The model's maximum length is unknown: pass {setting('max_length')}.")
         return int(model_max)
     return min(int(max_length), int(model_max)) if model_max else int(max_length)
 

@@ -29,6 +29,7 @@ import string
 import time
 from typing import Any, Iterable, Mapping, Sequence
 
+from .errors import SettingError, setting
 from .records import RecordStore
 from .utils.atomic import write_json_atomic, write_text_atomic
 
@@ -285,7 +286,8 @@ def _check_arguments(examples: Sequence[dict], retriever, num_docs: int, use_ctx
 
     check_count("num_docs", num_docs, minimum=0)
     if num_docs and not use_ctxs and retriever is None:
-        raise ValueError("Open-book QA (num_docs > 0) needs a retriever or the questions' own passages (use_ctxs).")
+        raise SettingError(f"Open-book QA ({setting('num_docs')} > 0) needs a retriever or the questions' own "
+                           "passages (use_ctxs).")
     if use_ctxs and num_docs and any("ctxs" not in ex for ex in examples):
         missing = next(i for i, ex in enumerate(examples, 1) if "ctxs" not in ex)
         raise ValueError(f"use_ctxs: question {missing} has no 'ctxs' (DPR retriever-results format).")
@@ -347,8 +349,8 @@ class _Answerer:
         self.max_length = resolve_max_length(model, max_length)
         self.budget = self.max_length - max_new_tokens
         if self.budget < 1:
-            raise ValueError(f"max_length ({self.max_length}) leaves no room for a prompt and {max_new_tokens} new "
-                             "tokens.")
+            raise SettingError(f"{setting('max_length')} ({self.max_length}) leaves no room for a prompt and "
+                               f"{max_new_tokens} new tokens.")
         self.pad_id = padding_id(tokenizer)
         eos = model.generation_config.eos_token_id
         self.generation_config = GenerationConfig(

@@ -46,7 +46,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from .errors import OutputFolderError
+from .errors import OutputFolderError, setting
 from .utils.atomic import write_durably, write_json_atomic
 from .utils.checks import check_count
 
@@ -243,7 +243,8 @@ class RecordStore:
         given = self.settings
         differing = sorted(key for key in stored.keys() | given.keys() if stored.get(key) != given.get(key))
         if differing:
-            details = "; ".join(f"{key!r}: stored {stored.get(key)!r}, given {given.get(key)!r}" for key in differing)
+            details = "; ".join(f"'{setting(key)}': stored {stored.get(key)!r}, given {given.get(key)!r}"
+                                for key in differing)
             raise OutputFolderError(
                 f"{self.folder} holds {self.what} made with other settings ({details}). Going on would mix them: "
                 "write to another folder, or overwrite (--overwrite, overwrite=True) to delete its "

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from .errors import SettingError, setting
 from .utils.checks import check_count
 
 
@@ -56,44 +57,45 @@ class Window:
 
 
 def check_window_overlap(max_length: int, stride: int, stride_name: str = "stride") -> None:
-    """Raise a ``ValueError`` unless windows of ``max_length`` tokens that start every ``stride`` tokens overlap
-    (``max_length > stride``); otherwise tokens between two windows would never be scored. ``stride_name`` is how
-    the caller calls its stride in the message."""
+    """Raise a :class:`~hf_ralm.errors.SettingError` unless windows of ``max_length`` tokens that start every
+    ``stride`` tokens overlap (``max_length > stride``); otherwise tokens between two windows would never be scored.
+    ``stride_name`` is the setting the caller calls its stride."""
     if max_length <= stride:
-        raise ValueError(
-            f"max_length ({max_length}) must be larger than {stride_name} ({stride}), or windows would skip tokens: "
-            f"lower {stride_name} or raise max_length."
+        raise SettingError(
+            f"{setting('max_length')} ({max_length}) must be larger than {setting(stride_name)} ({stride}), or windows "
+            f"would skip tokens: lower {setting(stride_name)} or raise {setting('max_length')}."
         )
 
 
 def check_passage_room(max_length: int, max_doc_tokens: int, stride: int, model_max: int | None = None,
-                       setting: str = "max_doc_tokens") -> None:
-    """Raise a ``ValueError`` unless a window of ``max_length`` tokens holds a passage of ``max_doc_tokens`` tokens
-    and the ``stride`` tokens after it (``max_doc_tokens + stride <= max_length``). Then a passage never covers a
-    scored token in evaluation (every window with retrieval is longer than ``max_length - stride``) and leaves room in
-    every generation context for the stride being generated. ``model_max``: the model's maximum length, when that is
-    what ``max_length`` is (the fix is then a shorter passage). ``setting``: the setting that bounds the passage
-    tokens (``"max_context_doc_tokens"`` for several passages in one context).
+                       bound: str = "max_doc_tokens") -> None:
+    """Raise a :class:`~hf_ralm.errors.SettingError` unless a window of ``max_length`` tokens holds a passage of
+    ``max_doc_tokens`` tokens and the ``stride`` tokens after it (``max_doc_tokens + stride <= max_length``). Then a
+    passage never covers a scored token in evaluation (every window with retrieval is longer than
+    ``max_length - stride``) and leaves room in every generation context for the stride being generated.
+    ``model_max``: the model's maximum length, when that is what ``max_length`` is (the fix is then a shorter
+    passage). ``bound``: the setting that bounds the passage tokens (``"max_context_doc_tokens"`` for several
+    passages in one context).
 
     Example:
         >>> check_passage_room(512, 256, 4)
         >>> check_passage_room(16, 256, 4)
         Traceback (most recent call last):
         ...
-        ValueError: max_length (16) cannot hold a passage of max_doc_tokens (256) tokens and the retrieval_stride (4) \
-tokens after it: lower max_doc_tokens to at most 12 or raise max_length to at least 260.
+        hf_ralm.errors.SettingError: max_length (16) cannot hold a passage of max_doc_tokens (256) tokens and the \
+retrieval_stride (4) tokens after it: lower max_doc_tokens to at most 12 or raise max_length to at least 260.
     """
     if max_doc_tokens + stride <= max_length:
         return
-    shorter = f"lower {setting} to at most {max_length - stride}"
+    shorter = f"lower {setting(bound)} to at most {max_length - stride}"
     if model_max is None:
-        where = f"max_length ({max_length})"
-        fix = f"{shorter} or raise max_length to at least {max_doc_tokens + stride}"
+        where = f"{setting('max_length')} ({max_length})"
+        fix = f"{shorter} or raise {setting('max_length')} to at least {max_doc_tokens + stride}"
     else:
         where, fix = f"The model's maximum length ({model_max})", shorter
-    what = "a passage" if setting == "max_doc_tokens" else "the passages"
-    raise ValueError(f"{where} cannot hold {what} of {setting} ({max_doc_tokens}) tokens and the "
-                     f"retrieval_stride ({stride}) tokens after it: {fix}.")
+    what = "a passage" if bound == "max_doc_tokens" else "the passages"
+    raise SettingError(f"{where} cannot hold {what} of {setting(bound)} ({max_doc_tokens}) tokens and the "
+                       f"{setting('retrieval_stride')} ({stride}) tokens after it: {fix}.")
 
 
 def plan_windows(num_tokens: int, max_length: int, stride: int) -> list[Window]:

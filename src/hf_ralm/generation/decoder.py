@@ -19,6 +19,7 @@ import torch
 
 from ..configuration_ralm import RalmConfig, check_ensemble
 from ..ensemble import ensemble_log_weights
+from ..errors import SettingError, setting
 from ..model_inputs import context_indices, context_prefix, window_length
 from ..modeling_utils import empty_cache
 from ..passage_cache import DEFAULT_MAX_BYTES, PassageKVCache
@@ -76,8 +77,9 @@ class RalmDecoder:
         if ensemble_size is None:
             ensemble_size = config.ensemble_size
         if isinstance(ensemble_size, bool) or not isinstance(ensemble_size, int) or ensemble_size < 1:
-            raise ValueError(f"ensemble_size must be a positive integer (1: only the top passage in context; n > 1: "
-                             f"mix the next-token probabilities of the top n passages), got {ensemble_size!r}.")
+            raise SettingError(f"{setting('ensemble_size')} must be a positive integer (1: only the top passage in "
+                               "context; n > 1: mix the next-token probabilities of the top n passages), got "
+                               f"{ensemble_size!r}.")
         check_ensemble(config, ensemble_size)
         check_rerank(config)
         self.model, self.tokenizer, self.retriever, self.config = model, tokenizer, retriever, config

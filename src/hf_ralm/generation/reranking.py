@@ -19,6 +19,7 @@ import zlib
 from typing import Sequence
 
 from ..configuration_ralm import RalmConfig
+from ..errors import SettingError, setting
 from ..passage_cache import PassageKVCache
 from ..passages import Passage
 from ..scoring import ScoredInput, score_inputs
@@ -38,9 +39,9 @@ def check_rerank(config: RalmConfig) -> None:
         ValueError: rerank='oracle' ranks the candidates on the very tokens they are to predict, ...
     """
     if config.rerank == "oracle":
-        raise ValueError("rerank='oracle' ranks the candidates on the very tokens they are to predict, which "
-                         "generation has not produced yet: generate with rerank='lm', 'predictive' or 'random' (the "
-                         "oracle is for evaluation).")
+        raise SettingError(f"{setting('rerank')}='oracle' ranks the candidates on the very tokens they are to "
+                           f"predict, which generation has not produced yet: generate with {setting('rerank')}='lm', "
+                           "'predictive' or 'random' (the oracle is for evaluation).")
 
 
 def ranking_start(num_tokens: int, rerank_tokens: int, starts: Sequence[int]) -> int:

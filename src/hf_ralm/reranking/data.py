@@ -44,6 +44,7 @@ from typing import Any
 
 import datasets
 
+from ..errors import SettingError, setting
 from ..records import RecordStore
 
 METADATA_FILE = "rerank_data.json"
@@ -94,9 +95,10 @@ class RerankDataWriter(RecordStore):
     def normalise_settings(self, metadata: Mapping[str, Any]) -> dict[str, Any]:
         missing = [key for key in REQUIRED_METADATA if key not in metadata]
         if missing:
-            raise ValueError(
+            raise SettingError(
                 f"The settings lack {missing}: the trained reranker's card reports them, so pass "
-                f"{list(REQUIRED_METADATA)} (plus any other settings, e.g. max_length, max_doc_tokens, corpus)."
+                f"{list(REQUIRED_METADATA)} (plus any other settings, e.g. {setting('max_length')}, "
+                f"{setting('max_doc_tokens')}, corpus)."
             )
         return super().normalise_settings(metadata)
 
@@ -156,7 +158,7 @@ def read_rerank_records(folder: str | os.PathLike) -> tuple[list[dict[str, Any]]
     chunks = RerankDataWriter.complete_chunks(folder)
     if not chunks:
         raise FileNotFoundError(f"{folder} holds no complete chunk (chunk-00000000-...json.gz): a "
-                                "collection saves its records every chunk_size windows and when it ends.")
+                                "collection saves its records every chunk of windows and when it ends.")
     settings, reproduce = RerankDataWriter.read_settings(folder)
     try:
         records = [validate_record(record) for record in RerankDataWriter.read_rows(folder)]

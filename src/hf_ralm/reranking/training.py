@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
+from ..errors import SettingError, setting
 from ..selection.predictive import NO_PASSAGE_TEXT, PredictiveReranker, argmax_first
 from .data import candidate_counts, load_rerank_data, text_rows
 
@@ -247,11 +248,11 @@ def train_reranker(
         CrossEncoder("models/reranker")  # a standard cross-encoder folder, with a model card
     """
     if not 0 < eval_fraction < 1:
-        raise ValueError(f"eval_fraction must be between 0 and 1 (exclusive), got {eval_fraction}.")
+        raise SettingError(f"{setting('eval_fraction')} must be between 0 and 1 (exclusive), got {eval_fraction}.")
     if max_train_windows is not None and max_train_windows < 1:
-        raise ValueError(f"max_train_windows must be at least 1, got {max_train_windows}.")
+        raise SettingError(f"{setting('max_train_windows')} must be at least 1, got {max_train_windows}.")
     if eval_points < 1:
-        raise ValueError(f"eval_points must be at least 1, got {eval_points}.")
+        raise SettingError(f"{setting('eval_points')} must be at least 1, got {eval_points}.")
     try:
         from sentence_transformers.cross_encoder import CrossEncoder
     except ImportError as error:
@@ -349,10 +350,10 @@ def split_by_article(dataset: datasets.Dataset, eval_fraction: float,
     train_rows = [i for i, h in enumerate(held) if not h][:max_train_windows]
     eval_rows = [i for i, h in enumerate(held) if h]
     if not train_rows or not eval_rows:
-        raise ValueError(
+        raise SettingError(
             f"The data's {dataset.num_rows} window(s) from {len(set(dataset['article']))} article(s) are too few to "
             f"hold out about {eval_fraction:.0%} of the articles and train on the rest: write more windows (or change "
-            "eval_fraction).")
+            f"{setting('eval_fraction')}).")
     return dataset.select(train_rows), dataset.select(eval_rows)
 
 

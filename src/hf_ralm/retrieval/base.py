@@ -19,7 +19,7 @@ import os
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar, Iterable, Sequence
 
-from ..errors import InputError, utf8_errors
+from ..errors import InputError, MissingFileError, SettingError, setting, utf8_errors
 from ..passages import Passage
 from ..records import titles_fingerprint
 from ..utils.atomic import write_json_atomic
@@ -57,9 +57,9 @@ class Retriever(ABC):
             >>> retriever.max_scores(["the emperor of Rome"])   # BM25: the query terms' idf  # doctest: +SKIP
             [14.2]
         """
-        raise ValueError(f"The {self.name} retriever's scores have no known maximum per query, so they cannot be "
-                         "compared across queries: retrieval_gate='score' needs the bm25 retriever (or dense with "
-                         "normalised embeddings); use retrieval_gate='lm' instead.")
+        raise SettingError(f"The {self.name} retriever's scores have no known maximum per query, so they cannot be "
+                           f"compared across queries: {setting('retrieval_gate')}='score' needs the bm25 retriever "
+                           f"(or dense with normalised embeddings); use {setting('retrieval_gate')}='lm' instead.")
 
     def passages_by_id(self, ids: Sequence[str]) -> list[Passage]:
         """The passages with these ids (as :meth:`retrieve` gives them; score 0), in the order of ``ids``: how
@@ -187,12 +187,12 @@ def passages_from_table(table, hits: Sequence[Sequence[tuple[int, float]]]) -> l
     return [[Passage(str(int(i)), *by_row[int(i)], float(score)) for i, score in row] for row in hits]
 
 
-def read_forbidden_titles(path: str | None, setting: str = "forbidden_titles") -> frozenset[str]:
+def read_forbidden_titles(path: str | None, name: str = "forbidden_titles") -> frozenset[str]:
     """Titles, one per line, whose passages retrieval must never return (e.g. the evaluation set's own articles);
     none for ``path=None``.
 
     A missing file, one that holds no title (an empty list would silently turn the filter off) or one that is not
-    UTF-8 raises an error naming the file and ``setting`` (the caller's name for it).
+    UTF-8 raises an error naming the file and the setting ``name`` (the caller's name for it).
 
     Example:
         >>> read_forbidden_titles("forbidden_titles.txt")                  # doctest: +SKIP
@@ -201,13 +201,13 @@ def read_forbidden_titles(path: str | None, setting: str = "forbidden_titles") -
     if path is None:
         return frozenset()
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"The {setting} file {path!r} does not exist: give a text file with one article title "
-                                "per line.")
+        raise MissingFileError(f"The {setting(name)} file {path!r} does not exist: give a text file with one article "
+                               "title per line.")
     with utf8_errors(path, InputError, "titles file"), open(path, encoding="utf-8") as f:
         titles = frozenset(line.strip() for line in f if line.strip())
     if not titles:
-        raise InputError(f"The {setting} file {path!r} holds no titles: give one article title per line, or leave "
-                         f"{setting} out.")
+        raise SettingError(f"The {setting(name)} file {path!r} holds no titles: give one article title per line, or "
+                           f"leave {setting(name)} out.")
     return titles
 
 

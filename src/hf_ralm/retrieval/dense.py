@@ -38,6 +38,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from ..errors import SettingError, setting
 from ..passages import Passage, passage_text
 from ..utils.atomic import write_json_atomic
 from .base import Retriever, passages_from_table
@@ -253,7 +254,7 @@ class DenseRetriever(Retriever):
 
         faiss = _faiss()
         if chunk_size < 1:
-            raise ValueError(f"chunk_size must be at least 1, got {chunk_size}.")
+            raise SettingError(f"{setting('chunk_size')} must be at least 1, got {chunk_size}.")
         paths, articles = corpus_paths_and_articles(corpus)
         passages = Dataset.from_dict(passage_columns(articles, words_per_passage))
         n = len(passages)

@@ -22,7 +22,7 @@ import os
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..errors import RetrievalFileError, utf8_errors
+from ..errors import RetrievalFileError, setting, utf8_errors
 from ..passages import NO_PASSAGE, Passage
 from ..utils.atomic import write_json_atomic
 from ..windows import Window, plan_settings
@@ -140,9 +140,9 @@ def read_retrieval_items(path: str) -> list[dict]:
 def _describe_plan(plan: tuple[int | None, int | None, int] | None) -> str:
     """What :func:`~hf_ralm.windows.plan_settings` found out about some windows, for a message."""
     if plan is None:
-        return "no sliding windows of any retrieval_stride and max_length"
+        return f"no sliding windows of any {setting('retrieval_stride')} and {setting('max_length')}"
     stride, max_length, num_tokens = plan
-    known = [f"{name}={value}" for name, value in (("retrieval_stride", stride), ("max_length", max_length))
+    known = [f"{setting(name)}={value}" for name, value in (("retrieval_stride", stride), ("max_length", max_length))
              if value is not None]
     return f"{', '.join(known) or 'one window'} over {num_tokens} tokens"
 
@@ -164,10 +164,10 @@ def check_window_locations(path: str, items: Sequence[dict], windows: Sequence[W
     theirs, ours = plan_settings([end for _, end in found]), plan_settings([end for _, end in wanted])
     fix = "evaluate with the settings, dataset and tokenizer it was made with"
     if theirs is not None and ours is not None:
-        differ = [f"{name}={value}" for name, value, own in zip(("retrieval_stride", "max_length"), theirs, ours)
-                  if value is not None and value != own]
+        pairs = zip(("retrieval_stride", "max_length"), theirs, ours)
+        differ = [f"{setting(name)}={value}" for name, value, own in pairs if value is not None and value != own]
         if theirs[2] != ours[2]:
-            differ.append(f"the dataset, tokenizer and max_eval_tokens that give {theirs[2]} tokens")
+            differ.append(f"the dataset, tokenizer and {setting('max_eval_tokens')} that give {theirs[2]} tokens")
         fix = f"evaluate with {', '.join(differ)}" if differ else fix
     raise RetrievalFileError(f"{what}: the file's windows are {_describe_plan(theirs)}, this evaluation's "
                              f"{_describe_plan(ours)}. To use the file, {fix}; or write one for these settings with "

@@ -34,6 +34,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..configuration_ralm import RalmConfig
+from ..errors import SettingError, setting
 from ..model_inputs import context_indices
 from ..passages import Passage
 from ..windows import Window
@@ -53,13 +54,14 @@ def normalized_top_scores(retriever, queries: Sequence[str | None],
     if not todo:
         return scores
     if retriever is None:
-        raise ValueError("retrieval_gate='score' divides each top score by its query's maximum attainable score, which "
-                         "only the retriever knows, and a retrieval file holds raw scores: evaluate with the "
-                         "retriever, or write the file with the gate applied (hf-ralm retrieve --retrieval-gate score) "
-                         "and evaluate it with the default gate.")
+        raise SettingError(f"{setting('retrieval_gate')}='score' divides each top score by its query's maximum "
+                           "attainable score, which only the retriever knows, and a retrieval file holds raw scores: "
+                           "evaluate with the retriever, or write the file with the gate applied (hf-ralm retrieve "
+                           "--retrieval-gate score) and evaluate it with the default gate.")
     if not hasattr(retriever, "max_scores"):
-        raise ValueError(f"retrieval_gate='score' needs the retriever's max_scores(queries) to compare scores across "
-                         f"queries; {type(retriever).__name__} has none: use retrieval_gate='lm'.")
+        raise SettingError(f"{setting('retrieval_gate')}='score' needs the retriever's max_scores(queries) to compare "
+                           f"scores across queries; {type(retriever).__name__} has none: use "
+                           f"{setting('retrieval_gate')}='lm'.")
     bounds = retriever.max_scores([queries[i] for i in todo])
     for i, bound in zip(todo, bounds):
         scores[i] = found[i][0].score / bound if bound > 0 else 0.0

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Protocol, Sequence
 
 from ..configuration_ralm import RalmConfig
+from ..errors import SettingError, setting
 from ..passages import NO_PASSAGE, Passage
 from .gates import lm_gate_config, lm_gate_scores, normalized_top_scores, score_gate_pools
 from .predictive import choose_predictive
@@ -135,12 +136,13 @@ def check_reranker(config: RalmConfig, reranker) -> None:
     one whenever ``reranker_model`` names one."""
     hint = "pass reranker=load_reranker(config, model) (RetrievalAugmentedModel passes its own)"
     if config.rerank == "predictive" and reranker is None:
-        raise ValueError(f"rerank='predictive' needs its trained reranker: {hint}.")
+        raise SettingError(f"{setting('rerank')}='predictive' needs its trained reranker: {hint}.")
     if config.rerank != "lm":
         return
     if reranker is not None and not isinstance(reranker, LMReranker):
-        raise ValueError(f"rerank='lm' ranks with the reader or with another LM (an LMReranker), got a "
-                         f"{type(reranker).__name__}: {hint}.")
+        raise SettingError(f"{setting('rerank')}='lm' ranks with the reader or with another LM (an LMReranker), got a "
+                           f"{type(reranker).__name__}: {hint}.")
     if reranker is None and config.reranker_model is not None:
-        raise ValueError(f"reranker_model={config.reranker_model!r} is to rank for rerank='lm', but no reranker was "
-                         f"given: {hint}, or drop reranker_model to let the reader rank.")
+        raise SettingError(f"{setting('reranker_model')}={config.reranker_model!r} is to rank for "
+                           f"{setting('rerank')}='lm', but no reranker was given: {hint}, or drop "
+                           f"{setting('reranker_model')} to let the reader rank.")

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import torch
+from ..errors import SettingError, setting
 
 if TYPE_CHECKING:  # sentence-transformers (the ``rerank`` extra) is imported only when a reranker is built
     from sentence_transformers import CrossEncoder
@@ -40,7 +41,7 @@ class PredictiveReranker:
         batch_size: int = 32,
     ) -> None:
         if batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
+            raise SettingError(f"{setting('batch_size')} must be at least 1, got {batch_size}.")
         cross_encoder_cls = _cross_encoder_class()
         if isinstance(model_name_or_path, cross_encoder_cls):
             self.model = model_name_or_path if device is None else model_name_or_path.to(device)

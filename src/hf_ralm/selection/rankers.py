@@ -65,6 +65,6 @@ def load_reranker(config: RalmConfig, reader):
         model = AutoModelForCausalLM.from_pretrained(config.reranker_model, dtype=reader.dtype)
         tokenizer = AutoTokenizer.from_pretrained(config.reranker_model)
     except OSError as error:
-        raise OSError(f"Could not load the reranker LM {config.reranker_model!r} (reranker_model): it is neither a "
-                      f"local model folder nor a model that could be fetched from the Hub. {error}") from error
+        raise OSError(f"Could not load the reranker LM {config.reranker_model!r}: it is neither a local model folder "
+                      f"nor a model that could be fetched from the Hub. {error}") from error
     return LMReranker(model.to(model_device(reader)).eval(), tokenizer, config.max_length)

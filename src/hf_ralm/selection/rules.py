@@ -26,6 +26,7 @@ from typing import Sequence
 import numpy as np
 
 from ..configuration_ralm import RalmConfig
+from ..errors import SettingError, setting
 from ..passages import Passage
 from ..windows import Window
 
@@ -78,8 +79,9 @@ def fit_reranker_input(
     if not ranking:
         raise ValueError("The ranking text has no tokens for the reranker.")
     if len(ranking) >= max_length:
-        raise ValueError(f"The reranker's window ({max_length} tokens) cannot hold {len(ranking)} ranking tokens and "
-                         "the token before them: raise max_length or lower rerank_tokens.")
+        raise SettingError(f"The reranker's window ({max_length} tokens) cannot hold {len(ranking)} ranking tokens "
+                           f"and the token before them: raise {setting('max_length')} or lower "
+                           f"{setting('rerank_tokens')}.")
     passage = list(passage_ids)[: max_length - len(ranking)]
     room = max_length - len(ranking) - len(passage)
     prefix = list(prefix_ids)[max(0, len(prefix_ids) - room):] if room > 0 else []

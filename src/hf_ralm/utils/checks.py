@@ -10,20 +10,23 @@ from __future__ import annotations
 
 import math
 
+from ..errors import SettingError, setting
+
 
 def check_count(name: str, value: int, minimum: int = 1) -> None:
-    """Raise a ``ValueError`` that names the argument unless ``value`` is an integer of at least ``minimum``.
+    """Raise a :class:`~hf_ralm.errors.SettingError` that names the argument unless ``value`` is an integer of at
+    least ``minimum``.
 
     Example:
         >>> check_count("stride", 0)
         Traceback (most recent call last):
         ...
-        ValueError: stride must be at least 1, got 0.
+        hf_ralm.errors.SettingError: stride must be at least 1, got 0.
     """
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be an integer, got {value!r}.")
+        raise SettingError(f"{setting(name)} must be an integer, got {value!r}.")
     if value < minimum:
-        raise ValueError(f"{name} must be at least {minimum}, got {value}.")
+        raise SettingError(f"{setting(name)} must be at least {minimum}, got {value}.")
 
 
 def is_number(value) -> bool:
