@@ -8,7 +8,8 @@ import json
 import pytest
 
 from hf_ralm import RetrievalAugmentedModel
-from hf_ralm.cli import format_generation, main
+from hf_ralm.cli import main
+from hf_ralm.generation.texts import GeneratedText
 
 PROMPTS = ["the emperor of rome and the senate", "the sailor took the boat to the island and the"]
 SETTINGS = ["--stride", "4", "--query-length", "8", "--max-length", "48", "--max-doc-tokens", "32", "--max-new-tokens",
@@ -65,7 +66,7 @@ def test_generate_output_json_and_sources(tmp_path, tiny_model_dir, tiny_index, 
     blocks = printed.strip().split("\n\n")
     assert len(blocks) == len(PROMPTS)
     for block, record in zip(blocks, records):
-        assert block == format_generation(tiny_tokenizer, record, show_sources=True)
+        assert block == GeneratedText(**record).format(tiny_tokenizer, show_sources=True)
         assert block.startswith(f"Prompt: {record['prompt']}\nOutput: ")
         if record["sources"]:
             first = record["sources"][0]
@@ -113,10 +114,11 @@ def test_format_generation_spans(tiny_tokenizer):
     ids = tiny_tokenizer("the king and the queen of the realm in the castle", add_special_tokens=False)["input_ids"]
     rome = {"id": "0", "title": "Rome", "text": "rome was the city of the empire", "score": 2.5}
     song = {"id": "2", "title": "", "text": "the band played a song", "score": 1.0}
-    record = {"prompt": "p", "output_ids": ids, "text": tiny_tokenizer.decode(ids, skip_special_tokens=True),
+    record = {"prompt": "p", "prompt_ids": [], "output_ids": ids,
+              "text": tiny_tokenizer.decode(ids, skip_special_tokens=True),
               "sources": [{**rome, "start": 0, "end": 4}, {**rome, "start": 4, "end": 8},
                           {**song, "start": 8, "end": 9}]}
-    assert format_generation(tiny_tokenizer, record, show_sources=True) == (
+    assert GeneratedText(**record).format(tiny_tokenizer, show_sources=True) == (
         "Prompt: p\n"
         "Output: the king and the queen of the realm [1] in [2] the castle\n"
         "Sources:\n"
@@ -125,7 +127,7 @@ def test_format_generation_spans(tiny_tokenizer):
         "  [2] (untitled) — the band played a song (id 2, score 1.00)\n"
         '      tokens 8–9: "in"'
     )
-    assert format_generation(tiny_tokenizer, {**record, "sources": []}, show_sources=True).endswith(
+    assert GeneratedText(**{**record, "sources": []}).format(tiny_tokenizer, show_sources=True).endswith(
         "Sources: none (no passage was retrieved)")
 
 

@@ -13,8 +13,8 @@ import torch
 import hf_ralm.metrics
 from conftest import ARTICLES, write_jsonl
 from hf_ralm.cli import main
+from hf_ralm.modeling_utils import left_pad
 from hf_ralm.qa import (
-    _encode_batch,
     build_qa_prompt,
     exact_match,
     exact_match_score,
@@ -129,14 +129,16 @@ def test_first_line():
 
 
 def test_prompt_truncation_keeps_bos(tiny_bos_tokenizer, tiny_tokenizer):
+    """QA and generation batch prompts the same way (modeling_utils.left_pad)."""
     prompt = "rome " * 20 + "emperor"
-    ids, mask, truncated, lengths = _encode_batch(tiny_bos_tokenizer, [prompt, "rome"], 5, pad_id=0)
-    assert truncated == [True, False] and lengths == [5, 2]
+    batch = left_pad(tiny_bos_tokenizer, [prompt, "rome"], 5)
+    assert batch.truncated == [True, False] and batch.lengths == [5, 2] and batch.width == 5
     rome, emperor = tiny_bos_tokenizer.convert_tokens_to_ids(["rome", "emperor"])
-    assert ids.tolist() == [[2, rome, rome, rome, emperor], [0, 0, 0, 2, rome]]  # BOS kept, left padding
-    assert mask.tolist() == [[1] * 5, [0, 0, 0, 1, 1]]
-    ids, _, truncated, _ = _encode_batch(tiny_tokenizer, [prompt], 3, pad_id=0)
-    assert ids.tolist() == [[rome, rome, emperor]] and truncated == [True]
+    assert batch.input_ids.tolist() == [[2, rome, rome, rome, emperor], [0, 0, 0, 2, rome]]  # BOS kept, left padding
+    assert batch.attention_mask.tolist() == [[1] * 5, [0, 0, 0, 1, 1]]
+    batch = left_pad(tiny_tokenizer, [prompt], 3)
+    assert batch.input_ids.tolist() == [[rome, rome, emperor]] and batch.truncated == [True]
+    assert left_pad(tiny_tokenizer, [prompt]).lengths == [21]  # no budget: whole
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -240,7 +242,7 @@ def reference_answers(model, tokenizer, questions, passages):
     answers = []
     for question, found in zip(questions, passages):
         prompt = build_qa_prompt(question["question"], found)
-        ids, _, _, _ = _encode_batch(tokenizer, [prompt], 128 - 10, pad_id=0)
+        ids = left_pad(tokenizer, [prompt], 128 - 10).input_ids
         with torch.no_grad():
             out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=10, do_sample=False,
                                  pad_token_id=0)

@@ -20,6 +20,7 @@ Example::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import inspect
 import json
 import os
@@ -377,14 +378,10 @@ def _text_and_model(args, retriever: str):
     return text, model, time.perf_counter() - t0
 
 
-def _report(args, tokenizer, result, load_s: float) -> dict:
-    """Write the retrieval file (``--save-retrieval-file``) and ``eval.json`` (``--output-dir``) of a result."""
-    if args.save_retrieval_file:
-        write_json_atomic(args.save_retrieval_file, result.retrieval_records(tokenizer))
-    report = {**result.figures, "timings": {"load_s": load_s, **result.timings}, "args": vars(args)}
-    if args.output_dir:
-        write_json_atomic(os.path.join(args.output_dir, "eval.json"), report)
-    return report
+def _report_extra(args, load_s: float) -> dict:
+    """What ``eval.json`` records of the command line besides the library's figures: its arguments and the model's
+    load time."""
+    return {"args": vars(args), "timings": {"load_s": load_s}}
 
 
 def _resuming(args) -> dict:
@@ -402,8 +399,10 @@ def run_retrieve(args) -> dict:
     text, model, load_s = _text_and_model(args, args.retriever)
     result = evaluate_retrieval(model.language_model, model.tokenizer, text, model.retriever, model.config,
                                 max_eval_tokens=args.max_eval_tokens, reranker=model.reranker,
-                                batch_size=args.batch_size, **_resuming(args))
-    return _report(args, model.tokenizer, result, load_s)
+                                batch_size=args.batch_size, report_extra=_report_extra(args, load_s),
+                                **_resuming(args))
+    result.save_retrieval_file(args.save_retrieval_file, model.tokenizer)
+    return result.figures
 
 
 def run_eval_lm(args) -> dict:
@@ -412,8 +411,10 @@ def run_eval_lm(args) -> dict:
     text, model, load_s = _text_and_model(args, "none" if args.retrieval_file else args.retriever)
     result = model.evaluate_perplexity(text, retrieval_file=args.retrieval_file, max_eval_tokens=args.max_eval_tokens,
                                        batch_size=args.batch_size, reuse_prefix_kv=not args.no_prefix_kv_reuse,
-                                       **_resuming(args))
-    return _report(args, model.tokenizer, result, load_s)
+                                       report_extra=_report_extra(args, load_s), **_resuming(args))
+    if args.save_retrieval_file:
+        result.save_retrieval_file(args.save_retrieval_file, model.tokenizer)
+    return result.figures
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -455,90 +456,28 @@ def _read_prompts(args) -> list[str]:
     return prompts
 
 
-def run_generate(args) -> tuple[list[dict], object]:
-    """``hf-ralm generate``: per prompt ``{"prompt", "prompt_ids", "output_ids", "text", "sources"}`` (``sources``
-    as :attr:`hf_ralm.generation.RalmGenerateOutput.sources`: ``start``/``end`` index ``output_ids``, ``rank`` the
-    chosen passage's rank among the candidates with ``--rerank``), and the tokenizer."""
+def run_generate(args) -> tuple[list, object]:
+    """``hf-ralm generate``: per prompt a :class:`~hf_ralm.generation.texts.GeneratedText`, and the tokenizer."""
     import torch
     from tqdm.auto import tqdm
 
     from .generation.reranking import check_rerank
-    from .modeling_utils import padding_id
 
     _check_args(args, "model")
     settings = _ralm_settings(args)
     check_rerank(RalmConfig(**settings))
     prompts = _read_prompts(args)
     model = _load_model(args, settings, args.retriever)
-    tokenizer = model.tokenizer
     if args.seed is not None:
         torch.manual_seed(args.seed)
-    kwargs = {"max_new_tokens": args.max_new_tokens, "do_sample": args.do_sample, "pad_token_id": padding_id(tokenizer),
-              "return_dict_in_generate": True}
+    kwargs = {"max_new_tokens": args.max_new_tokens, "do_sample": args.do_sample}
     kwargs.update({k: getattr(args, k) for k in ("temperature", "top_k", "top_p") if getattr(args, k) is not None})
-    eos = model.language_model.generation_config.eos_token_id
-    eos = set(eos if isinstance(eos, (list, tuple)) else [eos]) | {tokenizer.eos_token_id}
-    records = []
     batches = range(0, len(prompts), args.batch_size)
-    for begin in tqdm(batches, desc="Generating", unit="batch", disable=len(batches) < 2):
-        chunk = prompts[begin : begin + args.batch_size]
-        out = model.generate(chunk, **kwargs)
-        prompt_ids = [list(tokenizer(prompt)["input_ids"]) for prompt in chunk]
-        width = max(len(ids) for ids in prompt_ids)  # the prompts are left-padded to the longest
-        for b, (prompt, ids) in enumerate(zip(chunk, prompt_ids)):
-            new = out.sequences[b, width:].tolist()
-            end = next((i + 1 for i, token in enumerate(new) if token in eos), len(new))  # after EOS: padding
-            records.append({"prompt": prompt, "prompt_ids": ids, "output_ids": new[:end],
-                            "text": tokenizer.decode(new[:end], skip_special_tokens=True), "sources": out.sources[b]})
+    texts = [text for begin in tqdm(batches, desc="Generating", unit="batch", disable=len(batches) < 2)
+             for text in model.generate_texts(prompts[begin : begin + args.batch_size], **kwargs)]
     if args.output_json:
-        write_json_atomic(args.output_json, records)
-    return records, tokenizer
-
-
-def _first_words(text: str, n: int = 12) -> str:
-    words = text.split()
-    return " ".join(words[:n]) + (" …" if len(words) > n else "")
-
-
-def format_generation(tokenizer, record: dict, show_sources: bool = False) -> str:
-    """How ``hf-ralm generate`` prints one result: the prompt and the generated text; with ``show_sources`` a
-    ``[n]`` after each span that passage ``n`` grounded, and the numbered sources with the spans they grounded."""
-    text = record["text"]
-    lines = [f"Prompt: {record['prompt']}"]
-    if not show_sources:
-        return "\n".join(lines + [f"Output: {text}"])
-    numbers: dict[tuple, int] = {}
-    spans: dict[int, list[dict]] = {}
-    for source in record["sources"]:
-        if source["end"] <= source["start"]:
-            continue
-        number = numbers.setdefault((source["id"], source["title"], source["text"]), len(numbers) + 1)
-        group = spans.setdefault(number, [])
-        if group and group[-1]["end"] == source["start"]:  # the same passage for consecutive strides: one span
-            group[-1] = {**group[-1], "end": source["end"]}
-        else:
-            group.append(source)
-    ids = record["output_ids"]
-    marked = text
-    marks = sorted(((s["end"], n) for n, group in spans.items() for s in group), reverse=True)
-    for end, number in marks:  # from the end, so earlier offsets stay valid
-        before = tokenizer.decode(ids[:end], skip_special_tokens=True)
-        if text.startswith(before):
-            marked = marked[: len(before)] + f" [{number}]" + marked[len(before) :]
-    lines.append(f"Output: {marked}")
-    if not spans:
-        lines.append("Sources: none (no passage was retrieved)")
-        return "\n".join(lines)
-    lines.append("Sources:")
-    for number, group in spans.items():
-        first = group[0]
-        title = first["title"] or "(untitled)"
-        lines.append(f"  [{number}] {title} — {_first_words(first['text'])} (id {first['id']}, score "
-                     f"{first['score']:.2f})")
-        for source in group:
-            quote = tokenizer.decode(ids[source["start"] : source["end"]], skip_special_tokens=True).strip()
-            lines.append(f"      tokens {source['start']}–{source['end']}: {json.dumps(quote, ensure_ascii=False)}")
-    return "\n".join(lines)
+        write_json_atomic(args.output_json, [dataclasses.asdict(text) for text in texts])
+    return texts, model.tokenizer
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -570,35 +509,29 @@ def _add_eval_qa(sub, parents: list[argparse.ArgumentParser]) -> None:
 def run_eval_qa(args) -> dict:
     """``hf-ralm eval-qa``: answer the questions and write ``predictions.jsonl`` and ``eval.json`` (see
     :func:`hf_ralm.qa.evaluate_qa`)."""
-    from .qa import evaluate_qa, load_questions
+    from .qa import default_num_docs, evaluate_qa, load_questions
 
     _check_args(args, "model", "questions")
     if args.use_ctxs and args.retriever != "none":
         _fail("--use-ctxs takes the passages from the questions file: drop --retriever (or drop --use-ctxs).")
-    if args.num_docs is None:
-        args.num_docs = 1 if args.use_ctxs or args.retriever != "none" else 0
-    if args.num_docs == 0:
-        args.retriever = "none"  # closed book: no index to load
-    elif not args.use_ctxs and args.retriever == "none":
+    num_docs = default_num_docs(args.num_docs, args.use_ctxs, args.retriever != "none")
+    if num_docs and not args.use_ctxs and args.retriever == "none":
         _fail("open-book QA (--num-docs > 0) needs --retriever (with --index-dir/--corpus) or --use-ctxs; "
               "--num-docs 0 is closed book.")
     examples = load_questions(args.questions, args.max_questions)
     if not examples:
         _fail(f"no questions in {args.questions}.")
     t0 = time.perf_counter()
-    model = _load_model(args, {}, args.retriever)
+    model = _load_model(args, {}, args.retriever if num_docs else "none")  # closed book: no index to load
     load_s = time.perf_counter() - t0
     keys = ("model", "tokenizer", "gguf_file", "dtype", "retriever", "corpus", "index_dir", "forbidden_titles")
     settings = {k: getattr(args, k) for k in keys}  # a run may only be resumed with the same ones
-    report = evaluate_qa(model.language_model, model.tokenizer, examples, retriever=model.retriever,
-                         num_docs=args.num_docs, use_ctxs=args.use_ctxs, batch_size=args.batch_size,
-                         max_new_tokens=args.max_new_tokens, max_length=args.max_length, output_dir=args.output_dir,
-                         settings=settings)
-    report["timings"]["load_s"] = load_s
-    report["args"] = vars(args)
-    if args.output_dir:
-        write_json_atomic(os.path.join(args.output_dir, "eval.json"), report)
-    return report
+    if not num_docs:
+        settings["retriever"] = "none"
+    return evaluate_qa(model.language_model, model.tokenizer, examples, retriever=model.retriever,
+                       num_docs=num_docs, use_ctxs=args.use_ctxs, batch_size=args.batch_size,
+                       max_new_tokens=args.max_new_tokens, max_length=args.max_length, output_dir=args.output_dir,
+                       settings=settings, report_extra=_report_extra(args, load_s))
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -721,33 +654,41 @@ def run_train_reranker(args) -> dict:
                               index_dir=args.index_dir)
 
 
+def _print_json(keys: tuple[str, ...] | None = None, indent: int | None = None):
+    """A printer of a command's result as JSON (only ``keys``, when given)."""
+    return lambda result, args: print(json.dumps(result if keys is None else {k: result[k] for k in keys},
+                                                 indent=indent))
+
+
+def _print_generations(result, args) -> None:
+    texts, tokenizer = result
+    print("\n\n".join(text.format(tokenizer, args.show_sources) for text in texts))
+
+
+COMMANDS = {
+    "index": (run_index, _print_json()),
+    "retrieve": (run_retrieve, _print_json(("num_windows", "num_windows_with_passage", "retrieved_fraction"))),
+    "eval-lm": (run_eval_lm, _print_json(("token_ppl", "word_ppl", "nll_sum", "num_tokens", "num_scored",
+                                          "num_words", "num_windows", "num_windows_with_passage",
+                                          "retrieved_fraction"), indent=2)),
+    "generate": (run_generate, _print_generations),
+    "eval-qa": (run_eval_qa, _print_json(("em", "has_answer", "num_questions", "num_correct", "num_has_answer",
+                                          "num_truncated", "num_resumed"), indent=2)),
+    "rerank-data": (run_rerank_data, _print_json()),
+    "train-reranker": (run_train_reranker, _print_json(indent=2)),
+}
+"""What each command runs (``run(args)``) and how its result is printed (``show(result, args)``)."""
+
+RESUMABLE = ("eval-lm", "retrieve", "rerank-data", "eval-qa")
+"""The commands whose --output-dir keeps complete chunks that a rerun resumes."""
+
+
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     args.command_line = shlex.join(["hf-ralm", *(sys.argv[1:] if argv is None else argv)])  # what reproduces a run
+    run, show = COMMANDS[args.command]
     try:
-        if args.command == "index":
-            print(json.dumps(run_index(args)))
-        elif args.command == "retrieve":
-            report = run_retrieve(args)
-            keys = ("num_windows", "num_windows_with_passage", "retrieved_fraction")
-            print(json.dumps({k: report[k] for k in keys}))
-        elif args.command == "generate":
-            records, tokenizer = run_generate(args)
-            print("\n\n".join(format_generation(tokenizer, r, args.show_sources) for r in records))
-        elif args.command == "rerank-data":
-            print(json.dumps(run_rerank_data(args)))
-        elif args.command == "train-reranker":
-            print(json.dumps(run_train_reranker(args), indent=2))
-        elif args.command == "eval-qa":
-            report = run_eval_qa(args)
-            keys = ("em", "has_answer", "num_questions", "num_correct", "num_has_answer", "num_truncated",
-                    "num_resumed")
-            print(json.dumps({k: report[k] for k in keys}, indent=2))
-        else:
-            report = run_eval_lm(args)
-            keys = ("token_ppl", "word_ppl", "nll_sum", "num_tokens", "num_scored", "num_words", "num_windows",
-                    "num_windows_with_passage", "retrieved_fraction")
-            print(json.dumps({k: report[k] for k in keys}, indent=2))
+        show(run(args), args)
     except (ValueError, OSError, ImportError) as error:  # bad input: the library's message names the file or setting
         if args.debug:
             traceback.print_exc()
@@ -756,7 +697,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.debug:
             traceback.print_exc()
         saved = " (--output-dir holds complete chunks only: run the same command to resume)" \
-            if getattr(args, "output_dir", None) and args.command in ("eval-lm", "retrieve", "rerank-data") else ""
+            if getattr(args, "output_dir", None) and args.command in RESUMABLE else ""
         print(f"hf-ralm: interrupted{saved}", file=sys.stderr)
         sys.exit(130)
 

@@ -69,6 +69,15 @@ class RalmEvalResult:
         return [[found[i] for i in context_indices(choice, len(found), self.context_size)]
                 for found, choice in zip(self.passages, self.chosen)]
 
+    def save_retrieval_file(self, path: str, tokenizer) -> None:
+        """Write :meth:`retrieval_records` to ``path`` (atomically): a file ``eval-lm --retrieval-file`` reads.
+
+        Example::
+
+            evaluate_retrieval(model, tokenizer, text, retriever, config).save_retrieval_file("r.json", tokenizer)
+        """
+        write_json_atomic(path, self.retrieval_records(tokenizer))
+
     def retrieval_records(self, tokenizer) -> list[dict]:
         """The evaluation's retrievals in the paper's retrieval-file format (with the choices when reranked or
         gated)."""
@@ -97,6 +106,7 @@ def evaluate_retrieval(
     output_dir: str | None = None,
     overwrite: bool = False,
     chunk_size: int = CHUNK_SIZE,
+    report_extra: dict | None = None,
 ) -> RalmEvalResult:
     """Tokens, windows, queries, passages and the passage each window puts in context (``hf-ralm retrieve``).
 
@@ -115,12 +125,13 @@ def evaluate_retrieval(
 
     The windows run in chunks of ``chunk_size``; with ``output_dir`` each chunk's records are saved there and a rerun
     with the same settings resumes after them (``num_resumed_windows``; :mod:`hf_ralm.resume`, ``overwrite``: start
-    afresh).
+    afresh), and ``eval.json`` is written there at the end: the figures, the timings and ``report_extra`` (what else
+    the caller records, e.g. the command line's arguments and the model's load time).
     """
     return _evaluate(model, tokenizer, text_or_ids, retriever, config, retrieval_file=retrieval_file,
                      max_eval_tokens=max_eval_tokens, batch_size=batch_size, reuse_prefix_kv=reuse_prefix_kv,
                      show_progress=show_progress, reranker=reranker, output_dir=output_dir, overwrite=overwrite,
-                     chunk_size=chunk_size, scored=False)
+                     chunk_size=chunk_size, report_extra=report_extra, scored=False)
 
 
 def gate_settings(config: RalmConfig) -> dict:
@@ -169,6 +180,7 @@ def evaluate_perplexity(
     output_dir: str | None = None,
     overwrite: bool = False,
     chunk_size: int = CHUNK_SIZE,
+    report_extra: dict | None = None,
 ) -> RalmEvalResult:
     """In-Context RALM perplexity of a text (or of token ids) under the paper's conventions.
 
@@ -184,6 +196,8 @@ def evaluate_perplexity(
     resumes after the saved chunks with exactly the figures of an uninterrupted run (``num_resumed_windows`` counts
     the windows it did not compute again). Other settings, model, data or retrieval are refused, naming what differs
     (an :class:`~hf_ralm.errors.OutputFolderError`), unless ``overwrite`` (start afresh). See :mod:`hf_ralm.resume`.
+    ``eval.json`` also holds ``report_extra`` (what else the caller records, e.g. the command line's arguments; its
+    ``timings`` join the evaluation's).
 
     Example:
         >>> evaluate_perplexity(model, tokenizer, text, retriever, config,
@@ -193,11 +207,11 @@ def evaluate_perplexity(
     return _evaluate(model, tokenizer, text_or_ids, retriever, config, retrieval_file=retrieval_file,
                      max_eval_tokens=max_eval_tokens, batch_size=batch_size, reuse_prefix_kv=reuse_prefix_kv,
                      show_progress=show_progress, reranker=reranker, output_dir=output_dir, overwrite=overwrite,
-                     chunk_size=chunk_size, scored=True)
+                     chunk_size=chunk_size, report_extra=report_extra, scored=True)
 
 
 def _evaluate(model, tokenizer, text_or_ids, retriever, config: RalmConfig, *, retrieval_file, max_eval_tokens,
-              batch_size, reuse_prefix_kv, show_progress, reranker, output_dir, overwrite, chunk_size,
+              batch_size, reuse_prefix_kv, show_progress, reranker, output_dir, overwrite, chunk_size, report_extra,
               scored) -> RalmEvalResult:
     """:func:`evaluate_retrieval` (``scored=False``) and :func:`evaluate_perplexity`: the windows in chunks, each
     chunk's records saved in ``output_dir`` and the saved ones resumed."""
@@ -283,7 +297,10 @@ def _evaluate(model, tokenizer, text_or_ids, retriever, config: RalmConfig, *, r
         passages=state.passages, chosen=state.chosen, ranking_nlls=state.ranking_nlls, timings=timings,
         gate_scores=state.gate_scores if gated else None, context_size=max(config.num_passages, config.ensemble_size))
     if output_dir is not None:
-        write_json_atomic(os.path.join(output_dir, EVAL_FILE), {**figures, "timings": timings})
+        extra = dict(report_extra or {})
+        extra_timings = extra.pop("timings", {})
+        write_json_atomic(os.path.join(output_dir, EVAL_FILE), {**figures, **extra,
+                                                                "timings": {**extra_timings, **timings}})
     return result
 
 

@@ -217,6 +217,21 @@ class RetrievalAugmentedModel(PreTrainedModel):
         return ralm_generate(self.language_model, self.tokenizer, self.retriever, self.config, inputs,
                              reranker=self.reranker, **kwargs)
 
+    def generate_texts(self, prompts: Sequence[str], **kwargs) -> list:
+        """Generate from text prompts (one batch) and get, per prompt, the generated text and the passages that
+        grounded it (:class:`~hf_ralm.generation.texts.GeneratedText`, printable with its sources); ``kwargs`` as
+        :meth:`generate` takes them. What ``hf-ralm generate`` runs.
+
+        Example::
+
+            text = model.generate_texts(["The Eiffel tower is"], max_new_tokens=16)[0]
+            print(text.format(model.tokenizer, show_sources=True))
+        """
+        from .generation.texts import generate_texts
+
+        return generate_texts(self.language_model, self.tokenizer, self.retriever, self.config, prompts,
+                              reranker=self.reranker, **kwargs)
+
     def forward(
         self,
         input_ids: torch.LongTensor,

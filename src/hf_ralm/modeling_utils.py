@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import inspect
 import os
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Sequence
 
 import torch
 from transformers import DynamicCache
@@ -86,6 +87,47 @@ def padding_id(tokenizer) -> int:
         0
     """
     return next((t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id) if t is not None), 0)
+
+
+@dataclass
+class PromptBatch:
+    """Text prompts as one left-padded batch: ``input_ids`` and ``attention_mask`` (tensors), and per prompt its
+    ``lengths`` (tokens kept) and whether it was ``truncated``. ``width`` is the padded length: a row's generated
+    tokens start there."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    lengths: list[int]
+    truncated: list[bool]
+
+    @property
+    def width(self) -> int:
+        return self.input_ids.shape[1]
+
+
+def left_pad(tokenizer, prompts: Sequence[str], budget: int | None = None) -> PromptBatch:
+    """Prompts tokenized with the tokenizer's default special tokens, each cut from the left to ``budget`` tokens
+    (keeping a leading BOS; ``None``: no cut), left-padded with :func:`padding_id` into one batch: how generation and
+    QA batch prompts.
+
+    Example:
+        >>> batch = left_pad(tokenizer, ["the emperor of rome", "rome"])       # doctest: +SKIP
+        >>> batch.lengths, batch.attention_mask[1].tolist()                    # doctest: +SKIP
+        ([4, 1], [0, 0, 0, 1])
+    """
+    encoded, truncated = [], []
+    bos = tokenizer.bos_token_id
+    for prompt in prompts:
+        ids = list(tokenizer(prompt)["input_ids"])
+        cut = budget is not None and len(ids) > budget
+        if cut:
+            ids = [ids[0]] + ids[len(ids) - budget + 1 :] if bos is not None and ids[0] == bos else ids[-budget:]
+        encoded.append(ids)
+        truncated.append(cut)
+    width, pad = max(len(ids) for ids in encoded), padding_id(tokenizer)
+    return PromptBatch(torch.tensor([[pad] * (width - len(ids)) + ids for ids in encoded]),
+                       torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in encoded]),
+                       [len(ids) for ids in encoded], truncated)
 
 
 def model_identity(model) -> dict[str, Any]:

@@ -259,26 +259,6 @@ def qa_figures(records: Sequence[dict]) -> dict:
     }
 
 
-def _encode_batch(tokenizer, prompts: Sequence[str], budget: int, pad_id: int):
-    """Left-padded token ids (the tokenizer's default special tokens) of prompts cut from the left to ``budget``
-    tokens (keeping a leading BOS), their attention mask, and which prompts were cut."""
-    import torch
-
-    encoded, truncated = [], []
-    bos = tokenizer.bos_token_id
-    for prompt in prompts:
-        ids = list(tokenizer(prompt)["input_ids"])
-        cut = len(ids) > budget
-        if cut:
-            ids = [ids[0]] + ids[len(ids) - budget + 1 :] if bos is not None and ids[0] == bos else ids[-budget:]
-        encoded.append(ids)
-        truncated.append(cut)
-    width = max(len(ids) for ids in encoded)
-    input_ids = torch.tensor([[pad_id] * (width - len(ids)) + ids for ids in encoded])
-    mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in encoded])
-    return input_ids, mask, truncated, [len(ids) for ids in encoded]
-
-
 def _check_arguments(examples: Sequence[dict], retriever, num_docs: int, use_ctxs: bool, batch_size: int,
                      max_new_tokens: int) -> None:
     """Raise a ``ValueError`` naming the argument that :func:`evaluate_qa` cannot work with."""
@@ -295,6 +275,19 @@ def _check_arguments(examples: Sequence[dict], retriever, num_docs: int, use_ctx
     check_count("max_new_tokens", max_new_tokens)
     if not examples:
         raise ValueError("There are no questions to answer.")
+
+
+def default_num_docs(num_docs: int | None, use_ctxs: bool, retrieving: bool) -> int:
+    """Passages per prompt: ``num_docs`` when given, else 1 with passages to give (``use_ctxs`` or a retriever) and 0
+    (closed book) without.
+
+    Example:
+        >>> default_num_docs(None, use_ctxs=False, retrieving=True), default_num_docs(None, False, False)
+        (1, 0)
+    """
+    if num_docs is not None:
+        return num_docs
+    return 1 if use_ctxs or retrieving else 0
 
 
 def find_passages(examples: Sequence[dict], retriever=None, num_docs: int = 0, use_ctxs: bool = False) -> list[list]:
@@ -364,13 +357,16 @@ class _Answerer:
         ``truncated``."""
         import torch
 
-        input_ids, mask, truncated, lengths = _encode_batch(self.tokenizer, prompts, self.budget, self.pad_id)
+        from .modeling_utils import left_pad
+
+        batch = left_pad(self.tokenizer, prompts, self.budget)
         with torch.no_grad():
-            generated = self.model.generate(input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device),
+            generated = self.model.generate(input_ids=batch.input_ids.to(self.device),
+                                            attention_mask=batch.attention_mask.to(self.device),
                                             generation_config=self.generation_config)
-        new_ids = generated[:, input_ids.shape[1] :].tolist()
+        new_ids = generated[:, batch.width :].tolist()
         return [{"generation": self.tokenizer.decode(ids, skip_special_tokens=True), "prompt_tokens": length,
-                 "truncated": cut} for ids, cut, length in zip(new_ids, truncated, lengths)]
+                 "truncated": cut} for ids, cut, length in zip(new_ids, batch.truncated, batch.lengths)]
 
 
 class _QaRun:
@@ -380,8 +376,10 @@ class _QaRun:
     the folder are resumed (same questions and ``settings``, else a ``ValueError``). Without it the records stay in
     memory."""
 
-    def __init__(self, output_dir: str | None, examples: Sequence[dict], settings: dict, batch_size: int):
+    def __init__(self, output_dir: str | None, examples: Sequence[dict], settings: dict, batch_size: int,
+                 report_extra: dict | None = None):
         self.output_dir, self.settings = output_dir, settings
+        self.extra = dict(report_extra or {})
         self.records: list[dict] = []
         self.sample_prompt = None
         self.store = None
@@ -410,9 +408,10 @@ class _QaRun:
         """What ``eval.json`` holds: the figures, ``complete``, the counts, ``settings``, a sample prompt, timings."""
         elapsed = time.perf_counter() - self.start_time
         answered = len(self.records) - self.num_resumed
+        extra = {key: value for key, value in self.extra.items() if key != "timings"}
         return {**qa_figures(self.records), "complete": complete, "num_resumed": self.num_resumed,
-                "num_answered": answered, "settings": self.settings, "sample_prompt": self.sample_prompt,
-                "timings": {**self.timings, "total_s": elapsed,
+                "num_answered": answered, "settings": self.settings, "sample_prompt": self.sample_prompt, **extra,
+                "timings": {**self.extra.get("timings", {}), **self.timings, "total_s": elapsed,
                             "questions_per_s": answered / elapsed if elapsed > 0 else None}}
 
     def finish(self) -> dict:
@@ -443,6 +442,7 @@ def evaluate_qa(
     output_dir: str | None = None,
     settings: dict | None = None,
     show_progress: bool = True,
+    report_extra: dict | None = None,
 ) -> dict:
     """Answer ``examples`` (from :func:`load_questions`) with a plain causal LM and score them.
 
@@ -456,7 +456,8 @@ def evaluate_qa(
     ``complete`` once every question is answered) is rewritten atomically after every batch, and
     ``predictions.jsonl`` (a line per question) is written at the end. A run on a folder that already holds
     predictions continues after them (the same questions, maybe more of them, and the same ``settings``; other
-    settings are refused, naming them). Returns what ``eval.json`` holds.
+    settings are refused, naming them). ``eval.json`` also holds ``report_extra`` (what else the caller records, e.g.
+    the command line's arguments; its ``timings`` join the run's). Returns what ``eval.json`` holds.
     """
     from tqdm.auto import tqdm
 
@@ -464,7 +465,7 @@ def evaluate_qa(
     answerer = _Answerer(model, tokenizer, max_new_tokens, max_length)
     settings = {**(settings or {}), "num_docs": num_docs, "use_ctxs": use_ctxs, "max_new_tokens": max_new_tokens,
                 "max_length": answerer.max_length}
-    run = _QaRun(output_dir, examples, settings, batch_size)
+    run = _QaRun(output_dir, examples, settings, batch_size, report_extra)
     todo = examples[run.num_resumed :]
     progress = tqdm(total=len(examples), initial=run.num_resumed, desc="eval-qa", unit="question",
                     disable=not show_progress)

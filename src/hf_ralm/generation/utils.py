@@ -20,7 +20,7 @@ from transformers.generation.stopping_criteria import StopStringCriteria
 from transformers.utils import logging
 
 from ..configuration_ralm import RalmConfig
-from ..modeling_utils import padding_id
+from ..modeling_utils import left_pad
 from ..passage_cache import DEFAULT_MAX_BYTES, PassageKVCache
 from ..retrieval.base import Retriever
 from .contexts import Row
@@ -134,13 +134,8 @@ def _encode_prompts(tokenizer, prompts: str | Sequence[str]) -> tuple[torch.Tens
     """Token ids of text prompts (the tokenizer's default special tokens), left-padded, and their attention mask."""
     if tokenizer is None:
         raise ValueError("Text prompts need a tokenizer.")
-    texts = [prompts] if isinstance(prompts, str) else list(prompts)
-    encoded = [tokenizer(text)["input_ids"] for text in texts]
-    width = max(len(ids) for ids in encoded)
-    pad = padding_id(tokenizer)
-    ids = torch.tensor([[pad] * (width - len(e)) + list(e) for e in encoded])
-    mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in encoded])
-    return ids, mask
+    batch = left_pad(tokenizer, [prompts] if isinstance(prompts, str) else list(prompts))
+    return batch.input_ids, batch.attention_mask
 
 
 def _is_text(inputs: Any) -> bool:
