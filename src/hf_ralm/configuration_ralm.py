@@ -110,7 +110,7 @@ class RalmConfig(PreTrainedConfig):
         >>> RalmConfig(retrieval_stride=0)
         Traceback (most recent call last):
         ...
-        ValueError: retrieval_stride must be at least 1, got 0.
+        hf_ralm.errors.SettingError: retrieval_stride must be at least 1, got 0.
     """
 
     model_type = "ralm"
@@ -157,7 +157,7 @@ class RalmConfig(PreTrainedConfig):
             >>> config.validate()
             Traceback (most recent call last):
             ...
-            ValueError: max_doc_tokens must be at least 1, got 0.
+            hf_ralm.errors.SettingError: max_doc_tokens must be at least 1, got 0.
         """
         super().validate()
         for name, kinds in TYPED_FIELDS.items():
@@ -187,8 +187,9 @@ class RalmConfig(PreTrainedConfig):
             >>> RalmConfig(num_passages=3, max_doc_tokens=100).check_room(300)
             Traceback (most recent call last):
             ...
-            ValueError: max_length (300) cannot hold the passages of max_context_doc_tokens (300) tokens and the \
-retrieval_stride (4) tokens after it: lower max_context_doc_tokens to at most 296 or raise max_length to at least 304.
+            hf_ralm.errors.SettingError: max_length (300) cannot hold the passages of max_context_doc_tokens (300) \
+tokens and the retrieval_stride (4) tokens after it: lower max_context_doc_tokens to at most 296 or raise max_length \
+to at least 304.
         """
         check_passage_room(max_length, self.max_doc_tokens, self.retrieval_stride, model_max)
         if self.num_passages > 1:
@@ -301,7 +302,7 @@ def check_ensemble(config: RalmConfig, ensemble_size: int) -> None:
         >>> check_ensemble(RalmConfig(num_passages=2), 4)   # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        ValueError: ensemble_size=4 mixes the top passages, one in each context; num_passages=2 ...
+        hf_ralm.errors.SettingError: ensemble_size=4 mixes the top passages, one in each context; num_passages=2 ...
     """
     if ensemble_size <= 1:
         return

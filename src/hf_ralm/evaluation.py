@@ -199,10 +199,10 @@ def evaluate_perplexity(
     ``eval.json`` also holds ``report_extra`` (what else the caller records, e.g. the command line's arguments; its
     ``timings`` join the evaluation's).
 
-    Example:
-        >>> evaluate_perplexity(model, tokenizer, text, retriever, config,
-        ...                     output_dir="runs/bm25").figures["num_resumed_windows"]    # doctest: +SKIP
-        0
+    Example::
+
+        evaluate_perplexity(model, tokenizer, text, retriever, config,
+                            output_dir="runs/bm25").figures["num_resumed_windows"]   # 0
     """
     return _evaluate(model, tokenizer, text_or_ids, retriever, config, retrieval_file=retrieval_file,
                      max_eval_tokens=max_eval_tokens, batch_size=batch_size, reuse_prefix_kv=reuse_prefix_kv,

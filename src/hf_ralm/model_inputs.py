@@ -30,9 +30,9 @@ def window_length(model, config: RalmConfig) -> int:
     (:meth:`~hf_ralm.configuration_ralm.RalmConfig.check_room`). Evaluation, generation and ``rerank-data`` all take
     ``L`` from here, so none puts a passage where the text it scores or generates should be.
 
-    Example:
-        >>> window_length(model, RalmConfig(max_length=512))        # doctest: +SKIP
-        512
+    Example::
+
+        window_length(model, RalmConfig(max_length=512))   # 512
     """
     max_length = resolve_max_length(model, config.max_length)
     model_max = max_length if config.max_length is None or max_length < config.max_length else None
@@ -84,8 +84,9 @@ def context_prefix(tokenizer, passages: Sequence[Passage], config: RalmConfig) -
     it, while they fit; the first that does not fit whole is cut to the room left, keeping its beginning (as
     ``max_doc_tokens`` cuts a passage), and the rest are left out.
 
-    Example:
-        >>> context_prefix(tokenizer, [rome, music], config)   # music's tokens, sep, rome's   # doctest: +SKIP
+    Example::
+
+        context_prefix(tokenizer, [rome, music], config)   # music's tokens, sep, rome's
     """
     if not passages:
         return passage_prefix(tokenizer, None, config)

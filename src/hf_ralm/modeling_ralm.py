@@ -201,9 +201,9 @@ class RetrievalAugmentedModel(PreTrainedModel):
         :func:`hf_ralm.evaluation.evaluate_perplexity` for the keyword arguments (``output_dir=`` saves the progress
         chunk by chunk, and a rerun resumes it).
 
-        Example:
-            >>> model.evaluate_perplexity(text, output_dir="runs/bm25").figures["num_resumed_windows"]  # doctest: +SKIP
-            0
+        Example::
+
+            model.evaluate_perplexity(text, output_dir="runs/bm25").figures["num_resumed_windows"]   # 0
         """
         if self.tokenizer is None:
             raise ValueError("This model has no tokenizer: pass tokenizer= to from_pretrained.")

@@ -1,12 +1,11 @@
 """Small helpers around a causal LM and its KV cache, shared by the scorer, the passage cache and generation.
 
-Example:
-    >>> ids = torch.tensor([[5, 6, 7]], device=model_device(model))          # doctest: +SKIP
-    >>> cache = empty_cache(model)                                           # doctest: +SKIP
-    >>> last_logits(model, ids, 1, past_key_values=cache).shape              # doctest: +SKIP
-    torch.Size([1, 1, 49152])
-    >>> cache_nbytes(cache)                                                  # doctest: +SKIP
-    276480
+Example::
+
+    ids = torch.tensor([[5, 6, 7]], device=model_device(model))
+    cache = empty_cache(model)
+    last_logits(model, ids, 1, past_key_values=cache).shape   # torch.Size([1, 1, 49152])
+    cache_nbytes(cache)   # 276480
 """
 
 from __future__ import annotations
@@ -82,9 +81,9 @@ def padding_id(tokenizer) -> int:
     scored or generated from, so any id works there (and evaluation batches windows of equal length, with no padding
     at all).
 
-    Example:
-        >>> padding_id(tokenizer)          # a tokenizer without a pad token: its EOS        # doctest: +SKIP
-        0
+    Example::
+
+        padding_id(tokenizer)   # 0: a tokenizer without a pad token gives its EOS
     """
     return next((t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id) if t is not None), 0)
 
@@ -110,10 +109,10 @@ def left_pad(tokenizer, prompts: Sequence[str], budget: int | None = None) -> Pr
     (keeping a leading BOS; ``None``: no cut), left-padded with :func:`padding_id` into one batch: how generation and
     QA batch prompts.
 
-    Example:
-        >>> batch = left_pad(tokenizer, ["the emperor of rome", "rome"])       # doctest: +SKIP
-        >>> batch.lengths, batch.attention_mask[1].tolist()                    # doctest: +SKIP
-        ([4, 1], [0, 0, 0, 1])
+    Example::
+
+        batch = left_pad(tokenizer, ["the emperor of rome", "rome"])
+        batch.lengths, batch.attention_mask[1].tolist()   # ([4, 1], [0, 0, 0, 1])
     """
     encoded, truncated = [], []
     bos = tokenizer.bos_token_id
@@ -134,10 +133,11 @@ def model_identity(model) -> dict[str, Any]:
     """What identifies a model in settings that must compare equal on another machine: its name (a local folder's
     name, not its path; a Hub id as it is; the class name when it has neither), class, parameter count and dtype.
 
-    Example:
-        >>> model_identity(model)                                                                # doctest: +SKIP
-        {'reader': 'smollm2-135m-instruct', 'reader_class': 'LlamaForCausalLM', 'reader_parameters': 134515008,
-         'dtype': 'bfloat16'}
+    Example::
+
+        model_identity(model)
+        # {'reader': 'smollm2-135m-instruct', 'reader_class': 'LlamaForCausalLM', 'reader_parameters': 134515008,
+        #  'dtype': 'bfloat16'}
     """
     name = getattr(model.config, "name_or_path", None) or type(model).__name__
     return {"reader": os.path.basename(os.path.normpath(name)) if os.path.isdir(name) else name,

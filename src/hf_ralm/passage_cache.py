@@ -6,11 +6,12 @@ puts the same passage in context. Only the text after the passage then has to be
 (:func:`hf_ralm.scoring.score_windows`) and generation (:mod:`hf_ralm.generation`) both take their passages'
 keys/values from here, and can share one store.
 
-Example:
-    >>> cache = PassageKVCache(model, max_bytes=256 * 2**20)            # doctest: +SKIP
-    >>> past, logits = cache.get(passage_ids)   # a private copy: extend it freely  # doctest: +SKIP
-    >>> cache.stats()                                                    # doctest: +SKIP
-    {'hits': 0, 'misses': 1, 'computed_tokens': 57, 'reused_tokens': 0, 'entries': 1, 'bytes': 466944, ...}
+Example::
+
+    cache = PassageKVCache(model, max_bytes=256 * 2**20)
+    past, logits = cache.get(passage_ids)   # a private copy: extend it freely
+    cache.stats()
+    # {'hits': 0, 'misses': 1, 'computed_tokens': 57, 'reused_tokens': 0, 'entries': 1, 'bytes': 466944, ...}
 """
 
 from __future__ import annotations
@@ -52,8 +53,9 @@ class PassageKVCache:
                   max_bytes: int = DEFAULT_MAX_BYTES) -> PassageKVCache:
         """``passage_cache`` once checked to hold ``model``'s keys/values, or (``None``) a new store for ``model``.
 
-        Example:
-            >>> store = PassageKVCache.for_model(model, None, max_bytes=64 * 2**20)   # doctest: +SKIP
+        Example::
+
+            store = PassageKVCache.for_model(model, None, max_bytes=64 * 2**20)
         """
         if passage_cache is None:
             return cls(model, max_bytes)

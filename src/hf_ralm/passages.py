@@ -4,7 +4,7 @@ above retrieval passes around.
 Example:
     >>> passage = Passage("7", "Rome", "rome was the city", 6.5)
     >>> passage_text(passage.title, passage.text)
-    'Rome\nrome was the city'
+    'Rome\\nrome was the city'
     >>> passage.to_dict()["score"], NO_PASSAGE
     (6.5, -1)
 """

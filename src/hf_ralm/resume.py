@@ -17,9 +17,10 @@ is computed the same way whether the run was interrupted or not, the figures are
 with other settings is refused (:class:`~hf_ralm.errors.OutputFolderError`, naming what differs) unless
 ``overwrite``.
 
-Example:
-    >>> with WindowRecordWriter("out/windows", settings, chunk_size=256) as writer:  # doctest: +SKIP
-    ...     saved = writer.saved_records()                                           # WindowRecords, window 0 first
+Example::
+
+    with WindowRecordWriter("out/windows", settings, chunk_size=256) as writer:
+        saved = writer.saved_records()                                           # WindowRecords, window 0 first
 """
 
 from __future__ import annotations
@@ -68,11 +69,11 @@ def run_settings(*, model, tokenizer, ids: Sequence[int], retriever, config: Ral
     retrieval file (its contents' digest), the RALM settings, the window length and the batching (the batch size
     changes fp32 results in their last digits).
 
-    Example:
-        >>> run_settings(model=model, tokenizer=tokenizer, ids=ids, retriever=None, config=RalmConfig(),
-        ...              retrieval_file=None, max_length=512, batch_size=8, reuse_prefix_kv=True, scored=True,
-        ...              chunk_size=256)["window_length"]                                        # doctest: +SKIP
-        512
+    Example::
+
+        run_settings(model=model, tokenizer=tokenizer, ids=ids, retriever=None, config=RalmConfig(),
+                     retrieval_file=None, max_length=512, batch_size=8, reuse_prefix_kv=True, scored=True,
+                     chunk_size=256)["window_length"]   # 512
     """
     return {
         **model_identity(model),

@@ -12,8 +12,9 @@ any :class:`ScoredInput` (a reranker's candidate inputs too); :func:`score_windo
   caller shares, e.g. with generation) and only the text after the passage is run (turn off with
   ``reuse_prefix_kv=False``).
 
-Example:
-    >>> nll = score_windows(model, ids, plan_windows(len(ids), 512, 4), prefixes)   # doctest: +SKIP
+Example::
+
+    nll = score_windows(model, ids, plan_windows(len(ids), 512, 4), prefixes)
 """
 
 from __future__ import annotations
@@ -168,10 +169,11 @@ def reader_nlls(model, tokenizer, ids: Sequence[int], windows: Sequence[Window],
     computed once with ``reuse_prefix_kv``). What ranking (:func:`rerank_windows`) and ensembles
     (:mod:`hf_ralm.ensemble`) score their candidates with.
 
-    Example:
-        >>> rows = next(reader_nlls(model, tokenizer, ids, [window], [[rome, None]], [window.score_begin], config))
-        >>> [float(row.sum()) for row in rows]   # the window's target NLL with rome, and without   # doctest: +SKIP
-        [11.2, 13.9]
+    Example::
+
+        rows = next(reader_nlls(model, tokenizer, ids, [window], [[rome, None]], [window.score_begin],
+                                config))
+        [float(row.sum()) for row in rows]   # [11.2, 13.9]: the window's target NLL with rome, and without
     """
     ids = list(ids)
     passage_cache = PassageKVCache.for_model(model, passage_cache) if reuse_prefix_kv else None

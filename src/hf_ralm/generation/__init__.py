@@ -84,10 +84,10 @@ generation config, the logits processors/warpers (temperature, top-k/top-p, repe
 (``num_beams=1``) are supported. :class:`RalmLogitsProcessor` (:mod:`.logits_process`) computes the same next-token
 scores inside any other model's ``generate``.
 
-Example:
-    >>> out = model.generate(ids, max_new_tokens=32, return_dict_in_generate=True)    # doctest: +SKIP
-    >>> out.sources[0][0]                                                             # doctest: +SKIP
-    {'start': 0, 'end': 4, 'id': '...', 'title': '...', 'text': '...', 'score': 12.3}
+Example::
+
+    out = model.generate(ids, max_new_tokens=32, return_dict_in_generate=True)
+    out.sources[0][0]   # {'start': 0, 'end': 4, 'id': '...', 'title': '...', 'text': '...', 'score': 12.3}
 """
 
 from .contexts import encode_passage, stride_start

@@ -33,9 +33,9 @@ def encode_passage(tokenizer, passage: Passage | None, config: RalmConfig) -> li
     """The token ids put in front of the text for ``passage`` (``None``: no passage), exactly as the evaluation puts
     them in front of a window: the passage with the tokenizer's default special tokens, cut to ``max_doc_tokens``.
 
-    Example:
-        >>> encode_passage(tokenizer, Passage("a1", "Rome", "Rome is ...", 9.1), config)[:3]   # doctest: +SKIP
-        [1, 27385, 198]
+    Example::
+
+        encode_passage(tokenizer, Passage("a1", "Rome", "Rome is ...", 9.1), config)[:3]   # [1, 27385, 198]
     """
     return passage_prefix(tokenizer, passage, config)
 

@@ -3,11 +3,12 @@
 ``[passage; x[a_j:]]`` (see :mod:`hf_ralm.generation` for the exact semantics). :class:`RalmDecoder` is shared by
 :func:`~hf_ralm.generation.ralm_generate` and :class:`~hf_ralm.generation.RalmLogitsProcessor`.
 
-Example:
-    >>> decoder = RalmDecoder(model, tokenizer, retriever, config)               # doctest: +SKIP
-    >>> rows = [Row(tokenizer("The Eiffel tower")["input_ids"])]                # doctest: +SKIP
-    >>> decoder.start_stride(rows, stride_tokens=4, generated=0)                 # doctest: +SKIP
-    >>> decoder.step(rows)[0].argmax()   # the top passage's next-token choice   # doctest: +SKIP
+Example::
+
+    decoder = RalmDecoder(model, tokenizer, retriever, config)
+    rows = [Row(tokenizer("The Eiffel tower")["input_ids"])]
+    decoder.start_stride(rows, stride_tokens=4, generated=0)
+    decoder.step(rows)[0].argmax()   # the top passage's next-token choice
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """``RalmLogitsProcessor``: In-Context RALM for any ``model.generate(logits_processor=[...])``.
 
-Example:
-    >>> processor = RalmLogitsProcessor(reader, tokenizer, retriever, config, max_new_tokens=32)  # doctest: +SKIP
-    >>> out = model.generate(ids, max_new_tokens=32,
-    ...                      logits_processor=LogitsProcessorList([processor]))                   # doctest: +SKIP
-    >>> processor.sources[0][0]["title"]                                                           # doctest: +SKIP
+Example::
+
+    processor = RalmLogitsProcessor(reader, tokenizer, retriever, config, max_new_tokens=32)
+    out = model.generate(ids, max_new_tokens=32,
+                         logits_processor=LogitsProcessorList([processor]))
+    processor.sources[0][0]["title"]
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """``ralm_generate``: ``transformers``' ``generate`` with In-Context RALM's decoding loop (see
 :mod:`hf_ralm.generation` for the exact semantics), and its output, :class:`RalmGenerateOutput`.
 
-Example:
-    >>> out = ralm_generate(model, tokenizer, retriever, config, "The Eiffel tower", max_new_tokens=16,
-    ...                     return_dict_in_generate=True)                                  # doctest: +SKIP
-    >>> tokenizer.decode(out.sequences[0]), out.sources[0][0]["title"]                     # doctest: +SKIP
+Example::
+
+    out = ralm_generate(model, tokenizer, retriever, config, "The Eiffel tower", max_new_tokens=16,
+                        return_dict_in_generate=True)
+    tokenizer.decode(out.sequences[0]), out.sources[0][0]["title"]
 """
 
 from __future__ import annotations

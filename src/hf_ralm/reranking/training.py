@@ -343,8 +343,8 @@ def split_by_article(dataset: datasets.Dataset, eval_fraction: float,
         >>> import datasets
         >>> rows = datasets.Dataset.from_dict({"article": [str(i // 4) for i in range(400)]})
         >>> train, held_out = split_by_article(rows, 0.1, max_train_windows=100)
-        >>> train.num_rows, held_out.num_rows, set(train["article"]) & set(held_out["article"])
-        (100, 40, set())
+        >>> train.num_rows, held_out.num_rows, set(train["article"]) & set(held_out["article"])   # 6 of 100 articles
+        (100, 24, set())
     """
     held = [_held_out(article, eval_fraction) for article in dataset["article"]]
     train_rows = [i for i, h in enumerate(held) if not h][:max_train_windows]

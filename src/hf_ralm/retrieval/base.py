@@ -53,9 +53,9 @@ class Retriever(ABC):
         across queries (what the ``"score"`` retrieval gate thresholds). A backend whose scores have such a bound
         overrides this; the others cannot be gated by score.
 
-        Example:
-            >>> retriever.max_scores(["the emperor of Rome"])   # BM25: the query terms' idf  # doctest: +SKIP
-            [14.2]
+        Example::
+
+            retriever.max_scores(["the emperor of Rome"])   # [14.2]: BM25, the sum of the query terms' idf
         """
         raise SettingError(f"The {self.name} retriever's scores have no known maximum per query, so they cannot be "
                            f"compared across queries: {setting('retrieval_gate')}='score' needs the bm25 retriever "
@@ -66,9 +66,9 @@ class Retriever(ABC):
         records that keep only ids (e.g. the predictive reranker's training data) get their texts back. A backend
         whose index stores the passages overrides this.
 
-        Example:
-            >>> retriever.passages_by_id(["12", "7"])[0].id   # doctest: +SKIP
-            '12'
+        Example::
+
+            retriever.passages_by_id(["12", "7"])[0].id   # '12'
         """
         raise ValueError(f"The {self.name} retriever cannot look passages up by id: use an index that stores them "
                          "(bm25, dense).")
@@ -89,8 +89,9 @@ class Retriever(ABC):
         :func:`~hf_ralm.retrieval.index_folder.default_index_dir`), and the corpus is required. ``options`` are the
         backend's own (those of its ``_build_or_load``); ``None`` means the backend's default.
 
-        Example:
-            >>> BM25Retriever.build_or_load("wiki.jsonl.gz", "wiki-bm25", forbidden_titles={"Nero"})  # doctest: +SKIP
+        Example::
+
+            BM25Retriever.build_or_load("wiki.jsonl.gz", "wiki-bm25", forbidden_titles={"Nero"})
         """
         options = {key: value for key, value in options.items() if value is not None}
         known = [p for p in inspect.signature(cls._build_or_load).parameters
@@ -126,9 +127,10 @@ class Retriever(ABC):
         the config was saved in). ``overrides`` replace saved values (``forbidden_titles``, ``index_dir``, the
         backend's options) or add ``corpus``, which rebuilds a stale index; ``None`` keeps the saved value.
 
-        Example:
-            >>> BM25Retriever.from_config({"type": "bm25", "index_dir": "index"}, base_dir="my-retriever",
-            ...                           forbidden_titles={"Nero"})                             # doctest: +SKIP
+        Example::
+
+            BM25Retriever.from_config({"type": "bm25", "index_dir": "index"}, base_dir="my-retriever",
+                                      forbidden_titles={"Nero"})
         """
         if config.get("type", cls.name) != cls.name:
             raise ValueError(f"{cls.__name__} cannot rebuild a {config['type']!r} retriever: use "
@@ -194,9 +196,9 @@ def read_forbidden_titles(path: str | None, name: str = "forbidden_titles") -> f
     A missing file, one that holds no title (an empty list would silently turn the filter off) or one that is not
     UTF-8 raises an error naming the file and the setting ``name`` (the caller's name for it).
 
-    Example:
-        >>> read_forbidden_titles("forbidden_titles.txt")                  # doctest: +SKIP
-        frozenset({'Robert Boulter', ...})
+    Example::
+
+        read_forbidden_titles("forbidden_titles.txt")   # frozenset({'Robert Boulter', ...})
     """
     if path is None:
         return frozenset()
@@ -217,9 +219,9 @@ def retriever_identity(retriever) -> dict[str, Any]:
     the index records about its scoring and text analysis (another analysis ranks other passages) and its forbidden
     titles; never the index's path, so that records made here resume from a copy of the index elsewhere.
 
-    Example:
-        >>> retriever_identity(bm25)["corpus_fingerprint"]                                        # doctest: +SKIP
-        'e0b8cc01f966ef0833ed9cfaab95c0c96c33500d3dd9b27f39c2a1213be59870'
+    Example::
+
+        retriever_identity(bm25)["corpus_fingerprint"]   # 'e0b8cc01f966ef0833ed9cfaab95c0c96c33500d3dd...'
     """
     if not isinstance(retriever, Retriever):
         return {"retriever": type(retriever).__name__, "corpus_fingerprint": None}

@@ -11,11 +11,11 @@ by ``datasets``) and ``hf_ralm_index.json``, which records the corpus fingerprin
 corpus it was built from, and the text analysis (``ANALYSIS``), so an index built with another one is
 refused (and rebuilt when the corpus is given).
 
-Example:
-    >>> retriever = BM25Retriever.build_or_load("articles.jsonl.gz", "index/")  # doctest: +SKIP
-    >>> retriever = BM25Retriever.load("index/", forbidden_titles={"Nero"})    # doctest: +SKIP
-    >>> retriever.retrieve(["the emperor of Rome"], k=2)[0][0].title            # doctest: +SKIP
-    'Augustus'
+Example::
+
+    retriever = BM25Retriever.build_or_load("articles.jsonl.gz", "index/")
+    retriever = BM25Retriever.load("index/", forbidden_titles={"Nero"})
+    retriever.retrieve(["the emperor of Rome"], k=2)[0][0].title   # 'Augustus'
 """
 
 from __future__ import annotations

@@ -21,11 +21,11 @@ and records each finished chunk in ``<index_dir>.tmp/progress.json``: a crash lo
 encoded, and rerunning the same build (same corpus, encoder and settings) resumes after the last complete chunk.
 The folder is renamed to ``index_dir`` only when complete.
 
-Example:
-    >>> retriever = DenseRetriever.build_or_load("articles.jsonl.gz", "index-dense/")   # doctest: +SKIP
-    >>> retriever = DenseRetriever.load("index-dense/", forbidden_titles={"Nero"})      # doctest: +SKIP
-    >>> retriever.retrieve(["the emperor of Rome"], k=2)[0][0].title                  # doctest: +SKIP
-    'Augustus'
+Example::
+
+    retriever = DenseRetriever.build_or_load("articles.jsonl.gz", "index-dense/")
+    retriever = DenseRetriever.load("index-dense/", forbidden_titles={"Nero"})
+    retriever.retrieve(["the emperor of Rome"], k=2)[0][0].title   # 'Augustus'
 """
 
 from __future__ import annotations
@@ -104,10 +104,10 @@ class DenseEncoder:
     (``"float32"``, the default, ``"bfloat16"`` or ``"float16"``); the embeddings are float32 either way. bfloat16
     encoded 1.6 times as many passages per second as float32 on a CPU with bf16 instructions (docs/dense.md).
 
-    Example:
-        >>> encoder = DenseEncoder(dtype="bfloat16")                      # doctest: +SKIP
-        >>> encoder.encode(["Nero was emperor of Rome."]).shape           # doctest: +SKIP
-        (1, 384)
+    Example::
+
+        encoder = DenseEncoder(dtype="bfloat16")
+        encoder.encode(["Nero was emperor of Rome."]).shape   # (1, 384)
     """
 
     def __init__(self, name_or_path: str | None = None, pooling: str | None = None, normalize: bool = False,

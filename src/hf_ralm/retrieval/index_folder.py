@@ -92,9 +92,10 @@ def index_problem(index_dir: str, retriever: str, files: Sequence[str] = (), key
     size recorded when it was built (a copy that stopped short, a disk that filled up) or, for an index built before
     sizes were recorded, the backend's own ``files`` (glob patterns relative to the folder).
 
-    Example:
-        >>> index_problem("wiki-bm25", "bm25", ["bm25s/params.index.json"])        # doctest: +SKIP
-        'is incomplete: bm25s/data.csc.index.npy is missing'
+    Example::
+
+        index_problem("wiki-bm25", "bm25", ["bm25s/params.index.json"])
+        # 'is incomplete: bm25s/data.csc.index.npy is missing'
     """
     if not os.path.isdir(index_dir):
         return "does not exist"
@@ -256,9 +257,9 @@ def hf_ralm_cache_dir() -> str:
     """hf-ralm's cache folder: ``$HF_HOME/hf-ralm`` when ``HF_HOME`` is set, else ``$XDG_CACHE_HOME/hf-ralm``, else
     ``~/.cache/hf-ralm``.
 
-    Example:
-        >>> hf_ralm_cache_dir()                                            # doctest: +SKIP
-        '/home/me/.cache/hf-ralm'
+    Example::
+
+        hf_ralm_cache_dir()   # '/home/me/.cache/hf-ralm'
     """
     for variable in ("HF_HOME", "XDG_CACHE_HOME"):
         if os.environ.get(variable):
@@ -270,9 +271,9 @@ def default_index_dir(retriever: str, corpus: str | Sequence[str] | None, words_
     """Where ``retriever``'s index of ``corpus`` goes when no folder is given: ``<cache>/indexes/<retriever>-<corpus
     fingerprint[:16]>``, so the same corpus files (and passage size) find their index again. Says where on stderr.
 
-    Example:
-        >>> default_index_dir("bm25", "wiki.jsonl.gz", 100)                # doctest: +SKIP
-        '/home/me/.cache/hf-ralm/indexes/bm25-3f1c0e9a7b2d4c11'
+    Example::
+
+        default_index_dir("bm25", "wiki.jsonl.gz", 100)   # '/home/me/.cache/hf-ralm/indexes/bm25-3f1c0e9a7b2d4c11'
     """
     if corpus is None:
         raise ValueError(

@@ -13,11 +13,11 @@ Three ways to open an index:
 Which Java runs, how the in-process JVM starts (lazily, the first time an index is opened) and how Anserini is
 called without importing ``pyserini.search.lucene`` is :mod:`hf_ralm.retrieval.lucene_compat`'s business.
 
-Example:
-    >>> retriever = LuceneRetriever.build_or_load("articles.jsonl.gz", "index-lucene/")  # doctest: +SKIP
-    >>> retriever = LuceneRetriever.load("index-lucene/", forbidden_titles={"Nero"})     # doctest: +SKIP
-    >>> retriever.retrieve(["the emperor of Rome"], k=2)[0][0].title                   # doctest: +SKIP
-    'Augustus'
+Example::
+
+    retriever = LuceneRetriever.build_or_load("articles.jsonl.gz", "index-lucene/")
+    retriever = LuceneRetriever.load("index-lucene/", forbidden_titles={"Nero"})
+    retriever.retrieve(["the emperor of Rome"], k=2)[0][0].title   # 'Augustus'
 """
 
 from __future__ import annotations

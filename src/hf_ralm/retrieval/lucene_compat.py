@@ -15,11 +15,12 @@
 * **Prebuilt indexes.** :func:`prebuilt_index_path` downloads one of pyserini's (e.g. ``"wikipedia-dpr"``) into
   ``~/.cache/pyserini`` (``$PYSERINI_CACHE``) the first time; offline, that is a clear :class:`ConnectionError`.
 
-Example:
-    >>> java_home, source = find_java_home()                          # doctest: +SKIP
-    >>> searcher = AnseriniSearcher("index-lucene/lucene", k1=0.9, b=0.4)  # starts the JVM  # doctest: +SKIP
-    >>> searcher.batch_search(["the emperor of Rome"], depth=2, threads=4)  # doctest: +SKIP
-    [[('0', '{"id": "0", "contents": ...}', None, 7.1), ...]]
+Example::
+
+    java_home, source = find_java_home()
+    searcher = AnseriniSearcher("index-lucene/lucene", k1=0.9, b=0.4)  # starts the JVM
+    searcher.batch_search(["the emperor of Rome"], depth=2, threads=4)
+    # [[('0', '{"id": "0", "contents": ...}', None, 7.1), ...]]
 """
 
 from __future__ import annotations

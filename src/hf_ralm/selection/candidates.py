@@ -15,11 +15,11 @@ numbers and passage ids only), with settings that identify the model, the text, 
 fingerprint, not a path) and the RALM settings: a rerun, here or from a copy of the folder elsewhere, resumes after
 the saved chunks, and a rerun with other settings is refused.
 
-Example:
-    >>> scores = score_candidates(model, tokenizer, ids, windows, candidates, config,
-    ...                           output_dir="runs/candidates")                               # doctest: +SKIP
-    >>> s = scores[5]; s.target_nlls[0], s.target_nlls[-1]   # window 5 with its top passage, and without one
-    (10.2, 11.9)
+Example::
+
+    scores = score_candidates(model, tokenizer, ids, windows, candidates, config,
+                              output_dir="runs/candidates")
+    scores[5].target_nlls[0], scores[5].target_nlls[-1]   # (10.2, 11.9): with its top passage, and without one
 """
 
 from __future__ import annotations

@@ -45,9 +45,9 @@ def normalized_top_scores(retriever, queries: Sequence[str | None],
     """Per query, its top passage's score divided by the query's maximum attainable score (``retriever.max_scores``),
     the score gate's measure; ``None`` where nothing was found.
 
-    Example:
-        >>> normalized_top_scores(bm25, ["the emperor of rome"], [[Passage("1", "", "rome", 6.1)]])  # doctest: +SKIP
-        [0.43]
+    Example::
+
+        normalized_top_scores(bm25, ["the emperor of rome"], [[Passage("1", "", "rome", 6.1)]])   # [0.43]
     """
     scores: list[float | None] = [None] * len(found)
     todo = [i for i, passages in enumerate(found) if passages]

@@ -33,10 +33,10 @@ class LMReranker:
         of the passage, of ``prefix_text`` cut from the left, and of ``ranking_text`` (:func:`fit_reranker_input`).
         Evaluation and generation both rank with these inputs.
 
-        Example:
-            >>> inputs = reranker.inputs("the emperor of", "rome and", [passage, None], config)  # doctest: +SKIP
-            >>> [float(nll.sum()) for nll in score_inputs(reranker.model, inputs)]             # doctest: +SKIP
-            [11.2, 13.9]
+        Example::
+
+            inputs = reranker.inputs("the emperor of", "rome and", [passage, None], config)
+            [float(nll.sum()) for nll in score_inputs(reranker.model, inputs)]   # [11.2, 13.9]
         """
         prefix_ids = self.tokenizer(prefix_text, add_special_tokens=False)["input_ids"]
         ranking_ids = self.tokenizer(ranking_text, add_special_tokens=False)["input_ids"]

@@ -14,10 +14,10 @@ just before the target and attention is causal), so the chosen candidate's targe
 (:meth:`WindowRanker.window_nlls`). Inputs are batched across windows and a passage's keys/values are computed once
 for every window that has it as a candidate (consecutive windows' candidate sets overlap).
 
-Example:
-    >>> outcome = rerank_windows(model, tokenizer, ids, windows, queries, candidates, config)   # doctest: +SKIP
-    >>> outcome.chosen[5], outcome.ranking_nlls[5]                                            # doctest: +SKIP
-    (3, [41.2, 40.7, 40.9, 38.8, ...])
+Example::
+
+    outcome = rerank_windows(model, tokenizer, ids, windows, queries, candidates, config)
+    outcome.chosen[5], outcome.ranking_nlls[5]   # (3, [41.2, 40.7, 40.9, 38.8, ...])
 """
 
 from __future__ import annotations

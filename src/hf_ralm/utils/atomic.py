@@ -2,8 +2,11 @@
 benchmarks' CSVs: a crash leaves the old file or the new one, never a part.
 
 Example:
-    >>> write_json_atomic("out/eval.json", {"token_ppl": 23.2})     # doctest: +SKIP
-    >>> write_text_atomic("out/points.csv", "stride,token_ppl\\n4,15.1\\n")  # doctest: +SKIP
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "eval.json")
+    >>> write_json_atomic(path, {"token_ppl": 23.2})
+    >>> open(path).read()
+    '{\\n  "token_ppl": 23.2\\n}\\n'
 """
 
 from __future__ import annotations

@@ -25,11 +25,11 @@ Args:
     references (list of list of str, or list of str): the gold answers of each question (any one may match).
 Returns:
     exact_match (float, percent), num_correct (int), num_examples (int).
-Example:
-    >>> metric = evaluate.load("ralm_exact_match")  # doctest: +SKIP
-    >>> metric.compute(predictions=["the Beatles", "Paris"],
-    ...                references=[["Beatles"], ["Lyon", "Marseille"]])  # doctest: +SKIP
-    {'exact_match': 50.0, 'num_correct': 1, 'num_examples': 2}
+Example::
+
+    metric = evaluate.load("ralm_exact_match")
+    metric.compute(predictions=["the Beatles", "Paris"], references=[["Beatles"], ["Lyon", "Marseille"]])
+    # {'exact_match': 50.0, 'num_correct': 1, 'num_examples': 2}
 """
 
 

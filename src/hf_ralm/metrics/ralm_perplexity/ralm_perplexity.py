@@ -28,9 +28,10 @@ Args:
     max_eval_tokens (int), dtype ("float32"), batch_size (int, 8), bos_every_window (bool, False).
 Returns:
     nll_sum, num_tokens, num_scored, num_words, token_ppl, word_ppl.
-Example:
-    >>> metric = evaluate.load("ralm_perplexity")  # doctest: +SKIP
-    >>> metric.compute(model_id="gpt2", predictions=["Hello world , this is a test ."])["token_ppl"]  # doctest: +SKIP
+Example::
+
+    metric = evaluate.load("ralm_perplexity")
+    metric.compute(model_id="gpt2", predictions=["Hello world , this is a test ."])["token_ppl"]
 """
 
 
