@@ -19,6 +19,16 @@ import hashlib
 import os
 
 METRICS = {"ralm_perplexity": "RalmPerplexity", "ralm_exact_match": "RalmExactMatch"}
+CITATION = "Ram et al., In-Context Retrieval-Augmented Language Models, TACL 2023."
+
+
+def metric_info(description: str, inputs_description: str, features):
+    """The ``evaluate.MetricInfo`` of a shipped metric: its description, arguments and input features, the paper's
+    citation."""
+    import evaluate
+
+    return evaluate.MetricInfo(module_type="metric", description=description, citation=CITATION,
+                               inputs_description=inputs_description, features=features)
 
 
 def metric_path(name: str) -> str:

@@ -13,6 +13,7 @@ Loads offline once hf-ralm is installed::
 import datasets
 import evaluate
 
+from hf_ralm.metrics import metric_info
 from hf_ralm.qa import exact_match_score
 
 _DESCRIPTION = """Exact match for open-domain QA (Ram et al., 2023, §7): a prediction counts when its SQuAD
@@ -36,18 +37,12 @@ Example::
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
 class RalmExactMatch(evaluate.Metric):
     def _info(self):
-        return evaluate.MetricInfo(
-            module_type="metric",
-            description=_DESCRIPTION,
-            citation="Ram et al., In-Context Retrieval-Augmented Language Models, TACL 2023.",
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=[
-                datasets.Features(
-                    {"predictions": datasets.Value("string"), "references": datasets.Sequence(datasets.Value("string"))}
-                ),
-                datasets.Features({"predictions": datasets.Value("string"), "references": datasets.Value("string")}),
-            ],
-        )
+        return metric_info(_DESCRIPTION, _KWARGS_DESCRIPTION, [
+            datasets.Features(
+                {"predictions": datasets.Value("string"), "references": datasets.Sequence(datasets.Value("string"))}
+            ),
+            datasets.Features({"predictions": datasets.Value("string"), "references": datasets.Value("string")}),
+        ])
 
     def _compute(self, predictions, references):
         return exact_match_score(predictions, references)

@@ -11,6 +11,7 @@ Loads offline once hf-ralm is installed::
 import datasets
 import evaluate
 
+from hf_ralm.metrics import metric_info
 from hf_ralm.metrics.compute import compute_ralm_perplexity
 
 _DESCRIPTION = """In-Context RALM perplexity (Ram et al., 2023): the text is scored in windows that start every
@@ -38,13 +39,8 @@ Example::
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
 class RalmPerplexity(evaluate.Metric):
     def _info(self):
-        return evaluate.MetricInfo(
-            module_type="metric",
-            description=_DESCRIPTION,
-            citation="Ram et al., In-Context Retrieval-Augmented Language Models, TACL 2023.",
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features({"predictions": datasets.Value("string")}),
-        )
+        features = datasets.Features({"predictions": datasets.Value("string")})
+        return metric_info(_DESCRIPTION, _KWARGS_DESCRIPTION, features)
 
     def _compute(self, predictions, model_id, **kwargs):
         return compute_ralm_perplexity(predictions, model_id, **kwargs)
