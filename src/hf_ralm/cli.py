@@ -324,9 +324,9 @@ def _ralm_settings(args) -> dict:
     return settings
 
 
-def _load_model(args, settings: dict, retriever: str):
+def _load_model(args, settings: dict, retriever: str, forbidden_titles=None):
     """The RALM model of the command's model flags, ``settings`` and ``retriever`` (a name; ``"none"``: no index is
-    loaded), on ``--device``."""
+    loaded; its forbidden titles: ``forbidden_titles``, by default ``--forbidden-titles``), on ``--device``."""
     import torch
 
     from .modeling_ralm import RetrievalAugmentedModel
@@ -341,7 +341,8 @@ def _load_model(args, settings: dict, retriever: str):
         tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     model = RetrievalAugmentedModel.from_pretrained(
         args.model, retriever=retriever, tokenizer=tokenizer, index_dir=args.index_dir, corpus=args.corpus,
-        forbidden_titles=args.forbidden_titles, encoder=args.encoder, **settings, **model_kwargs,
+        forbidden_titles=args.forbidden_titles if forbidden_titles is None else forbidden_titles, encoder=args.encoder,
+        **settings, **model_kwargs,
     )
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     model.language_model.to(device)
@@ -596,8 +597,8 @@ def run_rerank_data(args) -> dict:
     settings = _ralm_settings(args)
     excluded = frozenset().union(*(read_forbidden_titles(path, "exclude_titles") for path in args.exclude_titles
                                    or []))
-    args.forbidden_titles = sorted(excluded | read_forbidden_titles(args.forbidden_titles))
-    model = _load_model(args, settings, args.retriever)
+    forbidden = sorted(excluded | read_forbidden_titles(args.forbidden_titles))  # never retrieved either
+    model = _load_model(args, settings, args.retriever, forbidden_titles=forbidden)
     articles = training_articles(args.articles, exclude_titles=excluded, num_articles=args.num_articles)
     source = {"articles_fingerprint": file_fingerprint(args.articles), "num_articles": args.num_articles,
               "exclude_titles": titles_fingerprint(excluded)}

@@ -27,6 +27,7 @@ import os
 import re
 import string
 import time
+from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from .errors import SettingError, setting
@@ -34,6 +35,7 @@ from .records import RecordStore
 from .utils.atomic import write_json_atomic, write_text_atomic
 
 __all__ = [
+    "QARecord",
     "CLOSED_BOOK_PROMPT",
     "build_qa_prompt",
     "evaluate_qa",
@@ -222,40 +224,19 @@ def _passage_dict(passage: Any) -> dict:
     return out
 
 
-class QARecordStore(RecordStore):
-    """The answered questions of a run, one record (:func:`qa_record`) per question, in a
-    :class:`~hf_ralm.records.RecordStore` folder (``OUTPUT_DIR/predictions/``): a chunk per batch, resumed after the
-    saved ones with the same settings."""
-
-    what = "predictions"
-
-
-def _resumed_records(store: QARecordStore, examples: Sequence[dict]) -> list[dict]:
-    """The records a store holds for ``examples``, checked to answer them in order (a run may go on with more of the
-    same questions, never with others)."""
-    records = store.rows()[: len(examples)]
-    for i, (record, example) in enumerate(zip(records, examples)):
-        if record.get("question") != example["question"]:
-            raise ValueError(
-                f"{store.folder} holds the answer of {record.get('question')!r} as question {i + 1}, but question "
-                f"{i + 1} is {example['question']!r}: it comes from another questions file. Use another --output-dir."
-            )
-    return records
-
-
-def qa_figures(records: Sequence[dict]) -> dict:
+def qa_figures(records: Sequence[QARecord]) -> dict:
     """EM and has_answer (in percent) and the counts over per-question records."""
     n = len(records)
-    correct = sum(bool(r["em"]) for r in records)
-    found = sum(bool(r["has_answer"]) for r in records)
+    correct = sum(r.em for r in records)
+    found = sum(r.has_answer for r in records)
     return {
         "em": 100.0 * correct / n if n else float("nan"),
         "has_answer": 100.0 * found / n if n else float("nan"),
         "num_questions": n,
         "num_correct": correct,
         "num_has_answer": found,
-        "num_truncated": sum(bool(r.get("truncated")) for r in records),
-        "num_fewer_passages": sum(r.get("num_passages", 0) < r.get("num_docs", 0) for r in records),
+        "num_truncated": sum(r.truncated for r in records),
+        "num_fewer_passages": sum(r.num_passages < r.num_docs for r in records),
     }
 
 
@@ -309,24 +290,67 @@ def find_passages(examples: Sequence[dict], retriever=None, num_docs: int = 0, u
     return [[_passage_dict(p) for p in passages] for passages in found]
 
 
-def qa_record(example: dict, passages: Sequence[dict], answer: dict, num_docs: int) -> dict:
-    """The ``predictions.jsonl`` line of a question: its ``answer`` (from :class:`_Answerer`), scored against its
-    gold answers (``em``) and its prompt's ``passages`` (``has_answer``)."""
+@dataclass
+class QARecord:
+    """One answered question, as ``predictions.jsonl`` holds it: the question, its gold answers, the prediction (the
+    first line of the generation) and whether it is right (``em``), whether the prompt's passages hold a gold answer
+    (``has_answer``), their titles and ids, the passages asked for and given, the prompt's length in tokens and
+    whether it was cut (``truncated``), and the whole generation."""
+
+    question: str
+    answers: list[str]
+    prediction: str
+    em: bool
+    has_answer: bool
+    titles: list[str]
+    passage_ids: list[str | None]
+    num_docs: int
+    num_passages: int
+    prompt_tokens: int
+    truncated: bool
+    generation: str
+
+
+def qa_record(example: dict, passages: Sequence[dict], answer: dict, num_docs: int) -> QARecord:
+    """The record of a question: its ``answer`` (from :class:`_Answerer`), scored against its gold answers (``em``)
+    and its prompt's ``passages`` (``has_answer``)."""
     prediction = first_line(answer["generation"])
-    return {
-        "question": example["question"],
-        "answers": example["answers"],
-        "prediction": prediction,
-        "em": exact_match(prediction, example["answers"]),
-        "has_answer": has_answer(example["answers"], format_passages(passages)) if passages else False,
-        "titles": [p["title"] for p in passages],
-        "passage_ids": [p.get("id") for p in passages],
-        "num_docs": num_docs,
-        "num_passages": len(passages),
-        "prompt_tokens": answer["prompt_tokens"],
-        "truncated": answer["truncated"],
-        "generation": answer["generation"],
-    }
+    return QARecord(
+        question=example["question"],
+        answers=example["answers"],
+        prediction=prediction,
+        em=exact_match(prediction, example["answers"]),
+        has_answer=has_answer(example["answers"], format_passages(passages)) if passages else False,
+        titles=[p["title"] for p in passages],
+        passage_ids=[p.get("id") for p in passages],
+        num_docs=num_docs,
+        num_passages=len(passages),
+        prompt_tokens=answer["prompt_tokens"],
+        truncated=answer["truncated"],
+        generation=answer["generation"],
+    )
+
+
+class QARecordStore(RecordStore):
+    """The answered questions of a run, one record (:func:`qa_record`) per question, in a
+    :class:`~hf_ralm.records.RecordStore` folder (``OUTPUT_DIR/predictions/``): a chunk per batch, resumed after the
+    saved ones with the same settings."""
+
+    what = "predictions"
+    record_type = QARecord
+
+
+def _resumed_records(store: QARecordStore, examples: Sequence[dict]) -> list[QARecord]:
+    """The records a store holds for ``examples``, checked to answer them in order (a run may go on with more of the
+    same questions, never with others)."""
+    records = store.rows()[: len(examples)]
+    for i, (record, example) in enumerate(zip(records, examples)):
+        if record.question != example["question"]:
+            raise ValueError(
+                f"{store.folder} holds the answer of {record.question!r} as question {i + 1}, but question "
+                f"{i + 1} is {example['question']!r}: it comes from another questions file. Use another --output-dir."
+            )
+    return records
 
 
 class _Answerer:
@@ -380,7 +404,7 @@ class _QaRun:
                  report_extra: dict | None = None):
         self.output_dir, self.settings = output_dir, settings
         self.extra = dict(report_extra or {})
-        self.records: list[dict] = []
+        self.records: list[QARecord] = []
         self.sample_prompt = None
         self.store = None
         if output_dir is not None:
@@ -394,7 +418,7 @@ class _QaRun:
         self.timings = {"retrieval_s": 0.0, "generation_s": 0.0}
         self.start_time = time.perf_counter()
 
-    def add(self, records: Sequence[dict], prompts: Sequence[str]) -> None:
+    def add(self, records: Sequence[QARecord], prompts: Sequence[str]) -> None:
         """Keep (and save) the records of a batch, answered from ``prompts``."""
         if self.sample_prompt is None:
             self.sample_prompt = prompts[0]
@@ -420,7 +444,7 @@ class _QaRun:
         if self.store is not None:
             self.store.close()
             write_text_atomic(os.path.join(self.output_dir, PREDICTIONS_FILE),
-                              "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in self.records))
+                              "".join(json.dumps(asdict(record), ensure_ascii=False) + "\n" for record in self.records))
         self._write(result)
         return result
 

@@ -43,24 +43,6 @@ CHUNK_SIZE = 256
 are retrieved, ranked and scored together."""
 
 
-class WindowRecordWriter(RecordStore):
-    """The per-window records of an evaluation (:class:`WindowRecord`; see the module docstring)."""
-
-    what = "window records"
-    record_type = None  # set below, once WindowRecord is defined
-
-    def saved_records(self) -> list["WindowRecord"]:
-        """The records of the complete chunks, window 0 first; an :class:`~hf_ralm.errors.OutputFolderError` when
-        they are not the windows 0, 1, ... in order (a folder edited by hand)."""
-        records = self.rows()
-        for i, record in enumerate(records):
-            if record.window != i:
-                raise OutputFolderError(f"{self.folder} holds a record of window {record.window} where window {i}'s "
-                                        "should be: the folder was altered; overwrite (--overwrite, overwrite=True) "
-                                        "to start afresh.")
-        return records
-
-
 def run_settings(*, model, tokenizer, ids: Sequence[int], retriever, config: RalmConfig, retrieval_file: str | None,
                  max_length: int, batch_size: int, reuse_prefix_kv: bool, scored: bool, chunk_size: int) -> dict:
     """Everything an evaluation's per-window records depend on, as :class:`WindowRecordWriter` compares it: the
@@ -117,4 +99,19 @@ class WindowRecord:
         return cls(**{**row, "passages": [Passage(**p) for p in row["passages"]]})
 
 
-WindowRecordWriter.record_type = WindowRecord
+class WindowRecordWriter(RecordStore):
+    """The per-window records of an evaluation (:class:`WindowRecord`; see the module docstring)."""
+
+    what = "window records"
+    record_type = WindowRecord
+
+    def saved_records(self) -> list["WindowRecord"]:
+        """The records of the complete chunks, window 0 first; an :class:`~hf_ralm.errors.OutputFolderError` when
+        they are not the windows 0, 1, ... in order (a folder edited by hand)."""
+        records = self.rows()
+        for i, record in enumerate(records):
+            if record.window != i:
+                raise OutputFolderError(f"{self.folder} holds a record of window {record.window} where window {i}'s "
+                                        "should be: the folder was altered; overwrite (--overwrite, overwrite=True) "
+                                        "to start afresh.")
+        return records
