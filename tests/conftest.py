@@ -189,6 +189,19 @@ EVAL_TEXT = (
 )
 
 
+def crashed_chunk(folder: Path, start: int, stop: int) -> Path:
+    """The temporary file a writer of this machine that crashed while writing chunk ``[start, stop)`` left in a
+    record store's ``folder`` (its name names the writer: a finished process here)."""
+    import socket
+    import subprocess
+
+    finished = subprocess.Popen(["true"])
+    finished.wait()
+    path = folder / f".tmp-chunk-{start:08d}-{stop:08d}.json.gz.{socket.gethostname()}-{finished.pid}"
+    path.write_bytes(b"\x1f\x8b half a chunk")
+    return path
+
+
 def write_jsonl(path: Path, rows, gz: bool = False) -> Path:
     import gzip
 

@@ -238,7 +238,7 @@ RERANK_FLAGS = {"--rerank", "--rerank-candidates", "--rerank-tokens", "--reranke
                 "--rerank-no-passage-margin", "--rerank-seed"}
 BEYOND_FLAGS = {"--retrieval-gate", "--gate-threshold", "--num-passages", "--max-context-doc-tokens", "--ensemble",
                 "--ensemble-temperature"}  # issue 10: gates, several passages, ensembles
-RESUME_FLAGS = ("--chunk-size", "--overwrite")
+RESUME_FLAGS = ("--chunk-size", "--overwrite", "--num-shards", "--shard-id")
 COMMAND_FLAGS = {
     "index": {"--corpus", "--index-dir", "--retriever", "--encoder", "--pooling", "--encoder-dtype", "--faiss-factory",
               "--words-per-passage"},

@@ -17,6 +17,7 @@ import torch
 from hf_ralm import RalmConfig
 from hf_ralm.reranking import PredictiveRerankLoss, RerankDataWriter, predictive_loss, rerank_metrics, train_reranker
 from hf_ralm.selection.predictive import PredictiveReranker
+from conftest import crashed_chunk
 from hf_ralm.records import TMP_PREFIX
 from hf_ralm.reranking.data import METADATA_FILE, read_rerank_records, text_rows
 from hf_ralm.selection.predictive import NO_PASSAGE_TEXT, argmax_first, choose_predictive
@@ -119,7 +120,7 @@ def test_resume_after_a_crash_mid_chunk(tmp_path):
     records = [make_record(i) for i in range(7)]
     writer = RerankDataWriter(folder, METADATA, chunk_size=3)
     writer.add(records[:4])  # one complete chunk; record 3 is buffered when the process "dies" (no close)
-    (folder / f"{TMP_PREFIX}00000003-00000006.json.gz").write_bytes(b"half")  # and a half-written chunk
+    crashed_chunk(folder, 3, 6)  # and a half-written chunk
     assert len(read_rerank_records(folder)[0]) == 3  # the reader ignores the leftover
 
     resumed = RerankDataWriter(folder, METADATA, chunk_size=3)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import hf_ralm.metrics
-from conftest import ARTICLES, write_jsonl
+from conftest import ARTICLES, crashed_chunk, write_jsonl
 from hf_ralm.cli import main
 from hf_ralm.modeling_utils import left_pad
 from hf_ralm.qa import (
@@ -346,7 +346,7 @@ def test_eval_qa_resume(tmp_path, tiny_model_dir, tiny_llama, tiny_tokenizer, ca
     assert len(lines) == 2
 
     # a crash in the middle of writing the next batch: its half-written chunk is dropped, the saved ones are kept
-    (out / "predictions" / ".tmp-chunk-00000002-00000004.json.gz").write_text('{"rows": [{"question": "what did')
+    crashed_chunk(out / "predictions", 2, 4)
     main(argv)
     second = json.loads(capsys.readouterr().out)
     assert second["num_resumed"] == 2 and second["num_questions"] == len(QUESTIONS)

@@ -18,9 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ARTICLES, EVAL_TEXT, write_jsonl
+from conftest import ARTICLES, EVAL_TEXT, crashed_chunk, write_jsonl
 from hf_ralm import RalmConfig
-from hf_ralm.records import TMP_PREFIX
 from hf_ralm.cli import main
 from hf_ralm.reranking import collect_rerank_data, load_rerank_data
 from hf_ralm.reranking.collect import retrieve_excluding_title, spread_windows
@@ -182,7 +181,7 @@ def test_resumed_collection_gives_the_uninterrupted_records(collected, setup, ti
     first = collect(setup, tiny_llama, tiny_tokenizer, folder, max_windows=2, chunk_size=2)
     assert (first["rows_written"], first["rows_total"]) == (2, 2)
     assert len({r["article"] for r in collected["records"][:3]}) == 1  # so it stopped inside the first article
-    (folder / f"{TMP_PREFIX}00001.json.gz").write_bytes(b"half")  # and a crash left a half-written chunk
+    crashed_chunk(folder, 2, 4)  # and a crash left a half-written chunk
     second = collect(setup, tiny_llama, tiny_tokenizer, folder, max_windows=7, chunk_size=2)
     assert (second["rows_resumed"], second["rows_written"]) == (2, 5)
     # a fresh clone elsewhere: the folder copied, nothing else kept; the run resumes there

@@ -11,7 +11,7 @@ import torch
 
 import hf_ralm.evaluation as evaluation
 import hf_ralm.records as records
-from conftest import EVAL_TEXT, make_tiny_model, write_jsonl
+from conftest import EVAL_TEXT, crashed_chunk, make_tiny_model, write_jsonl
 from hf_ralm import RalmConfig
 from hf_ralm.records import TMP_PREFIX
 from hf_ralm.cli import main
@@ -126,7 +126,7 @@ def test_keyboard_interrupt_leaves_complete_chunks_only(tmp_path, monkeypatch, t
     monkeypatch.undo()
 
     # a kill (SIGKILL) in the middle of a write leaves a temporary file: it is never read, and replaced
-    (tmp_path / "windows" / f"{TMP_PREFIX}{CHUNK:08d}-{2 * CHUNK:08d}.json.gz").write_text('[{"window": 5, "nl')
+    crashed_chunk(tmp_path / "windows", CHUNK, 2 * CHUNK)
     resumed = evaluate(tiny_llama, tiny_tokenizer, retriever, tmp_path)
     assert resumed.figures["num_resumed_windows"] == CHUNK and same_figures(resumed.figures, whole.figures)
     assert not list((tmp_path / "windows").glob(TMP_PREFIX + "*"))
@@ -155,14 +155,18 @@ def test_other_settings_are_refused_by_name_or_overwritten(change, named, tmp_pa
     assert same_figures(fresh.figures, evaluate(tiny_llama, tiny_tokenizer, **kwargs).figures)
 
 
-def test_settings_of_a_run_stopped_before_its_first_chunk_are_replaced(tmp_path, monkeypatch, tiny_llama,
-                                                                       tiny_tokenizer):
+def test_settings_of_a_run_stopped_before_its_first_chunk_are_compared_too(tmp_path, monkeypatch, tiny_llama,
+                                                                           tiny_tokenizer):
+    """The settings file is made once, by the first worker, and always compared: a worker of another configuration
+    that comes before the first chunk is saved is refused as well (overwrite starts afresh)."""
     interrupt_after(monkeypatch, 0)
     with pytest.raises(RuntimeError):
         evaluate(tiny_llama, tiny_tokenizer, None, tmp_path, max_doc_tokens=10)
     monkeypatch.undo()
-    assert saved_chunks(tmp_path) == []  # no record to mix with: other settings go ahead
-    assert evaluate(tiny_llama, tiny_tokenizer, None, tmp_path).figures["num_resumed_windows"] == 0
+    assert saved_chunks(tmp_path) == []
+    with pytest.raises(OutputFolderError, match="'max_doc_tokens': stored 10, given 12"):
+        evaluate(tiny_llama, tiny_tokenizer, None, tmp_path)
+    assert evaluate(tiny_llama, tiny_tokenizer, None, tmp_path, overwrite=True).figures["num_resumed_windows"] == 0
 
 
 def test_another_model_is_refused(tmp_path, tiny_llama, tiny_tokenizer):

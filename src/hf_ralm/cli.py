@@ -34,6 +34,7 @@ from contextlib import redirect_stdout
 from .configuration_ralm import RALM_FIELDS, RERANK_STRATEGIES, RETRIEVAL_GATES, RalmConfig, default_query_length
 from .data import load_dataset_text
 from .errors import NamesSettings
+from .utils.shards import Shard, is_writer
 from .qa import MAX_NEW_TOKENS
 from .reranking import collect_rerank_data, train_reranker
 from .resume import CHUNK_SIZE
@@ -78,6 +79,9 @@ FLAGS = {
     "eval_fraction": "--eval-fraction",
     "max_train_windows": "--max-train-windows",
     "eval_points": "--eval-points",
+    "num_shards": "--num-shards",
+    "shard_id": "--shard-id",
+    "output_dir": "--output-dir",
     "forbidden_titles": "--forbidden-titles",
     "exclude_titles": "--exclude-titles",
 }
@@ -235,7 +239,14 @@ FLAG_GROUPS: dict[str, dict[str, dict]] = {
                                       "most (default %(default)s)"},
         "--overwrite": {"action": "store_true",
                         "help": "start afresh, deleting the progress --output-dir holds (else a rerun resumes it, "
-                                "and refuses other settings)"},
+                                "and refuses other settings); refused while another worker writes there"},
+        FLAGS["num_shards"]: {"type": int,
+                              "help": "N workers share the run through --output-dir: worker --shard-id I computes "
+                                      "chunks I, I+N, ...; the worker that saves the last chunk writes the results, "
+                                      "and the same command without the flags merges them (default: from torchrun/"
+                                      "accelerate's RANK and WORLD_SIZE or a Slurm array's SLURM_ARRAY_TASK_ID and "
+                                      "SLURM_ARRAY_TASK_COUNT, else 1)"},
+        FLAGS["shard_id"]: {"type": int, "help": "this worker's shard, 0 to --num-shards - 1"},
     },
 }
 """The flags the commands share, by group; each group is a parent parser that a command takes whole or not at all
@@ -344,8 +355,9 @@ def _load_model(args, settings: dict, retriever: str, forbidden_titles=None):
         forbidden_titles=args.forbidden_titles if forbidden_titles is None else forbidden_titles, encoder=args.encoder,
         **settings, **model_kwargs,
     )
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    model.language_model.to(device)
+    local_rank = Shard.resolve().local_rank
+    gpu = "cuda" if local_rank is None else f"cuda:{local_rank}"  # one GPU per rank under torchrun / accelerate
+    model.language_model.to(args.device or (gpu if torch.cuda.is_available() else "cpu"))
     return model
 
 
@@ -386,8 +398,24 @@ def _report_extra(args, load_s: float) -> dict:
 
 
 def _resuming(args) -> dict:
-    """Where ``retrieve`` and ``eval-lm`` save their progress and how (:mod:`hf_ralm.resume`)."""
-    return {"output_dir": args.output_dir, "overwrite": args.overwrite, "chunk_size": args.chunk_size}
+    """Where ``retrieve`` and ``eval-lm`` save their progress, how, and which part of the run this worker does
+    (:mod:`hf_ralm.resume`, :mod:`hf_ralm.utils.shards`)."""
+    return {"output_dir": args.output_dir, "overwrite": args.overwrite, "chunk_size": args.chunk_size,
+            "num_shards": args.num_shards, "shard_id": args.shard_id}
+
+
+def _start_workers() -> Shard:
+    """This process's shard of the run (:class:`~hf_ralm.utils.shards.Shard`); under torchrun or accelerate with
+    more than one rank, the process group is started here (NCCL on GPUs, gloo on CPUs), so the ranks can meet before
+    rank 0 writes the merged results."""
+    shard = Shard.resolve()
+    if shard.launcher == "torchrun" and shard.count > 1:
+        import torch
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    return shard
 
 
 def run_retrieve(args) -> dict:
@@ -402,7 +430,8 @@ def run_retrieve(args) -> dict:
                                 max_eval_tokens=args.max_eval_tokens, reranker=model.reranker,
                                 batch_size=args.batch_size, report_extra=_report_extra(args, load_s),
                                 **_resuming(args))
-    result.save_retrieval_file(args.save_retrieval_file, model.tokenizer)
+    if result.figures["complete"] and is_writer():
+        result.save_retrieval_file(args.save_retrieval_file, model.tokenizer)
     return result.figures
 
 
@@ -413,7 +442,7 @@ def run_eval_lm(args) -> dict:
     result = model.evaluate_perplexity(text, retrieval_file=args.retrieval_file, max_eval_tokens=args.max_eval_tokens,
                                        batch_size=args.batch_size, reuse_prefix_kv=not args.no_prefix_kv_reuse,
                                        report_extra=_report_extra(args, load_s), **_resuming(args))
-    if args.save_retrieval_file:
+    if args.save_retrieval_file and result.figures["complete"] and is_writer():
         result.save_retrieval_file(args.save_retrieval_file, model.tokenizer)
     return result.figures
 
@@ -656,9 +685,17 @@ def run_train_reranker(args) -> dict:
 
 
 def _print_json(keys: tuple[str, ...] | None = None, indent: int | None = None):
-    """A printer of a command's result as JSON (only ``keys``, when given)."""
-    return lambda result, args: print(json.dumps(result if keys is None else {k: result[k] for k in keys},
-                                                 indent=indent))
+    """A printer of a command's result as JSON (only ``keys``, when given; all of a sharded run's worker that did
+    its part while others are not done)."""
+    def show(result, args) -> None:
+        partial = result.get("complete") is False
+        print(json.dumps(result if keys is None or partial else {k: result[k] for k in keys}, indent=indent))
+        if partial:
+            print(f"hf-ralm: this worker's part is done; {result['num_done_windows']} of {result['num_windows']} "
+                  "windows are in: the last worker to finish writes the results, or run the same command without "
+                  "--num-shards to merge them once all are in.", file=sys.stderr)
+
+    return show
 
 
 def _print_generations(result, args) -> None:
@@ -688,6 +725,8 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     args.command_line = shlex.join(["hf-ralm", *(sys.argv[1:] if argv is None else argv)])  # what reproduces a run
     run, show = COMMANDS[args.command]
+    if args.command in RESUMABLE:
+        _start_workers()
     try:
         show(run(args), args)
     except (ValueError, OSError, ImportError) as error:  # bad input: the library's message names the file or setting

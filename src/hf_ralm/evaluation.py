@@ -38,6 +38,7 @@ from .selection.policy import PassagePolicy
 from .selection.rerank import WindowRanker
 from .utils.atomic import write_json_atomic
 from .utils.checks import check_count
+from .utils.shards import Shard, distributed_barrier, is_writer
 from .windows import Window
 
 
@@ -107,6 +108,8 @@ def evaluate_retrieval(
     overwrite: bool = False,
     chunk_size: int = CHUNK_SIZE,
     report_extra: dict | None = None,
+    num_shards: int | None = None,
+    shard_id: int | None = None,
 ) -> RalmEvalResult:
     """Tokens, windows, queries, passages and the passage each window puts in context (``hf-ralm retrieve``).
 
@@ -131,7 +134,8 @@ def evaluate_retrieval(
     return _evaluate(model, tokenizer, text_or_ids, retriever, config, retrieval_file=retrieval_file,
                      max_eval_tokens=max_eval_tokens, batch_size=batch_size, reuse_prefix_kv=reuse_prefix_kv,
                      show_progress=show_progress, reranker=reranker, output_dir=output_dir, overwrite=overwrite,
-                     chunk_size=chunk_size, report_extra=report_extra, scored=False)
+                     chunk_size=chunk_size, report_extra=report_extra, num_shards=num_shards, shard_id=shard_id,
+                     scored=False)
 
 
 def gate_settings(config: RalmConfig) -> dict:
@@ -181,6 +185,8 @@ def evaluate_perplexity(
     overwrite: bool = False,
     chunk_size: int = CHUNK_SIZE,
     report_extra: dict | None = None,
+    num_shards: int | None = None,
+    shard_id: int | None = None,
 ) -> RalmEvalResult:
     """In-Context RALM perplexity of a text (or of token ids) under the paper's conventions.
 
@@ -207,12 +213,13 @@ def evaluate_perplexity(
     return _evaluate(model, tokenizer, text_or_ids, retriever, config, retrieval_file=retrieval_file,
                      max_eval_tokens=max_eval_tokens, batch_size=batch_size, reuse_prefix_kv=reuse_prefix_kv,
                      show_progress=show_progress, reranker=reranker, output_dir=output_dir, overwrite=overwrite,
-                     chunk_size=chunk_size, report_extra=report_extra, scored=True)
+                     chunk_size=chunk_size, report_extra=report_extra, num_shards=num_shards, shard_id=shard_id,
+                     scored=True)
 
 
 def _evaluate(model, tokenizer, text_or_ids, retriever, config: RalmConfig, *, retrieval_file, max_eval_tokens,
               batch_size, reuse_prefix_kv, show_progress, reranker, output_dir, overwrite, chunk_size, report_extra,
-              scored) -> RalmEvalResult:
+              num_shards, shard_id, scored) -> RalmEvalResult:
     """:func:`evaluate_retrieval` (``scored=False``) and :func:`evaluate_perplexity`: the windows in chunks, each
     chunk's records saved in ``output_dir`` and the saved ones resumed."""
     check_count("chunk_size", chunk_size)
@@ -230,30 +237,45 @@ def _evaluate(model, tokenizer, text_or_ids, retriever, config: RalmConfig, *, r
     run = _Evaluation(model, tokenizer, plan, config, PassagePolicy(config, retriever, reranker) if chooses else None,
                       retrievals, batch_size, reuse_prefix_kv, scored, show_progress, timings)
 
+    shard = Shard.resolve(num_shards, shard_id)
+    if shard.count > 1 and output_dir is None:
+        raise SettingError(f"{shard.count} workers ({shard.launcher}) share a run through its "
+                           f"{setting('output_dir')}: give one.")
     writer = None
     if output_dir is not None:
         settings = run_settings(model=model, tokenizer=tokenizer, ids=plan.ids, retriever=retriever, config=config,
                                 retrieval_file=retrieval_file, max_length=plan.max_length, batch_size=batch_size,
                                 reuse_prefix_kv=reuse_prefix_kv, scored=scored, chunk_size=chunk_size)
-        if overwrite:
+        if overwrite and is_writer():
             Path(output_dir, EVAL_FILE).unlink(missing_ok=True)
-        writer = WindowRecordWriter(Path(output_dir, RECORDS_DIR), settings, chunk_size=chunk_size,
-                                    overwrite=overwrite)
-    resumed = writer.saved_records() if writer else []
+            WindowRecordWriter.remove(Path(output_dir, RECORDS_DIR))
+        distributed_barrier()  # under torchrun, rank 0 has overwritten before any rank opens the folder
+        writer = WindowRecordWriter(Path(output_dir, RECORDS_DIR), settings, chunk_size=chunk_size)
     state = _WindowState(plan.windows, len(plan.ids))
-    for record in resumed:
-        state.apply(record)
-    with writer or nullcontext(), tqdm(total=len(plan.windows), initial=len(resumed), unit="win",
+    read = state.apply_all(writer.saved_records() if writer else [])
+    done = set(writer.ranges()) if writer else set()
+    todo = [chunk for k, chunk in enumerate(plan.chunks(chunk_size))
+            if shard.takes(k) and (chunk[0].index, chunk[-1].index + 1) not in done]
+    with writer or nullcontext(), tqdm(total=len(plan.windows), initial=read, unit="win",
                                        disable=not show_progress, desc="Evaluating" if scored else "Retrieving") as bar:
-        for chunk in plan.chunks(chunk_size, start=len(resumed)):
+        for chunk in todo:
             # the stages' own bars show each window of the chunk under this one, and vanish with the chunk
             records = run.chunk_records(chunk, state)
-            for record in records:
-                state.apply(record)
+            state.apply_all(records)
             if writer:
-                writer.add(records)
+                writer.save(chunk[0].index, records)
             bar.update(len(chunk))
-
+    if writer and shard.count > 1:  # the other workers' chunks: all of them once the last is in
+        distributed_barrier()
+        writer.refresh()
+        state.apply_all(writer.saved_records())
+    computed = sum(len(chunk) for chunk in todo)
+    if not state.complete():
+        return RalmEvalResult(
+            figures={"complete": False, "num_windows": len(plan.windows), "num_done_windows": state.num_done(),
+                     "shard": f"{shard.index} of {shard.count} ({shard.launcher})", "num_computed_windows": computed},
+            ids=plan.ids, token_nlls=None, token_windows=None, windows=plan.windows, queries=plan.queries,
+            passages=state.passages, chosen=state.chosen, ranking_nlls=state.ranking_nlls, timings=timings)
     windows = plan.windows
     retrieving = retrieval_file is not None or retriever is not None
     num_retrievals = sum(1 for w in windows if w.has_retrieval) if retrieving else 0
@@ -261,10 +283,11 @@ def _evaluate(model, tokenizer, text_or_ids, retriever, config: RalmConfig, *, r
     rerank = (retrievals and retrievals.rerank) or config.rerank
     gate = (retrievals and retrievals.gate) or gate_settings(config)
     figures = {
+        "complete": True,
         "num_tokens": len(plan.ids),
         "num_words": plan.num_words,
         "num_windows": len(windows),
-        "num_resumed_windows": len(resumed),
+        "num_resumed_windows": len(plan.windows) - computed,  # read back, not computed in this process
         "num_retrievals": num_retrievals,
         "num_windows_with_passage": with_passage,
         "num_empty_retrievals": num_retrievals - with_passage,
@@ -285,18 +308,18 @@ def _evaluate(model, tokenizer, text_or_ids, retriever, config: RalmConfig, *, r
         figures["rerank_candidates"] = config.rerank_candidates
     scored_all = state.all_scored()
     if scored:
-        computed = sum(w.num_scored for w in windows[len(resumed):])
+        scored_here = sum(w.num_scored for chunk in todo for w in chunk)
         seconds = timings["scoring_s"] + timings["rerank_s"]  # reranking may have scored the windows already
         figures = {**perplexity_figures(float(state.nlls[1:].sum()), len(plan.ids),
                                         sum(w.num_scored for w in windows), plan.num_words),
-                   **figures, "scored_tokens_per_s": computed / seconds if seconds else None}
+                   **figures, "scored_tokens_per_s": scored_here / seconds if seconds else None}
     gated = gate.get("retrieval_gate", "always") != "always"
     result = RalmEvalResult(
         figures=figures, ids=plan.ids, token_nlls=state.nlls if scored_all else None,
         token_windows=state.token_windows if scored_all else None, windows=windows, queries=plan.queries,
         passages=state.passages, chosen=state.chosen, ranking_nlls=state.ranking_nlls, timings=timings,
         gate_scores=state.gate_scores if gated else None, context_size=max(config.num_passages, config.ensemble_size))
-    if output_dir is not None:
+    if output_dir is not None and is_writer():
         extra = dict(report_extra or {})
         extra_timings = extra.pop("timings", {})
         write_json_atomic(os.path.join(output_dir, EVAL_FILE), {**figures, **extra,
@@ -316,9 +339,11 @@ class _WindowState:
         self.nlls = torch.full((num_tokens,), float("nan"), dtype=torch.float64)
         self.token_windows = torch.full((num_tokens,), -1, dtype=torch.long)
         self.windows = windows
+        self.done: set[int] = set()
 
     def apply(self, record: WindowRecord) -> None:
         w = self.windows[record.window]
+        self.done.add(w.index)
         self.passages[w.index] = record.passages
         self.chosen[w.index] = record.chosen
         self.ranking_nlls[w.index] = record.ranking_nlls
@@ -326,6 +351,20 @@ class _WindowState:
         if record.nlls is not None:
             self.nlls[w.score_begin : w.end] = torch.tensor(record.nlls, dtype=torch.float64)
             self.token_windows[w.score_begin : w.end] = w.index
+
+    def apply_all(self, records: Sequence[WindowRecord]) -> int:
+        """Apply ``records``; how many there were."""
+        for record in records:
+            self.apply(record)
+        return len(records)
+
+    def num_done(self) -> int:
+        """The windows whose record is in."""
+        return len(self.done)
+
+    def complete(self) -> bool:
+        """Whether every window's record is in."""
+        return len(self.done) == len(self.windows)
 
     def all_scored(self) -> bool:
         return bool((self.token_windows[1:] >= 0).all())

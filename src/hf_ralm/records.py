@@ -11,11 +11,14 @@ A folder::
                                          "git_commit": C} (S: what they took to compute)
       .tmp-chunk-00000064-...            a chunk being written, or left by a crash: never read, replaced
 
-Each chunk is written under its temporary name, flushed to disk (fsync) and renamed once complete, so only complete
-chunks are ever visible. The settings are compared when a folder is opened again: other settings are refused,
-naming what differs (two runs never mix). The ``reproduce`` part is written when the folder gets its first records and
-never compared, since a run may be resumed from another checkout, command line or machine. A record type (a
-dataclass) makes the rows typed: they are saved as dicts and read back as instances; floats keep all their digits.
+Each chunk is written under a temporary name of its own writer (``.tmp-chunk-<range>.json.gz.<host>-<pid>``), flushed
+to disk (fsync) and renamed once complete, so only complete chunks are ever visible, and several workers can write
+chunks of one run into one folder (:meth:`RecordStore.save` at any range; a reader accepts gaps). The settings file is
+created exclusively (the first worker's) and always compared when a folder is opened: other settings are refused,
+naming what differs (two configurations never mix). The ``reproduce`` part is written with it and never compared,
+since a run may be resumed from another checkout, command line or machine. ``overwrite`` deletes a folder's records,
+and is refused while another live worker is writing a chunk there. A record type (a dataclass) makes the rows typed:
+they are saved as dicts and read back as instances; floats keep all their digits.
 
 Example:
     >>> import tempfile
@@ -41,10 +44,11 @@ import json
 import os
 import re
 import shutil
+import socket
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Sequence
 
 from .errors import OutputFolderError, setting
 from .utils.atomic import write_durably, write_json_atomic
@@ -59,18 +63,19 @@ _CHUNK_NAME = re.compile(rf"^{CHUNK_PREFIX}(\d{{8}})-(\d{{8}}){re.escape(CHUNK_S
 
 
 class RecordStore:
-    """Appends records to ``folder`` in complete chunks of ``chunk_size`` (see the module docstring).
+    """Records in ``folder``, in complete chunks of ``chunk_size`` (see the module docstring).
 
-    Opening a folder that holds records of the same ``settings`` resumes it (``num_done`` records in ``num_chunks``
-    chunks, read back with :meth:`rows`); other settings are refused with an
+    Opening a folder that holds the same ``settings`` resumes it (``num_done`` records in ``num_chunks`` chunks, read
+    back with :meth:`rows`, at :meth:`ranges`); other settings are refused with an
     :class:`~hf_ralm.errors.OutputFolderError` naming the settings that differ, and a folder holding other files
     with a ``FileExistsError``, unless ``overwrite=True``, which deletes the folder's chunks and settings first (and
-    nothing else). ``reproduce`` (how the run was started, e.g. :func:`~hf_ralm.utils.provenance.provenance`) is
-    stored beside the settings when the folder has no records yet and kept as it is when it has. A subclass sets
-    ``record_type`` (a dataclass: records are saved as its fields, or its ``to_row()``, and read back as instances,
-    or with its ``from_row(row)``), ``settings_file`` and
-    ``what`` (what the records are, in messages), and may check records (:meth:`prepare_row`) and settings
-    (:meth:`normalise_settings`).
+    nothing else; refused while another worker writes there). ``reproduce`` (how the run was started, e.g.
+    :func:`~hf_ralm.utils.provenance.provenance`) is stored beside the settings by the run that creates the folder.
+    Records are added in order (:meth:`add`, buffered into chunks) or saved as a chunk at a given position
+    (:meth:`save`: what the workers of a sharded run do). A subclass sets ``record_type`` (a dataclass: records are
+    saved as its fields, or its ``to_row()``, and read back as instances, or with its ``from_row(row)``),
+    ``settings_file`` and ``what`` (what the records are, in messages), and may check records (:meth:`prepare_row`)
+    and settings (:meth:`normalise_settings`).
     """
 
     settings_file: ClassVar[str] = "settings.json"
@@ -89,29 +94,33 @@ class RecordStore:
         self._closed = False
 
         settings_path = self.folder / self.settings_file
-        stored_reproduce = None
         if overwrite:
             self.remove(self.folder)
-        elif settings_path.is_file():
-            if self.complete_chunks(self.folder):  # no records yet: nothing to mix, the new settings replace them
-                stored_reproduce = self._check_same_settings()
-        elif self.folder.is_dir() and any(self.folder.iterdir()):
+        elif not settings_path.is_file() and self.folder.is_dir() and any(self.folder.iterdir()):
             raise FileExistsError(
                 f"{self.folder} is not empty and has no {self.settings_file}, so it is not a {self.what} folder: "
                 "write to a new or empty folder, or overwrite (--overwrite, overwrite=True) to write there anyway.")
         self.folder.mkdir(parents=True, exist_ok=True)
-        for leftover in self.folder.glob(TMP_PREFIX + "*"):  # chunks a crash left half written
+        for leftover in _dead_leftovers(self.folder):  # chunks a crashed writer of this machine left half written
             _remove_path(leftover)
-        self.reproduce = stored_reproduce if stored_reproduce is not None else \
-            (None if reproduce is None else as_json(reproduce, "reproduce"))
-        stored = self.settings if self.reproduce is None else {**self.settings, REPRODUCE_KEY: self.reproduce}
-        write_json_atomic(str(settings_path), stored)
+        stored = self.settings if reproduce is None else {**self.settings, REPRODUCE_KEY: as_json(reproduce,
+                                                                                                  "reproduce")}
+        if not _create_exclusively(settings_path, stored):  # another run (or worker) made the folder: same settings?
+            self.reproduce = self._check_same_settings()
+        else:
+            self.reproduce = stored.get(REPRODUCE_KEY)
         self._last_save = time.perf_counter()
+        self._saved = {_range_of(path): [self._typed(row) for row in self.read_chunk_file(path)["rows"]]
+                       for path in self.complete_chunks(self.folder)}
 
-        chunks = self.complete_chunks(self.folder)
-        self._saved = [self._typed(row) for chunk in chunks for row in self.read_chunk_file(chunk)["rows"]]
-        self.num_chunks = len(chunks)
-        self.num_done = len(self._saved)
+    @property
+    def num_done(self) -> int:
+        """How many records the folder holds (its gaps not counted)."""
+        return sum(stop - start for start, stop in self._saved)
+
+    @property
+    def num_chunks(self) -> int:
+        return len(self._saved)
 
     # what a subclass may change ----------------------------------------------------------------------------------
 
@@ -129,7 +138,8 @@ class RecordStore:
     # writing -----------------------------------------------------------------------------------------------------
 
     def add(self, rows: Any | Iterable[Any]) -> None:
-        """Buffers ``rows`` (one record, or several), saving a chunk whenever ``chunk_size`` are buffered."""
+        """Buffers ``rows`` (one record, or several) after the last saved ones, saving a chunk whenever
+        ``chunk_size`` are buffered."""
         if self._closed:
             raise RuntimeError(f"This store of {self.folder} is closed: open a new {type(self).__name__} to add rows.")
         one = isinstance(rows, Mapping) or dataclasses.is_dataclass(rows)
@@ -157,24 +167,36 @@ class RecordStore:
         self.close()
 
     def _flush(self) -> None:
-        if not self._buffer:
+        if self._buffer:
+            start = max((stop for _, stop in self._saved), default=0)
+            self.save(start, self._buffer, prepared=True)
+            self._buffer = []
+
+    def save(self, start: int, rows: Sequence[Any], *, prepared: bool = False, **info: Any) -> None:
+        """Saves ``rows`` as the chunk of records ``[start, start + len(rows))`` (written under this writer's own
+        temporary name, fsynced, renamed); ``info`` goes into the chunk file beside ``rows``, ``seconds`` (the time
+        since the store's previous save, or its opening) and ``git_commit``.
+
+        Example::
+
+            store.save(256, records_of_windows_256_to_511, batch_size=8)   # a worker's chunk of a sharded run
+        """
+        rows = list(rows) if prepared else [self.prepare_row(row) for row in rows]
+        if not rows:
             return
-        start, stop = self.num_done, self.num_done + len(self._buffer)
-        name = f"{start:08d}-{stop:08d}{CHUNK_SUFFIX}"
+        span = (start, start + len(rows))
+        name = f"{span[0]:08d}-{span[1]:08d}{CHUNK_SUFFIX}"
         now = time.perf_counter()
-        chunk = {"rows": self._buffer, "seconds": now - self._last_save, "git_commit": self._git_commit}
+        chunk = {"rows": rows, "seconds": now - self._last_save, "git_commit": self._git_commit, **info}
         data = json.dumps(chunk, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
         def write(path: Path) -> None:
             with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as f:
                 f.write(data)
 
-        write_durably(self.folder / (CHUNK_PREFIX + name), write, self.folder / (TMP_PREFIX + name))
+        write_durably(self.folder / (CHUNK_PREFIX + name), write, self.folder / f"{TMP_PREFIX}{name}.{_WORKER}")
         self._last_save = now
-        self._saved.extend(self._typed(row) for row in self._buffer)
-        self.num_done = stop
-        self.num_chunks += 1
-        self._buffer = []
+        self._saved[span] = [self._typed(row) for row in rows]
 
     @functools.cached_property
     def _git_commit(self) -> str | None:
@@ -185,8 +207,23 @@ class RecordStore:
     # reading -----------------------------------------------------------------------------------------------------
 
     def rows(self) -> list[Any]:
-        """Every saved record, in writing order (``record_type`` instances when the store has one)."""
-        return list(self._saved)
+        """Every saved record, in order of position (``record_type`` instances when the store has one)."""
+        return [row for span in sorted(self._saved) for row in self._saved[span]]
+
+    def items(self) -> list[tuple[tuple[int, int], list[Any]]]:
+        """Every saved chunk's ``[start, stop)`` and records, in order."""
+        return [(span, list(self._saved[span])) for span in sorted(self._saved)]
+
+    def ranges(self) -> list[tuple[int, int]]:
+        """The ``[start, stop)`` of every saved chunk, in order (a sharded run's may have gaps)."""
+        return sorted(self._saved)
+
+    def refresh(self) -> None:
+        """Reads the chunks other workers saved since this store was opened (or last refreshed)."""
+        for path in self.complete_chunks(self.folder):
+            span = _range_of(path)
+            if span not in self._saved:
+                self._saved[span] = [self._typed(row) for row in self.read_chunk_file(path)["rows"]]
 
     def _typed(self, row: dict[str, Any]) -> Any:
         if self.record_type is None:
@@ -196,23 +233,21 @@ class RecordStore:
 
     @staticmethod
     def read_chunk_file(path: str | os.PathLike) -> dict[str, Any]:
-        """A chunk file's contents: ``rows``, ``seconds`` and ``git_commit``."""
+        """A chunk file's contents: ``rows``, ``seconds``, ``git_commit`` and what its writer added."""
         with gzip.open(path, "rt", encoding="utf-8") as f:
             return json.load(f)
 
     @classmethod
     def complete_chunks(cls, folder: str | os.PathLike) -> list[Path]:
-        """The complete chunks of ``folder``, in writing order (temporary leftovers are not among them)."""
+        """The complete chunks of ``folder``, in order of position (temporary leftovers are not among them)."""
         folder = Path(folder)
         if not folder.is_dir():
             return []
-        chunks = [path for path in folder.iterdir() if _CHUNK_NAME.match(path.name)]
-        return sorted(chunks, key=lambda path: int(_CHUNK_NAME.match(path.name).group(1)))
+        return sorted((path for path in folder.iterdir() if _CHUNK_NAME.match(path.name)), key=_range_of)
 
     @classmethod
     def read_rows(cls, folder: str | os.PathLike) -> list[dict[str, Any]]:
-        """The records of a folder's complete chunks, in writing order, as saved (without opening the folder for
-        writing: its settings file is left as it is)."""
+        """The records of a folder's complete chunks, in order, as saved (without opening the folder for writing)."""
         return [row for chunk in cls.complete_chunks(folder) for row in cls.read_chunk_file(chunk)["rows"]]
 
     @classmethod
@@ -229,10 +264,17 @@ class RecordStore:
 
     @classmethod
     def remove(cls, folder: str | os.PathLike) -> None:
-        """Deletes what a store put in ``folder`` (and nothing else the user may keep there)."""
+        """Deletes what a store put in ``folder`` (and nothing else the user may keep there); an
+        :class:`~hf_ralm.errors.OutputFolderError` while another live worker is writing a chunk there."""
         folder = Path(folder)
         if not folder.is_dir():
             return
+        busy = _live_writers(folder)
+        if busy:
+            raise OutputFolderError(
+                f"{folder} is being written by another worker ({', '.join(busy)} is writing a chunk there): "
+                "overwriting now would delete its work under it. Stop that worker first, or, to force it, delete "
+                f"the folder by hand (rm -r {folder}).")
         for path in cls.complete_chunks(folder) + list(folder.glob(TMP_PREFIX + "*")):
             _remove_path(path)
         (folder / cls.settings_file).unlink(missing_ok=True)
@@ -250,6 +292,70 @@ class RecordStore:
                 "write to another folder, or overwrite (--overwrite, overwrite=True) to delete its "
                 f"{self.what} and start afresh.")
         return reproduce
+
+
+_WORKER = f"{socket.gethostname()}-{os.getpid()}"
+"""This process, as its temporary chunk files name it."""
+
+
+def _range_of(path: Path) -> tuple[int, int]:
+    match = _CHUNK_NAME.match(path.name)
+    return int(match.group(1)), int(match.group(2))
+
+
+def _temporary_writer(path: Path) -> tuple[str, int] | None:
+    """``(host, pid)`` of the worker a temporary chunk file belongs to (``None`` for one without its writer's
+    name)."""
+    match = re.search(r"\.json\.gz\.(.+)-(\d+)$", path.name)
+    return (match.group(1), int(match.group(2))) if match else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _dead_leftovers(folder: Path) -> list[Path]:
+    """The temporary chunk files of writers of this machine that are no longer running (a crash's leftovers)."""
+    host = socket.gethostname()
+    leftovers = []
+    for path in folder.glob(TMP_PREFIX + "*"):
+        writer = _temporary_writer(path)
+        if writer is not None and writer[0] == host and not _alive(writer[1]):
+            leftovers.append(path)
+    return leftovers
+
+
+def _live_writers(folder: Path) -> list[str]:
+    """The workers other than this process writing a chunk in ``folder`` now: of this machine, running; of another,
+    whose temporary file changed in the last ten minutes."""
+    host, busy = socket.gethostname(), []
+    for path in folder.glob(TMP_PREFIX + "*"):
+        writer = _temporary_writer(path)
+        if writer is None or (writer[0] == host and writer[1] == os.getpid()):
+            continue
+        live = _alive(writer[1]) if writer[0] == host else time.time() - path.stat().st_mtime < 600
+        if live:
+            busy.append(f"{writer[0]}:{writer[1]}")
+    return busy
+
+
+def _create_exclusively(path: Path, content: Mapping[str, Any]) -> bool:
+    """Writes ``content`` as the JSON file ``path`` (durably) unless it exists; whether it did."""
+    tmp = path.with_name(f".tmp-{path.name}.{_WORKER}")
+    write_json_atomic(str(tmp), content)
+    try:
+        os.link(tmp, path)  # atomic, and fails when another worker created it first
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def as_json(mapping: Mapping[str, Any], what: str) -> dict[str, Any]:

@@ -105,13 +105,15 @@ class WindowRecordWriter(RecordStore):
     what = "window records"
     record_type = WindowRecord
 
-    def saved_records(self) -> list["WindowRecord"]:
-        """The records of the complete chunks, window 0 first; an :class:`~hf_ralm.errors.OutputFolderError` when
-        they are not the windows 0, 1, ... in order (a folder edited by hand)."""
-        records = self.rows()
-        for i, record in enumerate(records):
-            if record.window != i:
-                raise OutputFolderError(f"{self.folder} holds a record of window {record.window} where window {i}'s "
-                                        "should be: the folder was altered; overwrite (--overwrite, overwrite=True) "
-                                        "to start afresh.")
+    def saved_records(self) -> list[WindowRecord]:
+        """The records of the complete chunks, in window order (a sharded run's may have gaps); an
+        :class:`~hf_ralm.errors.OutputFolderError` when a chunk does not hold the windows its name says (a folder
+        altered by hand)."""
+        records = []
+        for (start, stop), rows in self.items():
+            if [record.window for record in rows] != list(range(start, stop)):
+                raise OutputFolderError(f"{self.folder} holds a chunk named for windows {start} to {stop - 1} that "
+                                        f"holds the records of windows {[r.window for r in rows][:3]}...: the folder "
+                                        "was altered; overwrite (--overwrite, overwrite=True) to start afresh.")
+            records.extend(rows)
         return records

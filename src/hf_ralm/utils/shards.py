@@ -1,0 +1,89 @@
+"""Which part of a run this process does when many workers share it: worker ``index`` of ``count`` takes the chunks
+``index, index + count, ...`` of the run's one plan (:meth:`Shard.takes`). The shard comes from the arguments
+(``--num-shards N --shard-id I``), else from what launched the process: ``torchrun`` and ``accelerate launch`` set
+``RANK`` and ``WORLD_SIZE`` (and ``LOCAL_RANK``, the GPU of the process on its machine), a Slurm job array sets
+``SLURM_ARRAY_TASK_ID`` and ``SLURM_ARRAY_TASK_COUNT`` (counted from ``SLURM_ARRAY_TASK_MIN``); else one worker does
+it all.
+
+Example:
+    >>> Shard.resolve(num_shards=4, shard_id=1).takes(5), Shard.resolve(environ={}).count
+    (True, 1)
+    >>> Shard.resolve(environ={"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"})
+    Shard(index=1, count=2, launcher='torchrun', local_rank=1)
+    >>> Shard.resolve(environ={"SLURM_ARRAY_TASK_ID": "7", "SLURM_ARRAY_TASK_MIN": "5", "SLURM_ARRAY_TASK_COUNT": "4"})
+    Shard(index=2, count=4, launcher='slurm array', local_rank=None)
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Mapping
+
+from ..errors import SettingError, setting
+from .checks import check_count
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Worker ``index`` of ``count`` (``launcher``: what says so; ``local_rank``: the process's GPU on its machine,
+    under torchrun or accelerate)."""
+
+    index: int = 0
+    count: int = 1
+    launcher: str = "one process"
+    local_rank: int | None = None
+
+    def takes(self, chunk: int) -> bool:
+        """Whether this worker computes chunk number ``chunk``."""
+        return chunk % self.count == self.index
+
+    @classmethod
+    def resolve(cls, num_shards: int | None = None, shard_id: int | None = None,
+                environ: Mapping[str, str] | None = None) -> "Shard":
+        """The shard of the arguments when given (``shard_id`` is then needed with more than one shard), else of the
+        environment (``os.environ`` by default; see the module docstring)."""
+        environ = os.environ if environ is None else environ
+        if num_shards is not None or shard_id is not None:
+            check_count("num_shards", 1 if num_shards is None else num_shards)
+            count = 1 if num_shards is None else num_shards
+            if shard_id is None and count > 1:
+                raise SettingError(f"{setting('num_shards')}={count} needs {setting('shard_id')}: which of the "
+                                   f"{count} shards this worker computes (0 to {count - 1}).")
+            index = shard_id or 0
+            if not 0 <= index < count:
+                raise SettingError(f"{setting('shard_id')} must be from 0 to {count - 1} ({setting('num_shards')}="
+                                   f"{count}), got {index}.")
+            return cls(index, count, "arguments")
+        if "WORLD_SIZE" in environ and "RANK" in environ:
+            local = environ.get("LOCAL_RANK")
+            return cls(int(environ["RANK"]), int(environ["WORLD_SIZE"]), "torchrun",
+                       None if local is None else int(local))
+        if "SLURM_ARRAY_TASK_ID" in environ and "SLURM_ARRAY_TASK_COUNT" in environ:
+            first = int(environ.get("SLURM_ARRAY_TASK_MIN", "0"))
+            return cls(int(environ["SLURM_ARRAY_TASK_ID"]) - first, int(environ["SLURM_ARRAY_TASK_COUNT"]),
+                       "slurm array")
+        return cls()
+
+
+def distributed_barrier() -> bool:
+    """Wait for every rank when ``torch.distributed`` is initialized (a ``torchrun`` run); whether there were ranks
+    to wait for."""
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return False
+    if not (dist.is_available() and dist.is_initialized()):
+        return False
+    dist.barrier()
+    return True
+
+
+def is_writer() -> bool:
+    """Whether this process writes a run's merged outputs: rank 0 under ``torch.distributed``, else any (the writes
+    are atomic and give the same file whoever makes them)."""
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return True
+    return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
