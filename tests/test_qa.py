@@ -14,6 +14,7 @@ import hf_ralm.metrics
 from conftest import ARTICLES, crashed_chunk, write_jsonl
 from hf_ralm.cli import main
 from hf_ralm.modeling_utils import left_pad
+from hf_ralm.records import RecordStore
 from hf_ralm.qa import (
     build_qa_prompt,
     exact_match,
@@ -367,6 +368,35 @@ def test_eval_qa_resume(tmp_path, tiny_model_dir, tiny_llama, tiny_tokenizer, ca
     other = write_jsonl(tmp_path / "other.jsonl", [{"question": "something else", "answers": ["x"], "ctxs": []}])
     err = fail(capsys, qa_argv(tiny_model_dir, other, out, "--use-ctxs", "--num-docs", "2"))
     assert "another questions file" in err
+
+
+def test_eval_qa_shards(tmp_path, tiny_model_dir, tiny_llama, tiny_tokenizer, capsys):
+    """Two workers share a run (batches of 2: worker 0 answers questions 0, 1 and 4, worker 1 questions 2 and 3);
+    the last to finish writes the results, and a run without shards, with another batch size, completes one."""
+    passages = [q["ctxs"][:1] for q in QUESTIONS]
+    questions, predicted, rows = qa_files(tmp_path, tiny_llama, tiny_tokenizer, passages)
+    out = tmp_path / "shards"
+    argv = qa_argv(tiny_model_dir, questions, out, "--use-ctxs")
+    main(argv + ["--num-shards", "2", "--shard-id", "1"])
+    partial = json.loads(capsys.readouterr().out)
+    assert partial["complete"] is False and partial["num_answered"] == 2 and partial["shard"] == "1 of 2 (arguments)"
+    assert not (out / "predictions.jsonl").exists()
+    main(argv + ["--num-shards", "2", "--shard-id", "0"])
+    done = json.loads(capsys.readouterr().out)
+    assert done["num_questions"] == len(QUESTIONS) and done["num_resumed"] == 2
+    check_run(out, rows, predicted, passages)
+
+    # worker 1's part, then a run without shards whose one batch of 5 would cover it: it answers 0-1 and 4 only
+    out = tmp_path / "merge"
+    argv = qa_argv(tiny_model_dir, questions, out, "--use-ctxs")
+    main(argv + ["--num-shards", "2", "--shard-id", "1"])
+    capsys.readouterr()
+    main(argv + ["--batch-size", "5"])
+    merged = json.loads(capsys.readouterr().out)
+    assert merged["num_resumed"] == 2 and merged["num_questions"] == len(QUESTIONS)
+    check_run(out, rows, predicted, passages)
+    assert RecordStore(out / "predictions", RecordStore.read_settings(out / "predictions")[0]).ranges() == \
+        [(0, 2), (2, 4), (4, 5)]
 
 
 def fail(capsys, argv) -> str:

@@ -240,6 +240,8 @@ FLAG_GROUPS: dict[str, dict[str, dict]] = {
         "--overwrite": {"action": "store_true",
                         "help": "start afresh, deleting the progress --output-dir holds (else a rerun resumes it, "
                                 "and refuses other settings); refused while another worker writes there"},
+    },
+    "workers": {
         FLAGS["num_shards"]: {"type": int,
                               "help": "N workers share the run through --output-dir: worker --shard-id I computes "
                                       "chunks I, I+N, ...; the worker that saves the last chunk writes the results, "
@@ -267,7 +269,8 @@ def build_parser() -> argparse.ArgumentParser:
     model, retriever, windows, passages = (_parent(title) for title in ("model", "retriever", "RALM settings",
                                                                         "passages in context"))
     dataset, batch, output, rerank = (_parent(title) for title in ("dataset", "batching", "output", "reranking"))
-    gate, several, resuming = _parent("retrieval gate"), _parent("several passages"), _parent("resuming")
+    gate, several, resuming, workers = (_parent(title) for title in
+                                        ("retrieval gate", "several passages", "resuming", "workers"))
     parser = _Parser(prog="hf-ralm", description="In-Context RALM for Hugging Face causal LMs.")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -288,18 +291,19 @@ def build_parser() -> argparse.ArgumentParser:
     retrieve = sub.add_parser("retrieve", help="write a retrieval file (with --rerank or --retrieval-gate: also the "
                                                "choices, ranking NLLs and gate scores)",
                               parents=[model, retriever, windows, passages, several, rerank, gate, dataset, batch,
-                                       output, resuming])
+                                       output, resuming, workers])
     retrieve.add_argument("--save-retrieval-file", help="write the retrievals to this file (required)")
 
     eval_lm = sub.add_parser("eval-lm", help="perplexity", parents=[model, retriever, windows, passages, several,
-                                                                    rerank, gate, dataset, batch, output, resuming])
+                                                                    rerank, gate, dataset, batch, output, resuming,
+                                                                    workers])
     eval_lm.add_argument("--retrieval-file", help="reuse passages from this retrieval file (paper's JSON format)")
     eval_lm.add_argument("--save-retrieval-file", help="write the retrievals to this file")
     eval_lm.add_argument("--no-prefix-kv-reuse", action="store_true",
                          help="recompute every window in full instead of reusing a shared passage's keys/values")
 
     _add_generate(sub, parents=[model, retriever, windows, passages, several, rerank, gate, batch])
-    _add_eval_qa(sub, parents=[model, retriever, batch, output])
+    _add_eval_qa(sub, parents=[model, retriever, batch, output, workers])
     _add_rerank_data(sub, parents=[model, retriever, windows, passages, batch])
     _add_train_reranker(sub)
     parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
@@ -561,7 +565,8 @@ def run_eval_qa(args) -> dict:
     return evaluate_qa(model.language_model, model.tokenizer, examples, retriever=model.retriever,
                        num_docs=num_docs, use_ctxs=args.use_ctxs, batch_size=args.batch_size,
                        max_new_tokens=args.max_new_tokens, max_length=args.max_length, output_dir=args.output_dir,
-                       settings=settings, report_extra=_report_extra(args, load_s))
+                       settings=settings, report_extra=_report_extra(args, load_s), num_shards=args.num_shards,
+                       shard_id=args.shard_id)
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -691,9 +696,9 @@ def _print_json(keys: tuple[str, ...] | None = None, indent: int | None = None):
         partial = result.get("complete") is False
         print(json.dumps(result if keys is None or partial else {k: result[k] for k in keys}, indent=indent))
         if partial:
-            print(f"hf-ralm: this worker's part is done; {result['num_done_windows']} of {result['num_windows']} "
-                  "windows are in: the last worker to finish writes the results, or run the same command without "
-                  "--num-shards to merge them once all are in.", file=sys.stderr)
+            print("hf-ralm: this worker's part is done, others' are not yet: the last worker to finish writes the "
+                  "results, or run the same command without --num-shards to merge them once all are in.",
+                  file=sys.stderr)
 
     return show
 

@@ -33,6 +33,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from .errors import SettingError, setting
 from .records import RecordStore
 from .utils.atomic import write_json_atomic, write_text_atomic
+from .utils.shards import Shard, distributed_barrier, is_writer
 
 __all__ = [
     "QARecord",
@@ -340,16 +341,20 @@ class QARecordStore(RecordStore):
     record_type = QARecord
 
 
-def _resumed_records(store: QARecordStore, examples: Sequence[dict]) -> list[QARecord]:
-    """The records a store holds for ``examples``, checked to answer them in order (a run may go on with more of the
-    same questions, never with others)."""
-    records = store.rows()[: len(examples)]
-    for i, (record, example) in enumerate(zip(records, examples)):
-        if record.question != example["question"]:
-            raise ValueError(
-                f"{store.folder} holds the answer of {record.question!r} as question {i + 1}, but question "
-                f"{i + 1} is {example['question']!r}: it comes from another questions file. Use another --output-dir."
-            )
+def _resumed_records(store: QARecordStore, examples: Sequence[dict]) -> dict[int, QARecord]:
+    """The records a store holds for ``examples``, by question number, checked to answer them (a run may go on
+    with more of the same questions, never with others)."""
+    records = {}
+    for (start, stop), rows in store.items():
+        for i, record in enumerate(rows, start):
+            if i >= len(examples):
+                break
+            if record.question != examples[i]["question"]:
+                raise ValueError(
+                    f"{store.folder} holds the answer of {record.question!r} as question {i + 1}, but question "
+                    f"{i + 1} is {examples[i]['question']!r}: it comes from another questions file. Use another "
+                    "--output-dir.")
+            records[i] = record
     return records
 
 
@@ -394,17 +399,18 @@ class _Answerer:
 
 
 class _QaRun:
-    """The records of a run and where they go. With ``output_dir``: the predictions' store
-    (:class:`QARecordStore`) gets each batch's records as a chunk, ``eval.json`` is rewritten atomically after every
-    batch, and ``predictions.jsonl`` (every record, a line each) is written at the end; the predictions already in
-    the folder are resumed (same questions and ``settings``, else a ``ValueError``). Without it the records stay in
-    memory."""
+    """The records of a run, by question number, and where they go. With ``output_dir``: the predictions' store
+    (:class:`QARecordStore`) gets each batch's records as a chunk at its questions' position, ``eval.json`` is
+    rewritten atomically after every batch, and ``predictions.jsonl`` (every record, a line each) is written once
+    every question is answered; the predictions already in the folder are resumed (same questions and
+    ``settings``, else a ``ValueError``), also those other workers save (:meth:`refresh`). Without it the records
+    stay in memory."""
 
     def __init__(self, output_dir: str | None, examples: Sequence[dict], settings: dict, batch_size: int,
                  report_extra: dict | None = None):
-        self.output_dir, self.settings = output_dir, settings
+        self.output_dir, self.settings, self.examples = output_dir, settings, examples
         self.extra = dict(report_extra or {})
-        self.records: list[QARecord] = []
+        self.records: dict[int, QARecord] = {}
         self.sample_prompt = None
         self.store = None
         if output_dir is not None:
@@ -418,22 +424,49 @@ class _QaRun:
         self.timings = {"retrieval_s": 0.0, "generation_s": 0.0}
         self.start_time = time.perf_counter()
 
-    def add(self, records: Sequence[QARecord], prompts: Sequence[str]) -> None:
-        """Keep (and save) the records of a batch, answered from ``prompts``."""
-        if self.sample_prompt is None:
+    def todo(self, batch_size: int) -> list[tuple[int, int, int]]:
+        """The questions not answered yet as ``(block, start, stop)``: the runs of unanswered questions within
+        each block of ``batch_size`` questions (so a worker's blocks do not depend on what is resumed, and a
+        batch never covers an answered question, e.g. one a run with another batch size saved)."""
+        batches = []
+        for block, begin in enumerate(range(0, len(self.examples), batch_size)):
+            start = None
+            for i in range(begin, min(begin + batch_size, len(self.examples)) + 1):
+                missing = i < len(self.examples) and i < begin + batch_size and i not in self.records
+                if missing and start is None:
+                    start = i
+                elif not missing and start is not None:
+                    batches.append((block, start, i))
+                    start = None
+        return batches
+
+    def add(self, start: int, records: Sequence[QARecord], prompts: Sequence[str]) -> None:
+        """Keep (and save) the records of the batch of questions from ``start``, answered from ``prompts``."""
+        if self.sample_prompt is None and start == 0:
             self.sample_prompt = prompts[0]
-        self.records.extend(records)
+        self.records.update(enumerate(records, start))
         if self.store is not None:
-            self.store.add(records)
-            self.store.flush()
+            self.store.save(start, records)
             self._write(self.report(complete=False))
+
+    def refresh(self) -> None:
+        """Read the batches other workers saved."""
+        if self.store is not None:
+            self.store.refresh()
+            self.records = _resumed_records(self.store, self.examples)
+
+    def complete(self) -> bool:
+        return len(self.records) == len(self.examples)
+
+    def ordered(self) -> list[QARecord]:
+        return [self.records[i] for i in sorted(self.records)]
 
     def report(self, complete: bool) -> dict:
         """What ``eval.json`` holds: the figures, ``complete``, the counts, ``settings``, a sample prompt, timings."""
         elapsed = time.perf_counter() - self.start_time
         answered = len(self.records) - self.num_resumed
         extra = {key: value for key, value in self.extra.items() if key != "timings"}
-        return {**qa_figures(self.records), "complete": complete, "num_resumed": self.num_resumed,
+        return {**qa_figures(self.ordered()), "complete": complete, "num_resumed": self.num_resumed,
                 "num_answered": answered, "settings": self.settings, "sample_prompt": self.sample_prompt, **extra,
                 "timings": {**self.extra.get("timings", {}), **self.timings, "total_s": elapsed,
                             "questions_per_s": answered / elapsed if elapsed > 0 else None}}
@@ -441,15 +474,15 @@ class _QaRun:
     def finish(self) -> dict:
         """The final report (``complete``), written to ``eval.json``, and every record to ``predictions.jsonl``."""
         result = self.report(complete=True)
-        if self.store is not None:
-            self.store.close()
+        if self.store is not None and is_writer():
             write_text_atomic(os.path.join(self.output_dir, PREDICTIONS_FILE),
-                              "".join(json.dumps(asdict(record), ensure_ascii=False) + "\n" for record in self.records))
+                              "".join(json.dumps(asdict(record), ensure_ascii=False) + "\n"
+                                      for record in self.ordered()))
         self._write(result)
         return result
 
     def _write(self, report: dict) -> None:
-        if self.output_dir is not None:
+        if self.output_dir is not None and is_writer():
             write_json_atomic(os.path.join(self.output_dir, EVAL_FILE), report)
 
 
@@ -467,6 +500,8 @@ def evaluate_qa(
     settings: dict | None = None,
     show_progress: bool = True,
     report_extra: dict | None = None,
+    num_shards: int | None = None,
+    shard_id: int | None = None,
 ) -> dict:
     """Answer ``examples`` (from :func:`load_questions`) with a plain causal LM and score them.
 
@@ -482,6 +517,11 @@ def evaluate_qa(
     predictions continues after them (the same questions, maybe more of them, and the same ``settings``; other
     settings are refused, naming them). ``eval.json`` also holds ``report_extra`` (what else the caller records, e.g.
     the command line's arguments; its ``timings`` join the run's). Returns what ``eval.json`` holds.
+
+    Many workers share a run through ``output_dir`` (``num_shards``/``shard_id``, or the environment of torchrun,
+    accelerate or a Slurm array: :class:`~hf_ralm.utils.shards.Shard`): worker I answers the batches I, I+N, ...; the
+    one that saves the last batch writes ``predictions.jsonl`` and the final ``eval.json`` (the others return what
+    is done, with ``complete`` false), and the same call without shards merges.
     """
     from tqdm.auto import tqdm
 
@@ -489,12 +529,17 @@ def evaluate_qa(
     answerer = _Answerer(model, tokenizer, max_new_tokens, max_length)
     settings = {**(settings or {}), "num_docs": num_docs, "use_ctxs": use_ctxs, "max_new_tokens": max_new_tokens,
                 "max_length": answerer.max_length}
+    shard = Shard.resolve(num_shards, shard_id)
+    if shard.count > 1 and output_dir is None:
+        raise SettingError(f"{shard.count} workers ({shard.launcher}) share a run through its "
+                           f"{setting('output_dir')}: give one.")
     run = _QaRun(output_dir, examples, settings, batch_size, report_extra)
-    todo = examples[run.num_resumed :]
-    progress = tqdm(total=len(examples), initial=run.num_resumed, desc="eval-qa", unit="question",
+    todo = [(start, stop) for block, start, stop in run.todo(batch_size) if shard.takes(block)]
+    progress = tqdm(total=run.num_resumed + sum(stop - start for start, stop in todo), initial=run.num_resumed,
+                    desc="eval-qa", unit="question",
                     disable=not show_progress)
-    for begin in range(0, len(todo), batch_size):
-        batch = todo[begin : begin + batch_size]
+    for start, stop in todo:
+        batch = examples[start:stop]
         t0 = time.perf_counter()
         passages = find_passages(batch, retriever, num_docs, use_ctxs)
         run.timings["retrieval_s"] += time.perf_counter() - t0
@@ -502,9 +547,14 @@ def evaluate_qa(
         t0 = time.perf_counter()
         answers = answerer.answer(prompts)
         run.timings["generation_s"] += time.perf_counter() - t0
-        run.add([qa_record(ex, found, answer, num_docs) for ex, found, answer in zip(batch, passages, answers)],
+        run.add(start, [qa_record(ex, found, answer, num_docs) for ex, found, answer in zip(batch, passages, answers)],
                 prompts)
         progress.update(len(batch))
-        progress.set_postfix(EM=f"{qa_figures(run.records)['em']:.1f}%")
+        progress.set_postfix(EM=f"{qa_figures(run.ordered())['em']:.1f}%")
     progress.close()
+    if shard.count > 1:
+        distributed_barrier()
+        run.refresh()
+    if not run.complete():
+        return {**run.report(complete=False), "shard": f"{shard.index} of {shard.count} ({shard.launcher})"}
     return run.finish()
