@@ -265,7 +265,7 @@ COMMAND_FLAGS = {
                     "--corpus", "--index-dir", "--forbidden-titles", "--stride", "--query-length", "--max-length",
                     "--max-doc-tokens", "--bos-every-window", "--batch-size", "--rerank-candidates", "--rerank-tokens",
                     "--articles", "--exclude-titles", "--num-articles", "--windows-per-article", "--max-windows",
-                    "--output-dir", "--chunk-size", "--overwrite"},
+                    "--output-dir", "--chunk-size", "--overwrite", "--num-shards", "--shard-id"},
     "train-reranker": {"--data", "--init", "--output-dir", "--push-to-hub", "--epochs", "--batch-size",
                        "--learning-rate", "--seed", "--eval-fraction", "--no-passage-candidate", "--max-train-windows",
                        "--eval-points", "--articles", "--index-dir"},

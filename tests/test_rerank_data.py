@@ -205,6 +205,28 @@ def test_resumed_collection_gives_the_uninterrupted_records(collected, setup, ti
     assert (again["rows_written"], again["rows_resumed"]) == (0, len(collected["records"]))
 
 
+def test_two_shards_write_the_records_of_one_process(collected, setup, tiny_llama, tiny_tokenizer, tmp_path):
+    """Worker 0 of 2 scores chunks 0, 2, ... of the plan, worker 1 the others: together, the one-process records."""
+    folder = tmp_path / "shards"
+    total = len(collected["records"])
+    first = collect(setup, tiny_llama, tiny_tokenizer, folder, num_shards=2, shard_id=0)
+    mine = sum(min(3, total - start) for start in range(0, total, 6))
+    assert (first["complete"], first["rows_written"], first["shard"]) == (False, mine, "0 of 2 (arguments)")
+    second = collect(setup, tiny_llama, tiny_tokenizer, folder, num_shards=2, shard_id=1)
+    assert second["complete"] and (second["rows_written"], second["rows_total"]) == (total - mine, total)
+    assert read_rerank_records(folder)[0] == collected["records"]
+    assert collected["summary"]["complete"] and "shard" not in collected["summary"]
+
+
+def test_a_resume_with_other_articles_is_refused(setup, tiny_llama, tiny_tokenizer, tmp_path):
+    folder = tmp_path / "data"
+    collect(setup, tiny_llama, tiny_tokenizer, folder, max_windows=2)
+    with pytest.raises(ValueError, match="holds the record of article id 'a1', window 1 as window 0, but the given "
+                                         "articles make it article id 'a5'"):
+        collect_rerank_data(tiny_llama, tiny_tokenizer, setup["retriever"], ARTICLES[::-1], setup["config"], folder,
+                            windows_per_article=WINDOWS_PER_ARTICLE, chunk_size=3, show_progress=False)
+
+
 def test_other_settings_are_refused_unless_overwriting(setup, tiny_llama, tiny_tokenizer, tmp_path):
     folder = tmp_path / "data"
     collect(setup, tiny_llama, tiny_tokenizer, folder, max_windows=2)

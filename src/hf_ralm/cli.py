@@ -304,7 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_generate(sub, parents=[model, retriever, windows, passages, several, rerank, gate, batch])
     _add_eval_qa(sub, parents=[model, retriever, batch, output, workers])
-    _add_rerank_data(sub, parents=[model, retriever, windows, passages, batch])
+    _add_rerank_data(sub, parents=[model, retriever, windows, passages, batch, workers])
     _add_train_reranker(sub)
     parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     for command in sub.choices.values():  # also after the command; SUPPRESS: not given there keeps the first one
@@ -585,7 +585,8 @@ def _add_rerank_data(sub, parents: list[argparse.ArgumentParser]) -> None:
         description="For training articles, the reader's log-probability of each window's next --stride tokens "
                     "under each of its --rerank-candidates retrieved passages (the article's own passages "
                     "excluded): the predictive reranker's training data (hf-ralm train-reranker). A rerun with the "
-                    "same settings resumes after the rows already in --output-dir.")
+                    "same settings computes only the windows --output-dir does not hold yet; workers share a run "
+                    "with --num-shards/--shard-id (or under torchrun or a Slurm array).")
     group = parser.add_argument_group("reranking")
     shared = FLAG_GROUPS["reranking"]
     group.add_argument(FLAGS["rerank_candidates"], **shared[FLAGS["rerank_candidates"]])
@@ -640,7 +641,8 @@ def run_rerank_data(args) -> dict:
         model.language_model, model.tokenizer, model.retriever, articles, model.config, args.output_dir,
         windows_per_article=args.windows_per_article, max_windows=args.max_windows, chunk_size=args.chunk_size,
         overwrite=args.overwrite, batch_size=args.batch_size, metadata=source,
-        reproduce={"articles": os.path.abspath(args.articles), "command": args.command_line})
+        reproduce={"articles": os.path.abspath(args.articles), "command": args.command_line},
+        num_shards=args.num_shards, shard_id=args.shard_id)
 
 
 def _add_train_reranker(sub) -> None:

@@ -33,7 +33,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from .errors import SettingError, setting
 from .records import RecordStore
 from .utils.atomic import write_json_atomic, write_text_atomic
-from .utils.shards import Shard, distributed_barrier, is_writer
+from .utils.shards import Shard, distributed_barrier, is_writer, uncovered
 
 __all__ = [
     "QARecord",
@@ -428,17 +428,10 @@ class _QaRun:
         """The questions not answered yet as ``(block, start, stop)``: the runs of unanswered questions within
         each block of ``batch_size`` questions (so a worker's blocks do not depend on what is resumed, and a
         batch never covers an answered question, e.g. one a run with another batch size saved)."""
-        batches = []
-        for block, begin in enumerate(range(0, len(self.examples), batch_size)):
-            start = None
-            for i in range(begin, min(begin + batch_size, len(self.examples)) + 1):
-                missing = i < len(self.examples) and i < begin + batch_size and i not in self.records
-                if missing and start is None:
-                    start = i
-                elif not missing and start is not None:
-                    batches.append((block, start, i))
-                    start = None
-        return batches
+        answered = self.store.ranges() if self.store is not None else []
+        return [(block, start, stop)
+                for block, begin in enumerate(range(0, len(self.examples), batch_size))
+                for start, stop in uncovered(begin, min(begin + batch_size, len(self.examples)), answered)]
 
     def add(self, start: int, records: Sequence[QARecord], prompts: Sequence[str]) -> None:
         """Keep (and save) the records of the batch of questions from ``start``, answered from ``prompts``."""

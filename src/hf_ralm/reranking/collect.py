@@ -19,9 +19,14 @@ For each training article (``{"id", "title", "text"}``, in the given order):
 Records go to a :class:`~hf_ralm.reranking.data.RerankDataWriter` folder in gzip'd chunks. Its settings record what
 the records depend on by fingerprint (the articles file, the index's corpus, the excluded titles), never by path, so a
 copy of the folder (e.g. committed to a repository) resumes anywhere; ``reproduce`` records the command, the code's
-commit and the paths. A rerun with the same settings resumes after the last saved record, found by its article id and
-window, without recomputing anything (ids and titles identify articles: an article without a title, or whose id or
-title came before, is skipped); a rerun with other settings is refused, naming the setting, unless ``overwrite``.
+commit and the paths. The kept windows of all articles, in order, are the run's one plan: record ``n`` is its ``n``-th
+window, and chunk ``c`` holds records ``[c * chunk_size, (c + 1) * chunk_size)``. A rerun with the same settings
+computes only the windows no chunk holds (the saved records are checked to be the same articles' windows: ids and
+titles identify articles, so an article without a title, or whose id or title came before, is skipped); a rerun with
+other settings is refused, naming the setting, unless ``overwrite``. Many workers share a run (``num_shards`` and
+``shard_id``, or the environment of torchrun, accelerate or a Slurm array: :class:`~hf_ralm.utils.shards.Shard`):
+each walks the plan (tokenizing and retrieving, which is cheap beside the reader) and worker I scores chunks I,
+I + N, ...; together their chunks are one training set, the same as one process writes.
 
 Example::
 
@@ -42,6 +47,7 @@ import logging
 import os
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from tqdm.auto import tqdm
@@ -50,13 +56,14 @@ from ..configuration_ralm import RALM_FIELDS, RalmConfig
 from ..model_inputs import window_length
 from ..modeling_utils import model_identity, model_path
 from ..passages import Passage
-from ..plan import prepare
+from ..plan import WindowPlan, prepare
 from ..retrieval.base import Retriever, retriever_identity
 from ..retrieval.corpus import read_corpus
 from ..selection.rerank import rerank_windows
 from ..utils.checks import check_count
 from ..utils.provenance import provenance
-from ..windows import query_span
+from ..utils.shards import Shard, distributed_barrier, uncovered
+from ..windows import Window, query_span
 from .data import RerankDataWriter
 
 logger = logging.getLogger(__name__)
@@ -78,13 +85,15 @@ def collect_rerank_data(
     metadata: Mapping[str, Any] | None = None,
     reproduce: Mapping[str, Any] | None = None,
     show_progress: bool = True,
+    num_shards: int | None = None,
+    shard_id: int | None = None,
 ) -> dict[str, Any]:
     """Write the predictive reranker's training data for ``articles`` to ``output_dir`` (see the module docstring).
 
     ``config`` gives the RALM settings (``retrieval_stride``, ``max_length``, ``query_length``, ``max_doc_tokens``,
     ``bos_every_window``, ``passage_template``, ``rerank_candidates`` as ``k``, ``rerank_tokens`` as ``s'``); its
-    reranking strategy is not used: every candidate is scored. Collection stops after ``max_windows`` records in the
-    folder (resumed ones included; ``None``: all articles). ``batch_size`` counts the reader's inputs (one per
+    reranking strategy is not used: every candidate is scored. Collection stops after ``max_windows`` windows
+    (resumed ones included; ``None``: all articles). ``batch_size`` counts the reader's inputs (one per
     candidate) per forward pass. ``metadata`` adds settings the records depend on that this function cannot see,
     above all which articles they come from (e.g. ``{"articles_fingerprint": file_fingerprint(path),
     "num_articles": 1000}``: :func:`load_rerank_data` checks that fingerprint), and ``reproduce`` what reruns it
@@ -93,8 +102,11 @@ def collect_rerank_data(
     corpus fingerprint and ``windows_per_article``, and ``reproduce`` the command, git commit, reader and index
     paths (``rerank_data.json``).
 
-    Returns ``output_dir``, ``rows_written`` (this run), ``rows_resumed`` (found in the folder), ``rows_total``,
-    ``articles_read`` (this run), ``seconds`` and ``windows_per_s``.
+    ``num_shards``/``shard_id`` make this one of many workers (see the module docstring).
+
+    Returns ``output_dir``, ``rows_written`` (this run), ``rows_resumed`` (found in the folder), ``rows_total`` (in
+    the folder now), ``complete`` (every window of the plan is in), ``articles_read`` (this run), ``seconds``,
+    ``windows_per_s`` and, sharded, ``shard``.
 
     Example::
 
@@ -129,63 +141,100 @@ def collect_rerank_data(
            "index_dir": os.path.abspath(retriever.index_dir) if isinstance(retriever, Retriever) else None,
            **(reproduce or {})}
 
-    def article_records(article: Mapping[str, str], first_window: int, limit: int | None) -> list[dict[str, Any]]:
-        """The records of the article's kept windows from ``first_window`` on (at most ``limit``)."""
+    def article_windows(article: Mapping[str, str], limit: int | None) -> list[_Kept]:
+        """The article's kept windows that have candidates (at most ``limit``)."""
         if not article["text"]:
             return []
         plan = prepare(article["text"], tokenizer, config, retriever, max_length=max_length)
-        ids, windows = plan.ids, plan.windows
-        if len(windows) == 1:  # window 0 holds it all: no window with retrieval
+        if len(plan.windows) == 1:  # window 0 holds it all: no window with retrieval
             return []
-        kept = [windows[i] for i in spread_windows(len(windows), windows_per_article) if i >= first_window]
+        kept = [plan.windows[i] for i in spread_windows(len(plan.windows), windows_per_article)]
         found = retrieve_excluding_title(retriever, [plan.queries[w.index] for w in kept], config.rerank_candidates,
                                          article["title"])
-        todo = [(w, pool) for w, pool in zip(kept, found) if pool][:limit]
-        if not todo:
-            return []
-        pools: list[list[Passage]] = [[] for _ in windows]
-        for w, pool in todo:
-            pools[w.index] = pool
-        # The spread windows rarely share a passage, and sharing its keys/values would run their inputs one by one.
-        outcome = rerank_windows(model, tokenizer, ids, [w for w, _ in todo], plan.queries, pools, scoring,
-                                 batch_size=batch_size, reuse_prefix_kv=False, show_progress=False)
-        return [{"article": article["id"], "window": w.index, "query": list(query_span(w, query_length)),
-                 "passage_ids": [p.id for p in pool], "retrieval_scores": [p.score for p in pool],
-                 "ranking_nlls": ranking, "target_nlls": targets}
-                for (w, pool), ranking, targets in zip(todo, outcome.ranking_nlls, outcome.target_nlls)]
+        return [_Kept(article["id"], plan, w, pool) for w, pool in zip(kept, found) if pool][:limit]
 
+    def records(items: Sequence[_Kept]) -> list[dict[str, Any]]:
+        """The records of ``items``: the reader scores each article's windows in one call."""
+        rows = []
+        for _, group in itertools.groupby(items, key=lambda item: item.article):
+            group = list(group)
+            plan = group[0].plan
+            pools: list[list[Passage]] = [[] for _ in plan.windows]
+            for item in group:
+                pools[item.window.index] = item.pool
+            # The spread windows rarely share a passage, and sharing its keys/values would run their inputs one by one.
+            outcome = rerank_windows(model, tokenizer, plan.ids, [item.window for item in group], plan.queries, pools,
+                                     scoring, batch_size=batch_size, reuse_prefix_kv=False, show_progress=False)
+            rows += [{"article": item.article, "window": item.window.index,
+                      "query": list(query_span(item.window, query_length)),
+                      "passage_ids": [p.id for p in item.pool], "retrieval_scores": [p.score for p in item.pool],
+                      "ranking_nlls": ranking, "target_nlls": targets}
+                     for item, ranking, targets in zip(group, outcome.ranking_nlls, outcome.target_nlls)]
+        return rows
+
+    shard = Shard.resolve(num_shards, shard_id)
     t0 = time.perf_counter()
-    articles_read = 0
+    articles_read = written = 0
     with RerankDataWriter(output_dir, settings, chunk_size=chunk_size, overwrite=overwrite,
                           reproduce=run) as writer:
-        resumed = total = writer.num_done
-        resume_after = (writer.rows()[-1]["article"], writer.rows()[-1]["window"]) if resumed else None
+        resumed = writer.num_done
+        saved = {position: (row["article"], row["window"])
+                 for (start, _), rows in writer.items() for position, row in enumerate(rows, start)}
         progress = tqdm(total=max_windows, initial=resumed, desc="Collecting rerank data", unit="win",
                         disable=not show_progress)
+
+        def collect(start: int, chunk: list[_Kept]) -> None:
+            """Compute chunk ``start // chunk_size`` when it is this worker's: its windows not saved yet."""
+            nonlocal written
+            if shard.takes(start // chunk_size):
+                for begin, end in uncovered(start, start + len(chunk), writer.ranges()):
+                    writer.save(begin, records(chunk[begin - start : end - start]))
+                    written += end - begin
+                    progress.update(end - begin)
+
+        position, chunk = 0, []
         with progress:
             for article in _identified_once(articles):
-                if max_windows is not None and total >= max_windows:
+                if max_windows is not None and position >= max_windows:
                     break
-                first_window = 1
-                if resume_after is not None:  # the saved records end inside or after this article
-                    if article["id"] != resume_after[0]:
-                        continue
-                    first_window, resume_after = resume_after[1] + 1, None
-                records = article_records(article, first_window,
-                                          None if max_windows is None else max_windows - total)
                 articles_read += 1
-                writer.add(records)
-                total += len(records)
-                progress.update(len(records))
-    if resume_after is not None and not (max_windows is not None and total >= max_windows):
+                for item in article_windows(article, None if max_windows is None else max_windows - position):
+                    if position in saved and saved[position] != (item.article, item.window.index):
+                        raise ValueError(
+                            f"{output_dir} holds the record of article id {saved[position][0]!r}, window "
+                            f"{saved[position][1]} as window {position}, but the given articles make it article id "
+                            f"{item.article!r}, window {item.window.index}: resume with the same articles in the "
+                            "same order, or overwrite (--overwrite, overwrite=True).")
+                    chunk.append(item)
+                    position += 1
+                    if len(chunk) == chunk_size:  # chunk k holds the windows [k * chunk_size, (k + 1) * chunk_size)
+                        collect(position - chunk_size, chunk)
+                        chunk = []
+            if chunk:
+                collect(position - len(chunk), chunk)
+        if shard.count > 1:  # the other workers' chunks: all of them once the last is in
+            distributed_barrier()
+            writer.refresh()
+    beyond = [span for span in writer.ranges() if span[1] > position]
+    if beyond and not (max_windows is not None and position >= max_windows):
         raise ValueError(
-            f"{output_dir} holds records up to article id {resume_after[0]!r} (window {resume_after[1]}), which is not "
-            "among the given articles: resume with the same articles in the same order, or pass overwrite=True."
-        )
+            f"{output_dir} holds {beyond[-1][1]} windows, but the given articles make only {position}: resume with the "
+            "same articles in the same order, or overwrite (--overwrite, overwrite=True).")
     seconds = time.perf_counter() - t0
-    return {"output_dir": str(output_dir), "rows_written": total - resumed, "rows_resumed": resumed,
-            "rows_total": total, "articles_read": articles_read, "seconds": seconds,
-            "windows_per_s": (total - resumed) / seconds if seconds else 0.0}
+    return {"output_dir": str(output_dir), "rows_written": written, "rows_resumed": resumed,
+            "rows_total": writer.num_done, "complete": not uncovered(0, position, writer.ranges()),
+            "articles_read": articles_read, "seconds": seconds, "windows_per_s": written / seconds if seconds else 0.0,
+            **({"shard": f"{shard.index} of {shard.count} ({shard.launcher})"} if shard.count > 1 else {})}
+
+
+@dataclass(frozen=True)
+class _Kept:
+    """A window whose record is collected: its article's id and plan, the window, its candidates."""
+
+    article: str
+    plan: WindowPlan
+    window: Window
+    pool: list[Passage]
 
 
 def spread_windows(num_windows: int, count: int) -> list[int]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Iterable, Mapping
 
 from ..errors import SettingError, setting
 from .checks import check_count
@@ -64,6 +64,26 @@ class Shard:
             return cls(int(environ["SLURM_ARRAY_TASK_ID"]) - first, int(environ["SLURM_ARRAY_TASK_COUNT"]),
                        "slurm array")
         return cls()
+
+
+def uncovered(start: int, stop: int, ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The runs of positions of ``[start, stop)`` that none of the ``[begin, end)`` ``ranges`` covers: what is left
+    to compute of a chunk when a run resumed with another chunk size saved some of it.
+
+    Example:
+        >>> uncovered(0, 8, [(2, 4), (5, 6)]), uncovered(4, 6, [(0, 8)])
+        ([(0, 2), (4, 5), (6, 8)], [])
+    """
+    runs, position = [], start
+    for begin, end in sorted(ranges):
+        if end <= position or begin >= stop:
+            continue
+        if begin > position:
+            runs.append((position, begin))
+        position = max(position, end)
+    if position < stop:
+        runs.append((position, stop))
+    return runs
 
 
 def distributed_barrier() -> bool:
