@@ -241,7 +241,7 @@ BEYOND_FLAGS = {"--retrieval-gate", "--gate-threshold", "--num-passages", "--max
 RESUME_FLAGS = ("--chunk-size", "--overwrite", "--num-shards", "--shard-id")
 COMMAND_FLAGS = {
     "index": {"--corpus", "--index-dir", "--retriever", "--encoder", "--pooling", "--encoder-dtype", "--faiss-factory",
-              "--words-per-passage"},
+              "--words-per-passage", "--num-shards", "--shard-id"},
     "retrieve": {"--model", "--tokenizer", "--gguf-file", "--dtype", "--device", "--retriever", "--encoder",
                  "--corpus", "--index-dir", "--forbidden-titles", "--stride", "--query-length", "--max-length",
                  "--dataset-path", "--dataset-name", "--dataset-split", "--max-eval-tokens", "--output-dir",

@@ -194,8 +194,9 @@ def test_resume_after_crash(dense_mod, tiny_bert, corpus, tmp_path, monkeypatch)
         dense_mod.DenseRetriever.build(corpus, index_dir, words_per_passage=WPP, encoder=tiny_bert, chunk_size=3,
                                        show_progress=False)
     assert not os.path.exists(index_dir)  # no half index
-    progress = json.loads(open(index_dir + ".tmp/progress.json").read())
-    assert progress["done"] == 3 and progress["num_passages"] == 11
+    chunks = sorted(os.listdir(index_dir + ".tmp/embedding-chunks"))
+    assert chunks == ["chunk-00000000-00000003.npy", "settings.json"]  # the first chunk, complete
+    assert json.loads(open(index_dir + ".tmp/embedding-chunks/settings.json").read())["num_passages"] == 11
 
     resumed: list[list[str]] = []
 
@@ -218,6 +219,62 @@ def test_resume_after_crash(dense_mod, tiny_bert, corpus, tmp_path, monkeypatch)
     queries = ["the king and the queen", "the sailor took the boat"] + all_texts
     got, want = retriever.retrieve(queries, k=3), clean.retrieve(queries, k=3)
     assert [[p.id for p in hits] for hits in got] == [[p.id for p in hits] for hits in want]
+
+
+def test_a_sharded_build_equals_one_process(dense_mod, tiny_bert, corpus, tmp_path, monkeypatch):
+    """Worker 0 of 2 encodes chunks 0, 2 (passages 0-2, 6-8), worker 1 chunks 1, 3; the one that finds all chunks in
+    merges them into the index one process builds; a worker started after that finds the index and encodes
+    nothing."""
+    from hf_ralm.utils.shards import Shard
+
+    one = dense_mod.DenseRetriever.build(corpus, str(tmp_path / "one"), words_per_passage=WPP, encoder=tiny_bert,
+                                         chunk_size=3, show_progress=False)
+    index_dir = str(tmp_path / "sharded")
+    options = {"words_per_passage": WPP, "encoder": tiny_bert, "chunk_size": 3, "show_progress": False}
+    first = dense_mod.build_dense_index(corpus, index_dir, shard=Shard.resolve(2, 0), **options)
+    assert (first.complete, first.num_encoded, first.shard) == (False, 6, "0 of 2 (arguments)")
+    assert not os.path.exists(index_dir)
+    assert sorted(os.listdir(index_dir + ".tmp/embedding-chunks"))[:2] == ["chunk-00000000-00000003.npy",
+                                                                           "chunk-00000006-00000009.npy"]
+    second = dense_mod.build_dense_index(corpus, index_dir, shard=Shard.resolve(2, 1), **options)
+    assert (second.complete, second.num_encoded, second.num_passages) == (True, 5, 11)
+    assert not os.path.exists(index_dir + ".tmp")
+    np.testing.assert_array_equal(np.load(os.path.join(index_dir, "embeddings.npy")),
+                                  np.load(os.path.join(one.index_dir, "embeddings.npy")))
+    sharded = dense_mod.DenseRetriever(index_dir)
+    queries = ["the king and the queen", "the sailor took the boat"]
+    assert sharded.retrieve(queries, k=3) == one.retrieve(queries, k=3)
+
+    def no_encoding(self, texts):
+        raise AssertionError("the index is built: nothing to encode")
+
+    monkeypatch.setattr(dense_mod.DenseEncoder, "encode", no_encoding)
+    late = dense_mod.build_dense_index(corpus, index_dir, shard=Shard.resolve(2, 0), **options)
+    assert (late.complete, late.num_encoded) == (True, 0)
+    # shards of other settings are refused while an interrupted build of these is there
+    monkeypatch.undo()
+    dense_mod.build_dense_index(corpus, str(tmp_path / "mixed"), shard=Shard.resolve(2, 0), **options)
+    with pytest.raises(ValueError, match="other settings .'pooling': stored 'mean', given 'cls'"):
+        dense_mod.build_dense_index(corpus, str(tmp_path / "mixed"), shard=Shard.resolve(2, 1),
+                                    **{**options, "pooling": "cls"})
+
+
+def test_index_command_shards(dense_mod, tiny_bert, corpus, tmp_path, capsys):
+    from hf_ralm.cli import main
+
+    argv = ["index", "--retriever", "dense", "--corpus", corpus, "--index-dir", str(tmp_path / "index"), "--encoder",
+            tiny_bert, "--words-per-passage", str(WPP)]
+    main(argv + ["--num-shards", "2", "--shard-id", "1"])
+    out, err = capsys.readouterr()
+    assert json.loads(out) == {"index_dir": str(tmp_path / "index"), "num_passages": 11, "complete": False,
+                               "num_encoded": 0, "shard": "1 of 2 (arguments)"}  # one chunk of 10 000: worker 0's
+    assert "others' are not yet" in err
+    main(argv)  # the same command without shards encodes what is left and merges
+    assert json.loads(capsys.readouterr().out) == {"index_dir": str(tmp_path / "index"), "num_passages": 11}
+    with pytest.raises(SystemExit):
+        main(["index", "--retriever", "hybrid", "--corpus", corpus, "--index-dir", str(tmp_path / "hybrid"),
+              "--num-shards", "2", "--shard-id", "0"])
+    assert "share the encoding of its dense side first" in capsys.readouterr().err
 
 
 def test_changed_settings_do_not_resume(dense_mod, tiny_bert, corpus, tmp_path, monkeypatch):
@@ -393,7 +450,7 @@ def test_hybrid_real(dense_mod, corpus, other_corpus, tmp_path):
 
     index_dir = str(tmp_path / "hybrid")
     hybrid = HybridRetriever.build_or_load(corpus, index_dir, words_per_passage=WPP, forbidden_titles={"Music"})
-    assert sorted(os.listdir(index_dir)) == ["bm25", "dense"]
+    assert sorted(os.listdir(index_dir)) == [".bm25.lock", ".dense.lock", "bm25", "dense"]  # each side's build lock
     hits = hybrid.retrieve(["the king and the queen sat on the throne", "the band played a song"], k=3)
     assert hits[0][0].title == "Kingdom" and all(p.title != "Music" for p in hits[1])
     assert all(a.score >= b.score for a, b in zip(hits[0], hits[0][1:]))

@@ -6,6 +6,8 @@ import gzip
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -290,6 +292,38 @@ def test_build_or_load_reuses_and_rebuilds(tmp_path):
 
     # no corpus: load what is there
     assert len(BM25Retriever.build_or_load(None, str(index_dir))) == len(resized)
+
+
+CONCURRENT_BUILD = """import sys, time
+from hf_ralm.retrieval import BM25Retriever
+build = BM25Retriever.build.__func__
+
+
+def slow_build(cls, *args, **kwargs):  # slow enough for the other process to come while it builds
+    with open(sys.argv[3], "a") as log:
+        log.write("built\\n")
+    time.sleep(1.5)
+    return build(cls, *args, **kwargs)
+
+
+BM25Retriever.build = classmethod(slow_build)
+print(len(BM25Retriever.build_or_load(sys.argv[1], sys.argv[2])))
+"""
+
+
+def test_concurrent_builds_of_one_folder_build_once(tmp_path):
+    """Two processes build_or_load one folder at once: one builds, the other waits on the lock, then opens it."""
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", ARTICLES)
+    script, log = tmp_path / "build.py", tmp_path / "builds.log"
+    script.write_text(CONCURRENT_BUILD)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    workers = [subprocess.Popen([sys.executable, str(script), str(corpus), str(tmp_path / "index"), str(log)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    outs = [worker.communicate(timeout=300) for worker in workers]
+    assert [worker.returncode for worker in workers] == [0, 0], outs
+    assert [out.strip() for out, _ in outs] == [str(len(ARTICLES))] * 2
+    assert log.read_text() == "built\n"  # once
+    assert any("Waiting for the build of" in err for _, err in outs)
 
 
 def test_bm25_index_of_another_analysis_is_refused_then_rebuilt(tmp_path):

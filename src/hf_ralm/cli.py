@@ -274,7 +274,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="hf-ralm", description="In-Context RALM for Hugging Face causal LMs.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    index = sub.add_parser("index", help="build a BM25, Lucene, dense or hybrid index from a corpus")
+    index = sub.add_parser("index", help="build a BM25, Lucene, dense or hybrid index from a corpus",
+                           parents=[workers])  # the workers of a dense index's encoding
     index.add_argument("--corpus", action="append", required=True, help="JSONL/JSONL.gz/TSV corpus; may repeat")
     index.add_argument("--index-dir", help="where the index goes (default: a folder in hf-ralm's cache, printed)")
     index.add_argument("--retriever", default="bm25", choices=RETRIEVER_NAMES[1:])
@@ -378,6 +379,22 @@ def run_index(args) -> dict:
     dense = args.retriever in ("dense", "hybrid")
     options = {"encoder": args.encoder, "pooling": args.pooling, "faiss_factory": args.faiss_factory,
                "encoder_dtype": args.encoder_dtype} if dense else {}
+    shard = Shard.resolve(args.num_shards, args.shard_id)
+    if shard.count > 1 and args.retriever == "dense":  # the workers encode the passages' chunks in turn
+        from dataclasses import asdict
+
+        from .retrieval.dense import build_dense_index
+        from .retrieval.index_folder import default_index_dir
+
+        index_dir = args.index_dir or default_index_dir("dense", args.corpus, args.words_per_passage)
+        options = {key: value for key, value in options.items() if value is not None}
+        return asdict(build_dense_index(args.corpus, index_dir, words_per_passage=args.words_per_passage,
+                                        shard=shard, **options))
+    if shard.count > 1 and args.retriever == "hybrid":
+        _fail("a hybrid index is built by one process; share the encoding of its dense side first: hf-ralm index "
+              "--retriever dense --index-dir DIR/dense ... with --num-shards (or under torchrun or a Slurm array), "
+              "then hf-ralm index --retriever hybrid --index-dir DIR reuses it.")
+    # bm25, lucene: one worker builds while the others wait on the folder's lock, then open its index
     retriever = retriever_class(args.retriever).build_or_load(
         args.corpus, args.index_dir, words_per_passage=args.words_per_passage, **options)
     return {"index_dir": retriever.index_dir, "num_passages": len(retriever)}
@@ -726,13 +743,15 @@ COMMANDS = {
 
 RESUMABLE = ("eval-lm", "retrieve", "rerank-data", "eval-qa")
 """The commands whose --output-dir keeps complete chunks that a rerun resumes."""
+SHARDED = (*RESUMABLE, "index")
+"""The commands many workers share (--num-shards, torchrun, a Slurm array)."""
 
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     args.command_line = shlex.join(["hf-ralm", *(sys.argv[1:] if argv is None else argv)])  # what reproduces a run
     run, show = COMMANDS[args.command]
-    if args.command in RESUMABLE:
+    if args.command in SHARDED:
         _start_workers()
     try:
         show(run(args), args)

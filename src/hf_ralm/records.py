@@ -57,9 +57,13 @@ from .utils.checks import check_count
 CHUNK_PREFIX = "chunk-"
 TMP_PREFIX = ".tmp-chunk-"
 CHUNK_SUFFIX = ".json.gz"
+CHUNK_SUFFIXES = (CHUNK_SUFFIX, ".npy")
+"""The chunk files' suffixes: the JSON records of the stores, and arrays (a store of embeddings)."""
 REPRODUCE_KEY = "reproduce"
 """The settings file's key for how the run was started (never compared)."""
-_CHUNK_NAME = re.compile(rf"^{CHUNK_PREFIX}(\d{{8}})-(\d{{8}}){re.escape(CHUNK_SUFFIX)}$")
+_SUFFIX = "|".join(map(re.escape, CHUNK_SUFFIXES))
+_CHUNK_NAME = re.compile(rf"^{CHUNK_PREFIX}(\d{{8}})-(\d{{8}})({_SUFFIX})$")
+_TEMPORARY_NAME = re.compile(rf"^{re.escape(TMP_PREFIX)}\d{{8}}-\d{{8}}(?:{_SUFFIX})\.(.+)-(\d+)$")
 
 
 class RecordStore:
@@ -81,6 +85,7 @@ class RecordStore:
     settings_file: ClassVar[str] = "settings.json"
     what: ClassVar[str] = "records"
     record_type: ClassVar[type | None] = None
+    chunk_suffix: ClassVar[str] = CHUNK_SUFFIX
 
     def __init__(self, folder: str | os.PathLike, settings: Mapping[str, Any], *, chunk_size: int = 1000,
                  overwrite: bool = False, reproduce: Mapping[str, Any] | None = None) -> None:
@@ -110,8 +115,7 @@ class RecordStore:
         else:
             self.reproduce = stored.get(REPRODUCE_KEY)
         self._last_save = time.perf_counter()
-        self._saved = {_range_of(path): [self._typed(row) for row in self.read_chunk_file(path)["rows"]]
-                       for path in self.complete_chunks(self.folder)}
+        self._saved = {_range_of(path): self.read_chunk(path) for path in self.complete_chunks(self.folder)}
 
     @property
     def num_done(self) -> int:
@@ -134,6 +138,25 @@ class RecordStore:
         if hasattr(row, "to_row"):
             return row.to_row()
         return dataclasses.asdict(row) if dataclasses.is_dataclass(row) else dict(row)
+
+    def prepare_rows(self, rows: Sequence[Any]) -> Sequence[Any]:
+        """``rows`` as :meth:`write_chunk` saves them (by default each row's :meth:`prepare_row`)."""
+        return [self.prepare_row(row) for row in rows]
+
+    def write_chunk(self, path: Path, rows: Sequence[Any], info: Mapping[str, Any]) -> None:
+        """Writes a chunk file: gzip'd JSON ``{"rows": rows, **info}`` (a subclass may store its rows another way,
+        with its own ``chunk_suffix``)."""
+        data = json.dumps({"rows": rows, **info}, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as f:
+            f.write(data)
+
+    def read_chunk(self, path: Path) -> Sequence[Any]:
+        """The records of a chunk file, as the store holds them (typed)."""
+        return [self._typed(row) for row in self.read_chunk_file(path)["rows"]]
+
+    def held_rows(self, rows: Sequence[Any], path: Path) -> Sequence[Any]:
+        """What the store holds of rows it just saved to ``path`` (typed, without reading the file back)."""
+        return [self._typed(row) for row in rows]
 
     # writing -----------------------------------------------------------------------------------------------------
 
@@ -181,22 +204,18 @@ class RecordStore:
 
             store.save(256, records_of_windows_256_to_511, batch_size=8)   # a worker's chunk of a sharded run
         """
-        rows = list(rows) if prepared else [self.prepare_row(row) for row in rows]
-        if not rows:
+        rows = rows if prepared else self.prepare_rows(rows)
+        if not len(rows):
             return
         span = (start, start + len(rows))
-        name = f"{span[0]:08d}-{span[1]:08d}{CHUNK_SUFFIX}"
+        name = f"{span[0]:08d}-{span[1]:08d}{self.chunk_suffix}"
         now = time.perf_counter()
-        chunk = {"rows": rows, "seconds": now - self._last_save, "git_commit": self._git_commit, **info}
-        data = json.dumps(chunk, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-
-        def write(path: Path) -> None:
-            with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as f:
-                f.write(data)
-
-        write_durably(self.folder / (CHUNK_PREFIX + name), write, self.folder / f"{TMP_PREFIX}{name}.{_WORKER}")
+        info = {"seconds": now - self._last_save, "git_commit": self._git_commit, **info}
+        final = self.folder / (CHUNK_PREFIX + name)
+        write_durably(final, lambda path: self.write_chunk(path, rows, info),
+                      self.folder / f"{TMP_PREFIX}{name}.{_WORKER}")
         self._last_save = now
-        self._saved[span] = [self._typed(row) for row in rows]
+        self._saved[span] = self.held_rows(rows, final)
 
     @functools.cached_property
     def _git_commit(self) -> str | None:
@@ -223,7 +242,7 @@ class RecordStore:
         for path in self.complete_chunks(self.folder):
             span = _range_of(path)
             if span not in self._saved:
-                self._saved[span] = [self._typed(row) for row in self.read_chunk_file(path)["rows"]]
+                self._saved[span] = self.read_chunk(path)
 
     def _typed(self, row: dict[str, Any]) -> Any:
         if self.record_type is None:
@@ -243,7 +262,8 @@ class RecordStore:
         folder = Path(folder)
         if not folder.is_dir():
             return []
-        return sorted((path for path in folder.iterdir() if _CHUNK_NAME.match(path.name)), key=_range_of)
+        return sorted((path for path in folder.iterdir() if _chunk_suffix(path) == cls.chunk_suffix),
+                      key=_range_of)
 
     @classmethod
     def read_rows(cls, folder: str | os.PathLike) -> list[dict[str, Any]]:
@@ -298,6 +318,12 @@ _WORKER = f"{socket.gethostname()}-{os.getpid()}"
 """This process, as its temporary chunk files name it."""
 
 
+def _chunk_suffix(path: Path) -> str | None:
+    """The suffix of a complete chunk file's name (``None``: not a chunk)."""
+    match = _CHUNK_NAME.match(path.name)
+    return match.group(3) if match else None
+
+
 def _range_of(path: Path) -> tuple[int, int]:
     match = _CHUNK_NAME.match(path.name)
     return int(match.group(1)), int(match.group(2))
@@ -306,7 +332,7 @@ def _range_of(path: Path) -> tuple[int, int]:
 def _temporary_writer(path: Path) -> tuple[str, int] | None:
     """``(host, pid)`` of the worker a temporary chunk file belongs to (``None`` for one without its writer's
     name)."""
-    match = re.search(r"\.json\.gz\.(.+)-(\d+)$", path.name)
+    match = _TEMPORARY_NAME.match(path.name)
     return (match.group(1), int(match.group(2))) if match else None
 
 

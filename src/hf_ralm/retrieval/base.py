@@ -14,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 from abc import ABC, abstractmethod
@@ -24,7 +25,7 @@ from ..passages import Passage
 from ..records import titles_fingerprint
 from ..utils.atomic import write_json_atomic
 from .corpus import WORDS_PER_PASSAGE
-from .index_folder import copy_index, default_index_dir, path_for_folder, read_index_info, resolve_path
+from .index_folder import building, copy_index, default_index_dir, path_for_folder, read_index_info, resolve_path
 
 RETRIEVER_CONFIG_FILE = "retriever_config.json"
 SAVED_INDEX_DIR = "index"  # where save_pretrained(dir, save_index=True) puts the index inside dir
@@ -87,7 +88,8 @@ class Retriever(ABC):
         or was built from other files or settings; without a corpus, just open it. Without ``index_dir`` the index
         lives in hf-ralm's cache, ``<cache>/indexes/<name>-<corpus fingerprint[:16]>`` (see
         :func:`~hf_ralm.retrieval.index_folder.default_index_dir`), and the corpus is required. ``options`` are the
-        backend's own (those of its ``_build_or_load``); ``None`` means the backend's default.
+        backend's own (those of its ``_build_or_load``); ``None`` means the backend's default. Concurrent calls for
+        one folder build it once: the others wait and open it (:func:`~hf_ralm.retrieval.index_folder.building`).
 
         Example::
 
@@ -102,8 +104,13 @@ class Retriever(ABC):
                              f"are: {', '.join(known) or 'none'}.")
         if index_dir is None:
             index_dir = default_index_dir(cls.name, corpus, words_per_passage)
-        return cls._build_or_load(corpus, str(index_dir), forbidden_titles=frozenset(forbidden_titles),
-                                  words_per_passage=words_per_passage, **options)
+        load = functools.partial(cls._build_or_load, corpus, str(index_dir),
+                                 forbidden_titles=frozenset(forbidden_titles), words_per_passage=words_per_passage,
+                                 **options)
+        if corpus is None:  # opening only
+            return load()
+        with building(str(index_dir)):
+            return load()
 
     @classmethod
     @abstractmethod

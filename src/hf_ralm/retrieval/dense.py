@@ -16,10 +16,12 @@ An index folder holds::
     faiss.index          the FAISS index
     hf_ralm_index.json   corpus files and fingerprint, encoder, pooling, normalize, dim, dtype, faiss_factory
 
-Building encodes the passages chunk by chunk (``chunk_size`` passages) into ``<index_dir>.tmp/embeddings.npy``
-and records each finished chunk in ``<index_dir>.tmp/progress.json``: a crash loses at most the chunk being
-encoded, and rerunning the same build (same corpus, encoder and settings) resumes after the last complete chunk.
-The folder is renamed to ``index_dir`` only when complete.
+Building encodes the passages chunk by chunk (``chunk_size`` passages) into ``<index_dir>.tmp/embedding-chunks``
+(:class:`EmbeddingChunks`): a crash loses at most the chunk being encoded, and rerunning the same build (same corpus,
+encoder and settings) encodes only the passages no chunk holds. Workers share a build (``hf-ralm index --retriever
+dense --num-shards N --shard-id I``, or under torchrun or a Slurm array: :func:`build_dense_index`), each encoding its
+chunks; the chunks are merged into one ``embeddings.npy`` and one FAISS index, and the folder is renamed to
+``index_dir`` only when complete.
 
 Example::
 
@@ -30,21 +32,27 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
 import os
-from typing import Iterable, Sequence
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import SettingError, setting
+from ..errors import OutputFolderError
 from ..passages import Passage, passage_text
-from ..utils.atomic import write_json_atomic
+from ..records import RecordStore
+from ..utils.checks import check_count
+from ..utils.shards import Shard, distributed_barrier, is_writer, uncovered
 from .base import Retriever, passages_from_table
 from .corpus import WORDS_PER_PASSAGE, check_passage_count, corpus_fingerprint, passage_columns
-from .index_folder import check_index, corpus_files, corpus_paths_and_articles, finish_build, index_matches
-from .index_folder import read_index_info, reading_index, reusable_index_info, start_build
+from .index_folder import building, check_index, corpus_files, corpus_paths_and_articles, finish_build
+from .index_folder import index_matches, read_index_info, reading_index, reusable_index_info
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +60,7 @@ DEFAULT_FACTORY = "Flat"  # exact inner-product search (IndexFlatIP)
 DEFAULT_CHUNK_SIZE = 10_000  # passages encoded and written per chunk (a crash loses at most this many)
 EMBEDDINGS_FILE = "embeddings.npy"
 FAISS_FILE = "faiss.index"
-PROGRESS_FILE = "progress.json"
+CHUNKS_DIR = "embedding-chunks"  # in <index_dir>.tmp while the passages are encoded
 INDEX_NAME = "embeddings"  # the name of the FAISS index on the passages Dataset
 POOLINGS = ("mean", "cls")
 ENCODER_DTYPES = ("float32", "bfloat16", "float16")  # the encoder's precision; embeddings are always float32
@@ -247,61 +255,13 @@ class DenseRetriever(Retriever):
         encoder_dtype: str | None = None,
     ) -> "DenseRetriever":
         """Encode and index a corpus (file path(s), or rows/``datasets.Dataset`` with ``id``, ``title``, ``text``),
-        resuming an interrupted build of the same corpus and settings from its last complete chunk. ``encoder_dtype``
-        is the encoder's precision (:class:`DenseEncoder`'s ``dtype``), recorded so that queries are encoded in it."""
-        from tqdm.auto import tqdm
-        from datasets import Dataset
-
-        faiss = _faiss()
-        if chunk_size < 1:
-            raise SettingError(f"{setting('chunk_size')} must be at least 1, got {chunk_size}.")
-        paths, articles = corpus_paths_and_articles(corpus)
-        passages = Dataset.from_dict(passage_columns(articles, words_per_passage))
-        n = len(passages)
-        check_passage_count(n, paths)
+        resuming an interrupted build of the same corpus and settings (:func:`build_dense_index`, one process).
+        ``encoder_dtype`` is the encoder's precision (:class:`DenseEncoder`'s ``dtype``), recorded so that queries
+        are encoded in it."""
         enc = encoder if isinstance(encoder, DenseEncoder) else DenseEncoder(encoder, pooling, normalize,
                                                                              dtype=encoder_dtype)
-        state = {
-            "fingerprint": corpus_fingerprint(paths, words_per_passage) if paths else _passages_fingerprint(passages),
-            "words_per_passage": words_per_passage, "num_passages": n, "encoder": enc.name, "pooling": enc.pooling,
-            "normalize": enc.normalize, "dim": enc.dim, "dtype": enc.dtype, "chunk_size": chunk_size,
-        }
-        tmp_dir, done = _resume_or_start(index_dir, state)
-        emb_path = os.path.join(tmp_dir, EMBEDDINGS_FILE)
-        if done == 0:
-            passages.save_to_disk(os.path.join(tmp_dir, "passages"))
-            embeddings = np.lib.format.open_memmap(emb_path, mode="w+", dtype=np.float32, shape=(n, enc.dim))
-        else:
-            logger.info("Resuming the dense index build in %s after %d of %d passages.", tmp_dir, done, n)
-            embeddings = np.lib.format.open_memmap(emb_path, mode="r+")
-        starts = range(0, n, chunk_size)
-        bar = tqdm(total=n, initial=done, desc="Encoding passages", unit="passage", disable=not show_progress)
-        for start in starts:
-            end = min(start + chunk_size, n)
-            if end <= done:
-                continue
-            rows = passages[start:end]
-            embeddings[start:end] = enc.encode([passage_text(t, x) for t, x in zip(rows["title"], rows["text"])])
-            embeddings.flush()
-            done = end
-            write_json_atomic(os.path.join(tmp_dir, PROGRESS_FILE), {**state, "done": done})
-            bar.update(end - start)
-        bar.close()
-        del embeddings
-
-        embeddings = np.load(emb_path, mmap_mode="r")
-        probe = faiss.index_factory(enc.dim, faiss_factory, faiss.METRIC_INNER_PRODUCT)
-        passages.add_faiss_index_from_external_arrays(
-            embeddings, INDEX_NAME, device=faiss_device(), string_factory=faiss_factory,
-            metric_type=faiss.METRIC_INNER_PRODUCT, train_size=None if probe.is_trained else min(n, MAX_TRAIN_VECTORS),
-        )
-        passages.save_faiss_index(INDEX_NAME, os.path.join(tmp_dir, FAISS_FILE))
-        os.remove(os.path.join(tmp_dir, PROGRESS_FILE))
-        settings = {"encoder": enc.name, "pooling": enc.pooling, "normalize": enc.normalize, "dim": enc.dim,
-                    "dtype": enc.dtype, "faiss_factory": faiss_factory, "metric": "inner_product"}
-        if not paths:  # rows: no corpus files to fingerprint, record the passages' own hash
-            settings["fingerprint"] = state["fingerprint"]
-        finish_build(tmp_dir, index_dir, cls.name, paths, words_per_passage, n, settings)
+        build_dense_index(corpus, index_dir, words_per_passage=words_per_passage, encoder=enc,
+                          faiss_factory=faiss_factory, chunk_size=chunk_size, show_progress=show_progress)
         return cls(index_dir, forbidden_titles=forbidden_titles, encoder=enc)
 
     @classmethod
@@ -365,20 +325,166 @@ class DenseRetriever(Retriever):
         return {**super().config(), "encoder": self.encoder.name, "pooling": self.info["pooling"]}
 
 
-def _resume_or_start(index_dir: str, state: dict) -> tuple[str, int]:
-    """``(tmp_dir, passages already encoded)``: the interrupted build in ``<index_dir>.tmp`` when its progress file
-    records the same ``state``, else a fresh folder (:func:`~hf_ralm.retrieval.index_folder.start_build`)."""
+class EmbeddingChunks(RecordStore):
+    """The passages' embeddings of a dense index being built (``<index_dir>.tmp/embedding-chunks``): float32 arrays
+    of consecutive passages, one ``.npy`` file per chunk, memory-mapped when read. Its settings are the corpus
+    fingerprint, the passage size and the encoder's (name, pooling, normalisation, dimension, precision), so chunks of
+    other settings never mix; the chunks of many workers (a sharded build) go into one folder."""
+
+    what = "passage embeddings"
+    chunk_suffix = ".npy"
+
+    def prepare_rows(self, rows: Sequence[Any]) -> np.ndarray:
+        return np.ascontiguousarray(rows, dtype=np.float32)
+
+    def write_chunk(self, path: Path, rows: np.ndarray, info: Mapping[str, Any]) -> None:
+        with open(path, "wb") as f:
+            np.save(f, rows)
+
+    def read_chunk(self, path: Path) -> np.ndarray:
+        return np.load(path, mmap_mode="r")
+
+    def held_rows(self, rows: np.ndarray, path: Path) -> np.ndarray:
+        return self.read_chunk(path)  # on disk, not in memory: a corpus's embeddings can outgrow it
+
+
+@dataclass(frozen=True)
+class DenseBuild:
+    """What :func:`build_dense_index` did: the index folder and its passages, whether the index is complete (else
+    other workers' chunks are still to come), the passages this worker encoded, and its shard."""
+
+    index_dir: str
+    num_passages: int
+    complete: bool
+    num_encoded: int
+    shard: str
+
+
+def build_dense_index(
+    corpus: str | Sequence[str] | Iterable[dict],
+    index_dir: str,
+    *,
+    words_per_passage: int = WORDS_PER_PASSAGE,
+    encoder: str | DenseEncoder | None = None,
+    pooling: str | None = None,
+    normalize: bool = False,
+    encoder_dtype: str | None = None,
+    faiss_factory: str = DEFAULT_FACTORY,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    shard: Shard | None = None,
+    show_progress: bool = True,
+) -> DenseBuild:
+    """Encode the corpus's passages into ``<index_dir>.tmp`` chunk by chunk (:class:`EmbeddingChunks`; a crash
+    loses at most the chunk being encoded, and a rerun encodes only the passages no chunk holds), then merge the chunks
+    into one ``embeddings.npy`` and one FAISS index and rename the folder to ``index_dir``.
+
+    Many workers share a build through ``shard`` (:class:`~hf_ralm.utils.shards.Shard`; one process when ``None``):
+    worker I encodes chunks I, I+N, ...; the worker that finds every chunk in merges them (under torch.distributed,
+    rank 0 after a barrier; among independent workers, the first to take the folder's build lock, the others then
+    find the index built), and the same build run once more without shards merges too. A build of other settings is
+    refused while shards write there, and replaced when one process builds. An index already complete in
+    ``index_dir`` with the same corpus and settings is left as it is.
+
+    Example::
+
+        build_dense_index("wiki.jsonl.gz", "wiki-dense", shard=Shard.resolve(num_shards=4, shard_id=1))
+    """
+    from datasets import Dataset
+    from tqdm.auto import tqdm
+
+    check_count("chunk_size", chunk_size)
+    shard = shard or Shard()
+    paths, articles = corpus_paths_and_articles(corpus)
+    passages = Dataset.from_dict(passage_columns(articles, words_per_passage))
+    n = len(passages)
+    check_passage_count(n, paths)
+    enc = encoder if isinstance(encoder, DenseEncoder) else DenseEncoder(encoder, pooling, normalize,
+                                                                         dtype=encoder_dtype)
+    state = {
+        "fingerprint": corpus_fingerprint(paths, words_per_passage) if paths else _passages_fingerprint(passages),
+        "words_per_passage": words_per_passage, "num_passages": n, "encoder": enc.name, "pooling": enc.pooling,
+        "normalize": enc.normalize, "dim": enc.dim, "dtype": enc.dtype,
+    }
+    index = {"encoder": enc.name, "pooling": enc.pooling, "normalize": enc.normalize, "dim": enc.dim,
+             "dtype": enc.dtype, "faiss_factory": faiss_factory, "metric": "inner_product"}
+    done = DenseBuild(index_dir, n, True, 0, f"{shard.index} of {shard.count} ({shard.launcher})")
+    if _built(index_dir, state, index):
+        return done
     tmp_dir = index_dir.rstrip("/") + ".tmp"
+    store = _embedding_chunks(os.path.join(tmp_dir, CHUNKS_DIR), state, shard)
+    encoded = 0
+    with tqdm(total=n, initial=store.num_done, desc="Encoding passages", unit="passage",
+              disable=not show_progress) as bar:
+        for k, start in enumerate(range(0, n, chunk_size)):
+            if not shard.takes(k):
+                continue
+            for begin, end in uncovered(start, min(start + chunk_size, n), store.ranges()):
+                rows = passages[begin:end]
+                store.save(begin, enc.encode([passage_text(t, x) for t, x in zip(rows["title"], rows["text"])]))
+                encoded += end - begin
+                bar.update(end - begin)
+    if shard.count > 1:  # the other workers' chunks: all of them once the last is in
+        distributed_barrier()
+        store.refresh()
+    if uncovered(0, n, store.ranges()):
+        return dataclasses.replace(done, complete=False, num_encoded=encoded)
+    if is_writer():
+        if shard.count > 1:  # one process at a time merges; the others find the index built
+            with building(index_dir):
+                if not _built(index_dir, state, index):
+                    _merge(store, passages, tmp_dir, index_dir, paths, words_per_passage, state, index)
+        else:  # the caller holds the build lock (DenseRetriever.build_or_load)
+            _merge(store, passages, tmp_dir, index_dir, paths, words_per_passage, state, index)
+    distributed_barrier()  # the other ranks open the index rank 0 merged
+    return dataclasses.replace(done, num_encoded=encoded)
+
+
+def _built(index_dir: str, state: dict, index: dict) -> bool:
+    """Whether ``index_dir`` holds a whole index of the corpus (``state``) made with the settings of ``index`` (another
+    backend's index there is refused: never built over)."""
+    info = reusable_index_info(index_dir, DenseRetriever.name, DENSE_FILES, DENSE_KEYS)  # whole, and dense
+    wanted = {**index, "fingerprint": state["fingerprint"], "num_passages": state["num_passages"]}
+    return info is not None and all(info.get(key) == value for key, value in wanted.items())
+
+
+def _embedding_chunks(folder: str, state: dict, shard: Shard) -> EmbeddingChunks:
+    """The build's chunks in ``folder``; an interrupted build of other settings there is replaced when one process
+    builds, and refused when shards do (another configuration's workers may be writing)."""
     try:
-        with open(os.path.join(tmp_dir, PROGRESS_FILE), encoding="utf-8") as f:
-            progress = json.load(f)
-    except (OSError, ValueError):
-        progress = None
-    if (
-        progress is not None
-        and {k: progress.get(k) for k in state} == state
-        and os.path.isfile(os.path.join(tmp_dir, EMBEDDINGS_FILE))
-        and os.path.isdir(os.path.join(tmp_dir, "passages"))
-    ):
-        return tmp_dir, int(progress.get("done", 0))
-    return start_build(index_dir), 0
+        return EmbeddingChunks(folder, state)
+    except OutputFolderError:
+        if shard.count > 1:
+            raise
+        logger.info("Replacing the interrupted dense index build in %s (other corpus or settings).", folder)
+        return EmbeddingChunks(folder, state, overwrite=True)
+
+
+def _merge(store: EmbeddingChunks, passages, tmp_dir: str, index_dir: str, paths: Sequence[str] | None,
+           words_per_passage: int, state: dict, index: dict) -> None:
+    """The index from the chunks: the passages table, ``embeddings.npy`` (the chunks in order), the FAISS index;
+    then ``tmp_dir`` becomes ``index_dir``."""
+    faiss = _faiss()
+    n, dim = state["num_passages"], state["dim"]
+    for name in os.listdir(tmp_dir):  # what an interrupted merge (or an older version's build) left
+        if name != CHUNKS_DIR:
+            path = os.path.join(tmp_dir, name)
+            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+    passages.save_to_disk(os.path.join(tmp_dir, "passages"))
+    emb_path = os.path.join(tmp_dir, EMBEDDINGS_FILE)
+    embeddings = np.lib.format.open_memmap(emb_path, mode="w+", dtype=np.float32, shape=(n, dim))
+    for (begin, end), rows in store.items():
+        embeddings[begin:end] = rows
+    embeddings.flush()
+    del embeddings
+    embeddings = np.load(emb_path, mmap_mode="r")
+    probe = faiss.index_factory(dim, index["faiss_factory"], faiss.METRIC_INNER_PRODUCT)
+    passages.add_faiss_index_from_external_arrays(
+        embeddings, INDEX_NAME, device=faiss_device(), string_factory=index["faiss_factory"],
+        metric_type=faiss.METRIC_INNER_PRODUCT, train_size=None if probe.is_trained else min(n, MAX_TRAIN_VECTORS),
+    )
+    passages.save_faiss_index(INDEX_NAME, os.path.join(tmp_dir, FAISS_FILE))
+    shutil.rmtree(store.folder)  # merged: the index holds them
+    settings = dict(index)
+    if not paths:  # rows: no corpus files to fingerprint, record the passages' own hash
+        settings["fingerprint"] = state["fingerprint"]
+    finish_build(tmp_dir, index_dir, DenseRetriever.name, paths, words_per_passage, n, settings)

@@ -4,7 +4,8 @@ reuses.
 A folder holds the backend's own files beside ``hf_ralm_index.json``, which records the retriever, the corpus files,
 their fingerprint (:func:`~hf_ralm.retrieval.corpus.corpus_fingerprint`), the passage size, the number of passages,
 the backend's settings and the size of every file. A build writes everything under ``<index_dir>.tmp`` and renames
-it over ``index_dir`` only when complete, so an interrupted build leaves no half-index behind.
+it over ``index_dir`` only when complete, so an interrupted build leaves no half-index behind, and builds of one
+folder take turns (:func:`building`: the first builds, the others wait and then reuse its index).
 
 Before an index is used, :func:`index_problem` checks that it is whole (every recorded file there, with its size; for
 an index built before sizes were recorded, the backend's own files), that it is the backend's and that it records
@@ -36,6 +37,7 @@ from contextlib import contextmanager
 from typing import Iterable, Iterator, Sequence
 
 from ..errors import IndexFolderError
+from ..utils.locks import file_lock
 from .corpus import corpus_fingerprint, read_corpus
 
 INDEX_FILE = "hf_ralm_index.json"
@@ -208,6 +210,14 @@ def corpus_files(corpus: str | Sequence[str]) -> list[str]:
     paths = [corpus] if isinstance(corpus, str) else list(corpus)
     check_corpus_files(paths)
     return paths
+
+
+def building(index_dir: str):
+    """The lock of the builds of ``index_dir`` (the hidden file ``.<name>.lock`` beside it): held while a process
+    checks whether the index is there and builds it when not, so that concurrent builds (the ranks of a torchrun job,
+    the tasks of a Slurm array) never write one folder at once; the others wait, then find the index built."""
+    parent, name = os.path.split(os.path.abspath(index_dir))
+    return file_lock(os.path.join(parent, f".{name}.lock"), f"the build of {index_dir}")
 
 
 def start_build(index_dir: str) -> str:
