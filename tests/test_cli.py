@@ -11,7 +11,7 @@ import pytest
 from conftest import ARTICLES, EVAL_TEXT, write_jsonl
 from hf_ralm.cli import FLAGS, build_parser, error_message, main
 from hf_ralm.errors import SettingError
-from hf_ralm.configuration_ralm import RalmConfig
+from hf_ralm.configuration_ralm import RALM_FIELDS, RalmConfig
 from hf_ralm.data import join_rows, load_dataset_text
 from hf_ralm.perplexity import count_words
 
@@ -205,7 +205,7 @@ def test_parser_defaults():
     assert (args.stride, args.query_length, args.max_doc_tokens) == (4, 32, 256)
     assert (args.stride, args.max_doc_tokens) == (RalmConfig.retrieval_stride, RalmConfig.max_doc_tokens)
     assert "num_docs" not in vars(args)  # eval-lm retrieves the one passage per window it puts in context
-    assert args.retriever == "none" and args.dtype == "float32" and args.max_length is None
+    assert args.retriever == "none" and args.dtype == "auto" and args.max_length is None
     with pytest.raises(SystemExit):
         build_parser().parse_args(["eval-lm", "--retriever", "dpr"])
 
@@ -239,29 +239,30 @@ RERANK_FLAGS = {"--rerank", "--rerank-candidates", "--rerank-tokens", "--reranke
 BEYOND_FLAGS = {"--retrieval-gate", "--gate-threshold", "--num-passages", "--max-context-doc-tokens", "--ensemble",
                 "--ensemble-temperature"}  # issue 10: gates, several passages, ensembles
 RESUME_FLAGS = ("--chunk-size", "--overwrite", "--num-shards", "--shard-id")
+MODEL_FLAGS = ("--model", "--tokenizer", "--gguf-file", "--dtype", "--device", "--device-map", "--attn-implementation")
 COMMAND_FLAGS = {
     "index": {"--corpus", "--index-dir", "--retriever", "--encoder", "--pooling", "--encoder-dtype", "--faiss-factory",
               "--words-per-passage", "--num-shards", "--shard-id"},
-    "retrieve": {"--model", "--tokenizer", "--gguf-file", "--dtype", "--device", "--retriever", "--encoder",
+    "retrieve": {*MODEL_FLAGS, "--retriever", "--encoder",
                  "--corpus", "--index-dir", "--forbidden-titles", "--stride", "--query-length", "--max-length",
                  "--dataset-path", "--dataset-name", "--dataset-split", "--max-eval-tokens", "--output-dir",
                  "--save-retrieval-file", "--max-doc-tokens", "--bos-every-window", "--batch-size", *RERANK_FLAGS,
                  *BEYOND_FLAGS, *RESUME_FLAGS},
-    "eval-lm": {"--model", "--tokenizer", "--gguf-file", "--dtype", "--device", "--retriever", "--encoder",
+    "eval-lm": {*MODEL_FLAGS, "--retriever", "--encoder",
                 "--corpus", "--index-dir", "--forbidden-titles", "--stride", "--query-length", "--max-length",
                 "--max-doc-tokens", "--bos-every-window", "--dataset-path", "--dataset-name", "--dataset-split",
                 "--max-eval-tokens", "--batch-size", "--output-dir", "--retrieval-file", "--save-retrieval-file",
                 "--no-prefix-kv-reuse", *RERANK_FLAGS, *BEYOND_FLAGS, *RESUME_FLAGS},
-    "generate": {"--model", "--tokenizer", "--gguf-file", "--dtype", "--device", "--retriever", "--encoder",
+    "generate": {*MODEL_FLAGS, "--retriever", "--encoder",
                  "--corpus", "--index-dir", "--forbidden-titles", "--stride", "--query-length", "--max-length",
                  "--max-doc-tokens", "--bos-every-window", "--batch-size", "--prompt", "--prompts-file",
                  "--max-new-tokens", "--show-sources", "--output-json", "--do-sample", "--temperature", "--top-k",
                  "--top-p", "--seed", *RERANK_FLAGS, *BEYOND_FLAGS},
-    "eval-qa": {"--model", "--tokenizer", "--gguf-file", "--dtype", "--device", "--retriever", "--encoder",
+    "eval-qa": {*MODEL_FLAGS, "--retriever", "--encoder",
                 "--corpus", "--index-dir", "--forbidden-titles", "--batch-size", "--output-dir", "--questions",
                 "--use-ctxs", "--num-docs", "--max-questions", "--max-new-tokens", "--max-length", "--num-shards",
                 "--shard-id"},
-    "rerank-data": {"--model", "--tokenizer", "--gguf-file", "--dtype", "--device", "--retriever", "--encoder",
+    "rerank-data": {*MODEL_FLAGS, "--retriever", "--encoder",
                     "--corpus", "--index-dir", "--forbidden-titles", "--stride", "--query-length", "--max-length",
                     "--max-doc-tokens", "--bos-every-window", "--batch-size", "--rerank-candidates", "--rerank-tokens",
                     "--articles", "--exclude-titles", "--num-articles", "--windows-per-article", "--max-windows",
@@ -306,7 +307,7 @@ def test_usage_errors_end_with_one_hf_ralm_line(capsys, argv, message):
 
 def test_config_errors_are_reported_with_flags():
     """Every RALM setting the command line passes on has its flag, and the config's errors read as flags."""
-    assert {name for name in FLAGS if name in RalmConfig.__dataclass_fields__} == {
+    assert {name for name in FLAGS if name in RALM_FIELDS} == {
         "retrieval_stride", "query_length", "max_length", "max_doc_tokens", "bos_every_window", "rerank",
         "rerank_candidates", "rerank_tokens", "reranker_model", "rerank_allow_no_passage", "rerank_no_passage_margin",
         "rerank_seed", "retrieval_gate", "gate_threshold", "num_passages", "max_context_doc_tokens", "ensemble_size",

@@ -71,6 +71,42 @@ def test_from_pretrained_with_loaded_model(ralm, tiny_llama, tiny_tokenizer, tin
     assert not tiny_llama.training
 
 
+def test_dtype_auto_follows_the_device(monkeypatch):
+    from hf_ralm.errors import SettingError
+    from hf_ralm.placement import resolve_dtype
+
+    assert resolve_dtype("auto", "cpu") == torch.float32 and resolve_dtype("float16", "cpu") == torch.float16
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)
+    assert resolve_dtype("auto", "cuda:1") == torch.bfloat16
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: False)  # e.g. a V100
+    assert resolve_dtype("auto", "cuda") == torch.float16
+    with pytest.raises(SettingError, match="dtype must be one of auto, bfloat16, float16, float32, got 'half'"):
+        resolve_dtype("half", "cpu")
+
+
+def test_from_pretrained_places_the_model_and_forwards_its_loading_arguments(tiny_model_dir, monkeypatch):
+    import hf_ralm.modeling_ralm as modeling
+
+    plain = RetrievalAugmentedModel.from_pretrained(str(tiny_model_dir))
+    assert plain.language_model.dtype == torch.float32 and plain.language_model.device.type == "cpu"  # no GPU here
+    chosen = RetrievalAugmentedModel.from_pretrained(str(tiny_model_dir), dtype="bfloat16",
+                                                     attn_implementation="eager")
+    assert chosen.language_model.dtype == torch.bfloat16
+    assert chosen.language_model.config._attn_implementation == "eager"
+    assert RetrievalAugmentedModel.from_pretrained(str(tiny_model_dir), torch_dtype=torch.float16).dtype == \
+        torch.float16
+    loads = []
+    load = modeling._load_base_model
+    monkeypatch.setattr(modeling, "_load_base_model", lambda *args: loads.append(args[2]) or load(*args))
+    mapped = RetrievalAugmentedModel.from_pretrained(str(tiny_model_dir), device_map="cpu")  # accelerate places it
+    assert loads[-1] == {"device_map": "cpu", "dtype": torch.float32} and mapped.language_model.device.type == "cpu"
+    with pytest.raises(ValueError, match="Give device or device_map, not both"):
+        RetrievalAugmentedModel.from_pretrained(str(tiny_model_dir), device="cpu", device_map="cpu")
+    # where a GPU is, the model goes there by default: here the default device is made "meta" to see it move
+    monkeypatch.setattr(modeling, "default_device", lambda local_rank=None: torch.device("meta"))
+    assert RetrievalAugmentedModel.from_pretrained(str(tiny_model_dir)).language_model.device.type == "meta"
+
+
 def test_forward_loss_is_mean_of_scored_token_nlls(ralm, tiny_tokenizer):
     ids = text_ids(tiny_tokenizer)
     n = ids.shape[1]

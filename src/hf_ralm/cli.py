@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import inspect
 import json
 import os
@@ -34,6 +35,7 @@ from contextlib import redirect_stdout
 from .configuration_ralm import RALM_FIELDS, RERANK_STRATEGIES, RETRIEVAL_GATES, RalmConfig, default_query_length
 from .data import load_dataset_text
 from .errors import NamesSettings
+from .placement import DTYPES
 from .utils.shards import Shard, is_writer
 from .qa import MAX_NEW_TOKENS
 from .reranking import collect_rerank_data, train_reranker
@@ -79,6 +81,10 @@ FLAGS = {
     "eval_fraction": "--eval-fraction",
     "max_train_windows": "--max-train-windows",
     "eval_points": "--eval-points",
+    "dtype": "--dtype",
+    "device": "--device",
+    "device_map": "--device-map",
+    "attn_implementation": "--attn-implementation",
     "num_shards": "--num-shards",
     "shard_id": "--shard-id",
     "output_dir": "--output-dir",
@@ -145,8 +151,15 @@ FLAG_GROUPS: dict[str, dict[str, dict]] = {
         "--model": {"help": "causal LM: Hub id or local folder (also a saved RALM folder)"},
         "--tokenizer": {"help": "tokenizer id/folder if different from --model"},
         "--gguf-file": {"help": "load the model from this GGUF file inside --model"},
-        "--dtype": {"default": "float32", "choices": ["float32", "bfloat16"]},
-        "--device": {"help": "device for the model (default: cuda if available, else cpu)"},
+        FLAGS["dtype"]: {"default": "auto", "choices": list(DTYPES),
+                         "help": "the model's precision (default auto: bfloat16 on a GPU that has it, float16 on "
+                                 "another GPU, float32 on a CPU)"},
+        FLAGS["device"]: {"help": "device for the model (default: cuda, this rank's under torchrun, if available, "
+                                  "else cpu)"},
+        FLAGS["device_map"]: {"help": "accelerate's placement of a model larger than one GPU, e.g. auto "
+                                      "(needs accelerate; not with --device)"},
+        FLAGS["attn_implementation"]: {"help": "the model's attention kernel, e.g. sdpa, flash_attention_2, eager "
+                                               "(default: transformers' choice)"},
     },
     "retriever": {
         "--retriever": {"default": "none", "choices": RETRIEVER_NAMES},
@@ -342,14 +355,16 @@ def _ralm_settings(args) -> dict:
 
 def _load_model(args, settings: dict, retriever: str, forbidden_titles=None):
     """The RALM model of the command's model flags, ``settings`` and ``retriever`` (a name; ``"none"``: no index is
-    loaded; its forbidden titles: ``forbidden_titles``, by default ``--forbidden-titles``), on ``--device``."""
-    import torch
-
+    loaded; its forbidden titles: ``forbidden_titles``, by default ``--forbidden-titles``), on ``--device`` (or
+    placed by ``--device-map``) in ``--dtype``."""
     from .modeling_ralm import RetrievalAugmentedModel
 
-    model_kwargs = {"dtype": getattr(torch, args.dtype)}
-    if args.gguf_file:
-        model_kwargs["gguf_file"] = args.gguf_file
+    model_kwargs = {"dtype": args.dtype}
+    for name in ("gguf_file", "device_map", "attn_implementation"):
+        if getattr(args, name):
+            model_kwargs[name] = getattr(args, name)
+    if args.device_map and importlib.util.find_spec("accelerate") is None:
+        _fail("--device-map needs accelerate: pip install accelerate")
     tokenizer = None
     if args.tokenizer:
         from transformers import AutoTokenizer
@@ -358,11 +373,8 @@ def _load_model(args, settings: dict, retriever: str, forbidden_titles=None):
     model = RetrievalAugmentedModel.from_pretrained(
         args.model, retriever=retriever, tokenizer=tokenizer, index_dir=args.index_dir, corpus=args.corpus,
         forbidden_titles=args.forbidden_titles if forbidden_titles is None else forbidden_titles, encoder=args.encoder,
-        **settings, **model_kwargs,
+        device=args.device, **settings, **model_kwargs,
     )
-    local_rank = Shard.resolve().local_rank
-    gpu = "cuda" if local_rank is None else f"cuda:{local_rank}"  # one GPU per rank under torchrun / accelerate
-    model.language_model.to(args.device or (gpu if torch.cuda.is_available() else "cpu"))
     return model
 
 
@@ -575,8 +587,9 @@ def run_eval_qa(args) -> dict:
     t0 = time.perf_counter()
     model = _load_model(args, {}, args.retriever if num_docs else "none")  # closed book: no index to load
     load_s = time.perf_counter() - t0
-    keys = ("model", "tokenizer", "gguf_file", "dtype", "retriever", "corpus", "index_dir", "forbidden_titles")
+    keys = ("model", "tokenizer", "gguf_file", "retriever", "corpus", "index_dir", "forbidden_titles")
     settings = {k: getattr(args, k) for k in keys}  # a run may only be resumed with the same ones
+    settings["dtype"] = str(model.language_model.dtype).removeprefix("torch.")  # what --dtype auto chose
     if not num_docs:
         settings["retriever"] = "none"
     return evaluate_qa(model.language_model, model.tokenizer, examples, retriever=model.retriever,

@@ -29,11 +29,14 @@ from transformers.utils import ModelOutput
 from .configuration_ralm import RALM_FIELDS, RalmConfig
 from .evaluation import RalmEvalResult, evaluate_perplexity
 from .generation import ralm_generate
+from .errors import SettingError, setting
 from .passages import Passage
+from .placement import default_device, resolve_dtype
 from .retrieval.base import RETRIEVER_CONFIG_FILE, Retriever, read_forbidden_titles
 from .retrieval.factory import load_retriever, load_retriever_from_pretrained, pretrained_folder
 from .retrieval.registry import retriever_class
 from .selection.rankers import load_reranker
+from .utils.shards import Shard
 
 
 @dataclass
@@ -74,6 +77,24 @@ def _saved_retriever(path: str, old_retriever: dict | None, hub_kwargs: dict, **
     if not os.path.isfile(os.path.join(folder, RETRIEVER_CONFIG_FILE)):
         return None
     return load_retriever_from_pretrained(folder, **overrides)
+
+
+def _placement(kwargs: dict, device: str | torch.device | None) -> tuple[dict, torch.device | None]:
+    """The base model's loading arguments with its precision resolved, and the device it goes to after loading
+    (``None`` with ``device_map``: placed while loading)."""
+    if "torch_dtype" in kwargs:  # transformers' older name
+        if "dtype" in kwargs:
+            raise SettingError("Give dtype or torch_dtype (its older name), not both.")
+        kwargs = {**{k: v for k, v in kwargs.items() if k != "torch_dtype"}, "dtype": kwargs["torch_dtype"]}
+    if kwargs.get("device_map") is not None:
+        if device is not None:
+            raise SettingError(f"Give {setting('device')} or {setting('device_map')}, not both: device_map places the "
+                               "model's layers itself.")
+        target = default_device(Shard.resolve().local_rank)
+    else:
+        target = torch.device(device) if device is not None else default_device(Shard.resolve().local_rank)
+    kwargs = {**kwargs, "dtype": resolve_dtype(kwargs.get("dtype", "auto"), target)}
+    return kwargs, None if kwargs.get("device_map") is not None else target
 
 
 def _load_base_model(name_or_path: str, model_args: Sequence, model_kwargs: dict):
@@ -122,6 +143,7 @@ class RetrievalAugmentedModel(PreTrainedModel):
         corpus: str | list[str] | None = None,
         forbidden_titles: str | Sequence[str] | None = None,
         encoder: str | None = None,
+        device: str | torch.device | None = None,
         **kwargs,
     ) -> "RetrievalAugmentedModel":
         """Wrap a causal LM given as a Hub id, a local folder or a loaded model, or rebuild a saved RALM folder.
@@ -138,8 +160,16 @@ class RetrievalAugmentedModel(PreTrainedModel):
             forbidden_titles: a file with one title per line, or titles, never to retrieve (contamination).
             encoder: the dense retriever's encoder (``"dense"``, ``"hybrid"``); ``query_length`` then defaults to
                 64 (the paper's best for dense retrieval) instead of 32 unless given.
+            device: where a model loaded here goes (default: the GPU when there is one, this rank's under torchrun,
+                else the CPU: :func:`~hf_ralm.placement.default_device`); not with ``device_map``, which places it
+                itself (accelerate's big-model placement, for a model larger than one GPU). A loaded model given
+                here stays where it is.
             kwargs: :class:`RalmConfig` fields (``retrieval_stride``, ``query_length``, ``max_length``, ...); the
-                rest (``dtype``, ``device_map``, ``gguf_file``, ``revision``, ...) go to the base model's loading.
+                rest (``dtype``, ``device_map``, ``attn_implementation``, ``gguf_file``, ``revision``, ...) go to the
+                base model's loading. ``dtype`` (or ``torch_dtype``) defaults to ``"auto"``, which here means
+                bfloat16 on a GPU that has it, float16 on another GPU and float32 on a CPU
+                (:func:`~hf_ralm.placement.resolve_dtype`; not transformers' "the checkpoint's own"); a
+                ``torch.dtype`` is used as it is.
         """
         overrides = {k: kwargs.pop(k) for k in list(kwargs) if k in RALM_FIELDS}
         if isinstance(forbidden_titles, (str, os.PathLike)):  # read first: a bad file fails before anything loads
@@ -155,7 +185,10 @@ class RetrievalAugmentedModel(PreTrainedModel):
             base_name = saved.base_model_name_or_path if saved else path
             if saved and not base_name:
                 raise ValueError(f"{path} holds a RALM config without base_model_name_or_path.")
+            kwargs, device = _placement(kwargs, device)
             base = _load_base_model(base_name, model_args, kwargs)
+            if device is not None:
+                base.to(device)
         base.eval()
         if tokenizer is None:
             tokenizer_kwargs = {k: kwargs[k] for k in ("gguf_file", "revision", "cache_dir", "token") if k in kwargs}
