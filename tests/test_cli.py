@@ -156,7 +156,7 @@ BAD_NUMBERS = [
     ("--query-length", "0", "--query-length must be at least 1, got 0"),
     ("--stride", "-3", "--stride must be at least 1, got -3"),
     ("--max-doc-tokens", "0", "--max-doc-tokens must be at least 1"),
-    ("--batch-size", "0", "--batch-size must be at least 1"),
+    ("--batch-size", "0", "argument --batch-size: must be a count (at least 1) or auto, got '0'"),
     ("--max-length", "4", "--max-length (4) must be larger than --stride (4)"),
     ("--max-eval-tokens", "1", "--max-eval-tokens must be at least 2, got 1"),
 ]
@@ -205,7 +205,8 @@ def test_parser_defaults():
     assert (args.stride, args.query_length, args.max_doc_tokens) == (4, 32, 256)
     assert (args.stride, args.max_doc_tokens) == (RalmConfig.retrieval_stride, RalmConfig.max_doc_tokens)
     assert "num_docs" not in vars(args)  # eval-lm retrieves the one passage per window it puts in context
-    assert args.retriever == "none" and args.dtype == "auto" and args.max_length is None
+    assert args.retriever == "none" and args.dtype == "auto" and args.max_length is None and args.batch_size == 8
+    assert build_parser().parse_args(["eval-qa", "--batch-size", "auto"]).batch_size == "auto"
     with pytest.raises(SystemExit):
         build_parser().parse_args(["eval-lm", "--retriever", "dpr"])
 

@@ -263,3 +263,42 @@ def test_progress_within_a_chunk_is_shown_per_batch_of_windows(monkeypatch, tiny
     assert [bar.desc for bar in stages] == ["Scoring windows"] and stages[0].leave_arg is None
     assert sum(stages[0].updates) == result.figures["num_windows"] and max(stages[0].updates) <= 2
     assert len(stages[0].updates) >= result.figures["num_windows"] // 2
+
+
+def test_batch_size_auto_halves_on_out_of_memory_and_resumes_without_overwrite(
+        tiny_llama, tiny_tokenizer, tiny_index, tmp_path, monkeypatch):
+    """``batch_size="auto"`` (8 on a CPU) meets a device that holds 2 windows: each chunk that fails runs again with
+    half the batch, the run ends with the records of a batch-2 run, and its settings record "auto", so a resume after
+    the error (which starts again at 8) needs no overwrite, while a fixed batch size there is refused."""
+    real, sizes = evaluation.score_windows, []
+
+    def small_device(model, ids, windows, prefixes, batch_size, *args, **kwargs):
+        sizes.append(batch_size)
+        if batch_size > 2:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(model, ids, windows, prefixes, batch_size, *args, **kwargs)
+
+    def run(folder, batch_size, **options):
+        return evaluation.evaluate_perplexity(tiny_llama, tiny_tokenizer, EVAL_TEXT, tiny_index["retriever"],
+                                              RalmConfig(**BASE), show_progress=False, output_dir=str(folder),
+                                              chunk_size=CHUNK, batch_size=batch_size, **options)
+
+    fixed = run(tmp_path / "fixed", 2)
+    whole_chunks = evaluation._Evaluation.chunk_records
+    monkeypatch.setattr(evaluation, "score_windows", small_device)
+    interrupt_after(monkeypatch, 1)
+    with pytest.raises(RuntimeError, match="injected"):
+        run(tmp_path / "auto", "auto")
+    assert sizes[:3] == [8, 4, 2] and set(sizes[3:]) == {2}  # halved twice, then kept
+    assert records.RecordStore.read_settings(tmp_path / "auto" / "windows")[0]["batch_size"] == "auto"
+    monkeypatch.setattr(evaluation._Evaluation, "chunk_records", whole_chunks)  # no interruption now
+    sizes.clear()
+    resumed = run(tmp_path / "auto", "auto")  # no overwrite
+    assert sizes[:3] == [8, 4, 2] and resumed.figures["num_resumed_windows"] == CHUNK
+    assert same_figures(resumed.figures, fixed.figures)
+    torch.testing.assert_close(resumed.token_nlls, fixed.token_nlls, rtol=0, atol=0, equal_nan=True)
+    chunks = [records.RecordStore.read_chunk_file(path) for path in
+              records.RecordStore.complete_chunks(tmp_path / "auto" / "windows")]
+    assert {chunk["batch_size"] for chunk in chunks} == {2}
+    with pytest.raises(OutputFolderError, match="'batch_size': stored 'auto', given 2"):
+        run(tmp_path / "auto", 2)

@@ -32,6 +32,7 @@ import time
 import traceback
 from contextlib import redirect_stdout
 
+from .batching import BatchSize, parse_batch_size
 from .configuration_ralm import RALM_FIELDS, RERANK_STRATEGIES, RETRIEVAL_GATES, RalmConfig, default_query_length
 from .data import load_dataset_text
 from .errors import NamesSettings
@@ -100,6 +101,14 @@ COUNTS = {"batch_size": 1, "max_eval_tokens": 2, "max_new_tokens": 1, "max_quest
           "num_articles": 1, "windows_per_article": 1, "max_windows": 1, "chunk_size": 1}
 """The counts a command may take that are no RALM setting, and their minimum (``--num-docs 0``: closed book;
 ``--max-eval-tokens 2``: token 0 is never scored)."""
+
+
+def count_or_auto(value: str) -> int | str:
+    """``--batch-size``: a count, or ``auto``."""
+    try:
+        return parse_batch_size(value)
+    except ValueError:  # argparse names the flag
+        raise argparse.ArgumentTypeError(f"must be a count (at least 1) or auto, got {value!r}") from None
 
 
 def _dest(name: str) -> str:
@@ -239,10 +248,10 @@ FLAG_GROUPS: dict[str, dict[str, dict]] = {
         FLAGS["max_eval_tokens"]: {"type": int, "help": "evaluate only the first T tokens of the dataset"},
     },
     "batching": {
-        FLAGS["batch_size"]: {"type": int, "default": 8, "help": "windows (eval-lm), prompts (generate), "
-                                                                 "questions (eval-qa) or candidate inputs "
-                                                                 "(rerank-data) per forward pass (default "
-                                                                 "%(default)s)"},
+        FLAGS["batch_size"]: {"type": count_or_auto, "default": 8,
+                              "help": "windows (eval-lm), prompts (generate), questions (eval-qa) or candidate "
+                                      "inputs (rerank-data) per forward pass, or auto: from 64 on a GPU, halved "
+                                      "whenever a batch runs out of memory (8 on a CPU) (default %(default)s)"},
     },
     "output": {"--output-dir": {"help": "where eval.json and the run's progress go (a rerun with the same settings "
                                         "resumes there)"}},
@@ -338,7 +347,7 @@ def _check_args(args, *required: str) -> None:
         if not getattr(args, name):
             _fail(f"--{name.replace('_', '-')} is required.")
     for name, minimum in COUNTS.items():
-        if getattr(args, name, None) is not None:
+        if getattr(args, name, None) not in (None, "auto"):
             check_count(name, getattr(args, name), minimum)
     for corpus in getattr(args, "corpus", None) or []:
         if not os.path.isfile(corpus):
@@ -535,9 +544,14 @@ def run_generate(args) -> tuple[list, object]:
         torch.manual_seed(args.seed)
     kwargs = {"max_new_tokens": args.max_new_tokens, "do_sample": args.do_sample}
     kwargs.update({k: getattr(args, k) for k in ("temperature", "top_k", "top_p") if getattr(args, k) is not None})
-    batches = range(0, len(prompts), args.batch_size)
-    texts = [text for begin in tqdm(batches, desc="Generating", unit="batch", disable=len(batches) < 2)
-             for text in model.generate_texts(prompts[begin : begin + args.batch_size], **kwargs)]
+    batches = BatchSize(args.batch_size, model.language_model.device)
+    with tqdm(total=len(prompts), desc="Generating", unit="prompt", disable=len(prompts) <= batches.size) as bar:
+        def generate(batch: list[str]) -> list:
+            texts = model.generate_texts(batch, **kwargs)
+            bar.update(len(batch))
+            return texts
+
+        texts = batches.map(prompts, generate)  # smaller batches after an out-of-memory error (--batch-size auto)
     if args.output_json:
         write_json_atomic(args.output_json, [dataclasses.asdict(text) for text in texts])
     return texts, model.tokenizer

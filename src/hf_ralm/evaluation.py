@@ -21,10 +21,12 @@ from typing import Sequence
 import torch
 from tqdm.auto import tqdm
 
+from .batching import BatchSize
 from .configuration_ralm import RalmConfig
 from .ensemble import ensemble_window_nlls
 from .errors import SettingError, setting
 from .model_inputs import context_indices, window_length, window_prefixes
+from .modeling_utils import model_device
 from .passage_cache import PassageKVCache
 from .passages import Passage
 from .perplexity import perplexity_figures
@@ -102,7 +104,7 @@ def evaluate_retrieval(
     max_eval_tokens: int | None = None,
     show_progress: bool = True,
     reranker=None,
-    batch_size: int = 8,
+    batch_size: int | str = 8,
     reuse_prefix_kv: bool = True,
     output_dir: str | None = None,
     overwrite: bool = False,
@@ -177,7 +179,7 @@ def evaluate_perplexity(
     config: RalmConfig,
     retrieval_file: str | None = None,
     max_eval_tokens: int | None = None,
-    batch_size: int = 8,
+    batch_size: int | str = 8,
     reuse_prefix_kv: bool = True,
     show_progress: bool = True,
     reranker=None,
@@ -235,7 +237,8 @@ def _evaluate(model, tokenizer, text_or_ids, retriever, config: RalmConfig, *, r
     timings["retrieval_s"] += time.perf_counter() - t0
     chooses = retrievals is None or retrievals.chosen is None
     run = _Evaluation(model, tokenizer, plan, config, PassagePolicy(config, retriever, reranker) if chooses else None,
-                      retrievals, batch_size, reuse_prefix_kv, scored, show_progress, timings)
+                      retrievals, reuse_prefix_kv, scored, show_progress, timings)
+    batches = BatchSize(batch_size, model_device(model))
 
     shard = Shard.resolve(num_shards, shard_id)
     if shard.count > 1 and output_dir is None:
@@ -244,7 +247,7 @@ def _evaluate(model, tokenizer, text_or_ids, retriever, config: RalmConfig, *, r
     writer = None
     if output_dir is not None:
         settings = run_settings(model=model, tokenizer=tokenizer, ids=plan.ids, retriever=retriever, config=config,
-                                retrieval_file=retrieval_file, max_length=plan.max_length, batch_size=batch_size,
+                                retrieval_file=retrieval_file, max_length=plan.max_length, batch_size=batches.setting,
                                 reuse_prefix_kv=reuse_prefix_kv, scored=scored, chunk_size=chunk_size)
         if overwrite and is_writer():
             Path(output_dir, EVAL_FILE).unlink(missing_ok=True)
@@ -260,10 +263,10 @@ def _evaluate(model, tokenizer, text_or_ids, retriever, config: RalmConfig, *, r
                                        disable=not show_progress, desc="Evaluating" if scored else "Retrieving") as bar:
         for chunk in todo:
             # the stages' own bars show each window of the chunk under this one, and vanish with the chunk
-            records = run.chunk_records(chunk, state)
+            records = batches.run(lambda size: run.chunk_records(chunk, state, size))  # again, smaller, on OOM
             state.apply_all(records)
             if writer:
-                writer.save(chunk[0].index, records)
+                writer.save(chunk[0].index, records, batch_size=batches.size)
             bar.update(len(chunk))
     if writer and shard.count > 1:  # the other workers' chunks: all of them once the last is in
         distributed_barrier()
@@ -380,17 +383,16 @@ class _Evaluation:
     config: RalmConfig
     policy: PassagePolicy | None  # None: the retrieval file fixes the choices
     retrievals: Retrievals | None
-    batch_size: int
     reuse_prefix_kv: bool
     scored: bool
     show_progress: bool
     timings: dict
 
-    def chunk_records(self, chunk: Sequence[Window], state: _WindowState) -> list[WindowRecord]:
+    def chunk_records(self, chunk: Sequence[Window], state: _WindowState, batch_size: int) -> list[WindowRecord]:
         """One chunk of windows end to end: its passages (retrieved, or from the retrieval file), each window's
         choice (:class:`~hf_ralm.selection.policy.PassagePolicy`: gate, rerank, gate) and, when ``scored``, its
-        NLLs. ``state``'s passages and choices of the chunk are filled in on the way (the scorers index them by
-        window)."""
+        NLLs, in forward passes of ``batch_size``. ``state``'s passages and choices of the chunk are filled in on the
+        way (the scorers index them by window), the same when the chunk runs again."""
         config, first, stop = self.config, chunk[0].index, chunk[-1].index + 1
         t0 = time.perf_counter()
         if self.retrievals is not None:
@@ -406,7 +408,7 @@ class _Evaluation:
             gate_scores = self.retrievals.gate_scores[first:stop] if self.retrievals.gate_scores else None
         else:
             cache = PassageKVCache.for_model(self.model) if self.reuse_prefix_kv else None  # shared by both passes
-            ranker = WindowRanker(self.model, self.tokenizer, self.plan.ids, chunk, self.batch_size,
+            ranker = WindowRanker(self.model, self.tokenizer, self.plan.ids, chunk, batch_size,
                                   self.reuse_prefix_kv, cache, self.show_progress)
             selection = self.policy.select([self.plan.queries[w.index] for w in chunk],
                                            [state.passages[w.index] for w in chunk], ranker, [w.index for w in chunk])
@@ -423,10 +425,10 @@ class _Evaluation:
         t0 = time.perf_counter()
         if nlls is None and self.scored and config.ensemble_size > 1:
             nlls = ensemble_window_nlls(self.model, self.tokenizer, self.plan.ids, chunk, state.passages, config,
-                                        state.chosen, self.batch_size, self.reuse_prefix_kv, self.show_progress)
+                                        state.chosen, batch_size, self.reuse_prefix_kv, self.show_progress)
         elif nlls is None and self.scored:  # not already scored while the reader ranked the candidates
             prefixes = [[]] * first + window_prefixes(self.tokenizer, chunk, state.passages, config, state.chosen)
-            nlls = score_windows(self.model, self.plan.ids, chunk, prefixes, self.batch_size, self.reuse_prefix_kv,
+            nlls = score_windows(self.model, self.plan.ids, chunk, prefixes, batch_size, self.reuse_prefix_kv,
                                  self.show_progress)
         self.timings["scoring_s"] += time.perf_counter() - t0
         gate_scores = gate_scores or [None] * len(chunk)

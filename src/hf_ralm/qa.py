@@ -486,7 +486,7 @@ def evaluate_qa(
     retriever=None,
     num_docs: int = 0,
     use_ctxs: bool = False,
-    batch_size: int = 8,
+    batch_size: int | str = 8,
     max_new_tokens: int = MAX_NEW_TOKENS,
     max_length: int | None = None,
     output_dir: str | None = None,
@@ -501,7 +501,8 @@ def evaluate_qa(
     Each question gets ``num_docs`` passages in its prompt (0: closed book): from its own ``ctxs`` with
     ``use_ctxs``, else retrieved by ``retriever`` with the question as the query (:func:`find_passages`). Prompts are
     cut from the left to ``max_length - max_new_tokens`` tokens (``max_length``: the model's maximum by default),
-    batched with left padding, and answered greedily (``max_new_tokens`` tokens, the first line).
+    batched with left padding (``batch_size`` questions, or ``"auto"``: :class:`~hf_ralm.batching.BatchSize`, whose
+    first size makes the saved batches), and answered greedily (``max_new_tokens`` tokens, the first line).
 
     With ``output_dir``, every batch of answered questions is saved as it is done (``OUTPUT_DIR/predictions/``, a
     :class:`~hf_ralm.records.RecordStore`), ``eval.json`` (EM, has_answer, counts, ``settings``, timings;
@@ -518,7 +519,11 @@ def evaluate_qa(
     """
     from tqdm.auto import tqdm
 
-    _check_arguments(examples, retriever, num_docs, use_ctxs, batch_size, max_new_tokens)
+    from .batching import BatchSize
+    from .modeling_utils import model_device
+
+    batches = BatchSize(batch_size, model_device(model))  # the blocks of questions keep its first size
+    _check_arguments(examples, retriever, num_docs, use_ctxs, batches.size, max_new_tokens)
     answerer = _Answerer(model, tokenizer, max_new_tokens, max_length)
     settings = {**(settings or {}), "num_docs": num_docs, "use_ctxs": use_ctxs, "max_new_tokens": max_new_tokens,
                 "max_length": answerer.max_length}
@@ -526,8 +531,8 @@ def evaluate_qa(
     if shard.count > 1 and output_dir is None:
         raise SettingError(f"{shard.count} workers ({shard.launcher}) share a run through its "
                            f"{setting('output_dir')}: give one.")
-    run = _QaRun(output_dir, examples, settings, batch_size, report_extra)
-    todo = [(start, stop) for block, start, stop in run.todo(batch_size) if shard.takes(block)]
+    run = _QaRun(output_dir, examples, settings, batches.size, report_extra)
+    todo = [(start, stop) for block, start, stop in run.todo(batches.size) if shard.takes(block)]
     progress = tqdm(total=run.num_resumed + sum(stop - start for start, stop in todo), initial=run.num_resumed,
                     desc="eval-qa", unit="question",
                     disable=not show_progress)
@@ -538,7 +543,7 @@ def evaluate_qa(
         run.timings["retrieval_s"] += time.perf_counter() - t0
         prompts = [build_qa_prompt(ex["question"], found) for ex, found in zip(batch, passages)]
         t0 = time.perf_counter()
-        answers = answerer.answer(prompts)
+        answers = batches.map(prompts, answerer.answer)  # in smaller batches after an out-of-memory error
         run.timings["generation_s"] += time.perf_counter() - t0
         run.add(start, [qa_record(ex, found, answer, num_docs) for ex, found, answer in zip(batch, passages, answers)],
                 prompts)

@@ -54,7 +54,8 @@ from tqdm.auto import tqdm
 
 from ..configuration_ralm import RALM_FIELDS, RalmConfig
 from ..model_inputs import window_length
-from ..modeling_utils import model_identity, model_path
+from ..batching import BatchSize
+from ..modeling_utils import model_device, model_identity, model_path
 from ..passages import Passage
 from ..plan import WindowPlan, prepare
 from ..retrieval.base import Retriever, retriever_identity
@@ -81,7 +82,7 @@ def collect_rerank_data(
     max_windows: int | None = None,
     chunk_size: int = 64,
     overwrite: bool = False,
-    batch_size: int = 8,
+    batch_size: int | str = 8,
     metadata: Mapping[str, Any] | None = None,
     reproduce: Mapping[str, Any] | None = None,
     show_progress: bool = True,
@@ -94,8 +95,9 @@ def collect_rerank_data(
     ``bos_every_window``, ``passage_template``, ``rerank_candidates`` as ``k``, ``rerank_tokens`` as ``s'``); its
     reranking strategy is not used: every candidate is scored. Collection stops after ``max_windows`` windows
     (resumed ones included; ``None``: all articles). ``batch_size`` counts the reader's inputs (one per
-    candidate) per forward pass. ``metadata`` adds settings the records depend on that this function cannot see,
-    above all which articles they come from (e.g. ``{"articles_fingerprint": file_fingerprint(path),
+    candidate) per forward pass (``"auto"``: :class:`~hf_ralm.batching.BatchSize`). ``metadata`` adds settings the
+    records depend on that this function cannot see, above all which articles they come from (e.g.
+    ``{"articles_fingerprint": file_fingerprint(path),
     "num_articles": 1000}``: :func:`load_rerank_data` checks that fingerprint), and ``reproduce`` what reruns it
     (e.g. ``{"articles": path}``, which :func:`load_rerank_data` reads the texts from); the settings also record the
     reader, ``k``, the stride, ``query_length``, ``rerank_tokens``, ``max_length``, ``max_doc_tokens``, the index's
@@ -114,7 +116,7 @@ def collect_rerank_data(
         summary["rows_total"]  # 20, or fewer when the articles run out
     """
     check_count("windows_per_article", windows_per_article)
-    check_count("batch_size", batch_size)
+    batches = BatchSize(batch_size, model_device(model))
     if max_windows is not None:
         check_count("max_windows", max_windows)
     # The reader ranks every candidate and no passage: one pass gives the ranking and the target NLLs of each.
@@ -163,8 +165,9 @@ def collect_rerank_data(
             for item in group:
                 pools[item.window.index] = item.pool
             # The spread windows rarely share a passage, and sharing its keys/values would run their inputs one by one.
-            outcome = rerank_windows(model, tokenizer, plan.ids, [item.window for item in group], plan.queries, pools,
-                                     scoring, batch_size=batch_size, reuse_prefix_kv=False, show_progress=False)
+            outcome = batches.run(lambda size: rerank_windows(
+                model, tokenizer, plan.ids, [item.window for item in group], plan.queries, pools, scoring,
+                batch_size=size, reuse_prefix_kv=False, show_progress=False))  # again, smaller, on OOM
             rows += [{"article": item.article, "window": item.window.index,
                       "query": list(query_span(item.window, query_length)),
                       "passage_ids": [p.id for p in item.pool], "retrieval_scores": [p.score for p in item.pool],
