@@ -54,15 +54,21 @@ def fail(capsys, argv) -> str:
     return err
 
 
-def test_index_retrieve_eval(files, capsys):
+def test_index_retrieve_eval(files, capsys, monkeypatch):
     out = run(capsys, ["index", "--corpus", files["corpus"], "--index-dir", files["index"]])
     assert json.loads(out) == {"index_dir": files["index"], "num_passages": len(ARTICLES)}
     info = json.loads((files["tmp"] / "index" / "hf_ralm_index.json").read_text())
     assert info["num_passages"] == len(ARTICLES)
 
     retrieval_file = files["tmp"] / "retrieval.json"
-    out = run(capsys, ["retrieve", *common(files, "--retriever", "bm25", "--index-dir", files["index"],
-                                           "--corpus", files["corpus"], "--save-retrieval-file", str(retrieval_file))])
+
+    def no_weights(*args):
+        raise AssertionError("retrieve without a ranking reader must not load the model's weights")
+
+    with monkeypatch.context() as patch:
+        patch.setattr("hf_ralm.modeling_ralm._load_base_model", no_weights)
+        out = run(capsys, ["retrieve", *common(files, "--retriever", "bm25", "--index-dir", files["index"], "--corpus",
+                                               files["corpus"], "--save-retrieval-file", str(retrieval_file))])
     summary = json.loads(out)
     records = json.loads(retrieval_file.read_text())
     assert summary["num_windows"] == len(records)

@@ -362,7 +362,7 @@ def _ralm_settings(args) -> dict:
     return settings
 
 
-def _load_model(args, settings: dict, retriever: str, forbidden_titles=None):
+def _load_model(args, settings: dict, retriever: str, forbidden_titles=None, load_weights: bool = True):
     """The RALM model of the command's model flags, ``settings`` and ``retriever`` (a name; ``"none"``: no index is
     loaded; its forbidden titles: ``forbidden_titles``, by default ``--forbidden-titles``), on ``--device`` (or
     placed by ``--device-map``) in ``--dtype``."""
@@ -382,7 +382,7 @@ def _load_model(args, settings: dict, retriever: str, forbidden_titles=None):
     model = RetrievalAugmentedModel.from_pretrained(
         args.model, retriever=retriever, tokenizer=tokenizer, index_dir=args.index_dir, corpus=args.corpus,
         forbidden_titles=args.forbidden_titles if forbidden_titles is None else forbidden_titles, encoder=args.encoder,
-        device=args.device, **settings, **model_kwargs,
+        device=args.device, load_weights=load_weights, **settings, **model_kwargs,
     )
     return model
 
@@ -421,7 +421,7 @@ def run_index(args) -> dict:
     return {"index_dir": retriever.index_dir, "num_passages": len(retriever)}
 
 
-def _text_and_model(args, retriever: str):
+def _text_and_model(args, retriever: str, load_weights: bool = True):
     """The evaluation text, the model and its loading time of ``retrieve`` and ``eval-lm``, after their checks."""
     _check_args(args, "model", "dataset_path")
     settings = _ralm_settings(args)
@@ -429,7 +429,7 @@ def _text_and_model(args, retriever: str):
     if not text.strip():
         _fail(f"the dataset {args.dataset_path} is empty.")
     t0 = time.perf_counter()
-    model = _load_model(args, settings, retriever)
+    model = _load_model(args, settings, retriever, load_weights=load_weights)
     return text, model, time.perf_counter() - t0
 
 
@@ -464,10 +464,12 @@ def run_retrieve(args) -> dict:
     """``hf-ralm retrieve``: every evaluation window's retrieved passages (and, reranked or gated, the choices),
     written to ``--save-retrieval-file``."""
     from .evaluation import evaluate_retrieval
+    from .selection.policy import reader_ranks
 
     if not args.save_retrieval_file:
         _fail("hf-ralm retrieve needs --save-retrieval-file OUT.")
-    text, model, load_s = _text_and_model(args, args.retriever)
+    # the reader's weights only when it ranks: retrieval itself needs its tokenizer and maximum length
+    text, model, load_s = _text_and_model(args, args.retriever, reader_ranks(RalmConfig(**_ralm_settings(args))))
     result = evaluate_retrieval(model.language_model, model.tokenizer, text, model.retriever, model.config,
                                 max_eval_tokens=args.max_eval_tokens, reranker=model.reranker,
                                 batch_size=args.batch_size, report_extra=_report_extra(args, load_s),

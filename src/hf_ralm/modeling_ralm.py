@@ -97,6 +97,22 @@ def _placement(kwargs: dict, device: str | torch.device | None) -> tuple[dict, t
     return kwargs, None if kwargs.get("device_map") is not None else target
 
 
+def _base_model_skeleton(name_or_path: str, model_kwargs: dict) -> PreTrainedModel:
+    """The base model built from its config on the ``meta`` device: no weights read, no memory taken."""
+    from transformers import AutoConfig
+
+    config_kwargs = {k: model_kwargs[k] for k in ("gguf_file", "revision", "cache_dir", "token", "local_files_only")
+                     if k in model_kwargs}
+    try:
+        config = AutoConfig.from_pretrained(name_or_path, **config_kwargs)
+    except OSError as error:
+        raise OSError(f"Could not read the config of the causal LM {name_or_path!r}: {error}") from error
+    with torch.device("meta"):
+        base = AutoModelForCausalLM.from_config(config, dtype=model_kwargs["dtype"])
+    base.config.name_or_path = name_or_path  # what model_identity names it by, as for a loaded model
+    return base
+
+
 def _load_base_model(name_or_path: str, model_args: Sequence, model_kwargs: dict):
     try:
         return AutoModelForCausalLM.from_pretrained(name_or_path, *model_args, **model_kwargs)
@@ -144,6 +160,7 @@ class RetrievalAugmentedModel(PreTrainedModel):
         forbidden_titles: str | Sequence[str] | None = None,
         encoder: str | None = None,
         device: str | torch.device | None = None,
+        load_weights: bool = True,
         **kwargs,
     ) -> "RetrievalAugmentedModel":
         """Wrap a causal LM given as a Hub id, a local folder or a loaded model, or rebuild a saved RALM folder.
@@ -164,6 +181,9 @@ class RetrievalAugmentedModel(PreTrainedModel):
                 else the CPU: :func:`~hf_ralm.placement.default_device`); not with ``device_map``, which places it
                 itself (accelerate's big-model placement, for a model larger than one GPU). A loaded model given
                 here stays where it is.
+            load_weights: ``False`` builds the base model from its config on PyTorch's ``meta`` device, without
+                weights: its class, size, dtype and maximum length are there, and nothing can run through it. Enough
+                to retrieve (``hf-ralm retrieve`` without a reader that ranks), in seconds and no memory.
             kwargs: :class:`RalmConfig` fields (``retrieval_stride``, ``query_length``, ``max_length``, ...); the
                 rest (``dtype``, ``device_map``, ``attn_implementation``, ``gguf_file``, ``revision``, ...) go to the
                 base model's loading. ``dtype`` (or ``torch_dtype``) defaults to ``"auto"``, which here means
@@ -186,9 +206,12 @@ class RetrievalAugmentedModel(PreTrainedModel):
             if saved and not base_name:
                 raise ValueError(f"{path} holds a RALM config without base_model_name_or_path.")
             kwargs, device = _placement(kwargs, device)
-            base = _load_base_model(base_name, model_args, kwargs)
-            if device is not None:
-                base.to(device)
+            if load_weights:
+                base = _load_base_model(base_name, model_args, kwargs)
+                if device is not None:
+                    base.to(device)
+            else:
+                base = _base_model_skeleton(base_name, kwargs)
         base.eval()
         if tokenizer is None:
             tokenizer_kwargs = {k: kwargs[k] for k in ("gguf_file", "revision", "cache_dir", "token") if k in kwargs}

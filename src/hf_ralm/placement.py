@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from .errors import SettingError, setting
+from .modeling_utils import model_device
 
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 """The precisions a model may be loaded in; ``auto`` is :func:`resolve_dtype`'s choice for the device."""
@@ -40,3 +41,10 @@ def resolve_dtype(dtype: str | torch.dtype, device: str | torch.device) -> torch
     if device.type != "cuda":
         return torch.float32
     return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+
+
+def working_device(model: torch.nn.Module) -> torch.device:
+    """The device of ``model``'s inputs, or :func:`default_device` for a model without weights (on ``meta``): where
+    what works beside it (a reranker) goes."""
+    device = model_device(model)
+    return default_device() if device.type == "meta" else device

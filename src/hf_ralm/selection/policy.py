@@ -130,6 +130,21 @@ class PassagePolicy:
         return chosen, ranking
 
 
+def reader_ranks(config: RalmConfig) -> bool:
+    """Whether choosing passages under ``config`` runs the reader: its own LM reranking (``"lm"`` without a
+    ``reranker_model``), the oracle (which scores the target) or the LM gate. Otherwise retrieval needs only the
+    reader's tokenizer and maximum length.
+
+    Example:
+        >>> reader_ranks(RalmConfig(rerank="predictive", reranker_model="me/reranker")), reader_ranks(RalmConfig())
+        (False, False)
+        >>> reader_ranks(RalmConfig(rerank="lm")), reader_ranks(RalmConfig(retrieval_gate="lm"))
+        (True, True)
+    """
+    return (config.rerank == "lm" and config.reranker_model is None) or config.rerank == "oracle" \
+        or config.retrieval_gate == "lm"
+
+
 def check_reranker(config: RalmConfig, reranker) -> None:
     """Raise a ``ValueError`` unless ``reranker`` is what ``config.rerank`` ranks with: a trained reranker for
     ``"predictive"``, an :class:`~hf_ralm.selection.rankers.LMReranker` (or nothing: the reader) for ``"lm"``, and

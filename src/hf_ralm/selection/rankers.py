@@ -13,8 +13,9 @@ from typing import Sequence
 
 from ..configuration_ralm import RalmConfig
 from ..model_inputs import passage_prefix
-from ..modeling_utils import model_device, resolve_max_length
+from ..modeling_utils import resolve_max_length
 from ..passages import Passage
+from ..placement import working_device
 from ..scoring import ScoredInput
 from .rules import fit_reranker_input
 
@@ -50,13 +51,14 @@ class LMReranker:
 
 
 def load_reranker(config: RalmConfig, reader):
-    """The reranker ``config`` asks for, on ``reader``'s device and in its dtype: an :class:`LMReranker` for ``"lm"``
+    """The reranker ``config`` asks for, on ``reader``'s device (the default one for a reader without weights) and
+    in its dtype: an :class:`LMReranker` for ``"lm"``
     with a ``reranker_model``, a :class:`~hf_ralm.selection.predictive.PredictiveReranker` for ``"predictive"``,
     else ``None`` (the reader ranks, or nothing does)."""
     if config.rerank == "predictive":
         from .predictive import PredictiveReranker
 
-        return PredictiveReranker(config.reranker_model, device=str(model_device(reader)))
+        return PredictiveReranker(config.reranker_model, device=str(working_device(reader)))
     if config.rerank != "lm" or config.reranker_model is None:
         return None
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -67,4 +69,4 @@ def load_reranker(config: RalmConfig, reader):
     except OSError as error:
         raise OSError(f"Could not load the reranker LM {config.reranker_model!r}: it is neither a local model folder "
                       f"nor a model that could be fetched from the Hub. {error}") from error
-    return LMReranker(model.to(model_device(reader)).eval(), tokenizer, config.max_length)
+    return LMReranker(model.to(working_device(reader)).eval(), tokenizer, config.max_length)
