@@ -355,6 +355,30 @@ def test_streamer_and_text_prompt(models, tiny_tokenizer):
     assert out.shape == (1, len(prompt) + 5)
 
 
+def test_no_per_token_host_copies_of_the_logits(models, tiny_tokenizer, monkeypatch):
+    """Generation reads only token ids back from the device: no vocabulary-wide tensor (logits, scores) is copied to
+    the host (``cpu``, ``tolist``, ``numpy``, ``item``) or moved to another device while it decodes, and text prompts
+    come back as sequences on the model's device."""
+    ralm = wrap(models["llama"], tiny_tokenizer, HashRetriever(), ralm_config(2))
+    copies = []
+    for name in ("cpu", "tolist", "numpy", "item", "to"):
+        real = getattr(torch.Tensor, name)
+
+        def spy(self, *args, _real=real, _name=name, **kwargs):
+            out = _real(self, *args, **kwargs)
+            moved = _name != "to" or (isinstance(out, torch.Tensor) and out.device != self.device)
+            if self.dim() and self.shape[-1] >= MODEL_VOCAB_SIZE and moved:
+                copies.append((_name, tuple(self.shape)))
+            return out
+
+        monkeypatch.setattr(torch.Tensor, name, spy)
+    out = ralm.generate(["the emperor of rome", "the sailor took the boat to the"], max_new_tokens=6,
+                        eos_token_id=None, pad_token_id=PAD_ID)
+    monkeypatch.undo()
+    assert copies == [] and out.shape[1] > 6
+    assert out.device == ralm.language_model.get_input_embeddings().weight.device
+
+
 def test_passage_cache_is_hit(models, tiny_tokenizer, prompts):
     """One passage everywhere: its keys/values are computed once and reused by every stride and row, and a context
     whose passage and start did not change is extended, not rebuilt."""

@@ -21,7 +21,7 @@ from transformers.generation.stopping_criteria import StopStringCriteria
 from transformers.utils import logging
 
 from ..configuration_ralm import RalmConfig
-from ..modeling_utils import left_pad
+from ..modeling_utils import left_pad, model_device
 from ..passage_cache import DEFAULT_MAX_BYTES, PassageKVCache
 from ..retrieval.base import Retriever
 from .contexts import Row
@@ -91,7 +91,8 @@ def _decode(model, input_ids, logits_processor: LogitsProcessorList, stopping_cr
     generated = 0
     while generated < total:
         # rows whose next token will be replaced by padding need no forward
-        running = [b for b in range(batch_size) if not has_eos_stopping_criteria or bool(unfinished[b])]
+        alive = unfinished.tolist() if has_eos_stopping_criteria else [1] * batch_size  # one sync per step
+        running = [b for b in range(batch_size) if alive[b]]
         if generated % stride == 0:
             decoder.start_stride([rows[b] for b in running], min(stride, total - generated), generated)
         running_logits = decoder.step([rows[b] for b in running])
@@ -191,6 +192,13 @@ def ralm_generate(
     elif _is_text(kwargs.get("input_ids")):
         kwargs["input_ids"], mask = _encode_prompts(tokenizer, kwargs["input_ids"])
         kwargs.setdefault("attention_mask", mask)
+    # prompts on the model's device: the loop's next-token logits then never travel to the host and back
+    device = model_device(model)
+    if isinstance(inputs, torch.Tensor):
+        inputs = inputs.to(device)
+    for name in ("input_ids", "attention_mask"):
+        if isinstance(kwargs.get(name), torch.Tensor):
+            kwargs[name] = kwargs[name].to(device)
 
     # stop strings need the tokenizer, which generate does not hand to a custom decoding loop: build them here
     stop_strings = kwargs.pop("stop_strings", None)
