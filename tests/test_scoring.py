@@ -342,6 +342,28 @@ def test_windows_are_batched(tiny_models):
     assert len(recorder.calls) < len(windows)
 
 
+def test_windows_with_passages_of_their_own_are_batched_together(tiny_models):
+    """Each window its own passage (nothing to share): with keys/values reuse on, the windows still run in full
+    batches, and their NLLs equal the window-by-window ones within 1e-6 relative (float32)."""
+    model = copy.deepcopy(tiny_models["llama"])
+    ids = random_ids(120, seed=7)
+    windows = plan_windows(len(ids), 24, 4)
+    generator = torch.Generator().manual_seed(3)
+    prefixes = [[]] + [torch.randint(4, MODEL_VOCAB_SIZE, (5 + w.index % 4,), generator=generator).tolist()
+                       for w in windows[1:]]
+    one_by_one = score_windows(model, ids, windows, prefixes, batch_size=1, show_progress=False)
+    recorder = ForwardRecorder(model)
+    try:
+        batched = score_windows(model, ids, windows, prefixes, batch_size=8, show_progress=False)
+    finally:
+        recorder.restore()
+    full, rest = divmod(len(windows) - 1, 8)
+    expected = [1] + [8] * full + ([rest] if rest else [])  # window 0 (shorter) alone, the others in full batches
+    assert sorted(c["batch"] for c in recorder.calls) == sorted(expected)
+    torch.testing.assert_close(batched, one_by_one, rtol=1e-6, atol=0, equal_nan=True)
+    assert_close(batched, reference_window_nlls(model, ids, windows, prefixes))
+
+
 # --------------------------------------------------------------------------------------------------------------
 # Lower precision
 # --------------------------------------------------------------------------------------------------------------

@@ -10,7 +10,8 @@ any :class:`ScoredInput` (a reranker's candidate inputs too); :func:`score_windo
   so its keys/values do not depend on the text after it. They come from a
   :class:`~hf_ralm.passage_cache.PassageKVCache` (computed once per distinct passage, or taken from a store the
   caller shares, e.g. with generation) and only the text after the passage is run (turn off with
-  ``reuse_prefix_kv=False``).
+  ``reuse_prefix_kv=False``); a window whose passage no other window shares runs whole, in one batch with the
+  other such windows, so batches stay full.
 
 Example::
 
@@ -94,8 +95,10 @@ def score_inputs(
     """NLLs (float64, on the CPU) of the scored tokens of every input, in order.
 
     Inputs of equal length that score equally many tokens run in one batch (no padding needed) and the LM head runs
-    only where a token is scored. With ``reuse_prefix_kv``, inputs whose prefix can be shared are grouped by prefix:
-    its keys/values come from ``passage_cache`` (computed once per distinct prefix) and only the rest is run.
+    only where a token is scored. With ``reuse_prefix_kv``, inputs that share a prefix are grouped by prefix: its
+    keys/values come from ``passage_cache`` (computed once per distinct prefix) and only the rest is run; an input
+    whose prefix no other input shares (and the store does not hold) runs whole, batched with the other such inputs
+    of its shape.
     """
     if passage_cache is not None and not reuse_prefix_kv:
         raise ValueError("passage_cache holds passages' keys/values for reuse: it needs reuse_prefix_kv=True.")
@@ -106,6 +109,11 @@ def score_inputs(
     for i, item in enumerate(inputs):
         shared = item.shareable_prefix if reuse_prefix_kv else None
         groups[(shared, item.length, item.num_scored)].append(i)
+    # A prefix only one input puts first (and the store does not hold) saves nothing when computed apart: that input
+    # runs whole, batched with the other inputs of its shape whatever their prefixes.
+    for key in [key for key, members in groups.items()
+                if key[0] is not None and len(members) == 1 and key[0] not in passage_cache]:
+        groups[(None, *key[1:])] += groups.pop(key)
     nlls: list[torch.Tensor | None] = [None] * len(inputs)
     for (shared_prefix, _, num_scored), members in groups.items():
         for start in range(0, len(members), batch_size):
