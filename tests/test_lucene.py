@@ -273,6 +273,34 @@ def test_prebuilt_index_offline(lucene_index, tmp_path, monkeypatch):
         LuceneRetriever.load("no-such-index")
 
 
+def test_indexes_without_text_are_refused(lucene_index, tmp_path, monkeypatch):
+    """A -slim prebuilt index is refused by name before anything is downloaded, naming the one that stores the text;
+    a local Lucene index that stores no text (built without -storeRaw/-storeContents) is refused when opened."""
+    import pyserini.util
+
+    def no_download(*args, **kwargs):
+        raise AssertionError("a -slim index must be refused before it is downloaded")
+
+    monkeypatch.setattr(pyserini.util, "download_prebuilt_index", no_download)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="'wikipedia-dpr-100w-slim' stores no document text .* Use "
+                                         "'wikipedia-dpr-100w' instead .--index-dir wikipedia-dpr-100w: 9.2 GB"):
+        LuceneRetriever.load("wikipedia-dpr-100w-slim")
+
+    from hf_ralm.retrieval.lucene import _run_indexer, _write_collection
+    from hf_ralm.retrieval.lucene_compat import java_command
+
+    collection, slim = tmp_path / "collection", tmp_path / "slim"
+    collection.mkdir()
+    _write_collection([{"id": "0", "title": "Rome", "text": "the emperor of rome"}], str(collection), False)
+    _run_indexer([*java_command(find_java_home()[0]), "io.anserini.index.IndexCollection", "-collection",
+                  "JsonCollection", "-input", str(collection), "-index", str(slim), "-generator",
+                  "DefaultLuceneDocumentGenerator", "-threads", "1"], False, str(tmp_path / "unused"))
+    with pytest.raises(ValueError, match="stores no document text .a -slim index"):
+        LuceneRetriever.load(str(slim))
+    assert LuceneRetriever.load(lucene_index["index_dir"]).retrieve(["emperor"], k=1)[0][0].text  # ours store it
+
+
 def test_jvm_started_once_without_the_missing_module(lucene_index):
     import jnius_config
 

@@ -192,6 +192,18 @@ def test_bm25_batched_retrieve_and_k(tiny_index):
     assert retriever.retrieve([], k=1) == []
 
 
+def test_search_threads(tiny_index, monkeypatch):
+    """Threads change nothing in what is found; by default, the CPUs this process may use (a Slurm allocation,
+    not the machine's count)."""
+    from hf_ralm.utils.cpus import available_cpus
+
+    queries = ["the emperor of rome", "the sailor and the sea", "a comet", "the king sat on the throne"] * 3
+    one = BM25Retriever.load(tiny_index["index_dir"], n_threads=1)
+    assert BM25Retriever.load(tiny_index["index_dir"], n_threads=2).retrieve(queries, k=3) == one.retrieve(queries, k=3)
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "1")
+    assert available_cpus() == 1 and BM25Retriever.load(tiny_index["index_dir"]).n_threads == 1
+
+
 def test_bm25_zero_score_queries_return_nothing(tiny_index):
     retriever = tiny_index["retriever"]
     # unknown words, and only stop words (removed from queries): no passage has a positive score
@@ -417,7 +429,7 @@ def test_registry():
 
 def test_build_or_load_options(tiny_index):
     index_dir, corpus = tiny_index["index_dir"], tiny_index["corpus"]
-    with pytest.raises(ValueError, match="The bm25 retriever has no option 'encoder'; its options are: none"):
+    with pytest.raises(ValueError, match="The bm25 retriever has no option 'encoder'; its options are: n_threads"):
         BM25Retriever.build_or_load(corpus, index_dir, encoder="minilm")
     with pytest.raises(ValueError, match="no option 'encoder'"):
         load_retriever("bm25", index_dir=index_dir, encoder="minilm")

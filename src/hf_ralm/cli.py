@@ -82,6 +82,7 @@ FLAGS = {
     "eval_fraction": "--eval-fraction",
     "max_train_windows": "--max-train-windows",
     "eval_points": "--eval-points",
+    "n_threads": "--threads",
     "dtype": "--dtype",
     "device": "--device",
     "device_map": "--device-map",
@@ -177,6 +178,8 @@ FLAG_GROUPS: dict[str, dict[str, dict]] = {
         "--index-dir": {"help": "index folder: built there from --corpus if missing, reused if built from it "
                                 "(default: the retriever's own folder for --corpus)"},
         "--forbidden-titles": {"help": "file of article titles never to retrieve (contamination)"},
+        FLAGS["n_threads"]: {"type": int, "help": "threads of the BM25/Lucene search (default: the CPUs this process "
+                                                  "may use: its CPU set, cgroup quota, Slurm allocation)"},
     },
     "RALM settings": {
         FLAGS["retrieval_stride"]: {"type": int, "default": RalmConfig.retrieval_stride,
@@ -382,7 +385,7 @@ def _load_model(args, settings: dict, retriever: str, forbidden_titles=None, loa
     model = RetrievalAugmentedModel.from_pretrained(
         args.model, retriever=retriever, tokenizer=tokenizer, index_dir=args.index_dir, corpus=args.corpus,
         forbidden_titles=args.forbidden_titles if forbidden_titles is None else forbidden_titles, encoder=args.encoder,
-        device=args.device, load_weights=load_weights, **settings, **model_kwargs,
+        device=args.device, load_weights=load_weights, n_threads=args.threads, **settings, **model_kwargs,
     )
     return model
 

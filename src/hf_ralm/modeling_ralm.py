@@ -161,6 +161,7 @@ class RetrievalAugmentedModel(PreTrainedModel):
         encoder: str | None = None,
         device: str | torch.device | None = None,
         load_weights: bool = True,
+        n_threads: int | None = None,
         **kwargs,
     ) -> "RetrievalAugmentedModel":
         """Wrap a causal LM given as a Hub id, a local folder or a loaded model, or rebuild a saved RALM folder.
@@ -181,6 +182,8 @@ class RetrievalAugmentedModel(PreTrainedModel):
                 else the CPU: :func:`~hf_ralm.placement.default_device`); not with ``device_map``, which places it
                 itself (accelerate's big-model placement, for a model larger than one GPU). A loaded model given
                 here stays where it is.
+            n_threads: the threads of a BM25 or Lucene search (``"bm25"``, ``"lucene"``, ``"hybrid"``'s sparse side;
+                default: the CPUs this process may use, :func:`~hf_ralm.utils.cpus.available_cpus`).
             load_weights: ``False`` builds the base model from its config on PyTorch's ``meta`` device, without
                 weights: its class, size, dtype and maximum length are there, and nothing can run through it. Enough
                 to retrieve (``hf-ralm retrieve`` without a reader that ranks), in seconds and no memory.
@@ -227,7 +230,7 @@ class RetrievalAugmentedModel(PreTrainedModel):
                                       forbidden_titles=titles, encoder=encoder)
         else:
             loaded = load_retriever(retriever, index_dir=index_dir, corpus=corpus,
-                                    forbidden_titles=forbidden_titles or (), encoder=encoder)
+                                    forbidden_titles=forbidden_titles or (), encoder=encoder, n_threads=n_threads)
         config.query_length = config.query_length_for(loaded)  # None: the retriever's default
         return cls(config, base, loaded, tokenizer)
 

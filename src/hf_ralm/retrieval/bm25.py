@@ -26,6 +26,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from ..passages import Passage, passage_text
+from ..utils.cpus import available_cpus
 from .analysis import ANALYSIS, analyze_texts
 from .base import Retriever, passages_from_table
 from .corpus import WORDS_PER_PASSAGE, check_passage_count, passage_columns
@@ -46,14 +47,14 @@ class BM25Retriever(Retriever):
 
     name = "bm25"
 
-    def __init__(self, index_dir: str, forbidden_titles: Iterable[str] = (), n_threads: int = 0):
+    def __init__(self, index_dir: str, forbidden_titles: Iterable[str] = (), n_threads: int | None = None):
         import bm25s
         from datasets import load_from_disk
 
         info = check_index(index_dir, self.name, BM25_FILES, settings=INDEX_SETTINGS)
         self.index_dir = index_dir
         self.info = info
-        self.n_threads = n_threads
+        self.n_threads = n_threads or available_cpus()  # threads of a batch of queries' search
         with reading_index(index_dir, self.name):
             self.bm25 = bm25s.BM25.load(os.path.join(index_dir, "bm25s"), mmap=True, show_progress=False)
             self.passages = load_from_disk(os.path.join(index_dir, "passages"))
@@ -67,7 +68,8 @@ class BM25Retriever(Retriever):
         return np.fromiter((title not in titles for title in all_titles), dtype=np.float32, count=len(all_titles))
 
     @classmethod
-    def load(cls, index_dir: str, forbidden_titles: Iterable[str] = (), n_threads: int = 0) -> "BM25Retriever":
+    def load(cls, index_dir: str, forbidden_titles: Iterable[str] = (), n_threads: int | None = None
+             ) -> "BM25Retriever":
         return cls(index_dir, forbidden_titles=forbidden_titles, n_threads=n_threads)
 
     @classmethod
@@ -108,16 +110,18 @@ class BM25Retriever(Retriever):
         *,
         forbidden_titles: frozenset[str],
         words_per_passage: int,
+        n_threads: int | None = None,
     ) -> "BM25Retriever":
         """Reuse ``index_dir`` if it holds a usable index built from the same corpus files, otherwise (re)build it
-        there; without a corpus, open it (an error says how to build a missing or unusable one)."""
+        there; without a corpus, open it (an error says how to build a missing or unusable one). ``n_threads``:
+        the search's threads (default: the CPUs this process may use, :func:`~hf_ralm.utils.cpus.available_cpus`)."""
         if corpus is None:
-            return cls(index_dir, forbidden_titles)
+            return cls(index_dir, forbidden_titles, n_threads)
         paths = corpus_files(corpus)
         info = reusable_index_info(index_dir, cls.name, BM25_FILES, settings=INDEX_SETTINGS)
-        if index_matches(info, paths, words_per_passage, INDEX_SETTINGS):
-            return cls(index_dir, forbidden_titles)
-        return cls.build(paths, index_dir, words_per_passage, forbidden_titles)
+        if not index_matches(info, paths, words_per_passage, INDEX_SETTINGS):
+            cls.build(paths, index_dir, words_per_passage, forbidden_titles)
+        return cls(index_dir, forbidden_titles, n_threads)
 
     def __len__(self) -> int:
         return len(self.passages)

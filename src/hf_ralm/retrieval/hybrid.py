@@ -98,14 +98,17 @@ class HybridRetriever(Retriever):
         sparse: str = "bm25",
         k_rrf: float = K_RRF,
         depth: int = MIN_DEPTH,
+        n_threads: int | None = None,
     ) -> "HybridRetriever":
         """Both indexes under ``index_dir``: ``<index_dir>/<sparse>`` (``bm25`` or ``lucene``) and
         ``<index_dir>/dense``, each built there from ``corpus`` when missing or stale. ``encoder``, ``pooling``,
-        ``faiss_factory`` and ``encoder_dtype`` are the dense side's."""
+        ``faiss_factory`` and ``encoder_dtype`` are the dense side's, ``n_threads`` the sparse side's search
+        threads."""
         if sparse not in SPARSE_NAMES:
             raise ValueError(f"The hybrid retriever's sparse side is one of {SPARSE_NAMES}, got {sparse!r}.")
         common = {"forbidden_titles": forbidden_titles, "words_per_passage": words_per_passage}
-        sparse_side = retriever_class(sparse).build_or_load(corpus, os.path.join(index_dir, sparse), **common)
+        sparse_side = retriever_class(sparse).build_or_load(corpus, os.path.join(index_dir, sparse),
+                                                            n_threads=n_threads, **common)
         dense_side = retriever_class("dense").build_or_load(corpus, os.path.join(index_dir, "dense"), encoder=encoder,
                                                             pooling=pooling, faiss_factory=faiss_factory,
                                                             encoder_dtype=encoder_dtype, **common)

@@ -31,6 +31,7 @@ import sys
 from typing import Iterable, Sequence
 
 from ..passages import Passage, passage_text
+from ..utils.cpus import available_cpus
 from .base import Retriever
 from .corpus import WORDS_PER_PASSAGE, check_passage_count, passage_rows
 from .index_folder import INDEX_FILE, check_corpus_files, check_index, check_kind, copy_index, corpus_files
@@ -85,7 +86,7 @@ class LuceneRetriever(Retriever):
         self,
         index_dir: str,
         forbidden_titles: Iterable[str] = (),
-        n_threads: int = 0,
+        n_threads: int | None = None,
         k1: float = BM25_K1,
         b: float = BM25_B,
     ):
@@ -114,15 +115,21 @@ class LuceneRetriever(Retriever):
             info = {"retriever": self.name, "prebuilt": index_dir}
         self.info = info
         self.lucene_dir = lucene_dir
-        self.n_threads = n_threads
+        self.n_threads = n_threads or available_cpus()  # threads of a batch of queries' search
         self.k1, self.b = float(k1), float(b)
         self.forbidden_titles = frozenset(forbidden_titles)
         self._searcher = AnseriniSearcher(lucene_dir, self.k1, self.b)
         self._num_docs = self._searcher.num_docs
+        if not self._searcher.stores_text():
+            raise ValueError(
+                f"The Lucene index {index_dir!r} stores no document text (a -slim index, or one built without "
+                "-storeRaw/-storeContents): its passages would come back empty. Use an index that stores the text "
+                "(for the paper's corpus, the prebuilt 'wikipedia-dpr-100w'), or build one with `hf-ralm index "
+                "--retriever lucene --corpus FILE`.")
 
     @classmethod
     def load(
-        cls, index_dir: str, forbidden_titles: Iterable[str] = (), n_threads: int = 0, k1: float = BM25_K1,
+        cls, index_dir: str, forbidden_titles: Iterable[str] = (), n_threads: int | None = None, k1: float = BM25_K1,
         b: float = BM25_B,
     ) -> "LuceneRetriever":
         return cls(index_dir, forbidden_titles=forbidden_titles, n_threads=n_threads, k1=k1, b=b)
@@ -135,7 +142,7 @@ class LuceneRetriever(Retriever):
         words_per_passage: int = WORDS_PER_PASSAGE,
         forbidden_titles: Iterable[str] = (),
         show_progress: bool = True,
-        n_threads: int = 0,
+        n_threads: int | None = None,
         k1: float = BM25_K1,
         b: float = BM25_B,
     ) -> "LuceneRetriever":
@@ -168,7 +175,7 @@ class LuceneRetriever(Retriever):
             raise
 
         java_home, source = find_java_home()
-        threads = n_threads or os.cpu_count() or 1
+        threads = n_threads or available_cpus()
         command = [
             *java_command(java_home), "io.anserini.index.IndexCollection", "-collection", "JsonCollection",
             "-input", collection, "-index", os.path.join(tmp_dir, LUCENE_SUBDIR),
@@ -197,7 +204,7 @@ class LuceneRetriever(Retriever):
         *,
         forbidden_titles: frozenset[str],
         words_per_passage: int,
-        n_threads: int = 0,
+        n_threads: int | None = None,
         k1: float = BM25_K1,
         b: float = BM25_B,
     ) -> "LuceneRetriever":
@@ -217,8 +224,7 @@ class LuceneRetriever(Retriever):
 
     def _search(self, queries: Sequence[str], depth: int) -> list[list[Passage]]:
         """One threaded Anserini ``batch_search`` call: the top ``depth`` hits of every query."""
-        threads = self.n_threads or os.cpu_count() or 1
-        found = self._searcher.batch_search(queries, depth, threads)
+        found = self._searcher.batch_search(queries, depth, self.n_threads)
         return [[_passage_from_raw(*hit) for hit in hits] for hits in found]
 
     def retrieve(self, queries: Sequence[str], k: int = 1) -> list[list[Passage]]:

@@ -271,6 +271,14 @@ class AnseriniSearcher:
         self._searcher.set_bm25(float(k1), float(b))
         self.num_docs = int(self._searcher.get_total_num_docs())
 
+    def stores_text(self) -> bool:
+        """Whether the index stores its documents' text (``raw`` JSON or ``contents``): a "slim" index does not, and
+        its hits would come back without text. An empty index counts as storing it."""
+        if self.num_docs == 0:
+            return True
+        doc = self._searcher.doc(0)
+        return doc is not None and (doc.get("raw") is not None or doc.get("contents") is not None)
+
     def batch_search(
         self, queries: Sequence[str], depth: int, threads: int
     ) -> list[list[tuple[str, str | None, str | None, float]]]:
@@ -315,15 +323,26 @@ def prebuilt_index_path(name: str) -> str:
     if name not in TF_INDEX_INFO:
         raise KeyError(name)
     info = TF_INDEX_INFO[name]
+    if name.endswith("-slim") or "not stored" in info.get("description", ""):
+        full = name.removesuffix("-slim")
+        instead = f" Use {full!r} instead (--index-dir {full}: {_size(TF_INDEX_INFO[full])}, stores the text)." \
+            if full in TF_INDEX_INFO else ""
+        raise ValueError(f"The pyserini prebuilt index {name!r} stores no document text ({info.get('description')}): "
+                         f"its passages would come back empty, and In-Context RALM puts their text in context."
+                         f"{instead}")
     cache = os.path.join(get_cache_home(), "indexes")
     try:
         return download_prebuilt_index(name, verbose=False)
     except (ValueError, OSError) as error:  # pyserini turns URLError/HTTPError into ValueError
-        size = info.get("size compressed (bytes)")
-        size_text = f" ({size / 1e9:.1f} GB)" if size else ""
         raise ConnectionError(
-            f"The pyserini prebuilt index {name!r}{size_text} is not in {cache} and could not be downloaded from "
+            f"The pyserini prebuilt index {name!r} ({_size(info)}) is not in {cache} and could not be downloaded from "
             f"{', '.join(info.get('urls', []))}: it needs network access the first time ({error}). Offline, either "
             f"copy its unpacked folder from a machine that has it and pass that folder as --index-dir, or build a "
             "local index from your corpus: `hf-ralm index --retriever lucene --corpus FILE --index-dir DIR`."
         ) from error
+
+
+def _size(info: dict) -> str:
+    """A prebuilt index's download size, as its table gives it."""
+    size = info.get("size compressed (bytes)")
+    return f"{size / 1e9:.1f} GB compressed" if size else "size unknown"
