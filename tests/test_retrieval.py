@@ -161,6 +161,39 @@ def test_bm25_build_and_load(tmp_path, corpus_file):
     assert built.retrieve(["guitar singer album"], k=1) == loaded.retrieve(["guitar singer album"], k=1)
 
 
+def test_streamed_bm25_build_gives_the_scores_of_bm25s(tmp_path):
+    """The streamed build's score matrix is bm25s's own (bm25s.BM25.index over every passage's terms), score for
+    score to the bit, term by term (term ids are numbered differently), and so is what it retrieves."""
+    import bm25s
+    import numpy as np
+
+    from hf_ralm.retrieval.analysis import analyze_texts
+    from hf_ralm.retrieval.bm25 import BM25_PARAMS
+
+    rows = ARTICLES * 3 + [{"id": f"x{i}", "title": f"Extra {i}", "text": " ".join(
+        ARTICLES[i % len(ARTICLES)]["text"].split()[i % 7:] * (1 + i % 3))} for i in range(40)]
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", rows)
+    ours = BM25Retriever.build(str(corpus), str(tmp_path / "index"), words_per_passage=12, show_progress=False)
+    texts = [passage_text(p["title"], p["text"]) for p in ours.passages]
+    theirs = bm25s.BM25(**BM25_PARAMS)
+    theirs.index(analyze_texts(texts), show_progress=False)
+    mine = ours.bm25
+    assert set(mine.vocab_dict) == set(theirs.vocab_dict) and mine.scores["num_docs"] == len(texts)
+    for term, j in theirs.vocab_dict.items():
+        if term == "":
+            continue
+        i = mine.vocab_dict[term]
+        for key in ("indices", "data"):
+            got = mine.scores[key][mine.scores["indptr"][i] : mine.scores["indptr"][i + 1]]
+            want = theirs.scores[key][theirs.scores["indptr"][j] : theirs.scores["indptr"][j + 1]]
+            assert np.array_equal(got, want), (term, key)
+    queries = ["the emperor of rome", "sailor boat sea", "band concert song", "a comet seen by the telescope"]
+    want_ids, want_scores = theirs.retrieve(analyze_texts(queries), k=5, show_progress=False)
+    found = ours.retrieve(queries, k=5)
+    expected = [[str(i) for i, score in zip(ids, scores) if score > 0] for ids, scores in zip(want_ids, want_scores)]
+    assert [[p.id for p in row] for row in found] == expected
+
+
 @pytest.mark.parametrize(
     "query,title",
     [

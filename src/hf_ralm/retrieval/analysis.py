@@ -31,7 +31,7 @@ from __future__ import annotations
 import functools
 import itertools
 import re
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import regex
 
@@ -237,9 +237,17 @@ def analyze_texts(texts: Iterable[str], show_progress: bool = False) -> list[lis
     """:func:`analyze` for many texts (a corpus or a batch of queries); each distinct token is analyzed once."""
     from tqdm.auto import tqdm
 
-    terms = _Terms()  # shared by all the texts
-    return [[term for term in map(terms.__getitem__, words(text)) if term]
-            for text in tqdm(texts, desc="Analyze", unit=" texts", disable=not show_progress)]
+    return list(iter_analyzed(tqdm(texts, desc="Analyze", unit=" texts", disable=not show_progress)))
+
+
+def iter_analyzed(texts: Iterable[str], cache_size: int = 1_000_000) -> Iterator[list[str]]:
+    """:func:`analyze` of each text, one at a time (a corpus streamed through, none of it kept); a token's term is
+    computed once and remembered, for up to ``cache_size`` distinct tokens at a time."""
+    terms = _Terms()
+    for text in texts:
+        if len(terms) > cache_size:  # bounded: a 21M-passage corpus has tens of millions of distinct tokens
+            terms.clear()
+        yield [term for term in map(terms.__getitem__, words(text)) if term]
 
 
 class _Terms(dict):

@@ -21,15 +21,17 @@ Example::
 from __future__ import annotations
 
 import os
-from typing import Iterable, Sequence
+import shutil
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
 from ..passages import Passage, passage_text
 from ..utils.cpus import available_cpus
-from .analysis import ANALYSIS, analyze_texts
+from .analysis import ANALYSIS, analyze_texts, iter_analyzed
 from .base import Retriever, passages_from_table
-from .corpus import WORDS_PER_PASSAGE, check_passage_count, passage_columns
+from .bm25_index import bm25_matrix, count_terms, save_bm25s
+from .corpus import PASSAGE_COLUMNS, WORDS_PER_PASSAGE, check_passage_count, passage_rows
 from .index_folder import check_index, corpus_files, corpus_paths_and_articles, finish_build, index_matches
 from .index_folder import reading_index, reusable_index_info, start_build
 
@@ -83,23 +85,42 @@ class BM25Retriever(Retriever):
     ) -> "BM25Retriever":
         """Index a corpus (file path(s), or rows/``datasets.Dataset`` with ``id``, ``title``, ``text``).
 
-        The folder is written under a temporary name and renamed when complete, so an interrupted build leaves no
-        half-index behind. ``words_per_passage=0`` keeps the rows as they are (already passages).
+        The passages stream through once (:mod:`hf_ralm.retrieval.bm25_index`): each is written to the passages
+        table and its terms counted, and nothing more of its text is kept, so memory grows with the vocabulary and
+        the score matrix, not with the corpus. The folder is written under a temporary name and renamed when
+        complete, so an interrupted build leaves no half-index behind. ``words_per_passage=0`` keeps the rows as
+        they are (already passages).
         """
-        import bm25s
-        from datasets import Dataset
+        from datasets import Dataset, Features, Value
+        from datasets.arrow_writer import ArrowWriter
+        from tqdm.auto import tqdm
 
         paths, articles = corpus_paths_and_articles(corpus)
-        passages = Dataset.from_dict(passage_columns(articles, words_per_passage))
-        check_passage_count(len(passages), paths)
-
         tmp_dir = start_build(index_dir)
-        texts = (passage_text(t, x) for t, x in zip(passages["title"], passages["text"]))
-        bm25 = bm25s.BM25(**BM25_PARAMS)
-        bm25.index(analyze_texts(texts, show_progress), show_progress=show_progress)
-        bm25.save(os.path.join(tmp_dir, "bm25s"))
-        passages.save_to_disk(os.path.join(tmp_dir, "passages"))
-        finish_build(tmp_dir, index_dir, cls.name, paths, words_per_passage, len(passages), INDEX_SETTINGS)
+        table = os.path.join(tmp_dir, "passages.arrow")
+        features = Features({name: Value("string") for name in PASSAGE_COLUMNS})
+        try:
+            with ArrowWriter(features=features, path=table) as writer:
+                def texts() -> Iterator[str]:  # each passage goes to the table on its way to the analysis
+                    rows = tqdm(passage_rows(articles, words_per_passage), desc="Indexing passages",
+                                unit=" passages", disable=not show_progress)
+                    for row in rows:
+                        writer.write({name: row[name] for name in PASSAGE_COLUMNS})
+                        yield passage_text(row["title"], row["text"])
+
+                counts = count_terms(iter_analyzed(texts()))
+                writer.finalize()
+            check_passage_count(counts.num_docs, paths)
+            save_bm25s(os.path.join(tmp_dir, "bm25s"), bm25_matrix(counts, BM25_PARAMS["k1"], BM25_PARAMS["b"]),
+                       counts.vocab, BM25_PARAMS)
+        except BaseException:  # a bad corpus row, no passages, Ctrl-C: no half-written build is left behind
+            shutil.rmtree(tmp_dir, ignore_errors=True)
+            raise
+        num_passages = counts.num_docs
+        del counts
+        Dataset.from_file(table).save_to_disk(os.path.join(tmp_dir, "passages"))
+        os.remove(table)
+        finish_build(tmp_dir, index_dir, cls.name, paths, words_per_passage, num_passages, INDEX_SETTINGS)
         return cls(index_dir, forbidden_titles=forbidden_titles)
 
     @classmethod

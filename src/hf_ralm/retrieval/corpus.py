@@ -102,9 +102,13 @@ def passage_rows(articles: Iterable[dict], words_per_passage: int = WORDS_PER_PA
     )
 
 
+PASSAGE_COLUMNS = ("title", "text", "source_id")
+"""The columns of an index's passages table (the row number is the passage id)."""
+
+
 def passage_columns(articles: Iterable[dict], words_per_passage: int = WORDS_PER_PASSAGE) -> dict[str, list[str]]:
-    """:func:`passage_rows` as columns (``title``, ``text``, ``source_id``), for ``datasets.Dataset.from_dict``."""
-    columns: dict[str, list[str]] = {"title": [], "text": [], "source_id": []}
+    """:func:`passage_rows` as columns (:data:`PASSAGE_COLUMNS`), for ``datasets.Dataset.from_dict``."""
+    columns: dict[str, list[str]] = {name: [] for name in PASSAGE_COLUMNS}
     for row in passage_rows(articles, words_per_passage):
         for key, values in columns.items():
             values.append(row[key])
