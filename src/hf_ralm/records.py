@@ -101,7 +101,8 @@ class RecordStore:
         settings_path = self.folder / self.settings_file
         if overwrite:
             self.remove(self.folder)
-        elif not settings_path.is_file() and self.folder.is_dir() and any(self.folder.iterdir()):
+        elif not settings_path.is_file() and self.folder.is_dir() and any(
+                not path.name.startswith(".tmp-") for path in self.folder.iterdir()):  # another worker's are in-flight
             raise FileExistsError(
                 f"{self.folder} is not empty and has no {self.settings_file}, so it is not a {self.what} folder: "
                 "write to a new or empty folder, or overwrite (--overwrite, overwrite=True) to write there anyway.")
