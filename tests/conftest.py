@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import traceback
+import warnings
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,44 @@ torch.set_num_threads(1)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+# --------------------------------------------------------------------------------------------------------------
+# No deprecated calls from hf_ralm
+# --------------------------------------------------------------------------------------------------------------
+
+HF_RALM_SRC = str(REPO_ROOT / "src" / "hf_ralm")
+DEPRECATIONS = (FutureWarning, DeprecationWarning)
+
+
+def deprecations_from_hf_ralm(caught: list[tuple[str, str]], then=None):
+    """A ``warnings.showwarning`` that notes every FutureWarning/DeprecationWarning raised while one of hf_ralm's own
+    frames is on the stack (a library warns where it is called, so the warning's own location is not ours), and then
+    shows the warning as before (or hands it to ``then``)."""
+    previous = then or warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, DEPRECATIONS):
+            ours = [f for f in traceback.extract_stack()[:-1] if f.filename.startswith(HF_RALM_SRC)]
+            if ours:
+                caught.append((f"{category.__name__}: {message}", f"{ours[-1].filename}:{ours[-1].lineno}"))
+        previous(message, category, filename, lineno, file, line)
+
+    return show
+
+
+@pytest.fixture(autouse=True)
+def no_deprecated_calls_from_hf_ralm():
+    """Every test fails when hf_ralm's code calls something its dependencies have deprecated: the users of a release
+    would see the warning on every run, and then the error when the dependency drops it."""
+    caught: list[tuple[str, str]] = []
+    with warnings.catch_warnings():
+        for category in DEPRECATIONS:
+            warnings.simplefilter("always", category)  # not only the first time per location
+        warnings.showwarning = deprecations_from_hf_ralm(caught)
+        yield
+    if caught:
+        pytest.fail("deprecated calls from hf_ralm:\n" + "\n".join(f"  {where}: {what}" for what, where in caught))
+
 
 # --------------------------------------------------------------------------------------------------------------
 # A tiny offline tokenizer
@@ -293,3 +333,39 @@ def require_shared_file(path: Path) -> Path:
     if os.environ.get("HF_RALM_REQUIRE_MODELS") == "1":
         pytest.fail(message + "; HF_RALM_REQUIRE_MODELS=1 requires it")
     pytest.skip(message)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The command line on the tiny model: its files, and a usage error
+# --------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture()
+def files(tmp_path, tiny_model_dir):
+    return {
+        "model": str(tiny_model_dir),
+        "dataset": str(write_jsonl(tmp_path / "data.jsonl", [{"text": EVAL_TEXT}])),
+        "corpus": str(write_jsonl(tmp_path / "corpus.jsonl", ARTICLES)),
+        "index": str(tmp_path / "index"),
+        "out": tmp_path / "out",
+        "tmp": tmp_path,
+    }
+
+
+def fail(capsys, files, argv: list[str], *expected: str) -> str:
+    """Run ``hf-ralm argv``; check it ends as a usage error whose one last line holds every ``expected`` text, with no
+    traceback, and that nothing was written to the output folder. Returns that line."""
+    from hf_ralm.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    line = err.rstrip("\n").splitlines()[-1]
+    assert line.startswith("hf-ralm: error: ") and err.count("hf-ralm: error:") == 1
+    for text in expected:
+        assert text in line, (text, line)
+    assert not (files["out"] / "eval.json").exists()
+    assert not list(files["tmp"].glob("**/.tmp-*.json"))  # no half-written JSON either
+    return line

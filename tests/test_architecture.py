@@ -70,6 +70,9 @@ def imported_modules(path: Path, source: str | None = None) -> list[tuple[int, s
             continue
         for parts in candidates:  # `from .selection import policy` names a module; `from .plan import prepare` not
             module = "/".join(parts)
+            if not module:  # the package itself (`from . import __version__`)
+                found.append((node.lineno, "__init__"))
+                break
             if (PACKAGE / f"{module}.py").is_file() or (PACKAGE / module / "__init__.py").is_file():
                 found.append((node.lineno, module if (PACKAGE / f"{module}.py").is_file() else f"{module}/__init__"))
                 break

@@ -11,22 +11,10 @@ import os
 
 import pytest
 
-from conftest import ARTICLES, EVAL_TEXT, MAX_POSITIONS, make_tiny_tokenizer, require_dense, write_jsonl
+from conftest import ARTICLES, MAX_POSITIONS, fail, make_tiny_tokenizer, require_dense
 from hf_ralm.cli import main
 from hf_ralm.retrieval.index_folder import INDEX_FILE
 from hf_ralm.windows import plan_settings, plan_windows
-
-
-@pytest.fixture()
-def files(tmp_path, tiny_model_dir):
-    return {
-        "model": str(tiny_model_dir),
-        "dataset": str(write_jsonl(tmp_path / "data.jsonl", [{"text": EVAL_TEXT}])),
-        "corpus": str(write_jsonl(tmp_path / "corpus.jsonl", ARTICLES)),
-        "index": str(tmp_path / "index"),
-        "out": tmp_path / "out",
-        "tmp": tmp_path,
-    }
 
 
 def settings(files, *extra: str) -> list[str]:
@@ -34,23 +22,6 @@ def settings(files, *extra: str) -> list[str]:
     return ["--model", files["model"], "--dataset-path", files["dataset"], "--max-length", "16", "--stride", "4",
             "--query-length", "8", "--max-doc-tokens", "8", "--device", "cpu", "--output-dir", str(files["out"]),
             *extra]
-
-
-def fail(capsys, files, argv: list[str], *expected: str) -> str:
-    """Run ``hf-ralm argv``; check it ends as a usage error whose one last line holds every ``expected`` text, with no
-    traceback, and that nothing was written to the output folder. Returns that line."""
-    with pytest.raises(SystemExit) as info:
-        main(argv)
-    assert info.value.code == 2
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    line = err.rstrip("\n").splitlines()[-1]
-    assert line.startswith("hf-ralm: error: ") and err.count("hf-ralm: error:") == 1
-    for text in expected:
-        assert text in line, (text, line)
-    assert not (files["out"] / "eval.json").exists()
-    assert not list(files["tmp"].glob("**/.tmp-*.json"))  # no half-written JSON either
-    return line
 
 
 def retrieval_file(capsys, files) -> list[dict]:

@@ -126,8 +126,8 @@ def test_plain_text_dataset(files, tmp_path):
     path.write_text("just some text\n")
     assert load_dataset_text(str(path)) == "just some text\n"
     assert load_dataset_text(files["dataset"]) == files["text"]
-    with pytest.raises(FileNotFoundError, match="neither a file nor a loadable HF dataset"):
-        load_dataset_text(str(tmp_path / "missing-dataset"))
+    with pytest.raises(FileNotFoundError, match="missing-dataset' does not exist: give a .jsonl/.jsonl.gz file"):
+        load_dataset_text(str(tmp_path / "missing-dataset"))  # a local path: not looked up on the Hub
 
 
 def test_error_missing_corpus(files, capsys):
@@ -154,7 +154,7 @@ def test_error_unknown_model_folder(files, capsys):
     argv = common(files)
     argv[argv.index("--model") + 1] = missing
     err = fail(capsys, ["eval-lm", *argv])
-    assert "Could not load the causal LM" in err and missing in err
+    assert f"The --model '{missing}' does not exist: give a model folder" in err
 
 
 BAD_NUMBERS = [
@@ -259,7 +259,7 @@ COMMAND_FLAGS = {
                 "--corpus", "--index-dir", "--forbidden-titles", "--stride", "--query-length", "--max-length",
                 "--max-doc-tokens", "--bos-every-window", "--dataset-path", "--dataset-name", "--dataset-split",
                 "--max-eval-tokens", "--batch-size", "--output-dir", "--retrieval-file", "--save-retrieval-file",
-                "--no-prefix-kv-reuse", *RERANK_FLAGS, *BEYOND_FLAGS, *RESUME_FLAGS},
+                "--no-prefix-kv-reuse", "--compare", *RERANK_FLAGS, *BEYOND_FLAGS, *RESUME_FLAGS},
     "generate": {*MODEL_FLAGS, "--retriever", "--encoder", "--threads",
                  "--corpus", "--index-dir", "--forbidden-titles", "--stride", "--query-length", "--max-length",
                  "--max-doc-tokens", "--bos-every-window", "--batch-size", "--prompt", "--prompts-file",

@@ -295,7 +295,7 @@ def test_indexes_without_text_are_refused(lucene_index, tmp_path, monkeypatch):
     _write_collection([{"id": "0", "title": "Rome", "text": "the emperor of rome"}], str(collection), False)
     _run_indexer([*java_command(find_java_home()[0]), "io.anserini.index.IndexCollection", "-collection",
                   "JsonCollection", "-input", str(collection), "-index", str(slim), "-generator",
-                  "DefaultLuceneDocumentGenerator", "-threads", "1"], False, str(tmp_path / "unused"))
+                  "DefaultLuceneDocumentGenerator", "-threads", "1"], False)
     with pytest.raises(ValueError, match="stores no document text .a -slim index"):
         LuceneRetriever.load(str(slim))
     assert LuceneRetriever.load(lucene_index["index_dir"]).retrieve(["emperor"], k=1)[0][0].text  # ours store it

@@ -433,8 +433,10 @@ def test_save_without_retriever_removes_a_stale_retriever_config(tiny_llama, tin
 
 
 def test_from_pretrained_unknown_folder(tmp_path):
-    with pytest.raises(OSError, match="Could not load the causal LM"):
-        RetrievalAugmentedModel.from_pretrained(str(tmp_path / "no-such-model"), local_files_only=True)
+    with pytest.raises(FileNotFoundError, match="no-such-model' does not exist: give a model folder"):
+        RetrievalAugmentedModel.from_pretrained(str(tmp_path / "no-such-model"))  # never asked of the Hub
+    with pytest.raises(OSError, match="Could not load the causal LM 'someone/no-such-model'.* Set HF_HUB_OFFLINE=1"):
+        RetrievalAugmentedModel.from_pretrained("someone/no-such-model", local_files_only=True)
 
 
 def test_saved_config_without_base_model(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import inspect
 import math
 
 import pytest
@@ -253,7 +254,7 @@ class ForwardRecorder:
                 "logits_to_keep": kwargs.get("logits_to_keep"),
                 "input_len": input_ids.shape[1],
                 "batch": input_ids.shape[0],
-                "has_cache": kwargs.get("past_key_values") is not None,
+                "has_cache": kwargs.get("cache") is not None,
                 "logits_len": out.logits.shape[1],
             })
             return out
@@ -313,9 +314,11 @@ def test_model_without_logits_to_keep_falls_back(tiny_models):
     original = model.forward
     seen = []
 
-    def forward(input_ids=None, past_key_values=None, use_cache=None):
-        seen.append(input_ids.shape)
-        return original(input_ids=input_ids, past_key_values=past_key_values, use_cache=use_cache)
+    cache_name = "cache" if "cache" in inspect.signature(original).parameters else "past_key_values"
+
+    def forward(input_ids=None, past_key_values=None, use_cache=None):  # an older model's names: no logits_to_keep,
+        seen.append(input_ids.shape)                                      # the cache as past_key_values
+        return original(input_ids=input_ids, use_cache=use_cache, **{cache_name: past_key_values})
 
     model.forward = forward
     ids = random_ids(40, seed=5)

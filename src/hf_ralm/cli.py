@@ -30,12 +30,14 @@ import shlex
 import sys
 import time
 import traceback
+import warnings
 from contextlib import redirect_stdout
 
 from .batching import BatchSize, parse_batch_size
+from .compare import STRATEGIES as COMPARE_STRATEGIES
 from .configuration_ralm import RALM_FIELDS, RERANK_STRATEGIES, RETRIEVAL_GATES, RalmConfig, default_query_length
 from .data import load_dataset_text
-from .errors import NamesSettings
+from .errors import NamesSettings, RalmWarning
 from .placement import DTYPES
 from .utils.shards import Shard, is_writer
 from .qa import MAX_NEW_TOKENS
@@ -92,6 +94,11 @@ FLAGS = {
     "output_dir": "--output-dir",
     "forbidden_titles": "--forbidden-titles",
     "exclude_titles": "--exclude-titles",
+    "model": "--model",
+    "dataset_path": "--dataset-path",
+    "dataset_name": "--dataset-name",
+    "compare": "--compare",
+    "retriever": "--retriever",
 }
 """The one place where Python argument names (:class:`RalmConfig` fields, evaluation arguments) become flags: the
 flag of each, for the RALM settings a command passes on and for the errors of the checks it runs before loading
@@ -137,8 +144,14 @@ def _fail(message: str) -> None:
 
 
 class _Parser(argparse.ArgumentParser):
-    """Reports usage errors as ``hf-ralm: error: ...`` (a subcommand's too), and resolves ``--query-length`` when it
-    is not given: the retriever's default (:func:`~hf_ralm.configuration_ralm.default_query_length`)."""
+    """Reports usage errors as ``hf-ralm: error: ...`` (a subcommand's too), resolves ``--query-length`` when it
+    is not given: the retriever's default (:func:`~hf_ralm.configuration_ralm.default_query_length`), and takes flags
+    only by their full names (argparse's prefix matching would read ``--strid 4`` as ``--stride 4``, and a flag
+    added later could change what an abbreviation in a user's script means)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def parse_known_args(self, args=None, namespace=None):
         namespace, extras = super().parse_known_args(args, namespace)
@@ -289,6 +302,16 @@ def _parent(title: str) -> argparse.ArgumentParser:
     return parent
 
 
+def version_line() -> str:
+    """What ``hf-ralm --version`` prints: hf-ralm's version and those of the libraries that decide its results."""
+    import torch
+    import transformers
+
+    from . import __version__
+
+    return f"hf-ralm {__version__} (transformers {transformers.__version__}, torch {torch.__version__})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``hf-ralm`` parser: one subcommand each, made of the flag groups it uses."""
     model, retriever, windows, passages = (_parent(title) for title in ("model", "retriever", "RALM settings",
@@ -297,6 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
     gate, several, resuming, workers = (_parent(title) for title in
                                         ("retrieval gate", "several passages", "resuming", "workers"))
     parser = _Parser(prog="hf-ralm", description="In-Context RALM for Hugging Face causal LMs.")
+    parser.add_argument("--version", action="version", version=version_line())
     sub = parser.add_subparsers(dest="command", required=True)
 
     index = sub.add_parser("index", help="build a BM25, Lucene, dense or hybrid index from a corpus",
@@ -320,9 +344,14 @@ def build_parser() -> argparse.ArgumentParser:
                                        output, resuming, workers])
     retrieve.add_argument("--save-retrieval-file", help="write the retrievals to this file (required)")
 
-    eval_lm = sub.add_parser("eval-lm", help="perplexity", parents=[model, retriever, windows, passages, several,
-                                                                    rerank, gate, dataset, batch, output, resuming,
-                                                                    workers])
+    eval_lm = sub.add_parser("eval-lm", help="In-Context RALM perplexity of a text (token and word level), or "
+                                             "several passage-selection strategies side by side (--compare)",
+                             parents=[model, retriever, windows, passages, several, rerank, gate, dataset, batch,
+                                      output, resuming, workers])
+    eval_lm.add_argument("--compare", metavar="STRATEGIES",
+                         help="evaluate these strategies on the same windows from one reader pass and print a table "
+                              "(also --output-dir's compare.json and compare.csv): a comma-separated list of "
+                              f"{', '.join(COMPARE_STRATEGIES)}, e.g. none,top1,lm-gate")
     eval_lm.add_argument("--retrieval-file", help="reuse passages from this retrieval file (paper's JSON format)")
     eval_lm.add_argument("--save-retrieval-file", help="write the retrievals to this file")
     eval_lm.add_argument("--no-prefix-kv-reuse", action="store_true",
@@ -482,9 +511,12 @@ def run_retrieve(args) -> dict:
     return result.figures
 
 
-def run_eval_lm(args) -> dict:
+def run_eval_lm(args):
     """``hf-ralm eval-lm``: In-Context RALM perplexity, with passages retrieved as it goes or read from
-    ``--retrieval-file``."""
+    ``--retrieval-file``; with ``--compare``, several strategies from one reader pass (a
+    :class:`~hf_ralm.compare.Comparison`)."""
+    if args.compare is not None:
+        return _compare(args)
     text, model, load_s = _text_and_model(args, "none" if args.retrieval_file else args.retriever)
     result = model.evaluate_perplexity(text, retrieval_file=args.retrieval_file, max_eval_tokens=args.max_eval_tokens,
                                        batch_size=args.batch_size, reuse_prefix_kv=not args.no_prefix_kv_reuse,
@@ -492,6 +524,30 @@ def run_eval_lm(args) -> dict:
     if args.save_retrieval_file and result.figures["complete"] and is_writer():
         result.save_retrieval_file(args.save_retrieval_file, model.tokenizer)
     return result.figures
+
+
+def _compare(args):
+    """``eval-lm --compare``: the strategies' table, written to ``--output-dir``'s compare.json and compare.csv."""
+    from .compare import check_strategies
+
+    strategies = check_strategies([name.strip() for name in args.compare.split(",") if name.strip()])
+    for flag, given in (("--retrieval-file", args.retrieval_file), ("--save-retrieval-file", args.save_retrieval_file),
+                        ("--num-shards", args.num_shards is not None and args.num_shards > 1)):
+        if given:
+            _fail(f"--compare runs its own reader pass over the retrieved passages: drop {flag}.")
+    if args.retriever == "none":
+        _fail("--compare needs a retriever (--retriever bm25, ...): each strategy chooses among its passages.")
+    text, model, _ = _text_and_model(args, args.retriever)
+    return model.compare_strategies(text, strategies, max_eval_tokens=args.max_eval_tokens,
+                                    batch_size=args.batch_size, output_dir=args.output_dir,
+                                    overwrite=args.overwrite)
+
+
+def _print_eval_lm(result, args) -> None:
+    if isinstance(result, dict):
+        _print_json(EVAL_LM_KEYS, indent=2)(result, args)
+    else:
+        print(result.to_markdown())
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -759,12 +815,14 @@ def _print_generations(result, args) -> None:
     print("\n\n".join(text.format(tokenizer, args.show_sources) for text in texts))
 
 
+EVAL_LM_KEYS = ("token_ppl", "word_ppl", "nll_sum", "num_tokens", "num_scored", "num_words", "num_windows",
+                "num_windows_with_passage", "retrieved_fraction")
+"""What ``eval-lm`` prints of its figures (``eval.json`` has them all)."""
+
 COMMANDS = {
     "index": (run_index, _print_json()),
     "retrieve": (run_retrieve, _print_json(("num_windows", "num_windows_with_passage", "retrieved_fraction"))),
-    "eval-lm": (run_eval_lm, _print_json(("token_ppl", "word_ppl", "nll_sum", "num_tokens", "num_scored",
-                                          "num_words", "num_windows", "num_windows_with_passage",
-                                          "retrieved_fraction"), indent=2)),
+    "eval-lm": (run_eval_lm, _print_eval_lm),
     "generate": (run_generate, _print_generations),
     "eval-qa": (run_eval_qa, _print_json(("em", "has_answer", "num_questions", "num_correct", "num_has_answer",
                                           "num_truncated", "num_resumed"), indent=2)),
@@ -780,6 +838,20 @@ SHARDED = (*RESUMABLE, "index")
 
 
 def main(argv: list[str] | None = None) -> None:
+    python_show = warnings.showwarning
+
+    def show(message, category, *where) -> None:  # hf-ralm's own warnings as one line naming flags
+        if issubclass(category, RalmWarning):
+            print(f"hf-ralm: warning: {error_message(message)}", file=sys.stderr, flush=True)
+        else:
+            python_show(message, category, *where)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        _main(argv)
+
+
+def _main(argv: list[str] | None) -> None:
     args = build_parser().parse_args(argv)
     args.command_line = shlex.join(["hf-ralm", *(sys.argv[1:] if argv is None else argv)])  # what reproduces a run
     run, show = COMMANDS[args.command]

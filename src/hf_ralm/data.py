@@ -18,7 +18,8 @@ import os
 
 from typing import Iterable
 
-from .errors import InputError, utf8_errors
+from .errors import InputError, MissingFileError, setting, utf8_errors
+from .utils.paths import OFFLINE_HINT, missing_local_path
 
 
 def join_rows(rows: Iterable[str]) -> str:
@@ -49,6 +50,10 @@ def load_dataset_text(path: str, name: str | None = None, split: str = "test") -
         InputError: a JSONL line that is no object with a ``text`` string, or bytes that are not UTF-8; the message
             names the file and the line.
     """
+    if missing_local_path(path):  # not the Hub's retries for a mistyped file name
+        raise MissingFileError(f"The {setting('dataset_path')} {path!r} does not exist: give a .jsonl/.jsonl.gz file "
+                               "of rows with a 'text' field, a text file, or a Hugging Face dataset id (e.g. wikitext "
+                               f"with {setting('dataset_name')} wikitext-103-raw-v1).")
     if os.path.isfile(path):
         with utf8_errors(path, InputError, "dataset"):
             if path.endswith((".jsonl", ".jsonl.gz")):
@@ -62,5 +67,6 @@ def load_dataset_text(path: str, name: str | None = None, split: str = "test") -
     try:
         rows = load_dataset(path, name, split=split)
     except Exception as error:  # datasets raises several types for a missing dataset
-        raise FileNotFoundError(f"Dataset {path!r} is neither a file nor a loadable HF dataset: {error}") from error
+        raise FileNotFoundError(f"Dataset {path!r} is neither a file nor a loadable HF dataset ({OFFLINE_HINT}): "
+                                f"{error}") from error
     return join_rows(rows["text"])

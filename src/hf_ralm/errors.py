@@ -49,6 +49,12 @@ class NamesSettings:
         return _SETTING.sub(lambda match: names.get(match.group(1), match.group(1)), self.marked)
 
 
+class RalmWarning(NamesSettings, UserWarning):
+    """A run that went through, but not as its settings suggest (e.g. retrieval that never ran because the text fits
+    in one window): the message says why and how to change it, naming settings with :func:`setting`. The command line
+    prints it as one line ``hf-ralm: warning: ...`` with its flags; the result records it too."""
+
+
 class InputError(NamesSettings, ValueError):
     """A bad input file or setting; the message says which, what is wrong and how to fix it (naming settings with
     :func:`setting`)."""

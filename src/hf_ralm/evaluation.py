@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +25,7 @@ from tqdm.auto import tqdm
 from .batching import BatchSize
 from .configuration_ralm import RalmConfig
 from .ensemble import ensemble_window_nlls
-from .errors import SettingError, setting
+from .errors import RalmWarning, SettingError, setting
 from .model_inputs import context_indices, window_length, window_prefixes
 from .modeling_utils import model_device
 from .passage_cache import PassageKVCache
@@ -94,6 +95,15 @@ class RalmEvalResult:
                                  self.gate_scores)
 
 
+def no_retrieval_warning(num_tokens: int, max_length: int) -> RalmWarning:
+    """Why a run with a retriever retrieved nothing: its text fits in the first window, which has no earlier tokens
+    to query with (the perplexity is then the model's alone)."""
+    return RalmWarning(f"no retrieval happened: the text ({num_tokens} tokens) fits in one window of "
+                       f"{setting('max_length')} {max_length}, and the first window has no earlier tokens to query "
+                       "with, so the figures are the model's without retrieval. Give a longer text or lower "
+                       f"{setting('max_length')} (below {num_tokens}).")
+
+
 def evaluate_retrieval(
     model,
     tokenizer,
@@ -124,9 +134,12 @@ def evaluate_retrieval(
     Passages come from ``retrieval_file`` when given (the reference's JSON format), else from ``retriever`` (the
     top ``config.num_retrieved`` passages of every window's query: the reranker's candidates, or the ones put in
     context or mixed), else none. The figures count the windows (``num_windows``), the retrievals made or read from
-    the file (``num_retrievals``: every window but window 0, or none without retrieval), those that found a passage
-    (``num_windows_with_passage``) and those that found nothing (``num_empty_retrievals``), and give the share of
-    the windows after the first that had a passage in context (``retrieved_fraction``).
+    the file (``num_retrievals``: every window but window 0, or none without retrieval), those that found nothing
+    (``num_empty_retrievals``), those where a passage was found but none chosen (a reranker's no-passage choice or a
+    closed gate: ``num_windows_without_passage_chosen``) and those with a passage in context
+    (``num_windows_with_passage``: the rest, so the three add up to ``num_retrievals``), and give the share of the
+    windows after the first that had a passage in context (``retrieved_fraction``: ``num_windows_with_passage /
+    num_retrievals``).
 
     The windows run in chunks of ``chunk_size``; with ``output_dir`` each chunk's records are saved there and a rerun
     with the same settings resumes after them (``num_resumed_windows``; :mod:`hf_ralm.resume`, ``overwrite``: start
@@ -282,7 +295,8 @@ def _evaluate(model, tokenizer, text_or_ids, retriever, config: RalmConfig, *, r
     windows = plan.windows
     retrieving = retrieval_file is not None or retriever is not None
     num_retrievals = sum(1 for w in windows if w.has_retrieval) if retrieving else 0
-    with_passage = sum(1 for w in windows if w.has_retrieval and state.passages[w.index])
+    found = sum(1 for w in windows if w.has_retrieval and state.passages[w.index])
+    in_context = sum(1 for w in windows if w.has_retrieval and state.passages[w.index] and state.chosen[w.index] >= 0)
     rerank = (retrievals and retrievals.rerank) or config.rerank
     gate = (retrievals and retrievals.gate) or gate_settings(config)
     figures = {
@@ -292,8 +306,8 @@ def _evaluate(model, tokenizer, text_or_ids, retriever, config: RalmConfig, *, r
         "num_windows": len(windows),
         "num_resumed_windows": len(plan.windows) - computed,  # read back, not computed in this process
         "num_retrievals": num_retrievals,
-        "num_windows_with_passage": with_passage,
-        "num_empty_retrievals": num_retrievals - with_passage,
+        "num_windows_with_passage": in_context,
+        "num_empty_retrievals": num_retrievals - found,
         "max_length": plan.max_length,
         "rerank": rerank,
         "num_windows_without_passage_chosen": sum(
@@ -316,6 +330,10 @@ def _evaluate(model, tokenizer, text_or_ids, retriever, config: RalmConfig, *, r
         figures = {**perplexity_figures(float(state.nlls[1:].sum()), len(plan.ids),
                                         sum(w.num_scored for w in windows), plan.num_words),
                    **figures, "scored_tokens_per_s": scored_here / seconds if seconds else None}
+    if retrieving and num_retrievals == 0:
+        warning = no_retrieval_warning(len(plan.ids), plan.max_length)
+        figures["warnings"] = [str(warning)]
+        warnings.warn(warning, stacklevel=3)
     gated = gate.get("retrieval_gate", "always") != "always"
     result = RalmEvalResult(
         figures=figures, ids=plan.ids, token_nlls=state.nlls if scored_all else None,

@@ -27,15 +27,17 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedConfig, 
 from transformers.utils import ModelOutput
 
 from .configuration_ralm import RALM_FIELDS, RalmConfig
+from .compare import DEFAULT_STRATEGIES, Comparison, compare_strategies
 from .evaluation import RalmEvalResult, evaluate_perplexity
 from .generation import ralm_generate
-from .errors import SettingError, setting
+from .errors import MissingFileError, SettingError, setting
 from .passages import Passage
-from .placement import default_device, resolve_dtype
+from .placement import default_device, resolve_device, resolve_dtype
 from .retrieval.base import RETRIEVER_CONFIG_FILE, Retriever, read_forbidden_titles
 from .retrieval.factory import load_retriever, load_retriever_from_pretrained, pretrained_folder
 from .retrieval.registry import retriever_class
 from .selection.rankers import load_reranker
+from .utils.paths import OFFLINE_HINT, missing_local_path
 from .utils.shards import Shard
 
 
@@ -92,7 +94,7 @@ def _placement(kwargs: dict, device: str | torch.device | None) -> tuple[dict, t
                                "model's layers itself.")
         target = default_device(Shard.resolve().local_rank)
     else:
-        target = torch.device(device) if device is not None else default_device(Shard.resolve().local_rank)
+        target = resolve_device(device) if device is not None else default_device(Shard.resolve().local_rank)
     kwargs = {**kwargs, "dtype": resolve_dtype(kwargs.get("dtype", "auto"), target)}
     return kwargs, None if kwargs.get("device_map") is not None else target
 
@@ -113,13 +115,21 @@ def _base_model_skeleton(name_or_path: str, model_kwargs: dict) -> PreTrainedMod
     return base
 
 
+def check_model_path(name_or_path: str) -> None:
+    """Refuse at once a model that looks like a local folder (:func:`~hf_ralm.utils.paths.looks_local`) and is not
+    there, instead of asking the Hub for it."""
+    if missing_local_path(name_or_path):
+        raise MissingFileError(f"The {setting('model')} {name_or_path!r} does not exist: give a model folder (with "
+                               "config.json), a GGUF file's folder, or a Hub id such as HuggingFaceTB/SmolLM2-135M.")
+
+
 def _load_base_model(name_or_path: str, model_args: Sequence, model_kwargs: dict):
     try:
         return AutoModelForCausalLM.from_pretrained(name_or_path, *model_args, **model_kwargs)
     except OSError as error:
         raise OSError(
             f"Could not load the causal LM {name_or_path!r}: it is neither a local model folder nor a model that "
-            f"could be fetched from the Hub (no network, or a typo?). Original error: {error}"
+            f"could be fetched from the Hub (a typo, or {OFFLINE_HINT}). Original error: {error}"
         ) from error
 
 
@@ -204,6 +214,7 @@ class RetrievalAugmentedModel(PreTrainedModel):
             base_name = base.config.name_or_path or None
         else:
             path = str(pretrained_model_name_or_path)
+            check_model_path(path)
             saved, old_retriever = _saved_ralm_config(path, hub_kwargs) or (None, None)
             base_name = saved.base_model_name_or_path if saved else path
             if saved and not base_name:
@@ -268,6 +279,22 @@ class RetrievalAugmentedModel(PreTrainedModel):
             raise ValueError("This model has no tokenizer: pass tokenizer= to from_pretrained.")
         return evaluate_perplexity(self.language_model, self.tokenizer, text_or_ids, self.retriever, self.config,
                                    reranker=self.reranker, **kwargs)
+
+    def compare_strategies(self, text_or_ids: str | Sequence[int], strategies: Sequence[str] = DEFAULT_STRATEGIES,
+                           **kwargs) -> Comparison:
+        """Several passage-selection strategies (``"none"``, ``"top1"``, ``"lm-gate"``, ``"zero-shot"``,
+        ``"oracle"``, ...) on the same windows of a text, from one reader pass; see
+        :func:`hf_ralm.compare.compare_strategies` for the keyword arguments.
+
+        Example::
+
+            comparison = model.compare_strategies(text, ["none", "top1", "lm-gate"], max_eval_tokens=1024)
+            print(comparison.to_markdown())
+        """
+        if self.tokenizer is None:
+            raise ValueError("This model has no tokenizer: pass tokenizer= to from_pretrained.")
+        return compare_strategies(self.language_model, self.tokenizer, text_or_ids, self.retriever, self.config,
+                                  strategies, **kwargs)
 
     def generate(self, inputs=None, **kwargs):
         """Generate with In-Context RALM, re-retrieving every ``retrieval_stride`` new tokens (and reranking the

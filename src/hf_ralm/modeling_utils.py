@@ -4,7 +4,7 @@ Example::
 
     ids = torch.tensor([[5, 6, 7]], device=model_device(model))
     cache = empty_cache(model)
-    last_logits(model, ids, 1, past_key_values=cache).shape   # torch.Size([1, 1, 49152])
+    last_logits(model, ids, 1, cache=cache).shape   # torch.Size([1, 1, 49152])
     cache_nbytes(cache)   # 276480
 """
 
@@ -34,14 +34,25 @@ def one_logit_kwargs(model: torch.nn.Module) -> dict:
     return {"logits_to_keep": 1} if _accepts_logits_to_keep(model) else {}
 
 
-def last_logits(model: torch.nn.Module, input_ids: torch.Tensor, keep: int, past_key_values=None) -> torch.Tensor:
+def cache_kwargs(model: torch.nn.Module, cache: DynamicCache | None) -> dict:
+    """The keyword argument that hands ``cache`` to ``model``'s forward, under the name its transformers version uses.
+
+    transformers renamed ``past_key_values`` to ``cache`` (the old name warns from 5.24 on and goes in 5.40); the
+    oldest versions we support know only the old name, so the forward's own signature decides.
+    """
+    if cache is None:
+        return {}
+    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    return {name: cache}
+
+
+def last_logits(model: torch.nn.Module, input_ids: torch.Tensor, keep: int, cache: DynamicCache | None = None
+                ) -> torch.Tensor:
     """Logits of the last ``keep`` positions, computing the LM head only there when the model allows it.
 
-    ``past_key_values`` (a cache) is extended in place with ``input_ids``' keys/values.
+    ``cache`` (a KV cache) is extended in place with ``input_ids``' keys/values.
     """
-    kwargs: dict = {"use_cache": past_key_values is not None}
-    if past_key_values is not None:
-        kwargs["past_key_values"] = past_key_values
+    kwargs: dict = {"use_cache": cache is not None, **cache_kwargs(model, cache)}
     if _accepts_logits_to_keep(model):
         kwargs["logits_to_keep"] = keep
     return model(input_ids=input_ids, **kwargs).logits[:, -keep:]

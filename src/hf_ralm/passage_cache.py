@@ -85,7 +85,7 @@ class PassageKVCache:
         cache = empty_cache(self.model)
         ids = torch.tensor([key], device=model_device(self.model))
         with torch.no_grad():
-            logits = last_logits(self.model, ids, 1, past_key_values=cache)[0, -1]
+            logits = last_logits(self.model, ids, 1, cache=cache)[0, -1]
         size = cache_nbytes(cache) + logits.numel() * logits.element_size()
         if size > self.max_bytes:
             return cache, logits

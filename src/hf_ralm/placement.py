@@ -12,6 +12,8 @@ Example:
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from .errors import SettingError, setting
@@ -26,6 +28,41 @@ def default_device(local_rank: int | None = None) -> torch.device:
     if not torch.cuda.is_available():
         return torch.device("cpu")
     return torch.device("cuda" if local_rank is None else f"cuda:{local_rank}")
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    """The device ``device`` names, refused in one line (a :class:`~hf_ralm.errors.SettingError`) when PyTorch does
+    not know the name or this machine has no such device, instead of PyTorch's error deep inside loading.
+
+    Example:
+        >>> resolve_device("cpu")
+        device(type='cpu')
+        >>> resolve_device("gpu")
+        Traceback (most recent call last):
+        ...
+        hf_ralm.errors.SettingError: device 'gpu' is not a PyTorch device name: use cuda (cuda:0, cuda:1, ...), cpu \
+or mps, or leave device out to use the GPU when there is one.
+    """
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise SettingError(f"{setting('device')} {str(device)!r} is not a PyTorch device name: use cuda (cuda:0, "
+                           f"cuda:1, ...), cpu or mps, or leave {setting('device')} out to use the GPU when there is "
+                           "one.") from None
+    if resolved.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
+            raise SettingError(f"{setting('device')} {str(device)!r}: PyTorch sees no CUDA GPU here (torch "
+                               f"{torch.__version__}, {build}; CUDA_VISIBLE_DEVICES="
+                               f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}): leave {setting('device')} out "
+                               "to run on the CPU.")
+        if resolved.index is not None and resolved.index >= count:
+            raise SettingError(f"{setting('device')} {str(device)!r}: this machine has {count} CUDA GPU(s), "
+                               f"cuda:0 to cuda:{count - 1}.")
+    if resolved.type == "mps" and not torch.backends.mps.is_available():
+        raise SettingError(f"{setting('device')} {str(device)!r}: PyTorch sees no Apple GPU (MPS) here.")
+    return resolved
 
 
 def resolve_dtype(dtype: str | torch.dtype, device: str | torch.device) -> torch.dtype:

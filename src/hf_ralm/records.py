@@ -66,6 +66,17 @@ _CHUNK_NAME = re.compile(rf"^{CHUNK_PREFIX}(\d{{8}})-(\d{{8}})({_SUFFIX})$")
 _TEMPORARY_NAME = re.compile(rf"^{re.escape(TMP_PREFIX)}\d{{8}}-\d{{8}}(?:{_SUFFIX})\.(.+)-(\d+)$")
 
 
+def _check_can_be_folder(folder: Path) -> None:
+    """Refuse (an :class:`~hf_ralm.errors.OutputFolderError`) a folder path that is a file, or lies under one: what
+    ``mkdir`` would report as ``[Errno 20] Not a directory``."""
+    for path in (folder, *folder.parents):
+        if path.exists():
+            if not path.is_dir():
+                raise OutputFolderError(f"{path} is a file, where {setting('output_dir')} needs a folder: give the "
+                                        "path of a new or empty folder, where the run keeps its records and results.")
+            return
+
+
 class RecordStore:
     """Records in ``folder``, in complete chunks of ``chunk_size`` (see the module docstring).
 
@@ -99,6 +110,7 @@ class RecordStore:
         self._closed = False
 
         settings_path = self.folder / self.settings_file
+        _check_can_be_folder(self.folder)
         if overwrite:
             self.remove(self.folder)
         elif not settings_path.is_file() and self.folder.is_dir() and any(

@@ -127,7 +127,7 @@ def score_inputs(
                 cache.batch_repeat_interleave(len(batch))
                 skip = len(shared_prefix)
                 suffix = torch.tensor([list(x.ids[x.begin + skip : x.end]) for x in batch], device=device)
-                logits = last_logits(model, suffix, num_scored + 1, past_key_values=cache)
+                logits = last_logits(model, suffix, num_scored + 1, cache=cache)
             batch_nll = token_nlls(logits[:, :-1], targets).double().cpu()
             for i, row in zip(members[start : start + batch_size], batch_nll):
                 nlls[i] = row

@@ -25,7 +25,7 @@ from transformers.cache_utils import DynamicLayer
 
 from ..configuration_ralm import RalmConfig
 from ..model_inputs import passage_prefix
-from ..modeling_utils import last_logits, model_device, one_logit_kwargs
+from ..modeling_utils import cache_kwargs, last_logits, model_device, one_logit_kwargs
 from ..passages import Passage
 
 
@@ -79,7 +79,7 @@ class Context:
         if pending:
             stats["forward_tokens"] += len(pending)
             pending_ids = torch.tensor([list(pending)], device=device)
-            self.logits = last_logits(model, pending_ids, 1, past_key_values=self.cache)[0, -1]
+            self.logits = last_logits(model, pending_ids, 1, cache=self.cache)[0, -1]
             self.fed = len(ids)
         return self.logits
 
@@ -149,7 +149,8 @@ class RowBatch:
         tokens = torch.tensor([[row.ids[-1]] for row in self.rows], device=device)
         self.mask = torch.cat([self.mask, self.mask.new_ones(len(self.rows), 1)], dim=1)
         logits = self.model(input_ids=tokens, attention_mask=self.mask, position_ids=self.positions[:, None],
-                            past_key_values=self.cache, use_cache=True, **one_logit_kwargs(self.model)).logits[:, -1]
+                            use_cache=True, **cache_kwargs(self.model, self.cache),
+                            **one_logit_kwargs(self.model)).logits[:, -1]
         self.positions = self.positions + 1
         stats["forward_tokens"] += len(self.rows)
         stats["batched_steps"] += 1

@@ -21,7 +21,6 @@ Example::
 from __future__ import annotations
 
 import os
-import shutil
 from typing import Iterable, Iterator, Sequence
 
 import numpy as np
@@ -33,7 +32,7 @@ from .base import Retriever, passages_from_table
 from .bm25_index import bm25_matrix, count_terms, save_bm25s
 from .corpus import PASSAGE_COLUMNS, WORDS_PER_PASSAGE, check_passage_count, passage_rows
 from .index_folder import check_index, corpus_files, corpus_paths_and_articles, finish_build, index_matches
-from .index_folder import reading_index, reusable_index_info, start_build
+from .index_folder import new_build, reading_index, reusable_index_info
 
 BM25_PARAMS = {"method": "lucene", "k1": 0.9, "b": 0.4}  # pyserini's defaults, as the paper used
 # what an index records and must match to be used: an index is used only with the analysis it was built with, since
@@ -96,10 +95,9 @@ class BM25Retriever(Retriever):
         from tqdm.auto import tqdm
 
         paths, articles = corpus_paths_and_articles(corpus)
-        tmp_dir = start_build(index_dir)
-        table = os.path.join(tmp_dir, "passages.arrow")
-        features = Features({name: Value("string") for name in PASSAGE_COLUMNS})
-        try:
+        with new_build(index_dir) as tmp_dir:
+            table = os.path.join(tmp_dir, "passages.arrow")
+            features = Features({name: Value("string") for name in PASSAGE_COLUMNS})
             with ArrowWriter(features=features, path=table) as writer:
                 def texts() -> Iterator[str]:  # each passage goes to the table on its way to the analysis
                     rows = tqdm(passage_rows(articles, words_per_passage), desc="Indexing passages",
@@ -113,14 +111,11 @@ class BM25Retriever(Retriever):
             check_passage_count(counts.num_docs, paths)
             save_bm25s(os.path.join(tmp_dir, "bm25s"), bm25_matrix(counts, BM25_PARAMS["k1"], BM25_PARAMS["b"]),
                        counts.vocab, BM25_PARAMS)
-        except BaseException:  # a bad corpus row, no passages, Ctrl-C: no half-written build is left behind
-            shutil.rmtree(tmp_dir, ignore_errors=True)
-            raise
-        num_passages = counts.num_docs
-        del counts
-        Dataset.from_file(table).save_to_disk(os.path.join(tmp_dir, "passages"))
-        os.remove(table)
-        finish_build(tmp_dir, index_dir, cls.name, paths, words_per_passage, num_passages, INDEX_SETTINGS)
+            num_passages = counts.num_docs
+            del counts
+            Dataset.from_file(table).save_to_disk(os.path.join(tmp_dir, "passages"))
+            os.remove(table)
+            finish_build(tmp_dir, index_dir, cls.name, paths, words_per_passage, num_passages, INDEX_SETTINGS)
         return cls(index_dir, forbidden_titles=forbidden_titles)
 
     @classmethod

@@ -21,14 +21,15 @@ folder can be moved or pushed to the Hub.
 Example (inside a backend's ``build``)::
 
     paths, articles = corpus_paths_and_articles(corpus)
-    tmp_dir = start_build(index_dir)
-    ...  # write the backend's files into tmp_dir
-    finish_build(tmp_dir, index_dir, "bm25", paths, words_per_passage, num_passages, settings)
+    with new_build(index_dir) as tmp_dir:   # removed if the build fails or is interrupted
+        ...  # write the backend's files into tmp_dir
+        finish_build(tmp_dir, index_dir, "bm25", paths, words_per_passage, num_passages, settings)
 """
 
 from __future__ import annotations
 
 import glob
+import contextlib
 import json
 import os
 import shutil
@@ -220,12 +221,19 @@ def building(index_dir: str):
     return file_lock(os.path.join(parent, f".{name}.lock"), f"the build of {index_dir}")
 
 
-def start_build(index_dir: str) -> str:
-    """A fresh, empty ``<index_dir>.tmp`` (a leftover one from an interrupted build is removed) to build into."""
+@contextlib.contextmanager
+def new_build(index_dir: str) -> Iterator[str]:
+    """A fresh, empty ``<index_dir>.tmp`` (a leftover one from an interrupted build is removed) to build into, removed
+    again when the build fails or is interrupted (a bad corpus row, no passages, Ctrl-C), so no half-written build is
+    left behind; :func:`finish_build`, inside, renames it to ``index_dir``."""
     tmp_dir = index_dir.rstrip("/") + ".tmp"
     shutil.rmtree(tmp_dir, ignore_errors=True)
     os.makedirs(tmp_dir)
-    return tmp_dir
+    try:
+        yield tmp_dir
+    except BaseException:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+        raise
 
 
 def finish_build(
@@ -313,8 +321,8 @@ def copy_index(index_dir: str, target: str) -> str:
     """Copy the index folder ``index_dir`` to ``target`` (replacing what is there, through ``<target>.tmp`` so an
     interrupted copy leaves no half index) unless it is already there; returns ``target``."""
     if os.path.realpath(index_dir) != os.path.realpath(target):
-        tmp_dir = start_build(target)
-        shutil.copytree(index_dir, tmp_dir, dirs_exist_ok=True)
-        shutil.rmtree(target, ignore_errors=True)
-        os.replace(tmp_dir, target)
+        with new_build(target) as tmp_dir:
+            shutil.copytree(index_dir, tmp_dir, dirs_exist_ok=True)
+            shutil.rmtree(target, ignore_errors=True)
+            os.replace(tmp_dir, target)
     return target

@@ -36,7 +36,7 @@ from .base import Retriever
 from .corpus import WORDS_PER_PASSAGE, check_passage_count, passage_rows
 from .index_folder import INDEX_FILE, check_corpus_files, check_index, check_kind, copy_index, corpus_files
 from .index_folder import corpus_paths_and_articles, finish_build, index_matches, path_for_folder, reusable_index_info
-from .index_folder import start_build
+from .index_folder import new_build
 from .lucene_compat import AnseriniSearcher, anserini_jar, find_java_home, java_command, prebuilt_index_path
 
 LUCENE_SUBDIR = "lucene"  # the Lucene index inside an hf-ralm index folder (beside hf_ralm_index.json)
@@ -164,36 +164,32 @@ class LuceneRetriever(Retriever):
         if paths:
             check_corpus_files(paths)
 
-        tmp_dir = start_build(index_dir)
-        collection = os.path.join(tmp_dir, "collection")
-        os.makedirs(collection)
-        try:
+        with new_build(index_dir) as tmp_dir:
+            collection = os.path.join(tmp_dir, "collection")
+            os.makedirs(collection)
             num_passages = _write_collection(passage_rows(articles, words_per_passage), collection, show_progress)
             check_passage_count(num_passages, paths)
-        except BaseException:  # a bad corpus row, no passages, Ctrl-C: no half-written build is left behind
-            shutil.rmtree(tmp_dir, ignore_errors=True)
-            raise
-
-        java_home, source = find_java_home()
-        threads = n_threads or available_cpus()
-        command = [
-            *java_command(java_home), "io.anserini.index.IndexCollection", "-collection", "JsonCollection",
-            "-input", collection, "-index", os.path.join(tmp_dir, LUCENE_SUBDIR),
-            "-generator", "DefaultLuceneDocumentGenerator", "-threads", str(threads), "-storeRaw",
-            "-memoryBuffer", "512", "-optimize",
-        ]
-        if show_progress:
-            print(f"Indexing {num_passages} passages with Anserini (Java from {source}: {java_home})...",
-                  file=sys.stderr, flush=True)
-        _run_indexer(command, show_progress, tmp_dir)
-        shutil.rmtree(collection)
-        settings = {
-            "k1": k1,
-            "b": b,
-            "analyzer": "Anserini DefaultEnglishAnalyzer: StandardTokenizer, Porter stemmer, Lucene English stop words",
-            "anserini_jar": os.path.basename(anserini_jar()),
-        }
-        finish_build(tmp_dir, index_dir, cls.name, paths, words_per_passage, num_passages, settings)
+            java_home, source = find_java_home()
+            threads = n_threads or available_cpus()
+            command = [
+                *java_command(java_home), "io.anserini.index.IndexCollection", "-collection", "JsonCollection",
+                "-input", collection, "-index", os.path.join(tmp_dir, LUCENE_SUBDIR),
+                "-generator", "DefaultLuceneDocumentGenerator", "-threads", str(threads), "-storeRaw",
+                "-memoryBuffer", "512", "-optimize",
+            ]
+            if show_progress:
+                print(f"Indexing {num_passages} passages with Anserini (Java from {source}: {java_home})...",
+                      file=sys.stderr, flush=True)
+            _run_indexer(command, show_progress)
+            shutil.rmtree(collection)
+            settings = {
+                "k1": k1,
+                "b": b,
+                "analyzer": "Anserini DefaultEnglishAnalyzer: StandardTokenizer, Porter stemmer, Lucene English stop "
+                            "words",
+                "anserini_jar": os.path.basename(anserini_jar()),
+            }
+            finish_build(tmp_dir, index_dir, cls.name, paths, words_per_passage, num_passages, settings)
         return cls(index_dir, forbidden_titles=forbidden_titles, n_threads=n_threads, k1=k1, b=b)
 
     @classmethod
@@ -283,7 +279,7 @@ class LuceneRetriever(Retriever):
         return {**config, "index_dir": path_for_folder(copied, save_directory)}
 
 
-def _run_indexer(command: list[str], show_progress: bool, tmp_dir: str) -> None:
+def _run_indexer(command: list[str], show_progress: bool) -> None:
     """Run Anserini's IndexCollection, echoing its log lines (not the JVM's warnings) when ``show_progress``."""
     from collections import deque
 
@@ -294,7 +290,6 @@ def _run_indexer(command: list[str], show_progress: bool, tmp_dir: str) -> None:
             if show_progress and not line.startswith("WARNING"):
                 print(line.rstrip(), file=sys.stderr, flush=True)
     if process.returncode != 0:
-        shutil.rmtree(tmp_dir, ignore_errors=True)
         raise RuntimeError(f"Anserini IndexCollection failed (exit {process.returncode}):\n" + "\n".join(tail))
 
 

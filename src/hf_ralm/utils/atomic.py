@@ -19,13 +19,30 @@ from pathlib import Path
 from typing import Callable
 
 
+def _read_umask() -> int:
+    umask = os.umask(0o022)  # reading the umask means setting it: done once, at import, before any threads
+    os.umask(umask)
+    return umask
+
+
+_UMASK = _read_umask()
+
+
+def file_mode() -> int:
+    """The permissions ``open()`` gives a new file under this process's umask (0o644 under the usual 022):
+    ``tempfile.mkstemp`` makes its files private (0o600), which a results file shared with a team must not be."""
+    return 0o666 & ~_UMASK
+
+
 def write_text_atomic(path: str, text: str, suffix: str = ".tmp") -> None:
     """Write ``text`` to a temporary file beside ``path``, flush it to disk (fsync) and rename it over ``path``, so a
-    crash leaves either the old file or the new one, never a truncated one."""
+    crash leaves either the old file or the new one, never a truncated one. The file gets the permissions a plain
+    ``open(path, "w")`` would (:func:`file_mode`)."""
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=suffix)
     try:
+        os.fchmod(fd, file_mode())
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
             f.write(text)
             f.flush()

@@ -1,0 +1,217 @@
+"""Several passage-selection strategies on the same windows, from one reader pass: ``hf-ralm eval-lm --compare
+none,top1,lm-gate`` and ``model.compare_strategies(text)``.
+
+The reader runs each window once with each of its first ``k`` retrieved passages and once without a passage
+(:func:`~hf_ralm.selection.candidates.score_candidates`: every option's ranking NLL, of the last ``rerank_tokens``
+prefix tokens, and target NLL, of the window's scored tokens). A strategy is a choice of option per window, so its
+perplexity is the sum of the chosen options' target NLLs, the same figures a separate ``eval-lm`` run of that
+strategy gives (``none``: ``--retriever none``; ``top1``: the plain run; ``lm-gate``: ``--retrieval-gate lm``;
+``zero-shot``: ``--rerank lm``; ``zero-shot-no-passage``: ``--rerank lm --rerank-allow-no-passage``; ``oracle`` and
+``random``: ``--rerank oracle`` / ``random``). ``k`` is 1 unless a strategy chooses among several passages
+(``rerank_candidates``, 16).
+
+Example::
+
+    comparison = compare_strategies(model, tokenizer, text, retriever, RalmConfig(max_length=512),
+                                    ["none", "top1", "lm-gate"], output_dir="runs/compare")
+    print(comparison.to_markdown())   # one row per strategy: token ppl, word ppl, share with a passage, inputs
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable, Sequence
+
+from .batching import BatchSize
+from .configuration_ralm import RalmConfig
+from .errors import SettingError, setting
+from .model_inputs import window_length
+from .modeling_utils import model_device
+from .perplexity import perplexity_figures
+from .plan import prepare
+from .records import RecordStore
+from .retrieval.base import Retriever, retriever_identity
+from .selection.candidates import CandidateScores, score_candidates
+from .selection.gates import lm_gate_config
+from .selection.rules import choose_lowest, choose_option, random_choice
+from .utils.atomic import write_json_atomic, write_text_atomic
+
+COMPARE_FILE = "compare.json"
+COMPARE_CSV = "compare.csv"
+CANDIDATES_DIR = "candidates-k{k}"  # the reader pass's records under the output folder, one folder per k
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """A passage-selection strategy as a choice among a window's scored options (its ``k`` candidates, then no
+    passage: :class:`~hf_ralm.selection.candidates.CandidateScores`). ``ranks_all``: it looks at all ``k``
+    candidates (else only the first); ``inputs(k)``: the reader inputs per window a separate run of it needs."""
+
+    name: str
+    what: str
+    ranks_all: bool
+    inputs: Callable[[int], int]
+    choose: Callable[[CandidateScores, RalmConfig], int]
+
+
+def _lm_gate(scores: CandidateScores, config: RalmConfig) -> int:
+    margin = lm_gate_config(config).rerank_no_passage_margin
+    nlls = [scores.ranking_nlls[0], scores.ranking_nlls[-1]]  # the first passage against none
+    return 0 if choose_option(nlls, True, margin) == 0 else scores.no_passage
+
+
+STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
+    Strategy("none", "no passage", False, lambda k: 1, lambda s, c: s.no_passage),
+    Strategy("top1", "the retriever's first passage", False, lambda k: 1, lambda s, c: 0),
+    Strategy("lm-gate", "the first passage when the reader finds it saves gate_threshold nats", False,
+             lambda k: 2, _lm_gate),
+    Strategy("zero-shot", "the passage with the lowest ranking NLL among k (the reader reranks)", True,
+             lambda k: k, lambda s, c: choose_lowest(s.ranking_nlls[:-1])),
+    Strategy("zero-shot-no-passage", "zero-shot, or no passage unless one saves rerank_no_passage_margin nats",
+             True, lambda k: k + 1, lambda s, c: choose_option(s.ranking_nlls, True, c.rerank_no_passage_margin)),
+    Strategy("oracle", "the passage that lowers the window's own NLL most (looks at the future: a bound)", True,
+             lambda k: k, lambda s, c: choose_lowest(s.target_nlls[:-1])),
+    Strategy("random", "a random one of the k passages (rerank_seed)", True, lambda k: 1,
+             lambda s, c: random_choice(c.rerank_seed, s.window, s.no_passage)),
+)}
+"""Every strategy :func:`compare_strategies` knows, by the name ``--compare`` takes."""
+
+DEFAULT_STRATEGIES = ("none", "top1", "lm-gate")
+
+
+@dataclass
+class StrategyFigures:
+    """One row of a comparison: the strategy's figures over the text, as ``eval-lm`` reports them."""
+
+    strategy: str
+    token_ppl: float
+    word_ppl: float
+    nll_sum: float
+    retrieved_fraction: float | None
+    num_windows_with_passage: int
+    inputs_per_window: int
+
+
+@dataclass
+class Comparison:
+    """What :func:`compare_strategies` measured: a row per strategy, the text's counts, ``k`` and the seconds of
+    the reader pass that served every row (``seconds``; ``num_resumed_windows`` of its windows were read back)."""
+
+    rows: list[StrategyFigures]
+    num_tokens: int
+    num_scored: int
+    num_words: int
+    num_windows: int
+    k: int
+    seconds: float
+    num_resumed_windows: int
+
+    def row(self, strategy: str) -> StrategyFigures:
+        return next(r for r in self.rows if r.strategy == strategy)
+
+    def to_dict(self) -> dict:
+        return {**{k: v for k, v in asdict(self).items() if k != "rows"}, "rows": [asdict(r) for r in self.rows]}
+
+    def to_csv(self) -> str:
+        out = io.StringIO()
+        writer = csv.DictWriter(out, fieldnames=list(asdict(self.rows[0])), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(asdict(r) for r in self.rows)
+        return out.getvalue()
+
+    def to_markdown(self) -> str:
+        """The table ``hf-ralm eval-lm --compare`` prints."""
+        lines = ["| strategy | token ppl | word ppl | windows with a passage | reader inputs per window |",
+                 "|---|---:|---:|---:|---:|"]
+        for r in self.rows:
+            share = "—" if r.retrieved_fraction is None else f"{100 * r.retrieved_fraction:.1f}%"
+            lines.append(f"| {r.strategy} | {r.token_ppl:.3f} | {r.word_ppl:.3f} | {share} | {r.inputs_per_window} |")
+        resumed = f", {self.num_resumed_windows} read back" if self.num_resumed_windows else ""
+        lines.append(f"\n{self.num_windows} windows ({self.num_tokens} tokens, {self.num_words} words), one reader "
+                     f"pass over {self.k} passage(s) and no passage per window: {self.seconds:.1f} s{resumed}.")
+        return "\n".join(lines)
+
+    def save(self, output_dir: str | os.PathLike) -> None:
+        """``compare.json`` and ``compare.csv`` in ``output_dir`` (atomically)."""
+        write_json_atomic(os.path.join(output_dir, COMPARE_FILE), self.to_dict())
+        write_text_atomic(os.path.join(output_dir, COMPARE_CSV), self.to_csv(), suffix=".csv")
+
+
+def check_strategies(strategies: Sequence[str]) -> list[str]:
+    """The strategies' names, refused (a :class:`~hf_ralm.errors.SettingError` listing the known ones) when one is
+    unknown or none is given."""
+    names = list(strategies)
+    unknown = [name for name in names if name not in STRATEGIES]
+    if unknown or not names:
+        raise SettingError(f"{setting('compare')} takes a comma-separated list of strategies among "
+                           f"{', '.join(STRATEGIES)}; got {', '.join(unknown) or 'none'}.")
+    return list(dict.fromkeys(names))
+
+
+def compare_strategies(
+    model,
+    tokenizer,
+    text_or_ids: str | Sequence[int],
+    retriever: Retriever,
+    config: RalmConfig,
+    strategies: Sequence[str] = DEFAULT_STRATEGIES,
+    *,
+    max_eval_tokens: int | None = None,
+    batch_size: int | str = 8,
+    output_dir: str | os.PathLike | None = None,
+    chunk_size: int = 32,
+    overwrite: bool = False,
+    show_progress: bool = True,
+) -> Comparison:
+    """Each of ``strategies`` (names of :data:`STRATEGIES`) over the same windows of ``text_or_ids``, from one reader
+    pass (see the module docstring); with ``output_dir`` the pass's records are kept there (``candidates/``: a rerun
+    resumes them) and ``compare.json`` / ``compare.csv`` written.
+
+    ``config`` gives the RALM settings, ``rerank_candidates`` (``k``, for the strategies that rank),
+    ``rerank_tokens``, the lm gate's margin (``gate_threshold`` when ``retrieval_gate`` is ``"lm"``, else the lm
+    gate's default), ``rerank_no_passage_margin`` and ``rerank_seed``.
+
+    Example::
+
+        comparison = compare_strategies(model, tokenizer, text, retriever, config, ["none", "top1", "lm-gate"])
+        comparison.row("lm-gate").token_ppl
+    """
+    names = check_strategies(strategies)
+    if retriever is None:
+        raise SettingError(f"Comparing strategies needs a retriever ({setting('retriever')}): each strategy chooses "
+                           "among the passages it retrieves.")
+    k = config.rerank_candidates if any(STRATEGIES[name].ranks_all for name in names) else 1
+    scoring = RalmConfig(**{**config.to_dict(), "rerank": "lm", "rerank_candidates": k, "reranker_model": None,
+                            "retrieval_gate": "always", "gate_threshold": None})
+    plan = prepare(text_or_ids, tokenizer, scoring, retriever, max_length=window_length(model, config),
+                   max_eval_tokens=max_eval_tokens)
+    candidates = plan.candidates(plan.windows, k, show_progress)
+    size = BatchSize(batch_size, model_device(model)).size
+    records = None if output_dir is None else os.path.join(output_dir, CANDIDATES_DIR.format(k=k))
+    resumed = len(RecordStore.read_rows(records)) if records and os.path.isdir(records) and not overwrite else 0
+    start = time.perf_counter()
+    scores = score_candidates(model, tokenizer, plan.ids, plan.windows, candidates, scoring, batch_size=size,
+                              output_dir=records, chunk_size=chunk_size, overwrite=overwrite,
+                              settings=retriever_identity(retriever), show_progress=show_progress)
+    seconds = time.perf_counter() - start
+    num_scored = sum(w.num_scored for w in plan.windows)
+    num_later = sum(1 for w in plan.windows if w.has_retrieval)  # window 0 never retrieves
+    rows = []
+    for name in names:
+        strategy = STRATEGIES[name]
+        chosen = [strategy.choose(s, config) if s.passage_ids else s.no_passage for s in scores]
+        nll = sum(s.target_nlls[c] for s, c in zip(scores, chosen))
+        figures = perplexity_figures(nll, len(plan.ids), num_scored, plan.num_words)
+        with_passage = sum(1 for s, c in zip(scores, chosen) if c != s.no_passage)
+        rows.append(StrategyFigures(name, figures["token_ppl"], figures["word_ppl"], figures["nll_sum"],
+                                    with_passage / num_later if num_later else None, with_passage,
+                                    strategy.inputs(k)))
+    comparison = Comparison(rows, len(plan.ids), num_scored, plan.num_words, len(plan.windows), k, seconds,
+                            num_resumed_windows=resumed)
+    if output_dir is not None:
+        comparison.save(output_dir)
+    return comparison

@@ -1,0 +1,99 @@
+"""``eval-lm --compare`` / ``model.compare_strategies``: several selection strategies from one reader pass, each row
+equal to the separate ``eval-lm`` run of that strategy (tiny models, real BM25 over the tiny corpus)."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from conftest import EVAL_TEXT, write_jsonl
+from hf_ralm import RetrievalAugmentedModel
+from hf_ralm.cli import main
+from hf_ralm.compare import STRATEGIES, compare_strategies
+from hf_ralm.errors import SettingError
+
+SETTINGS = dict(max_length=16, retrieval_stride=4, query_length=8, max_doc_tokens=8, rerank_candidates=3,
+                rerank_tokens=4)
+SEPARATE = {  # what a separate eval-lm run of each strategy sets
+    "none": {"retriever": None},
+    "top1": {},
+    "lm-gate": {"retrieval_gate": "lm"},
+    "zero-shot": {"rerank": "lm"},
+    "zero-shot-no-passage": {"rerank": "lm", "rerank_allow_no_passage": True},
+    "oracle": {"rerank": "oracle"},
+    "random": {"rerank": "random"},
+}
+
+
+def load(model_dir, index, **settings):
+    options = {"retriever": "bm25", "index_dir": index["index_dir"], **SETTINGS, **settings}
+    return RetrievalAugmentedModel.from_pretrained(str(model_dir), device="cpu", **options)
+
+
+def figures_of_separate_run(model_dir, index, strategy: str, **settings) -> dict:
+    model = load(model_dir, index, **{**SEPARATE[strategy], **settings})
+    return model.evaluate_perplexity(EVAL_TEXT, batch_size=3, show_progress=False).figures
+
+
+def test_every_row_equals_its_separate_run(tiny_model_dir, tiny_index):
+    assert set(SEPARATE) == set(STRATEGIES)
+    model = load(tiny_model_dir, tiny_index)
+    comparison = model.compare_strategies(EVAL_TEXT, list(STRATEGIES), batch_size=3, show_progress=False)
+    assert comparison.k == 3 and comparison.num_windows > 10
+    assert [r.strategy for r in comparison.rows] == list(STRATEGIES)
+    fractions = set()
+    for row in comparison.rows:
+        separate = figures_of_separate_run(tiny_model_dir, tiny_index, row.strategy)
+        assert row.token_ppl == pytest.approx(separate["token_ppl"], rel=1e-6), row.strategy
+        assert row.word_ppl == pytest.approx(separate["word_ppl"], rel=1e-6), row.strategy
+        assert row.num_windows_with_passage == separate["num_windows_with_passage"], row.strategy
+        assert row.retrieved_fraction == pytest.approx(separate["retrieved_fraction"]), row.strategy
+        fractions.add(row.retrieved_fraction)
+    assert comparison.num_tokens == separate["num_tokens"] and comparison.num_words == separate["num_words"]
+    assert len(fractions) >= 3  # the strategies chose differently: the check compared something
+    assert len({round(r.token_ppl, 6) for r in comparison.rows}) >= 4
+
+
+def test_the_lm_gate_row_takes_its_margin_from_the_config(tiny_model_dir, tiny_index):
+    model = load(tiny_model_dir, tiny_index, retrieval_gate="lm", gate_threshold=0.3)
+    row = model.compare_strategies(EVAL_TEXT, ["top1", "lm-gate"], show_progress=False).row("lm-gate")
+    separate = figures_of_separate_run(tiny_model_dir, tiny_index, "lm-gate", gate_threshold=0.3)
+    assert row.token_ppl == pytest.approx(separate["token_ppl"], rel=1e-6)
+    assert row.num_windows_with_passage == separate["num_windows_with_passage"]
+    unmargined = load(tiny_model_dir, tiny_index).compare_strategies(EVAL_TEXT, ["lm-gate"], show_progress=False)
+    assert unmargined.rows[0].num_windows_with_passage > row.num_windows_with_passage  # the margin closes some
+
+
+def test_command_line_prints_the_table_and_writes_json_and_csv(tiny_model_dir, tiny_index, tmp_path, capsys):
+    data = write_jsonl(tmp_path / "data.jsonl", [{"text": EVAL_TEXT}])
+    argv = ["eval-lm", "--model", str(tiny_model_dir), "--dataset-path", str(data), "--retriever", "bm25",
+            "--index-dir", tiny_index["index_dir"], "--max-length", "16", "--stride", "4", "--query-length", "8",
+            "--max-doc-tokens", "8", "--device", "cpu", "--output-dir", str(tmp_path / "out"),
+            "--compare", "none,top1,lm-gate"]
+    main(argv)
+    out = capsys.readouterr().out
+    assert out.startswith("| strategy | token ppl | word ppl | windows with a passage | reader inputs per window |")
+    report = json.loads((tmp_path / "out" / "compare.json").read_text())
+    assert [r["strategy"] for r in report["rows"]] == ["none", "top1", "lm-gate"]
+    for r in report["rows"]:
+        assert f"| {r['strategy']} | {r['token_ppl']:.3f} | {r['word_ppl']:.3f} |" in out
+    with open(tmp_path / "out" / "compare.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [float(r["token_ppl"]) for r in rows] == [r["token_ppl"] for r in report["rows"]]
+    assert report["rows"][0]["retrieved_fraction"] == 0.0 and report["rows"][1]["retrieved_fraction"] > 0
+
+    main(argv)  # a rerun reads the reader pass back
+    capsys.readouterr()
+    again = json.loads((tmp_path / "out" / "compare.json").read_text())
+    assert again["num_resumed_windows"] == again["num_windows"] and again["rows"] == report["rows"]
+
+
+def test_bad_strategy_lists(tiny_model_dir, tiny_index, tmp_path, capsys):
+    with pytest.raises(SettingError, match="compare takes a comma-separated list of strategies among none, top1, "
+                                           "lm-gate, .*; got top-1"):
+        load(tiny_model_dir, tiny_index).compare_strategies(EVAL_TEXT, ["top-1"], show_progress=False)
+    model = load(tiny_model_dir, tiny_index, retriever=None)
+    with pytest.raises(SettingError, match="needs a retriever"):
+        compare_strategies(model.language_model, model.tokenizer, EVAL_TEXT, None, model.config, ["top1"])

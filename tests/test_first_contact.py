@@ -1,0 +1,186 @@
+"""What a new user tripped on in the first minutes: each case is one clear line (or the expected behaviour), checked
+through the ``hf-ralm`` command line in-process with the tiny model, and in Python where the library decides."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import warnings
+
+import pytest
+import torch
+
+from conftest import EVAL_TEXT, fail, write_jsonl
+from hf_ralm.cli import main
+from hf_ralm.errors import SettingError
+
+
+def eval_lm(files, *extra: str) -> list[str]:
+    return ["eval-lm", "--model", files["model"], "--dataset-path", files["dataset"], "--max-length", "16",
+            "--stride", "4", "--query-length", "8", "--max-doc-tokens", "8", *extra]
+
+
+def usage_error(capsys, argv: list[str], files) -> str:
+    """Run ``hf-ralm argv``, expecting one line ``hf-ralm: error: ...``, exit status 2 and nothing written; that
+    line."""
+    return fail(capsys, files, argv).removeprefix("hf-ralm: error: ")
+
+
+def test_version(capsys):
+    import transformers
+
+    from hf_ralm import __version__
+
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.strip() == (f"hf-ralm {__version__} (transformers {transformers.__version__}, "
+                           f"torch {torch.__version__})")
+
+
+def test_flags_are_not_abbreviated(files, capsys):
+    """``--strid 4`` was read as ``--stride 4``: a typo (or a flag added later) must not change what runs."""
+    argv = eval_lm(files)
+    argv[argv.index("--stride")] = "--strid"
+    line = usage_error(capsys, argv, files)
+    assert "unrecognized arguments: --strid 4" in line
+
+
+def test_output_dir_that_is_a_file(files, capsys):
+    afile = files["tmp"] / "afile"
+    afile.write_text("not a folder")
+    for output_dir in (afile, afile / "run"):
+        line = usage_error(capsys, eval_lm(files, "--output-dir", str(output_dir)), files)
+        assert line == (f"{afile} is a file, where --output-dir needs a folder: give the path of a new "
+                        "or empty folder, where the run keeps its records and results.")
+    assert afile.read_text() == "not a folder"
+
+
+@pytest.mark.parametrize("device,expected", [
+    ("gpu", "--device 'gpu' is not a PyTorch device name: use cuda (cuda:0, cuda:1, ...), cpu or mps"),
+    ("cuda", "--device 'cuda': PyTorch sees no CUDA GPU here"),
+])
+def test_device_that_is_not_there(files, capsys, device, expected, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # as on this CPU machine, also where CI has a GPU
+    line = usage_error(capsys, eval_lm(files, "--device", device), files)
+    assert expected in line
+    if device == "cuda":
+        assert "leave --device out to run on the CPU" in line
+
+
+def test_results_are_readable_by_others(files, capsys, tmp_path):
+    """eval.json and settings.json were written 0600 (tempfile's private mode): a team's shared results folder could
+    not be read by the others. They get what ``open()`` gives under the umask."""
+    main(eval_lm(files, "--output-dir", str(tmp_path / "run")))
+    capsys.readouterr()
+    umask = os.umask(0o022)
+    os.umask(umask)
+    for name in ("eval.json", "windows/settings.json"):
+        mode = stat.S_IMODE((tmp_path / "run" / name).stat().st_mode)
+        assert mode == 0o666 & ~umask, (name, oct(mode))
+
+
+def test_interrupted_index_build_leaves_nothing(files, capsys, monkeypatch):
+    """Ctrl-C in ``hf-ralm index`` left an empty ``<index>.tmp`` folder behind."""
+    import hf_ralm.retrieval.bm25 as bm25
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bm25, "save_bm25s", interrupted)  # the last step of the build
+    index = files["tmp"] / "index"
+    with pytest.raises(SystemExit) as info:
+        main(["index", "--corpus", files["corpus"], "--index-dir", str(index)])
+    assert info.value.code == 128 + signal.SIGINT
+    assert "hf-ralm: interrupted" in capsys.readouterr().err
+    assert sorted(p.name for p in files["tmp"].iterdir() if "index" in p.name) == [".index.lock"]
+
+
+def test_resolve_device_in_python(monkeypatch):
+    from hf_ralm.placement import resolve_device
+
+    assert resolve_device("cpu") == torch.device("cpu")
+    with pytest.raises(SettingError, match="is not a PyTorch device name"):
+        resolve_device("gpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert resolve_device("cuda:1") == torch.device("cuda:1")
+    with pytest.raises(SettingError, match=r"this machine has 2 CUDA GPU\(s\), cuda:0 to cuda:1"):
+        resolve_device("cuda:2")
+
+
+def test_text_in_one_window_says_no_retrieval_happened(files, capsys, tmp_path):
+    """A text that fits in the first window is scored with no retrieval: say so (stderr, the result, a Python
+    warning) with how to fix it, instead of printing a perplexity as if retrieval ran."""
+    short = write_jsonl(tmp_path / "short.jsonl", [{"text": "the emperor of rome"}])
+    argv = eval_lm(files, "--retriever", "bm25", "--corpus", files["corpus"], "--index-dir", str(tmp_path / "idx"),
+                   "--output-dir", str(tmp_path / "run"))
+    argv[argv.index("--dataset-path") + 1] = str(short)
+    main(argv)
+    err = capsys.readouterr().err
+    expected = ("no retrieval happened: the text (4 tokens) fits in one window of --max-length 16, and the first "
+                "window has no earlier tokens to query with, so the figures are the model's without retrieval. Give "
+                "a longer text or lower --max-length (below 4).")
+    assert f"hf-ralm: warning: {expected}" in err
+    report = json.loads((tmp_path / "run" / "eval.json").read_text())
+    assert report["num_retrievals"] == 0
+    assert report["warnings"] == [expected.replace("--max-length", "max_length")]
+
+    from hf_ralm import RetrievalAugmentedModel
+    from hf_ralm.errors import RalmWarning
+
+    model = RetrievalAugmentedModel.from_pretrained(files["model"], retriever="bm25", corpus=files["corpus"],
+                                                    index_dir=str(tmp_path / "idx"), max_length=16, max_doc_tokens=8,
+                                                    query_length=8, device="cpu")
+    with pytest.warns(RalmWarning, match="no retrieval happened"):
+        model.evaluate_perplexity("the emperor of rome", show_progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RalmWarning)  # a text of several windows: no warning
+        model.evaluate_perplexity(EVAL_TEXT, show_progress=False)
+
+
+@pytest.mark.parametrize("gate", [["--retrieval-gate", "lm", "--gate-threshold", "0"],
+                                  ["--rerank", "lm", "--rerank-candidates", "2", "--rerank-allow-no-passage"]])
+def test_summary_counts_agree(files, capsys, tmp_path, gate):
+    """With the lm gate the summary said ``num_windows_with_passage: 32`` beside ``retrieved_fraction: 0.156``: the
+    count was of windows whose retrieval found something, the fraction of windows with a passage in context. Now both
+    count passages in context, and the window counts add up."""
+    main(eval_lm(files, "--retriever", "bm25", "--corpus", files["corpus"], "--index-dir", str(tmp_path / "idx"),
+                 "--output-dir", str(tmp_path / "run"), *gate))
+    capsys.readouterr()
+    report = json.loads((tmp_path / "run" / "eval.json").read_text())
+    assert report["num_windows_without_passage_chosen"] > 0  # the tiny model's choices: some windows go without
+    assert report["num_windows_with_passage"] + report["num_windows_without_passage_chosen"] \
+        + report["num_empty_retrievals"] == report["num_retrievals"] > 0
+    assert report["retrieved_fraction"] == report["num_windows_with_passage"] / report["num_retrievals"]
+
+
+def test_missing_local_files_fail_at_once(files, capsys, monkeypatch):
+    """``--dataset-path nope.jsonl`` and ``--model ./nope`` went to the Hub and failed after its retries (26-50 s):
+    a path that looks local and is not there fails before any lookup; a Hub failure names HF_HUB_OFFLINE=1."""
+    import datasets
+    import transformers
+
+    def no_hub(*args, **kwargs):
+        raise AssertionError("the Hub was asked")
+
+    monkeypatch.setattr(datasets, "load_dataset", no_hub)
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", no_hub)
+    argv = eval_lm(files)
+    argv[argv.index("--dataset-path") + 1] = "nope.jsonl"
+    line = usage_error(capsys, argv, files)
+    assert "The --dataset-path 'nope.jsonl' does not exist: give a .jsonl/.jsonl.gz file" in line
+    argv = eval_lm(files)
+    argv[argv.index("--model") + 1] = "./nope"
+    assert "The --model './nope' does not exist: give a model folder" in usage_error(capsys, argv, files)
+
+
+def test_hub_failures_say_how_to_stay_offline(tmp_path, monkeypatch):
+    from hf_ralm.data import load_dataset_text
+
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    with pytest.raises(FileNotFoundError, match="Set HF_HUB_OFFLINE=1 to use only what is in the local cache"):
+        load_dataset_text("someone/no-such-dataset")
