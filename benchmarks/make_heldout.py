@@ -4,6 +4,11 @@ retrieval can never return the evaluated articles themselves (only related ones)
 
     python benchmarks/make_heldout.py --corpus ../shared/data/wikipedia-2015-sample/articles.jsonl.gz \
         --out-dir ~/.cache/hf-ralm/heldout --num-articles 20 --seed 0
+
+A validation set apart from it (what benchmarks/gate_margin.py tunes on)::
+
+    python benchmarks/make_heldout.py --corpus ../shared/data/wikipedia-2015-sample/articles.jsonl.gz \
+        --out-dir ~/.cache/hf-ralm/heldout-valid --seed 1 --exclude-titles ~/.cache/hf-ralm/heldout/titles.txt
 """
 
 import argparse
@@ -22,9 +27,16 @@ def main() -> None:
     parser.add_argument("--num-articles", type=int, default=20)
     parser.add_argument("--min-words", type=int, default=1000, help="only sample articles at least this long")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--exclude-titles", help="never sample these articles (a titles.txt of another sample: a "
+                                                 "validation set apart from the test set)")
     args = parser.parse_args()
 
-    candidates = [a for a in read_corpus(args.corpus) if len(a["text"].split()) >= args.min_words]
+    excluded = set()
+    if args.exclude_titles:
+        with open(args.exclude_titles, encoding="utf-8") as f:
+            excluded = {line.strip() for line in f if line.strip()}
+    candidates = [a for a in read_corpus(args.corpus)
+                  if len(a["text"].split()) >= args.min_words and a["title"] not in excluded]
     sample = random.Random(args.seed).sample(candidates, args.num_articles)
     os.makedirs(args.out_dir, exist_ok=True)
     rows = []

@@ -184,3 +184,25 @@ def test_hub_failures_say_how_to_stay_offline(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     with pytest.raises(FileNotFoundError, match="Set HF_HUB_OFFLINE=1 to use only what is in the local cache"):
         load_dataset_text("someone/no-such-dataset")
+
+
+def test_a_one_time_index_build_is_announced(files, capsys):
+    """The build printed hundreds of progress lines with no total and no word of what it was doing."""
+    index = files["tmp"] / "index"
+    main(["index", "--corpus", files["corpus"], "--index-dir", str(index)])
+    err = capsys.readouterr().err
+    assert (f"hf-ralm: building the bm25 index of corpus.jsonl (0.0 MB) in {index} (once, under a minute on 2 CPU "
+            "cores; later runs reuse it)") in err
+    main(["index", "--corpus", files["corpus"], "--index-dir", str(index)])  # reused: nothing announced
+    assert "building" not in capsys.readouterr().err
+
+
+def test_the_build_estimate_scales_with_the_corpus(tmp_path, capsys):
+    from hf_ralm.retrieval.index_folder import announce_build
+
+    corpus = tmp_path / "wiki.jsonl.gz"
+    with open(corpus, "wb") as f:
+        f.truncate(150_000_000)  # the Wikipedia sample's size (sparse: no disk used)
+    announce_build("bm25", [str(corpus)], "wiki-bm25")
+    assert capsys.readouterr().err == ("hf-ralm: building the bm25 index of wiki.jsonl.gz (150 MB) in wiki-bm25 (once, "
+                                       "roughly 2 minutes on 2 CPU cores; later runs reuse it)\n")

@@ -32,7 +32,7 @@ from .base import Retriever, passages_from_table
 from .bm25_index import bm25_matrix, count_terms, save_bm25s
 from .corpus import PASSAGE_COLUMNS, WORDS_PER_PASSAGE, check_passage_count, passage_rows
 from .index_folder import check_index, corpus_files, corpus_paths_and_articles, finish_build, index_matches
-from .index_folder import new_build, reading_index, reusable_index_info
+from .index_folder import announce_build, new_build, reading_index, reusable_index_info
 
 BM25_PARAMS = {"method": "lucene", "k1": 0.9, "b": 0.4}  # pyserini's defaults, as the paper used
 # what an index records and must match to be used: an index is used only with the analysis it was built with, since
@@ -95,6 +95,8 @@ class BM25Retriever(Retriever):
         from tqdm.auto import tqdm
 
         paths, articles = corpus_paths_and_articles(corpus)
+        if show_progress:
+            announce_build(cls.name, paths, index_dir)
         with new_build(index_dir) as tmp_dir:
             table = os.path.join(tmp_dir, "passages.arrow")
             features = Features({name: Value("string") for name in PASSAGE_COLUMNS})

@@ -51,7 +51,7 @@ from ..utils.checks import check_count
 from ..utils.shards import Shard, distributed_barrier, is_writer, uncovered
 from .base import Retriever, passages_from_table
 from .corpus import WORDS_PER_PASSAGE, check_passage_count, corpus_fingerprint, passage_columns
-from .index_folder import building, check_index, corpus_files, corpus_paths_and_articles, finish_build
+from .index_folder import announce_build, building, check_index, corpus_files, corpus_paths_and_articles, finish_build
 from .index_folder import index_matches, read_index_info, reading_index, reusable_index_info
 
 logger = logging.getLogger(__name__)
@@ -410,6 +410,8 @@ def build_dense_index(
     done = DenseBuild(index_dir, n, True, 0, f"{shard.index} of {shard.count} ({shard.launcher})")
     if _built(index_dir, state, index):
         return done
+    if show_progress:
+        announce_build(f"dense ({enc.name})", paths, index_dir)
     tmp_dir = index_dir.rstrip("/") + ".tmp"
     store = _embedding_chunks(os.path.join(tmp_dir, CHUNKS_DIR), state, shard)
     encoded = 0

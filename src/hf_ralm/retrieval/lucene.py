@@ -36,7 +36,7 @@ from .base import Retriever
 from .corpus import WORDS_PER_PASSAGE, check_passage_count, passage_rows
 from .index_folder import INDEX_FILE, check_corpus_files, check_index, check_kind, copy_index, corpus_files
 from .index_folder import corpus_paths_and_articles, finish_build, index_matches, path_for_folder, reusable_index_info
-from .index_folder import new_build
+from .index_folder import announce_build, new_build
 from .lucene_compat import AnseriniSearcher, anserini_jar, find_java_home, java_command, prebuilt_index_path
 
 LUCENE_SUBDIR = "lucene"  # the Lucene index inside an hf-ralm index folder (beside hf_ralm_index.json)
@@ -164,6 +164,8 @@ class LuceneRetriever(Retriever):
         if paths:
             check_corpus_files(paths)
 
+        if show_progress:
+            announce_build(cls.name, paths, index_dir)
         with new_build(index_dir) as tmp_dir:
             collection = os.path.join(tmp_dir, "collection")
             os.makedirs(collection)
