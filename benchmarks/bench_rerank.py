@@ -1,4 +1,4 @@
-"""Speed benchmark of zero-shot LM reranking (issue 8 §2): the reference's batched ``logprob`` loop against
+"""Speed benchmark of zero-shot LM reranking: the reference's batched ``logprob`` loop against
 ``rerank_windows``, side by side in one run, on the same windows and the same k BM25 candidates.
 
 Variants (each gets one warm-up before it is timed):

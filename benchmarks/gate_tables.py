@@ -1,5 +1,6 @@
-"""Issue 10's results: perplexity against the share of windows that retrieved (``retrieved_fraction``) for the score
-gate at several thresholds and the lm gate, with no retrieval and retrieval in every window as the ends; and
+"""Gates, several passages and ensembles: perplexity against the share of windows that retrieved
+(``retrieved_fraction``) for the score gate at several thresholds and the lm gate, with no retrieval and retrieval
+in every window as the ends; and
 perplexity with n ∈ {1, 2, 3} passages in context and with ensembles of n ∈ {2, 4, 8} passages at several
 temperatures τ. SmolLM2-135M and Gemma-3-270M (Gemma with a BOS in every window), WikiText-103 test and held-out
 Wikipedia, L=512, s=4, ℓ=32, s'=16, BM25 over the whole Wikipedia sample, bfloat16 (benchmarks/table_runs.py).

@@ -28,11 +28,11 @@ import shlex
 import subprocess
 import sys
 
-from hf_ralm.utils.atomic import write_text_atomic
+from hf_ralm.qa import write_gold_corpus
+from hf_ralm.retrieval.corpus import WORDS_PER_PASSAGE
 
 HOME = os.path.expanduser("~")
 SHARED = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data"))
-WORDS_PER_PASSAGE = 100  # what the index cuts rows into (hf_ralm.retrieval.corpus.WORDS_PER_PASSAGE)
 
 
 def read_questions(path: str) -> list[dict]:
@@ -41,33 +41,10 @@ def read_questions(path: str) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def write_gold_corpus(rows: list[dict], path: str) -> dict:
-    """The rows' gold passages (`ctxs`) as a corpus JSONL at ``path``, identical title+text written once; written to
-    a temporary file and renamed, and left untouched when it already holds the same bytes."""
-    seen, lines, long_ones = set(), [], 0
-    for row_number, row in enumerate(rows):
-        for j, ctx in enumerate(row.get("ctxs") or []):
-            title, text = str(ctx.get("title") or ""), str(ctx.get("text") or "")
-            if not text.strip() or (title, text) in seen:
-                continue
-            seen.add((title, text))
-            long_ones += len(text.split()) > WORDS_PER_PASSAGE
-            lines.append(json.dumps({"id": f"nq-gold-{row_number}-{j}", "title": title, "text": text},
-                                    ensure_ascii=False) + "\n")
-    content = "".join(lines)
-    stats = {"num_rows": len(rows), "num_passages": len(lines), "num_over_100_words": long_ones}
-    if os.path.isfile(path):
-        with open(path, encoding="utf-8") as f:
-            if f.read() == content:
-                return stats
-    write_text_atomic(path, content, suffix=".jsonl")
-    return stats
-
-
 def qa_corpus(out: str, questions: str, rows: list[dict], index_dir: str | None = None) -> tuple[str, str, dict]:
     """``(gold corpus file, index folder, gold passages' stats)``: the questions' gold passages written as a corpus
-    under ``out`` (:func:`write_gold_corpus`), and the folder of the BM25 index of the Wikipedia sample plus them
-    (``index_dir``, default ``out/index-wiki-plus-nq-gold``)."""
+    under ``out`` (:func:`hf_ralm.qa.write_gold_corpus`), and the folder of the BM25 index of the Wikipedia sample
+    plus them (``index_dir``, default ``out/index-wiki-plus-nq-gold``)."""
     name = os.path.basename(questions).removesuffix(".gz").removesuffix(".jsonl")
     gold_corpus = os.path.join(out, f"{name}-passages.jsonl")
     gold = write_gold_corpus(rows, gold_corpus)

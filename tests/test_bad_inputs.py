@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from conftest import ARTICLES, MAX_POSITIONS, fail, make_tiny_tokenizer, require_dense
+from conftest import ARTICLES, fail, make_tiny_tokenizer, require_dense
 from hf_ralm.cli import main
 from hf_ralm.retrieval.index_folder import INDEX_FILE
 from hf_ralm.windows import plan_settings, plan_windows
@@ -259,22 +259,18 @@ def test_index_of_another_backend_is_never_built_over(files, capsys, request):
 
 
 def test_window_that_cannot_hold_a_passage_and_a_stride(files, capsys, tiny_index):
-    """An explicit --max-length is refused before anything loads; the model's maximum length (with the default
-    256-token passages) as soon as a command would use it, in eval-lm, retrieve and generate alike."""
-    argv = settings(files, "--retriever", "bm25", "--corpus", files["corpus"], "--index-dir", files["index"])
-    argv[argv.index("--max-doc-tokens") + 1] = "13"
-    fail(capsys, files, ["eval-lm", *argv], "--max-length (16) cannot hold a passage of --max-doc-tokens (13) tokens "
-         "and the --stride (4) tokens after it: lower --max-doc-tokens to at most 12 or raise --max-length to at "
-         "least 17.")
-    assert not os.path.exists(files["index"])  # refused before the index is built
-
-    expected = (f"The model's maximum length ({MAX_POSITIONS}) cannot hold a passage of --max-doc-tokens (256) tokens "
-                f"and the --stride (4) tokens after it: lower --max-doc-tokens to at most {MAX_POSITIONS - 4}.")
+    """A passage that, cut at --max-doc-tokens, leaves no room in the window for a stride is refused as soon as it
+    is met, in eval-lm, retrieve and generate alike, with the flags to change."""
     model = ["--model", files["model"], "--device", "cpu", "--retriever", "bm25", "--index-dir",
-             tiny_index["index_dir"]]
+             tiny_index["index_dir"], "--max-length", "16", "--stride", "4", "--query-length", "8",
+             "--max-doc-tokens", "13"]
     data = ["--dataset-path", files["dataset"], "--output-dir", str(files["out"])]
+    expected = ("--max-length (16) cannot hold a passage of 13 tokens (--max-doc-tokens: 13) and the --stride (4) "
+                "tokens after it: lower --max-doc-tokens to at most 12 or raise --max-length to at least 17.")
     fail(capsys, files, ["eval-lm", *model, *data], expected)
-    fail(capsys, files, ["retrieve", *model, *data, "--save-retrieval-file", str(files["tmp"] / "r.json")], expected)
+    retrieve = ["--dataset-path", files["dataset"], "--output-dir", str(files["tmp"] / "retrieved")]
+    fail(capsys, files, ["retrieve", *model, *retrieve, "--rerank", "lm", "--save-retrieval-file",
+                         str(files["tmp"] / "r.json")], expected)
     fail(capsys, files, ["generate", *model, "--prompt", "the king", "--output-json", str(files["out"] / "g.json")],
          expected)
     assert not (files["tmp"] / "r.json").exists() and not (files["out"] / "g.json").exists()
@@ -293,10 +289,10 @@ def test_generation_context_always_holds_the_stride(tiny_llama, tiny_tokenizer, 
     for length in range(0, 40):  # [passage; x[a:]] plus the stride fits, whatever x's length
         start = stride_start(length, 4, 12, 16)
         assert 12 + (length - start) + 4 <= 16 and start <= length
-    config = RalmConfig(retrieval_stride=4, query_length=8, max_doc_tokens=MAX_POSITIONS - 3)
-    with pytest.raises(ValueError, match=rf"^The model's maximum length \({MAX_POSITIONS}\) cannot hold a passage"):
+    config = RalmConfig(retrieval_stride=4, query_length=8, max_length=16, max_doc_tokens=13)
+    with pytest.raises(ValueError, match=r"^max_length \(16\) cannot hold a passage of 13 tokens"):
         ralm_generate(tiny_llama, tiny_tokenizer, tiny_index["retriever"], config, "the king", max_new_tokens=2)
-    config.max_doc_tokens = MAX_POSITIONS - 4
+    config.max_doc_tokens = 12
     assert ralm_generate(tiny_llama, tiny_tokenizer, tiny_index["retriever"], config, "the king",
                          max_new_tokens=2).shape == (1, 4)
 

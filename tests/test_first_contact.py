@@ -206,3 +206,157 @@ def test_the_build_estimate_scales_with_the_corpus(tmp_path, capsys):
     announce_build("bm25", [str(corpus)], "wiki-bm25")
     assert capsys.readouterr().err == ("hf-ralm: building the bm25 index of wiki.jsonl.gz (150 MB) in wiki-bm25 (once, "
                                        "roughly 2 minutes on 2 CPU cores; later runs reuse it)\n")
+
+
+def test_user_docs_cite_no_internal_issue_numbers():
+    """The README and docs/ said "(issue 10)": numbers of this project's tracker, which a user cannot look up."""
+    import re
+
+    from conftest import REPO_ROOT
+
+    for path in [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md")),
+                 *sorted((REPO_ROOT / "src").rglob("*.py"))]:
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            assert not re.search(r"\b[Ii]ssue \d+", line), f"{path.relative_to(REPO_ROOT)}:{number}: {line.strip()}"
+
+
+def test_progress_bars_follow_the_hugging_face_switch(files, capsys):
+    """hf-ralm's bars printed whatever the Hugging Face libraries' bars were set to: they now go off with
+    ``transformers.utils.logging.disable_progress_bar()`` (and ``HF_HUB_DISABLE_PROGRESS_BARS=1``)."""
+    from transformers.utils import logging
+
+    from hf_ralm import RetrievalAugmentedModel
+
+    model = RetrievalAugmentedModel.from_pretrained(files["model"], max_length=16, max_doc_tokens=8, device="cpu")
+    model.evaluate_perplexity(EVAL_TEXT)
+    assert "win/s" in capsys.readouterr().err  # on by default
+    logging.disable_progress_bar()
+    try:
+        model.evaluate_perplexity(EVAL_TEXT)
+        assert capsys.readouterr().err == ""
+    finally:
+        logging.enable_progress_bar()
+
+
+def test_max_doc_tokens_is_not_refused_where_no_passage_meets_it(files, capsys, tmp_path):
+    """``--retriever none --max-length 16`` was refused because a 256-token passage (the default --max-doc-tokens)
+    would not fit with a stride, though no passage is ever put in; and a run whose passages all fit was refused for
+    the same length. Only a passage that does not fit is refused (tests/test_bad_inputs.py)."""
+    base = ["eval-lm", "--model", files["model"], "--dataset-path", files["dataset"], "--stride", "4",
+            "--query-length", "8"]
+    main([*base, "--max-length", "16", "--output-dir", str(tmp_path / "none")])  # the default --max-doc-tokens
+    capsys.readouterr()
+    assert json.loads((tmp_path / "none" / "eval.json").read_text())["num_retrievals"] == 0
+    # L=64 holds these passages (at most 60 tokens) but not 256 tokens: the run goes through, passages in context
+    main([*base, "--max-length", "64", "--retriever", "bm25", "--corpus", files["corpus"], "--index-dir",
+          files["index"], "--output-dir", str(tmp_path / "bm25")])
+    capsys.readouterr()
+    report = json.loads((tmp_path / "bm25" / "eval.json").read_text())
+    assert report["num_windows_with_passage"] > 0 and report["max_length"] == 64
+
+
+@pytest.mark.parametrize("layout", ["save_to_disk", "dataset folder"])
+def test_a_corpus_from_a_hugging_face_dataset(files, capsys, tmp_path, layout):
+    """``--corpus hf:DATASET[:CONFIG]``: a corpus with id/title/text columns read through ``datasets`` (a Hub id; here
+    offline, a folder saved with ``save_to_disk`` and a local dataset folder, which ``load_dataset`` reads as it reads
+    a Hub repository), indexed as the same rows from a JSONL file are: same passages, same retrievals."""
+    import datasets
+
+    from conftest import ARTICLES
+    from hf_ralm.retrieval.bm25 import BM25Retriever
+
+    if layout == "save_to_disk":
+        folder = tmp_path / "saved"
+        datasets.Dataset.from_list(ARTICLES).save_to_disk(str(folder))
+    else:
+        folder = tmp_path / "repo"
+        (folder / "data").mkdir(parents=True)
+        write_jsonl(folder / "data" / "train.jsonl", ARTICLES)
+    main(["index", "--corpus", f"hf:{folder}", "--index-dir", str(tmp_path / "from-hf")])
+    assert "building the bm25 index of hf:" in capsys.readouterr().err
+    main(["index", "--corpus", files["corpus"], "--index-dir", str(tmp_path / "from-file")])
+    capsys.readouterr()
+    from_hf, from_file = (BM25Retriever.load(str(tmp_path / name)) for name in ("from-hf", "from-file"))
+    queries = ["the emperor of rome", "a storm at sea", "the king and the queen"]
+    assert [[(p.id, p.title, p.text) for p in found] for found in from_hf.retrieve(queries, k=3)] == \
+        [[(p.id, p.title, p.text) for p in found] for found in from_file.retrieve(queries, k=3)]
+    assert BM25Retriever.build_or_load(f"hf:{folder}", str(tmp_path / "from-hf")).index_dir  # reused, not rebuilt
+    assert "building" not in capsys.readouterr().err
+
+
+def test_a_hub_corpus_without_text_columns_is_refused(tmp_path):
+    import datasets
+
+    from hf_ralm.errors import CorpusError
+    from hf_ralm.retrieval.corpus import read_corpus
+
+    datasets.Dataset.from_list([{"id": "1", "body": "x"}]).save_to_disk(str(tmp_path / "d"))
+    with pytest.raises(CorpusError, match=r"has columns id, body: it needs 'title' and 'text'"):
+        next(read_corpus(f"hf:{tmp_path / 'd'}"))
+
+
+def test_texts_and_questions_from_hugging_face_datasets(tmp_path):
+    """The internet path's data, offline: WikiText-103 rows and NQ-open questions through ``datasets`` (a local
+    dataset folder, read as a Hub repository is, and a folder saved with ``save_to_disk``) give what the JSONL files
+    give."""
+    import datasets
+
+    from hf_ralm.data import load_dataset_text
+    from hf_ralm.qa import load_questions
+
+    rows = [{"text": " = Rome = \n"}, {"text": ""}, {"text": " Rome was the city . \n"}]
+    jsonl = write_jsonl(tmp_path / "rows.jsonl", rows)
+    repo = tmp_path / "wikitext"
+    (repo / "data").mkdir(parents=True)
+    write_jsonl(repo / "data" / "test.jsonl", rows)
+    joined = " = Rome = \n \n Rome was the city . \n"
+    assert load_dataset_text(str(repo), None, "test") == load_dataset_text(str(jsonl)) == joined
+    questions = [{"question": "who ruled rome", "answer": ["the emperor"]}, {"question": "where", "answer": ["sea"]}]
+    nq = tmp_path / "nq"
+    (nq / "data").mkdir(parents=True)
+    write_jsonl(nq / "data" / "validation.jsonl", questions)
+    saved = tmp_path / "nq-saved"
+    datasets.Dataset.from_list(questions).save_to_disk(str(saved))
+    expected = load_questions(str(write_jsonl(tmp_path / "q.jsonl", questions)))
+    assert load_questions(str(nq)) == load_questions(str(saved)) == expected
+    assert expected[0] == {"question": "who ruled rome", "answers": ["the emperor"]}
+    with pytest.raises(ValueError, match=r"has the splits validation, not 'train'"):
+        load_questions(str(nq), split="train")
+
+
+def test_the_paper_contamination_titles_ship_with_the_package():
+    from conftest import SHARED_DATA, require_shared_file
+    from hf_ralm.retrieval.base import read_forbidden_titles
+
+    packaged = read_forbidden_titles("wikitext-103")
+    assert len(packaged) == 125 and "Robert Boulter" in packaged
+    assert packaged == read_forbidden_titles(str(require_shared_file(SHARED_DATA / "wikitext-103" /
+                                                                     "forbidden_titles.txt")))
+
+
+def test_open_book_qa_can_add_the_gold_passages_to_the_corpus(files, capsys, tmp_path):
+    """Open-book QA over a sample scored 0/20 unless the gold passages were in the corpus, which only a benchmark
+    script knew how to do: ``--add-gold-to-corpus`` writes them beside the results and indexes them with the corpus;
+    ``--use-ctxs`` on gold passages says it is the oracle setting."""
+    gold = {"title": "Comet", "text": "a comet was seen through the telescope from the ship"}
+    question = {"question": "what was seen through the telescope", "answers": ["a comet"], "ctxs": [gold]}
+    questions = write_jsonl(tmp_path / "q.jsonl", [question])
+    base = ["eval-qa", "--model", files["model"], "--questions", str(questions), "--max-new-tokens", "2"]
+    retrieval = ["--retriever", "bm25", "--corpus", files["corpus"], "--num-docs", "1"]
+    main([*base, *retrieval, "--index-dir", str(tmp_path / "plain"), "--output-dir", str(tmp_path / "plain-run")])
+    main([*base, *retrieval, "--index-dir", str(tmp_path / "gold"), "--output-dir", str(tmp_path / "gold-run"),
+          "--add-gold-to-corpus"])
+    capsys.readouterr()
+
+    def titles(run):
+        with open(tmp_path / run / "predictions.jsonl") as f:
+            return [json.loads(line)["titles"] for line in f]
+
+    assert titles("plain-run") != [["Comet"]] and titles("gold-run") == [["Comet"]]
+    assert json.loads((tmp_path / "gold-run" / "gold-passages.jsonl").read_text()) == {"id": "nq-gold-0-0", **gold}
+
+    main([*base, "--use-ctxs", "--output-dir", str(tmp_path / "oracle")])
+    assert "with gold passages that is the oracle setting" in capsys.readouterr().err
+    line = fail(capsys, files, [*base, "--add-gold-to-corpus", "--retriever", "bm25", "--index-dir",
+                                str(tmp_path / "gold")])
+    assert "--add-gold-to-corpus adds the gold passages to the retrieval corpus: it needs --retriever, --corpus" in line

@@ -343,3 +343,25 @@ def test_fresh_process_starts_the_jvm_lazily_without_openai(lucene_index):
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_ORG_KEY")}
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+
+
+def test_the_prebuilt_index_route_on_a_local_index(lucene_index, tmp_path, monkeypatch):
+    """The paper's corpus route (``--retriever lucene --index-dir wikipedia-dpr-100w``) offline: pyserini's download
+    is handed a locally built Lucene index in place of the prebuilt one, and the name opens it, retrieves and serves
+    the passages' text, as the downloaded index would."""
+    import pyserini.util
+
+    asked = []
+
+    def downloaded(name, verbose=False):
+        asked.append(name)
+        return os.path.join(lucene_index["index_dir"], LUCENE_SUBDIR)
+
+    monkeypatch.setattr(pyserini.util, "download_prebuilt_index", downloaded)
+    monkeypatch.chdir(tmp_path)  # no local folder named like the index
+    retriever = LuceneRetriever.load("wikipedia-dpr-100w")
+    assert asked == ["wikipedia-dpr-100w"] and retriever.prebuilt == "wikipedia-dpr-100w"
+    local = LuceneRetriever.load(lucene_index["index_dir"])
+    queries = ["the emperor of rome", "a storm at sea"]
+    found = retriever.retrieve(queries, k=2)
+    assert found == local.retrieve(queries, k=2) and all(p.text for hits in found for p in hits)

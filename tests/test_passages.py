@@ -100,18 +100,24 @@ def test_passages_are_separated(monkeypatch, tiny_llama, tiny_tokenizer):
 
 
 def test_passages_must_leave_room_for_a_stride(tiny_llama, tiny_tokenizer):
-    """Several passages longer than the window minus a stride would cover the tokens it scores: refused, naming the
-    setting to lower, whether L is given or the model's maximum (128 for the tiny models)."""
-    with pytest.raises(ValueError, match=r"^max_length \(32\) cannot hold the passages of max_context_doc_tokens "
-                                         r"\(36\) tokens and the retrieval_stride \(2\) tokens after it: lower "
-                                         r"max_context_doc_tokens to at most 30 or raise max_length to at least 38\."):
-        RalmConfig(retrieval_stride=2, max_length=32, max_doc_tokens=12, num_passages=3)
+    """Several passages that together leave no room for a stride in the window would cover the tokens it scores:
+    refused when met, naming the setting to lower, whether L is given or the model's maximum (128 for the tiny
+    models); a run that puts no passage in context is not refused for a length it never uses."""
+    config = RalmConfig(retrieval_stride=2, max_length=32, max_doc_tokens=12, num_passages=3)  # valid: not met yet
+    with pytest.raises(ValueError, match=r"^max_length \(32\) cannot hold the passages of 36 tokens "
+                                         r"\(max_context_doc_tokens: 36\) and the retrieval_stride \(2\) tokens after "
+                                         r"it: lower max_context_doc_tokens to at most 30 or raise max_length to at "
+                                         r"least 38\."):
+        config.check_room(32, 36)
+    config.check_room(32, 30)
     assert RalmConfig(retrieval_stride=2, max_length=32, max_doc_tokens=12, num_passages=3,
                       max_context_doc_tokens=30).context_doc_tokens == 30
     too_many = RalmConfig(max_doc_tokens=50, num_passages=3)
-    with pytest.raises(ValueError, match=r"^The model's maximum length \(128\) cannot hold the passages of "
-                                         r"max_context_doc_tokens \(150\) tokens"):
-        evaluate_perplexity(tiny_llama, tiny_tokenizer, list(range(4, 40)), None, too_many, show_progress=False)
+    with pytest.raises(ValueError, match=r"^The model's maximum length \(128\) cannot hold the passages of 150 tokens "
+                                         r"\(max_context_doc_tokens: 150\)"):
+        too_many.check_room(128, 150)
+    result = evaluate_perplexity(tiny_llama, tiny_tokenizer, list(range(4, 40)), None, too_many, show_progress=False)
+    assert result.figures["num_retrievals"] == 0
 
 
 def test_context_indices_and_one_passage():

@@ -592,7 +592,7 @@ def _read_prompts(args) -> list[str]:
 def run_generate(args) -> tuple[list, object]:
     """``hf-ralm generate``: per prompt a :class:`~hf_ralm.generation.texts.GeneratedText`, and the tokenizer."""
     import torch
-    from tqdm.auto import tqdm
+    from .utils.progress import tqdm
 
     from .generation.reranking import check_rerank
 
@@ -624,19 +624,30 @@ def run_generate(args) -> tuple[list, object]:
 
 
 def _add_eval_qa(sub, parents: list[argparse.ArgumentParser]) -> None:
+    from .qa import GOLD_CORPUS_FILE
+
     parser = sub.add_parser(
         "eval-qa", help="open-domain QA exact match (the paper's §7)", parents=parents,
         description="Open-domain QA as in the paper's §7 and appendix C: --num-docs passages (retrieved with the "
                     "question as the query, or the questions' own 'ctxs' with --use-ctxs) in the prompt, greedy "
                     "answers of --max-new-tokens tokens (first line), exact match.")
     group = parser.add_argument_group("questions and answers")
-    group.add_argument("--questions", help="JSONL(.gz) with 'question' and 'answers' (or NQ-open's 'answer'), "
+    group.add_argument("--questions", help="JSONL(.gz), or a Hugging Face dataset (Hub id or folder), with 'question' "
+                                           "and 'answers' (or NQ-open's 'answer'), "
                                            "or a JSON list (DPR retriever results)")
     group.add_argument("--use-ctxs", action="store_true",
-                       help="take each question's passages from its 'ctxs' (DPR retriever-results format)")
+                       help="take each question's passages from its 'ctxs' (DPR retriever-results format; when they "
+                            "are the gold passages, as in nq-open-gold, this is the oracle setting, not retrieval)")
+    group.add_argument("--add-gold-to-corpus", action="store_true",
+                       help="add the questions' gold passages ('ctxs') to --corpus before it is indexed (written to "
+                            f"--output-dir/{GOLD_CORPUS_FILE}): open QA over a sample of Wikipedia finds the answers "
+                            "only there")
     group.add_argument(FLAGS["num_docs"], type=int,
                        help="passages in each prompt (default: 1 with --retriever or --use-ctxs, else 0: closed book)")
     group.add_argument(FLAGS["max_questions"], type=int, help="answer only the first N questions")
+    group.add_argument("--questions-name", help="with --questions a Hugging Face dataset (e.g. nq_open): its config")
+    group.add_argument("--questions-split", default="validation",
+                       help="with --questions a Hugging Face dataset: its split (default: %(default)s)")
     group.add_argument(FLAGS["max_new_tokens"], type=int, default=MAX_NEW_TOKENS,
                        help="answer length in tokens (default %(default)s)")
     group.add_argument(FLAGS["max_length"], type=int,
@@ -647,7 +658,7 @@ def _add_eval_qa(sub, parents: list[argparse.ArgumentParser]) -> None:
 def run_eval_qa(args) -> dict:
     """``hf-ralm eval-qa``: answer the questions and write ``predictions.jsonl`` and ``eval.json`` (see
     :func:`hf_ralm.qa.evaluate_qa`)."""
-    from .qa import default_num_docs, evaluate_qa, load_questions
+    from .qa import GOLD_CORPUS_FILE, default_num_docs, evaluate_qa, load_questions, write_gold_corpus
 
     _check_args(args, "model", "questions")
     if args.use_ctxs and args.retriever != "none":
@@ -656,9 +667,20 @@ def run_eval_qa(args) -> dict:
     if num_docs and not args.use_ctxs and args.retriever == "none":
         _fail("open-book QA (--num-docs > 0) needs --retriever (with --index-dir/--corpus) or --use-ctxs; "
               "--num-docs 0 is closed book.")
-    examples = load_questions(args.questions, args.max_questions)
+    examples = load_questions(args.questions, args.max_questions, args.questions_name, args.questions_split)
     if not examples:
         _fail(f"no questions in {args.questions}.")
+    if args.add_gold_to_corpus:
+        if not (args.corpus and args.output_dir and num_docs and not args.use_ctxs):
+            _fail("--add-gold-to-corpus adds the gold passages to the retrieval corpus: it needs --retriever, "
+                  "--corpus and --output-dir (where the gold passages are written), and no --use-ctxs.")
+        gold = os.path.join(args.output_dir, GOLD_CORPUS_FILE)
+        if not write_gold_corpus(examples, gold)["num_passages"]:
+            _fail(f"--add-gold-to-corpus: the questions in {args.questions} have no gold passages ('ctxs').")
+        args.corpus = [*args.corpus, gold]
+    if args.use_ctxs:
+        print("hf-ralm: --use-ctxs puts each question's own 'ctxs' in its prompt; with gold passages that is the "
+              "oracle setting (the answer's passage is given), not retrieval.", file=sys.stderr)
     t0 = time.perf_counter()
     model = _load_model(args, {}, args.retriever if num_docs else "none")  # closed book: no index to load
     load_s = time.perf_counter() - t0

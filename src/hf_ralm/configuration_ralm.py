@@ -10,7 +10,7 @@ from transformers import AutoConfig, PreTrainedConfig
 from .errors import SettingError, setting
 from .passages import PASSAGE_TEMPLATE, passage_text
 from .utils.checks import check_count, is_finite_number, is_number
-from .windows import check_passage_room, check_window_overlap
+from .windows import check_prefix_room, check_window_overlap
 
 SPARSE_QUERY_LENGTH = 32
 """The paper's best query length ℓ for sparse retrieval (BM25), and the default for every retriever not listed in
@@ -95,7 +95,7 @@ class RalmConfig(PreTrainedConfig):
             passages are kept from the most relevant on and the first one that does not fit whole is cut to the
             room left (keeping its beginning, as ``max_doc_tokens`` cuts); the rest are left out
             (:func:`hf_ralm.model_inputs.context_prefix`). With several passages, ``L`` must hold them and a stride
-            as it must hold one passage (:meth:`check_room`).
+            as it must hold one passage (:meth:`check_room`, for the passages actually put in context).
         ensemble_size: ``n > 1`` mixes the next-token probabilities of the top ``n`` passages, one passage in
             context each, weighted by the softmax of their retrieval scores divided by ``ensemble_temperature``
             (REPLUG-style), in evaluation and generation; 1 puts the passages in one context.
@@ -174,27 +174,27 @@ class RalmConfig(PreTrainedConfig):
         self._validate_rerank()
         self._validate_passages()
         self._validate_gate()
-        if self.max_length is not None:
-            self.check_room(self.max_length)
 
-    def check_room(self, max_length: int, model_max: int | None = None) -> None:
-        """Raise a ``ValueError`` unless a window of ``max_length`` tokens holds what goes in front of the text and a
-        stride: a passage of ``max_doc_tokens`` and, with several passages, all of them (:attr:`context_doc_tokens`)
-        (:func:`~hf_ralm.windows.check_passage_room`; ``model_max``: the model's maximum, when that is what
-        ``max_length`` is).
+    def check_room(self, max_length: int, prefix_length: int) -> None:
+        """Raise a :class:`~hf_ralm.errors.SettingError` unless a window of ``max_length`` tokens (the window length
+        in use) holds a prefix of ``prefix_length`` tokens (the passages actually put in front of the text, cut at
+        ``max_doc_tokens`` and, with several, at :attr:`context_doc_tokens`) and a stride
+        (:func:`~hf_ralm.windows.check_prefix_room`). Checked for each prefix as it is made, so that a run without
+        retrieval, or whose passages are all short enough, is not refused for a passage length it never meets.
 
         Example:
-            >>> RalmConfig(num_passages=3, max_doc_tokens=100).check_room(300)
+            >>> RalmConfig(max_length=300, num_passages=3, max_doc_tokens=100).check_room(300, 298)
             Traceback (most recent call last):
             ...
-            hf_ralm.errors.SettingError: max_length (300) cannot hold the passages of max_context_doc_tokens (300) \
-tokens and the retrieval_stride (4) tokens after it: lower max_context_doc_tokens to at most 296 or raise max_length \
-to at least 304.
+            hf_ralm.errors.SettingError: max_length (300) cannot hold the passages of 298 tokens \
+(max_context_doc_tokens: 300) and the retrieval_stride (4) tokens after it: lower max_context_doc_tokens to at most \
+296 or raise max_length to at least 302.
         """
-        check_passage_room(max_length, self.max_doc_tokens, self.retrieval_stride, model_max)
-        if self.num_passages > 1:
-            check_passage_room(max_length, self.context_doc_tokens, self.retrieval_stride, model_max,
-                               "max_context_doc_tokens")
+        several = self.num_passages > 1
+        model_max = max_length if self.max_length is None or self.max_length > max_length else None
+        check_prefix_room(max_length, prefix_length, self.retrieval_stride,
+                          "max_context_doc_tokens" if several else "max_doc_tokens",
+                          self.context_doc_tokens if several else self.max_doc_tokens, model_max)
 
     @property
     def context_doc_tokens(self) -> int:

@@ -19,7 +19,8 @@ import os
 from typing import Iterable
 
 from .errors import InputError, MissingFileError, setting, utf8_errors
-from .utils.paths import OFFLINE_HINT, missing_local_path
+from .utils.datasets_io import load_hf_dataset
+from .utils.paths import missing_local_path
 
 
 def join_rows(rows: Iterable[str]) -> str:
@@ -62,11 +63,4 @@ def load_dataset_text(path: str, name: str | None = None, split: str = "test") -
                     return join_rows(_row_text(path, number, line) for number, line in enumerate(f, 1) if line.strip())
             with open(path, encoding="utf-8") as f:
                 return f.read()
-    from datasets import load_dataset
-
-    try:
-        rows = load_dataset(path, name, split=split)
-    except Exception as error:  # datasets raises several types for a missing dataset
-        raise FileNotFoundError(f"Dataset {path!r} is neither a file nor a loadable HF dataset ({OFFLINE_HINT}): "
-                                f"{error}") from error
-    return join_rows(rows["text"])
+    return join_rows(load_hf_dataset(path, name, split)["text"])

@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Sequence
 
 import torch
-from tqdm.auto import tqdm
+from .utils.progress import tqdm
 
 from .configuration_ralm import RalmConfig
 from .model_inputs import context_indices

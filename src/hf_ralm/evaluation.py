@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Sequence
 
 import torch
-from tqdm.auto import tqdm
+from .utils.progress import tqdm
 
 from .batching import BatchSize
 from .configuration_ralm import RalmConfig
@@ -446,6 +446,8 @@ class _Evaluation:
                                         state.chosen, batch_size, self.reuse_prefix_kv, self.show_progress)
         elif nlls is None and self.scored:  # not already scored while the reader ranked the candidates
             prefixes = [[]] * first + window_prefixes(self.tokenizer, chunk, state.passages, config, state.chosen)
+            for prefix in prefixes[first:]:
+                config.check_room(self.plan.max_length, len(prefix))
             nlls = score_windows(self.model, self.plan.ids, chunk, prefixes, batch_size, self.reuse_prefix_kv,
                                  self.show_progress)
         self.timings["scoring_s"] += time.perf_counter() - t0

@@ -25,19 +25,15 @@ from .windows import Window
 
 def window_length(model, config: RalmConfig) -> int:
     """The window length ``L`` of ``model`` under ``config``: ``config.max_length`` capped at the model's maximum
-    (the model's maximum when ``None``), refused (a ``ValueError`` naming the settings) when it cannot hold a passage
-    of ``max_doc_tokens`` tokens (and, with several passages, all of them) and a stride
-    (:meth:`~hf_ralm.configuration_ralm.RalmConfig.check_room`). Evaluation, generation and ``rerank-data`` all take
-    ``L`` from here, so none puts a passage where the text it scores or generates should be.
+    (the model's maximum when ``None``). Evaluation, generation and ``rerank-data`` all take ``L`` from here, and
+    check each passage prefix they make against it (:meth:`~hf_ralm.configuration_ralm.RalmConfig.check_room`), so
+    none puts a passage where the text it scores or generates should be.
 
     Example::
 
         window_length(model, RalmConfig(max_length=512))   # 512
     """
-    max_length = resolve_max_length(model, config.max_length)
-    model_max = max_length if config.max_length is None or max_length < config.max_length else None
-    config.check_room(max_length, model_max)
-    return max_length
+    return resolve_max_length(model, config.max_length)
 
 
 PASSAGE_SEPARATOR = "\n\n"

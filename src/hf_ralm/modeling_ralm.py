@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import os
+import tempfile
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -28,6 +29,7 @@ from transformers.utils import ModelOutput
 
 from .configuration_ralm import RALM_FIELDS, RalmConfig
 from .compare import DEFAULT_STRATEGIES, Comparison, compare_strategies
+from .model_card import ralm_model_card
 from .evaluation import RalmEvalResult, evaluate_perplexity
 from .generation import ralm_generate
 from .errors import MissingFileError, SettingError, setting
@@ -37,6 +39,7 @@ from .retrieval.base import RETRIEVER_CONFIG_FILE, Retriever, read_forbidden_tit
 from .retrieval.factory import load_retriever, load_retriever_from_pretrained, pretrained_folder
 from .retrieval.registry import retriever_class
 from .selection.rankers import load_reranker
+from .utils.atomic import write_text_atomic
 from .utils.paths import OFFLINE_HINT, missing_local_path
 from .utils.shards import Shard
 
@@ -245,11 +248,13 @@ class RetrievalAugmentedModel(PreTrainedModel):
         config.query_length = config.query_length_for(loaded)  # None: the retriever's default
         return cls(config, base, loaded, tokenizer)
 
-    def save_pretrained(self, save_directory: str | os.PathLike, save_index: bool = False, **kwargs) -> None:
-        """Write the RALM config (``config.json``) and the retriever's ``retriever_config.json`` (see
-        :meth:`Retriever.save_pretrained`); the base model stays where it is. With ``save_index`` the retriever's
-        index is copied into ``save_directory/index``, so the folder works on its own once moved or uploaded to the
-        Hub (``huggingface_hub.upload_folder``). A retriever that is no :class:`Retriever` is not saved."""
+    def save_pretrained(self, save_directory: str | os.PathLike, save_index: bool = False,
+                        comparison: Comparison | None = None, repo_id: str | None = None, **kwargs) -> None:
+        """Write the RALM config (``config.json``), the retriever's ``retriever_config.json`` (see
+        :meth:`Retriever.save_pretrained`) and a model card (``README.md``: base model, retriever and corpus,
+        settings, and ``comparison``'s figures when given); the base model stays where it is. With ``save_index`` the
+        retriever's index is copied into ``save_directory/index``, so the folder works on its own once moved or
+        uploaded to the Hub (:meth:`push_to_hub`). A retriever that is no :class:`Retriever` is not saved."""
         os.makedirs(save_directory, exist_ok=True)
         self.config.save_pretrained(save_directory, **kwargs)
         retriever_file = os.path.join(save_directory, RETRIEVER_CONFIG_FILE)
@@ -257,6 +262,32 @@ class RetrievalAugmentedModel(PreTrainedModel):
             self.retriever.save_pretrained(save_directory, save_index=save_index)
         elif os.path.exists(retriever_file):  # left by an earlier save here: it does not describe this model
             os.remove(retriever_file)
+        card = ralm_model_card(self.config, self.retriever, repo_id=repo_id, index_included=save_index,
+                               comparison=comparison)
+        write_text_atomic(os.path.join(save_directory, "README.md"), card, suffix=".md")
+
+    def push_to_hub(self, repo_id: str, push_index: bool = False, *, comparison: Comparison | None = None,
+                    commit_message: str | None = None, private: bool | None = None, token: str | None = None,
+                    revision: str | None = None) -> str:
+        """Upload what :meth:`save_pretrained` writes (config, retriever config, model card; with ``push_index`` the
+        index under ``index/``) to the Hub repository ``repo_id`` (created when missing), so that
+        ``RetrievalAugmentedModel.from_pretrained(repo_id)`` downloads and rebuilds the RALM. The base model is
+        referred to, not uploaded. Returns the commit's URL.
+
+        Example::
+
+            model.push_to_hub("me/smollm2-ralm-wiki", push_index=True)
+        """
+        from huggingface_hub import HfApi
+
+        api = HfApi(token=token)
+        api.create_repo(repo_id, private=private, exist_ok=True)
+        with tempfile.TemporaryDirectory() as folder:
+            self.save_pretrained(folder, save_index=push_index, comparison=comparison, repo_id=repo_id)
+            info = api.upload_folder(repo_id=repo_id, folder_path=folder, revision=revision,
+                                     commit_message=commit_message or f"Upload In-Context RALM over "
+                                                                      f"{self.config.base_model_name_or_path}")
+        return str(getattr(info, "commit_url", info))
 
     @property
     def reranker(self):

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
-from tqdm.auto import tqdm
+from .utils.progress import tqdm
 
 from .configuration_ralm import RalmConfig
 from .passages import Passage

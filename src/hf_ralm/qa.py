@@ -32,7 +32,10 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from .errors import SettingError, setting
 from .records import RecordStore
+from .retrieval.corpus import WORDS_PER_PASSAGE
 from .utils.atomic import write_json_atomic, write_text_atomic
+from .utils.datasets_io import load_hf_dataset
+from .utils.paths import missing_local_path
 from .utils.shards import Shard, distributed_barrier, is_writer, uncovered
 
 __all__ = [
@@ -166,9 +169,11 @@ def exact_match_score(predictions: Sequence[str], references: Sequence[str | Seq
 # ------------------------------------------------------------------------------------------------------------------
 
 
-def _read_rows(path: str) -> list[dict]:
+def _read_rows(path: str, name: str | None = None, split: str = "validation") -> list[dict]:
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"Questions file not found: {path!r}.")
+        if missing_local_path(path):
+            raise FileNotFoundError(f"Questions file not found: {path!r}.")
+        return list(load_hf_dataset(path, name, split))  # a Hub id (e.g. nq_open) or a dataset folder
     opener = gzip.open if path.endswith(".gz") else open
     name = path[:-3] if path.endswith(".gz") else path
     with opener(path, "rt", encoding="utf-8") as f:
@@ -187,11 +192,14 @@ def _read_rows(path: str) -> list[dict]:
         return rows
 
 
-def load_questions(path: str, max_questions: int | None = None) -> list[dict]:
-    """Questions from a JSONL(.gz) file (or a JSON list, as DPR's retriever results): ``{"question", "answers",
-    "ctxs"}`` each, ``answers`` a list (NQ-open's ``answer`` key and a single string are accepted), ``ctxs`` (DPR's
-    retrieved passages, ``{"title", "text", ...}``) kept when present. ``max_questions`` keeps the first ones."""
-    rows = _read_rows(path)
+def load_questions(path: str, max_questions: int | None = None, name: str | None = None,
+                   split: str = "validation") -> list[dict]:
+    """Questions from a JSONL(.gz) file (or a JSON list, as DPR's retriever results), or a Hugging Face dataset
+    (``path`` a Hub id such as ``nq_open``, or a dataset folder; ``name`` its config, ``split`` its split):
+    ``{"question", "answers", "ctxs"}`` each, ``answers`` a list (NQ-open's ``answer`` key and a single string are
+    accepted), ``ctxs`` (DPR's retrieved passages, ``{"title", "text", ...}``) kept when present. ``max_questions``
+    keeps the first ones."""
+    rows = _read_rows(path, name, split)
     if max_questions is not None:
         rows = rows[:max_questions]
     questions = []
@@ -209,6 +217,40 @@ def load_questions(path: str, max_questions: int | None = None) -> list[dict]:
             example["ctxs"] = row["ctxs"]
         questions.append(example)
     return questions
+
+
+GOLD_CORPUS_FILE = "gold-passages.jsonl"  # eval-qa --add-gold-to-corpus writes it into --output-dir
+
+
+def write_gold_corpus(examples: Sequence[Mapping], path: str) -> dict:
+    """The questions' gold passages (their ``ctxs``) as a corpus JSONL at ``path`` (``id`` ``nq-gold-<row>-<j>``,
+    ``title``, ``text``), identical title and text written once, for a retrieval corpus to which they are added (open
+    QA over a sample of Wikipedia finds the answers only there): written atomically, and left untouched when it
+    already holds the same bytes (so an index built from it is reused). Returns counts of what it wrote.
+
+    Example::
+
+        write_gold_corpus(load_questions("nq-open-gold-2000.jsonl.gz"), "runs/nq/gold-passages.jsonl")
+        # {'num_rows': 2000, 'num_passages': 1968, 'num_over_100_words': 80}
+    """
+    seen, lines, long_ones = set(), [], 0
+    for row_number, row in enumerate(examples):
+        for j, ctx in enumerate(row.get("ctxs") or []):
+            title, text = str(ctx.get("title") or ""), str(ctx.get("text") or "")
+            if not text.strip() or (title, text) in seen:
+                continue
+            seen.add((title, text))
+            long_ones += len(text.split()) > WORDS_PER_PASSAGE
+            lines.append(json.dumps({"id": f"nq-gold-{row_number}-{j}", "title": title, "text": text},
+                                    ensure_ascii=False) + "\n")
+    content = "".join(lines)
+    stats = {"num_rows": len(examples), "num_passages": len(lines), "num_over_100_words": long_ones}
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            if f.read() == content:
+                return stats
+    write_text_atomic(path, content, suffix=".jsonl")
+    return stats
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -517,7 +559,7 @@ def evaluate_qa(
     one that saves the last batch writes ``predictions.jsonl`` and the final ``eval.json`` (the others return what
     is done, with ``complete`` false), and the same call without shards merges.
     """
-    from tqdm.auto import tqdm
+    from .utils.progress import tqdm
 
     from .batching import BatchSize
     from .modeling_utils import model_device

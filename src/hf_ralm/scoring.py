@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 import torch
-from tqdm.auto import tqdm
+from .utils.progress import tqdm
 
 from .configuration_ralm import RalmConfig
 from .model_inputs import passage_prefix
@@ -189,6 +189,9 @@ def reader_nlls(model, tokenizer, ids: Sequence[int], windows: Sequence[Window],
         chunk = range(start, min(start + WINDOWS_PER_CHUNK, len(windows)))
         inputs = [ScoredInput(ids, windows[i].begin, windows[i].end, tuple(passage_prefix(tokenizer, option, config)),
                               firsts[i]) for i in chunk for option in options[i]]
+        for i, scored in zip((i for i in chunk for _ in options[i]), inputs):
+            # every window with retrieval holds L - s tokens before its scored ones
+            config.check_room(windows[i].length - windows[i].num_scored + config.retrieval_stride, len(scored.prefix))
         rows = iter(score_inputs(model, inputs, batch_size, reuse_prefix_kv, passage_cache))
         for i in chunk:
             yield [next(rows) for _ in options[i]]

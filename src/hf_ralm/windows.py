@@ -67,35 +67,35 @@ def check_window_overlap(max_length: int, stride: int, stride_name: str = "strid
         )
 
 
-def check_passage_room(max_length: int, max_doc_tokens: int, stride: int, model_max: int | None = None,
-                       bound: str = "max_doc_tokens") -> None:
-    """Raise a :class:`~hf_ralm.errors.SettingError` unless a window of ``max_length`` tokens holds a passage of
-    ``max_doc_tokens`` tokens and the ``stride`` tokens after it (``max_doc_tokens + stride <= max_length``). Then a
-    passage never covers a scored token in evaluation (every window with retrieval is longer than
-    ``max_length - stride``) and leaves room in every generation context for the stride being generated.
-    ``model_max``: the model's maximum length, when that is what ``max_length`` is (the fix is then a shorter
-    passage). ``bound``: the setting that bounds the passage tokens (``"max_context_doc_tokens"`` for several
-    passages in one context).
+def check_prefix_room(max_length: int, prefix_length: int, stride: int, bound: str, bound_value: int,
+                      model_max: int | None = None) -> None:
+    """Raise a :class:`~hf_ralm.errors.SettingError` unless a window of ``max_length`` tokens holds a passage prefix
+    of ``prefix_length`` tokens and the ``stride`` tokens after it (``prefix_length + stride <= max_length``). Then a
+    passage never covers a scored token in evaluation (every window with retrieval holds ``max_length - stride``
+    tokens before its scored ones) and leaves room in every generation context for the stride being generated.
+    ``bound``: the setting that cut the prefix (``"max_doc_tokens"``, or ``"max_context_doc_tokens"`` for several
+    passages), at ``bound_value``; ``model_max``: the model's maximum length, when that is what ``max_length`` is
+    (the fix is then a shorter passage).
 
     Example:
-        >>> check_passage_room(512, 256, 4)
-        >>> check_passage_room(16, 256, 4)
+        >>> check_prefix_room(512, 256, 4, "max_doc_tokens", 256)
+        >>> check_prefix_room(16, 40, 4, "max_doc_tokens", 256)
         Traceback (most recent call last):
         ...
-        hf_ralm.errors.SettingError: max_length (16) cannot hold a passage of max_doc_tokens (256) tokens and the \
-retrieval_stride (4) tokens after it: lower max_doc_tokens to at most 12 or raise max_length to at least 260.
+        hf_ralm.errors.SettingError: max_length (16) cannot hold a passage of 40 tokens (max_doc_tokens: 256) and the \
+retrieval_stride (4) tokens after it: lower max_doc_tokens to at most 12 or raise max_length to at least 44.
     """
-    if max_doc_tokens + stride <= max_length:
+    if prefix_length + stride <= max_length:
         return
     shorter = f"lower {setting(bound)} to at most {max_length - stride}"
     if model_max is None:
         where = f"{setting('max_length')} ({max_length})"
-        fix = f"{shorter} or raise {setting('max_length')} to at least {max_doc_tokens + stride}"
+        fix = f"{shorter} or raise {setting('max_length')} to at least {prefix_length + stride}"
     else:
         where, fix = f"The model's maximum length ({model_max})", shorter
     what = "a passage" if bound == "max_doc_tokens" else "the passages"
-    raise SettingError(f"{where} cannot hold {what} of {setting(bound)} ({max_doc_tokens}) tokens and the "
-                       f"{setting('retrieval_stride')} ({stride}) tokens after it: {fix}.")
+    raise SettingError(f"{where} cannot hold {what} of {prefix_length} tokens ({setting(bound)}: {bound_value}) and "
+                       f"the {setting('retrieval_stride')} ({stride}) tokens after it: {fix}.")
 
 
 def plan_windows(num_tokens: int, max_length: int, stride: int) -> list[Window]:
@@ -159,7 +159,7 @@ def place_passage(window_ids: Sequence[int], passage_ids: Sequence[int]) -> list
     """Overwrite the first positions of a window with the passage, keeping the window's length.
 
     A passage longer than the window would fill the whole window; evaluation never gives one, since its window
-    length holds a passage and a stride (:func:`check_passage_room`).
+    length holds a passage and a stride (:func:`check_prefix_room`).
     """
     width = min(len(passage_ids), len(window_ids))
     return list(passage_ids[:width]) + list(window_ids[width:])

@@ -44,7 +44,7 @@ choice it runs as a stride whose retrieval returned nothing. A stride that retri
 ``sources`` give the chosen passage's ``"rank"`` among the candidates, ``ralm_stats`` the ``reranked_strides`` and
 those where no passage was chosen (``no_passage_chosen``).
 
-Beyond the paper, as in evaluation (issue 10):
+Beyond the paper, as in evaluation:
 
 * Retrieval gates (``config.retrieval_gate``, :mod:`hf_ralm.selection.gates`): with ``"score"`` a stride keeps its
   passages only when the top one's score over its query's maximum attainable score (the retriever's

@@ -50,7 +50,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tqdm.auto import tqdm
+from ..utils.progress import tqdm
 
 from ..configuration_ralm import RALM_FIELDS, RalmConfig
 from ..model_inputs import window_length

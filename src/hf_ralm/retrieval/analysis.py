@@ -235,7 +235,7 @@ def analyze(text: str) -> list[str]:
 
 def analyze_texts(texts: Iterable[str], show_progress: bool = False) -> list[list[str]]:
     """:func:`analyze` for many texts (a corpus or a batch of queries); each distinct token is analyzed once."""
-    from tqdm.auto import tqdm
+    from ..utils.progress import tqdm
 
     return list(iter_analyzed(tqdm(texts, desc="Analyze", unit=" texts", disable=not show_progress)))
 

@@ -196,22 +196,31 @@ def passages_from_table(table, hits: Sequence[Sequence[tuple[int, float]]]) -> l
     return [[Passage(str(int(i)), *by_row[int(i)], float(score)) for i, score in row] for row in hits]
 
 
+PACKAGED_TITLES = {"wikitext-103": "wikitext-103_forbidden_titles.txt"}
+"""Title lists shipped with hf-ralm (``hf_ralm/resources``), by the name ``--forbidden-titles`` takes: the paper's
+published list of the WikiText-103 valid and test articles."""
+
+
 def read_forbidden_titles(path: str | None, name: str = "forbidden_titles") -> frozenset[str]:
     """Titles, one per line, whose passages retrieval must never return (e.g. the evaluation set's own articles);
-    none for ``path=None``.
+    none for ``path=None``. ``path`` is a file, or the name of a list shipped with hf-ralm (:data:`PACKAGED_TITLES`:
+    ``"wikitext-103"``, the paper's list for WikiText-103) when no file has that name.
 
     A missing file, one that holds no title (an empty list would silently turn the filter off) or one that is not
     UTF-8 raises an error naming the file and the setting ``name`` (the caller's name for it).
 
-    Example::
-
-        read_forbidden_titles("forbidden_titles.txt")   # frozenset({'Robert Boulter', ...})
+    Example:
+        >>> len(read_forbidden_titles("wikitext-103"))   # the paper's list, shipped with hf-ralm
+        125
     """
     if path is None:
         return frozenset()
+    if path in PACKAGED_TITLES and not os.path.exists(path):
+        path = os.path.join(os.path.dirname(os.path.dirname(__file__)), "resources", PACKAGED_TITLES[path])
     if not os.path.isfile(path):
         raise MissingFileError(f"The {setting(name)} file {path!r} does not exist: give a text file with one article "
-                               "title per line.")
+                               "title per line, or the name of a list shipped with hf-ralm "
+                               f"({', '.join(PACKAGED_TITLES)}).")
     with utf8_errors(path, InputError, "titles file"), open(path, encoding="utf-8") as f:
         titles = frozenset(line.strip() for line in f if line.strip())
     if not titles:

@@ -92,7 +92,7 @@ class BM25Retriever(Retriever):
         """
         from datasets import Dataset, Features, Value
         from datasets.arrow_writer import ArrowWriter
-        from tqdm.auto import tqdm
+        from ..utils.progress import tqdm
 
         paths, articles = corpus_paths_and_articles(corpus)
         if show_progress:

@@ -1,7 +1,9 @@
 """Reading retrieval corpora and cutting articles into DPR-style passages.
 
 Accepted inputs: JSONL or JSONL.gz rows with ``id``, ``title``, ``text``; a DPR-style TSV (``id``, ``text``,
-``title`` columns, header row); or a Hugging Face ``datasets.Dataset`` with those columns.
+``title`` columns, header row); a Hugging Face dataset with those columns named ``hf:DATASET[:CONFIG]`` (a Hub id,
+a local dataset folder, or a folder written by ``Dataset.save_to_disk``; its ``train`` split, or the only one); or a
+``datasets.Dataset`` with those columns.
 
 Example:
     >>> list(split_passages([{"id": "7", "title": "T", "text": "a b c d e"}], words_per_passage=2))
@@ -19,6 +21,7 @@ import os
 from typing import Iterable, Iterator, Sequence
 
 from ..errors import CorpusError, utf8_errors
+from ..utils.datasets_io import load_hf_dataset
 
 WORDS_PER_PASSAGE = 100  # DPR's passage size
 
@@ -27,13 +30,47 @@ def _open_text(path: str):
     return gzip.open(path, "rt", encoding="utf-8") if path.endswith(".gz") else open(path, encoding="utf-8")
 
 
+HUB_PREFIX = "hf:"
+
+
+def is_hub_corpus(path: str) -> bool:
+    """Whether a ``--corpus`` names a Hugging Face dataset (``hf:DATASET[:CONFIG]``) rather than a file."""
+    return isinstance(path, str) and path.startswith(HUB_PREFIX)
+
+
+def load_hub_corpus(spec: str):
+    """The ``datasets.Dataset`` an ``hf:DATASET[:CONFIG]`` corpus names (:func:`~hf_ralm.utils.datasets_io.
+    load_hf_dataset`: its ``train`` split, or its only one); refused unless it has ``text`` and ``title`` columns."""
+    name, _, config = spec[len(HUB_PREFIX):].partition(":")
+    try:
+        loaded = load_hf_dataset(name, config or None)
+    except (FileNotFoundError, ValueError) as error:
+        raise CorpusError(f"The corpus {spec!r}: {error}") from None
+    missing = [column for column in ("title", "text") if column not in loaded.column_names]
+    if missing:
+        raise CorpusError(f"The corpus {spec!r} has columns {', '.join(loaded.column_names)}: it needs 'title' and "
+                          "'text' (and 'id'; row numbers otherwise).")
+    return loaded
+
+
+def _hub_rows(spec: str) -> Iterator[dict]:
+    dataset = load_hub_corpus(spec)
+    has_id = "id" in dataset.column_names
+    for number, row in enumerate(dataset):
+        yield {"id": str(row["id"]) if has_id else str(number), "title": row["title"] or "", "text": row["text"]}
+
+
 def read_corpus(path: str) -> Iterator[dict]:
-    """Yield ``{"id", "title", "text"}`` rows from a JSONL(.gz) or TSV(.gz) file.
+    """Yield ``{"id", "title", "text"}`` rows from a JSONL(.gz) or TSV(.gz) file, or a Hugging Face dataset named
+    ``hf:DATASET[:CONFIG]`` (:func:`load_hub_corpus`), read row by row.
 
     Raises:
         CorpusError: a line that is no JSON object with a ``text`` string (JSONL), a TSV without ``id`` and ``text``
             columns, or bytes that are not UTF-8; the message names the file and the line.
     """
+    if is_hub_corpus(path):
+        yield from _hub_rows(path)
+        return
     if not os.path.isfile(path):
         raise FileNotFoundError(
             f"Corpus file not found: {path!r}. Give --corpus a JSONL/JSONL.gz file with id, title and text fields, "
@@ -125,9 +162,13 @@ def check_passage_count(num_passages: int, paths: Sequence[str] | None) -> None:
 
 
 def corpus_fingerprint(paths: Iterable[str], words_per_passage: int) -> str:
-    """A hash of the corpus files' bytes and the passage size: an index is reused only for the same fingerprint."""
+    """A hash of the corpus files' bytes (of a Hugging Face dataset, ``hf:...``: its ``datasets`` fingerprint, a hash
+    of its data) and the passage size: an index is reused only for the same fingerprint."""
     digest = hashlib.sha256(f"words_per_passage={words_per_passage}".encode())
     for path in paths:
+        if is_hub_corpus(path):
+            digest.update(f"{path}:{load_hub_corpus(path)._fingerprint}".encode())
+            continue
         with open(path, "rb") as f:
             for block in iter(lambda: f.read(1 << 22), b""):
                 digest.update(block)

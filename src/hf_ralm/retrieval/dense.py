@@ -390,7 +390,7 @@ def build_dense_index(
         build_dense_index("wiki.jsonl.gz", "wiki-dense", shard=Shard.resolve(num_shards=4, shard_id=1))
     """
     from datasets import Dataset
-    from tqdm.auto import tqdm
+    from ..utils.progress import tqdm
 
     check_count("chunk_size", chunk_size)
     shard = shard or Shard()

@@ -39,7 +39,7 @@ from typing import Iterable, Iterator, Sequence
 
 from ..errors import IndexFolderError
 from ..utils.locks import file_lock
-from .corpus import corpus_fingerprint, read_corpus
+from .corpus import corpus_fingerprint, is_hub_corpus, read_corpus
 
 INDEX_FILE = "hf_ralm_index.json"
 
@@ -202,7 +202,7 @@ def corpus_paths_and_articles(
 def check_corpus_files(paths: Iterable[str]) -> None:
     """Raise :class:`FileNotFoundError` for the first corpus file that does not exist."""
     for path in paths:
-        if not os.path.isfile(path):
+        if not is_hub_corpus(path) and not os.path.isfile(path):
             raise FileNotFoundError(f"Corpus file not found: {path!r}.")
 
 
@@ -233,8 +233,10 @@ def announce_build(retriever: str, paths: Sequence[str] | None, index_dir: str) 
     source = "the given rows"
     estimate = ""
     if paths:
-        megabytes = sum(os.path.getsize(p) for p in paths) / 1e6
-        source = f"{', '.join(os.path.basename(p) for p in paths)} ({megabytes:,.{0 if megabytes >= 10 else 1}f} MB)"
+        megabytes = sum(os.path.getsize(p) for p in paths if not is_hub_corpus(p)) / 1e6
+        names = ", ".join(p if is_hub_corpus(p) else os.path.basename(p) for p in paths)
+        size = "" if all(is_hub_corpus(p) for p in paths) else f" ({megabytes:,.{0 if megabytes >= 10 else 1}f} MB)"
+        source = f"{names}{size}"
         if retriever in BUILD_SECONDS_PER_MB:
             minutes = round(megabytes * BUILD_SECONDS_PER_MB[retriever] / 60)
             took = "under a minute" if minutes < 1 else f"roughly {minutes} minute{'s' if minutes > 1 else ''}"
@@ -270,7 +272,7 @@ def finish_build(
     """Write ``hf_ralm_index.json`` into the filled ``tmp_dir`` and rename ``tmp_dir`` over ``index_dir``."""
     info = {
         "retriever": retriever,
-        "corpus": [os.path.abspath(p) for p in paths] if paths else None,
+        "corpus": [p if is_hub_corpus(p) else os.path.abspath(p) for p in paths] if paths else None,
         "fingerprint": corpus_fingerprint(paths, words_per_passage) if paths else None,
         "words_per_passage": words_per_passage,
         "num_passages": num_passages,

@@ -297,7 +297,7 @@ def _run_indexer(command: list[str], show_progress: bool) -> None:
 
 def _write_collection(passages: Iterable[dict], folder: str, show_progress: bool) -> int:
     """Write passages as pyserini JsonCollection files (``DOCS_PER_FILE`` documents each); return their number."""
-    from tqdm.auto import tqdm
+    from ..utils.progress import tqdm
 
     count, f = 0, None
     try:

@@ -28,7 +28,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from tqdm.auto import tqdm
+from ..utils.progress import tqdm
 
 from ..configuration_ralm import RALM_FIELDS, RalmConfig
 from ..model_inputs import window_length

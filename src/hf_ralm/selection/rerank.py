@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import torch
-from tqdm.auto import tqdm
+from ..utils.progress import tqdm
 
 from ..configuration_ralm import RalmConfig
 from ..passage_cache import PassageKVCache
