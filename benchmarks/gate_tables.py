@@ -164,6 +164,16 @@ def ensemble_point(run: Run, p: dict, n: int, temperature: float) -> dict:
             "retrieved_fraction": retrieved_fraction(run.windows, scores, [0] * len(run.windows))}
 
 
+def _declutter(ax, points: list[tuple[float, float, str]], color: str, placed: list) -> None:
+    """Label each point with its setting, except where the label would sit on one already placed (``placed``, in
+    axes fractions): the thresholds of a gate crowd where few windows retrieve."""
+    for x, y, setting in points:
+        fx, fy = ax.transLimits.transform((x, y))
+        if all(abs(fx - px) > 0.07 or abs(fy - py) > 0.05 for px, py in placed):
+            ax.annotate(setting, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points", color=color)
+            placed.append((fx, fy))
+
+
 def plot(rows: list[dict], path: str) -> None:
     import matplotlib
 
@@ -171,7 +181,7 @@ def plot(rows: list[dict], path: str) -> None:
     import matplotlib.pyplot as plt
 
     groups = sorted({(r["reader"], r["data"]) for r in rows})
-    fig, axes = plt.subplots(2, len(groups), figsize=(4.2 * len(groups), 7.6), squeeze=False)
+    fig, axes = plt.subplots(2, len(groups), figsize=(4.4 * len(groups), 8.4), squeeze=False)
     for column, (reader, data) in enumerate(groups):
         mine = [r for r in rows if (r["reader"], r["data"]) == (reader, data)]
 
@@ -180,20 +190,24 @@ def plot(rows: list[dict], path: str) -> None:
                            if r["method"] == method), key=lambda point: point[0])
 
         ax = axes[0][column]
-        for method, style, color in (("score gate", "o-", "#4c72b0"), ("lm gate", "*-", "#55a868")):
+        gates = (("score gate (threshold)", "score gate", "o-", "#4c72b0"),
+                 ("lm gate (δ nats)", "lm gate", "*-", "#55a868"))
+        for label, method, style, color in gates:
             gate = of(method)
-            ax.plot([x for x, _, _ in gate], [y for _, y, _ in gate], style, color=color, label=method)
-            for x, y, setting in gate:
-                ax.annotate(setting, (x, y), fontsize=6, xytext=(2, 2), textcoords="offset points", color=color)
+            ax.plot([x for x, _, _ in gate], [y for _, y, _ in gate], style, color=color, label=label)
         for method, marker, color in (("none", "s", "#999999"), ("always", "D", "#c44e52")):
             for x, y, _ in of(method):
                 ax.plot([x], [y], marker, color=color, markersize=9, label=method)
+        ax.margins(x=0.06, y=0.12)  # no point on the frame
+        fig.canvas.draw()  # the limits the labels are placed against
+        placed: list = []
+        for _, method, _, color in gates:
+            _declutter(ax, of(method), color, placed)
         ax.set_xlabel("windows with a passage in context")
         ax.set_ylabel("token perplexity")
         ax.set_title(f"{reader}\n{data}", fontsize=9)
-        ax.legend(fontsize=7)
         ax = axes[1][column]
-        series = [("passages", "", "n in context", "#dd8452")] + [
+        series = [("passages", "", "n passages in context", "#dd8452")] + [
             ("ensemble", options, f"ensemble of n, τ={options.removeprefix('tau=')}", color)
             for options, color in zip(sorted({r["options"] for r in mine if r["method"] == "ensemble"},
                                              key=lambda o: float(o.removeprefix("tau="))),
@@ -207,10 +221,16 @@ def plot(rows: list[dict], path: str) -> None:
         for x, y, _ in of("none"):
             ax.axhline(y, color="#999999", linestyle=":", linewidth=1, label="no retrieval")
         ax.set_xscale("log", base=2)
+        ax.margins(y=0.08)
         ax.set_xlabel("n passages")
         ax.set_ylabel("token perplexity")
-        ax.legend(fontsize=7)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.04, 1, 1), h_pad=5.0)
+    # one legend per row, under its x labels, instead of one over each panel's data
+    for row in (0, 1):
+        handles, labels = axes[row][0].get_legend_handles_labels()
+        below = axes[row][0].get_position().y0 - 0.085
+        fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, below), ncol=len(labels), fontsize=8,
+                   frameon=False)
     fig.savefig(path, dpi=130)
 
 

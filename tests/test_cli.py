@@ -259,7 +259,7 @@ COMMAND_FLAGS = {
                 "--corpus", "--index-dir", "--forbidden-titles", "--stride", "--query-length", "--max-length",
                 "--max-doc-tokens", "--bos-every-window", "--dataset-path", "--dataset-name", "--dataset-split",
                 "--max-eval-tokens", "--batch-size", "--output-dir", "--retrieval-file", "--save-retrieval-file",
-                "--no-prefix-kv-reuse", "--compare", *RERANK_FLAGS, *BEYOND_FLAGS, *RESUME_FLAGS},
+                "--no-prefix-kv-reuse", "--compare", "--allow-long-run", *RERANK_FLAGS, *BEYOND_FLAGS, *RESUME_FLAGS},
     "generate": {*MODEL_FLAGS, "--retriever", "--encoder", "--threads",
                  "--corpus", "--index-dir", "--forbidden-titles", "--stride", "--query-length", "--max-length",
                  "--max-doc-tokens", "--bos-every-window", "--batch-size", "--prompt", "--prompts-file",

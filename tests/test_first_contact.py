@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import stat
 import warnings
@@ -210,8 +211,6 @@ def test_the_build_estimate_scales_with_the_corpus(tmp_path, capsys):
 
 def test_user_docs_cite_no_internal_issue_numbers():
     """The README and docs/ said "(issue 10)": numbers of this project's tracker, which a user cannot look up."""
-    import re
-
     from conftest import REPO_ROOT
 
     for path in [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md")),
@@ -360,3 +359,21 @@ def test_open_book_qa_can_add_the_gold_passages_to_the_corpus(files, capsys, tmp
     line = fail(capsys, files, [*base, "--add-gold-to-corpus", "--retriever", "bm25", "--index-dir",
                                 str(tmp_path / "gold")])
     assert "--add-gold-to-corpus adds the gold passages to the retrieval corpus: it needs --retriever, --corpus" in line
+
+
+def test_the_plan_is_printed_and_a_run_of_hours_on_a_cpu_needs_a_flag(files, capsys, tmp_path, monkeypatch):
+    """No --max-eval-tokens and no --max-length evaluated a whole dataset at the model's maximum length (weeks on a
+    CPU) without a word: the plan and an estimate from one window are printed first, and a CPU run estimated beyond
+    an hour is refused unless --allow-long-run."""
+    import hf_ralm.cli as cli
+
+    main(eval_lm(files, "--output-dir", str(tmp_path / "run")))
+    err = capsys.readouterr().err
+    assert re.search(r"hf-ralm: \d+ tokens in \d+ windows of L=16 every 4 tokens, 0 retrievals, 1 reader input\(s\) "
+                     r"per window with a passage; one window took [\d.]+ s on cpu \(float32\): roughly \d+ s in all\.",
+                     err), err
+    monkeypatch.setattr(cli, "LONG_RUN_S", 0.0)  # as if each window took hours
+    line = fail(capsys, files, eval_lm(files, "--output-dir", str(files["out"])))
+    assert "on this CPU" in line and "give --allow-long-run to start it anyway" in line
+    main(eval_lm(files, "--output-dir", str(tmp_path / "long"), "--allow-long-run"))
+    assert (tmp_path / "long" / "eval.json").is_file()

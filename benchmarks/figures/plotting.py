@@ -141,9 +141,10 @@ def save(fig, path: str, rows: Sequence[dict], settings: Sequence[str]) -> None:
     """Caption the figure with the settings common to all rows and write it to ``path`` (PNG)."""
     import textwrap
 
-    text = textwrap.fill(caption(rows, settings), int(19 * fig.get_figwidth()))  # ~19 characters an inch at 6 pt
-    fig.suptitle(text, fontsize=6, y=0.995)
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.012 * (text.count("\n") + 2)))
+    text = textwrap.fill(caption(rows, settings), int(12 * fig.get_figwidth()))  # ~12 characters an inch at 9 pt
+    fig.suptitle(text, fontsize=9, y=0.995)
+    lines = text.count("\n") + 1
+    fig.tight_layout(rect=(0, 0, 1, 1 - (0.16 * lines + 0.1) / fig.get_figheight()))  # 9 pt lines, in inches
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=130)
     pyplot().close(fig)

@@ -90,17 +90,24 @@ def plot(rows: list[dict], path: str) -> None:
     series = ("model", "dtype")
     settings = [s for s in SETTINGS if s != "retriever"]
     plotting.draw_lines(axes[0][0], rows, "num_docs", "em", series, settings, plotting.model_color)
+    # has_answer depends on the passages alone, which both readers get the same: one line per question set (drawn
+    # per model, the lines lay exactly on top of each other and hid the first model's)
     opened = [row for row in rows if int(row["num_docs"]) > 0]
-    plotting.draw_lines(axes[0][1], opened, "num_docs", "has_answer", series, settings, plotting.model_color)
+    reader = sorted({row["model"] for row in opened})[0]
+    plotting.draw_lines(axes[0][1], [row for row in opened if row["model"] == reader], "num_docs", "has_answer",
+                        ("dtype",), [s for s in settings if s != "model"], lambda row: {"color": "#444444"})
     titles = ("exact match", "has_answer: a gold answer is in the k passages")
     for ax, what, title in zip(axes[0], ("exact match (%)", "has_answer (%)"), titles):
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("passages in the prompt k")
         ax.set_ylabel(what)
         ax.set_xticks(sorted({int(row["num_docs"]) for row in rows}))
-    # One legend for both panels (the same series), where has_answer leaves room: under its rising curve, not over
-    # the exact match lines; long handles so the dashes of a split series show.
-    axes[0][1].legend(fontsize=6, loc="lower right", handlelength=4)
+    # The readers' legend on the exact-match panel, above its lines; the question sets' on has_answer's, under its
+    # rising curve; long handles so the dashes of a split series show.
+    axes[0][0].legend(fontsize=6, loc="upper right", handlelength=4)
+    axes[0][0].set_ylim(top=max(float(row["em"]) for row in rows) * 1.45)
+    axes[0][1].legend(fontsize=6, loc="lower right", handlelength=4, title="both readers (the same passages)",
+                      title_fontsize=6)
     plotting.save(fig, path, rows, SETTINGS)
 
 

@@ -348,6 +348,8 @@ def build_parser() -> argparse.ArgumentParser:
                                              "several passage-selection strategies side by side (--compare)",
                              parents=[model, retriever, windows, passages, several, rerank, gate, dataset, batch,
                                       output, resuming, workers])
+    eval_lm.add_argument("--allow-long-run", action="store_true",
+                         help="start a CPU run estimated beyond an hour (refused otherwise, with the estimate)")
     eval_lm.add_argument("--compare", metavar="STRATEGIES",
                          help="evaluate these strategies on the same windows from one reader pass and print a table "
                               "(also --output-dir's compare.json and compare.csv): a comma-separated list of "
@@ -465,6 +467,63 @@ def _text_and_model(args, retriever: str, load_weights: bool = True):
     return text, model, time.perf_counter() - t0
 
 
+LONG_RUN_S = 3600  # a CPU run estimated beyond this needs --allow-long-run
+
+
+def reader_inputs_per_window(config: RalmConfig, compare_k: int | None = None) -> int:
+    """How many reader inputs a window with retrieval costs under ``config`` (with ``--compare``: its ``k``
+    passages and no passage): what the run's estimate multiplies."""
+    if compare_k is not None:
+        return compare_k + 1
+    if config.rerank in ("lm", "oracle") and config.reranker_model is None:
+        return config.rerank_candidates + int(config.rerank_allow_no_passage)
+    if config.retrieval_gate == "lm":
+        return 2
+    return max(1, config.ensemble_size)
+
+
+def _plan_or_refuse(args, model, text: str, compare_k: int | None = None) -> None:
+    """Say on stderr what the run will do (windows, L, stride, retrievals, reader inputs) and how long one window
+    took to score here; refuse a run on a CPU estimated beyond an hour unless ``--allow-long-run`` (a whole
+    dataset at the model's maximum length runs for weeks on a CPU)."""
+    import torch
+
+    from .model_inputs import window_length
+    from .modeling_utils import model_device
+    from .plan import prepare
+
+    config, base = model.config, model.language_model
+    plan = prepare(text, model.tokenizer, config, None, max_length=window_length(base, config),
+                   max_eval_tokens=args.max_eval_tokens)
+    retrieving = args.retriever != "none" or bool(getattr(args, "retrieval_file", None))
+    later = sum(1 for w in plan.windows if w.has_retrieval) if retrieving else 0
+    inputs = reader_inputs_per_window(config, compare_k)
+    device = model_device(base)
+    probe = torch.tensor([plan.ids[: plan.max_length]], device=device)
+    start = time.perf_counter()
+    with torch.no_grad():
+        base(input_ids=probe)
+    seconds = time.perf_counter() - start
+    estimate = seconds * (len(plan.windows) - later + later * inputs)
+    dtype = str(base.dtype).removeprefix("torch.")
+    print(f"hf-ralm: {len(plan.ids):,} tokens in {len(plan.windows):,} windows of L={plan.max_length} every "
+          f"{config.retrieval_stride} tokens, {later:,} retrievals, {inputs} reader input(s) per window with a "
+          f"passage; one window took {seconds:.2f} s on {device.type} ({dtype}): roughly {_duration(estimate)} in "
+          "all.", file=sys.stderr, flush=True)
+    if device.type == "cpu" and estimate > LONG_RUN_S and not args.allow_long_run:
+        _fail(f"this run would take roughly {_duration(estimate)} on this CPU ({len(plan.windows):,} windows): "
+              "lower --max-eval-tokens or --max-length, run on a GPU, or give --allow-long-run to start it anyway "
+              "(with --output-dir it resumes where it stops).")
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h" if seconds < 172800 else f"{seconds / 86400:.0f} days"
+
+
 def _report_extra(args, load_s: float) -> dict:
     """What ``eval.json`` records of the command line besides the library's figures: its arguments and the model's
     load time."""
@@ -518,6 +577,7 @@ def run_eval_lm(args):
     if args.compare is not None:
         return _compare(args)
     text, model, load_s = _text_and_model(args, "none" if args.retrieval_file else args.retriever)
+    _plan_or_refuse(args, model, text)
     result = model.evaluate_perplexity(text, retrieval_file=args.retrieval_file, max_eval_tokens=args.max_eval_tokens,
                                        batch_size=args.batch_size, reuse_prefix_kv=not args.no_prefix_kv_reuse,
                                        report_extra=_report_extra(args, load_s), **_resuming(args))
@@ -538,6 +598,8 @@ def _compare(args):
     if args.retriever == "none":
         _fail("--compare needs a retriever (--retriever bm25, ...): each strategy chooses among its passages.")
     text, model, _ = _text_and_model(args, args.retriever)
+    ranks = any(COMPARE_STRATEGIES[name].ranks_all for name in strategies)
+    _plan_or_refuse(args, model, text, compare_k=model.config.rerank_candidates if ranks else 1)
     return model.compare_strategies(text, strategies, max_eval_tokens=args.max_eval_tokens,
                                     batch_size=args.batch_size, output_dir=args.output_dir,
                                     overwrite=args.overwrite)
