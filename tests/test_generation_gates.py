@@ -44,7 +44,8 @@ def spec_generate(model, tokenizer, retriever, config, prompt, new_tokens):
                 if first < len(x):
                     nlls = [float(full_nlls(model, d + x[a:])[len(d) + first - a - 1 :].sum())
                             for d, a in zip(docs, starts)]
-                    found = found if nlls[1] - nlls[0] >= (config.gate_threshold or 0.0) else []
+                    margin = 2.0 if config.gate_threshold is None else config.gate_threshold  # spec default: 2
+                    found = found if nlls[1] - nlls[0] >= margin else []
             members = [[p] for p in found] if config.ensemble_size > 1 and found else [found]
             exps = [math.exp(p.score / config.ensemble_temperature) for p in found]
             weights = [e / sum(exps) for e in exps] if len(members) > 1 else [1.0]
@@ -66,8 +67,8 @@ def spec_generate(model, tokenizer, retriever, config, prompt, new_tokens):
 
 CASES = [  # (arch, stride, settings)
     ("gpt2", 3, dict(retrieval_gate="score", gate_threshold=0.5)),
-    ("llama", 4, dict(retrieval_gate="lm", rerank_tokens=6)),
-    ("opt", 2, dict(retrieval_gate="lm", rerank_tokens=30)),        # s' beyond the shortest context: clipped
+    ("llama", 4, dict(retrieval_gate="lm", gate_threshold=0.0, rerank_tokens=6)),
+    ("opt", 2, dict(retrieval_gate="lm", gate_threshold=0.0, rerank_tokens=30)),  # s' beyond the shortest context
     ("gpt2", 4, dict(retrieval_gate="lm", gate_threshold=0.05, rerank_tokens=6)),  # the passage must save 0.05 nats
     ("gemma3", 3, dict(retrieval_gate="score", gate_threshold=0.5, bos_every_window=True)),
     ("llama", 3, dict(num_passages=3, max_context_doc_tokens=26)),

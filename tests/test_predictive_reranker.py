@@ -400,3 +400,28 @@ def test_train_reranker_refuses_unusable_settings(tmp_path):
     rows = [{k: v for k, v in row.items() if k != "no_passage_logprob"} for row in synthetic_rows(20)]
     with pytest.raises(ValueError, match="20 window\\(s\\) have no no_passage_logprob"):
         train_reranker(text_rows(rows), output_dir=tmp_path / "out", no_passage_candidate=True)
+
+
+def test_a_reranker_hub_id_resolves_offline_from_the_local_cache(trained, tiny_model_dir, tiny_index, tmp_path,
+                                                                 monkeypatch):
+    """A reranker pushed to the Hub is named by its repository id: offline, ``from_pretrained(...,
+    rerank="predictive", reranker_model=repo_id)`` finds it in the Hugging Face cache (laid out here as
+    huggingface_hub lays out a download) and scores as the folder it came from."""
+    import shutil
+
+    import huggingface_hub.constants as hub_constants
+
+    from hf_ralm import RetrievalAugmentedModel
+
+    repo = tmp_path / "hub" / "models--someone--tiny-reranker"
+    shutil.copytree(trained.model_dir, repo / "snapshots" / "0123abcd")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0123abcd")
+    monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", True)
+    model = RetrievalAugmentedModel.from_pretrained(str(tiny_model_dir), retriever="bm25",
+                                                    index_dir=tiny_index["index_dir"], rerank="predictive",
+                                                    reranker_model="someone/tiny-reranker", device="cpu")
+    prefixes, candidates = ["the emperor of rome"], [["rome was the city of the empire", "the sailor took the boat"]]
+    expected = PredictiveReranker(str(trained.model_dir), device="cpu").scores(prefixes, candidates)
+    assert model.reranker.scores(prefixes, candidates)[0] == pytest.approx(expected[0], abs=1e-6)

@@ -240,7 +240,7 @@ FLAG_GROUPS: dict[str, dict[str, dict]] = {
         FLAGS["gate_threshold"]: {"type": float, "help": "the score gate's threshold, a fraction (0 to 1) of the "
                                                          "query's maximum attainable score; the lm gate's, the nats "
                                                          "the passage must save on the --rerank-tokens tokens "
-                                                         "(default 0)"},
+                                                         "(default 2, chosen on validation data)"},
     },
     "several passages": {
         FLAGS["num_passages"]: {"type": int, "default": RalmConfig.num_passages,

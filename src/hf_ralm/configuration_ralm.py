@@ -86,7 +86,8 @@ class RalmConfig(PreTrainedConfig):
             (on the chosen passage); see :mod:`hf_ralm.selection.gates`.
         gate_threshold: the ``"score"`` gate's threshold, a fraction of the query's maximum attainable score
             (0: always retrieve, 1: never with BM25); the ``"lm"`` gate's, in nats saved on the ranking tokens
-            (``None``: 0.0, the passage stays when it does not raise their NLL).
+            (``None``: 2.0, chosen on validation data, :data:`hf_ralm.selection.gates.LM_GATE_MARGIN`; 0 keeps the
+            passage whenever it does not raise their NLL).
         num_passages: ``n``, the passages put in front of the text: the top ``n`` (with ``rerank``, the chosen
             one first, then the others in retrieval order), the most relevant nearest the text, each cut to
             ``max_doc_tokens``. 1 is the paper.

@@ -9,8 +9,9 @@
 * ``"lm"``: the reader decides, zero-shot. It *is* LM reranking with two candidates, the window's passage and no
   passage (:func:`lm_gate_config`: ``rerank="lm"``, ``rerank_candidates=1``, ``rerank_allow_no_passage=True``), ranked
   on the same ranking tokens (the last ``rerank_tokens`` prefix tokens, :mod:`hf_ralm.selection.rules`): the passage
-  stays when it saves at least ``gate_threshold`` nats of their NLL (``None``: 0.0, i.e. when its ranking NLL is
-  not higher than without it; ties keep it, as reranking's ties go to the better rank). The gate score is
+  stays when it saves at least ``gate_threshold`` nats of their NLL (``None``: :data:`LM_GATE_MARGIN`, 2 nats,
+  chosen on validation data; 0 keeps it whenever its ranking NLL is not higher than without it; ties keep it, as
+  reranking's ties go to the better rank). The gate score is
   ``NLL(no passage) - NLL(passage)``, the nats the passage saves: it stays when that is >= the threshold. A positive
   threshold is a margin: the reader must find clear evidence on the prefix that the passage helps, since a passage
   that merely ties displaces up to 256 of the window's own tokens.
@@ -81,6 +82,12 @@ def score_gate_pools(found: Sequence[Sequence[Passage]], gate_scores: Sequence[f
             for passages, score in zip(found, gate_scores)]
 
 
+LM_GATE_MARGIN = 2.0
+"""The lm gate's default margin in nats (``gate_threshold=None``): chosen on WikiText-103 valid and held-out
+Wikipedia validation articles, as the margin with the lowest geometric mean of their token perplexities, and then
+checked on test (``benchmarks/gate_margin.py``; docs/results.md)."""
+
+
 def lm_gate_config(config: RalmConfig) -> RalmConfig:
     """The reranking the lm gate is: the reader ranks one passage (the window's) against none on the last
     ``rerank_tokens`` prefix tokens, the passage needing the lm gate's ``gate_threshold`` nats
@@ -90,7 +97,8 @@ def lm_gate_config(config: RalmConfig) -> RalmConfig:
         >>> lm_gate_config(RalmConfig(retrieval_gate="lm", gate_threshold=2.0)).rerank_no_passage_margin
         2.0
     """
-    margin = config.gate_threshold if config.retrieval_gate == "lm" and config.gate_threshold is not None else 0.0
+    given = config.retrieval_gate == "lm" and config.gate_threshold is not None
+    margin = config.gate_threshold if given else LM_GATE_MARGIN
     return RalmConfig(**{**config.to_dict(), "rerank": "lm", "rerank_candidates": 1, "rerank_allow_no_passage": True,
                          "rerank_no_passage_margin": margin, "reranker_model": None, "retrieval_gate": "always",
                          "gate_threshold": None})
