@@ -108,8 +108,8 @@ def main() -> None:
     print("\n| model | setting | EM | has_answer | questions |")
     print("|---|---|---|---|---|")
     for model_name, label, r in table:
-        found = f"{r['has_answer']:.1f}%" if r["settings"]["num_docs"] else "—"
-        print(f"| {model_name}, {args.dtype} | {label} | {r['em']:.1f}% ({r['num_correct']}) | {found} | "
+        found = f"{100 * r['has_answer']:.1f}%" if r["settings"]["num_docs"] else "—"
+        print(f"| {model_name}, {args.dtype} | {label} | {100 * r['em']:.1f}% ({r['num_correct']}) | {found} | "
               f"{r['num_questions']} |")
     index_info = os.path.join(index_dir, "hf_ralm_index.json")
     index_passages = "?"

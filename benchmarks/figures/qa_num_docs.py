@@ -82,7 +82,8 @@ def measure(res: Resources, qa: QaData, table: sweep.Table, p: dict) -> dict:
     report = evaluate_qa(model, tokenizer, examples, num_docs=p["num_docs"], use_ctxs=p["num_docs"] > 0,
                          batch_size=res.args.batch_size, output_dir=folder, settings={"point": key},
                          show_progress=sys.stderr.isatty())
-    return {**{k: report[k] for k in MEASURES[:6]}, "index_id": p["index_id"], **sweep.provenance(model)}
+    percent = {k: 100 * report[k] for k in ("em", "has_answer")}  # the CSV's columns are in percent
+    return {**{k: report[k] for k in MEASURES[:6]}, **percent, "index_id": p["index_id"], **sweep.provenance(model)}
 
 
 def plot(rows: list[dict], path: str) -> None:

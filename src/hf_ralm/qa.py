@@ -268,13 +268,15 @@ def _passage_dict(passage: Any) -> dict:
 
 
 def qa_figures(records: Sequence[QARecord]) -> dict:
-    """EM and has_answer (in percent) and the counts over per-question records."""
+    """EM and has_answer as fractions of the questions (in [0, 1], as every share hf-ralm reports, e.g. eval-lm's
+    ``retrieved_fraction``; a record's own ``em`` and ``has_answer`` are 0 or 1, so these are their means) and the
+    counts over per-question records."""
     n = len(records)
     correct = sum(r.em for r in records)
     found = sum(r.has_answer for r in records)
     return {
-        "em": 100.0 * correct / n if n else float("nan"),
-        "has_answer": 100.0 * found / n if n else float("nan"),
+        "em": correct / n if n else float("nan"),
+        "has_answer": found / n if n else float("nan"),
         "num_questions": n,
         "num_correct": correct,
         "num_has_answer": found,
@@ -590,7 +592,7 @@ def evaluate_qa(
         run.add(start, [qa_record(ex, found, answer, num_docs) for ex, found, answer in zip(batch, passages, answers)],
                 prompts)
         progress.update(len(batch))
-        progress.set_postfix(EM=f"{qa_figures(run.ordered())['em']:.1f}%")
+        progress.set_postfix(EM=f"{100 * qa_figures(run.ordered())['em']:.1f}%")
     progress.close()
     if shard.count > 1:
         distributed_barrier()
