@@ -11,7 +11,7 @@ python3 -m venv "$venv"
 # shellcheck disable=SC1091
 source "$venv/bin/activate"
 pip install -q torch==2.13.0
-pip install -q -e ".[test]" "transformers==$version"
+pip install -q -e ".[test,rerank]" "transformers==$version"   # rerank brings accelerate, as CI's extras do
 python -c "import transformers, torch; print('transformers', transformers.__version__, '| torch', torch.__version__)"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error
 # the tests that drive the models: scoring and its KV caches, generation, evaluation, the deprecation guard

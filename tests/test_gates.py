@@ -13,7 +13,7 @@ import torch
 from conftest import ARCHS, ARTICLES
 from hf_ralm import RalmConfig
 from hf_ralm.evaluation import evaluate_perplexity, evaluate_retrieval
-from hf_ralm.selection.gates import lm_gate_config, normalized_top_scores, retrieved_fraction
+from hf_ralm.selection.gates import LM_GATE_MARGIN, lm_gate_config, normalized_top_scores, retrieved_fraction
 from hf_ralm.passages import NO_PASSAGE, Passage, passage_text
 from hf_ralm.retrieval.analysis import analyze
 from hf_ralm.windows import plan_windows
@@ -131,7 +131,8 @@ def test_score_gate_thresholds_zero_and_one(tiny_llama, tiny_tokenizer):
 
 
 def test_lm_gate_on_the_readers_ranking_is_the_no_passage_choice(tiny_llama, tiny_tokenizer):
-    """With the reader ranking the candidates, the lm gate gives the choices of rerank_allow_no_passage."""
+    """With the reader ranking the candidates, the lm gate gives the choices of rerank_allow_no_passage, its margin
+    (the default, 2 nats) that of the no-passage choice."""
     ids = make_text(tiny_tokenizer, 60, seed=2)
     common = dict(retrieval_stride=4, max_length=32, query_length=6, max_doc_tokens=10, rerank="lm",
                   rerank_candidates=3, rerank_tokens=6)
@@ -139,7 +140,8 @@ def test_lm_gate_on_the_readers_ranking_is_the_no_passage_choice(tiny_llama, tin
     gated = evaluate_perplexity(tiny_llama, tiny_tokenizer, ids, retriever, RalmConfig(retrieval_gate="lm", **common),
                                 show_progress=False)
     allowed = evaluate_perplexity(tiny_llama, tiny_tokenizer, ids, retriever,
-                                  RalmConfig(rerank_allow_no_passage=True, **common), show_progress=False)
+                                  RalmConfig(rerank_allow_no_passage=True, rerank_no_passage_margin=2.0, **common),
+                                  show_progress=False)
     assert gated.chosen == allowed.chosen and NO_PASSAGE in gated.chosen[1:]
     assert gated.figures["nll_sum"] == pytest.approx(allowed.figures["nll_sum"], rel=1e-9)
 
@@ -148,7 +150,7 @@ def test_lm_gate_config_is_reranking_with_two_candidates():
     config = lm_gate_config(RalmConfig(retrieval_gate="lm", rerank="predictive", reranker_model="x", rerank_tokens=7))
     assert (config.rerank, config.rerank_candidates, config.rerank_allow_no_passage, config.reranker_model,
             config.rerank_tokens, config.retrieval_gate) == ("lm", 1, True, None, 7, "always")
-    assert config.rerank_no_passage_margin == 0.0 and config.gate_threshold is None
+    assert config.rerank_no_passage_margin == LM_GATE_MARGIN == 2.0 and config.gate_threshold is None  # the default
     assert lm_gate_config(RalmConfig(retrieval_gate="lm", gate_threshold=1.5)).rerank_no_passage_margin == 1.5
 
 

@@ -254,7 +254,7 @@ class ForwardRecorder:
                 "logits_to_keep": kwargs.get("logits_to_keep"),
                 "input_len": input_ids.shape[1],
                 "batch": input_ids.shape[0],
-                "has_cache": kwargs.get("cache") is not None,
+                "has_cache": kwargs.get("cache", kwargs.get("past_key_values")) is not None,  # the name by version
                 "logits_len": out.logits.shape[1],
             })
             return out
