@@ -194,6 +194,8 @@ def test_a_one_time_index_build_is_announced(files, capsys):
     err = capsys.readouterr().err
     assert (f"hf-ralm: building the bm25 index of corpus.jsonl (0.0 MB) in {index} (once, under a minute on 2 CPU "
             "cores; later runs reuse it)") in err
+    size = os.path.getsize(files["corpus"])
+    assert re.search(rf"Reading the corpus: 100%\|[^|]*\| {size}/{size} ", err), err  # a bar with its total
     main(["index", "--corpus", files["corpus"], "--index-dir", str(index)])  # reused: nothing announced
     assert "building" not in capsys.readouterr().err
 
@@ -377,3 +379,18 @@ def test_the_plan_is_printed_and_a_run_of_hours_on_a_cpu_needs_a_flag(files, cap
     assert "on this CPU" in line and "give --allow-long-run to start it anyway" in line
     main(eval_lm(files, "--output-dir", str(tmp_path / "long"), "--allow-long-run"))
     assert (tmp_path / "long" / "eval.json").is_file()
+
+
+def test_a_finished_bar_prints_its_last_line_once_in_a_log():
+    """In a log (stderr redirected to a file, CI) the final line of every bar appeared twice: once from the update
+    that completed it, once from ``close()``."""
+    import io
+
+    from hf_ralm.utils.progress import tqdm
+
+    log = io.StringIO()
+    with tqdm(total=3, desc="Scoring", file=log, mininterval=0, miniters=1) as bar:
+        for _ in range(3):
+            bar.update(1)
+    lines = log.getvalue().replace("\r", "\n").splitlines()
+    assert sum("3/3" in line for line in lines) == 1 and any("2/3" in line for line in lines)

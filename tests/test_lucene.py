@@ -292,7 +292,7 @@ def test_indexes_without_text_are_refused(lucene_index, tmp_path, monkeypatch):
 
     collection, slim = tmp_path / "collection", tmp_path / "slim"
     collection.mkdir()
-    _write_collection([{"id": "0", "title": "Rome", "text": "the emperor of rome"}], str(collection), False)
+    _write_collection([{"id": "0", "title": "Rome", "text": "the emperor of rome"}], str(collection))
     _run_indexer([*java_command(find_java_home()[0]), "io.anserini.index.IndexCollection", "-collection",
                   "JsonCollection", "-input", str(collection), "-index", str(slim), "-generator",
                   "DefaultLuceneDocumentGenerator", "-threads", "1"], False)

@@ -92,9 +92,8 @@ class BM25Retriever(Retriever):
         """
         from datasets import Dataset, Features, Value
         from datasets.arrow_writer import ArrowWriter
-        from ..utils.progress import tqdm
 
-        paths, articles = corpus_paths_and_articles(corpus)
+        paths, articles = corpus_paths_and_articles(corpus, show_progress)
         if show_progress:
             announce_build(cls.name, paths, index_dir)
         with new_build(index_dir) as tmp_dir:
@@ -102,9 +101,7 @@ class BM25Retriever(Retriever):
             features = Features({name: Value("string") for name in PASSAGE_COLUMNS})
             with ArrowWriter(features=features, path=table) as writer:
                 def texts() -> Iterator[str]:  # each passage goes to the table on its way to the analysis
-                    rows = tqdm(passage_rows(articles, words_per_passage), desc="Indexing passages",
-                                unit=" passages", disable=not show_progress)
-                    for row in rows:
+                    for row in passage_rows(articles, words_per_passage):
                         writer.write({name: row[name] for name in PASSAGE_COLUMNS})
                         yield passage_text(row["title"], row["text"])
 

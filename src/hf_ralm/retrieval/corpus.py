@@ -76,14 +76,40 @@ def read_corpus(path: str) -> Iterator[dict]:
             f"Corpus file not found: {path!r}. Give --corpus a JSONL/JSONL.gz file with id, title and text fields, "
             "or a DPR-style TSV with id, text and title columns."
         )
+    for row, _ in _rows_and_bytes(path):
+        yield row
+
+
+def _rows_and_bytes(path: str) -> Iterator[tuple[dict, int]]:
+    """The rows of a corpus file, each with how many bytes of the file (as stored: compressed for .gz) were read."""
     name = path[:-3] if path.endswith(".gz") else path
     with utf8_errors(path, CorpusError, "corpus"), _open_text(path) as f:
-        if name.endswith(".tsv"):
-            yield from _tsv_rows(path, f)
-        else:
-            for line_number, line in enumerate(f, 1):
-                if line.strip():
-                    yield _jsonl_row(path, line_number, line)
+        raw = getattr(f.buffer, "fileobj", f.buffer)  # gzip's compressed file, or the plain file's buffer
+        rows = _tsv_rows(path, f) if name.endswith(".tsv") else (
+            _jsonl_row(path, line_number, line) for line_number, line in enumerate(f, 1) if line.strip())
+        for row in rows:
+            yield row, raw.tell()
+
+
+def read_corpora(paths: Sequence[str], show_progress: bool = False) -> Iterator[dict]:
+    """The rows of several corpora in order (:func:`read_corpus`), with one progress bar over the files' bytes, so
+    that a one-time index build shows how far it is and how long is left (``hf:`` corpora count no bytes)."""
+    from ..utils.progress import tqdm
+
+    total = sum(os.path.getsize(p) for p in paths if not is_hub_corpus(p))
+    with tqdm(total=total or None, unit="B", unit_scale=True, desc="Reading the corpus",
+              disable=not show_progress) as bar:
+        done = 0
+        for path in paths:
+            if is_hub_corpus(path):
+                yield from _hub_rows(path)
+                continue
+            for number, (row, position) in enumerate(_rows_and_bytes(path)):
+                if number % 1000 == 0:
+                    bar.update(done + position - bar.n)
+                yield row
+            done += os.path.getsize(path)
+            bar.update(done - bar.n)
 
 
 def _jsonl_row(path: str, line_number: int, line: str) -> dict:

@@ -39,7 +39,7 @@ from typing import Iterable, Iterator, Sequence
 
 from ..errors import IndexFolderError
 from ..utils.locks import file_lock
-from .corpus import corpus_fingerprint, is_hub_corpus, read_corpus
+from .corpus import corpus_fingerprint, is_hub_corpus, read_corpora
 
 INDEX_FILE = "hf_ralm_index.json"
 
@@ -190,13 +190,18 @@ def _is_paths(corpus) -> bool:
 
 
 def corpus_paths_and_articles(
-    corpus: str | Sequence[str] | Iterable[dict],
+    corpus: str | Sequence[str] | Iterable[dict], show_progress: bool = False,
 ) -> tuple[list[str] | None, Iterable[dict]]:
-    """``(paths, articles)`` for a corpus given as file path(s) (``articles`` then reads them lazily) or as rows
-    (``paths`` is then ``None``)."""
+    """``(paths, articles)`` for a corpus given as file path(s) (``articles`` then reads them lazily, with a
+    progress bar over their bytes when ``show_progress``: :func:`~hf_ralm.retrieval.corpus.read_corpora`) or as rows
+    (``paths`` is then ``None``; a bar over the rows, with their number when they have one)."""
+    from ..utils.progress import tqdm
+
     paths = [corpus] if isinstance(corpus, str) else list(corpus) if _is_paths(corpus) else None
-    articles = (row for path in paths for row in read_corpus(path)) if paths else corpus
-    return paths, articles
+    if paths:
+        return paths, read_corpora(paths, show_progress)
+    total = len(corpus) if hasattr(corpus, "__len__") else None
+    return None, tqdm(corpus, total=total, desc="Reading the corpus", unit=" rows", disable=not show_progress)
 
 
 def check_corpus_files(paths: Iterable[str]) -> None:

@@ -160,7 +160,7 @@ class LuceneRetriever(Retriever):
                 f"{index_dir!r} exists and does not hold an hf-ralm lucene index: not overwriting it. Choose another "
                 "--index-dir or remove that folder."
             )
-        paths, articles = corpus_paths_and_articles(corpus)
+        paths, articles = corpus_paths_and_articles(corpus, show_progress)
         if paths:
             check_corpus_files(paths)
 
@@ -169,7 +169,7 @@ class LuceneRetriever(Retriever):
         with new_build(index_dir) as tmp_dir:
             collection = os.path.join(tmp_dir, "collection")
             os.makedirs(collection)
-            num_passages = _write_collection(passage_rows(articles, words_per_passage), collection, show_progress)
+            num_passages = _write_collection(passage_rows(articles, words_per_passage), collection)
             check_passage_count(num_passages, paths)
             java_home, source = find_java_home()
             threads = n_threads or available_cpus()
@@ -295,13 +295,12 @@ def _run_indexer(command: list[str], show_progress: bool) -> None:
         raise RuntimeError(f"Anserini IndexCollection failed (exit {process.returncode}):\n" + "\n".join(tail))
 
 
-def _write_collection(passages: Iterable[dict], folder: str, show_progress: bool) -> int:
-    """Write passages as pyserini JsonCollection files (``DOCS_PER_FILE`` documents each); return their number."""
-    from ..utils.progress import tqdm
-
+def _write_collection(passages: Iterable[dict], folder: str) -> int:
+    """Write passages as pyserini JsonCollection files (``DOCS_PER_FILE`` documents each); return their number (the
+    corpus's reading shows the progress)."""
     count, f = 0, None
     try:
-        for row in tqdm(passages, desc="passages", unit=" passages", disable=not show_progress):
+        for row in passages:
             if count % DOCS_PER_FILE == 0:
                 if f is not None:
                     f.close()

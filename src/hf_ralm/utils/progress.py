@@ -28,3 +28,17 @@ class tqdm(_tqdm):  # noqa: N801 (tqdm's own name, so that a module's bars read 
 
     def __init__(self, *args, disable: bool = False, **kwargs):
         super().__init__(*args, disable=disable or not bars_enabled(), **kwargs)
+
+    def update(self, n: float = 1):
+        """tqdm's update, except that in a log (a stream that is no terminal) the update that completes the bar
+        prints nothing: ``close()`` prints the final line, which a log would otherwise show twice."""
+        if self.total is not None and self.n + n >= self.total and not _is_terminal(getattr(self, "fp", None)):
+            self.miniters = float("inf")
+        return super().update(n)
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no such method, or a closed stream
+        return False
