@@ -500,8 +500,9 @@ def _plan_or_refuse(args, model, text: str, compare_k: int | None = None) -> Non
     inputs = reader_inputs_per_window(config, compare_k)
     device = model_device(base)
     probe = torch.tensor([plan.ids[: plan.max_length]], device=device)
-    start = time.perf_counter()
     with torch.no_grad():
+        base(input_ids=probe)  # the first forward pays one-time set-up costs
+        start = time.perf_counter()
         base(input_ids=probe)
     seconds = time.perf_counter() - start
     estimate = seconds * (len(plan.windows) - later + later * inputs)
