@@ -394,3 +394,13 @@ def test_a_finished_bar_prints_its_last_line_once_in_a_log():
             bar.update(1)
     lines = log.getvalue().replace("\r", "\n").splitlines()
     assert sum("3/3" in line for line in lines) == 1 and any("2/3" in line for line in lines)
+
+
+def test_building_from_a_missing_corpus_file_names_it(tmp_path):
+    """The build's announcement and its progress bar size the corpus files first; a missing one is still reported
+    by the reading, with how to give a corpus, and leaves no half-built folder."""
+    from hf_ralm.retrieval.bm25 import BM25Retriever
+
+    with pytest.raises(FileNotFoundError, match=r"Corpus file not found: '.*nope.jsonl'. Give --corpus a JSONL"):
+        BM25Retriever.build(str(tmp_path / "nope.jsonl"), str(tmp_path / "index"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

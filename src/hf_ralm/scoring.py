@@ -187,11 +187,13 @@ def reader_nlls(model, tokenizer, ids: Sequence[int], windows: Sequence[Window],
     passage_cache = PassageKVCache.for_model(model, passage_cache) if reuse_prefix_kv else None
     for start in range(0, len(windows), WINDOWS_PER_CHUNK):
         chunk = range(start, min(start + WINDOWS_PER_CHUNK, len(windows)))
-        inputs = [ScoredInput(ids, windows[i].begin, windows[i].end, tuple(passage_prefix(tokenizer, option, config)),
-                              firsts[i]) for i in chunk for option in options[i]]
-        for i, scored in zip((i for i in chunk for _ in options[i]), inputs):
-            # every window with retrieval holds L - s tokens before its scored ones
-            config.check_room(windows[i].length - windows[i].num_scored + config.retrieval_stride, len(scored.prefix))
+        inputs = []
+        for i in chunk:
+            for option in options[i]:
+                prefix = tuple(passage_prefix(tokenizer, option, config))
+                # every window with retrieval holds L - s tokens before its scored ones
+                config.check_room(windows[i].length - windows[i].num_scored + config.retrieval_stride, len(prefix))
+                inputs.append(ScoredInput(ids, windows[i].begin, windows[i].end, prefix, firsts[i]))
         rows = iter(score_inputs(model, inputs, batch_size, reuse_prefix_kv, passage_cache))
         for i in chunk:
             yield [next(rows) for _ in options[i]]

@@ -68,20 +68,22 @@ def read_corpus(path: str) -> Iterator[dict]:
         CorpusError: a line that is no JSON object with a ``text`` string (JSONL), a TSV without ``id`` and ``text``
             columns, or bytes that are not UTF-8; the message names the file and the line.
     """
+    for row, _ in _rows_and_bytes(path):
+        yield row
+
+
+def _rows_and_bytes(path: str) -> Iterator[tuple[dict, int | None]]:
+    """The rows of a corpus, each with how many bytes of its file (as stored: compressed for .gz) were read
+    (``None`` for a Hugging Face dataset)."""
     if is_hub_corpus(path):
-        yield from _hub_rows(path)
+        for row in _hub_rows(path):
+            yield row, None
         return
     if not os.path.isfile(path):
         raise FileNotFoundError(
             f"Corpus file not found: {path!r}. Give --corpus a JSONL/JSONL.gz file with id, title and text fields, "
             "or a DPR-style TSV with id, text and title columns."
         )
-    for row, _ in _rows_and_bytes(path):
-        yield row
-
-
-def _rows_and_bytes(path: str) -> Iterator[tuple[dict, int]]:
-    """The rows of a corpus file, each with how many bytes of the file (as stored: compressed for .gz) were read."""
     name = path[:-3] if path.endswith(".gz") else path
     with utf8_errors(path, CorpusError, "corpus"), _open_text(path) as f:
         raw = getattr(f.buffer, "fileobj", f.buffer)  # gzip's compressed file, or the plain file's buffer
@@ -91,24 +93,26 @@ def _rows_and_bytes(path: str) -> Iterator[tuple[dict, int]]:
             yield row, raw.tell()
 
 
+def corpus_bytes(paths: Iterable[str]) -> int:
+    """The bytes of the corpus files among ``paths`` as stored (not ``hf:`` datasets; a missing file counts 0 and
+    is reported when read)."""
+    return sum(os.path.getsize(p) for p in paths if not is_hub_corpus(p) and os.path.isfile(p))
+
+
 def read_corpora(paths: Sequence[str], show_progress: bool = False) -> Iterator[dict]:
     """The rows of several corpora in order (:func:`read_corpus`), with one progress bar over the files' bytes, so
     that a one-time index build shows how far it is and how long is left (``hf:`` corpora count no bytes)."""
     from ..utils.progress import tqdm
 
-    total = sum(os.path.getsize(p) for p in paths if not is_hub_corpus(p))
-    with tqdm(total=total or None, unit="B", unit_scale=True, desc="Reading the corpus",
+    with tqdm(total=corpus_bytes(paths) or None, unit="B", unit_scale=True, desc="Reading the corpus",
               disable=not show_progress) as bar:
         done = 0
         for path in paths:
-            if is_hub_corpus(path):
-                yield from _hub_rows(path)
-                continue
             for number, (row, position) in enumerate(_rows_and_bytes(path)):
-                if number % 1000 == 0:
+                if position is not None and number % 1000 == 0:
                     bar.update(done + position - bar.n)
                 yield row
-            done += os.path.getsize(path)
+            done += corpus_bytes([path])
             bar.update(done - bar.n)
 
 

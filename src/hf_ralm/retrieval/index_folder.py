@@ -39,7 +39,7 @@ from typing import Iterable, Iterator, Sequence
 
 from ..errors import IndexFolderError
 from ..utils.locks import file_lock
-from .corpus import corpus_fingerprint, is_hub_corpus, read_corpora
+from .corpus import corpus_bytes, corpus_fingerprint, is_hub_corpus, read_corpora
 
 INDEX_FILE = "hf_ralm_index.json"
 
@@ -238,7 +238,7 @@ def announce_build(retriever: str, paths: Sequence[str] | None, index_dir: str) 
     source = "the given rows"
     estimate = ""
     if paths:
-        megabytes = sum(os.path.getsize(p) for p in paths if not is_hub_corpus(p)) / 1e6
+        megabytes = corpus_bytes(paths) / 1e6
         names = ", ".join(p if is_hub_corpus(p) else os.path.basename(p) for p in paths)
         size = "" if all(is_hub_corpus(p) for p in paths) else f" ({megabytes:,.{0 if megabytes >= 10 else 1}f} MB)"
         source = f"{names}{size}"
