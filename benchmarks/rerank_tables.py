@@ -28,7 +28,10 @@ no-passage choice, oracle), the lm gate's two inputs, the other model's ranking 
         --out-dir ~/.cache/hf-ralm/heldout
     python benchmarks/rerank_tables.py --max-eval-tokens 1024 [--predictive DIR] [--predictive-no-passage DIR]
 
-``--plot-only`` redraws the chart from the CSV.
+Each row also says how often the strategy chose the oracle's passage, and each (reader, data) how well the reader's
+ranking NLL orders the passages by their target NLL (the mean Spearman correlation: near 0, zero-shot reranking has
+nothing to go on). ``--readers`` and ``--data`` limit the (reader, data) pairs; ``--passes candidates other`` prints
+the table of the passes done so far, without the cost column. ``--plot-only`` redraws the chart from the CSV.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ import time
 from pathlib import Path
 
 from benchmarks.bench_setup import READERS, REPO, load_reader
-from benchmarks.table_runs import Run, add_run_args, load_retrievers, perplexities
+from benchmarks.table_runs import DATA, Run, add_run_args, load_retrievers, perplexities
 
 OTHER = {"SmolLM2-135M": "Gemma-3-270M", "Gemma-3-270M": "SmolLM2-135M"}
 COLORS = {"none": "#999999", "BM25 top-1": "#4c72b0", "random": "#937860", "zero-shot": "#55a868",
@@ -63,9 +66,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--predictive", help="a predictive reranker trained over the k passages")
     parser.add_argument("--predictive-no-passage", help="one trained with the no-passage candidate too")
     parser.add_argument("--readers", nargs="+", default=list(READERS), choices=list(READERS))
+    parser.add_argument("--data", nargs="+", default=list(DATA), choices=list(DATA), help="the texts (default: both)")
     parser.add_argument("--timing-windows", type=int, default=16, help="windows timed per (reader, data)")
     parser.add_argument("--passes", nargs="+", default=list(PASSES), choices=list(PASSES),
-                        help="run only these passes (the table needs them all; default: all)")
+                        help="run only these passes (default: all). With 'candidates' and 'other' the table is "
+                             "printed; without 'timing' its cost column is left empty")
     parser.add_argument("--plot-only", action="store_true", help="redraw the chart from the CSV")
     return parser.parse_args(argv)
 
@@ -195,8 +200,12 @@ def timing(run: Run, data: str, args, other, predictive: dict) -> dict[str, floa
 
 def table_rows(reader: str, data: str, scores: list, choices: dict[str, list[int]], cost: dict[str, float],
                num_tokens: int, num_words: int) -> list[dict]:
-    """Every strategy's perplexity from the candidate scores and the choices (see the module docstring)."""
+    """Every strategy's perplexity from the candidate scores and the choices (see the module docstring); a strategy's
+    cost is None while the timing pass has not measured it (``cost`` empty)."""
     from hf_ralm.selection.rules import choose_lowest, choose_option, random_choice
+
+    def seconds(*computations):  # a strategy's computations, added up
+        return sum(cost[c] for c in computations) if all(c in cost for c in computations) else None
 
     def from_choices(chosen):  # -1 (none chosen) is the no-passage option
         return lambda s: chosen[s.window] if chosen[s.window] >= 0 else s.no_passage
@@ -206,21 +215,21 @@ def table_rows(reader: str, data: str, scores: list, choices: dict[str, list[int
 
     # the lm gate ranks candidate 0 against no passage: ranking_nlls[::no_passage] is [passage 0, no passage]
     picks = {
-        "none": (lambda s: s.no_passage, cost["no passage"]),
-        "BM25 top-1": (lambda s: 0, cost["one passage"]),
-        "random": (lambda s: random_choice(0, s.window, s.no_passage), cost["one passage"]),
-        "zero-shot": (lambda s: choose_lowest(s.ranking_nlls[:-1]), cost["k+1 candidates"]),
-        "zero-shot + no-passage choice (0 nats)": (margin(0.0), cost["k+1 candidates"]),
-        "zero-shot + no-passage choice (2 nats)": (margin(GATE_MARGIN), cost["k+1 candidates"]),
+        "none": (lambda s: s.no_passage, seconds("no passage")),
+        "BM25 top-1": (lambda s: 0, seconds("one passage")),
+        "random": (lambda s: random_choice(0, s.window, s.no_passage), seconds("one passage")),
+        "zero-shot": (lambda s: choose_lowest(s.ranking_nlls[:-1]), seconds("k+1 candidates")),
+        "zero-shot + no-passage choice (0 nats)": (margin(0.0), seconds("k+1 candidates")),
+        "zero-shot + no-passage choice (2 nats)": (margin(GATE_MARGIN), seconds("k+1 candidates")),
         "lm gate (2 nats)": (lambda s: 0 if choose_option(s.ranking_nlls[::s.no_passage], True, GATE_MARGIN) == 0
-                             else s.no_passage, cost["lm gate"]),
-        "oracle": (lambda s: choose_lowest(s.target_nlls[:-1]), cost["k+1 candidates"]),
+                             else s.no_passage, seconds("lm gate")),
+        "oracle": (lambda s: choose_lowest(s.target_nlls[:-1]), seconds("k+1 candidates")),
         "zero-shot, other model reranks": (from_choices(choices["other"]),
-                                           cost["other model ranks"] + cost["one passage"]),
+                                           seconds("other model ranks", "one passage")),
     }
     for name in ("predictive", "predictive + no-passage candidate"):
         if name in choices:
-            picks[name] = (from_choices(choices[name]), cost[f"{name} ranks"] + cost["one passage"])
+            picks[name] = (from_choices(choices[name]), seconds(f"{name} ranks", "one passage"))
     rows = []
     ranked = [s for s in scores if s.passage_ids]
     for strategy in STRATEGIES:
@@ -229,13 +238,25 @@ def table_rows(reader: str, data: str, scores: list, choices: dict[str, list[int
         pick, seconds = picks[strategy]
         chosen = [pick(s) if s.passage_ids else 0 for s in scores]
         nll = sum(s.target_nlls[c] for s, c in zip(scores, chosen))
-        with_passage = sum(c != s.no_passage for s, c in zip(ranked, (pick(s) for s in ranked)))
+        picked = [pick(s) for s in ranked]
         rows.append({"data": data, "reader": reader, "strategy": strategy,
                      "reranker": OTHER[reader] if strategy.startswith("zero-shot, other") else "",
                      **perplexities({"num_tokens": num_tokens, "num_words": num_words}, nll),
-                     "retrieved_fraction": with_passage / (len(scores) - 1),
+                     "retrieved_fraction": sum(c != s.no_passage for s, c in zip(ranked, picked)) / len(ranked),
+                     "oracle_agreement": sum(c == choose_lowest(s.target_nlls[:-1])
+                                             for s, c in zip(ranked, picked)) / len(ranked),
                      "s_per_window": seconds, "windows": len(scores), "tokens": num_tokens})
     return rows
+
+
+def ranking_signal(scores: list) -> float:
+    """How well the reader's ranking NLL (the last s' prefix tokens) tells which passage helps the window: the mean
+    :func:`~hf_ralm.selection.rules.rank_correlation` of the k passages' ranking and target NLLs over the windows
+    with candidates."""
+    from hf_ralm.selection.rules import rank_correlation
+
+    rhos = [rank_correlation(s.ranking_nlls[:-1], s.target_nlls[:-1]) for s in scores if s.passage_ids]
+    return sum(rhos) / len(rhos)
 
 
 def plot(rows: list[dict], path: str) -> None:
@@ -274,8 +295,8 @@ def main(argv=None) -> int:
     predictive = {name: folder for name, folder in (("predictive", args.predictive),
                                                     ("predictive + no-passage candidate", args.predictive_no_passage))
                   if folder}
-    rows = []
-    for data in retrievers:
+    rows, signals = [], {}
+    for data in args.data:
         for reader in args.readers:
             from hf_ralm.selection.rankers import LMReranker
 
@@ -283,15 +304,17 @@ def main(argv=None) -> int:
             if "candidates" in args.passes:
                 scores = candidate_pass(run, data, args)
             other = LMReranker(*load_reader(args.models_dir, OTHER[reader], "bfloat16", run.device), 512)
+            choices, cost = {}, {}
             if "other" in args.passes:
-                choices = {"other": other_model_choices(run, data, args, other)}
+                choices["other"] = other_model_choices(run, data, args, other)
             if "predictive" in args.passes:
                 for name, folder in predictive.items():
                     choices[name] = predictive_choices(run, data, args, folder, name.endswith("candidate"))
             if "timing" in args.passes:
                 cost = timing(run, data, args, other, predictive)
-            if set(args.passes) == set(PASSES):
+            if {"candidates", "other"} <= set(args.passes):
                 rows += table_rows(reader, data, scores, choices, cost, len(run.ids), run.num_words)
+                signals[(reader, data)] = ranking_signal(scores)
             del run, other
     if not rows:
         print(f"[tables] passes done: {', '.join(args.passes)}", file=sys.stderr)
@@ -304,14 +327,21 @@ def main(argv=None) -> int:
         writer.writerows(rows)
     os.replace(tmp, csv_path)
     plot(rows, os.path.join(args.figures_dir, "rerank_results.png"))
-    print("| data | reader | strategy | token ppl | word ppl | windows with a passage | s / window |")
-    print("|---|---|---|---|---|---|---|")
+    print("| data | reader | strategy | token ppl | word ppl | windows with a passage | = oracle's choice "
+          "| s / window |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         name = r["strategy"] + (f" ({r['reranker']})" if r["reranker"] else "")
         print(f"| {r['data']} | {r['reader']} | {name} | {r['token_ppl']:.3f} | {r['word_ppl']:.3f} | "
-              f"{r['retrieved_fraction']:.1%} | {r['s_per_window']:.2f} |")
+              f"{r['retrieved_fraction']:.1%} | {r['oracle_agreement']:.1%} | {_seconds(r['s_per_window'])} |")
     print(f"\n(first {args.max_eval_tokens} tokens, L=512, s=4, ℓ=32, k={K}, s'=16, bfloat16; {csv_path})")
+    for (reader, data), rho in signals.items():
+        print(f"{reader} / {data}: ranking vs target NLL over the {K} passages, mean Spearman rho {rho:.3f}")
     return 0
+
+
+def _seconds(value) -> str:
+    return "" if value in (None, "") else f"{float(value):.2f}"
 
 
 if __name__ == "__main__":

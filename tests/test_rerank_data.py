@@ -24,6 +24,7 @@ from hf_ralm.cli import main
 from hf_ralm.reranking import collect_rerank_data, load_rerank_data
 from hf_ralm.reranking.collect import retrieve_excluding_title, spread_windows
 from hf_ralm.reranking.data import read_rerank_records, rerank_data_summary
+from hf_ralm.selection.rules import rank_correlation
 from hf_ralm.selection.rules import ranking_span
 from hf_ralm.retrieval.analysis import ANALYSIS
 from hf_ralm.passages import Passage
@@ -125,6 +126,14 @@ def test_records_hold_numbers_and_ids_only(collected):
     assert summary["articles"] == len({r["article"] for r in collected["records"]})
     assert summary["distinct_passages"] == len({i for r in collected["records"] for i in r["passage_ids"]})
     assert 0 <= summary["no_passage_best"] <= 1 and summary["seconds"] > 0
+    passages = [(r["ranking_nlls"][:-1], r["target_nlls"][:-1]) for r in collected["records"]]
+    best = [targets.index(min(targets)) for _, targets in passages]
+    assert summary["top1_is_oracle"] == sum(b == 0 for b in best) / len(best)
+    assert summary["zero_shot_is_oracle"] == sum(ranking.index(min(ranking)) == b
+                                                 for (ranking, _), b in zip(passages, best)) / len(best)
+    rhos = [rank_correlation(ranking, targets) for ranking, targets in passages if len(ranking) > 1]
+    assert summary["ranking_target_correlation"] == pytest.approx(sum(rhos) / len(rhos), abs=1e-12)
+    assert -1 <= summary["ranking_target_correlation"] <= 1
 
 
 def test_two_builds_of_an_index_give_the_same_passage_ids(setup, tmp_path):

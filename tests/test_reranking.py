@@ -25,7 +25,9 @@ from hf_ralm.evaluation import evaluate_perplexity
 from hf_ralm.model_inputs import passage_prefix
 from hf_ralm.selection.rerank import rerank_windows
 from hf_ralm.selection.rankers import LMReranker
-from hf_ralm.selection.rules import choose_option, fit_reranker_input, random_choice, ranking_span
+from hf_ralm.selection.rules import (
+    choose_option, fit_reranker_input, random_choice, rank_correlation, ranking_span,
+)
 from hf_ralm.passages import NO_PASSAGE, Passage
 from hf_ralm.retrieval.files import load_retrieval_file
 from hf_ralm.windows import place_passage, plan_windows
@@ -262,6 +264,26 @@ def test_fit_reranker_input():
     assert fit_reranker_input([1, 2, 3, 4, 5], [6], [8, 9], max_length=4) == ([1, 2, 8, 9], 2)  # passage gives way
     with pytest.raises(ValueError, match="cannot hold"):
         fit_reranker_input([1], [2], [3, 4, 5], max_length=3)
+
+
+def test_rank_correlation_is_spearmans_rho():
+    rng = random.Random(0)
+    for n in (2, 5, 17):
+        ranking, target = [rng.random() for _ in range(n)], [rng.random() for _ in range(n)]
+        order = {name: sorted(range(n), key=values.__getitem__) for name, values in
+                 (("ranking", ranking), ("target", target))}
+        rank = {name: {i: r for r, i in enumerate(o)} for name, o in order.items()}
+        # the textbook form for distinct values: 1 - 6 sum(d^2) / (n (n^2 - 1))
+        d2 = sum((rank["ranking"][i] - rank["target"][i]) ** 2 for i in range(n))
+        assert rank_correlation(ranking, target) == pytest.approx(1 - 6 * d2 / (n * (n * n - 1)), abs=1e-12)
+    assert rank_correlation([1.0, 2.0, 3.0], [10.0, 20.0, 30.0]) == pytest.approx(1.0)
+    assert rank_correlation([1.0, 2.0, 3.0], [30.0, 20.0, 10.0]) == pytest.approx(-1.0)
+    # a tie keeps the candidates' order: [5, 5, 1] ranks as [1, 2, 0], the same order as [2, 3, 1]
+    assert rank_correlation([5.0, 5.0, 1.0], [2.0, 3.0, 1.0]) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="two equally long lists of at least 2"):
+        rank_correlation([1.0, 2.0], [1.0])
+    with pytest.raises(ValueError, match="at least 2"):
+        rank_correlation([1.0], [1.0])
 
 
 def test_ranking_span_is_clipped_to_the_window():

@@ -46,6 +46,7 @@ import datasets
 
 from ..errors import SettingError, setting
 from ..records import RecordStore
+from ..selection.rules import choose_lowest, rank_correlation
 
 METADATA_FILE = "rerank_data.json"
 
@@ -170,8 +171,10 @@ def read_rerank_records(folder: str | os.PathLike) -> tuple[list[dict[str, Any]]
 def rerank_data_summary(folder: str | os.PathLike) -> dict[str, Any]:
     """What a rerank data folder holds, from its records alone: ``windows``, ``articles``, ``distinct_passages``,
     ``candidates`` (passages in all), ``no_passage_best`` (share of windows whose lowest target NLL is without a
-    passage), ``top1_is_oracle`` (share whose best passage is retrieval's first) and ``seconds`` (what the chunks
-    took to compute, across resumes).
+    passage), ``top1_is_oracle`` (share whose best passage is retrieval's first), ``zero_shot_is_oracle`` (share
+    whose best passage is also the reader's lowest ranking NLL: zero-shot reranking's hit rate),
+    ``ranking_target_correlation`` (the mean over windows of :func:`~hf_ralm.selection.rules.rank_correlation`
+    between the passages' ranking and target NLLs) and ``seconds`` (what the chunks took to compute, across resumes).
 
     Example::
 
@@ -179,7 +182,8 @@ def rerank_data_summary(folder: str | os.PathLike) -> dict[str, Any]:
     """
     records, _, _ = read_rerank_records(folder)
     best = [min(range(len(r["target_nlls"])), key=r["target_nlls"].__getitem__) for r in records]
-    best_passage = [min(range(len(r["passage_ids"])), key=r["target_nlls"].__getitem__) for r in records]
+    best_passage = [choose_lowest(r["target_nlls"][: len(r["passage_ids"])]) for r in records]
+    ranked = [r for r in records if len(r["passage_ids"]) > 1]
     return {
         "windows": len(records),
         "articles": len({r["article"] for r in records}),
@@ -187,6 +191,11 @@ def rerank_data_summary(folder: str | os.PathLike) -> dict[str, Any]:
         "candidates": sum(len(r["passage_ids"]) for r in records),
         "no_passage_best": sum(b == len(r["passage_ids"]) for b, r in zip(best, records)) / len(records),
         "top1_is_oracle": sum(b == 0 for b in best_passage) / len(records),
+        "zero_shot_is_oracle": sum(choose_lowest(r["ranking_nlls"][: len(r["passage_ids"])]) == b
+                                   for r, b in zip(records, best_passage)) / len(records),
+        "ranking_target_correlation": (sum(rank_correlation(r["ranking_nlls"][: len(r["passage_ids"])],
+                                                            r["target_nlls"][: len(r["passage_ids"])])
+                                           for r in ranked) / len(ranked)) if ranked else None,
         "seconds": RerankDataWriter.chunk_seconds(folder),
     }
 

@@ -61,6 +61,23 @@ def choose_option(ranking_nlls: Sequence[float], no_passage_last: bool, no_passa
     return best if ranking_nlls[-1] - ranking_nlls[best] >= no_passage_margin else len(ranking_nlls) - 1
 
 
+def rank_correlation(ranking_nlls: Sequence[float], target_nlls: Sequence[float]) -> float:
+    """Spearman's rank correlation between the candidates' ranking NLLs and their target NLLs: how well ranking
+    on the prefix's last tokens tells which passage helps the window (1: the same order, 0: no information; zero-shot
+    reranking can beat retrieval's order only where it is clearly positive). Ties keep the candidates' order.
+
+    Example:
+        >>> rank_correlation([3.0, 1.0, 2.0], [30.0, 10.0, 20.0]), rank_correlation([1.0, 2.0, 3.0], [3.0, 2.0, 1.0])
+        (1.0, -1.0)
+    """
+    if len(ranking_nlls) != len(target_nlls) or len(ranking_nlls) < 2:
+        raise ValueError(f"A rank correlation needs two equally long lists of at least 2 NLLs, not "
+                         f"{len(ranking_nlls)} and {len(target_nlls)}.")
+    ranking, target = (np.argsort(np.argsort(np.asarray(v, dtype=np.float64), kind="stable"))
+                       for v in (ranking_nlls, target_nlls))  # ranks; the inner sort keeps ties in candidate order
+    return float(np.corrcoef(ranking, target)[0, 1])
+
+
 def random_choice(seed: int, window_index: int, num_candidates: int) -> int:
     """A uniform choice among ``num_candidates``, reproducible per ``(seed, window)`` whatever the batching."""
     if num_candidates < 1:
