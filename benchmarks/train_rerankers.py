@@ -45,6 +45,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--learning-rate", type=float, default=2e-5)
     parser.add_argument("--eval-points", type=int, default=10)
+    parser.add_argument("--bf16", action="store_true", help="bfloat16 mixed precision (see bench_reranker_training)")
     parser.add_argument("--plot-only", action="store_true", help="draw the table and plots from the records")
     return parser.parse_args(argv)
 
@@ -76,10 +77,11 @@ def train_one(args, variant: str, size: int, summary: dict) -> dict | None:
     folder = Path(args.models_dir) / f"{variant}-{size}"
     results = train_reranker(args.data, output_dir=folder, no_passage_candidate=VARIANTS[variant],
                              max_train_windows=size, epochs=args.epochs, batch_size=args.batch_size,
-                             learning_rate=args.learning_rate, eval_points=args.eval_points)
+                             learning_rate=args.learning_rate, eval_points=args.eval_points, bf16=args.bf16)
     record = {"variant": variant, "size": size, "results": results,
               "curve": json.loads((folder / CURVE_FILE).read_text(encoding="utf-8")),
-              "data": summary, "settings": {k: getattr(args, k) for k in ("epochs", "batch_size", "learning_rate")},
+              "data": summary,
+              "settings": {k: getattr(args, k) for k in ("epochs", "batch_size", "learning_rate", "bf16")},
               "model_dir": str(folder)}
     write_json_atomic(str(record_path), record)
     return record

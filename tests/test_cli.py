@@ -278,7 +278,7 @@ COMMAND_FLAGS = {
                     "--output-dir", "--chunk-size", "--overwrite", "--num-shards", "--shard-id"},
     "train-reranker": {"--data", "--init", "--output-dir", "--push-to-hub", "--epochs", "--batch-size",
                        "--learning-rate", "--seed", "--eval-fraction", "--no-passage-candidate", "--max-train-windows",
-                       "--eval-points", "--articles", "--index-dir"},
+                       "--eval-points", "--bf16", "--articles", "--index-dir"},
 }
 
 
@@ -287,7 +287,7 @@ def test_help_lists_only_the_commands_flags(capsys, command):
     with pytest.raises(SystemExit) as info:
         main([command, "--help"])
     assert info.value.code == 0
-    listed = set(re.findall(r"^  (?:-h, )?(--[a-z-]+)", capsys.readouterr().out, re.MULTILINE)) - {"--help"}
+    listed = set(re.findall(r"^  (?:-h, )?(--[a-z0-9-]+)", capsys.readouterr().out, re.MULTILINE)) - {"--help"}
     assert listed == COMMAND_FLAGS[command] | {"--debug"}  # every command takes --debug
 
 

@@ -366,6 +366,30 @@ def test_loss_module_scores_through_the_cross_encoder(trained):
     assert loss.item() == pytest.approx(predictive_loss([torch.tensor(s) for s in scores], labels).item(), abs=1e-4)
 
 
+def test_loss_in_length_groups_equals_one_padded_forward(tiny_init):
+    from sentence_transformers import CrossEncoder
+
+    rows = synthetic_rows(12, seed=3)
+    for i, row in enumerate(rows):  # lengths that differ a lot, in no particular order
+        row["candidates"] = [c + " filler words" * ((i * 7 + j * 3) % 11) for j, c in enumerate(row["candidates"])]
+    inputs = [[row["prefix"] for row in rows], [row["candidates"] for row in rows]]
+    labels = [torch.tensor(row["target_logprobs"]) for row in rows]
+    results = {}
+    for per_forward in (3, 10**6):  # length groups of 3 pairs; all pairs in one padded forward
+        model = CrossEncoder(str(tiny_init), num_labels=1)
+        model.model.train()
+        loss_module = PredictiveRerankLoss(model)
+        loss_module.pairs_per_forward = per_forward
+        loss = loss_module(inputs, labels)
+        loss.backward()
+        results[per_forward] = (loss.item(), {n: p.grad.clone() for n, p in model.model.named_parameters()
+                                              if p.grad is not None})
+    (grouped, grouped_grads), (whole, whole_grads) = results[3], results[10**6]
+    assert grouped == pytest.approx(whole, abs=1e-5) and grouped_grads.keys() == whole_grads.keys()
+    for name, grad in grouped_grads.items():
+        assert torch.allclose(grad, whole_grads[name], atol=1e-5, rtol=1e-4), name
+
+
 def test_model_card_states_the_setting_data_loss_and_figures(trained):
     card = (trained.model_dir / "README.md").read_text()
     r = trained.results
@@ -381,6 +405,63 @@ def test_model_card_states_the_setting_data_loss_and_figures(trained):
                      f"| {r['nll_retrieval_top1']:.4f} |", f"| {r['nll_oracle']:.4f} |",
                      f'reranker_model="{REPO_ID}")', f'CrossEncoder("{REPO_ID}")'):
         assert expected in card, expected
+
+
+def test_an_interrupted_training_resumes_to_the_same_model(trained, tiny_init, tmp_path, monkeypatch):
+    from safetensors.torch import load_file
+
+    from hf_ralm.errors import SettingError
+
+    rows, forward, calls = synthetic_rows(100), PredictiveRerankLoss.forward, []
+
+    def interrupted(self, *args, **kwargs):  # killed during step 20, after a curve point (a checkpoint)
+        calls.append(1)
+        if len(calls) == 20:
+            raise KeyboardInterrupt
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(PredictiveRerankLoss, "forward", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        train(tmp_path / "model", tiny_init, rows)
+    points = [point["step"] for point in json.loads((trained.model_dir / CURVE_FILE).read_text())]
+    last = max(step for step in points if step < 20)
+    assert 0 < last < 20 < points[-1]  # resuming has steps to redo and steps to do
+    assert sorted(p.name for p in (tmp_path / "model" / "checkpoints").iterdir()) == [f"checkpoint-{last}"]
+    monkeypatch.setattr(PredictiveRerankLoss, "forward", forward)
+    with pytest.raises(SettingError, match="differs in data, no_passage_candidate"):
+        train(tmp_path / "model", tiny_init, rows, no_passage_candidate=True)
+    with pytest.raises(SettingError, match="differs in data"):
+        train(tmp_path / "model", tiny_init, synthetic_rows(100, seed=1))
+
+    results = train(tmp_path / "model", tiny_init, rows)  # resumes after that point
+    assert not (tmp_path / "model" / "checkpoints").exists()
+    # the same model as the uninterrupted run of the `trained` fixture (same rows and settings)
+    resumed, whole = (load_file(folder / "model.safetensors") for folder in (tmp_path / "model", trained.model_dir))
+    assert resumed.keys() == whole.keys() and all(torch.equal(resumed[k], whole[k]) for k in whole)
+    assert {k: v for k, v in results.items() if k != "train_seconds"} == pytest.approx(
+        {k: v for k, v in trained.results.items() if k != "train_seconds"})
+    curves = [json.loads((folder / CURVE_FILE).read_text()) for folder in (tmp_path / "model", trained.model_dir)]
+    assert len(curves[0]) == len(curves[1])
+    for resumed_point, whole_point in zip(*curves):
+        assert {k: v for k, v in resumed_point.items() if k != "eval_seconds"} == pytest.approx(
+            {k: v for k, v in whole_point.items() if k != "eval_seconds"})
+
+
+def test_bf16_trains_in_mixed_precision_and_saves_float32_weights(tmp_path, tiny_init):
+    from safetensors.torch import load_file
+
+    rows = synthetic_rows(40)
+    runs = {name: train(tmp_path / name, tiny_init, rows, bf16=bf16)
+            for name, bf16 in (("float32", False), ("float32-again", False), ("bf16", True))}
+    weights = {name: load_file(tmp_path / name / "model.safetensors") for name in runs}
+    # float32 training is deterministic: any difference in the bf16 run comes from its bfloat16 arithmetic
+    assert all(torch.equal(weights["float32"][key], weights["float32-again"][key]) for key in weights["float32"])
+    assert any(not torch.equal(weights["float32"][key], weights["bf16"][key]) for key in weights["float32"])
+    assert all(tensor.dtype == torch.float32 for tensor in weights["bf16"].values())
+    assert runs["bf16"]["eval_loss"] < runs["bf16"]["eval_loss_init"]
+    assert runs["bf16"]["eval_loss"] == pytest.approx(runs["float32"]["eval_loss"], rel=0.05)
+    assert "bfloat16 mixed precision" in (tmp_path / "bf16" / "README.md").read_text()
+    assert "seed 0, float32;" in (tmp_path / "float32" / "README.md").read_text()
 
 
 def test_push_uploads_the_folder_with_its_card(trained):

@@ -21,7 +21,7 @@ import json
 import logging
 import math
 import os
-import tempfile
+import shutil
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -31,6 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import SettingError, setting
+from ..utils.atomic import write_json_atomic
 from ..selection.predictive import NO_PASSAGE_TEXT, PredictiveReranker, argmax_first
 from .data import candidate_counts, load_rerank_data, text_rows
 
@@ -44,6 +45,8 @@ logger = logging.getLogger(__name__)
 DEFAULT_INIT_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
 EVAL_RESULTS_FILE = "eval_results.json"
 CURVE_FILE = "training_curve.json"
+CHECKPOINTS_DIR = "checkpoints"  # in output_dir while training: the trainer's checkpoint at the last curve point
+PROGRESS_FILE = "hf_ralm_progress.json"  # in each checkpoint: the settings, the curve so far, the time spent
 
 CITATION = """@article{ram2023incontext,
   title = {In-Context Retrieval-Augmented Language Models},
@@ -107,6 +110,9 @@ class PredictiveRerankLoss(nn.Module):
         trainer = CrossEncoderTrainer(model=cross_encoder, train_dataset=dataset, loss=loss)
     """
 
+    pairs_per_forward: int = 32
+    """(prefix, candidate) pairs per forward of the cross-encoder, grouped by length."""
+
     def __init__(self, model: CrossEncoder) -> None:
         super().__init__()
         if model.num_labels != 1:
@@ -132,8 +138,16 @@ class PredictiveRerankLoss(nn.Module):
         prefixes, candidates = inputs
         counts = [len(passages) for passages in candidates]
         pairs = [(prefix, passage) for prefix, passages in zip(prefixes, candidates) for passage in passages]
-        tokens = batch_to_device(self.model.preprocess(pairs, prompt=prompt, task=task), self.model.device)
-        logits = self.model(tokens)["scores"].view(-1)
+        # A step holds every candidate of every window (136 pairs at k=16 and 8 windows). Padded to the longest of
+        # them, about a third of the tokens are padding; forwards over pairs of similar length (sorted by characters,
+        # as CrossEncoder.predict does) pad little. Padding is masked, so the scores are the same either way.
+        order = sorted(range(len(pairs)), key=lambda i: len(pairs[i][0]) + len(pairs[i][1]))
+        logits = torch.empty(len(pairs), device=self.model.device)
+        for start in range(0, len(order), self.pairs_per_forward):
+            group = order[start : start + self.pairs_per_forward]
+            tokens = self.model.preprocess([pairs[i] for i in group], prompt=prompt, task=task)
+            scores = self.model(batch_to_device(tokens, self.model.device))["scores"].view(-1)
+            logits = logits.index_put((torch.tensor(group, device=logits.device),), scores.to(logits.dtype))
         return predictive_loss(list(torch.split(logits, counts)), labels)
 
     def get_config_dict(self) -> dict[str, Any]:
@@ -216,6 +230,7 @@ def train_reranker(
     learning_rate: float = 2e-5,
     seed: int = 42,
     eval_points: int = 10,
+    bf16: bool = False,
     push_to_hub: str | None = None,
     metadata: Mapping[str, Any] | None = None,
     articles: str | os.PathLike | None = None,
@@ -237,9 +252,13 @@ def train_reranker(
     stays the same as the data grows, and no article is on both sides), are held out; training uses the first
     ``max_train_windows`` of the others (all when ``None``). ``batch_size`` counts windows (each brings all its
     candidates). At ``eval_points`` evenly spaced training steps, the held-out Eq. 9 loss and the mean target NLL of
-    the reranker's choice are recorded: the learning curve (``output_dir/training_curve.json``). Returns the figures
+    the reranker's choice are recorded: the learning curve (``output_dir/training_curve.json``). At each of those
+    points the training is also checkpointed in ``output_dir/checkpoints``: run the same call again after an
+    interruption and it resumes from the last point with the same data order and random state (a checkpoint of other
+    settings or data is refused); the folder is removed once the model is saved. Returns the figures
     also written to ``output_dir/eval_results.json``: data sizes, the held-out Eq. 9 loss before and after training,
-    :func:`rerank_metrics` and ``train_seconds``. ``push_to_hub=REPO_ID`` then uploads the folder (see
+    :func:`rerank_metrics` and ``train_seconds``. ``bf16`` trains in bfloat16 mixed precision (autocast; the weights
+    stay float32, the held-out figures are computed in float32). ``push_to_hub=REPO_ID`` then uploads the folder (see
     :func:`push_reranker`).
 
     Example::
@@ -270,6 +289,12 @@ def train_reranker(
     train_set, eval_set = split_by_article(dataset, eval_fraction, max_train_windows)
     held_out = eval_set.to_dict()  # plain lists, read many times below (a tenth of the data or so)
     init_name = str(init) if init is not None else default_init()
+    hyperparameters = {"init": init_name, "epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate,
+                       "seed": seed, "eval_fraction": eval_fraction, "max_train_windows": max_train_windows,
+                       "bf16": bf16}
+    checkpoints = Path(output_dir) / CHECKPOINTS_DIR
+    progress = _resume_point(checkpoints, {**hyperparameters, "no_passage_candidate": no_passage_candidate,
+                                           "eval_points": eval_points, "data": _rows_fingerprint(train_set, eval_set)})
     set_seed(seed)  # the new classification head is initialised randomly
     model = CrossEncoder(init_name, num_labels=1)
     # Raw logits: they are f(x, d) of Eq. 9, and a saved sigmoid would make CrossEncoder(path).predict squash them.
@@ -280,12 +305,12 @@ def train_reranker(
         scores = reranker.scores(held_out["prefix"], held_out["candidates"])
         return _eval_loss(scores, held_out["target_logprobs"]), scores
 
-    eval_loss_init, _ = evaluate()
-    t0 = time.perf_counter()
-    train_loss, curve = _fit(model, train_set, evaluate, held_out["target_logprobs"], epochs=epochs,
-                             batch_size=batch_size, learning_rate=learning_rate, seed=seed, eval_points=eval_points,
-                             show_progress=show_progress)
-    train_seconds = time.perf_counter() - t0 - sum(point["eval_seconds"] for point in curve)
+    if "eval_loss_init" not in progress:
+        progress["eval_loss_init"], _ = evaluate()
+    train_loss, curve, elapsed = _fit(model, train_set, evaluate, held_out["target_logprobs"], checkpoints, progress,
+                                      epochs=epochs, batch_size=batch_size, learning_rate=learning_rate, seed=seed,
+                                      eval_points=eval_points, bf16=bf16, show_progress=show_progress)
+    train_seconds = elapsed - sum(point["eval_seconds"] for point in curve)
     eval_loss, eval_scores = evaluate()
     results = {
         "no_passage_candidate": no_passage_candidate,
@@ -297,18 +322,16 @@ def train_reranker(
         "eval_candidates": sum(candidate_counts(eval_set)),
         "unused_windows": dataset.num_rows - train_set.num_rows - eval_set.num_rows,
         "train_loss": train_loss,
-        "eval_loss_init": eval_loss_init,
+        "eval_loss_init": progress["eval_loss_init"],
         "eval_loss": eval_loss,
         **rerank_metrics(eval_scores, held_out["target_logprobs"], no_passage_candidate),
         "train_seconds": train_seconds,
     }
-    hyperparameters = {"init": init_name, "epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate,
-                       "seed": seed, "eval_fraction": eval_fraction, "max_train_windows": max_train_windows}
-
     base_model = DEFAULT_INIT_HUB_ID if init is None else (None if Path(init_name).exists() else init_name)
     card = model_card(metadata, results, hyperparameters, model_id=push_to_hub or str(output_dir),
                       base_model=base_model)
     _save(model, Path(output_dir), results, card, curve)
+    shutil.rmtree(checkpoints, ignore_errors=True)  # the saved model supersedes them
     if push_to_hub:
         push_reranker(output_dir, push_to_hub)
     return results
@@ -387,52 +410,90 @@ def push_reranker(folder: str | os.PathLike, repo_id: str, *, token: str | None 
     return commit.commit_url
 
 
-def _fit(model: CrossEncoder, train_set: datasets.Dataset, evaluate, eval_targets, *, epochs: float,
-         batch_size: int, learning_rate: float, seed: int, eval_points: int,
-         show_progress: bool) -> tuple[float, list[dict[str, float]]]:
-    """Fine-tunes ``model`` with Eq. 9 on ``train_set`` through CrossEncoderTrainer; returns the mean training loss
-    and the learning curve: at ``eval_points`` evenly spaced steps, the mean training loss of the steps since the
-    previous point, and the held-out loss and mean target NLL of the reranker's choice (``evaluate()``)."""
+def _fit(model: CrossEncoder, train_set: datasets.Dataset, evaluate, eval_targets, checkpoints: Path,
+         progress: dict[str, Any], *, epochs: float, batch_size: int, learning_rate: float, seed: int,
+         eval_points: int, bf16: bool, show_progress: bool) -> tuple[float, list[dict[str, float]], float]:
+    """Fine-tunes ``model`` with Eq. 9 on ``train_set`` through CrossEncoderTrainer, from the checkpoint in
+    ``progress`` when there is one (:func:`_resume_point`); returns the mean training loss, the learning curve (at
+    ``eval_points`` evenly spaced steps: the mean training loss of the steps since the previous point, and the
+    held-out loss and mean target NLL of the reranker's choice, ``evaluate()``) and the seconds spent, across
+    resumes. Each curve point is also a checkpoint in ``checkpoints``, with ``progress`` beside it."""
     from sentence_transformers.cross_encoder import CrossEncoderTrainer, CrossEncoderTrainingArguments
     from transformers import TrainerCallback
 
     steps = max(1, math.ceil(math.ceil(train_set.num_rows / batch_size) * epochs))
     at = {max(1, round(steps * (i + 1) / eval_points)) for i in range(eval_points)}
-    curve: list[dict[str, float]] = []
-    losses: list[float] = []  # the loss of every step, read from the trainer's log (logging_steps=1)
+    curve: list[dict[str, float]] = progress.setdefault("curve", [])
+    started = time.perf_counter() - progress.setdefault("elapsed", 0.0)
+
+    def step_losses(state, after: int) -> list[float]:  # the trainer's log (logging_steps=1), kept in checkpoints
+        return [entry["loss"] for entry in state.log_history if "loss" in entry and entry["step"] > after]
 
     class LearningCurve(TrainerCallback):
         def on_log(self, args, state, control, logs=None, **kwargs):
-            if not logs or "loss" not in logs:
-                return
-            losses.append(logs["loss"])
-            if state.global_step not in at:
+            if not logs or "loss" not in logs or state.global_step not in at:
                 return
             t0 = time.perf_counter()
             model.model.eval()
             loss, scores = evaluate()
             model.model.train()
-            since = losses[curve[-1]["step"] if curve else 0 :]
+            since = step_losses(state, curve[-1]["step"] if curve else 0)
             curve.append({"step": state.global_step, "epoch": state.epoch, "train_loss": sum(since) / len(since),
                           "eval_loss": loss,
                           "eval_nll_reranker": -sum(w[argmax_first(s)] for w, s in zip(eval_targets, scores))
                           / len(scores),
                           "eval_seconds": time.perf_counter() - t0})
+            control.should_save = True
 
-    with tempfile.TemporaryDirectory(prefix="hf-ralm-reranker-") as work_dir:  # the trainer's scratch, not kept
-        args = CrossEncoderTrainingArguments(
-            output_dir=work_dir, num_train_epochs=epochs, per_device_train_batch_size=batch_size,
-            learning_rate=learning_rate, seed=seed, save_strategy="no", report_to="none",
-            disable_tqdm=not show_progress, logging_steps=1,
-            dataloader_pin_memory=False,  # batches are texts, tokenised in the loss: nothing to pin
-        )
-        # Column order matters: the collator passes (prefix, candidates) as inputs and "labels" as the targets.
-        columns = train_set.select_columns(["prefix", "candidates", "target_logprobs"])
-        trainer = CrossEncoderTrainer(
-            model=model, args=args, train_dataset=columns.rename_column("target_logprobs", "labels"),
-            loss=PredictiveRerankLoss(model), callbacks=[LearningCurve()],
-        )
-        return trainer.train().training_loss, curve
+        def on_save(self, args, state, control, **kwargs):
+            progress["elapsed"] = time.perf_counter() - started
+            folder = checkpoints / f"checkpoint-{state.global_step}"
+            write_json_atomic(str(folder / PROGRESS_FILE), progress)
+
+    args = CrossEncoderTrainingArguments(
+        output_dir=str(checkpoints), num_train_epochs=epochs, per_device_train_batch_size=batch_size,
+        learning_rate=learning_rate, seed=seed, report_to="none", disable_tqdm=not show_progress, logging_steps=1,
+        save_strategy="no", save_total_limit=1,  # saved at the curve's points (LearningCurve), the last one kept
+        # mixed precision on the model's device: the trainer refuses bf16 without a GPU unless told it is a CPU
+        bf16=bf16, use_cpu=model.device.type == "cpu",
+        dataloader_pin_memory=False,  # batches are texts, tokenised in the loss: nothing to pin
+    )
+    # Column order matters: the collator passes (prefix, candidates) as inputs and "labels" as the targets.
+    columns = train_set.select_columns(["prefix", "candidates", "target_logprobs"])
+    trainer = CrossEncoderTrainer(
+        model=model, args=args, train_dataset=columns.rename_column("target_logprobs", "labels"),
+        loss=PredictiveRerankLoss(model), callbacks=[LearningCurve()],
+    )
+    trainer.train(resume_from_checkpoint=progress.get("checkpoint"))
+    losses = step_losses(trainer.state, 0)
+    return sum(losses) / len(losses), curve, time.perf_counter() - started
+
+
+def _resume_point(checkpoints: Path, identity: dict[str, Any]) -> dict[str, Any]:
+    """The progress of an interrupted training with these settings and data (``identity``), with the path of its
+    last checkpoint under ``"checkpoint"``; a fresh ``{"identity": identity}`` when there is none. A checkpoint of
+    another training is refused."""
+    saved = sorted(checkpoints.glob(f"checkpoint-*/{PROGRESS_FILE}"), key=lambda p: int(p.parent.name.split("-")[1]))
+    if not saved:
+        return {"identity": identity}
+    progress = json.loads(saved[-1].read_text(encoding="utf-8"))
+    if progress["identity"] != identity:
+        changed = sorted(k for k in identity.keys() | progress["identity"].keys()
+                         if identity.get(k) != progress["identity"].get(k))
+        raise SettingError(
+            f"{checkpoints} holds a checkpoint of another training (it differs in {', '.join(changed)}): delete that "
+            "folder to start over, or pass another output_dir (--output-dir).")
+    logger.info("Resuming the reranker's training from %s", saved[-1].parent)
+    return {**progress, "checkpoint": str(saved[-1].parent)}
+
+
+def _rows_fingerprint(*datasets_: datasets.Dataset) -> str:
+    """A SHA-256 of the rows' texts and targets: a checkpoint resumes only on the data it was trained on."""
+    digest = hashlib.sha256()
+    for dataset in datasets_:
+        digest.update(json.dumps(dataset.select_columns(["prefix", "candidates", "target_logprobs"]).to_dict())
+                      .encode("utf-8"))
+    return digest.hexdigest()
 
 
 def _save(model: CrossEncoder, output_dir: Path, results: dict[str, Any], card: str,
@@ -528,7 +589,8 @@ distribution over the candidates, averaged over windows:
 {"The empty passage is one more candidate, with the reader's log-probability of `y` without a passage: the reranker "
  "also learns when no passage is best (a learned retrieval gate). " if no_passage else ""}Initialisation:
 `{hp['init']}`{f" ({base_model})" if base_model else ""}; {hp['epochs']} epoch(s), batch size {hp['batch_size']}
-windows, learning rate {hp['learning_rate']}, seed {hp['seed']}; {r['train_seconds'] / 60:.1f} minutes of training.
+windows, learning rate {hp['learning_rate']}, seed {hp['seed']}, {"bfloat16 mixed precision" if hp.get("bf16")
+else "float32"}; {r['train_seconds'] / 60:.1f} minutes of training.
 Mean training loss {r['train_loss']:.4f}.
 
 ## Evaluation (held-out windows)

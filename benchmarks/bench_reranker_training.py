@@ -1,0 +1,113 @@
+"""What the predictive reranker's training gains from forwards over pairs of similar length and from bfloat16 mixed
+precision, measured side by side.
+
+The same training (``hf_ralm.reranking.train_reranker`` from all-MiniLM-L6-v2, Eq. 9 over each window's passages, the
+first ``--windows`` training windows of the rerank data, batch 8: 136 (prefix, passage) pairs a step at k=16) runs
+three times: in float32 with all of a step's pairs in one padded forward (the cross-encoder's plain way), in float32
+with the pairs in forwards of 32 grouped by length (``PredictiveRerankLoss.pairs_per_forward``, the default), and the
+same with ``bf16=True``. Each runs in its own process so that each reports its own peak memory. Printed per variant:
+seconds per training step (evaluation excluded), seconds per held-out window of an evaluation (in float32, as
+training evaluates), the process's resident memory once the texts are loaded and its
+peak, and the held-out figures after training (Eq. 9 loss, mean target NLL of the choice), so that speed is not
+bought with quality::
+
+    python -m benchmarks.bench_reranker_training --windows 32
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import multiprocessing
+import sys
+from pathlib import Path
+
+from benchmarks.bench_setup import CACHE, REPO
+
+VARIANTS = {  # name: (bf16, pairs per forward; None: all of a step's pairs in one forward)
+    "float32, one padded forward": (False, None),
+    "float32, length groups": (False, 32),
+    "bf16, length groups": (True, 32),
+}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", default=str(REPO / "benchmarks" / "runs" / "rerank-data-smollm2"))
+    parser.add_argument("--windows", type=int, default=32, help="training windows (default %(default)s)")
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--out", default=str(CACHE / "bench-reranker-training"), help="where the models go")
+    return parser.parse_args(argv)
+
+
+def resident_mb() -> dict[str, float]:
+    """This process's resident memory now and at its peak (Linux), in MB."""
+    fields = {}
+    with open("/proc/self/status", encoding="utf-8") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                fields[key] = int(value.split()[0]) / 1024
+    return {"now": fields["VmRSS"], "peak": fields["VmHWM"]}
+
+
+def train_variant(args: argparse.Namespace, variant: str, queue) -> None:
+    """One training in this (child) process; puts its figures on ``queue``."""
+    import torch
+
+    from hf_ralm.reranking import load_rerank_data, train_reranker
+    from hf_ralm.reranking.training import CURVE_FILE, PredictiveRerankLoss
+
+    bf16, per_forward = VARIANTS[variant]
+    PredictiveRerankLoss.pairs_per_forward = per_forward or 10**9
+    dataset, metadata = load_rerank_data(args.data)
+    dataset = dataset.select(range(args.records))  # what the data held when the run began, for every variant
+    loaded = resident_mb()["now"]
+    output_dir = f"{args.out}/{list(VARIANTS).index(variant)}"
+    results = train_reranker(dataset, output_dir=output_dir, metadata=metadata,
+                             max_train_windows=args.windows, batch_size=args.batch_size, bf16=bf16,
+                             eval_points=1, show_progress=False)
+    steps = math.ceil(results["train_windows"] / args.batch_size)
+    curve = json.loads((Path(output_dir) / CURVE_FILE).read_text(encoding="utf-8"))
+    queue.put({"variant": variant, "threads": torch.get_num_threads(), "steps": steps,
+               "s_per_step": results["train_seconds"] / steps, "rss_loaded_mb": loaded,
+               "eval_s_per_window": curve[-1]["eval_seconds"] / results["eval_windows"],
+               "rss_peak_mb": resident_mb()["peak"], **{k: results[k] for k in (
+                   "train_windows", "eval_windows", "eval_loss_init", "eval_loss", "nll_reranker",
+                   "nll_retrieval_top1", "oracle_agreement")}})
+
+
+def main(argv=None) -> int:
+    from hf_ralm.reranking.data import read_rerank_records
+
+    args = parse_args(argv)
+    # a collection may be adding chunks to the data meanwhile: every variant trains and evaluates on the same records
+    args.records = len(read_rerank_records(args.data)[0])
+    context = multiprocessing.get_context("spawn")  # a fresh process per variant: its own peak memory
+    rows = []
+    for variant in VARIANTS:
+        queue = context.Queue()
+        child = context.Process(target=train_variant, args=(args, variant, queue))
+        child.start()
+        rows.append(queue.get())
+        child.join()
+        if child.exitcode:
+            raise SystemExit(f"the {variant} training failed (exit code {child.exitcode})")
+        print(f"[bench] {json.dumps(rows[-1])}", file=sys.stderr)
+    base = rows[0]["s_per_step"]
+    print(f"{rows[0]['train_windows']} training windows ({rows[0]['steps']} steps of {args.batch_size} windows), "
+          f"{rows[0]['eval_windows']} held-out windows, {rows[0]['threads']} threads\n")
+    print("| variant | s / step | speed-up | held-out s / window | RSS with texts (MB) | peak RSS (MB) | "
+          "held-out loss (before → after) | NLL of the choice | NLL top-1 | = oracle |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['variant']} | {r['s_per_step']:.2f} | {base / r['s_per_step']:.2f}× | "
+              f"{r['eval_s_per_window']:.2f} | {r['rss_loaded_mb']:.0f} | "
+              f"{r['rss_peak_mb']:.0f} | {r['eval_loss_init']:.4f} → {r['eval_loss']:.4f} | "
+              f"{r['nll_reranker']:.4f} | {r['nll_retrieval_top1']:.4f} | {r['oracle_agreement']:.1%} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
