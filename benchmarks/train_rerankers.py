@@ -11,7 +11,7 @@ Each trained folder goes to ``--models-dir/<variant>-<size>`` (a cross-encoder f
 ``--push-to-hub`` uploads); its figures and learning curve, with the data's summary, are kept as a small JSON record
 under ``--runs-dir`` (committed), so a rerun skips what is done and the table and plots are drawn from the records::
 
-    python benchmarks/train_rerankers.py --sizes 1000 2000 4000
+    python benchmarks/train_rerankers.py --sizes 1000 2000 4000 --records 4500 --bf16
     python benchmarks/train_rerankers.py --plot-only
 
 Outputs: ``--figures-dir/reranker_training.csv`` (one row per model), ``reranker_curves.png`` (held-out loss and NLL
@@ -36,6 +36,9 @@ VARIANTS = {"passages": False, "no-passage": True}
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", default=str(REPO / "benchmarks" / "runs" / "rerank-data-smollm2"))
+    parser.add_argument("--records", type=int,
+                        help="use the data's first N records (default: all): every model then trains and is "
+                             "evaluated on the same data however much the collection has added meanwhile")
     parser.add_argument("--runs-dir", default=str(REPO / "benchmarks" / "runs" / "rerank-training"))
     parser.add_argument("--models-dir", default=str(CACHE / "rerankers"))
     parser.add_argument("--figures-dir", default=str(REPO / "docs" / "figures"))
@@ -50,19 +53,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def training_windows(folder: str) -> int:
+def training_windows(dataset) -> int:
     """How many windows of the data are on the training side of the held-out split."""
-    import datasets
-
-    from hf_ralm.reranking.data import read_rerank_records
     from hf_ralm.reranking.training import split_by_article
 
-    articles = datasets.Dataset.from_dict({"article": [r["article"] for r in read_rerank_records(folder)[0]]})
-    return split_by_article(articles, 0.1)[0].num_rows
+    return split_by_article(dataset.select_columns(["article"]), 0.1)[0].num_rows
 
 
-def train_one(args, variant: str, size: int, summary: dict) -> dict | None:
-    """One model's record (trained now, or read back); ``None`` when the data has fewer training windows."""
+def train_one(args, variant: str, size: int, data, summary: dict) -> dict | None:
+    """One model's record (trained now, or read back); ``None`` when the data has fewer training windows. ``data`` is
+    ``(text rows, settings)``."""
     from hf_ralm.reranking import train_reranker
     from hf_ralm.reranking.training import CURVE_FILE
     from hf_ralm.utils.atomic import write_json_atomic
@@ -75,7 +75,7 @@ def train_one(args, variant: str, size: int, summary: dict) -> dict | None:
               f"{size}: skipped", file=sys.stderr)
         return None
     folder = Path(args.models_dir) / f"{variant}-{size}"
-    results = train_reranker(args.data, output_dir=folder, no_passage_candidate=VARIANTS[variant],
+    results = train_reranker(data[0], output_dir=folder, metadata=data[1], no_passage_candidate=VARIANTS[variant],
                              max_train_windows=size, epochs=args.epochs, batch_size=args.batch_size,
                              learning_rate=args.learning_rate, eval_points=args.eval_points, bf16=args.bf16)
     record = {"variant": variant, "size": size, "results": results,
@@ -151,12 +151,19 @@ def main(argv=None) -> int:
     if args.plot_only:
         records = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(Path(args.runs_dir).glob("*.json"))]
     else:
-        from hf_ralm.reranking.data import rerank_data_summary
+        from hf_ralm.reranking.data import load_rerank_data, rerank_data_summary
 
-        summary = {**rerank_data_summary(args.data), "training_windows": training_windows(args.data)}
+        dataset, settings = load_rerank_data(args.data)
+        if args.records is not None:
+            if dataset.num_rows < args.records:
+                print(f"[training] the data holds {dataset.num_rows} records, fewer than --records {args.records}: "
+                      "let the collection go on", file=sys.stderr)
+                return 1
+            dataset = dataset.select(range(args.records))
+        summary = {**rerank_data_summary(args.data, args.records), "training_windows": training_windows(dataset)}
         print(f"[training] data: {json.dumps(summary)}", file=sys.stderr)
         records = [r for variant in args.variants for size in sorted(args.sizes)
-                   if (r := train_one(args, variant, size, summary)) is not None]
+                   if (r := train_one(args, variant, size, (dataset, settings), summary)) is not None]
     rows = table(records)
     path = os.path.join(args.figures_dir, "reranker_training.csv")
     with open(path + ".tmp", "w", newline="", encoding="utf-8") as f:

@@ -134,6 +134,8 @@ def test_records_hold_numbers_and_ids_only(collected):
     rhos = [rank_correlation(ranking, targets) for ranking, targets in passages if len(ranking) > 1]
     assert summary["ranking_target_correlation"] == pytest.approx(sum(rhos) / len(rhos), abs=1e-12)
     assert -1 <= summary["ranking_target_correlation"] <= 1
+    first = rerank_data_summary(collected["folder"], max_records=2)
+    assert first["windows"] == 2 and first["articles"] == len({r["article"] for r in collected["records"][:2]})
 
 
 def test_two_builds_of_an_index_give_the_same_passage_ids(setup, tmp_path):

@@ -168,8 +168,9 @@ def read_rerank_records(folder: str | os.PathLike) -> tuple[list[dict[str, Any]]
     return records, settings, reproduce or {}
 
 
-def rerank_data_summary(folder: str | os.PathLike) -> dict[str, Any]:
-    """What a rerank data folder holds, from its records alone: ``windows``, ``articles``, ``distinct_passages``,
+def rerank_data_summary(folder: str | os.PathLike, max_records: int | None = None) -> dict[str, Any]:
+    """What a rerank data folder holds (its first ``max_records`` records; all when None), from its records alone:
+    ``windows``, ``articles``, ``distinct_passages``,
     ``candidates`` (passages in all), ``no_passage_best`` (share of windows whose lowest target NLL is without a
     passage), ``top1_is_oracle`` (share whose best passage is retrieval's first), ``zero_shot_is_oracle`` (share
     whose best passage is also the reader's lowest ranking NLL: zero-shot reranking's hit rate),
@@ -180,7 +181,7 @@ def rerank_data_summary(folder: str | os.PathLike) -> dict[str, Any]:
 
         rerank_data_summary("benchmarks/runs/rerank-data-smollm2")["windows"]
     """
-    records, _, _ = read_rerank_records(folder)
+    records = read_rerank_records(folder)[0][:max_records]
     best = [min(range(len(r["target_nlls"])), key=r["target_nlls"].__getitem__) for r in records]
     best_passage = [choose_lowest(r["target_nlls"][: len(r["passage_ids"])]) for r in records]
     ranked = [r for r in records if len(r["passage_ids"]) > 1]
