@@ -459,6 +459,12 @@ def test_bf16_trains_in_mixed_precision_and_saves_float32_weights(tmp_path, tiny
     assert any(not torch.equal(weights["float32"][key], weights["bf16"][key]) for key in weights["float32"])
     assert all(tensor.dtype == torch.float32 for tensor in weights["bf16"].values())
     assert runs["bf16"]["eval_loss"] < runs["bf16"]["eval_loss_init"]
+    # the held-out figures are those of the saved model run in float32, as users run it
+    held_out = split_by_article(text_rows(rows), 0.2)[1]
+    scores = PredictiveReranker(str(tmp_path / "bf16")).scores(held_out["prefix"], held_out["candidates"])
+    targets = [torch.tensor(t) for t in held_out["target_logprobs"]]
+    eval_loss = predictive_loss([torch.tensor(s) for s in scores], targets)
+    assert runs["bf16"]["eval_loss"] == pytest.approx(eval_loss.item(), abs=1e-6)
     assert runs["bf16"]["eval_loss"] == pytest.approx(runs["float32"]["eval_loss"], rel=0.05)
     assert "bfloat16 mixed precision" in (tmp_path / "bf16" / "README.md").read_text()
     assert "seed 0, float32;" in (tmp_path / "float32" / "README.md").read_text()

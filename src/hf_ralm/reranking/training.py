@@ -16,6 +16,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -23,7 +24,7 @@ import math
 import os
 import shutil
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -302,7 +303,8 @@ def train_reranker(
     reranker = PredictiveReranker(model)
 
     def evaluate() -> tuple[float, list[list[float]]]:
-        scores = reranker.scores(held_out["prefix"], held_out["candidates"])
+        with _full_precision(model):
+            scores = reranker.scores(held_out["prefix"], held_out["candidates"])
         return _eval_loss(scores, held_out["target_logprobs"]), scores
 
     if "eval_loss_init" not in progress:
@@ -467,6 +469,22 @@ def _fit(model: CrossEncoder, train_set: datasets.Dataset, evaluate, eval_target
     trainer.train(resume_from_checkpoint=progress.get("checkpoint"))
     losses = step_losses(trainer.state, 0)
     return sum(losses) / len(losses), curve, time.perf_counter() - started
+
+
+@contextlib.contextmanager
+def _full_precision(model: CrossEncoder) -> Iterator[None]:
+    """Within: the model's forward without mixed precision. Under ``bf16`` the trainer (through accelerate) replaces
+    the model's ``forward`` with one run under autocast and keeps the plain one as ``_original_forward``; the
+    held-out figures are computed as the saved model runs, in float32."""
+    wrapped, plain = model.__dict__.get("forward"), model.__dict__.get("_original_forward")
+    if wrapped is None or plain is None:
+        yield
+        return
+    model.forward = plain
+    try:
+        yield
+    finally:
+        model.forward = wrapped
 
 
 def _resume_point(checkpoints: Path, identity: dict[str, Any]) -> dict[str, Any]:
