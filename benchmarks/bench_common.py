@@ -17,6 +17,18 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
+def resident_bytes() -> dict[str, int]:
+    """This process's resident memory now (``"now"``) and at its peak so far (``"peak"``), in bytes, from Linux's
+    /proc (0 where a field is missing)."""
+    fields = {"VmRSS": 0, "VmHWM": 0}
+    with open("/proc/self/status", encoding="utf-8") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in fields:
+                fields[key] = int(value.split()[0]) * 1024
+    return {"now": fields["VmRSS"], "peak": fields["VmHWM"]}
+
+
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return f"cuda ({torch.cuda.get_device_name(device)})"

@@ -7,9 +7,8 @@ three times: in float32 with all of a step's pairs in one padded forward (the cr
 with the pairs in forwards of 32 grouped by length (``PredictiveRerankLoss.pairs_per_forward``, the default), and the
 same with ``bf16=True``. Each runs in its own process so that each reports its own peak memory. Printed per variant:
 seconds per training step (evaluation excluded), seconds per held-out window of an evaluation (in float32, as
-training evaluates), the process's resident memory once the texts are loaded and its
-peak, and the held-out figures after training (Eq. 9 loss, mean target NLL of the choice), so that speed is not
-bought with quality::
+training evaluates), the process's resident memory once the texts are loaded and its peak, and the held-out figures
+after training (Eq. 9 loss, mean target NLL of the choice), so that speed is not bought with quality::
 
     python -m benchmarks.bench_reranker_training --windows 32
 """
@@ -23,6 +22,7 @@ import multiprocessing
 import sys
 from pathlib import Path
 
+from benchmarks.bench_common import resident_bytes
 from benchmarks.bench_setup import CACHE, REPO
 
 VARIANTS = {  # name: (bf16, pairs per forward; None: all of a step's pairs in one forward)
@@ -41,17 +41,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def resident_mb() -> dict[str, float]:
-    """This process's resident memory now and at its peak (Linux), in MB."""
-    fields = {}
-    with open("/proc/self/status", encoding="utf-8") as f:
-        for line in f:
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                fields[key] = int(value.split()[0]) / 1024
-    return {"now": fields["VmRSS"], "peak": fields["VmHWM"]}
-
-
 def train_variant(args: argparse.Namespace, variant: str, queue) -> None:
     """One training in this (child) process; puts its figures on ``queue``."""
     import torch
@@ -63,7 +52,7 @@ def train_variant(args: argparse.Namespace, variant: str, queue) -> None:
     PredictiveRerankLoss.pairs_per_forward = per_forward or 10**9
     dataset, metadata = load_rerank_data(args.data)
     dataset = dataset.select(range(args.records))  # what the data held when the run began, for every variant
-    loaded = resident_mb()["now"]
+    loaded = resident_bytes()["now"] / 2**20
     output_dir = f"{args.out}/{list(VARIANTS).index(variant)}"
     results = train_reranker(dataset, output_dir=output_dir, metadata=metadata,
                              max_train_windows=args.windows, batch_size=args.batch_size, bf16=bf16,
@@ -73,7 +62,7 @@ def train_variant(args: argparse.Namespace, variant: str, queue) -> None:
     queue.put({"variant": variant, "threads": torch.get_num_threads(), "steps": steps,
                "s_per_step": results["train_seconds"] / steps, "rss_loaded_mb": loaded,
                "eval_s_per_window": curve[-1]["eval_seconds"] / results["eval_windows"],
-               "rss_peak_mb": resident_mb()["peak"], **{k: results[k] for k in (
+               "rss_peak_mb": resident_bytes()["peak"] / 2**20, **{k: results[k] for k in (
                    "train_windows", "eval_windows", "eval_loss_init", "eval_loss", "nll_reranker",
                    "nll_retrieval_top1", "oracle_agreement")}})
 

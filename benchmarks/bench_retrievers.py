@@ -39,19 +39,13 @@ import subprocess
 import sys
 import time
 
+from benchmarks.bench_common import resident_bytes
+
 HOME = os.path.expanduser("~")
 SHARED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data")
 QUERY_LENGTH = {"bm25": 32, "lucene": 32, "dense": 64, "hybrid": 64}
 BUILT = ("bm25", "lucene", "dense")
 MAX_LENGTH, STRIDE = 512, 4
-
-
-def rss_bytes() -> int:
-    with open("/proc/self/status", encoding="utf-8") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
 
 
 def folder_bytes(path: str) -> int:
@@ -127,12 +121,12 @@ def measure_one(args) -> None:
     torch.set_num_threads(torch.get_num_threads())
     with open(args.queries_file, encoding="utf-8") as f:
         queries = json.load(f)[str(QUERY_LENGTH[args.measure])]
-    rss0 = rss_bytes()
+    rss0 = resident_bytes()["now"]
     t0 = time.perf_counter()
     retriever = load_retriever(args.measure, index_dir=args.index_dir, corpus=[args.corpus_file],
                                forbidden_titles=read_forbidden_titles(args.forbidden_titles))
     load_s = time.perf_counter() - t0
-    rss_loaded = rss_bytes()
+    rss_loaded = resident_bytes()["now"]
     retriever.retrieve(queries[:8], k=1)  # warm-up (JIT, first FAISS/encoder call)
     top1 = []
     t0 = time.perf_counter()
@@ -140,7 +134,7 @@ def measure_one(args) -> None:
         top1 += [hits[0].id if hits else None for hits in retriever.retrieve(queries[start : start + 512], k=1)]
     query_s = time.perf_counter() - t0
     print(json.dumps({"load_s": load_s, "rss_before_load": rss0, "rss_after_load": rss_loaded,
-                      "rss_after_queries": rss_bytes(), "num_queries": len(queries), "query_s": query_s,
+                      "rss_after_queries": resident_bytes()["now"], "num_queries": len(queries), "query_s": query_s,
                       "queries_per_s": len(queries) / query_s, "top1": top1}))
 
 

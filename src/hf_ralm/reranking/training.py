@@ -143,12 +143,13 @@ class PredictiveRerankLoss(nn.Module):
         # them, about a third of the tokens are padding; forwards over pairs of similar length (sorted by characters,
         # as CrossEncoder.predict does) pad little. Padding is masked, so the scores are the same either way.
         order = sorted(range(len(pairs)), key=lambda i: len(pairs[i][0]) + len(pairs[i][1]))
-        logits = torch.empty(len(pairs), device=self.model.device)
+        by_length = []
         for start in range(0, len(order), self.pairs_per_forward):
-            group = order[start : start + self.pairs_per_forward]
-            tokens = self.model.preprocess([pairs[i] for i in group], prompt=prompt, task=task)
-            scores = self.model(batch_to_device(tokens, self.model.device))["scores"].view(-1)
-            logits = logits.index_put((torch.tensor(group, device=logits.device),), scores.to(logits.dtype))
+            group = [pairs[i] for i in order[start : start + self.pairs_per_forward]]
+            tokens = batch_to_device(self.model.preprocess(group, prompt=prompt, task=task), self.model.device)
+            by_length.append(self.model(tokens)["scores"].view(-1))
+        logits = torch.cat(by_length)
+        logits = logits[torch.tensor(order, device=logits.device).argsort()]  # back in the pairs' order
         return predictive_loss(list(torch.split(logits, counts)), labels)
 
     def get_config_dict(self) -> dict[str, Any]:
@@ -466,7 +467,7 @@ def _fit(model: CrossEncoder, train_set: datasets.Dataset, evaluate, eval_target
         model=model, args=args, train_dataset=columns.rename_column("target_logprobs", "labels"),
         loss=PredictiveRerankLoss(model), callbacks=[LearningCurve()],
     )
-    trainer.train(resume_from_checkpoint=progress.get("checkpoint"))
+    trainer.train(resume_from_checkpoint=progress.pop("checkpoint", None))  # the path is not saved with progress
     losses = step_losses(trainer.state, 0)
     return sum(losses) / len(losses), curve, time.perf_counter() - started
 
