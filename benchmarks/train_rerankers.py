@@ -132,11 +132,16 @@ def plot(records: list[dict], figures_dir: str) -> None:
                         if r["variant"] == variant)
         ax.plot(*zip(*points), marker="o", color=colors[variant], label=f"predictive ({variant})")
     last = max(records, key=lambda r: r["size"])["results"]
-    for name, key, color in (("BM25 top-1", "nll_retrieval_top1", "#999999"), ("oracle", "nll_oracle", "#c44e52"),
-                             ("no passage", "nll_no_passage", "#64b5cd")):
-        value = next((r["results"][key] for r in records if key in r["results"]), None)
+    # Every model has the same held-out windows, so a variant's references are the same at every size; its oracle
+    # is the best of its own candidates (with no-passage: the passages and none).
+    references = (("BM25 top-1", "nll_retrieval_top1", None, "#999999", "--"),
+                  ("no passage", "nll_no_passage", "no-passage", "#64b5cd", "--"),
+                  ("oracle (passages)", "nll_oracle", "passages", "#c44e52", "--"),
+                  ("oracle (passages or none)", "nll_oracle", "no-passage", "#c44e52", ":"))
+    for name, key, variant, color, style in references:
+        value = next((r["results"][key] for r in records if variant in (None, r["variant"])), None)
         if value is not None:
-            ax.axhline(value, color=color, ls="--", lw=1, label=name)
+            ax.axhline(value, color=color, ls=style, lw=1, label=name)
     ax.set(xscale="log", xlabel="training windows", ylabel="mean target NLL (nats / window)",
            title=f"Held-out windows ({last['eval_windows']}): the choice's NLL against data size")
     ax.legend(fontsize=8)
@@ -149,7 +154,7 @@ def main(argv=None) -> int:
     os.makedirs(args.runs_dir, exist_ok=True)
     os.makedirs(args.figures_dir, exist_ok=True)
     if args.plot_only:
-        records = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(Path(args.runs_dir).glob("*.json"))]
+        records = [json.loads(p.read_text(encoding="utf-8")) for p in Path(args.runs_dir).glob("*.json")]
     else:
         from hf_ralm.reranking.data import load_rerank_data, rerank_data_summary
 
@@ -164,6 +169,7 @@ def main(argv=None) -> int:
         print(f"[training] data: {json.dumps(summary)}", file=sys.stderr)
         records = [r for variant in args.variants for size in sorted(args.sizes)
                    if (r := train_one(args, variant, size, (dataset, settings), summary)) is not None]
+    records.sort(key=lambda r: (list(VARIANTS).index(r["variant"]), r["size"]))  # the same order however drawn
     rows = table(records)
     path = os.path.join(args.figures_dir, "reranker_training.csv")
     with open(path + ".tmp", "w", newline="", encoding="utf-8") as f:
