@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Run one long job in the background, at low priority, from a git worktree pinned to one commit, and commit its
+# completed chunks to this checkout as they appear; a later session (or a fresh clone) runs the same line again and
+# the job resumes from the committed records (see benchmarks/runs/README.md).
+#
+#   bash benchmarks/long_run.sh NAME COMMIT RECORDS_DIR -- COMMAND [ARGS...]
+#
+# NAME         the job's name: its log is ~/.cache/hf-ralm/long-runs/NAME.log, its pid file NAME.pid beside it
+# COMMIT       the commit whose code runs (a worktree ../run-<commit> is made once and reused)
+# RECORDS_DIR  the folder under benchmarks/runs/ (relative to this checkout) whose chunks are committed
+# COMMAND      run in the worktree with PYTHONPATH=<worktree>/src, so that its code, not this checkout's, runs;
+#              paths into this checkout must be absolute (e.g. --output-dir "$PWD/benchmarks/runs/x")
+#
+# Why the autogroup: every setsid session is a scheduler autogroup of its own, and the kernel shares the CPU equally
+# between autogroups whatever `nice` says inside them, so `nice -n 19` alone leaves a job an equal share beside the
+# foreground's work. Setting the autogroup's own nice value (/proc/self/autogroup) really puts the job behind it.
+#
+#   bash benchmarks/long_run.sh --status        # the jobs started from this machine, running or not
+#   bash benchmarks/long_run.sh --stop NAME     # ends a job (it resumes when started again)
+set -euo pipefail
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+state="${HF_RALM_LONG_RUNS:-$HOME/.cache/hf-ralm/long-runs}"
+mkdir -p "$state"
+
+if [ "${1:-}" = "--status" ]; then
+  for pidfile in "$state"/*.pid; do
+    [ -e "$pidfile" ] || { echo "no job started from this machine"; exit 0; }
+    name="$(basename "$pidfile" .pid)"
+    if kill -0 "$(cat "$pidfile")" 2>/dev/null; then echo "$name: running"; else echo "$name: not running"; fi
+    tail -c 300 "$state/$name.log" | tr '\r' '\n' | grep -v '^$' | tail -1 | sed 's/^/  /'
+  done
+  exit 0
+fi
+if [ "${1:-}" = "--stop" ]; then
+  pid="$(cat "$state/$2.pid")"
+  kill -- "-$pid" 2>/dev/null || echo "$2 was not running"
+  exit 0
+fi
+
+[ $# -ge 5 ] && [ "$4" = "--" ] || { sed -n '2,10p' "$0" >&2; exit 2; }
+name="$1" commit="$(git -C "$repo" rev-parse --short "$2")" records="$3"
+shift 4
+case "$records" in benchmarks/runs/?*) ;; *) echo "RECORDS_DIR must be a folder under benchmarks/runs/" >&2; exit 2;; esac
+if [ -e "$state/$name.pid" ] && kill -0 "$(cat "$state/$name.pid")" 2>/dev/null; then
+  echo "$name is running already (pid $(cat "$state/$name.pid")); --stop $name first" >&2
+  exit 1
+fi
+worktree="$(dirname "$repo")/run-$commit"
+[ -d "$worktree" ] || git -C "$repo" worktree add --detach "$worktree" "$commit" >/dev/null
+
+# the job: its own session and autogroup, at the lowest priority
+setsid bash -c '
+  echo 19 > /proc/self/autogroup 2>/dev/null || true
+  cd "$1"; shift
+  export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+  exec nice -n 19 "$@"' job "$worktree" "$@" >>"$state/$name.log" 2>&1 </dev/null &
+echo $! >"$state/$name.pid"
+job=$!
+
+# its committer: every few minutes, the chunks that are complete (never a writer's .tmp- file) and the settings
+setsid bash -c '
+  echo 19 > /proc/self/autogroup 2>/dev/null || true
+  repo="$1" records="$2" job="$3" name="$4"
+  commit_chunks() {
+    cd "$repo"
+    git add -- "$records" ":(exclude,glob)$records/**/.tmp-*" 2>/dev/null || return 0
+    git diff --cached --quiet -- "$records" && return 0
+    chunks="$(git ls-files -- "$records" | grep -c "chunk-" || true)"
+    for try in 1 2 3; do  # the foreground may hold the index lock for a moment
+      git commit -q -m "Runs: completed chunks ($name: $chunks chunks)" -- "$records" && return 0
+      sleep 5
+    done
+  }
+  while kill -0 "$job" 2>/dev/null; do sleep 300; commit_chunks; done
+  commit_chunks' committer "$repo" "$records" "$job" "$name" >>"$state/$name.log" 2>&1 </dev/null &
+echo "$name: started from $worktree (log: $state/$name.log)"
