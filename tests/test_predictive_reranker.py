@@ -447,6 +447,34 @@ def test_an_interrupted_training_resumes_to_the_same_model(trained, tiny_init, t
             {k: v for k, v in whole_point.items() if k != "eval_seconds"})
 
 
+def test_the_last_steps_evaluation_is_the_final_one_and_a_done_resume_evaluates_again(tmp_path, tiny_init,
+                                                                                      monkeypatch):
+    import hf_ralm.reranking.training as training
+
+    rows, scores, evaluations = synthetic_rows(40), PredictiveReranker.scores, []
+
+    def counted(self, *args, **kwargs):
+        evaluations.append(1)
+        return scores(self, *args, **kwargs)
+
+    monkeypatch.setattr(PredictiveReranker, "scores", counted)
+    whole = train(tmp_path / "whole", tiny_init, rows)
+    assert len(evaluations) == 1 + 4  # before training, then at the 4 curve points, the last step's being the final
+    curve = json.loads((tmp_path / "whole" / CURVE_FILE).read_text())
+    assert (curve[-1]["eval_loss"], curve[-1]["eval_nll_reranker"]) == (whole["eval_loss"], whole["nll_reranker"])
+
+    save = training._save
+    monkeypatch.setattr(training, "_save", lambda *args: (_ for _ in ()).throw(KeyboardInterrupt))
+    with pytest.raises(KeyboardInterrupt):  # killed after the last step's checkpoint, before the model was saved
+        train(tmp_path / "model", tiny_init, rows)
+    monkeypatch.setattr(training, "_save", save)
+    evaluations.clear()
+    resumed = train(tmp_path / "model", tiny_init, rows)
+    assert len(evaluations) == 1  # nothing left to train: the final figures are computed once, from the weights
+    assert {k: v for k, v in resumed.items() if k != "train_seconds"} == pytest.approx(
+        {k: v for k, v in whole.items() if k != "train_seconds"})
+
+
 def test_bf16_trains_in_mixed_precision_and_saves_float32_weights(tmp_path, tiny_init):
     from safetensors.torch import load_file
 

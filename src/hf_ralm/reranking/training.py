@@ -310,11 +310,13 @@ def train_reranker(
 
     if "eval_loss_init" not in progress:
         progress["eval_loss_init"], _ = evaluate()
-    train_loss, curve, elapsed = _fit(model, train_set, evaluate, held_out["target_logprobs"], checkpoints, progress,
-                                      epochs=epochs, batch_size=batch_size, learning_rate=learning_rate, seed=seed,
-                                      eval_points=eval_points, bf16=bf16, show_progress=show_progress)
+    train_loss, curve, elapsed, final = _fit(model, train_set, evaluate, held_out["target_logprobs"], checkpoints,
+                                             progress, epochs=epochs, batch_size=batch_size,
+                                             learning_rate=learning_rate, seed=seed, eval_points=eval_points,
+                                             bf16=bf16, show_progress=show_progress)
     train_seconds = elapsed - sum(point["eval_seconds"] for point in curve)
-    eval_loss, eval_scores = evaluate()
+    # the curve's last point is the last step: its evaluation, when this process made it, is the final one
+    eval_loss, eval_scores = final or evaluate()
     results = {
         "no_passage_candidate": no_passage_candidate,
         "train_windows": train_set.num_rows,
@@ -415,12 +417,15 @@ def push_reranker(folder: str | os.PathLike, repo_id: str, *, token: str | None 
 
 def _fit(model: CrossEncoder, train_set: datasets.Dataset, evaluate, eval_targets, checkpoints: Path,
          progress: dict[str, Any], *, epochs: float, batch_size: int, learning_rate: float, seed: int,
-         eval_points: int, bf16: bool, show_progress: bool) -> tuple[float, list[dict[str, float]], float]:
+         eval_points: int, bf16: bool, show_progress: bool
+         ) -> tuple[float, list[dict[str, float]], float, tuple[float, list[list[float]]] | None]:
     """Fine-tunes ``model`` with Eq. 9 on ``train_set`` through CrossEncoderTrainer, from the checkpoint in
     ``progress`` when there is one (:func:`_resume_point`); returns the mean training loss, the learning curve (at
-    ``eval_points`` evenly spaced steps: the mean training loss of the steps since the previous point, and the
-    held-out loss and mean target NLL of the reranker's choice, ``evaluate()``) and the seconds spent, across
-    resumes. Each curve point is also a checkpoint in ``checkpoints``, with ``progress`` beside it."""
+    ``eval_points`` evenly spaced steps, the last step among them: the mean training loss of the steps since the
+    previous point, and the held-out loss and mean target NLL of the reranker's choice, ``evaluate()``), the seconds
+    spent, across resumes, and what ``evaluate()`` gave at the last step (``None`` when a resume found the training
+    done: nothing was evaluated in this process). Each curve point is also a checkpoint in ``checkpoints``, with
+    ``progress`` beside it."""
     from sentence_transformers.cross_encoder import CrossEncoderTrainer, CrossEncoderTrainingArguments
     from transformers import TrainerCallback
 
@@ -433,6 +438,8 @@ def _fit(model: CrossEncoder, train_set: datasets.Dataset, evaluate, eval_target
         return [entry["loss"] for entry in state.log_history if "loss" in entry and entry["step"] > after]
 
     class LearningCurve(TrainerCallback):
+        final = None
+
         def on_log(self, args, state, control, logs=None, **kwargs):
             if not logs or "loss" not in logs or state.global_step not in at:
                 return
@@ -440,6 +447,8 @@ def _fit(model: CrossEncoder, train_set: datasets.Dataset, evaluate, eval_target
             model.model.eval()
             loss, scores = evaluate()
             model.model.train()
+            if state.global_step == steps:
+                self.final = loss, scores
             since = step_losses(state, curve[-1]["step"] if curve else 0)
             curve.append({"step": state.global_step, "epoch": state.epoch, "train_loss": sum(since) / len(since),
                           "eval_loss": loss,
@@ -463,13 +472,14 @@ def _fit(model: CrossEncoder, train_set: datasets.Dataset, evaluate, eval_target
     )
     # Column order matters: the collator passes (prefix, candidates) as inputs and "labels" as the targets.
     columns = train_set.select_columns(["prefix", "candidates", "target_logprobs"])
+    learning_curve = LearningCurve()
     trainer = CrossEncoderTrainer(
         model=model, args=args, train_dataset=columns.rename_column("target_logprobs", "labels"),
-        loss=PredictiveRerankLoss(model), callbacks=[LearningCurve()],
+        loss=PredictiveRerankLoss(model), callbacks=[learning_curve],
     )
     trainer.train(resume_from_checkpoint=progress.pop("checkpoint", None))  # the path is not saved with progress
     losses = step_losses(trainer.state, 0)
-    return sum(losses) / len(losses), curve, time.perf_counter() - started
+    return sum(losses) / len(losses), curve, time.perf_counter() - started, learning_curve.final
 
 
 @contextlib.contextmanager
