@@ -27,7 +27,7 @@ if [ "${1:-}" = "--status" ]; then
     [ -e "$pidfile" ] || { echo "no job started from this machine"; exit 0; }
     name="$(basename "$pidfile" .pid)"
     if kill -0 "$(cat "$pidfile")" 2>/dev/null; then echo "$name: running"; else echo "$name: not running"; fi
-    tail -c 300 "$state/$name.log" | tr '\r' '\n' | grep -v '^$' | tail -1 | sed 's/^/  /'
+    tail -c 300 "$state/$name.log" | tr '\r' '\n' | grep -av '^$' | tail -1 | sed 's/^/  /'
   done
   exit 0
 fi
