@@ -1,9 +1,10 @@
 """The paper's reranking results on our data (Table 1's rows, Table 3, Fig 7): token and word perplexity, and cost per
 window, of none / BM25 top-1 / zero-shot (the reader reranks itself) / zero-shot with the other model reranking /
 zero-shot with the no-passage choice at margins 0 and 2 nats / the lm gate (2 nats) / predictive (a trained
-cross-encoder, with and without the no-passage candidate) / oracle / random, for SmolLM2-135M and Gemma-3-270M (Gemma
-with a BOS in every window, the fair baseline), on held-out Wikipedia and WikiText-103 test; L=512, s=4, ℓ=32, k=16,
-s'=16, BM25 over the whole Wikipedia sample, bfloat16.
+cross-encoder, with and without the no-passage candidate) / oracle (the best passage; with the no-passage choice,
+the best of the passages and none: the floor for the rows that may go without a passage) / random, for SmolLM2-135M
+and Gemma-3-270M (Gemma with a BOS in every window, the fair baseline), on held-out Wikipedia and WikiText-103 test;
+L=512, s=4, ℓ=32, k=16, s'=16, BM25 over the whole Wikipedia sample, bfloat16.
 
 How it is computed, exactly and without waste: one pass of the reader per (reader, data) runs every window with each
 of its k candidates and with no passage (:func:`hf_ralm.selection.candidates.score_candidates`), which gives every
@@ -11,7 +12,8 @@ option's ranking NLL (the last s' prefix tokens) and target NLL (the window's sc
 choice per window, and its perplexity the sum of the chosen options' target NLLs: none = no passage, top-1 = candidate
 0, zero-shot = the lowest ranking NLL among the passages (with the no-passage choice: a passage only when it saves the
 margin over no passage), the lm gate = the same between candidate 0 and no passage, oracle = the lowest target NLL
-among the passages, random = ``random_choice(seed 0, window)``. The other model's ranking and the predictive
+among the passages (with the no-passage choice: among the passages and none), random = ``random_choice(seed 0,
+window)``. The other model's ranking and the predictive
 rerankers (``--predictive DIR``, ``--predictive-no-passage DIR``) only choose; their targets come from the same pass.
 
 Every pass keeps its records (numbers and passage ids, gzip'd chunks of 32 windows) under ``--runs-dir`` (default
@@ -50,7 +52,8 @@ OTHER = {"SmolLM2-135M": "Gemma-3-270M", "Gemma-3-270M": "SmolLM2-135M"}
 COLORS = {"none": "#999999", "BM25 top-1": "#4c72b0", "random": "#937860", "zero-shot": "#55a868",
           "zero-shot, other model reranks": "#8172b2", "zero-shot + no-passage choice (0 nats)": "#64b5cd",
           "zero-shot + no-passage choice (2 nats)": "#2a8ca8", "lm gate (2 nats)": "#b7b7e0",
-          "predictive": "#dd8452", "predictive + no-passage candidate": "#f2b27a", "oracle": "#c44e52"}
+          "predictive": "#dd8452", "predictive + no-passage candidate": "#f2b27a", "oracle": "#c44e52",
+          "oracle + no-passage choice": "#8c2d30"}
 STRATEGIES = list(COLORS)  # the table's and the chart's order
 K = 16
 CHUNK = 32  # windows per saved chunk of a pass
@@ -224,6 +227,7 @@ def table_rows(reader: str, data: str, scores: list, choices: dict[str, list[int
         "lm gate (2 nats)": (lambda s: 0 if choose_option(s.ranking_nlls[::s.no_passage], True, GATE_MARGIN) == 0
                              else s.no_passage, seconds("lm gate")),
         "oracle": (lambda s: choose_lowest(s.target_nlls[:-1]), seconds("k+1 candidates")),
+        "oracle + no-passage choice": (lambda s: choose_lowest(s.target_nlls), seconds("k+1 candidates")),
         "zero-shot, other model reranks": (from_choices(choices["other"]),
                                            seconds("other model ranks", "one passage")),
     }
@@ -232,21 +236,38 @@ def table_rows(reader: str, data: str, scores: list, choices: dict[str, list[int
             picks[name] = (from_choices(choices[name]), seconds(f"{name} ranks", "one passage"))
     rows = []
     ranked = [s for s in scores if s.passage_ids]
+    top1 = [s.target_nlls[0] for s in scores]
     for strategy in STRATEGIES:
         if strategy not in picks:
             continue
         pick, seconds = picks[strategy]
         chosen = [pick(s) if s.passage_ids else 0 for s in scores]
-        nll = sum(s.target_nlls[c] for s, c in zip(scores, chosen))
+        nlls = [s.target_nlls[c] for s, c in zip(scores, chosen)]
+        nll = sum(nlls)
         picked = [pick(s) for s in ranked]
+        low, high = paired_interval([a - b for a, b in zip(nlls, top1)], num_tokens)
         rows.append({"data": data, "reader": reader, "strategy": strategy,
                      "reranker": OTHER[reader] if strategy.startswith("zero-shot, other") else "",
                      **perplexities({"num_tokens": num_tokens, "num_words": num_words}, nll),
+                     "vs_top1_low": low, "vs_top1_high": high,
                      "retrieved_fraction": sum(c != s.no_passage for s, c in zip(ranked, picked)) / len(ranked),
                      "oracle_agreement": sum(c == choose_lowest(s.target_nlls[:-1])
                                              for s, c in zip(ranked, picked)) / len(ranked),
                      "s_per_window": seconds, "windows": len(scores), "tokens": num_tokens})
     return rows
+
+
+def paired_interval(deltas: list[float], num_tokens: int, draws: int = 10_000) -> tuple[float, float]:
+    """The 95% bootstrap interval (windows resampled, seed 0) of the token perplexity ratio between two strategies
+    whose per-window NLL differences are ``deltas``, as a relative change (-0.01: 1% lower perplexity). The windows
+    of one text are few (128 here) and the middle rows differ by about a percent: the interval says which of those
+    differences the windows support."""
+    import numpy as np
+
+    deltas = np.asarray(deltas, dtype=np.float64)
+    samples = np.random.default_rng(0).integers(0, len(deltas), size=(draws, len(deltas)))
+    low, high = np.percentile(deltas[samples].sum(axis=1), [2.5, 97.5])
+    return float(np.expm1(low / num_tokens)), float(np.expm1(high / num_tokens))
 
 
 def ranking_signal(scores: list) -> float:
@@ -327,17 +348,24 @@ def main(argv=None) -> int:
         writer.writerows(rows)
     os.replace(tmp, csv_path)
     plot(rows, os.path.join(args.figures_dir, "rerank_results.png"))
-    print("| data | reader | strategy | token ppl | word ppl | windows with a passage | = oracle's choice "
-          "| s / window |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| data | reader | strategy | token ppl | word ppl | token ppl against top-1 (95% interval) "
+          "| windows with a passage | = oracle's choice | s / window |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         name = r["strategy"] + (f" ({r['reranker']})" if r["reranker"] else "")
         print(f"| {r['data']} | {r['reader']} | {name} | {r['token_ppl']:.3f} | {r['word_ppl']:.3f} | "
-              f"{r['retrieved_fraction']:.1%} | {r['oracle_agreement']:.1%} | {_seconds(r['s_per_window'])} |")
+              f"{_interval(r)} | {r['retrieved_fraction']:.1%} | "
+              f"{r['oracle_agreement']:.1%} | {_seconds(r['s_per_window'])} |")
     print(f"\n(first {args.max_eval_tokens} tokens, L=512, s=4, ℓ=32, k={K}, s'=16, bfloat16; {csv_path})")
     for (reader, data), rho in signals.items():
         print(f"{reader} / {data}: ranking vs target NLL over the {K} passages, mean Spearman rho {rho:.3f}")
     return 0
+
+
+def _interval(row: dict) -> str:
+    if row["strategy"] == "BM25 top-1":
+        return "—"
+    return f"{row['vs_top1_low']:+.1%} to {row['vs_top1_high']:+.1%}"
 
 
 def _seconds(value) -> str:
