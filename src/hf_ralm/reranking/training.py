@@ -291,9 +291,10 @@ def train_reranker(
     train_set, eval_set = split_by_article(dataset, eval_fraction, max_train_windows)
     held_out = eval_set.to_dict()  # plain lists, read many times below (a tenth of the data or so)
     init_name = str(init) if init is not None else default_init()
-    hyperparameters = {"init": init_name, "epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate,
-                       "seed": seed, "eval_fraction": eval_fraction, "max_train_windows": max_train_windows,
-                       "bf16": bf16}
+    # the default by its Hub name: the package's folder differs between environments, the model does not
+    hyperparameters = {"init": DEFAULT_INIT_HUB_ID if init is None else init_name, "epochs": epochs,
+                       "batch_size": batch_size, "learning_rate": learning_rate, "seed": seed,
+                       "eval_fraction": eval_fraction, "max_train_windows": max_train_windows, "bf16": bf16}
     checkpoints = Path(output_dir) / CHECKPOINTS_DIR
     progress = _resume_point(checkpoints, {**hyperparameters, "no_passage_candidate": no_passage_candidate,
                                            "eval_points": eval_points, "data": _rows_fingerprint(train_set, eval_set)})
@@ -569,6 +570,7 @@ def model_card(metadata: dict[str, Any], results: dict[str, Any], hyperparameter
                           base_model="sentence-transformers/all-MiniLM-L6-v2")
     """
     known = {key for key, _ in _SETTINGS}
+    metadata = {"corpus": _corpus(metadata), **metadata}
     settings = [f"| {label} | {_cell(metadata.get(key, 'not recorded'))} |" for key, label in _SETTINGS]
     settings += [f"| {key} | {_cell(value)} |" for key, value in metadata.items() if key not in known]
     r = results
@@ -617,9 +619,10 @@ distribution over the candidates, averaged over windows:
 
 {"The empty passage is one more candidate, with the reader's log-probability of `y` without a passage: the reranker "
  "also learns when no passage is best (a learned retrieval gate). " if no_passage else ""}Initialisation:
-`{hp['init']}`{f" ({base_model})" if base_model else ""}; {hp['epochs']} epoch(s), batch size {hp['batch_size']}
-windows, learning rate {hp['learning_rate']}, seed {hp['seed']}, {"bfloat16 mixed precision" if hp.get("bf16")
-else "float32"}; {r['train_seconds'] / 60:.1f} minutes of training.
+`{hp['init']}`{f" ({base_model})" if base_model not in (None, hp['init']) else ""}; {hp['epochs']} epoch(s),
+batch size {hp['batch_size']} windows, learning rate {hp['learning_rate']},
+seed {hp['seed']}, {"bfloat16 mixed precision" if hp.get("bf16") else "float32"}; {r['train_seconds'] / 60:.1f} \
+minutes of training.
 Mean training loss {r['train_loss']:.4f}.
 
 ## Evaluation (held-out windows)
@@ -666,6 +669,18 @@ scores = CrossEncoder("{model_id}").predict([(prefix, passage) for passage in ca
 """
 
 
+def _corpus(metadata: Mapping[str, Any]) -> str:
+    """What the card calls the retrieval corpus: the one given (``corpus``), else what rerank data records of its
+    index (backend, passages, corpus fingerprint)."""
+    if "corpus" in metadata or "corpus_fingerprint" not in metadata:
+        return metadata.get("corpus", "not recorded")
+    index = metadata.get("index") or {}
+    size = f" of {index['num_passages']:,} passages" if "num_passages" in index else ""
+    return f"{index.get('retriever', 'an')} index{size}, corpus fingerprint {metadata['corpus_fingerprint'][:16]}"
+
+
 def _cell(value: Any) -> str:
-    """A metadata value as a Markdown table cell."""
-    return ("`" + str(value) + "`").replace("|", "\\|")
+    """A metadata value as one Markdown table cell (a mapping as ``key=value`` pairs, a line break as ``\\n``)."""
+    if isinstance(value, Mapping):
+        value = ", ".join(f"{key}={item}" for key, item in value.items())
+    return ("`" + str(value).replace("\n", "\\n") + "`").replace("|", "\\|")
