@@ -1,16 +1,19 @@
-"""What the predictive reranker's training gains from forwards over pairs of similar length and from bfloat16 mixed
-precision, measured side by side.
+"""What the predictive reranker's training gains from forwards over pairs of similar length, from bfloat16 mixed
+precision and from leaving out dropout on the attention probabilities, measured side by side.
 
 The same training (``hf_ralm.reranking.train_reranker`` from all-MiniLM-L6-v2, Eq. 9 over each window's passages, the
 first ``--windows`` training windows of the rerank data, batch 8: 136 (prefix, passage) pairs a step at k=16) runs
-three times: in float32 with all of a step's pairs in one padded forward (the cross-encoder's plain way), in float32
-with the pairs in forwards of 32 grouped by length (``PredictiveRerankLoss.pairs_per_forward``, the default), and the
-same with ``bf16=True``. Each runs in its own process so that each reports its own peak memory. Printed per variant:
-seconds per training step (evaluation excluded), seconds per held-out window of an evaluation (in float32, as
-training evaluates), the process's resident memory once the texts are loaded and its peak, and the held-out figures
-after training (Eq. 9 loss, mean target NLL of the choice), so that speed is not bought with quality::
+four times: in float32 with all of a step's pairs in one padded forward (the cross-encoder's plain way), in float32
+with the pairs in forwards of 32 grouped by length (``PredictiveRerankLoss.pairs_per_forward``, the default), the
+same with ``bf16=True``, and that with ``attention_dropout=0`` (all-MiniLM-L6-v2's own is 0.1, which PyTorch's fused
+CPU attention kernels do not take). ``--variants`` runs some of them. Each runs in its own process so that each
+reports its own peak memory. Printed per variant: seconds per training step (evaluation excluded), seconds per
+held-out window of an evaluation (in float32, as training evaluates), the process's resident memory once the texts
+are loaded and its peak, and the held-out figures after training (Eq. 9 loss, mean target NLL of the choice), so that
+speed is not bought with quality::
 
     python -m benchmarks.bench_reranker_training --windows 32
+    python -m benchmarks.bench_reranker_training --windows 256 --variants 2 3   # quality after 32 steps, with bf16
 """
 
 from __future__ import annotations
@@ -25,10 +28,11 @@ from pathlib import Path
 from benchmarks.bench_common import resident_bytes
 from benchmarks.bench_setup import CACHE, REPO
 
-VARIANTS = {  # name: (bf16, pairs per forward; None: all of a step's pairs in one forward)
-    "float32, one padded forward": (False, None),
-    "float32, length groups": (False, 32),
-    "bf16, length groups": (True, 32),
+VARIANTS = {  # name: (bf16, pairs per forward (None: all of a step's pairs in one forward), attention dropout)
+    "float32, one padded forward": (False, None, None),
+    "float32, length groups": (False, 32, None),
+    "bf16, length groups": (True, 32, None),
+    "bf16, length groups, no attention dropout": (True, 32, 0.0),
 }
 
 
@@ -37,6 +41,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--data", default=str(REPO / "benchmarks" / "runs" / "rerank-data-smollm2"))
     parser.add_argument("--windows", type=int, default=32, help="training windows (default %(default)s)")
     parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--variants", type=int, nargs="+", default=list(range(len(VARIANTS))),
+                        help="which variants to run, by their position in the table (default: all)")
     parser.add_argument("--out", default=str(CACHE / "bench-reranker-training"), help="where the models go")
     return parser.parse_args(argv)
 
@@ -48,7 +54,7 @@ def train_variant(args: argparse.Namespace, variant: str, queue) -> None:
     from hf_ralm.reranking import load_rerank_data, train_reranker
     from hf_ralm.reranking.training import CURVE_FILE, PredictiveRerankLoss
 
-    bf16, per_forward = VARIANTS[variant]
+    bf16, per_forward, attention_dropout = VARIANTS[variant]
     PredictiveRerankLoss.pairs_per_forward = per_forward or 10**9
     dataset, metadata = load_rerank_data(args.data)
     dataset = dataset.select(range(args.records))  # what the data held when the run began, for every variant
@@ -56,7 +62,7 @@ def train_variant(args: argparse.Namespace, variant: str, queue) -> None:
     output_dir = f"{args.out}/{list(VARIANTS).index(variant)}"
     results = train_reranker(dataset, output_dir=output_dir, metadata=metadata,
                              max_train_windows=args.windows, batch_size=args.batch_size, bf16=bf16,
-                             eval_points=1, show_progress=False)
+                             attention_dropout=attention_dropout, eval_points=1, show_progress=False)
     steps = math.ceil(results["train_windows"] / args.batch_size)
     curve = json.loads((Path(output_dir) / CURVE_FILE).read_text(encoding="utf-8"))
     queue.put({"variant": variant, "threads": torch.get_num_threads(), "steps": steps,
@@ -68,14 +74,15 @@ def train_variant(args: argparse.Namespace, variant: str, queue) -> None:
 
 
 def main(argv=None) -> int:
-    from hf_ralm.reranking.data import read_rerank_records
+    from hf_ralm.reranking.data import RerankDataWriter
 
     args = parse_args(argv)
-    # a collection may be adding chunks to the data meanwhile: every variant trains and evaluates on the same records
-    args.records = len(read_rerank_records(args.data)[0])
+    # a collection may be adding chunks to the data meanwhile, a sharded one out of order: every variant trains and
+    # evaluates on the records that stay the first ones
+    args.records = RerankDataWriter.prefix_length(args.data)
     context = multiprocessing.get_context("spawn")  # a fresh process per variant: its own peak memory
     rows = []
-    for variant in VARIANTS:
+    for variant in [list(VARIANTS)[i] for i in args.variants]:
         queue = context.Queue()
         child = context.Process(target=train_variant, args=(args, variant, queue))
         child.start()

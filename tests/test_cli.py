@@ -278,7 +278,7 @@ COMMAND_FLAGS = {
                     "--output-dir", "--chunk-size", "--overwrite", "--num-shards", "--shard-id"},
     "train-reranker": {"--data", "--init", "--output-dir", "--push-to-hub", "--epochs", "--batch-size",
                        "--learning-rate", "--seed", "--eval-fraction", "--no-passage-candidate", "--max-train-windows",
-                       "--eval-points", "--bf16", "--articles", "--index-dir"},
+                       "--eval-points", "--bf16", "--attention-dropout", "--articles", "--index-dir"},
 }
 
 

@@ -418,6 +418,32 @@ def test_the_default_initialisation_is_named_by_its_hub_id(tmp_path, tiny_init, 
     assert str(tiny_init) not in card and "base_model: sentence-transformers/all-MiniLM-L6-v2" in card
 
 
+def test_attention_dropout_is_the_trainings_and_is_recorded(tmp_path, tiny_init, monkeypatch):
+    import torch.nn.functional as F
+
+    from hf_ralm.errors import SettingError
+
+    seen = []
+    attention = F.scaled_dot_product_attention
+
+    def recorded(*args, dropout_p=0.0, **kwargs):  # what the cross-encoder's attention is asked for
+        seen.append(dropout_p)
+        return attention(*args, dropout_p=dropout_p, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", recorded)
+    rows = synthetic_rows(20)
+    train(tmp_path / "own", tiny_init, rows)  # the tiny model's own: none
+    assert seen and set(seen) == {0.0}
+    seen.clear()
+    results = train(tmp_path / "set", tiny_init, rows, attention_dropout=0.25)
+    assert 0.25 in seen and 0.0 in seen  # training with it, evaluation without
+    assert json.loads((tmp_path / "set" / "config.json").read_text())["attention_probs_dropout_prob"] == 0.25
+    assert ", attention dropout 0.25;" in (tmp_path / "set" / "README.md").read_text()
+    assert results["eval_loss"] != json.loads((tmp_path / "own" / "eval_results.json").read_text())["eval_loss"]
+    with pytest.raises(SettingError, match=r"attention_dropout.* must be in \[0, 1\), got 1.0"):
+        train(tmp_path / "bad", tiny_init, rows, attention_dropout=1.0)
+
+
 def test_an_interrupted_training_resumes_to_the_same_model(trained, tiny_init, tmp_path, monkeypatch):
     from safetensors.torch import load_file
 

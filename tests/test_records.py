@@ -31,13 +31,15 @@ def test_workers_save_chunks_at_their_positions_and_a_reader_accepts_gaps(tmp_pa
     assert first.num_done == 4 and first.num_chunks == 2
     reader = RecordStore(tmp_path, SETTINGS)
     assert reader.ranges() == [(0, 2), (4, 6)]  # the gap [2, 4) stays a gap
+    assert RecordStore.prefix_length(tmp_path) == 2  # records 0 and 1 are the first two, whatever comes later
     names = sorted(p.name for p in tmp_path.iterdir())
     assert names == ["chunk-00000000-00000002.json.gz", "chunk-00000004-00000006.json.gz", "settings.json"]
     info = RecordStore.read_chunk_file(tmp_path / names[1])
     assert info["batch_size"] == 8 and info["rows"] == [{"i": 4}, {"i": 5}] and info["seconds"] >= 0
     second.save(2, [{"i": 2}, {"i": 3}])
     reader.refresh()
-    assert [r["i"] for r in reader.rows()] == list(range(6))
+    assert [r["i"] for r in reader.rows()] == list(range(6)) and RecordStore.prefix_length(tmp_path) == 6
+    assert RecordStore.prefix_length(tmp_path / "nothing-here") == 0
 
 
 def test_the_settings_file_is_made_once_and_always_compared(tmp_path):

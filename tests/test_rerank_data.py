@@ -306,13 +306,14 @@ def test_commands_collect_train_and_rerank(setup, tiny_model_dir, tiny_init, tmp
     model = tmp_path / "reranker"
     figures = json.loads(run(capsys, ["train-reranker", "--data", str(data), "--init", str(tiny_init), "--output-dir",
                                       str(model), "--epochs", "1", "--batch-size", "4", "--eval-fraction", "0.25",
-                                      "--no-passage-candidate", "--eval-points", "2", "--bf16"]))
+                                      "--no-passage-candidate", "--eval-points", "2", "--bf16",
+                                      "--attention-dropout", "0"]))
     assert figures["train_windows"] + figures["eval_windows"] == dataset.num_rows
     assert figures["no_passage_candidate"] and 0 <= figures["no_passage_chosen"] <= 1
     assert json.loads((model / "eval_results.json").read_text()) == pytest.approx(figures)
     assert len(json.loads((model / "training_curve.json").read_text())) == 2
     card = (model / "README.md").read_text()
-    assert "bfloat16 mixed precision" in card
+    assert "bfloat16 mixed precision, attention dropout 0.0;" in card
     # every setting the collection recorded is one row of the card's table, the corpus described by its index
     setting_rows = card.split("## Setting\n\n")[1].split("\n\n")[0].splitlines()
     assert setting_rows[:2] == ["| setting | value |", "|---|---|"]

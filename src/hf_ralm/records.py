@@ -279,6 +279,17 @@ class RecordStore:
                       key=_range_of)
 
     @classmethod
+    def prefix_length(cls, folder: str | os.PathLike) -> int:
+        """How many records from position 0 on the folder's complete chunks hold without a gap: the records that stay
+        the first ones whatever the workers of a sharded run, which save later chunks before earlier ones, add."""
+        length = 0
+        for start, stop in map(_range_of, cls.complete_chunks(folder)):
+            if start != length:
+                break
+            length = stop
+        return length
+
+    @classmethod
     def read_rows(cls, folder: str | os.PathLike) -> list[dict[str, Any]]:
         """The records of a folder's complete chunks, in order, as saved (without opening the folder for writing)."""
         return [row for chunk in cls.complete_chunks(folder) for row in cls.read_chunk_file(chunk)["rows"]]

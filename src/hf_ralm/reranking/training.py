@@ -233,6 +233,7 @@ def train_reranker(
     seed: int = 42,
     eval_points: int = 10,
     bf16: bool = False,
+    attention_dropout: float | None = None,
     push_to_hub: str | None = None,
     metadata: Mapping[str, Any] | None = None,
     articles: str | os.PathLike | None = None,
@@ -260,7 +261,11 @@ def train_reranker(
     settings or data is refused); the folder is removed once the model is saved. Returns the figures
     also written to ``output_dir/eval_results.json``: data sizes, the held-out Eq. 9 loss before and after training,
     :func:`rerank_metrics` and ``train_seconds``. ``bf16`` trains in bfloat16 mixed precision (autocast; the weights
-    stay float32, the held-out figures are computed in float32). ``push_to_hub=REPO_ID`` then uploads the folder (see
+    stay float32, the held-out figures are computed in float32). ``attention_dropout`` sets the dropout on the
+    attention probabilities while training (``None``: the initial model's own, 0.1 for all-MiniLM-L6-v2; a
+    BERT/RoBERTa-like model's ``attention_probs_dropout_prob``). On a CPU, PyTorch's fused attention kernels take no
+    dropout: with it, attention runs the plain path, so 0 trains faster there (``docs/results.md``,
+    ``benchmarks/bench_reranker_training.py``). ``push_to_hub=REPO_ID`` then uploads the folder (see
     :func:`push_reranker`).
 
     Example::
@@ -274,6 +279,8 @@ def train_reranker(
         raise SettingError(f"{setting('max_train_windows')} must be at least 1, got {max_train_windows}.")
     if eval_points < 1:
         raise SettingError(f"{setting('eval_points')} must be at least 1, got {eval_points}.")
+    if attention_dropout is not None and not 0 <= attention_dropout < 1:
+        raise SettingError(f"{setting('attention_dropout')} must be in [0, 1), got {attention_dropout}.")
     try:
         from sentence_transformers.cross_encoder import CrossEncoder
     except ImportError as error:
@@ -294,12 +301,18 @@ def train_reranker(
     # the default by its Hub name: the package's folder differs between environments, the model does not
     hyperparameters = {"init": DEFAULT_INIT_HUB_ID if init is None else init_name, "epochs": epochs,
                        "batch_size": batch_size, "learning_rate": learning_rate, "seed": seed,
-                       "eval_fraction": eval_fraction, "max_train_windows": max_train_windows, "bf16": bf16}
+                       "eval_fraction": eval_fraction, "max_train_windows": max_train_windows, "bf16": bf16,
+                       "attention_dropout": attention_dropout}
     checkpoints = Path(output_dir) / CHECKPOINTS_DIR
     progress = _resume_point(checkpoints, {**hyperparameters, "no_passage_candidate": no_passage_candidate,
                                            "eval_points": eval_points, "data": _rows_fingerprint(train_set, eval_set)})
     set_seed(seed)  # the new classification head is initialised randomly
-    model = CrossEncoder(init_name, num_labels=1)
+    model = CrossEncoder(init_name, num_labels=1, config_kwargs=(
+        {} if attention_dropout is None else {"attention_probs_dropout_prob": attention_dropout}))
+    if attention_dropout is not None and not _has_attention_dropout(model):
+        raise SettingError(
+            f"{setting('attention_dropout')}: {init_name} is not a BERT/RoBERTa-like model whose config has "
+            "attention_probs_dropout_prob; leave it unset to train with the model's own dropout.")
     # Raw logits: they are f(x, d) of Eq. 9, and a saved sigmoid would make CrossEncoder(path).predict squash them.
     model.activation_fn = nn.Identity()
     reranker = PredictiveReranker(model)
@@ -621,8 +634,9 @@ distribution over the candidates, averaged over windows:
  "also learns when no passage is best (a learned retrieval gate). " if no_passage else ""}Initialisation:
 `{hp['init']}`{f" ({base_model})" if base_model not in (None, hp['init']) else ""}; {hp['epochs']} epoch(s),
 batch size {hp['batch_size']} windows, learning rate {hp['learning_rate']},
-seed {hp['seed']}, {"bfloat16 mixed precision" if hp.get("bf16") else "float32"}; {r['train_seconds'] / 60:.1f} \
-minutes of training.
+seed {hp['seed']}, {"bfloat16 mixed precision" if hp.get("bf16") else "float32"}{
+"" if hp.get("attention_dropout") is None else f", attention dropout {hp['attention_dropout']}"}; \
+{r['train_seconds'] / 60:.1f} minutes of training.
 Mean training loss {r['train_loss']:.4f}.
 
 ## Evaluation (held-out windows)
@@ -667,6 +681,13 @@ scores = CrossEncoder("{model_id}").predict([(prefix, passage) for passage in ca
 {CITATION}
 ```
 """
+
+
+def _has_attention_dropout(model: CrossEncoder) -> bool:
+    """Whether the model's architecture reads ``attention_probs_dropout_prob`` (any other name would be set on its
+    config and silently ignored)."""
+    config = model.model.config
+    return "attention_probs_dropout_prob" in type(config)().to_dict()
 
 
 def _corpus(metadata: Mapping[str, Any]) -> str:
