@@ -41,6 +41,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--data", default=str(REPO / "benchmarks" / "runs" / "rerank-data-smollm2"))
     parser.add_argument("--windows", type=int, default=32, help="training windows (default %(default)s)")
     parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--learning-rate", type=float, default=2e-5)
+    parser.add_argument("--records", type=int,
+                        help="the data's first N records (default: those that stay the first ones, all there now): "
+                             "runs that name the same N train and evaluate on the same windows")
     parser.add_argument("--variants", type=int, nargs="+", default=list(range(len(VARIANTS))),
                         help="which variants to run, by their position in the table (default: all)")
     parser.add_argument("--out", default=str(CACHE / "bench-reranker-training"), help="where the models go")
@@ -61,7 +65,8 @@ def train_variant(args: argparse.Namespace, variant: str, queue) -> None:
     loaded = resident_bytes()["now"] / 2**20
     output_dir = f"{args.out}/{list(VARIANTS).index(variant)}"
     results = train_reranker(dataset, output_dir=output_dir, metadata=metadata,
-                             max_train_windows=args.windows, batch_size=args.batch_size, bf16=bf16,
+                             max_train_windows=args.windows, batch_size=args.batch_size,
+                             learning_rate=args.learning_rate, bf16=bf16,
                              attention_dropout=attention_dropout, eval_points=1, show_progress=False)
     steps = math.ceil(results["train_windows"] / args.batch_size)
     curve = json.loads((Path(output_dir) / CURVE_FILE).read_text(encoding="utf-8"))
@@ -79,7 +84,10 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     # a collection may be adding chunks to the data meanwhile, a sharded one out of order: every variant trains and
     # evaluates on the records that stay the first ones
-    args.records = RerankDataWriter.prefix_length(args.data)
+    available = RerankDataWriter.prefix_length(args.data)
+    if (args.records or 0) > available:
+        raise SystemExit(f"--records {args.records}: the data holds its first {available} records without a gap")
+    args.records = args.records or available
     context = multiprocessing.get_context("spawn")  # a fresh process per variant: its own peak memory
     rows = []
     for variant in [list(VARIANTS)[i] for i in args.variants]:
@@ -92,8 +100,9 @@ def main(argv=None) -> int:
             raise SystemExit(f"the {variant} training failed (exit code {child.exitcode})")
         print(f"[bench] {json.dumps(rows[-1])}", file=sys.stderr)
     base = rows[0]["s_per_step"]
-    print(f"{rows[0]['train_windows']} training windows ({rows[0]['steps']} steps of {args.batch_size} windows), "
-          f"{rows[0]['eval_windows']} held-out windows, {rows[0]['threads']} threads\n")
+    print(f"{rows[0]['train_windows']} training windows ({rows[0]['steps']} steps of {args.batch_size} windows, "
+          f"learning rate {args.learning_rate}), {rows[0]['eval_windows']} held-out windows of the first "
+          f"{args.records} records, {rows[0]['threads']} threads\n")
     print("| variant | s / step | speed-up | held-out s / window | RSS with texts (MB) | peak RSS (MB) | "
           "held-out loss (before → after) | NLL of the choice | NLL top-1 | = oracle |")
     print("|---|---|---|---|---|---|---|---|---|---|")
