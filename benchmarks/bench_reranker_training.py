@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import multiprocessing
 import sys
 from pathlib import Path
@@ -56,7 +55,7 @@ def train_variant(args: argparse.Namespace, variant: str, queue) -> None:
     import torch
 
     from hf_ralm.reranking import load_rerank_data, train_reranker
-    from hf_ralm.reranking.training import CURVE_FILE, PredictiveRerankLoss
+    from hf_ralm.reranking.training import CURVE_FILE, PredictiveRerankLoss, training_steps
 
     bf16, per_forward, attention_dropout = VARIANTS[variant]
     PredictiveRerankLoss.pairs_per_forward = per_forward or 10**9
@@ -68,7 +67,7 @@ def train_variant(args: argparse.Namespace, variant: str, queue) -> None:
                              max_train_windows=args.windows, batch_size=args.batch_size,
                              learning_rate=args.learning_rate, bf16=bf16,
                              attention_dropout=attention_dropout, eval_points=1, show_progress=False)
-    steps = math.ceil(results["train_windows"] / args.batch_size)
+    steps = training_steps(results["train_windows"], args.batch_size, 1.0)
     curve = json.loads((Path(output_dir) / CURVE_FILE).read_text(encoding="utf-8"))
     queue.put({"variant": variant, "threads": torch.get_num_threads(), "steps": steps,
                "s_per_step": results["train_seconds"] / steps, "rss_loaded_mb": loaded,

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import math
 import os
 import sys
 from pathlib import Path
@@ -71,7 +70,7 @@ def train_one(args, variant: str, size: int, data, summary: dict) -> dict | None
     """One model's record (trained now, or read back); ``None`` when the data has fewer training windows. ``data`` is
     ``(text rows, settings)``."""
     from hf_ralm.reranking import train_reranker
-    from hf_ralm.reranking.training import CURVE_FILE
+    from hf_ralm.reranking.training import CURVE_FILE, training_steps
     from hf_ralm.utils.atomic import write_json_atomic
 
     record_path = Path(args.runs_dir) / f"{variant}-{size}.json"
@@ -82,7 +81,7 @@ def train_one(args, variant: str, size: int, data, summary: dict) -> dict | None
               f"{size}: skipped", file=sys.stderr)
         return None
     folder = Path(args.models_dir) / f"{variant}-{size}"
-    steps = math.ceil(math.ceil(size / args.batch_size) * args.epochs)
+    steps = training_steps(size, args.batch_size, args.epochs)
     results = train_reranker(data[0], output_dir=folder, metadata=data[1], no_passage_candidate=VARIANTS[variant],
                              max_train_windows=size, epochs=args.epochs, batch_size=args.batch_size,
                              learning_rate=args.learning_rate, eval_points=max(1, round(steps / args.eval_every)),
@@ -169,10 +168,11 @@ def main(argv=None) -> int:
     else:
         from hf_ralm.reranking.data import RerankDataWriter, load_rerank_data, rerank_data_summary
 
-        if args.records is not None and RerankDataWriter.prefix_length(args.data) < args.records:
-            # the first N records, all of them: a sharded collection saves later chunks before earlier ones
-            print(f"[training] the data holds its first {RerankDataWriter.prefix_length(args.data)} records without "
-                  f"a gap, fewer than --records {args.records}: let the collection go on", file=sys.stderr)
+        # the first N records, all of them: a sharded collection saves later chunks before earlier ones
+        available = RerankDataWriter.prefix_length(args.data)
+        if args.records is not None and available < args.records:
+            print(f"[training] the data holds its first {available} records without a gap, fewer than --records "
+                  f"{args.records}: let the collection go on", file=sys.stderr)
             return 1
         dataset, settings = load_rerank_data(args.data)
         if args.records is not None:

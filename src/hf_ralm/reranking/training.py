@@ -429,6 +429,17 @@ def push_reranker(folder: str | os.PathLike, repo_id: str, *, token: str | None 
     return commit.commit_url
 
 
+def training_steps(windows: int, batch_size: int, epochs: float) -> int:
+    """How many optimizer steps :func:`train_reranker` takes over ``windows`` training windows (the trainer's count:
+    the batches of an epoch, times the epochs, rounded up).
+
+    Example:
+        >>> training_steps(4000, 8, 1.0), training_steps(1000, 8, 1.5)
+        (500, 188)
+    """
+    return max(1, math.ceil(math.ceil(windows / batch_size) * epochs))
+
+
 def _fit(model: CrossEncoder, train_set: datasets.Dataset, evaluate, eval_targets, checkpoints: Path,
          progress: dict[str, Any], *, epochs: float, batch_size: int, learning_rate: float, seed: int,
          eval_points: int, bf16: bool, show_progress: bool
@@ -443,7 +454,7 @@ def _fit(model: CrossEncoder, train_set: datasets.Dataset, evaluate, eval_target
     from sentence_transformers.cross_encoder import CrossEncoderTrainer, CrossEncoderTrainingArguments
     from transformers import TrainerCallback
 
-    steps = max(1, math.ceil(math.ceil(train_set.num_rows / batch_size) * epochs))
+    steps = training_steps(train_set.num_rows, batch_size, epochs)
     at = {max(1, round(steps * (i + 1) / eval_points)) for i in range(eval_points)}
     curve: list[dict[str, float]] = progress.setdefault("curve", [])
     started = time.perf_counter() - progress.setdefault("elapsed", 0.0)
