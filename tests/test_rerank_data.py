@@ -135,6 +135,13 @@ def test_records_hold_numbers_and_ids_only(collected):
     rhos = [rank_correlation(ranking, targets) for ranking, targets in passages if len(ranking) > 1]
     assert summary["ranking_target_correlation"] == pytest.approx(sum(rhos) / len(rhos), abs=1e-12)
     assert -1 <= summary["ranking_target_correlation"] <= 1
+    k = max(len(r["passage_ids"]) for r in collected["records"])
+    for rank in range(k):
+        at_rank = [r["target_nlls"][rank] for r in collected["records"] if len(r["passage_ids"]) > rank]
+        assert summary["target_nll_by_rank"][rank] == pytest.approx(sum(at_rank) / len(at_rank), abs=1e-12)
+    assert len(summary["target_nll_by_rank"]) == k
+    nones = [r["target_nlls"][-1] for r in collected["records"]]
+    assert summary["target_nll_no_passage"] == pytest.approx(sum(nones) / len(nones), abs=1e-12)
     first = rerank_data_summary(collected["folder"], max_records=2)
     assert first["windows"] == 2 and first["articles"] == len({r["article"] for r in collected["records"][:2]})
 

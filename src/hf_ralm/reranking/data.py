@@ -175,7 +175,10 @@ def rerank_data_summary(folder: str | os.PathLike, max_records: int | None = Non
     passage), ``top1_is_oracle`` (share whose best passage is retrieval's first), ``zero_shot_is_oracle`` (share
     whose best passage is also the reader's lowest ranking NLL: zero-shot reranking's hit rate),
     ``ranking_target_correlation`` (the mean over windows of :func:`~hf_ralm.selection.rules.rank_correlation`
-    between the passages' ranking and target NLLs) and ``seconds`` (what the chunks took to compute, across resumes).
+    between the passages' ranking and target NLLs), ``target_nll_by_rank`` (the mean target NLL of the passage at each
+    retrieval rank, over the windows that have one there) and ``target_nll_no_passage`` (without a passage): what
+    each candidate position is worth on average, the part of the choice a reranker needs no text for; and ``seconds``
+    (what the chunks took to compute, across resumes).
 
     Example::
 
@@ -197,8 +200,15 @@ def rerank_data_summary(folder: str | os.PathLike, max_records: int | None = Non
         "ranking_target_correlation": (sum(rank_correlation(r["ranking_nlls"][: len(r["passage_ids"])],
                                                             r["target_nlls"][: len(r["passage_ids"])])
                                            for r in ranked) / len(ranked)) if ranked else None,
+        "target_nll_by_rank": [_mean([r["target_nlls"][rank] for r in records if len(r["passage_ids"]) > rank])
+                               for rank in range(max(len(r["passage_ids"]) for r in records))],
+        "target_nll_no_passage": _mean([r["target_nlls"][-1] for r in records]),
         "seconds": RerankDataWriter.chunk_seconds(folder),
     }
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values)
 
 
 def file_fingerprint(path: str | os.PathLike) -> str:
