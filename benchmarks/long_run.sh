@@ -3,11 +3,12 @@
 # completed chunks to this checkout as they appear; a later session (or a fresh clone) runs the same line again and
 # the job resumes from the committed records (see benchmarks/runs/README.md).
 #
-#   bash benchmarks/long_run.sh NAME COMMIT RECORDS_DIR -- COMMAND [ARGS...]
+#   bash benchmarks/long_run.sh NAME COMMIT RECORDS_DIR [RECORDS_DIR...] -- COMMAND [ARGS...]
 #
 # NAME         the job's name: its log is ~/.cache/hf-ralm/long-runs/NAME.log, its pid file NAME.pid beside it
 # COMMIT       the commit whose code runs (a worktree ../run-<commit> is made once and reused)
-# RECORDS_DIR  the folder under benchmarks/runs/ (relative to this checkout) whose chunks are committed
+# RECORDS_DIR  a folder under benchmarks/runs/ (relative to this checkout) whose chunks are committed; several when
+#              COMMAND chains runs that keep records in different folders
 # COMMAND      run in the worktree with PYTHONPATH=<worktree>/src, so that its code, not this checkout's, runs;
 #              paths into this checkout must be absolute (e.g. --output-dir "$PWD/benchmarks/runs/x")
 #
@@ -37,10 +38,20 @@ if [ "${1:-}" = "--stop" ]; then
   exit 0
 fi
 
-[ $# -ge 5 ] && [ "$4" = "--" ] || { sed -n '2,10p' "$0" >&2; exit 2; }
-name="$1" commit="$(git -C "$repo" rev-parse --short "$2")" records="$3"
-shift 4
-case "$records" in benchmarks/runs/?*) ;; *) echo "RECORDS_DIR must be a folder under benchmarks/runs/" >&2; exit 2;; esac
+usage() { sed -n '2,12p' "$0" >&2; exit 2; }
+[ $# -ge 5 ] || usage
+name="$1" commit="$(git -C "$repo" rev-parse --short "$2")"
+shift 2
+records=()
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+  case "$1" in
+    benchmarks/runs/?*) records+=("$1") ;;
+    *) echo "RECORDS_DIR must be a folder under benchmarks/runs/, got $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+[ $# -ge 2 ] && [ ${#records[@]} -ge 1 ] || usage
+shift  # the --
 if [ -e "$state/$name.pid" ] && kill -0 "$(cat "$state/$name.pid")" 2>/dev/null; then
   echo "$name is running already (pid $(cat "$state/$name.pid")); --stop $name first" >&2
   exit 1
@@ -60,17 +71,19 @@ job=$!
 # its committer: every few minutes, the chunks that are complete (never a writer's .tmp- file) and the settings
 setsid bash -c '
   echo 19 > /proc/self/autogroup 2>/dev/null || true
-  repo="$1" records="$2" job="$3" name="$4"
+  repo="$1" job="$2" name="$3"
+  shift 3
+  records=("$@")
   commit_chunks() {
     cd "$repo"
-    git add -- "$records" ":(exclude,glob)$records/**/.tmp-*" 2>/dev/null || return 0
-    git diff --cached --quiet -- "$records" && return 0
-    chunks="$(git ls-files -- "$records" | grep -c "chunk-" || true)"
+    git add -- "${records[@]}" ":(exclude,glob)benchmarks/runs/**/.tmp-*" 2>/dev/null || return 0
+    git diff --cached --quiet -- "${records[@]}" && return 0
+    chunks="$(git ls-files -- "${records[@]}" | grep -c "chunk-" || true)"
     for try in 1 2 3; do  # the foreground may hold the index lock for a moment
-      git commit -q -m "Runs: completed chunks ($name: $chunks chunks)" -- "$records" && return 0
+      git commit -q -m "Runs: completed chunks ($name: $chunks chunks)" -- "${records[@]}" && return 0
       sleep 5
     done
   }
   while kill -0 "$job" 2>/dev/null; do sleep 300; commit_chunks; done
-  commit_chunks' committer "$repo" "$records" "$job" "$name" >>"$state/$name.log" 2>&1 </dev/null &
+  commit_chunks' committer "$repo" "$job" "$name" "${records[@]}" >>"$state/$name.log" 2>&1 </dev/null &
 echo "$name: started from $worktree (log: $state/$name.log)"
