@@ -9,7 +9,7 @@
 # COMMIT       the commit whose code runs (a worktree ../run-<commit> is made once and reused)
 # RECORDS_DIR  a folder under benchmarks/runs/ (relative to this checkout) whose chunks are committed; several when
 #              COMMAND chains runs that keep records in different folders
-# COMMAND      run in the worktree with PYTHONPATH=<worktree>/src, so that its code, not this checkout's, runs;
+# COMMAND      run in the worktree with PYTHONPATH=<worktree>:<worktree>/src, so that its code runs, not this one's;
 #              paths into this checkout must be absolute (e.g. --output-dir "$PWD/benchmarks/runs/x")
 #
 # Why the autogroup: every setsid session is a scheduler autogroup of its own, and the kernel shares the CPU equally
@@ -63,7 +63,9 @@ worktree="$(dirname "$repo")/run-$commit"
 setsid bash -c '
   echo 19 > /proc/self/autogroup 2>/dev/null || true
   cd "$1"; shift
-  export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+  # the worktree root too: the editable install puts the main checkout on the path, whose benchmarks/ package
+  # would otherwise serve the pinned scripts their helpers (bench_setup, table_runs)
+  export PYTHONPATH="$PWD:$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
   exec nice -n 19 "$@"' job "$worktree" "$@" >>"$state/$name.log" 2>&1 </dev/null &
 echo $! >"$state/$name.pid"
 job=$!
