@@ -39,6 +39,7 @@ import hashlib
 import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
+from statistics import fmean
 from pathlib import Path
 from typing import Any
 
@@ -200,15 +201,11 @@ def rerank_data_summary(folder: str | os.PathLike, max_records: int | None = Non
         "ranking_target_correlation": (sum(rank_correlation(r["ranking_nlls"][: len(r["passage_ids"])],
                                                             r["target_nlls"][: len(r["passage_ids"])])
                                            for r in ranked) / len(ranked)) if ranked else None,
-        "target_nll_by_rank": [_mean([r["target_nlls"][rank] for r in records if len(r["passage_ids"]) > rank])
+        "target_nll_by_rank": [fmean([r["target_nlls"][rank] for r in records if len(r["passage_ids"]) > rank])
                                for rank in range(max(len(r["passage_ids"]) for r in records))],
-        "target_nll_no_passage": _mean([r["target_nlls"][-1] for r in records]),
+        "target_nll_no_passage": fmean([r["target_nlls"][-1] for r in records]),
         "seconds": RerankDataWriter.chunk_seconds(folder),
     }
-
-
-def _mean(values: Sequence[float]) -> float:
-    return sum(values) / len(values)
 
 
 def file_fingerprint(path: str | os.PathLike) -> str:
