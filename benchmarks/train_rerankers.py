@@ -53,7 +53,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "2e-5 left the held-out loss unchanged to 4 decimals after 125 steps; this one moved it")
     parser.add_argument("--eval-every", type=int, default=100,
                         help="training steps between two points of the learning curve (each point evaluates all the "
-                             "held-out windows in float32, about 7 minutes on one CPU core; the last step is always "
+                             "held-out windows in float32, about 6 minutes on one CPU core; the last step is always "
                              "one): 5 points for 4,000 windows in steps of 8, the final one only for 1,000 "
                              "(default: %(default)s)")
     parser.add_argument("--bf16", action="store_true", help="bfloat16 mixed precision (see bench_reranker_training)")
