@@ -39,8 +39,8 @@ import hashlib
 import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from statistics import fmean
 from pathlib import Path
+from statistics import fmean
 from typing import Any
 
 import datasets
