@@ -33,7 +33,13 @@ no-passage choice, oracle), the lm gate's two inputs, the other model's ranking 
 Each row also says how often the strategy chose the oracle's passage, and each (reader, data) how well the reader's
 ranking NLL orders the passages by their target NLL (the mean Spearman correlation: near 0, zero-shot reranking has
 nothing to go on). ``--readers`` and ``--data`` limit the (reader, data) pairs; ``--passes candidates other`` prints
-the table of the passes done so far, without the cost column. ``--plot-only`` redraws the chart from the CSV.
+the table of the passes done so far, without the cost column. ``--from-records`` prints the whole table from the
+committed records alone, computing nothing and needing no reranker folder (the predictive rows are the recorded
+choices; the readers are still loaded, to rebuild the windows and check the records' settings)::
+
+    python benchmarks/rerank_tables.py --max-eval-tokens 1024 --from-records
+
+``--plot-only`` redraws the chart from the CSV.
 """
 
 from __future__ import annotations
@@ -75,7 +81,29 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="run only these passes (default: all). With 'candidates' and 'other' the table is "
                              "printed; without 'timing' its cost column is left empty")
     parser.add_argument("--plot-only", action="store_true", help="redraw the chart from the CSV")
-    return parser.parse_args(argv)
+    parser.add_argument("--from-records", action="store_true",
+                        help="compute nothing: print the table from the records under --runs-dir, which must be "
+                             "complete. The predictive rows come from the reranker whose choices are recorded (its "
+                             "weights' sha256 is printed), so a fresh clone needs no reranker folder")
+    args = parser.parse_args(argv)
+    if args.from_records and (args.predictive or args.predictive_no_passage):
+        parser.error("--from-records reads the predictive rows from the records: leave out --predictive and "
+                     "--predictive-no-passage (or leave out --from-records to check or compute them)")
+    return args
+
+
+PREDICTIVE = {"predictive": "predictive", "predictive + no-passage candidate": "predictive-no-passage"}
+"""The predictive rows' names and their passes' folders."""
+
+
+def require_records(args, folder: Path, needed: int, what: str) -> None:
+    """With ``--from-records``, stop unless ``folder`` holds its first ``needed`` records: nothing is computed."""
+    from hf_ralm.records import RecordStore
+
+    if args.from_records and RecordStore.prefix_length(folder) < needed:
+        sys.exit(f"--from-records: {folder} holds {RecordStore.prefix_length(folder)} of the {needed} records of "
+                 f"{what}. Run without --from-records (a predictive pass: with its reranker's folder) to compute the "
+                 "rest.")
 
 
 def pass_dir(args, reader: str, data: str, name: str) -> Path:
@@ -94,6 +122,7 @@ def candidate_pass(run: Run, data: str, args) -> list:
     """Every window's k candidates and no passage, scored by the reader (resumable records)."""
     from hf_ralm.selection.candidates import score_candidates
 
+    require_records(args, pass_dir(args, run.reader, data, "candidates"), len(run.windows), "the candidates' pass")
     return score_candidates(run.model, run.tokenizer, run.ids, run.windows, run.candidates, run.config,
                             batch_size=args.batch_size, output_dir=pass_dir(args, run.reader, data, "candidates"),
                             chunk_size=CHUNK, settings=run_identity(run, data, args))
@@ -107,6 +136,7 @@ def choice_pass(run: Run, data: str, args, name: str, ranker_settings: dict, cho
     from hf_ralm.modeling_utils import model_identity
 
     settings = {**model_identity(run.model), **run_identity(run, data, args), **ranker_settings}
+    require_records(args, pass_dir(args, run.reader, data, name), len(run.windows), f"the {name} pass")
     writer = RecordStore(pass_dir(args, run.reader, data, name), settings, chunk_size=CHUNK, reproduce=provenance())
     chosen = [row["chosen"] for row in writer.rows()]
     with writer:
@@ -132,16 +162,24 @@ def other_model_choices(run: Run, data: str, args, other) -> list[int]:
                                                     batch_size=args.batch_size, show_progress=False).chosen)
 
 
-def predictive_choices(run: Run, data: str, args, folder: str, no_passage: bool) -> list[int]:
-    """A trained cross-encoder chooses among the candidates (with ``no_passage``, also the empty passage)."""
+def predictive_choices(run: Run, data: str, args, row: str, folder: str | None) -> list[int]:
+    """A trained cross-encoder chooses among the candidates (for the row with the no-passage candidate, also the
+    empty passage); with ``folder`` None (``--from-records``), the choices recorded for this pair, whichever
+    reranker made them."""
+    from hf_ralm.records import RecordStore
     from hf_ralm.selection.rerank import rerank_windows
     from hf_ralm.selection.predictive import PredictiveReranker
     from hf_ralm.reranking.data import file_fingerprint
 
+    name, no_passage = PREDICTIVE[row], row.endswith("no-passage candidate")
+    if folder is None:
+        ranker = RecordStore.read_settings(pass_dir(args, run.reader, data, name))[0]["ranker"]
+        print(f"[tables] {run.reader} / {data} / {name}: the choices recorded by the reranker whose weights have "
+              f"sha256 {ranker}", file=sys.stderr)
+        return choice_pass(run, data, args, name, {"ranker": ranker, "no_passage": no_passage}, None)
     config = run.config_for(rerank="predictive", reranker_model=folder, rerank_allow_no_passage=no_passage)
     reranker = PredictiveReranker(folder, device=str(run.model.device))
     weights = next(Path(folder).glob("model.safetensors"), None) or next(Path(folder).glob("*.bin"))
-    name = "predictive-no-passage" if no_passage else "predictive"
     return choice_pass(run, data, args, name, {"ranker": file_fingerprint(weights), "no_passage": no_passage},
                        lambda chunk: rerank_windows(run.model, run.tokenizer, run.ids, chunk, run.queries,
                                                     run.candidates, config, reranker=reranker,
@@ -182,11 +220,13 @@ def timing(run: Run, data: str, args, other, predictive: dict) -> dict[str, floa
         "other model ranks": ranks(run.config_for(rerank="lm"), other),
     }
     for name, folder in predictive.items():
-        computations[f"{name} ranks"] = ranks(
+        # the reranker is loaded when its ranking is timed: with --from-records (folder None) it never is
+        computations[f"{name} ranks"] = lambda folder=folder, name=name: ranks(
             run.config_for(rerank="predictive", reranker_model=folder,
                            rerank_allow_no_passage=name.endswith("no-passage candidate")),
-            PredictiveReranker(folder, device=str(run.model.device)))
+            PredictiveReranker(folder, device=str(run.model.device)))()
     settings = {**model_identity(run.model), **run_identity(run, data, args), "windows": len(windows)}
+    require_records(args, pass_dir(args, run.reader, data, "timing"), len(computations), "the timing pass")
     writer = RecordStore(pass_dir(args, run.reader, data, "timing"), settings, chunk_size=1,
                          reproduce=provenance())
     measured = {row["computation"]: row["seconds_per_window"] for row in writer.rows()}
@@ -313,15 +353,16 @@ def main(argv=None) -> int:
             plot(list(csv.DictReader(f)), os.path.join(args.figures_dir, "rerank_results.png"))
         return 0
     retrievers = load_retrievers(args)
-    predictive = {name: folder for name, folder in (("predictive", args.predictive),
-                                                    ("predictive + no-passage candidate", args.predictive_no_passage))
-                  if folder}
+    given = {"predictive": args.predictive, "predictive + no-passage candidate": args.predictive_no_passage}
     rows, signals = [], {}
     for data in args.data:
         for reader in args.readers:
             from hf_ralm.selection.rankers import LMReranker
 
             run = Run(reader, data, args, retrievers, K, rerank_candidates=K, rerank_tokens=16)
+            predictive = ({name: None for name, folder in PREDICTIVE.items()
+                           if (pass_dir(args, reader, data, folder) / "settings.json").is_file()}
+                          if args.from_records else {name: folder for name, folder in given.items() if folder})
             if "candidates" in args.passes:
                 scores = candidate_pass(run, data, args)
             other = LMReranker(*load_reader(args.models_dir, OTHER[reader], "bfloat16", run.device), 512)
@@ -330,7 +371,7 @@ def main(argv=None) -> int:
                 choices["other"] = other_model_choices(run, data, args, other)
             if "predictive" in args.passes:
                 for name, folder in predictive.items():
-                    choices[name] = predictive_choices(run, data, args, folder, name.endswith("candidate"))
+                    choices[name] = predictive_choices(run, data, args, name, folder)
             if "timing" in args.passes:
                 cost = timing(run, data, args, other, predictive)
             if {"candidates", "other"} <= set(args.passes):

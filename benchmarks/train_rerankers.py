@@ -85,13 +85,16 @@ def train_one(args, variant: str, size: int, data, summary: dict) -> dict | None
     from hf_ralm.utils.atomic import write_json_atomic
 
     record_path = Path(args.runs_dir) / f"{variant}-{size}.json"
+    folder = Path(args.models_dir) / f"{variant}-{size}"
     if record_path.is_file():
+        if not (folder / "model.safetensors").is_file():  # a fresh clone: the records came, the model did not
+            print(f"[training] {variant}-{size}: its record is here, its model is not ({folder}); the record's figures "
+                  f"stand. To train the model again, move {record_path} aside and rerun.", file=sys.stderr)
         return json.loads(record_path.read_text(encoding="utf-8"))
     if summary["training_windows"] < size:
         print(f"[training] {variant}: the data has {summary['training_windows']} training windows, fewer than "
               f"{size}: skipped", file=sys.stderr)
         return None
-    folder = Path(args.models_dir) / f"{variant}-{size}"
     steps = training_steps(size, args.batch_size, args.epochs)
     results = train_reranker(data[0], output_dir=folder, metadata=data[1], no_passage_candidate=VARIANTS[variant],
                              max_train_windows=size, epochs=args.epochs, batch_size=args.batch_size,
