@@ -100,8 +100,8 @@ def require_records(args, folder: Path, needed: int, what: str) -> None:
     """With ``--from-records``, stop unless ``folder`` holds its first ``needed`` records: nothing is computed."""
     from hf_ralm.records import RecordStore
 
-    if args.from_records and RecordStore.prefix_length(folder) < needed:
-        sys.exit(f"--from-records: {folder} holds {RecordStore.prefix_length(folder)} of the {needed} records of "
+    if args.from_records and (held := RecordStore.prefix_length(folder)) < needed:
+        sys.exit(f"--from-records: {folder} holds {held} of the {needed} records of "
                  f"{what}. Run without --from-records (a predictive pass: with its reranker's folder) to compute the "
                  "rest.")
 

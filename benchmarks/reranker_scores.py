@@ -40,16 +40,18 @@ def score_summary(scores: list[list[float]], with_empty: bool) -> dict[str, floa
         >>> score_summary([[0.2, 0.1, 0.5], [0.3, 0.1, 0.0]], with_empty=True)["no_passage_chosen"]
         0.5
     """
+    from hf_ralm.selection.predictive import argmax_first
+
     passages = [s[:-1] if with_empty else s for s in scores]
-    leads = [s[-1] - max(p) for s, p in zip(scores, passages)] if with_empty else [-1.0] * len(scores)
-    # the choice as the reranker makes it: the first best-scored candidate, so a tie goes to the passage
-    chosen = [-1 if lead > 0 else max(range(len(p)), key=p.__getitem__) for p, lead in zip(passages, leads)]
+    # the choice as the reranker makes it (the first best-scored candidate); the empty passage's index is no passage
+    chosen = [-1 if (i := argmax_first(s)) == len(p) else i for s, p in zip(scores, passages)]
     summary = {
         "windows": len(scores),
         "rank1_chosen": chosen.count(0) / len(scores),
         "passage_score_spread_median": statistics.median(max(p) - min(p) for p in passages),
     }
     if with_empty:
+        leads = [s[-1] - max(p) for s, p in zip(scores, passages)]
         summary.update(no_passage_chosen=chosen.count(-1) / len(scores), empty_lead_min=min(leads),
                        empty_lead_median=statistics.median(leads), empty_lead_max=max(leads))
     return summary
