@@ -5,6 +5,11 @@ retrieval can never return the evaluated articles themselves (only related ones)
     python benchmarks/make_heldout.py --corpus ../shared/data/wikipedia-2015-sample/articles.jsonl.gz \
         --out-dir ~/.cache/hf-ralm/heldout --num-articles 20 --seed 0
 
+The whole-set held-out text of docs/results.md (100 articles, each cut to its first paragraphs up to 1,200 words)::
+
+    python benchmarks/make_heldout.py --corpus ../shared/data/wikipedia-2015-sample/articles.jsonl.gz \
+        --out-dir ~/.cache/hf-ralm/heldout-100 --num-articles 100 --max-words 1200 --seed 0
+
 A validation set apart from it (what benchmarks/gate_margin.py tunes on)::
 
     python benchmarks/make_heldout.py --corpus ../shared/data/wikipedia-2015-sample/articles.jsonl.gz \
@@ -26,6 +31,9 @@ def main() -> None:
     parser.add_argument("--out-dir", required=True)
     parser.add_argument("--num-articles", type=int, default=20)
     parser.add_argument("--min-words", type=int, default=1000, help="only sample articles at least this long")
+    parser.add_argument("--max-words", type=int,
+                        help="keep each article's first paragraphs up to this many words (at least its first "
+                             "paragraph): more articles for the same evaluation cost")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--exclude-titles", help="never sample these articles (a titles.txt of another sample: a "
                                                  "validation set apart from the test set)")
@@ -42,7 +50,13 @@ def main() -> None:
     rows = []
     for article in sample:
         rows.append(f" = {article['title']} = \n")
-        rows.extend(paragraph.strip() + " \n" for paragraph in article["text"].split("\n") if paragraph.strip())
+        words = kept = 0
+        for paragraph in (p.strip() for p in article["text"].split("\n") if p.strip()):
+            words += len(paragraph.split())
+            if args.max_words is not None and kept and words > args.max_words:
+                break
+            rows.append(paragraph + " \n")
+            kept += 1
     tmp = os.path.join(args.out_dir, "rows.jsonl.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         f.writelines(json.dumps({"text": row}) + "\n" for row in rows)

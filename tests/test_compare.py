@@ -98,3 +98,31 @@ def test_bad_strategy_lists(tiny_model_dir, tiny_index, tmp_path, capsys):
     model = load(tiny_model_dir, tiny_index, retriever=None)
     with pytest.raises(SettingError, match="needs a retriever"):
         compare_strategies(model.language_model, model.tokenizer, EVAL_TEXT, None, model.config, ["top1"])
+
+
+def test_two_workers_give_the_one_process_table(tiny_model_dir, tiny_index, tmp_path):
+    model = load(tiny_model_dir, tiny_index)
+    strategies = ["none", "top1", "lm-gate"]
+    one = model.compare_strategies(EVAL_TEXT, strategies, batch_size=3, show_progress=False)
+    out = tmp_path / "sharded"
+    options = dict(batch_size=3, show_progress=False, output_dir=str(out), chunk_size=4, num_shards=2)
+    first = model.compare_strategies(EVAL_TEXT, strategies, shard_id=1, **options)
+    assert not first.complete and first.rows == [] and first.shard == "1 of 2 (arguments)"
+    assert 0 < first.num_done_windows < one.num_windows
+    assert "1 of 2" in first.to_markdown() and not (out / "compare.json").exists()
+    second = model.compare_strategies(EVAL_TEXT, strategies, shard_id=0, **options)
+    assert second.complete and second.num_resumed_windows == first.num_done_windows
+    assert [(r.strategy, r.nll_sum, r.num_windows_with_passage) for r in second.rows] == \
+        [(r.strategy, r.nll_sum, r.num_windows_with_passage) for r in one.rows]
+    assert "num_done_windows" not in json.loads((out / "compare.json").read_text())
+
+    # a rerun with another chunk size reads everything back and computes nothing
+    again = model.compare_strategies(EVAL_TEXT, strategies, batch_size=3, show_progress=False, output_dir=str(out),
+                                     chunk_size=5)
+    assert again.num_resumed_windows == again.num_windows and again.rows == second.rows
+
+
+def test_a_sharded_pass_needs_an_output_folder(tiny_model_dir, tiny_index):
+    with pytest.raises(SettingError, match="2 workers .* give one"):
+        load(tiny_model_dir, tiny_index).compare_strategies(EVAL_TEXT, ["top1"], num_shards=2, shard_id=0,
+                                                            show_progress=False)

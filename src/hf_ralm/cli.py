@@ -592,8 +592,7 @@ def _compare(args):
     from .compare import check_strategies
 
     strategies = check_strategies([name.strip() for name in args.compare.split(",") if name.strip()])
-    for flag, given in (("--retrieval-file", args.retrieval_file), ("--save-retrieval-file", args.save_retrieval_file),
-                        ("--num-shards", args.num_shards is not None and args.num_shards > 1)):
+    for flag, given in (("--retrieval-file", args.retrieval_file), ("--save-retrieval-file", args.save_retrieval_file)):
         if given:
             _fail(f"--compare runs its own reader pass over the retrieved passages: drop {flag}.")
     if args.retriever == "none":
@@ -602,8 +601,7 @@ def _compare(args):
     ranks = any(COMPARE_STRATEGIES[name].ranks_all for name in strategies)
     _plan_or_refuse(args, model, text, compare_k=model.config.rerank_candidates if ranks else 1)
     return model.compare_strategies(text, strategies, max_eval_tokens=args.max_eval_tokens,
-                                    batch_size=args.batch_size, output_dir=args.output_dir,
-                                    overwrite=args.overwrite)
+                                    batch_size=args.batch_size, **_resuming(args))
 
 
 def _print_eval_lm(result, args) -> None:

@@ -39,6 +39,7 @@ from .selection.candidates import CandidateScores, score_candidates
 from .selection.gates import lm_gate_config
 from .selection.rules import choose_lowest, choose_option, random_choice
 from .utils.atomic import write_json_atomic, write_text_atomic
+from .utils.shards import Shard
 
 COMPARE_FILE = "compare.json"
 COMPARE_CSV = "compare.csv"
@@ -109,12 +110,22 @@ class Comparison:
     k: int
     seconds: float
     num_resumed_windows: int
+    num_done_windows: int | None = None
+    shard: str | None = None
+
+    @property
+    def complete(self) -> bool:
+        """Whether every window's options are scored, so that the rows are there (a worker of a sharded pass may
+        finish before the others)."""
+        return self.num_done_windows is None
 
     def row(self, strategy: str) -> StrategyFigures:
         return next(r for r in self.rows if r.strategy == strategy)
 
     def to_dict(self) -> dict:
-        return {**{k: v for k, v in asdict(self).items() if k != "rows"}, "rows": [asdict(r) for r in self.rows]}
+        partial = ("num_done_windows", "shard")  # only an incomplete comparison has them
+        return {**{k: v for k, v in asdict(self).items() if k != "rows" and not (k in partial and v is None)},
+                "rows": [asdict(r) for r in self.rows]}
 
     def to_csv(self) -> str:
         out = io.StringIO()
@@ -125,6 +136,10 @@ class Comparison:
 
     def to_markdown(self) -> str:
         """The table ``hf-ralm eval-lm --compare`` prints."""
+        if not self.complete:
+            return (f"Worker {self.shard} has scored its chunks: {self.num_done_windows} of {self.num_windows} "
+                    "windows are saved. The table comes once every worker's chunks are in: the last worker to "
+                    "finish prints it, or run any worker's command again then.")
         lines = ["| strategy | token ppl | word ppl | windows with a passage | reader inputs per window |",
                  "|---|---:|---:|---:|---:|"]
         for r in self.rows:
@@ -166,10 +181,18 @@ def compare_strategies(
     chunk_size: int = 32,
     overwrite: bool = False,
     show_progress: bool = True,
+    num_shards: int | None = None,
+    shard_id: int | None = None,
 ) -> Comparison:
     """Each of ``strategies`` (names of :data:`STRATEGIES`) over the same windows of ``text_or_ids``, from one reader
-    pass (see the module docstring); with ``output_dir`` the pass's records are kept there (``candidates/``: a rerun
-    resumes them) and ``compare.json`` / ``compare.csv`` written.
+    pass (see the module docstring); with ``output_dir`` the pass's records are kept there (``candidates-k<k>/``, in
+    chunks of ``chunk_size`` windows: a rerun resumes them) and ``compare.json`` / ``compare.csv`` written. Each
+    chunk's passages are retrieved as it starts, so a resumed pass retrieves only what it computes.
+
+    ``num_shards`` workers (``shard_id``, or a launcher's environment: :class:`~hf_ralm.utils.shards.Shard`) share
+    the pass through ``output_dir``, each computing every ``num_shards``-th chunk; a worker that finds the others'
+    chunks missing returns an incomplete :class:`Comparison` (``complete`` false, no rows), and the last one to
+    finish, or any worker run again afterwards, gives the table.
 
     ``config`` gives the RALM settings, ``rerank_candidates`` (``k``, for the strategies that rank),
     ``rerank_tokens``, the lm gate's margin (``gate_threshold`` when ``retrieval_gate`` is ``"lm"``, else the lm
@@ -184,20 +207,24 @@ def compare_strategies(
     if retriever is None:
         raise SettingError(f"Comparing strategies needs a retriever ({setting('retriever')}): each strategy chooses "
                            "among the passages it retrieves.")
+    shard = Shard.resolve(num_shards, shard_id)
     k = config.rerank_candidates if any(STRATEGIES[name].ranks_all for name in names) else 1
     scoring = RalmConfig(**{**config.to_dict(), "rerank": "lm", "rerank_candidates": k, "reranker_model": None,
                             "retrieval_gate": "always", "gate_threshold": None})
     plan = prepare(text_or_ids, tokenizer, scoring, retriever, max_length=window_length(model, config),
                    max_eval_tokens=max_eval_tokens)
-    candidates = plan.candidates(plan.windows, k, show_progress)
     size = BatchSize(batch_size, model_device(model)).size
     records = None if output_dir is None else os.path.join(output_dir, CANDIDATES_DIR.format(k=k))
-    resumed = len(RecordStore.read_rows(records)) if records and os.path.isdir(records) and not overwrite else 0
+    resumed = RecordStore.num_saved(records) if records and not overwrite else 0
     start = time.perf_counter()
-    scores = score_candidates(model, tokenizer, plan.ids, plan.windows, candidates, scoring, batch_size=size,
-                              output_dir=records, chunk_size=chunk_size, overwrite=overwrite,
-                              settings=retriever_identity(retriever), show_progress=show_progress)
+    scores = score_candidates(model, tokenizer, plan.ids, plan.windows, lambda chunk: plan.candidates(chunk, k),
+                              scoring, batch_size=size, output_dir=records, chunk_size=chunk_size,
+                              overwrite=overwrite, settings=retriever_identity(retriever), show_progress=show_progress,
+                              shard=shard)
     seconds = time.perf_counter() - start
+    if len(scores) < len(plan.windows):  # a worker of a sharded pass, before the others are done
+        return Comparison([], len(plan.ids), 0, plan.num_words, len(plan.windows), k, seconds, resumed,
+                          num_done_windows=len(scores), shard=f"{shard.index} of {shard.count} ({shard.launcher})")
     num_scored = sum(w.num_scored for w in plan.windows)
     num_later = sum(1 for w in plan.windows if w.has_retrieval)  # window 0 never retrieves
     rows = []

@@ -290,6 +290,11 @@ class RecordStore:
         return length
 
     @classmethod
+    def num_saved(cls, folder: str | os.PathLike) -> int:
+        """How many records a folder's complete chunks hold (by their names: nothing is read)."""
+        return sum(stop - start for start, stop in map(_range_of, cls.complete_chunks(folder)))
+
+    @classmethod
     def read_rows(cls, folder: str | os.PathLike) -> list[dict[str, Any]]:
         """The records of a folder's complete chunks, in order, as saved (without opening the folder for writing)."""
         return [row for chunk in cls.complete_chunks(folder) for row in cls.read_chunk_file(chunk)["rows"]]

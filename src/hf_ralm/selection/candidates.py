@@ -26,15 +26,17 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from ..utils.progress import tqdm
 
 from ..configuration_ralm import RALM_FIELDS, RalmConfig
+from ..errors import SettingError, setting
 from ..model_inputs import window_length
 from ..passages import Passage
 from ..records import RecordStore
 from ..utils.checks import check_count
+from ..utils.shards import Shard, uncovered
 from ..windows import Window
 from .rerank import rerank_windows
 
@@ -69,7 +71,7 @@ def score_candidates(
     tokenizer,
     ids: Sequence[int],
     windows: Sequence[Window],
-    candidates: Sequence[Sequence[Passage]],
+    candidates: Sequence[Sequence[Passage]] | Callable[[Sequence[Window]], Sequence[Sequence[Passage]]],
     config: RalmConfig,
     *,
     batch_size: int = 8,
@@ -79,17 +81,24 @@ def score_candidates(
     reproduce: Mapping[str, Any] | None = None,
     overwrite: bool = False,
     show_progress: bool = True,
+    shard: Shard | None = None,
 ) -> list[CandidateScores]:
     """Every window's options scored by the reader (see the module docstring), in the order of ``windows`` (all of a
     text's windows, from window 0).
 
     ``candidates[w]`` are window ``w``'s retrieved passages in retrieval order (the first
-    ``config.rerank_candidates`` are scored); ``config`` gives the RALM settings and ``rerank_tokens`` (s'). With
+    ``config.rerank_candidates`` are scored), or ``candidates`` is a function that retrieves them for a chunk of
+    windows (a list per window): then only the windows this call computes are retrieved, not those read back or left
+    to other workers. ``config`` gives the RALM settings and ``rerank_tokens`` (s'). With
     ``output_dir``, the records are saved there every ``chunk_size`` windows and a rerun resumes after them;
     ``settings`` adds what the records depend on that this function cannot see (e.g. the retriever's identity,
     :func:`~hf_ralm.resume.retriever_identity`, or the text's name), ``reproduce`` what reruns the pass (the command,
     paths); the settings always record the model (:func:`~hf_ralm.resume.model_identity`), a digest of ``ids``, the
     RALM settings, the window length and ``batch_size`` (it changes results in their last digits).
+
+    With ``shard`` (:class:`~hf_ralm.utils.shards.Shard`, needs ``output_dir``), this worker computes the chunks
+    ``shard.index, shard.index + shard.count, ...`` and returns the records saved so far in window order: every
+    window's once the other workers' chunks are in too (check ``len(result) == len(windows)``).
 
     Example::
 
@@ -101,38 +110,52 @@ def score_candidates(
     from ..records import digest
 
     check_count("batch_size", batch_size)
+    check_count("chunk_size", chunk_size)
+    shard = shard or Shard()
+    if shard.count > 1 and output_dir is None:
+        raise SettingError(f"{shard.count} workers ({shard.launcher}) share a candidate pass through its "
+                           f"{setting('output_dir')}: give one.")
     scoring = RalmConfig(**{**{name: getattr(config, name) for name in RALM_FIELDS}, "rerank": "lm",
                             "reranker_model": None, "rerank_allow_no_passage": True,
                             "rerank_no_passage_margin": 0.0})
     writer = None
-    done: list[CandidateScores] = []
     if output_dir is not None:
         stored = {**model_identity(model), "tokens": f"{len(ids)} tokens, {digest(list(ids))}",
                   **{name: getattr(scoring, name) for name in sorted(RALM_FIELDS)},
                   "window_length": window_length(model, config), "batch_size": batch_size, **(settings or {})}
         writer = CandidateRecordWriter(output_dir, stored, chunk_size=chunk_size, overwrite=overwrite,
                                        reproduce={**provenance(), "model_path": model_path(model), **(reproduce or {})})
-        done = writer.rows()
-        if [s.window for s in done] != [w.index for w in windows[: len(done)]]:
-            raise ValueError(f"{output_dir} holds the records of other windows: score the same text, or overwrite.")
+        for (start, stop), rows in writer.items():
+            if [s.window for s in rows] != [w.index for w in windows[start:stop]]:
+                raise ValueError(f"{output_dir} holds the records of other windows: score the same text, or "
+                                 "overwrite.")
+    saved = writer.ranges() if writer is not None else []
+    # this worker's chunks of the fixed grid, less what is saved (a run resumed with another chunk size saved parts)
+    todo = [run for k, start in enumerate(range(0, len(windows), chunk_size)) if shard.takes(k)
+            for run in uncovered(start, min(start + chunk_size, len(windows)), saved)]
     ids = list(ids)
-    with tqdm(total=len(windows), initial=len(done), desc="Scoring candidates", unit="win",
-              disable=not show_progress) as progress:
-        for start in range(len(done), len(windows), chunk_size):
-            chunk = windows[start : start + chunk_size]
-            outcome = rerank_windows(model, tokenizer, ids, chunk, [None] * len(candidates), candidates, scoring,
+    computed: list[CandidateScores] = []  # without a writer
+    with tqdm(total=len(windows), initial=sum(stop - start for start, stop in saved), desc="Scoring candidates",
+              unit="win", disable=not show_progress) as progress:
+        for start, stop in todo:
+            chunk = windows[start:stop]
+            found = dict(zip((w.index for w in chunk), candidates(chunk))) if callable(candidates) else candidates
+            outcome = rerank_windows(model, tokenizer, ids, chunk, [None] * len(windows), found, scoring,
                                      batch_size=batch_size, show_progress=False)
             scores = []
             for w, ranking, targets in zip(chunk, outcome.ranking_nlls, outcome.target_nlls):
-                pool = list(candidates[w.index])[: scoring.rerank_candidates] if w.has_retrieval else []
+                pool = list(found[w.index])[: scoring.rerank_candidates] if w.has_retrieval else []
                 if targets is None:  # nothing ranked: the window as it is
                     targets = [float(outcome.token_nlls[w.score_begin : w.end].sum())]
                 scores.append(CandidateScores(w.index, [p.id for p in pool], [p.score for p in pool], ranking,
                                               targets))
-            if writer is not None:
-                writer.add(scores)
-            done.extend(scores)
+            if writer is None:
+                computed.extend(scores)
+            else:
+                writer.save(start, scores)
             progress.update(len(chunk))
-    if writer is not None:
-        writer.close()
-    return done
+    if writer is None:
+        return computed
+    if shard.count > 1:  # the other workers' chunks saved meanwhile
+        writer.refresh()
+    return writer.rows()
