@@ -3,7 +3,7 @@
 # none,top1,lm-gate at L=512, s=4, l=32, BM25 over the whole Wikipedia sample, on
 #   - the whole WikiText-103 test set (its 125 forbidden titles excluded from retrieval), and
 #   - held-out Wikipedia: 100 articles of the sample (seed 0, each cut to its first paragraphs up to 1,200 words),
-#     each excluded from retrieval (titles: benchmarks/runs/scale/heldout-100/titles.txt).
+#     each excluded from retrieval (titles: benchmarks/runs/scale/heldout-100-sample/titles.txt).
 # Two workers (one core each) share each text's reader pass; each goes on to the held-out text when its WikiText-103
 # chunks are done. Records: benchmarks/runs/scale/{wikitext-103-test,heldout-100}/candidates-k1, committed as chunks
 # complete (benchmarks/long_run.sh). Run from the repository root after the README's set-up; run it again in every
@@ -23,8 +23,8 @@ model="${HF_RALM_CACHE:-$HOME/.cache/hf-ralm}/models/smollm2-135m-instruct"
 # the held-out text from the corpus (the same rows every time: the titles are committed to check it)
 python benchmarks/make_heldout.py --corpus "$wiki" --out-dir "$heldout" --num-articles 100 --max-words 1200 \
   --seed 0 >/dev/null
-cmp -s "$heldout/titles.txt" benchmarks/runs/scale/heldout-100/titles.txt || {
-  echo "the held-out sample differs from benchmarks/runs/scale/heldout-100/titles.txt" >&2; exit 1; }
+cmp -s "$heldout/titles.txt" benchmarks/runs/scale/heldout-100-sample/titles.txt || {
+  echo "the held-out sample differs from benchmarks/runs/scale/heldout-100-sample/titles.txt" >&2; exit 1; }
 # the index once, before two workers would wait on its lock
 hf-ralm index --corpus "$wiki" --index-dir "$index" >/dev/null
 
@@ -38,6 +38,6 @@ for shard in 0 1; do
     }
     compare --dataset-path "$root/../shared/data/wikitext-103/test.jsonl" --forbidden-titles wikitext-103 \
       --output-dir "$root/benchmarks/runs/scale/wikitext-103-test" &&
-    compare --dataset-path "$heldout/rows.jsonl" --forbidden-titles "$root/benchmarks/runs/scale/heldout-100/titles.txt" \
+    compare --dataset-path "$heldout/rows.jsonl" --forbidden-titles "$root/benchmarks/runs/scale/heldout-100-sample/titles.txt" \
       --output-dir "$root/benchmarks/runs/scale/heldout-100"' "$shard" "$root" "$wiki" "$heldout" "$index" "$model"
 done
