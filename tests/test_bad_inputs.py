@@ -8,11 +8,15 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import shutil
+from pathlib import Path
 
 import pytest
 
-from conftest import ARTICLES, fail, make_tiny_tokenizer, require_dense
+from conftest import ARTICLES, fail, make_tiny_tokenizer, require_dense, write_jsonl
 from hf_ralm.cli import main
+from hf_ralm.errors import IndexFolderError, SavedFolderError
+from hf_ralm.retrieval import load_retriever_from_pretrained, retriever_class
 from hf_ralm.retrieval.index_folder import INDEX_FILE
 from hf_ralm.windows import plan_settings, plan_windows
 
@@ -223,7 +227,20 @@ def damaged_info(index_dir: str) -> str:
     return f"is damaged: its {INDEX_FILE} is not a JSON object"
 
 
-@pytest.mark.parametrize("damage", [truncate, remove_file, older_version, damaged_info])
+def file_outside(index_dir: str) -> str:
+    """A hostile hf_ralm_index.json: its list of files names one outside the folder (there, of the size it records,
+    so that only where it lies is wrong)."""
+    path = os.path.join(index_dir, INDEX_FILE)
+    info = json.loads(open(path).read())
+    with open(os.path.join(os.path.dirname(index_dir), "elsewhere.txt"), "w") as f:
+        f.write("not the index's")
+    info["files"]["../elsewhere.txt"] = len("not the index's")
+    with open(path, "w") as f:
+        json.dump(info, f)
+    return f"is damaged: its {INDEX_FILE} lists '../elsewhere.txt', which leads outside the folder"
+
+
+@pytest.mark.parametrize("damage", [truncate, remove_file, older_version, damaged_info, file_outside])
 @pytest.mark.parametrize("name", ["bm25", "dense", "lucene"])
 def test_unusable_index_is_refused_without_corpus_and_rebuilt_with_it(files, capsys, request, name, damage):
     kind = backend(name, request)
@@ -251,6 +268,208 @@ def test_index_of_another_backend_is_never_built_over(files, capsys, request):
                                               "--corpus", files["corpus"])],
          f"'{files['index']}' holds a 'bm25' index, not a lucene one: give each retriever its own --index-dir")
     assert json.loads(open(os.path.join(files["index"], INDEX_FILE)).read())["retriever"] == "bm25"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Folders that are not hf-ralm's: never built over, never removed
+# ----------------------------------------------------------------------------------------------------------------
+
+BACKENDS = ["bm25", "dense", "lucene", "hybrid"]
+
+
+def listing(folder: Path) -> dict[str, int]:
+    """Every file and folder under ``folder``, with its size: what a refused command must leave as it was."""
+    return {str(p.relative_to(folder)): p.stat().st_size for p in sorted(Path(folder).rglob("*"))}
+
+
+@pytest.mark.parametrize("where", ["data", "."])
+@pytest.mark.parametrize("name", BACKENDS)
+def test_index_dir_that_holds_other_files_is_refused_and_left_as_it_is(files, capsys, request, monkeypatch,
+                                                                       name, where):
+    """A mistyped ``--index-dir`` (the corpus's own folder, the working folder) is refused with one line naming what
+    it holds; nothing in it is touched (before: bm25 and dense deleted the folder and built there)."""
+    kind = backend(name, request)
+    data = files["tmp"] / "data"
+    data.mkdir()
+    corpus = shutil.copy(files["corpus"], data / "wiki.jsonl")
+    (data / "notes.txt").write_text("mine")
+    monkeypatch.chdir(data if where == "." else files["tmp"])
+    before = listing(files["tmp"])
+    fail(capsys, files, ["index", *kind, "--corpus", str(corpus), "--index-dir", where],
+         f"'{where}' is not an hf-ralm index folder and is not empty: it holds notes.txt, wiki.jsonl (2 entries)",
+         "choose a new or empty --index-dir")
+    assert listing(files["tmp"]) == before
+
+
+def test_an_empty_index_dir_is_built_in(files, capsys):
+    os.mkdir(files["index"])
+    main(index_argv(files, files["corpus"]))
+    assert os.path.isfile(os.path.join(files["index"], INDEX_FILE))
+
+
+@pytest.mark.parametrize("name", ["bm25", "dense", "lucene"])
+def test_a_folder_named_like_the_build_folder_is_never_removed(files, capsys, request, name):
+    """``<index-dir>.tmp`` is where a build is written before it is renamed; one that hf-ralm did not make (no
+    marker of its own in it) is the user's: refused, kept (before: removed, or emptied by the dense build)."""
+    mine = files["tmp"] / "index.tmp"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    fail(capsys, files, ["index", *backend(name, request), "--corpus", files["corpus"], "--index-dir", files["index"]],
+         f"'{mine}', where the build of '{files['index']}' is written, was not made by hf-ralm",
+         "move it away or choose another --index-dir")
+    assert listing(mine) == {"notes.txt": 4} and not os.path.exists(files["index"])
+
+
+def test_save_index_over_a_folder_of_other_files_is_refused(tiny_index, tmp_path):
+    """``save_pretrained(dir, save_index=True)`` copies the index to ``dir/index``: a user's folder there is refused
+    and kept (before: replaced by the copy)."""
+    mine = tmp_path / "saved" / "index"
+    mine.mkdir(parents=True)
+    (mine / "notes.txt").write_text("mine")
+    with pytest.raises(IndexFolderError, match=f"'{mine}' is not an hf-ralm index folder and is not empty: it holds "
+                                               r"notes.txt \(1 entry\)"):
+        tiny_index["retriever"].save_pretrained(tmp_path / "saved", save_index=True)
+    assert listing(mine) == {"notes.txt": 4}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Saved and downloaded folders whose files name paths outside them (a hostile Hub repository)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def outside_index(tmp_path_factory):
+    """``outside_index(name)``: a ``name`` index of ARTICLES that lies outside every saved folder (built on first
+    use, once per module): what a hostile folder points at."""
+    root = tmp_path_factory.mktemp("outside")
+    corpus = str(write_jsonl(root / "corpus.jsonl", ARTICLES))
+    built: dict = {}
+
+    def index(name: str):
+        if name not in built:
+            built[name] = retriever_class(name).build_or_load(corpus, str(root / name))
+        return built[name]
+
+    return index
+
+
+def pointing_outside(config: dict, folder: Path, how: str) -> dict:
+    """``config`` (a retriever's, with absolute index folders) with every index folder it names recorded so that it
+    leads out of ``folder``: by its absolute path, through ``..``, or through a symbolic link inside ``folder``."""
+    def outside(path: str) -> str:
+        if how == "absolute":
+            return path
+        if how == "parent":
+            return os.path.relpath(path, folder)
+        link = folder / f"link-{len(os.listdir(folder))}"
+        link.symlink_to(path, target_is_directory=True)
+        return link.name
+
+    if "sparse" in config:  # hybrid: both sides
+        return {**config, **{side: {**config[side], "index_dir": outside(config[side]["index_dir"])}
+                             for side in ("sparse", "dense")}}
+    return {**config, "index_dir": outside(config["index_dir"])}
+
+
+def saved_folder(tmp_path: Path, config: dict | None = None, name: str = "downloaded") -> Path:
+    folder = tmp_path / name
+    folder.mkdir(exist_ok=True)
+    if config is not None:
+        (folder / "retriever_config.json").write_text(json.dumps(config))
+    return folder
+
+
+@pytest.mark.parametrize("how", ["absolute", "parent", "symlink"])
+@pytest.mark.parametrize("name", BACKENDS)
+def test_saved_folder_naming_an_index_outside_it_is_refused(outside_index, request, tmp_path, name, how):
+    """A ``retriever_config.json`` whose index folder leads out of its folder is refused with one line: the file,
+    the key, the path and how to go on; the same folder given explicitly (``index_dir=``) is opened (before: any
+    index anywhere was opened silently)."""
+    backend(name, request)
+    retriever = outside_index(name)
+    folder = saved_folder(tmp_path)
+    config = pointing_outside(retriever.config(), folder, how)
+    (folder / "retriever_config.json").write_text(json.dumps(config))
+    recorded = (config["sparse"] if name == "hybrid" else config)["index_dir"]
+    with pytest.raises(SavedFolderError) as info:
+        load_retriever_from_pretrained(str(folder))
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(f"{folder / 'retriever_config.json'}: its index_dir {recorded!r} leads outside "
+                              f"{str(folder)!r}"), message
+    assert "index_dir=" in message and "save_index=True" in message
+    explicit = retriever.index_dir
+    assert len(load_retriever_from_pretrained(str(folder), index_dir=explicit)) == len(retriever)
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_saved_folder_naming_an_outside_folder_never_builds_there(files, request, tmp_path, name):
+    """With ``corpus=`` (the documented rebuild), a saved folder that names a folder outside it is refused before
+    anything is built: that folder is left as it was (before: deleted, and an index built there)."""
+    backend(name, request)
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "notes.txt").write_text("mine")
+    folder = saved_folder(tmp_path, {"type": name, "index_dir": str(precious)})
+    with pytest.raises(SavedFolderError, match="its index_dir .*precious' leads outside"):
+        load_retriever_from_pretrained(str(folder), corpus=files["corpus"])
+    assert listing(precious) == {"notes.txt": 4}
+
+
+def test_saved_lucene_folder_naming_a_path_as_its_prebuilt_index_is_refused(outside_index, request, tmp_path):
+    backend("lucene", request)
+    path = outside_index("lucene").index_dir
+    folder = saved_folder(tmp_path, {"type": "lucene", "prebuilt": path})
+    with pytest.raises(SavedFolderError, match=f"retriever_config.json: its prebuilt '{path}' leads outside"):
+        load_retriever_from_pretrained(str(folder))
+
+
+def test_saved_dense_folder_naming_an_encoder_outside_it_is_refused(outside_index, tmp_path):
+    """A dense index inside the saved folder whose encoder (in retriever_config.json, or in the index's own
+    hf_ralm_index.json) is a folder elsewhere on this machine: refused unless the caller names the encoder (before:
+    that folder was loaded as the encoder); hf-ralm's default encoder is no path the folder chose."""
+    require_dense()
+    from hf_ralm.retrieval.dense import default_encoder
+
+    retriever = outside_index("dense")
+    elsewhere = tmp_path / "some-model"
+    elsewhere.symlink_to(default_encoder(), target_is_directory=True)
+    folder = saved_folder(tmp_path)
+    retriever.save_pretrained(folder, save_index=True)
+    assert load_retriever_from_pretrained(str(folder)).encoder.name == default_encoder()
+    index_info = folder / "index" / INDEX_FILE
+    index_info.write_text(json.dumps({**json.loads(index_info.read_text()), "encoder": str(elsewhere)}))
+    config = json.loads((folder / "retriever_config.json").read_text())
+    for saved in ({**config, "encoder": str(elsewhere)}, {k: v for k, v in config.items() if k != "encoder"}):
+        (folder / "retriever_config.json").write_text(json.dumps(saved))
+        with pytest.raises(SavedFolderError, match=f"its encoder '{elsewhere}' leads outside .*encoder="):
+            load_retriever_from_pretrained(str(folder))
+    assert load_retriever_from_pretrained(str(folder), encoder=str(elsewhere)).encoder.name == str(elsewhere)
+
+
+@pytest.mark.parametrize("saved_in", ["retriever_config.json", "config.json"])
+def test_saved_ralm_naming_an_index_outside_it_is_refused(files, tiny_index, tmp_path, saved_in):
+    """``from_pretrained`` of a saved RALM whose retriever is recorded with an index elsewhere (as save_pretrained
+    without save_index records it; in config.json as older versions saved it): refused with what to pass, and opened
+    when the caller passes it (before: followed silently)."""
+    from hf_ralm import RetrievalAugmentedModel
+
+    ralm = RetrievalAugmentedModel.from_pretrained(files["model"], retriever="bm25",
+                                                   index_dir=tiny_index["index_dir"], device="cpu")
+    saved = tmp_path / "my-ralm"
+    ralm.save_pretrained(saved)  # without its index: recorded by its absolute path
+    if saved_in == "config.json":  # the older layout: the retriever's description inside config.json
+        (saved / "retriever_config.json").unlink()
+        config = json.loads((saved / "config.json").read_text())
+        (saved / "config.json").write_text(json.dumps({**config, "retriever": ralm.retriever.config()}))
+    recorded = os.path.abspath(tiny_index["index_dir"])
+    with pytest.raises(SavedFolderError) as info:
+        RetrievalAugmentedModel.from_pretrained(str(saved), device="cpu")
+    assert str(info.value).startswith(f"{saved / saved_in}: its index_dir {recorded!r} leads outside "
+                                      f"{str(saved)!r}"), str(info.value)
+    assert f"index_dir={recorded!r}" in str(info.value)
+    again = RetrievalAugmentedModel.from_pretrained(str(saved), index_dir=recorded, device="cpu")
+    assert again.retriever.config() == ralm.retriever.config()
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -369,3 +588,114 @@ def test_debug_shows_the_traceback_then_the_one_line(files, capsys, where):
     assert "Traceback (most recent call last)" in err and "RetrievalFileError" in err
     assert err.rstrip("\n").splitlines()[-1].startswith(f"hf-ralm: error: {path} is not JSON")
     assert not (files["out"] / "eval.json").exists()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Damaged records in --output-dir, and output folders that hold files of others
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def rewrite_chunk(path: Path, change, older: bool = False) -> None:
+    """Rewrite a chunk's content with ``change`` applied (its checksum kept); ``older``: as versions before the
+    checksum wrote it (no checksum, counts or settings digest)."""
+    with gzip.open(path, "rt") as f:
+        content = json.load(f)
+    if older:
+        content = {"rows": content["rows"], "seconds": content["seconds"], "git_commit": content["git_commit"]}
+    change(content["rows"])
+    with gzip.open(path, "wt") as f:
+        json.dump(content, f)
+
+
+def older(change):
+    return lambda path: rewrite_chunk(path, change, older=True)
+
+
+def gzip_of(data: bytes):
+    return lambda path: path.write_bytes(gzip.compress(data))
+
+
+@pytest.mark.parametrize("damage,expected", [
+    (lambda path: rewrite_chunk(path, lambda rows: rows[1].update(nlls=[0.0])),
+     "its rows do not match its checksum: they changed after it was written"),
+    (older(lambda rows: rows[1].update(nlls=[0.0])), "window 5 holds 1 NLLs, where the run scores 4 of its tokens"),
+    (older(lambda rows: rows[1].update(nlls=None)), "window 5 holds no NLLs, where the run scores 4 of its tokens"),
+    (older(lambda rows: rows[2]["nlls"].__setitem__(0, float("nan"))), "record 2: nlls[0] is NaN, not a finite "
+                                                                       "number"),
+    (older(lambda rows: rows[0].pop("chosen")), "its record 0: the record lacks ['chosen']"),
+    (older(lambda rows: rows[3].update(gate_score="high")), "record 3: gate_score is \"high\", not a number"),
+    (older(lambda rows: rows.pop()), "it holds 3 records, where its name says 4"),
+    (lambda path: path.write_bytes(path.read_bytes()[:-12]),
+     "Compressed file ended before the end-of-stream marker was reached"),
+    (lambda path: path.write_bytes(path.read_bytes()[:10] + b"\x07" + path.read_bytes()[11:]),
+     "Error -3 while decompressing data: invalid block type"),
+    (lambda path: path.write_bytes(b"random bytes, not a chunk"), "Not a gzipped file"),
+    (gzip_of(b'{"rows": ['), "Expecting value: line 1 column 11"),
+    (gzip_of(b'[1, 2]'), "it holds no list of rows"),
+])
+def test_damaged_chunk_is_named_and_repaired(files, capsys, damage, expected):
+    """A damaged chunk is never used (no traceback, no silent figure): one line names it, and --repair moves it to
+    the folder's damaged/ and computes its windows again, to the same figures."""
+    argv = ["eval-lm", *settings(files, "--chunk-size", "4")]
+    main(argv)
+    whole = json.loads((files["out"] / "eval.json").read_text())
+    (files["out"] / "eval.json").unlink()  # as if the run had stopped before its end
+    chunk = files["out"] / "windows" / "chunk-00000004-00000008.json.gz"
+    damage(chunk)
+    capsys.readouterr()
+    fail(capsys, files, argv, f"holds 1 damaged chunk(s) ({chunk.name}: ", expected, "rerun with --repair")
+    main([*argv, "--repair"])
+    assert "hf-ralm: warning: moved 1 damaged chunk(s) of " in capsys.readouterr().err
+    repaired = json.loads((files["out"] / "eval.json").read_text())
+    assert repaired["token_ppl"] == whole["token_ppl"]
+    assert repaired["num_resumed_windows"] == whole["num_windows"] - 4  # only the damaged chunk was computed again
+    assert [p.name.split("-", 2)[2] for p in (files["out"] / "windows" / "damaged").iterdir()] == [chunk.name]
+
+
+def test_damaged_chunk_of_retrieve_is_named_and_repaired(files, capsys):
+    """retrieve's records hold no NLLs: a chunk whose records do is damaged as well."""
+    argv = ["retrieve", *settings(files, "--retriever", "bm25", "--corpus", files["corpus"], "--index-dir",
+                                  files["index"], "--chunk-size", "4", "--save-retrieval-file",
+                                  str(files["tmp"] / "r.json"))]
+    main(argv)
+    whole = (files["tmp"] / "r.json").read_text()
+    (files["out"] / "eval.json").unlink()
+    damage = older(lambda rows: rows[0].update(nlls=[1.5, 2.5, 3.5, 4.5]))
+    damage(files["out"] / "windows" / "chunk-00000000-00000004.json.gz")
+    fail(capsys, files, argv, "chunk-00000000-00000004.json.gz: window 0 holds 4 NLLs, where the run scores none")
+    main([*argv, "--repair"])
+    assert (files["tmp"] / "r.json").read_text() == whole
+
+
+def command_argv(files, command: str) -> list[str]:
+    """A valid run of ``command`` of the tiny model, writing to ``out``."""
+    bm25 = ["--retriever", "bm25", "--corpus", files["corpus"], "--index-dir", files["index"]]
+    questions = write_jsonl(files["tmp"] / "questions.jsonl", [{"question": "who ruled rome", "answers": ["nero"]}])
+    return {
+        "eval-lm": ["eval-lm", *settings(files)],
+        "retrieve": ["retrieve", *settings(files, *bm25, "--save-retrieval-file", str(files["tmp"] / "r.json"))],
+        "eval-lm --compare": ["eval-lm", *settings(files, *bm25, "--compare", "none,top1")],
+        "eval-qa": ["eval-qa", "--model", files["model"], "--questions", str(questions), "--device", "cpu",
+                    "--output-dir", str(files["out"])],
+        "rerank-data": ["rerank-data", "--model", files["model"], "--device", "cpu", *bm25, "--articles",
+                        files["corpus"], "--max-length", "16", "--stride", "4", "--query-length", "8",
+                        "--max-doc-tokens", "8", "--rerank-candidates", "2", "--output-dir", str(files["out"])],
+    }[command]
+
+
+@pytest.mark.parametrize("command", ["eval-lm", "retrieve", "eval-lm --compare", "eval-qa", "rerank-data"])
+def test_output_dir_with_files_of_others_is_refused_and_kept(files, capsys, command):
+    """An --output-dir holding anything but the command's own outputs is refused, naming the folder and what is in
+    it, and --overwrite deletes nothing there."""
+    argv = command_argv(files, command)
+    main(argv)  # the command's own outputs: a rerun (and an overwrite) goes on there
+    main([*argv, "--overwrite"] if command != "eval-qa" else argv)
+    capsys.readouterr()
+    (files["out"] / "eval.json").unlink(missing_ok=True)  # (fail() checks that no eval.json is written)
+    own = sorted(p.name for p in files["out"].iterdir())
+    (files["out"] / "notes.txt").write_text("mine")
+    (files["out"] / "data").mkdir()
+    for extra in ([], ["--overwrite"] if command != "eval-qa" else []):
+        fail(capsys, files, [*argv, *extra], f"{files['out']} holds files hf-ralm did not write (data, notes.txt)",
+             "give a new or empty --output-dir")
+    assert sorted(p.name for p in files["out"].iterdir()) == sorted([*own, "data", "notes.txt"])

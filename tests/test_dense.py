@@ -357,9 +357,11 @@ def test_factory_round_trip(dense_mod, minilm_index, corpus, tmp_path):
 
     retriever.save_pretrained(str(tmp_path / "saved"))
     assert json.loads((tmp_path / "saved" / "retriever_config.json").read_text()) == config
-    loaded = load_retriever_from_pretrained(str(tmp_path / "saved"))
+    outside = minilm_index["index_dir"]  # recorded by its absolute path: followed only when given
+    loaded = load_retriever_from_pretrained(str(tmp_path / "saved"), index_dir=outside)
     assert loaded.forbidden_titles == {"Rome"} and loaded.retrieve(queries, 2) == retriever.retrieve(queries, 2)
-    assert load_retriever_from_pretrained(str(tmp_path / "saved"), forbidden_titles=[]).forbidden_titles == set()
+    assert load_retriever_from_pretrained(str(tmp_path / "saved"), forbidden_titles=[],
+                                          index_dir=outside).forbidden_titles == set()
     with pytest.raises(FileNotFoundError, match="retriever_config.json"):
         load_retriever_from_pretrained(str(tmp_path))
     with pytest.raises(ValueError, match="dense retriever needs an index folder"):
@@ -450,12 +452,12 @@ def test_hybrid_real(dense_mod, corpus, other_corpus, tmp_path):
 
     index_dir = str(tmp_path / "hybrid")
     hybrid = HybridRetriever.build_or_load(corpus, index_dir, words_per_passage=WPP, forbidden_titles={"Music"})
-    assert sorted(os.listdir(index_dir)) == [".bm25.lock", ".dense.lock", "bm25", "dense"]  # each side's build lock
+    assert sorted(os.listdir(index_dir)) == ["bm25", "dense"]  # the build locks are in hf-ralm's cache
     hits = hybrid.retrieve(["the king and the queen sat on the throne", "the band played a song"], k=3)
     assert hits[0][0].title == "Kingdom" and all(p.title != "Music" for p in hits[1])
     assert all(a.score >= b.score for a, b in zip(hits[0], hits[0][1:]))
     hybrid.save_pretrained(str(tmp_path / "saved"))
-    again = load_retriever_from_pretrained(str(tmp_path / "saved"))
+    again = load_retriever_from_pretrained(str(tmp_path / "saved"), index_dir=index_dir)  # outside: given
     assert isinstance(again, HybridRetriever) and again.forbidden_titles == {"Music"}
     assert again.retrieve(["the sailor and the ship"], 3) == hybrid.retrieve(["the sailor and the ship"], 3)
     by_name = load_retriever("hybrid", index_dir=index_dir)

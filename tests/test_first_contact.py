@@ -97,7 +97,7 @@ def test_interrupted_index_build_leaves_nothing(files, capsys, monkeypatch):
         main(["index", "--corpus", files["corpus"], "--index-dir", str(index)])
     assert info.value.code == 128 + signal.SIGINT
     assert "hf-ralm: interrupted" in capsys.readouterr().err
-    assert sorted(p.name for p in files["tmp"].iterdir() if "index" in p.name) == [".index.lock"]
+    assert sorted(p.name for p in files["tmp"].iterdir() if "index" in p.name) == []  # no lock file either
 
 
 def test_resolve_device_in_python(monkeypatch):
@@ -360,7 +360,11 @@ def test_open_book_qa_can_add_the_gold_passages_to_the_corpus(files, capsys, tmp
     assert "with gold passages that is the oracle setting" in capsys.readouterr().err
     line = fail(capsys, files, [*base, "--add-gold-to-corpus", "--retriever", "bm25", "--index-dir",
                                 str(tmp_path / "gold")])
-    assert "--add-gold-to-corpus adds the gold passages to the retrieval corpus: it needs --retriever, --corpus" in line
+    assert "--add-gold-to-corpus adds the gold passages to the retrieval corpus, but it needs --corpus" in line
+    # closed book with a retriever: the cause named is --num-docs 0, not flags that were given
+    line = fail(capsys, files, [*base, *retrieval[:-1], "0", "--add-gold-to-corpus", "--index-dir",
+                                str(tmp_path / "gold"), "--output-dir", str(tmp_path / "closed")])
+    assert "but --num-docs 0 is closed book: no prompt would get a passage" in line
 
 
 def test_the_plan_is_printed_and_a_run_of_hours_on_a_cpu_needs_a_flag(files, capsys, tmp_path, monkeypatch):

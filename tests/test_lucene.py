@@ -216,7 +216,7 @@ def test_fingerprint_reuse_and_rebuild(pyserini, tmp_path):
         LuceneRetriever.load(str(tmp_path / "bm25"))
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "precious.txt").write_text("mine")
-    with pytest.raises(ValueError, match="not overwriting"):
+    with pytest.raises(ValueError, match="is not an hf-ralm index folder and is not empty: it holds precious.txt"):
         LuceneRetriever.build_or_load(str(corpus), str(tmp_path / "other"))
     assert (tmp_path / "other" / "precious.txt").exists()
 

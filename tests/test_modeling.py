@@ -16,6 +16,7 @@ from hf_ralm.evaluation import evaluate_retrieval
 from hf_ralm.model_inputs import window_prefixes
 
 from hf_ralm.plan import prepare, tokenize_text, window_queries
+from hf_ralm.errors import SettingError
 from hf_ralm.modeling_utils import resolve_max_length
 from hf_ralm.reference import reference_window_nlls
 from hf_ralm.retrieval import BM25Retriever
@@ -347,7 +348,9 @@ def test_save_and_reload(tiny_model_dir, tiny_index, tmp_path):
     assert written_retriever["index_dir"] == first.retriever.config()["index_dir"]  # outside the folder: absolute
     assert (written["retrieval_stride"], written["query_length"], written["max_length"]) == (4, 8, 16)
 
-    again = RetrievalAugmentedModel.from_pretrained(str(saved))
+    with pytest.raises(ValueError, match="its index_dir .* leads outside"):  # followed only when given
+        RetrievalAugmentedModel.from_pretrained(str(saved))
+    again = RetrievalAugmentedModel.from_pretrained(str(saved), index_dir=tiny_index["index_dir"])
     assert isinstance(again.retriever, BM25Retriever)
     assert again.retriever.config() == first.retriever.config()
     assert again.config.base_model_name_or_path == str(tiny_model_dir)
@@ -358,7 +361,7 @@ def test_save_and_reload(tiny_model_dir, tiny_index, tmp_path):
     assert [[p.id for p in d] for d in out.passages[0]] == [[p.id for p in d] for d in first(ids).passages[0]]
 
     # saved settings can be overridden at load time
-    other = RetrievalAugmentedModel.from_pretrained(str(saved), retrieval_stride=2)
+    other = RetrievalAugmentedModel.from_pretrained(str(saved), index_dir=tiny_index["index_dir"], retrieval_stride=2)
     assert other.config.retrieval_stride == 2 and other.config.query_length == 8
     assert other(ids).loss.item() != pytest.approx(loss, abs=1e-6)
 
@@ -400,7 +403,8 @@ def test_save_index_and_move_the_folder(tiny_model_dir, tmp_path):
 
 
 def test_folder_saved_with_the_retriever_in_config_json(tiny_model_dir, tiny_index, tmp_path):
-    """Folders saved before retriever_config.json held the retriever's description in config.json: they load."""
+    """Folders saved before retriever_config.json held the retriever's description in config.json: they load, their
+    index folder (an absolute path) given as any index outside a saved folder is."""
     first = RetrievalAugmentedModel.from_pretrained(
         str(tiny_model_dir), retriever="bm25", index_dir=tiny_index["index_dir"], forbidden_titles=["Music"],
         **SETTINGS)
@@ -410,7 +414,9 @@ def test_folder_saved_with_the_retriever_in_config_json(tiny_model_dir, tiny_ind
     written = json.loads((saved / "config.json").read_text())
     (saved / "config.json").write_text(json.dumps({**written, "retriever": first.retriever.config()}))
 
-    again = RetrievalAugmentedModel.from_pretrained(str(saved))
+    with pytest.raises(ValueError, match="config.json: its index_dir .* leads outside"):
+        RetrievalAugmentedModel.from_pretrained(str(saved))
+    again = RetrievalAugmentedModel.from_pretrained(str(saved), index_dir=tiny_index["index_dir"])
     assert isinstance(again.retriever, BM25Retriever) and again.retriever.config() == first.retriever.config()
     assert "retriever" not in again.config.to_dict()
     ids = text_ids(first.tokenizer)
@@ -668,7 +674,8 @@ def test_tokenize_and_max_length(tiny_llama, tiny_tokenizer):
     assert tokenize_text(tiny_tokenizer, "the king", max_eval_tokens=1) == [tiny_tokenizer.convert_tokens_to_ids("the")]
     assert resolve_max_length(tiny_llama, None) == 128
     assert resolve_max_length(tiny_llama, 16) == 16
-    assert resolve_max_length(tiny_llama, 4096) == 128  # capped at the model's positions
+    with pytest.raises(SettingError, match="max_length 4096 exceeds the 128 positions this model has"):
+        resolve_max_length(tiny_llama, 4096)  # refused, not capped: the run would not be the one asked for
     gpt2 = make_tiny_model("gpt2")
     assert resolve_max_length(gpt2, None) == 128  # n_positions
 

@@ -18,6 +18,7 @@ from hf_ralm import RalmConfig
 from hf_ralm.reranking import PredictiveRerankLoss, RerankDataWriter, predictive_loss, rerank_metrics, train_reranker
 from hf_ralm.selection.predictive import PredictiveReranker
 from conftest import crashed_chunk
+from hf_ralm.errors import OutputFolderError
 from hf_ralm.records import TMP_PREFIX
 from hf_ralm.reranking.data import METADATA_FILE, read_rerank_records, text_rows
 from hf_ralm.selection.predictive import NO_PASSAGE_TEXT, argmax_first, choose_predictive
@@ -143,6 +144,7 @@ def test_settings_mismatch_is_refused_unless_overwriting(tmp_path):
     assert read_rerank_records(folder)[2] == {"command": "first"}
     fresh = RerankDataWriter(folder, other, overwrite=True)
     assert fresh.num_done == 0 and fresh.num_chunks == 0
+    fresh.close()  # (and with it the folder's lock)
     assert sorted(p.name for p in folder.iterdir()) == [METADATA_FILE]
     assert json.loads((folder / METADATA_FILE).read_text())["k"] == 16
 
@@ -163,7 +165,7 @@ def test_writer_rejects_bad_records_and_settings(tmp_path):
         RerankDataWriter(tmp_path / "other", {key: v for key, v in METADATA.items() if key != "rerank_tokens"})
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "notes.txt").write_text("mine")
-    with pytest.raises(FileExistsError, match="not a rerank data folder"):
+    with pytest.raises(OutputFolderError, match=r"busy holds files hf-ralm did not write \(notes.txt\)"):
         RerankDataWriter(tmp_path / "busy", METADATA)
 
 

@@ -5,6 +5,9 @@ consistent folder. Interruptions are injected after a chunk's work is done but b
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import socket
 
 import pytest
 import torch
@@ -13,7 +16,8 @@ import hf_ralm.evaluation as evaluation
 import hf_ralm.records as records
 from conftest import EVAL_TEXT, crashed_chunk, make_tiny_model, write_jsonl
 from hf_ralm import RalmConfig
-from hf_ralm.records import TMP_PREFIX
+from hf_ralm.records import TMP_PREFIX, digest
+from hf_ralm.resume import WindowRecordWriter
 from hf_ralm.cli import main
 from hf_ralm.errors import OutputFolderError
 
@@ -68,7 +72,9 @@ def test_interrupted_then_resumed_equals_uninterrupted(setup, tmp_path, monkeypa
     retriever, settings = tiny_index["retriever"], SETUPS[setup]
     whole = evaluate(tiny_llama, tiny_tokenizer, retriever, tmp_path / "whole", **settings)
     assert whole.figures["num_windows"] > 3 * CHUNK and whole.figures["num_resumed_windows"] == 0
-    assert json.loads((tmp_path / "whole" / "eval.json").read_text()) == {**whole.figures, "timings": whole.timings}
+    settings_digest = digest(WindowRecordWriter.read_settings(tmp_path / "whole" / "windows")[0])
+    assert json.loads((tmp_path / "whole" / "eval.json").read_text()) == {**whole.figures, "timings": whole.timings,
+                                                                          "settings_digest": settings_digest}
 
     interrupt_after(monkeypatch, 2)
     with pytest.raises(RuntimeError, match="injected"):
@@ -130,6 +136,60 @@ def test_keyboard_interrupt_leaves_complete_chunks_only(tmp_path, monkeypatch, t
     resumed = evaluate(tiny_llama, tiny_tokenizer, retriever, tmp_path)
     assert resumed.figures["num_resumed_windows"] == CHUNK and same_figures(resumed.figures, whole.figures)
     assert not list((tmp_path / "windows").glob(TMP_PREFIX + "*"))
+
+
+def pause_after(monkeypatch, chunks_done: int, during) -> list:
+    """The next evaluation runs ``during()`` once it has saved ``chunks_done`` chunks, then goes on (``during``
+    runs unpatched); returns a list that holds a value once ``during`` has run."""
+    real, calls, ran = evaluation._Evaluation.chunk_records, [], []
+
+    def pausing(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == chunks_done + 1:
+            monkeypatch.undo()
+            ran.append(during())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(evaluation._Evaluation, "chunk_records", pausing)
+    return ran
+
+
+def test_overwrite_under_a_live_worker_is_refused_and_a_worker_whose_folder_was_replaced_stops(
+        tmp_path, monkeypatch, tiny_llama, tiny_tokenizer, tiny_index):
+    """Issue 38: worker A (max_doc_tokens 12) paused after its first chunk, worker B (max_doc_tokens 10) overwrites.
+    B is refused, naming A, and A goes on; and should the folder be replaced anyway (deleted by hand, B run there),
+    A stops before its next chunk, saving nothing more, and B's rerun prints B's own figures."""
+    retriever = tiny_index["retriever"]
+
+    def overwrite():
+        with pytest.raises(OutputFolderError, match=rf"being computed by {socket.gethostname()}:{os.getpid()} "):
+            evaluate(tiny_llama, tiny_tokenizer, retriever, tmp_path / "a", overwrite=True, max_doc_tokens=10)
+        return "refused"
+
+    ran = pause_after(monkeypatch, 1, overwrite)
+    a = evaluate(tiny_llama, tiny_tokenizer, retriever, tmp_path / "a")
+    assert ran == ["refused"] and a.figures["num_resumed_windows"] == 0
+    assert same_figures(a.figures, evaluate(tiny_llama, tiny_tokenizer, retriever).figures)
+    a_digest = digest(WindowRecordWriter.read_settings(tmp_path / "a" / "windows")[0])
+    assert json.loads((tmp_path / "a" / "eval.json").read_text())["settings_digest"] == a_digest
+
+    def replace():
+        shutil.rmtree(tmp_path / "b")
+        return evaluate(tiny_llama, tiny_tokenizer, retriever, tmp_path / "b", max_doc_tokens=10)
+
+    ran = pause_after(monkeypatch, 1, replace)
+    with pytest.raises(OutputFolderError, match=r"b/windows/settings.json changed while this run computed"):
+        evaluate(tiny_llama, tiny_tokenizer, retriever, tmp_path / "b")
+    b, b_digest = ran[0], digest(WindowRecordWriter.read_settings(tmp_path / "b" / "windows")[0])
+    assert saved_chunks(tmp_path / "b") == saved_chunks(tmp_path / "a")  # B's, none of A's:
+    assert {WindowRecordWriter.read_chunk_file(path)["settings_digest"]
+            for path in WindowRecordWriter.complete_chunks(tmp_path / "b" / "windows")} == {b_digest}
+    report = json.loads((tmp_path / "b" / "eval.json").read_text())
+    assert report["token_ppl"] == b.figures["token_ppl"] != a.figures["token_ppl"]
+    assert report["settings_digest"] == b_digest
+    rerun = evaluate(tiny_llama, tiny_tokenizer, retriever, tmp_path / "b", max_doc_tokens=10)
+    assert rerun.figures["num_resumed_windows"] == rerun.figures["num_windows"]
+    assert same_figures(rerun.figures, b.figures)
 
 
 @pytest.mark.parametrize("change, named", [

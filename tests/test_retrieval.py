@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from conftest import ARTICLES, write_jsonl
-from hf_ralm.errors import IndexFolderError
+from hf_ralm.errors import IndexFolderError, SavedFolderError
 from hf_ralm.retrieval import (
     RETRIEVER_NAMES,
     BM25Retriever,
@@ -264,8 +264,11 @@ def test_bm25_config(tiny_index):
 def test_bm25_save_pretrained_round_trip(tiny_index, tmp_path):
     tiny_index["retriever"].save_pretrained(str(tmp_path))
     with open(tmp_path / "retriever_config.json") as f:
-        assert json.load(f) == tiny_index["retriever"].config()
-    again = load_retriever_from_pretrained(str(tmp_path), forbidden_titles=["Kingdom"])
+        assert json.load(f) == tiny_index["retriever"].config()  # an index outside the folder: its absolute path
+    with pytest.raises(SavedFolderError, match="leads outside"):  # which loading follows only when given
+        load_retriever_from_pretrained(str(tmp_path))
+    again = load_retriever_from_pretrained(str(tmp_path), forbidden_titles=["Kingdom"],
+                                           index_dir=tiny_index["index_dir"])
     assert isinstance(again, BM25Retriever) and again.forbidden_titles == {"Kingdom"}
     assert again.retrieve(["king queen castle"], k=3)[0] == []  # only the forbidden article matches
     assert again.retrieve(["emperor senate rome augustus"], k=1)[0][0].title == "Rome"
@@ -550,13 +553,14 @@ def test_save_pretrained_with_index_moves(corpus_file, tmp_path):
 
 
 def test_saved_retriever_without_its_index(corpus_file, tmp_path):
-    retriever = BM25Retriever.build_or_load(str(corpus_file), str(tmp_path / "index"))
-    retriever.save_pretrained(tmp_path / "saved")
-    shutil.rmtree(tmp_path / "index")
+    saved = tmp_path / "saved"
+    retriever = BM25Retriever.build_or_load(str(corpus_file), str(saved / "index"))
+    retriever.save_pretrained(saved)  # the index inside the folder: recorded relatively
+    shutil.rmtree(saved / "index")
     with pytest.raises(FileNotFoundError, match=r"uses the index .*index'.*save_pretrained\(dir, save_index=True\)"):
-        load_retriever_from_pretrained(str(tmp_path / "saved"))
-    rebuilt = load_retriever_from_pretrained(str(tmp_path / "saved"), corpus=str(corpus_file))  # or rebuild it
-    assert len(rebuilt) == len(ARTICLES) and rebuilt.index_dir == str(tmp_path / "index")
+        load_retriever_from_pretrained(str(saved))
+    rebuilt = load_retriever_from_pretrained(str(saved), corpus=str(corpus_file))  # or rebuild it there
+    assert len(rebuilt) == len(ARTICLES) and rebuilt.index_dir == str(saved / "index")
 
 
 # --------------------------------------------------------------------------------------------------------------

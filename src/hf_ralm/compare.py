@@ -23,17 +23,19 @@ import csv
 import io
 import os
 import time
-from dataclasses import asdict, dataclass
+import warnings as python_warnings
+from dataclasses import asdict, dataclass, field
 from typing import Callable, Sequence
 
 from .batching import BatchSize
 from .configuration_ralm import RalmConfig
 from .errors import SettingError, setting
+from .evaluation import text_in_passage
 from .model_inputs import window_length
 from .modeling_utils import model_device
 from .perplexity import perplexity_figures
 from .plan import prepare
-from .records import RecordStore
+from .records import RecordStore, check_output_folder
 from .retrieval.base import Retriever, retriever_identity
 from .selection.candidates import CandidateScores, score_candidates
 from .selection.gates import lm_gate_config
@@ -112,6 +114,7 @@ class Comparison:
     num_resumed_windows: int
     num_done_windows: int | None = None
     shard: str | None = None
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def complete(self) -> bool:
@@ -123,8 +126,8 @@ class Comparison:
         return next(r for r in self.rows if r.strategy == strategy)
 
     def to_dict(self) -> dict:
-        partial = ("num_done_windows", "shard")  # only an incomplete comparison has them
-        return {**{k: v for k, v in asdict(self).items() if k != "rows" and not (k in partial and v is None)},
+        optional = ("num_done_windows", "shard", "warnings")  # only an incomplete or suspect comparison has them
+        return {**{k: v for k, v in asdict(self).items() if k != "rows" and not (k in optional and not v)},
                 "rows": [asdict(r) for r in self.rows]}
 
     def to_csv(self) -> str:
@@ -146,6 +149,7 @@ class Comparison:
             share = "—" if r.retrieved_fraction is None else f"{100 * r.retrieved_fraction:.1f}%"
             lines.append(f"| {r.strategy} | {r.token_ppl:.3f} | {r.word_ppl:.3f} | {share} | {r.inputs_per_window} |")
         resumed = f", {self.num_resumed_windows} read back" if self.num_resumed_windows else ""
+        lines += [f"\nWarning: {warning}" for warning in self.warnings]
         lines.append(f"\n{self.num_windows} windows ({self.num_tokens} tokens, {self.num_words} words), one reader "
                      f"pass over {self.k} passage(s) and no passage per window: {self.seconds:.1f} s{resumed}.")
         return "\n".join(lines)
@@ -154,6 +158,23 @@ class Comparison:
         """``compare.json`` and ``compare.csv`` in ``output_dir`` (atomically)."""
         write_json_atomic(os.path.join(output_dir, COMPARE_FILE), self.to_dict())
         write_text_atomic(os.path.join(output_dir, COMPARE_CSV), self.to_csv(), suffix=".csv")
+
+
+def _leakage_warnings(retriever: Retriever, queries: Sequence[str | None],
+                      scores: Sequence[CandidateScores]) -> list[str]:
+    """Warn (and return the warnings) when retrieval's top passages hold the evaluated text itself in most windows
+    (:func:`~hf_ralm.evaluation.text_in_passage`); not checked with a retriever that cannot look passages up by
+    id."""
+    top = {s.window: s.passage_ids[0] for s in scores if s.passage_ids}
+    try:
+        found = dict(zip(top, retriever.passages_by_id(list(top.values()))))
+    except ValueError:
+        return []
+    _, warning = text_in_passage(queries, [found.get(s.window) for s in scores])
+    if warning is None:
+        return []
+    python_warnings.warn(warning, stacklevel=3)
+    return [str(warning)]
 
 
 def check_strategies(strategies: Sequence[str]) -> list[str]:
@@ -180,13 +201,15 @@ def compare_strategies(
     output_dir: str | os.PathLike | None = None,
     chunk_size: int = 32,
     overwrite: bool = False,
+    repair: bool = False,
     show_progress: bool = True,
     num_shards: int | None = None,
     shard_id: int | None = None,
 ) -> Comparison:
     """Each of ``strategies`` (names of :data:`STRATEGIES`) over the same windows of ``text_or_ids``, from one reader
     pass (see the module docstring); with ``output_dir`` the pass's records are kept there (``candidates-k<k>/``, in
-    chunks of ``chunk_size`` windows: a rerun resumes them) and ``compare.json`` / ``compare.csv`` written. Each
+    chunks of ``chunk_size`` windows: a rerun resumes them, ``overwrite`` starts afresh, ``repair`` computes damaged
+    chunks again) and ``compare.json`` / ``compare.csv`` written; a folder holding anything else is refused. Each
     chunk's passages are retrieved as it starts, so a resumed pass retrieves only what it computes.
 
     ``num_shards`` workers (``shard_id``, or a launcher's environment: :class:`~hf_ralm.utils.shards.Shard`) share
@@ -204,6 +227,9 @@ def compare_strategies(
         comparison.row("lm-gate").token_ppl
     """
     names = check_strategies(strategies)
+    if output_dir is not None:
+        check_output_folder(output_dir, (CANDIDATES_DIR.format(k="*"), COMPARE_FILE, COMPARE_CSV),
+                            "strategy comparison")
     if retriever is None:
         raise SettingError(f"Comparing strategies needs a retriever ({setting('retriever')}): each strategy chooses "
                            "among the passages it retrieves.")
@@ -219,8 +245,8 @@ def compare_strategies(
     start = time.perf_counter()
     scores = score_candidates(model, tokenizer, plan.ids, plan.windows, lambda chunk: plan.candidates(chunk, k),
                               scoring, batch_size=size, output_dir=records, chunk_size=chunk_size,
-                              overwrite=overwrite, settings=retriever_identity(retriever), show_progress=show_progress,
-                              shard=shard)
+                              overwrite=overwrite, repair=repair, settings=retriever_identity(retriever),
+                              show_progress=show_progress, shard=shard)
     seconds = time.perf_counter() - start
     if len(scores) < len(plan.windows):  # a worker of a sharded pass, before the others are done
         return Comparison([], len(plan.ids), 0, plan.num_words, len(plan.windows), k, seconds, resumed,
@@ -238,7 +264,7 @@ def compare_strategies(
                                     with_passage / num_later if num_later else None, with_passage,
                                     strategy.inputs(k)))
     comparison = Comparison(rows, len(plan.ids), num_scored, plan.num_words, len(plan.windows), k, seconds,
-                            num_resumed_windows=resumed)
+                            num_resumed_windows=resumed, warnings=_leakage_warnings(retriever, plan.queries, scores))
     if output_dir is not None:
         comparison.save(output_dir)
     return comparison

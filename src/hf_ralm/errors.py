@@ -82,9 +82,19 @@ class IndexFolderError(InputError):
     backend's."""
 
 
+class SavedFolderError(InputError):
+    """A saved or downloaded folder (``save_pretrained``, a Hub repository) whose files name a path outside it: such a
+    path is followed only when the caller gives it (``index_dir=``, ``encoder=``)."""
+
+
 class OutputFolderError(InputError):
     """An output folder (``--output-dir``) that holds another run's saved progress (other settings, model or data),
     or files that are not a run's: going on there would mix results."""
+
+
+class NonFiniteError(NamesSettings, ValueError):
+    """A model output that is not a number (NaN or infinite): no figure is reported from it. Its message names the
+    tokens, the precision, and the fix (half precision overflowing: bfloat16 or float32)."""
 
 
 def first_non_utf8_line(path: str) -> tuple[int, int]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import time
 import warnings
+from collections import Counter
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,10 +30,11 @@ from .errors import RalmWarning, SettingError, setting
 from .model_inputs import context_indices, window_length, window_prefixes
 from .modeling_utils import model_device
 from .passage_cache import PassageKVCache
-from .passages import Passage
+from .passages import Passage, quotes_query
 from .perplexity import perplexity_figures
-from .plan import WindowPlan, prepare
+from .plan import WindowPlan, prepare, window_futures
 from .resume import CHUNK_SIZE, EVAL_FILE, RECORDS_DIR, WindowRecord, WindowRecordWriter, run_settings
+from .records import check_output_folder
 from .retrieval.base import Retriever
 from .retrieval.files import Retrievals, load_retrieval_file, retrieval_records
 from .scoring import score_windows
@@ -85,7 +87,7 @@ class RalmEvalResult:
     def retrieval_records(self, tokenizer) -> list[dict]:
         """The evaluation's retrievals in the paper's retrieval-file format (with the choices when reranked or
         gated)."""
-        futures = [tokenizer.decode(self.ids[w.prev_end : w.end]) for w in self.windows]
+        futures = window_futures(tokenizer, self.ids, self.windows)
         rerank = self.figures.get("rerank", "none")
         gated = self.figures.get("retrieval_gate", "always") != "always"
         gate = {k: v for k, v in self.figures.items() if k in ("retrieval_gate", "gate_threshold")} if gated else None
@@ -102,6 +104,33 @@ def no_retrieval_warning(num_tokens: int, max_length: int) -> RalmWarning:
                        f"{setting('max_length')} {max_length}, and the first window has no earlier tokens to query "
                        "with, so the figures are the model's without retrieval. Give a longer text or lower "
                        f"{setting('max_length')} (below {num_tokens}).")
+
+
+LEAKAGE_SHARE = 0.5
+"""The share of the windows with a passage above which passages that quote the evaluated text are reported as
+leakage (:func:`text_in_passage`)."""
+
+
+def text_in_passage(queries: Sequence[str | None], passages: Sequence[Passage | None]) -> tuple[float | None,
+                                                                                                RalmWarning | None]:
+    """The share of the windows with a passage in context (``passages[w]``, ``None``: none) whose passage holds the
+    evaluated text itself (:func:`~hf_ralm.passages.quotes_query` of the window's query), and, when that is most of
+    them (above :data:`LEAKAGE_SHARE`), a warning: the corpus holds the text, so the passage shows the model what
+    comes next (the README's example on an article of the corpus: the article itself in 22 of 22 windows, a 31%
+    "gain"). ``(None, None)`` without passages."""
+    pairs = [(query, passage) for query, passage in zip(queries, passages) if passage is not None]
+    if not pairs:
+        return None, None
+    quoting = [passage for query, passage in pairs if quotes_query(passage, query)]
+    share = len(quoting) / len(pairs)
+    if share <= LEAKAGE_SHARE:
+        return share, None
+    title = Counter(passage.title for passage in quoting).most_common(1)[0][0]
+    return share, RalmWarning(
+        f"in {len(quoting)} of {len(pairs)} windows with a passage, the passage holds the evaluated text itself (the "
+        f"words just before the window, in a row; most often from {title!r}): the corpus holds this text, so "
+        "retrieval reads ahead and the figures measure leakage, not retrieval. Exclude the text's own article "
+        f"from retrieval ({setting('forbidden_titles')}).")
 
 
 def evaluate_retrieval(
@@ -122,6 +151,7 @@ def evaluate_retrieval(
     report_extra: dict | None = None,
     num_shards: int | None = None,
     shard_id: int | None = None,
+    repair: bool = False,
 ) -> RalmEvalResult:
     """Tokens, windows, queries, passages and the passage each window puts in context (``hf-ralm retrieve``).
 
@@ -143,14 +173,15 @@ def evaluate_retrieval(
 
     The windows run in chunks of ``chunk_size``; with ``output_dir`` each chunk's records are saved there and a rerun
     with the same settings resumes after them (``num_resumed_windows``; :mod:`hf_ralm.resume`, ``overwrite``: start
-    afresh), and ``eval.json`` is written there at the end: the figures, the timings and ``report_extra`` (what else
-    the caller records, e.g. the command line's arguments and the model's load time).
+    afresh; ``repair``: compute damaged chunks again), and ``eval.json`` is written there at the end: the figures,
+    the timings, the settings' digest and ``report_extra`` (what else the caller records, e.g. the command line's
+    arguments and the model's load time).
     """
     return _evaluate(model, tokenizer, text_or_ids, retriever, config, retrieval_file=retrieval_file,
                      max_eval_tokens=max_eval_tokens, batch_size=batch_size, reuse_prefix_kv=reuse_prefix_kv,
                      show_progress=show_progress, reranker=reranker, output_dir=output_dir, overwrite=overwrite,
                      chunk_size=chunk_size, report_extra=report_extra, num_shards=num_shards, shard_id=shard_id,
-                     scored=False)
+                     repair=repair, scored=False)
 
 
 def gate_settings(config: RalmConfig) -> dict:
@@ -202,6 +233,7 @@ def evaluate_perplexity(
     report_extra: dict | None = None,
     num_shards: int | None = None,
     shard_id: int | None = None,
+    repair: bool = False,
 ) -> RalmEvalResult:
     """In-Context RALM perplexity of a text (or of token ids) under the paper's conventions.
 
@@ -216,7 +248,10 @@ def evaluate_perplexity(
     and ``eval.json`` at the end: an interrupted run loses at most one chunk, and a rerun with the same settings
     resumes after the saved chunks with exactly the figures of an uninterrupted run (``num_resumed_windows`` counts
     the windows it did not compute again). Other settings, model, data or retrieval are refused, naming what differs
-    (an :class:`~hf_ralm.errors.OutputFolderError`), unless ``overwrite`` (start afresh). See :mod:`hf_ralm.resume`.
+    (an :class:`~hf_ralm.errors.OutputFolderError`), unless ``overwrite`` (start afresh), and so is a damaged chunk,
+    naming it, unless ``repair`` (it is moved aside and computed again), and a folder holding files hf-ralm did not
+    write. ``eval.json`` carries the digest of the settings (``settings_digest``), as every chunk does. See
+    :mod:`hf_ralm.resume`.
     ``eval.json`` also holds ``report_extra`` (what else the caller records, e.g. the command line's arguments; its
     ``timings`` join the evaluation's).
 
@@ -229,15 +264,17 @@ def evaluate_perplexity(
                      max_eval_tokens=max_eval_tokens, batch_size=batch_size, reuse_prefix_kv=reuse_prefix_kv,
                      show_progress=show_progress, reranker=reranker, output_dir=output_dir, overwrite=overwrite,
                      chunk_size=chunk_size, report_extra=report_extra, num_shards=num_shards, shard_id=shard_id,
-                     scored=True)
+                     repair=repair, scored=True)
 
 
 def _evaluate(model, tokenizer, text_or_ids, retriever, config: RalmConfig, *, retrieval_file, max_eval_tokens,
               batch_size, reuse_prefix_kv, show_progress, reranker, output_dir, overwrite, chunk_size, report_extra,
-              num_shards, shard_id, scored) -> RalmEvalResult:
+              num_shards, shard_id, repair, scored) -> RalmEvalResult:
     """:func:`evaluate_retrieval` (``scored=False``) and :func:`evaluate_perplexity`: the windows in chunks, each
     chunk's records saved in ``output_dir`` and the saved ones resumed."""
     check_count("chunk_size", chunk_size)
+    if output_dir is not None:  # before any work
+        check_output_folder(output_dir, (RECORDS_DIR, EVAL_FILE), "evaluation results")
     t0 = time.perf_counter()
     plan = prepare(text_or_ids, tokenizer, config, retriever, max_length=window_length(model, config),
                    max_eval_tokens=max_eval_tokens)
@@ -245,7 +282,8 @@ def _evaluate(model, tokenizer, text_or_ids, retriever, config: RalmConfig, *, r
     t0 = time.perf_counter()
     retrievals = None
     if retrieval_file is not None:
-        retrievals = load_retrieval_file(retrieval_file, plan.windows)
+        retrievals = load_retrieval_file(retrieval_file, plan.windows, window_futures(tokenizer, plan.ids,
+                                                                                      plan.windows))
         check_file_choices(retrievals, config, retrieval_file)
     timings["retrieval_s"] += time.perf_counter() - t0
     chooses = retrievals is None or retrievals.chosen is None
@@ -262,13 +300,14 @@ def _evaluate(model, tokenizer, text_or_ids, retriever, config: RalmConfig, *, r
         settings = run_settings(model=model, tokenizer=tokenizer, ids=plan.ids, retriever=retriever, config=config,
                                 retrieval_file=retrieval_file, max_length=plan.max_length, batch_size=batches.setting,
                                 reuse_prefix_kv=reuse_prefix_kv, scored=scored, chunk_size=chunk_size)
-        if overwrite and is_writer():
-            Path(output_dir, EVAL_FILE).unlink(missing_ok=True)
+        if overwrite and is_writer():  # the records first: refused while a worker computes them
             WindowRecordWriter.remove(Path(output_dir, RECORDS_DIR))
+            Path(output_dir, EVAL_FILE).unlink(missing_ok=True)
         distributed_barrier()  # under torchrun, rank 0 has overwritten before any rank opens the folder
-        writer = WindowRecordWriter(Path(output_dir, RECORDS_DIR), settings, chunk_size=chunk_size)
+        writer = WindowRecordWriter(Path(output_dir, RECORDS_DIR), settings, chunk_size=chunk_size,
+                                    windows=plan.windows, repair=repair)
     state = _WindowState(plan.windows, len(plan.ids))
-    read = state.apply_all(writer.saved_records() if writer else [])
+    read = state.apply_all(writer.rows() if writer else [])
     done = set(writer.ranges()) if writer else set()
     todo = [chunk for k, chunk in enumerate(plan.chunks(chunk_size))
             if shard.takes(k) and (chunk[0].index, chunk[-1].index + 1) not in done]
@@ -284,7 +323,7 @@ def _evaluate(model, tokenizer, text_or_ids, retriever, config: RalmConfig, *, r
     if writer and shard.count > 1:  # the other workers' chunks: all of them once the last is in
         distributed_barrier()
         writer.refresh()
-        state.apply_all(writer.saved_records())
+        state.apply_all(writer.rows())
     computed = sum(len(chunk) for chunk in todo)
     if not state.complete():
         return RalmEvalResult(
@@ -314,6 +353,7 @@ def _evaluate(model, tokenizer, text_or_ids, retriever, config: RalmConfig, *, r
             1 for w in windows if state.passages[w.index] and state.chosen[w.index] < 0),
         **gate,
         "retrieved_fraction": retrieved_fraction(windows, state.passages, state.chosen),
+        "text_in_passage_fraction": None,
         "num_passages": config.num_passages,
         "ensemble_size": config.ensemble_size,
     }
@@ -330,10 +370,17 @@ def _evaluate(model, tokenizer, text_or_ids, retriever, config: RalmConfig, *, r
         figures = {**perplexity_figures(float(state.nlls[1:].sum()), len(plan.ids),
                                         sum(w.num_scored for w in windows), plan.num_words),
                    **figures, "scored_tokens_per_s": scored_here / seconds if seconds else None}
+    found_warnings = []
     if retrieving and num_retrievals == 0:
-        warning = no_retrieval_warning(len(plan.ids), plan.max_length)
-        figures["warnings"] = [str(warning)]
-        warnings.warn(warning, stacklevel=3)
+        found_warnings.append(no_retrieval_warning(len(plan.ids), plan.max_length))
+    first_in_context = [found[choice] if found and choice >= 0 else None
+                        for found, choice in zip(state.passages, state.chosen)]
+    figures["text_in_passage_fraction"], leakage = text_in_passage(plan.queries, first_in_context)
+    found_warnings += [leakage] if leakage else []
+    if found_warnings:
+        figures["warnings"] = [str(warning) for warning in found_warnings]
+        for warning in found_warnings:
+            warnings.warn(warning, stacklevel=3)
     gated = gate.get("retrieval_gate", "always") != "always"
     result = RalmEvalResult(
         figures=figures, ids=plan.ids, token_nlls=state.nlls if scored_all else None,
@@ -343,8 +390,10 @@ def _evaluate(model, tokenizer, text_or_ids, retriever, config: RalmConfig, *, r
     if output_dir is not None and is_writer():
         extra = dict(report_extra or {})
         extra_timings = extra.pop("timings", {})
+        writer.check_unchanged()  # no eval.json from records another run replaced meanwhile
         write_json_atomic(os.path.join(output_dir, EVAL_FILE), {**figures, **extra,
-                                                                "timings": {**extra_timings, **timings}})
+                                                                "timings": {**extra_timings, **timings},
+                                                                "settings_digest": writer.settings_digest})
     return result
 
 

@@ -19,18 +19,21 @@ def ralm_model_card(config: RalmConfig, retriever: Retriever | None, *, repo_id:
     """The card's Markdown, with the Hub's metadata header (``library_name``, ``base_model``, tags)."""
     base = config.base_model_name_or_path or "unknown"
     name = repo_id or "this folder"
+    # an index left out is followed only when given: a saved folder's paths are never followed outside it
+    index_arg = ', index_dir="path/to/index"' if isinstance(retriever, Retriever) and not index_included else ""
     lines = ["---", "library_name: hf-ralm", f"base_model: {base}", "tags:", "- retrieval-augmented-generation",
              "- in-context-ralm", "---", "", f"# In-Context RALM over {base}", "",
              f"A frozen causal LM, `{base}`, with In-Context Retrieval-Augmented Language Modeling (Ram et al., 2023): "
              "every `retrieval_stride` tokens the last `query_length` tokens retrieve a passage that is put in front "
              "of the text. No weights are stored here: the base model is loaded from its own repository.", "",
              "```python", "from hf_ralm import RetrievalAugmentedModel", "",
-             f'model = RetrievalAugmentedModel.from_pretrained("{repo_id or "path/to/folder"}")', "```", ""]
+             f'model = RetrievalAugmentedModel.from_pretrained("{repo_id or "path/to/folder"}"{index_arg})', "```",
+             ""]
     if isinstance(retriever, Retriever):
         info = read_index_info(retriever.index_dir) or {}
         identity = retriever_identity(retriever)
         where = ("included under `index/`" if index_included else
-                 "not included: `from_pretrained` needs it at the recorded path, or `corpus=` to rebuild it")
+                 "not included: pass its folder to `from_pretrained` (`index_dir=`; with `corpus=`, built there)")
         lines += ["## Retriever", "", f"- kind: `{retriever.name}`",
                   f"- corpus fingerprint: `{identity['corpus_fingerprint']}`",
                   f"- passages: {info.get('num_passages', 'unknown'):,}" if isinstance(info.get("num_passages"), int)

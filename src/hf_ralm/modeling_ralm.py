@@ -75,16 +75,31 @@ def _saved_ralm_config(path: str, hub_kwargs: dict) -> tuple[RalmConfig, dict | 
 
 def _saved_retriever(path: str, old_retriever: dict | None, hub_kwargs: dict, **overrides) -> Retriever | None:
     """The retriever saved with the RALM folder ``path`` (a folder or a Hub id, then downloaded), if any:
-    ``overrides`` replace its saved values (see :meth:`Retriever.from_config`)."""
-    if old_retriever is not None:  # recorded by absolute paths: nothing is relative to the folder
-        return retriever_class(old_retriever["type"]).from_config(old_retriever, **overrides)
+    ``overrides`` replace its saved values (see :meth:`Retriever.from_config`). The paths the folder records are
+    followed only inside it, an older folder's too (its ``config.json`` held the retriever, recorded by absolute
+    paths: those need ``index_dir=``)."""
     folder = pretrained_folder(path, **hub_kwargs)
+    if old_retriever is not None:
+        return retriever_class(old_retriever["type"]).from_config(old_retriever, base_dir=folder,
+                                                                  config_file="config.json", **overrides)
     if not os.path.isfile(os.path.join(folder, RETRIEVER_CONFIG_FILE)):
         return None
     return load_retriever_from_pretrained(folder, **overrides)
 
 
-def _placement(kwargs: dict, device: str | torch.device | None) -> tuple[dict, torch.device | None]:
+def _model_type(name_or_path: str, kwargs: dict) -> str | None:
+    """The ``model_type`` of the checkpoint's config (``None`` when it cannot be read without loading the model, e.g.
+    a GGUF file): what ``dtype="auto"`` needs to know of the model's family."""
+    config_kwargs = {k: kwargs[k] for k in ("revision", "cache_dir", "token", "local_files_only") if k in kwargs}
+    try:
+        config_dict, _ = PreTrainedConfig.get_config_dict(name_or_path, **config_kwargs)
+    except (OSError, ValueError):
+        return None
+    text_config = config_dict.get("text_config") or {}
+    return text_config.get("model_type") or config_dict.get("model_type")
+
+
+def _placement(kwargs: dict, device: str | torch.device | None, name_or_path: str) -> tuple[dict, torch.device | None]:
     """The base model's loading arguments with its precision resolved, and the device it goes to after loading
     (``None`` with ``device_map``: placed while loading)."""
     if "torch_dtype" in kwargs:  # transformers' older name
@@ -98,7 +113,9 @@ def _placement(kwargs: dict, device: str | torch.device | None) -> tuple[dict, t
         target = default_device(Shard.resolve().local_rank)
     else:
         target = resolve_device(device) if device is not None else default_device(Shard.resolve().local_rank)
-    kwargs = {**kwargs, "dtype": resolve_dtype(kwargs.get("dtype", "auto"), target)}
+    dtype = kwargs.get("dtype", "auto")
+    model_type = _model_type(name_or_path, kwargs) if dtype == "auto" and target.type == "cuda" else None
+    kwargs = {**kwargs, "dtype": resolve_dtype(dtype, target, model_type)}
     return kwargs, None if kwargs.get("device_map") is not None else target
 
 
@@ -203,7 +220,8 @@ class RetrievalAugmentedModel(PreTrainedModel):
             kwargs: :class:`RalmConfig` fields (``retrieval_stride``, ``query_length``, ``max_length``, ...); the
                 rest (``dtype``, ``device_map``, ``attn_implementation``, ``gguf_file``, ``revision``, ...) go to the
                 base model's loading. ``dtype`` (or ``torch_dtype``) defaults to ``"auto"``, which here means
-                bfloat16 on a GPU that has it, float16 on another GPU and float32 on a CPU
+                bfloat16 on a GPU that has it, float16 on another GPU (float32 for the families that overflow in
+                float16: Gemma, T5) and float32 on a CPU
                 (:func:`~hf_ralm.placement.resolve_dtype`; not transformers' "the checkpoint's own"); a
                 ``torch.dtype`` is used as it is.
         """
@@ -222,7 +240,7 @@ class RetrievalAugmentedModel(PreTrainedModel):
             base_name = saved.base_model_name_or_path if saved else path
             if saved and not base_name:
                 raise ValueError(f"{path} holds a RALM config without base_model_name_or_path.")
-            kwargs, device = _placement(kwargs, device)
+            kwargs, device = _placement(kwargs, device, base_name)
             if load_weights:
                 base = _load_base_model(base_name, model_args, kwargs)
                 if device is not None:

@@ -74,15 +74,28 @@ def cache_nbytes(cache: DynamicCache) -> int:
     return total
 
 
-def resolve_max_length(model, max_length: int | None) -> int:
-    """``max_length`` or, when ``None`` (or larger), the model's maximum context."""
+def model_max_length(model) -> int | None:
+    """The longest input ``model``'s config allows (``max_position_embeddings``, or GPT-2's ``n_positions``), or
+    ``None`` when its config does not say."""
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     model_max = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    return int(model_max) if model_max else None
+
+
+def resolve_max_length(model, max_length: int | None) -> int:
+    """``max_length``, or the model's maximum context when ``None``. A ``max_length`` beyond the model's maximum is
+    refused (a :class:`~hf_ralm.errors.SettingError`), not capped: a run at another length than its settings say
+    would report figures of a configuration nobody asked for."""
+    model_max = model_max_length(model)
     if max_length is None:
         if model_max is None:
             raise SettingError(f"The model's maximum length is unknown: pass {setting('max_length')}.")
-        return int(model_max)
-    return min(int(max_length), int(model_max)) if model_max else int(max_length)
+        return model_max
+    if model_max is not None and int(max_length) > model_max:
+        raise SettingError(f"{setting('max_length')} {max_length} exceeds the {model_max} positions this model has "
+                           f"(its config's maximum): give at most {model_max}, or leave {setting('max_length')} out to "
+                           "use them all.")
+    return int(max_length)
 
 
 def padding_id(tokenizer) -> int:

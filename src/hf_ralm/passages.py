@@ -11,6 +11,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 
 PASSAGE_TEMPLATE = "{title}\n{text}"
@@ -36,3 +37,32 @@ class Passage:
 def passage_text(title: str | None, text: str, template: str = PASSAGE_TEMPLATE) -> str:
     """How a passage becomes the text put in context: ``title + "\\n" + text`` (just ``text`` without a title)."""
     return template.format(title=title, text=text) if title else text
+
+
+QUOTE_WORDS = 12
+"""How many of a query's last words :func:`quotes_query` looks for in a passage."""
+
+_WORD = re.compile(r"\w+")
+_UNKNOWN = "unk"  # what an unknown-word token (WikiText's <unk>) leaves of a word: it matches nothing, so skipped
+
+
+def _four_grams(words: list[str]) -> set[tuple[str, ...]]:
+    return {gram for gram in zip(words, words[1:], words[2:], words[3:]) if _UNKNOWN not in gram}
+
+
+def quotes_query(passage: Passage, query: str | None) -> bool:
+    """Whether ``passage`` holds the text of ``query`` (the words just before a window's target) itself: at least
+    half of the word 4-grams of its last :data:`QUOTE_WORDS` words (at least two of them) stand in the passage. Runs
+    of words shared that densely are a copy of the evaluated text, not a passage on its topic, so retrieval reads
+    ahead (leakage). Words are compared lower-cased, punctuation and spacing aside, so WikiText's tokenized text
+    (``well @-@ known``) matches Wikipedia's (``well-known``); 4-grams with an unknown word (``<unk>``) are left out.
+
+    Example:
+        >>> rome = Passage("7", "Rome", "Rome was the capital city of the Roman Empire, and its emperor ruled it.")
+        >>> quotes_query(rome, "the capital city of the Roman Empire , and its emperor"), quotes_query(rome, "a b c")
+        (True, False)
+    """
+    grams = _four_grams(_WORD.findall((query or "").lower())[-QUOTE_WORDS:])
+    if len(grams) < 2:
+        return False
+    return 2 * len(grams & _four_grams(_WORD.findall(passage.text.lower()))) >= len(grams)

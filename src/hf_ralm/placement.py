@@ -1,6 +1,7 @@
 """Where a model runs and in which precision, by default: the GPU when there is one (this rank's, under torchrun or
-accelerate), else the CPU; bfloat16 on a GPU that has it, float16 on one that does not, float32 on a CPU (where
-bfloat16 is slower unless the CPU has bf16 instructions, and half precision moves perplexity).
+accelerate), else the CPU; bfloat16 on a GPU that has it, float16 on one that does not (float32 for the model families
+that overflow in float16), float32 on a CPU (where bfloat16 is slower unless the CPU has bf16 instructions, and half
+precision moves perplexity).
 
 Example:
     >>> import torch
@@ -13,10 +14,11 @@ Example:
 from __future__ import annotations
 
 import os
+import warnings
 
 import torch
 
-from .errors import SettingError, setting
+from .errors import RalmWarning, SettingError, setting
 from .modeling_utils import model_device
 
 DTYPES = ("auto", "bfloat16", "float16", "float32")
@@ -65,9 +67,16 @@ or mps, or leave device out to use the GPU when there is one.
     return resolved
 
 
-def resolve_dtype(dtype: str | torch.dtype, device: str | torch.device) -> torch.dtype:
+FLOAT16_OVERFLOWS = ("gemma", "t5")
+"""Model families (``config.model_type`` prefixes) whose activations overflow float16's range: trained in bfloat16,
+they give infinities, then NaN, in float16 (Gemma-3-270M: NaN perplexity where float32 gives 96.7), so ``"auto"``
+never picks float16 for them."""
+
+
+def resolve_dtype(dtype: str | torch.dtype, device: str | torch.device, model_type: str | None = None) -> torch.dtype:
     """The precision ``dtype`` names (one of :data:`DTYPES`, or a ``torch.dtype``); ``"auto"``: bfloat16 on a GPU
-    that supports it, float16 on another GPU, float32 on a CPU (or any other device)."""
+    that supports it, float16 on another GPU unless the model's family (``model_type``) overflows in it
+    (:data:`FLOAT16_OVERFLOWS`: then float32, with a warning), float32 on a CPU (or any other device)."""
     if isinstance(dtype, torch.dtype):
         return dtype
     if dtype not in DTYPES:
@@ -77,7 +86,14 @@ def resolve_dtype(dtype: str | torch.dtype, device: str | torch.device) -> torch
     device = torch.device(device)
     if device.type != "cuda":
         return torch.float32
-    return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    if torch.cuda.is_bf16_supported():
+        return torch.bfloat16
+    if model_type and model_type.startswith(FLOAT16_OVERFLOWS):
+        warnings.warn(RalmWarning(f"this GPU has no bfloat16 and {model_type} models overflow in float16 (NaN "
+                                  f"figures): loading in float32; give {setting('dtype')} float16 to force it."),
+                      stacklevel=2)
+        return torch.float32
+    return torch.float16
 
 
 def working_device(model: torch.nn.Module) -> torch.device:

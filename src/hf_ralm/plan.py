@@ -15,12 +15,14 @@ Example:
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
 from .utils.progress import tqdm
 
 from .configuration_ralm import RalmConfig
+from .errors import RalmWarning
 from .passages import Passage
 from .perplexity import count_words
 from .utils.checks import check_count
@@ -67,6 +69,12 @@ class WindowPlan:
         return [self._found.get(w.index, []) for w in windows]
 
 
+def window_futures(tokenizer, ids: Sequence[int], windows: Sequence[Window]) -> list[str]:
+    """Each window's ``future`` as a retrieval file records it: its tokens after the previous window's end, decoded
+    (what identifies the text a retrieval file was made for)."""
+    return [tokenizer.decode(list(ids[w.prev_end : w.end])) for w in windows]
+
+
 def prepare(text_or_ids: str | Sequence[int], tokenizer, config: RalmConfig, retriever=None, *, max_length: int,
             max_eval_tokens: int | None = None) -> WindowPlan:
     """The plan of ``text_or_ids`` (a text, tokenized without special tokens as the reference does, or token ids)
@@ -105,6 +113,10 @@ def tokenize_text(tokenizer, text: str, max_eval_tokens: int | None = None) -> l
     ``max_eval_tokens``."""
     if not text:
         raise ValueError("The dataset is empty: there is no text to evaluate.")
+    if not text.strip():  # the command line refuses it; a Python caller may have read the wrong file
+        warnings.warn(RalmWarning(f"the text holds only whitespace ({len(text)} characters): its perplexity measures "
+                                  "the model's guesses of spacing, not of any words. Check what was read."),
+                      stacklevel=3)
     return first_tokens(tokenizer(text, add_special_tokens=False)["input_ids"], max_eval_tokens)
 
 

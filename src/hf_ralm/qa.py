@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from .errors import SettingError, setting
-from .records import RecordStore
+from .records import RecordStore, check_output_folder
 from .retrieval.corpus import WORDS_PER_PASSAGE
 from .utils.atomic import write_json_atomic, write_text_atomic
 from .utils.datasets_io import load_hf_dataset
@@ -220,6 +220,13 @@ def load_questions(path: str, max_questions: int | None = None, name: str | None
 
 
 GOLD_CORPUS_FILE = "gold-passages.jsonl"  # eval-qa --add-gold-to-corpus writes it into --output-dir
+
+
+def check_qa_output_dir(output_dir: str | os.PathLike) -> None:
+    """Refuse (an :class:`~hf_ralm.errors.OutputFolderError`) an output folder that holds anything but what QA writes
+    there (:func:`~hf_ralm.records.check_output_folder`): its predictions, ``eval.json``, the gold passages."""
+    check_output_folder(output_dir, (PREDICTIONS_DIR, PREDICTIONS_FILE, EVAL_FILE, GOLD_CORPUS_FILE),
+                        "QA predictions")
 
 
 def write_gold_corpus(examples: Sequence[Mapping], path: str) -> dict:
@@ -451,14 +458,16 @@ class _QaRun:
     stay in memory."""
 
     def __init__(self, output_dir: str | None, examples: Sequence[dict], settings: dict, batch_size: int,
-                 report_extra: dict | None = None):
+                 report_extra: dict | None = None, repair: bool = False):
         self.output_dir, self.settings, self.examples = output_dir, settings, examples
         self.extra = dict(report_extra or {})
         self.records: dict[int, QARecord] = {}
         self.sample_prompt = None
         self.store = None
         if output_dir is not None:
-            self.store = QARecordStore(os.path.join(output_dir, PREDICTIONS_DIR), settings, chunk_size=batch_size)
+            check_qa_output_dir(output_dir)
+            self.store = QARecordStore(os.path.join(output_dir, PREDICTIONS_DIR), settings, chunk_size=batch_size,
+                                       repair=repair)
             self.records = _resumed_records(self.store, examples)
             previous = os.path.join(output_dir, EVAL_FILE)
             if self.records and os.path.isfile(previous):
@@ -499,12 +508,15 @@ class _QaRun:
         return [self.records[i] for i in sorted(self.records)]
 
     def report(self, complete: bool) -> dict:
-        """What ``eval.json`` holds: the figures, ``complete``, the counts, ``settings``, a sample prompt, timings."""
+        """What ``eval.json`` holds: the figures, ``complete``, the counts, ``settings`` (and, saved, their
+        digest), a sample prompt, timings."""
         elapsed = time.perf_counter() - self.start_time
         answered = len(self.records) - self.num_resumed
         extra = {key: value for key, value in self.extra.items() if key != "timings"}
+        saved = {"settings_digest": self.store.settings_digest} if self.store is not None else {}
         return {**qa_figures(self.ordered()), "complete": complete, "num_resumed": self.num_resumed,
-                "num_answered": answered, "settings": self.settings, "sample_prompt": self.sample_prompt, **extra,
+                "num_answered": answered, "settings": self.settings, **saved, "sample_prompt": self.sample_prompt,
+                **extra,
                 "timings": {**self.extra.get("timings", {}), **self.timings, "total_s": elapsed,
                             "questions_per_s": answered / elapsed if elapsed > 0 else None}}
 
@@ -520,6 +532,7 @@ class _QaRun:
 
     def _write(self, report: dict) -> None:
         if self.output_dir is not None and is_writer():
+            self.store.check_unchanged()  # no eval.json from predictions another run replaced meanwhile
             write_json_atomic(os.path.join(self.output_dir, EVAL_FILE), report)
 
 
@@ -539,6 +552,7 @@ def evaluate_qa(
     report_extra: dict | None = None,
     num_shards: int | None = None,
     shard_id: int | None = None,
+    repair: bool = False,
 ) -> dict:
     """Answer ``examples`` (from :func:`load_questions`) with a plain causal LM and score them.
 
@@ -553,8 +567,10 @@ def evaluate_qa(
     ``complete`` once every question is answered) is rewritten atomically after every batch, and
     ``predictions.jsonl`` (a line per question) is written at the end. A run on a folder that already holds
     predictions continues after them (the same questions, maybe more of them, and the same ``settings``; other
-    settings are refused, naming them). ``eval.json`` also holds ``report_extra`` (what else the caller records, e.g.
-    the command line's arguments; its ``timings`` join the run's). Returns what ``eval.json`` holds.
+    settings are refused, naming them; a damaged chunk of predictions too, naming it, unless ``repair``: it is moved
+    aside and its questions answered again; a folder holding files hf-ralm did not write as well). ``eval.json`` also
+    holds ``report_extra`` (what else the caller records, e.g. the command line's arguments; its ``timings`` join the
+    run's). Returns what ``eval.json`` holds.
 
     Many workers share a run through ``output_dir`` (``num_shards``/``shard_id``, or the environment of torchrun,
     accelerate or a Slurm array: :class:`~hf_ralm.utils.shards.Shard`): worker I answers the batches I, I+N, ...; the
@@ -575,7 +591,7 @@ def evaluate_qa(
     if shard.count > 1 and output_dir is None:
         raise SettingError(f"{shard.count} workers ({shard.launcher}) share a run through its "
                            f"{setting('output_dir')}: give one.")
-    run = _QaRun(output_dir, examples, settings, batches.size, report_extra)
+    run = _QaRun(output_dir, examples, settings, batches.size, report_extra, repair)
     todo = [(start, stop) for block, start, stop in run.todo(batches.size) if shard.takes(block)]
     progress = tqdm(total=run.num_resumed + sum(stop - start for start, stop in todo), initial=run.num_resumed,
                     desc="eval-qa", unit="question",

@@ -7,18 +7,39 @@ A folder::
     FOLDER/
       settings.json                      the settings the records depend on, and under "reproduce" how the run was
                                          started (command, git commit, versions, paths)
-      chunk-00000000-00000064.json.gz    a complete chunk: records 0 to 63, {"rows": [...], "seconds": S,
-                                         "git_commit": C} (S: what they took to compute)
+      chunk-00000000-00000064.json.gz    a complete chunk: records 0 to 63, {"rows": [...], "num_records": 64,
+                                         "checksum": C, "settings_digest": D, "seconds": S, "git_commit": G}
+                                         (C: a digest of the rows; D: of the settings they were computed under;
+                                         S: what they took to compute; a store may add counts, e.g. scored tokens)
       .tmp-chunk-00000064-...            a chunk being written, or left by a crash: never read, replaced
+      .workers.lock                      the lock the workers computing there hold (shared), and an overwrite takes
+                                         (exclusive); gone once the last worker closes
+      .worker-0.<host>-<pid>             one per worker holding the lock: who an overwrite names when refused
+      damaged/                           chunks that failed their checks, moved aside (with a timestamp) by repair
 
 Each chunk is written under a temporary name of its own writer (``.tmp-chunk-<range>.json.gz.<host>-<pid>``), flushed
 to disk (fsync) and renamed once complete, so only complete chunks are ever visible, and several workers can write
 chunks of one run into one folder (:meth:`RecordStore.save` at any range; a reader accepts gaps). The settings file is
 created exclusively (the first worker's) and always compared when a folder is opened: other settings are refused,
 naming what differs (two configurations never mix). The ``reproduce`` part is written with it and never compared,
-since a run may be resumed from another checkout, command line or machine. ``overwrite`` deletes a folder's records,
-and is refused while another live worker is writing a chunk there. A record type (a dataclass) makes the rows typed:
-they are saved as dicts and read back as instances; floats keep all their digits.
+since a run may be resumed from another checkout, command line or machine. A record type (a dataclass) makes the rows
+typed: they are saved as dicts and read back as instances; floats keep all their digits.
+
+Every chunk is checked when it is read: it must decompress and parse, hold as many records as its name says, match its
+checksum and counts, carry the digest of the folder's settings, and hold rows of the store's schema (every field of the
+record type, of its type; numbers finite unless the checksum shows they were saved so; a store checks more, e.g. a
+window record's NLLs against the window). A chunk that fails is named in one line (an
+:class:`~hf_ralm.errors.OutputFolderError`), never used; ``repair`` moves it to ``damaged/`` and the run computes its
+records again. Chunks of older versions, without checksum or digest, are read with the other checks.
+
+``overwrite`` deletes a folder's records (its chunks, temporary files and settings; nothing else, and never
+``damaged/``). It is refused while a worker computes there: each store holds a shared ``flock`` on
+``.workers.lock`` from its opening to its closing, and an overwrite must take it exclusively, without waiting. A lock
+of the operating system rather than a lease with a heartbeat: it is released when its holder exits, killed or not, so
+a crashed worker never blocks the folder, and no thread has to keep a lease alive. (Writers without the lock, such as
+older versions, are still seen by their temporary chunk files.) And should the folder be replaced anyway (deleted by
+hand, or overwritten from a machine the lock does not reach), a worker compares the settings file with its own before
+each chunk it saves and stops, saving nothing more, once they differ.
 
 Example:
     >>> import tempfile
@@ -28,6 +49,7 @@ Example:
     >>> reopened = RecordStore(folder, {"k": 16})
     >>> reopened.num_done, reopened.rows()[-1]
     (3, {'window': 3, 'nll': 0.5})
+    >>> reopened.close()
     >>> RecordStore(folder, {"k": 8})   # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
@@ -36,23 +58,37 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fnmatch
 import functools
 import gzip
 import hashlib
+import itertools
 import json
+import math
 import os
 import re
 import shutil
 import socket
 import time
+import types
+import typing
+import warnings
+import weakref
+import zlib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Sequence
 
-from .errors import OutputFolderError, setting
-from .utils.atomic import write_durably, write_json_atomic
+from .errors import OutputFolderError, RalmWarning, setting
+from .utils.atomic import file_mode, write_durably, write_json_atomic
 from .utils.checks import check_count
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock; an overwrite there sees only the workers writing a chunk
+    fcntl = None
 
 CHUNK_PREFIX = "chunk-"
 TMP_PREFIX = ".tmp-chunk-"
@@ -61,9 +97,17 @@ CHUNK_SUFFIXES = (CHUNK_SUFFIX, ".npy")
 """The chunk files' suffixes: the JSON records of the stores, and arrays (a store of embeddings)."""
 REPRODUCE_KEY = "reproduce"
 """The settings file's key for how the run was started (never compared)."""
+LOCK_FILE = ".workers.lock"
+WORKER_PREFIX = ".worker-"
+DAMAGED_DIR = "damaged"
+"""Where repair moves the chunks that failed their checks (never deleted)."""
 _SUFFIX = "|".join(map(re.escape, CHUNK_SUFFIXES))
 _CHUNK_NAME = re.compile(rf"^{CHUNK_PREFIX}(\d{{8}})-(\d{{8}})({_SUFFIX})$")
-_TEMPORARY_NAME = re.compile(rf"^{re.escape(TMP_PREFIX)}\d{{8}}-\d{{8}}(?:{_SUFFIX})\.(.+)-(\d+)$")
+_OWNED_NAME = re.compile(rf"^(?:{re.escape(TMP_PREFIX)}\d{{8}}-\d{{8}}(?:{_SUFFIX})|{WORKER_PREFIX}\d+)\.(.+)-(\d+)$")
+"""A temporary chunk file or a worker's card: the name ends with its process's ``.<host>-<pid>``."""
+_UNREADABLE = (EOFError, OSError, zlib.error, ValueError)
+"""What reading a damaged chunk raises: a truncated gzip (``EOFError``), bad deflate data (``zlib.error``), bytes that
+are no gzip (``OSError``), no JSON (``ValueError``), and the checks' own ``ValueError``."""
 
 
 def _check_can_be_folder(folder: Path) -> None:
@@ -77,20 +121,48 @@ def _check_can_be_folder(folder: Path) -> None:
             return
 
 
+def check_output_folder(folder: str | os.PathLike, own: Sequence[str], what: str) -> None:
+    """Refuse (an :class:`~hf_ralm.errors.OutputFolderError` naming the folder and a few of its entries) a folder
+    that holds anything but ``own`` (glob patterns of what hf-ralm writes there, for ``what``) and hf-ralm's temporary
+    files: hf-ralm writes only into a missing or empty folder, or one of its own, so it never writes over, mixes with
+    or deletes what it did not write.
+
+    Example:
+        >>> import tempfile
+        >>> check_output_folder(tempfile.mkdtemp(), ("eval.json", "windows"), "evaluation results")  # empty: fine
+    """
+    folder = Path(folder)
+    _check_can_be_folder(folder)
+    if not folder.is_dir():
+        return
+    others = sorted(name for name in os.listdir(folder)
+                    if not any(fnmatch.fnmatchcase(name, pattern) for pattern in (*own, ".tmp-*")))
+    if others:
+        shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+        raise OutputFolderError(
+            f"{folder} holds files hf-ralm did not write ({shown}), where it would keep its {what}: give a new or "
+            f"empty {setting('output_dir')}, or one that holds only hf-ralm's own {what} (it never writes over or "
+            "deletes files of others).")
+
+
 class RecordStore:
     """Records in ``folder``, in complete chunks of ``chunk_size`` (see the module docstring).
 
     Opening a folder that holds the same ``settings`` resumes it (``num_done`` records in ``num_chunks`` chunks, read
     back with :meth:`rows`, at :meth:`ranges`); other settings are refused with an
-    :class:`~hf_ralm.errors.OutputFolderError` naming the settings that differ, and a folder holding other files
-    with a ``FileExistsError``, unless ``overwrite=True``, which deletes the folder's chunks and settings first (and
-    nothing else; refused while another worker writes there). ``reproduce`` (how the run was started, e.g.
+    :class:`~hf_ralm.errors.OutputFolderError` naming the settings that differ, and so is a folder holding files that
+    are not the store's (:func:`check_output_folder`), and a damaged chunk (naming it), unless ``repair=True``, which
+    moves the damaged chunks to ``damaged/`` so that the run computes them again. ``overwrite=True`` deletes the
+    folder's chunks and settings first (and nothing else; refused while another worker computes there). The store
+    holds the folder's shared lock from its opening to :meth:`close` (or its end), and saves nothing once the folder's
+    settings are no longer its own. ``reproduce`` (how the run was started, e.g.
     :func:`~hf_ralm.utils.provenance.provenance`) is stored beside the settings by the run that creates the folder.
     Records are added in order (:meth:`add`, buffered into chunks) or saved as a chunk at a given position
     (:meth:`save`: what the workers of a sharded run do). A subclass sets ``record_type`` (a dataclass: records are
     saved as its fields, or its ``to_row()``, and read back as instances, or with its ``from_row(row)``),
-    ``settings_file`` and ``what`` (what the records are, in messages), and may check records (:meth:`prepare_row`)
-    and settings (:meth:`normalise_settings`).
+    ``settings_file`` and ``what`` (what the records are, in messages), and may check records as they are saved
+    (:meth:`prepare_row`) and read (:meth:`check_row`, :meth:`check_chunk`), count what chunks hold
+    (:meth:`chunk_counts`) and normalise settings (:meth:`normalise_settings`).
     """
 
     settings_file: ClassVar[str] = "settings.json"
@@ -99,36 +171,41 @@ class RecordStore:
     chunk_suffix: ClassVar[str] = CHUNK_SUFFIX
 
     def __init__(self, folder: str | os.PathLike, settings: Mapping[str, Any], *, chunk_size: int = 1000,
-                 overwrite: bool = False, reproduce: Mapping[str, Any] | None = None) -> None:
+                 overwrite: bool = False, repair: bool = False, reproduce: Mapping[str, Any] | None = None) -> None:
         check_count("chunk_size", chunk_size)
         self.folder = Path(folder)
         self.settings = self.normalise_settings(settings)
         if REPRODUCE_KEY in self.settings:
             raise ValueError(f"{REPRODUCE_KEY!r} is not a setting: pass how the run was started as reproduce=.")
         self.chunk_size = chunk_size
+        self.repair = repair
         self._buffer: list[Any] = []
         self._closed = False
 
-        settings_path = self.folder / self.settings_file
-        _check_can_be_folder(self.folder)
+        check_output_folder(self.folder, self.own_entries(), self.what)
         if overwrite:
             self.remove(self.folder)
-        elif not settings_path.is_file() and self.folder.is_dir() and any(
-                not path.name.startswith(".tmp-") for path in self.folder.iterdir()):  # another worker's are in-flight
-            raise FileExistsError(
-                f"{self.folder} is not empty and has no {self.settings_file}, so it is not a {self.what} folder: "
-                "write to a new or empty folder, or overwrite (--overwrite, overwrite=True) to write there anyway.")
         self.folder.mkdir(parents=True, exist_ok=True)
-        for leftover in _dead_leftovers(self.folder):  # chunks a crashed writer of this machine left half written
+        lock = _WorkerLock(self.folder).acquire(exclusive=False)
+        self._release = weakref.finalize(self, lock.release)  # at close, or when the store is dropped unclosed
+        try:
+            self._open(reproduce)
+        except BaseException:
+            self._release()
+            raise
+
+    def _open(self, reproduce: Mapping[str, Any] | None) -> None:
+        """Clean up after crashed writers, make or compare the settings file, and read the saved chunks."""
+        for leftover in _dead_leftovers(self.folder):  # what a crashed writer of this machine left
             _remove_path(leftover)
         stored = self.settings if reproduce is None else {**self.settings, REPRODUCE_KEY: as_json(reproduce,
                                                                                                   "reproduce")}
-        if not _create_exclusively(settings_path, stored):  # another run (or worker) made the folder: same settings?
+        if not _create_exclusively(self.folder / self.settings_file, stored):  # another run made it: same settings?
             self.reproduce = self._check_same_settings()
         else:
             self.reproduce = stored.get(REPRODUCE_KEY)
         self._last_save = time.perf_counter()
-        self._saved = {_range_of(path): self.read_chunk(path) for path in self.complete_chunks(self.folder)}
+        self._saved = self._read_saved(self.complete_chunks(self.folder))
 
     @property
     def num_done(self) -> int:
@@ -138,6 +215,17 @@ class RecordStore:
     @property
     def num_chunks(self) -> int:
         return len(self._saved)
+
+    @functools.cached_property
+    def settings_digest(self) -> str:
+        """The digest of the settings (:func:`digest`), which every chunk saved under them carries (and
+        ``eval.json``)."""
+        return digest(self.settings)
+
+    @classmethod
+    def own_entries(cls) -> tuple[str, ...]:
+        """What the store puts in its folder (glob patterns): a folder holding anything else is refused."""
+        return (cls.settings_file, CHUNK_PREFIX + "*", LOCK_FILE, WORKER_PREFIX + "*", DAMAGED_DIR)
 
     # what a subclass may change ----------------------------------------------------------------------------------
 
@@ -157,19 +245,42 @@ class RecordStore:
         return [self.prepare_row(row) for row in rows]
 
     def write_chunk(self, path: Path, rows: Sequence[Any], info: Mapping[str, Any]) -> None:
-        """Writes a chunk file: gzip'd JSON ``{"rows": rows, **info}`` (a subclass may store its rows another way,
-        with its own ``chunk_suffix``)."""
-        data = json.dumps({"rows": rows, **info}, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        """Writes a chunk file: gzip'd JSON ``{"rows": rows, **counts, "checksum": ..., **info}`` (a subclass may
+        store its rows another way, with its own ``chunk_suffix``)."""
+        content = {"rows": rows, **self.chunk_counts(rows), "checksum": digest(rows), **info}
+        data = json.dumps(content, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
         with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as f:
             f.write(data)
 
     def read_chunk(self, path: Path) -> Sequence[Any]:
-        """The records of a chunk file, as the store holds them (typed)."""
-        return [self._typed(row) for row in self.read_chunk_file(path)["rows"]]
+        """The records of a chunk file, checked (:meth:`checked_rows`; a ``ValueError`` says what is wrong), as the
+        store holds them (typed)."""
+        return [self._typed(row) for row in self.checked_rows(self.read_chunk_file(path), self.settings_digest)]
 
     def held_rows(self, rows: Sequence[Any], path: Path) -> Sequence[Any]:
         """What the store holds of rows it just saved to ``path`` (typed, without reading the file back)."""
         return [self._typed(row) for row in rows]
+
+    @classmethod
+    def chunk_counts(cls, rows: Sequence[dict[str, Any]]) -> dict[str, int]:
+        """What a chunk's header counts of its saved ``rows``, compared when it is read: the records (a subclass adds,
+        e.g., the tokens they score)."""
+        return {"num_records": len(rows)}
+
+    @classmethod
+    def check_row(cls, row: Any, verified: bool) -> None:
+        """Raise a ``ValueError`` saying what is wrong with a row read from a chunk: by default, that it is not a saved
+        ``record_type`` (a field missing or unknown, a value of another type, a number not finite, unless the chunk
+        is ``verified`` by its checksum: then it was saved so)."""
+        if cls.record_type is not None:
+            problem = _fields_problem(cls.record_type, row, "", finite=not verified)
+            if problem:
+                raise ValueError(problem)
+
+    def check_chunk(self, span: tuple[int, int], records: Sequence[Any]) -> None:
+        """Raise a ``ValueError`` when a chunk's records (as the store holds them) are not those of its range
+        ``span``: by default, when there are not as many (a subclass checks more)."""
+        _check_count(span, records)
 
     # writing -----------------------------------------------------------------------------------------------------
 
@@ -190,10 +301,14 @@ class RecordStore:
         self._flush()
 
     def close(self) -> None:
-        """Saves the buffered records as a last (possibly shorter) chunk; closing twice is harmless."""
+        """Saves the buffered records as a last (possibly shorter) chunk and releases the folder's lock; closing
+        twice is harmless."""
         if not self._closed:
-            self._flush()
-            self._closed = True
+            try:
+                self._flush()
+            finally:
+                self._closed = True
+                self._release()
 
     def __enter__(self):
         return self
@@ -211,7 +326,8 @@ class RecordStore:
     def save(self, start: int, rows: Sequence[Any], *, prepared: bool = False, **info: Any) -> None:
         """Saves ``rows`` as the chunk of records ``[start, start + len(rows))`` (written under this writer's own
         temporary name, fsynced, renamed); ``info`` goes into the chunk file beside ``rows``, ``seconds`` (the time
-        since the store's previous save, or its opening) and ``git_commit``.
+        since the store's previous save, or its opening), ``git_commit`` and ``settings_digest``. Refused (see
+        :meth:`check_unchanged`) once the folder's settings are no longer the store's.
 
         Example::
 
@@ -220,15 +336,36 @@ class RecordStore:
         rows = rows if prepared else self.prepare_rows(rows)
         if not len(rows):
             return
+        self.check_unchanged()
         span = (start, start + len(rows))
         name = f"{span[0]:08d}-{span[1]:08d}{self.chunk_suffix}"
         now = time.perf_counter()
-        info = {"seconds": now - self._last_save, "git_commit": self._git_commit, **info}
+        info = {"seconds": now - self._last_save, "git_commit": self._git_commit,
+                "settings_digest": self.settings_digest, **info}
         final = self.folder / (CHUNK_PREFIX + name)
         write_durably(final, lambda path: self.write_chunk(path, rows, info),
                       self.folder / f"{TMP_PREFIX}{name}.{_WORKER}")
         self._last_save = now
         self._saved[span] = self.held_rows(rows, final)
+
+    def check_unchanged(self) -> None:
+        """Raise an :class:`~hf_ralm.errors.OutputFolderError` when the folder's settings file is no longer the
+        store's (another run replaced the folder, or it was deleted, while this one computed); the store then saves
+        nothing more. :meth:`save` checks before every chunk; a caller checks before writing what it derives from the
+        records (``eval.json``)."""
+        path = self.folder / self.settings_file
+        try:
+            stored = self.read_settings(self.folder)[0]
+        except FileNotFoundError:
+            stored = None
+        if stored is not None and digest(stored) == self.settings_digest:
+            return
+        self._buffer, self._closed = [], True
+        self._release()
+        raise OutputFolderError(
+            f"{path} {'vanished' if stored is None else 'changed'} while this run computed (another run replaced the "
+            f"folder): it stops here and saves nothing more, so that its {self.what} never mix with the other run's. "
+            "Rerun it in another folder.")
 
     @functools.cached_property
     def _git_commit(self) -> str | None:
@@ -252,10 +389,42 @@ class RecordStore:
 
     def refresh(self) -> None:
         """Reads the chunks other workers saved since this store was opened (or last refreshed)."""
-        for path in self.complete_chunks(self.folder):
-            span = _range_of(path)
-            if span not in self._saved:
-                self._saved[span] = self.read_chunk(path)
+        self._saved.update(self._read_saved([path for path in self.complete_chunks(self.folder)
+                                             if _range_of(path) not in self._saved]))
+
+    def _read_saved(self, paths: Sequence[Path]) -> dict[tuple[int, int], Sequence[Any]]:
+        """The records of the chunks ``paths``, checked; the damaged ones refused, naming them, or with ``repair``
+        moved aside (:meth:`_set_aside`)."""
+        saved, damaged = {}, {}
+        for path in paths:
+            try:
+                records = self.read_chunk(path)
+                self.check_chunk(_range_of(path), records)
+            except _UNREADABLE as error:
+                damaged[path] = _reason(error)
+            else:
+                saved[_range_of(path)] = records
+        if damaged:
+            self._set_aside(damaged)
+        return saved
+
+    def _set_aside(self, damaged: Mapping[Path, str]) -> None:
+        """Refuse the ``damaged`` chunks (their names and what is wrong with each), or with ``repair`` move them to
+        ``damaged/`` (timestamped, never deleted), saying so: their records are then computed again."""
+        listed = "; ".join(f"{path.name}: {reason}" for path, reason in list(damaged.items())[:3])
+        listed += f"; and {len(damaged) - 3} more" if len(damaged) > 3 else ""
+        aside = self.folder / DAMAGED_DIR
+        if not self.repair:
+            raise OutputFolderError(
+                f"{self.folder} holds {len(damaged)} damaged chunk(s) ({listed}): rerun with --repair (repair=True) "
+                f"to move them to {aside} and compute their {self.what} again.")
+        aside.mkdir(exist_ok=True)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        for path in damaged:
+            with contextlib.suppress(FileNotFoundError):  # another worker of the run moved it first
+                os.rename(path, aside / f"{stamp}-{path.name}")
+        warnings.warn(RalmWarning(f"moved {len(damaged)} damaged chunk(s) of {self.folder} to {aside} ({listed}): "
+                                  f"their {self.what} are computed again."), stacklevel=4)
 
     def _typed(self, row: dict[str, Any]) -> Any:
         if self.record_type is None:
@@ -263,11 +432,56 @@ class RecordStore:
         from_row = getattr(self.record_type, "from_row", None)
         return from_row(row) if from_row is not None else self.record_type(**row)
 
+    @classmethod
+    def checked_rows(cls, content: Any, settings_digest: str | None) -> list[Any]:
+        """The rows of a chunk file's ``content``, checked: its checksum and counts (when it has them: older chunks
+        do not), that it was computed under the settings of digest ``settings_digest`` (unless ``None``), and each
+        row (:meth:`check_row`); a ``ValueError`` says what is wrong."""
+        if not isinstance(content, dict) or not isinstance(content.get("rows"), list):
+            raise ValueError("it holds no list of rows")
+        rows, verified = content["rows"], "checksum" in content
+        if verified and content["checksum"] != digest(rows):
+            raise ValueError("its rows do not match its checksum: they changed after it was written")
+        made_under = content.get("settings_digest", settings_digest)
+        if settings_digest is not None and made_under != settings_digest:
+            raise ValueError(f"it was computed under other settings (digest {made_under}, the folder's "
+                             f"{settings_digest}), and two configurations' records never mix")
+        for number, row in enumerate(rows):
+            try:
+                cls.check_row(row, verified)
+            except (TypeError, ValueError) as error:
+                raise ValueError(f"its record {number}: {error}") from None
+        for key, count in cls.chunk_counts(rows).items():
+            if content.get(key, count) != count:
+                raise ValueError(f"its header says {key} {content[key]}, its rows hold {count}")
+        return rows
+
     @staticmethod
     def read_chunk_file(path: str | os.PathLike) -> dict[str, Any]:
-        """A chunk file's contents: ``rows``, ``seconds``, ``git_commit`` and what its writer added."""
+        """A chunk file's contents, unchecked: ``rows``, ``seconds``, ``git_commit``, its counts, checksum and
+        settings digest (the last three since this version) and what its writer added."""
         with gzip.open(path, "rt", encoding="utf-8") as f:
             return json.load(f)
+
+    @classmethod
+    def _checked_file(cls, path: Path, settings_digest: str | None) -> dict[str, Any]:
+        """A chunk file's contents, its rows checked (:meth:`checked_rows`); an
+        :class:`~hf_ralm.errors.OutputFolderError` naming the file when it is damaged."""
+        try:
+            content = cls.read_chunk_file(path)
+            _check_count(_range_of(path), cls.checked_rows(content, settings_digest))
+        except _UNREADABLE as error:
+            raise OutputFolderError(f"{path} is a damaged chunk ({_reason(error)}): run the command that wrote it "
+                                    "again with --repair (repair=True) to compute it again.") from None
+        return content
+
+    @classmethod
+    def _checked_files(cls, folder: str | os.PathLike) -> list[dict[str, Any]]:
+        """The contents of a folder's complete chunks, in order, each checked (:meth:`_checked_file`) against the
+        folder's settings."""
+        settings = Path(folder) / cls.settings_file
+        settings_digest = digest(cls.read_settings(folder)[0]) if settings.is_file() else None
+        return [cls._checked_file(path, settings_digest) for path in cls.complete_chunks(folder)]
 
     @classmethod
     def complete_chunks(cls, folder: str | os.PathLike) -> list[Path]:
@@ -296,13 +510,14 @@ class RecordStore:
 
     @classmethod
     def read_rows(cls, folder: str | os.PathLike) -> list[dict[str, Any]]:
-        """The records of a folder's complete chunks, in order, as saved (without opening the folder for writing)."""
-        return [row for chunk in cls.complete_chunks(folder) for row in cls.read_chunk_file(chunk)["rows"]]
+        """The records of a folder's complete chunks, in order, as saved and checked (without opening the folder for
+        writing); an :class:`~hf_ralm.errors.OutputFolderError` naming a damaged chunk."""
+        return [row for content in cls._checked_files(folder) for row in content["rows"]]
 
     @classmethod
     def chunk_seconds(cls, folder: str | os.PathLike) -> float:
         """The summed ``seconds`` of a folder's complete chunks: what its records took to compute, across resumes."""
-        return sum(cls.read_chunk_file(path)["seconds"] for path in cls.complete_chunks(folder))
+        return sum(content["seconds"] for content in cls._checked_files(folder))
 
     @classmethod
     def read_settings(cls, folder: str | os.PathLike) -> tuple[dict[str, Any], dict[str, Any] | None]:
@@ -313,20 +528,26 @@ class RecordStore:
 
     @classmethod
     def remove(cls, folder: str | os.PathLike) -> None:
-        """Deletes what a store put in ``folder`` (and nothing else the user may keep there); an
-        :class:`~hf_ralm.errors.OutputFolderError` while another live worker is writing a chunk there."""
+        """Deletes what a store put in ``folder`` (its chunks, temporary files and settings; not ``damaged/``), under
+        the folder's exclusive lock; an :class:`~hf_ralm.errors.OutputFolderError` while a worker computes there
+        (naming it), or when the folder holds files that are not the store's (nothing is deleted then)."""
         folder = Path(folder)
         if not folder.is_dir():
             return
-        busy = _live_writers(folder)
-        if busy:
-            raise OutputFolderError(
-                f"{folder} is being written by another worker ({', '.join(busy)} is writing a chunk there): "
-                "overwriting now would delete its work under it. Stop that worker first, or, to force it, delete "
-                f"the folder by hand (rm -r {folder}).")
-        for path in cls.complete_chunks(folder) + list(folder.glob(TMP_PREFIX + "*")):
-            _remove_path(path)
-        (folder / cls.settings_file).unlink(missing_ok=True)
+        check_output_folder(folder, cls.own_entries(), cls.what)
+        lock = _WorkerLock(folder).acquire(exclusive=True)
+        try:
+            busy = _live_writers(folder)  # writers without the lock: older versions
+            if busy:
+                raise OutputFolderError(
+                    f"{folder} is being written by another worker ({', '.join(busy)} is writing a chunk there): "
+                    "overwriting now would delete its work under it. Stop that worker first, or, to force it, delete "
+                    f"the folder by hand (rm -r {folder}).")
+            for path in cls.complete_chunks(folder) + list(folder.glob(TMP_PREFIX + "*")):
+                _remove_path(path)
+            (folder / cls.settings_file).unlink(missing_ok=True)
+        finally:
+            lock.release()
 
     def _check_same_settings(self) -> dict[str, Any] | None:
         """Raise when the stored settings differ from the given ones; the stored ``reproduce``."""
@@ -344,7 +565,78 @@ class RecordStore:
 
 
 _WORKER = f"{socket.gethostname()}-{os.getpid()}"
-"""This process, as its temporary chunk files name it."""
+"""This process, as its temporary chunk files and worker cards name it."""
+
+
+class _WorkerLock:
+    """A folder's lock (``flock`` on its ``.workers.lock``): shared by the stores computing there, exclusive to an
+    overwrite, which is refused rather than kept waiting. A shared holder leaves a card (``.worker-<n>.<host>-<pid>``,
+    one per store: a process may open several) that names it to a refused overwrite. The last holder removes the
+    lock file as it lets go; one who locked a file removed meanwhile locks the new one (the inode is compared), so
+    two holders never lock two different files. Without ``fcntl`` (Windows) nothing is locked."""
+
+    _numbers = itertools.count()
+
+    def __init__(self, folder: Path):
+        self.folder, self.path = folder, folder / LOCK_FILE
+        self.card = folder / f"{WORKER_PREFIX}{next(self._numbers)}.{_WORKER}"
+        self.descriptor: int | None = None
+
+    def acquire(self, exclusive: bool) -> _WorkerLock:
+        """Take the lock (shared: waiting for an overwrite in progress; exclusive: an
+        :class:`~hf_ralm.errors.OutputFolderError` naming the workers when one holds it)."""
+        if fcntl is None:
+            return self
+        while self.descriptor is None:
+            descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT, file_mode())
+            try:
+                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB if exclusive else fcntl.LOCK_SH)
+            except BlockingIOError:
+                os.close(descriptor)
+                raise OutputFolderError(
+                    f"{self.folder} is being computed by {', '.join(_workers(self.folder)) or 'another process'}: "
+                    "overwriting it now would delete records under a live run. Stop that run (or let it finish) "
+                    "first, then overwrite.") from None
+            if _same_file(descriptor, self.path):
+                self.descriptor = descriptor
+            else:  # the last holder removed the file as this process locked it: lock the one there now
+                os.close(descriptor)
+        if not exclusive:
+            self.card.touch()
+        return self
+
+    def release(self) -> None:
+        """Let go of the lock, removing the card, and the lock file when no one else holds it."""
+        if self.descriptor is None:
+            return
+        self.card.unlink(missing_ok=True)
+        try:
+            fcntl.flock(self.descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self.path.unlink(missing_ok=True)
+        except BlockingIOError:  # other workers hold it still
+            pass
+        os.close(self.descriptor)
+        self.descriptor = None
+
+
+def _same_file(descriptor: int, path: Path) -> bool:
+    try:
+        return os.path.samestat(os.fstat(descriptor), os.stat(path))
+    except FileNotFoundError:
+        return False
+
+
+def _workers(folder: Path) -> list[str]:
+    """The workers holding a folder's lock, from their cards (``host:pid since ...``; those of this machine that no
+    longer run left theirs when killed, and are not named)."""
+    host, named = socket.gethostname(), []
+    for path in sorted(folder.glob(WORKER_PREFIX + "*")):
+        owner = _owner(path)
+        with contextlib.suppress(FileNotFoundError):  # it let go meanwhile
+            since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(path.stat().st_mtime))
+            if owner is not None and (owner[0] != host or _alive(owner[1])):
+                named.append(f"{owner[0]}:{owner[1]} (since {since})")
+    return list(dict.fromkeys(named))
 
 
 def _chunk_suffix(path: Path) -> str | None:
@@ -358,10 +650,21 @@ def _range_of(path: Path) -> tuple[int, int]:
     return int(match.group(1)), int(match.group(2))
 
 
-def _temporary_writer(path: Path) -> tuple[str, int] | None:
-    """``(host, pid)`` of the worker a temporary chunk file belongs to (``None`` for one without its writer's
-    name)."""
-    match = _TEMPORARY_NAME.match(path.name)
+def _check_count(span: tuple[int, int], records: Sequence[Any]) -> None:
+    """Raise a ``ValueError`` unless a chunk holds as many records as its name (``span``) says."""
+    if len(records) != span[1] - span[0]:
+        raise ValueError(f"it holds {len(records)} records, where its name says {span[1] - span[0]}")
+
+
+def _reason(error: BaseException) -> str:
+    """What was wrong with a chunk, from the error reading it raised."""
+    return str(error) or type(error).__name__
+
+
+def _owner(path: Path) -> tuple[str, int] | None:
+    """``(host, pid)`` of the process a temporary chunk file or a worker card belongs to (``None`` for one without
+    its writer's name)."""
+    match = _OWNED_NAME.match(path.name)
     return (match.group(1), int(match.group(2))) if match else None
 
 
@@ -376,12 +679,13 @@ def _alive(pid: int) -> bool:
 
 
 def _dead_leftovers(folder: Path) -> list[Path]:
-    """The temporary chunk files of writers of this machine that are no longer running (a crash's leftovers)."""
+    """The temporary chunk files and worker cards of processes of this machine that are no longer running (a
+    crash's leftovers)."""
     host = socket.gethostname()
     leftovers = []
-    for path in folder.glob(TMP_PREFIX + "*"):
-        writer = _temporary_writer(path)
-        if writer is not None and writer[0] == host and not _alive(writer[1]):
+    for path in [*folder.glob(TMP_PREFIX + "*"), *folder.glob(WORKER_PREFIX + "*")]:
+        owner = _owner(path)
+        if owner is not None and owner[0] == host and not _alive(owner[1]):
             leftovers.append(path)
     return leftovers
 
@@ -391,13 +695,78 @@ def _live_writers(folder: Path) -> list[str]:
     whose temporary file changed in the last ten minutes."""
     host, busy = socket.gethostname(), []
     for path in folder.glob(TMP_PREFIX + "*"):
-        writer = _temporary_writer(path)
+        writer = _owner(path)
         if writer is None or (writer[0] == host and writer[1] == os.getpid()):
             continue
         live = _alive(writer[1]) if writer[0] == host else time.time() - path.stat().st_mtime < 600
         if live:
             busy.append(f"{writer[0]}:{writer[1]}")
     return busy
+
+
+def _fields_problem(record_type: type, row: Any, where: str, finite: bool) -> str | None:
+    """What keeps ``row`` (read back from JSON) from being a saved ``record_type`` (a dataclass, whose fields' types
+    say what each value must be): a field missing or unknown, a value of another type; ``None`` when nothing.
+
+    Example:
+        >>> from hf_ralm.passages import Passage
+        >>> _fields_problem(Passage, {"id": "7", "title": "Rome", "text": None}, "", finite=True)
+        'text is null, not str'
+    """
+    if not isinstance(row, dict):
+        return f"{where or 'the record'} is {_shown(row)}, not an object"
+    fields = dataclasses.fields(record_type)
+    missing = [f.name for f in fields if f.name not in row and f.default is f.default_factory is dataclasses.MISSING]
+    unknown = sorted(set(row) - {f.name for f in fields})
+    if missing or unknown:
+        return f"{where or 'the record'} lacks {missing} or has unknown {unknown} fields"
+    hints = typing.get_type_hints(record_type)
+    return next(filter(None, (_value_problem(value, hints[name], f"{where}.{name}" if where else name, finite)
+                              for name, value in row.items())), None)
+
+
+def _value_problem(value: Any, hint: Any, where: str, finite: bool) -> str | None:
+    """What keeps ``value`` from being of type ``hint`` (see :func:`_fields_problem`; types it does not know, such as
+    ``dict``, are not checked)."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = [option for option in typing.get_args(hint) if value is None or option is not type(None)]
+        if len(options) == 1:  # e.g. a list where ``list[float] | None`` is wanted: what is wrong with it as a list
+            return _value_problem(value, options[0], where, finite)
+        fits = any(_value_problem(value, option, where, finite) is None for option in options)
+        return None if fits else f"{where} is {_shown(value)}, not {_type_name(hint)}"
+    if origin is list:
+        if not isinstance(value, list):
+            return f"{where} is {_shown(value)}, not {_type_name(hint)}"
+        item = typing.get_args(hint)[0]
+        return next(filter(None, (_value_problem(v, item, f"{where}[{i}]", finite) for i, v in enumerate(value))),
+                    None)
+    if dataclasses.is_dataclass(hint):
+        return _fields_problem(hint, value, where, finite)
+    if hint is float:
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if number and (not finite or math.isfinite(value)):
+            return None
+        return f"{where} is {_shown(value)}, not a {'finite ' if number else ''}number"
+    if hint is int:
+        fits = isinstance(value, int) and not isinstance(value, bool)
+    elif hint in (str, bool, type(None)):
+        fits = isinstance(value, hint)
+    else:
+        fits = True
+    return None if fits else f"{where} is {_shown(value)}, not {_type_name(hint)}"
+
+
+def _shown(value: Any) -> str:
+    """A JSON value as a message shows it (cut to 40 characters)."""
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _type_name(hint: Any) -> str:
+    """A type as a message names it: ``list[float] | None``, ``Passage``, ``null``."""
+    name = hint.__name__ if isinstance(hint, type) else str(hint)
+    return re.sub(r"\b(?:\w+\.)+", "", name).replace("NoneType", "null")
 
 
 def _create_exclusively(path: Path, content: Mapping[str, Any]) -> bool:

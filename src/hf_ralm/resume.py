@@ -17,24 +17,28 @@ is computed the same way whether the run was interrupted or not, the figures are
 with other settings is refused (:class:`~hf_ralm.errors.OutputFolderError`, naming what differs) unless
 ``overwrite``.
 
+Every chunk records how many tokens its windows score (``num_scored_tokens``), and a chunk read back must hold the
+records of the windows its name says, each with as many NLLs as its window scores (none for ``retrieve``): a chunk
+altered or damaged is refused by name, or moved aside and computed again (``repair``; see :mod:`hf_ralm.records`).
+
 Example::
 
-    with WindowRecordWriter("out/windows", settings, chunk_size=256) as writer:
-        saved = writer.saved_records()                                           # WindowRecords, window 0 first
+    with WindowRecordWriter("out/windows", settings, chunk_size=256, windows=plan.windows) as writer:
+        saved = writer.rows()                                                    # WindowRecords, window 0 first
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from .configuration_ralm import RALM_FIELDS, RalmConfig
-from .errors import OutputFolderError
 from .modeling_utils import model_identity
 from .passages import Passage
 from .records import RecordStore, digest
 from .retrieval.base import retriever_identity
+from .windows import Window
 
 RECORDS_DIR = "windows"
 EVAL_FILE = "eval.json"
@@ -100,20 +104,37 @@ class WindowRecord:
 
 
 class WindowRecordWriter(RecordStore):
-    """The per-window records of an evaluation (:class:`WindowRecord`; see the module docstring)."""
+    """The per-window records of an evaluation (:class:`WindowRecord`; see the module docstring). With ``windows``
+    (the evaluation's, :class:`~hf_ralm.windows.Window`), every record read back is checked against its window: as
+    many NLLs as it scores when the settings say ``scored``, none otherwise."""
 
     what = "window records"
     record_type = WindowRecord
 
-    def saved_records(self) -> list[WindowRecord]:
-        """The records of the complete chunks, in window order (a sharded run's may have gaps); an
-        :class:`~hf_ralm.errors.OutputFolderError` when a chunk does not hold the windows its name says (a folder
-        altered by hand)."""
-        records = []
-        for (start, stop), rows in self.items():
-            if [record.window for record in rows] != list(range(start, stop)):
-                raise OutputFolderError(f"{self.folder} holds a chunk named for windows {start} to {stop - 1} that "
-                                        f"holds the records of windows {[r.window for r in rows][:3]}...: the folder "
-                                        "was altered; overwrite (--overwrite, overwrite=True) to start afresh.")
-            records.extend(rows)
-        return records
+    def __init__(self, folder: str | Path, settings: dict, *, windows: Sequence[Window] | None = None,
+                 **options: Any) -> None:
+        self.windows = windows
+        super().__init__(folder, settings, **options)
+
+    @classmethod
+    def chunk_counts(cls, rows: Sequence[dict]) -> dict[str, int]:
+        return {**super().chunk_counts(rows), "num_scored_tokens": sum(len(row["nlls"] or []) for row in rows)}
+
+    def check_chunk(self, span: tuple[int, int], records: Sequence[WindowRecord]) -> None:
+        """Raise a ``ValueError`` unless the chunk holds the records of the windows ``span``, each with its
+        window's NLLs (with ``windows``)."""
+        super().check_chunk(span, records)
+        held = [record.window for record in records]
+        if held != list(range(*span)):
+            raise ValueError(f"it holds the records of windows {held[:3]}..., not of windows {span[0]} to "
+                             f"{span[1] - 1}")
+        if self.windows is None:
+            return
+        if span[1] > len(self.windows):
+            raise ValueError(f"it holds windows beyond the text's {len(self.windows)}")
+        for record in records:
+            wanted = self.windows[record.window].num_scored if self.settings["scored"] else None
+            got = None if record.nlls is None else len(record.nlls)
+            if got != wanted:
+                raise ValueError(f"window {record.window} holds {'no' if got is None else got} NLLs, where the run "
+                                 f"scores {'none' if wanted is None else wanted} of its tokens")

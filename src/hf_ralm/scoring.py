@@ -28,6 +28,7 @@ import torch
 from .utils.progress import tqdm
 
 from .configuration_ralm import RalmConfig
+from .errors import NonFiniteError, setting
 from .model_inputs import passage_prefix
 from .modeling_utils import last_logits, model_device
 from .passage_cache import PassageKVCache
@@ -39,6 +40,25 @@ def token_nlls(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """``-log p(target)`` per position, with the softmax in float32 whatever the model's dtype."""
     log_probs = torch.log_softmax(logits.float(), dim=-1)
     return -log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+
+def check_finite(nlls: torch.Tensor, batch: Sequence["ScoredInput"], model) -> None:
+    """Raise :class:`~hf_ralm.errors.NonFiniteError` when a row of ``nlls`` (one per input of ``batch``) holds a NaN
+    or an infinity: a figure summed from it would be NaN or infinite, reported as if it were a result. The message
+    names the first such input's tokens and the model's precision, and says what fixes it."""
+    bad = ~torch.isfinite(nlls)
+    if not bad.any():
+        return
+    row, position = (int(i) for i in bad.nonzero()[0])
+    item, value = batch[row], float(nlls[row, position])
+    dtype = str(getattr(model, "dtype", "unknown")).removeprefix("torch.")
+    fix = (f"half precision overflows in this model: load it in bfloat16 or float32 ({setting('dtype')})"
+           if dtype == "float16" else
+           f"the model's weights or its computation give {value} even in {dtype}: check the checkpoint, or load it "
+           f"in float32 ({setting('dtype')})")
+    raise NonFiniteError(f"The model's NLL of text token {item.first_scored + position} (scored in the input of text "
+                         f"tokens {item.begin} to {item.end - 1}) is {value} in {dtype}: {fix}. No figure is reported "
+                         "from a non-finite NLL.")
 
 
 @dataclass(frozen=True)
@@ -129,6 +149,7 @@ def score_inputs(
                 suffix = torch.tensor([list(x.ids[x.begin + skip : x.end]) for x in batch], device=device)
                 logits = last_logits(model, suffix, num_scored + 1, cache=cache)
             batch_nll = token_nlls(logits[:, :-1], targets).double().cpu()
+            check_finite(batch_nll, batch, model)
             for i, row in zip(members[start : start + batch_size], batch_nll):
                 nlls[i] = row
             if progress is not None:

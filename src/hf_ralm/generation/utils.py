@@ -24,6 +24,7 @@ from ..configuration_ralm import RalmConfig
 from ..modeling_utils import left_pad, model_device
 from ..passage_cache import DEFAULT_MAX_BYTES, PassageKVCache
 from ..retrieval.base import Retriever
+from ..utils.progress import tqdm
 from .contexts import Row
 from .decoder import RalmDecoder
 
@@ -61,7 +62,8 @@ _SUPPORTED_MODES = (GenerationMode.GREEDY_SEARCH, GenerationMode.SAMPLE)
 
 
 def _decode(model, input_ids, logits_processor: LogitsProcessorList, stopping_criteria: StoppingCriteriaList,
-            generation_config: GenerationConfig, decoder: RalmDecoder, streamer, model_kwargs: dict):
+            generation_config: GenerationConfig, decoder: RalmDecoder, streamer, show_progress: bool,
+            model_kwargs: dict):
     """The decoding loop run inside ``generate``: ``transformers``' sampling loop, with the next-token logits of
     every row computed on its own ``[passage; x[a_j:]]``."""
     mode = generation_config.get_generation_mode()
@@ -89,6 +91,7 @@ def _decode(model, input_ids, logits_processor: LogitsProcessorList, stopping_cr
         pad_token_id = pad_token_id.to(input_ids.device)
 
     generated = 0
+    bar = None  # made once the first token is out: a setting refused at the first stride leaves no bar behind
     while generated < total:
         # rows whose next token will be replaced by padding need no forward
         alive = unfinished.tolist() if has_eos_stopping_criteria else [1] * batch_size  # one sync per step
@@ -117,6 +120,9 @@ def _decode(model, input_ids, logits_processor: LogitsProcessorList, stopping_cr
         for b, token in zip(running, next_tokens[running].tolist()):
             rows[b].ids.append(token)
         generated += 1
+        if bar is None:
+            bar = tqdm(total=total, desc="Generating", unit="tok", disable=not show_progress, leave=False)
+        bar.update(1)
 
         unfinished = unfinished & ~stopping_criteria(input_ids, scores)
         if streamer is not None:
@@ -124,6 +130,8 @@ def _decode(model, input_ids, logits_processor: LogitsProcessorList, stopping_cr
         if unfinished.max() == 0:
             break
 
+    if bar is not None:
+        bar.close()
     if streamer is not None:
         streamer.end()
     if not return_dict:
@@ -161,6 +169,7 @@ def ralm_generate(
     reranker=None,
     rerank_batch_size: int = 8,
     keep_plain_context: bool = True,
+    show_progress: bool = False,
     **kwargs,
 ):
     """``model.generate(...)`` with In-Context RALM (see the module's docstring for the exact semantics).
@@ -183,6 +192,7 @@ def ralm_generate(
             row's last context without one, whose cache then takes only the tokens generated since; ``False``
             rebuilds it (what benchmarks/bench_generate.py compares).
         use_cache: ``False`` runs the whole ``[passage; x[a_j:]]`` at every step (the slow reference).
+        show_progress: a progress bar over the new tokens (what ``hf-ralm generate`` shows).
     """
     if "custom_generate" in kwargs:
         raise ValueError("RALM generation runs its own decoding loop: custom_generate cannot be combined with it.")
@@ -216,7 +226,7 @@ def ralm_generate(
 
     def decode(model, input_ids, logits_processor, stopping_criteria, generation_config, **model_kwargs):
         return _decode(model, input_ids, logits_processor, stopping_criteria, generation_config, decoder, streamer,
-                       model_kwargs)
+                       show_progress, model_kwargs)
 
     return model.generate(inputs, generation_config=generation_config, logits_processor=logits_processor,
                           stopping_criteria=stopping_criteria, streamer=streamer, custom_generate=decode, **kwargs)

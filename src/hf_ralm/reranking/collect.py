@@ -23,7 +23,8 @@ commit and the paths. The kept windows of all articles, in order, are the run's 
 window, and chunk ``c`` holds records ``[c * chunk_size, (c + 1) * chunk_size)``. A rerun with the same settings
 computes only the windows no chunk holds (the saved records are checked to be the same articles' windows: ids and
 titles identify articles, so an article without a title, or whose id or title came before, is skipped); a rerun with
-other settings is refused, naming the setting, unless ``overwrite``. Many workers share a run (``num_shards`` and
+other settings is refused, naming the setting, unless ``overwrite``, and a damaged chunk by its name, unless ``repair``
+(moved aside and computed again). Many workers share a run (``num_shards`` and
 ``shard_id``, or the environment of torchrun, accelerate or a Slurm array: :class:`~hf_ralm.utils.shards.Shard`):
 each walks the plan (tokenizing and retrieving, which is cheap beside the reader) and worker I scores chunks I,
 I + N, ...; together their chunks are one training set, the same as one process writes.
@@ -82,6 +83,7 @@ def collect_rerank_data(
     max_windows: int | None = None,
     chunk_size: int = 64,
     overwrite: bool = False,
+    repair: bool = False,
     batch_size: int | str = 8,
     metadata: Mapping[str, Any] | None = None,
     reproduce: Mapping[str, Any] | None = None,
@@ -178,7 +180,7 @@ def collect_rerank_data(
     shard = Shard.resolve(num_shards, shard_id)
     t0 = time.perf_counter()
     articles_read = written = 0
-    with RerankDataWriter(output_dir, settings, chunk_size=chunk_size, overwrite=overwrite,
+    with RerankDataWriter(output_dir, settings, chunk_size=chunk_size, overwrite=overwrite, repair=repair,
                           reproduce=run) as writer:
         resumed = writer.num_done
         saved = {position: (row["article"], row["window"])

@@ -107,6 +107,10 @@ class RerankDataWriter(RecordStore):
     def prepare_row(self, row: Mapping[str, Any]) -> dict[str, Any]:
         return validate_record(row)
 
+    @classmethod
+    def check_row(cls, row: Any, verified: bool) -> None:
+        validate_record(row)  # finite numbers, always: a record with others is never saved
+
 
 def validate_record(record: Mapping[str, Any]) -> dict[str, Any]:
     """``record`` as a plain dict of :data:`RECORD_KEYS`, or a ValueError saying what is wrong with it."""
@@ -162,10 +166,8 @@ def read_rerank_records(folder: str | os.PathLike) -> tuple[list[dict[str, Any]]
         raise FileNotFoundError(f"{folder} holds no complete chunk (chunk-00000000-...json.gz): a "
                                 "collection saves its records every chunk of windows and when it ends.")
     settings, reproduce = RerankDataWriter.read_settings(folder)
-    try:
-        records = [validate_record(record) for record in RerankDataWriter.read_rows(folder)]
-    except (TypeError, ValueError) as error:
-        raise ValueError(f"{folder}: {error}") from None
+    # each record checked as it is read (a damaged chunk named), and here made a plain dict of lists and floats
+    records = [validate_record(record) for record in RerankDataWriter.read_rows(folder)]
     return records, settings, reproduce or {}
 
 

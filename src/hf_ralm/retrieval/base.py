@@ -25,7 +25,7 @@ from ..passages import Passage
 from ..records import titles_fingerprint
 from ..utils.atomic import write_json_atomic
 from .corpus import WORDS_PER_PASSAGE
-from .index_folder import building, copy_index, default_index_dir, path_for_folder, read_index_info, resolve_path
+from .index_folder import building, copy_index, default_index_dir, path_for_folder, read_index_info, saved_path
 
 RETRIEVER_CONFIG_FILE = "retriever_config.json"
 SAVED_INDEX_DIR = "index"  # where save_pretrained(dir, save_index=True) puts the index inside dir
@@ -129,10 +129,13 @@ class Retriever(ABC):
         }
 
     @classmethod
-    def from_config(cls, config: dict, *, base_dir: str | None = None, **overrides) -> "Retriever":
-        """The retriever a :meth:`config` describes. A relative ``index_dir`` is relative to ``base_dir`` (the folder
-        the config was saved in). ``overrides`` replace saved values (``forbidden_titles``, ``index_dir``, the
-        backend's options) or add ``corpus``, which rebuilds a stale index; ``None`` keeps the saved value.
+    def from_config(cls, config: dict, *, base_dir: str | None = None, config_file: str = RETRIEVER_CONFIG_FILE,
+                    **overrides) -> "Retriever":
+        """The retriever a :meth:`config` describes. ``base_dir`` is the folder the config was read from (its file
+        ``config_file``; ``None``: a description the caller gives, whose paths are the caller's): the paths it
+        records are relative to that folder and followed only inside it (:meth:`_saved_settings`). ``overrides``
+        replace saved values (``forbidden_titles``, ``index_dir``, the backend's options) or add ``corpus``, which
+        rebuilds a stale index; ``None`` keeps the saved value.
 
         Example::
 
@@ -144,24 +147,42 @@ class Retriever(ABC):
                              "hf_ralm.retrieval.load_retriever(config).")
         overrides = {key: value for key, value in overrides.items() if value is not None}
         settings = {key: value for key, value in config.items() if key != "type"}
-        if "index_dir" in settings:
-            settings["index_dir"] = resolve_path(settings["index_dir"], base_dir)
-            if base_dir is not None and not ({"corpus", "index_dir"} & set(overrides)) \
-                    and not os.path.exists(settings["index_dir"]):
-                raise FileNotFoundError(
-                    f"The {cls.name} retriever saved in {base_dir!r} uses the index {settings['index_dir']!r}, which "
-                    "does not exist here. Save it with save_pretrained(dir, save_index=True) to keep the index inside "
-                    "the saved folder, or give the index folder (index_dir=) or the corpus to rebuild it (corpus=)."
-                )
+        if base_dir is not None:
+            settings = cls._saved_settings(settings, base_dir, config_file, overrides)
         settings.update(overrides)
         corpus, index_dir = settings.pop("corpus", None), settings.pop("index_dir", None)
         return cls.build_or_load(corpus, index_dir, **settings)
+
+    @classmethod
+    def _saved_settings(cls, settings: dict, folder: str, config_file: str, overrides: dict) -> dict:
+        """``settings`` read from ``config_file`` in the saved (or downloaded) ``folder``, with the index folder they
+        record joined to ``folder`` unless ``overrides`` give one: a path that leads outside ``folder`` is refused
+        (:func:`~hf_ralm.retrieval.index_folder.saved_path`; a folder from elsewhere must not make hf-ralm open,
+        build or delete an index elsewhere), and so is a missing index unless ``corpus`` rebuilds it. A backend that
+        reads other paths from a saved folder checks them here too."""
+        if "index_dir" not in settings or "index_dir" in overrides:
+            return settings
+        recorded = settings["index_dir"]
+        where = os.path.normpath(os.path.join(folder, recorded))
+        index_dir = saved_path(recorded, folder, config_file, "index_dir",
+                               f"give the index folder yourself ({setting('index_dir')}={where!r}) to use it, or save "
+                               "the retriever with save_pretrained(dir, save_index=True) so that its index travels "
+                               "inside the folder.")
+        if "corpus" not in overrides and not os.path.exists(index_dir):
+            raise FileNotFoundError(
+                f"The {cls.name} retriever saved in {folder!r} uses the index {index_dir!r}, which does not exist "
+                "here. Save it with save_pretrained(dir, save_index=True) to keep the index inside the saved folder, "
+                "or give the index folder (index_dir=) or the corpus to rebuild it (corpus=)."
+            )
+        return {**settings, "index_dir": index_dir}
 
     def save_pretrained(self, save_directory: str | os.PathLike, save_index: bool = False) -> None:
         """Write :meth:`config` to ``save_directory/retriever_config.json``, which
         :func:`~hf_ralm.retrieval.load_retriever_from_pretrained` reads back. With ``save_index``, the index folder
         is first copied into ``save_directory/index``. An index inside ``save_directory`` is recorded relative to it,
-        so the folder keeps working when moved or pushed to the Hub; one outside by its absolute path."""
+        so the folder keeps working when moved or pushed to the Hub; one outside by its absolute path, which loading
+        does not follow (a saved folder's paths are followed only inside it): it then needs the index folder given
+        (``index_dir=``)."""
         save_directory = str(save_directory)
         os.makedirs(save_directory, exist_ok=True)
         config = self._saved_config(save_directory, SAVED_INDEX_DIR if save_index else None)

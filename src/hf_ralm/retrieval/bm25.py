@@ -96,7 +96,7 @@ class BM25Retriever(Retriever):
         paths, articles = corpus_paths_and_articles(corpus, show_progress)
         if show_progress:
             announce_build(cls.name, paths, index_dir)
-        with new_build(index_dir) as tmp_dir:
+        with new_build(index_dir, cls.name) as tmp_dir:
             table = os.path.join(tmp_dir, "passages.arrow")
             features = Features({name: Value("string") for name in PASSAGE_COLUMNS})
             with ArrowWriter(features=features, path=table) as writer:

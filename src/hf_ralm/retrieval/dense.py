@@ -44,15 +44,16 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import OutputFolderError
+from ..errors import OutputFolderError, setting
 from ..passages import Passage, passage_text
 from ..records import RecordStore
 from ..utils.checks import check_count
 from ..utils.shards import Shard, distributed_barrier, is_writer, uncovered
 from .base import Retriever, passages_from_table
 from .corpus import WORDS_PER_PASSAGE, check_passage_count, corpus_fingerprint, passage_columns
-from .index_folder import announce_build, building, check_index, corpus_files, corpus_paths_and_articles, finish_build
-from .index_folder import index_matches, read_index_info, reading_index, reusable_index_info
+from .index_folder import INDEX_FILE, announce_build, build_folder, building, check_index, clear_build_folder
+from .index_folder import corpus_files, corpus_paths_and_articles, finish_build, index_matches, names_a_local_path
+from .index_folder import outside_folder_error, read_index_info, reading_index, reusable_index_info
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +89,15 @@ def encoder_id(name_or_path: str | None) -> str:
     """How an encoder is recorded and compared: an absolute path for a local folder, the Hub id otherwise."""
     name = name_or_path or default_encoder()
     return os.path.abspath(name) if os.path.isdir(name) else name
+
+
+def _is_default_encoder(name: str) -> bool:
+    """Whether ``name`` is the folder of :func:`default_encoder` on this machine (hf-ralm's own choice, not a path a
+    saved folder chose)."""
+    try:
+        return os.path.abspath(name) == os.path.abspath(default_encoder())
+    except ImportError:  # no default encoder here: no folder is it
+        return False
 
 
 def _faiss():
@@ -296,6 +306,23 @@ class DenseRetriever(Retriever):
                          normalize=normalize, faiss_factory=faiss_factory, chunk_size=chunk_size,
                          encoder_dtype=encoder_dtype)
 
+    @classmethod
+    def _saved_settings(cls, settings: dict, folder: str, config_file: str, overrides: dict) -> dict:
+        """As :meth:`Retriever._saved_settings`; and the encoder the saved folder names (in ``config_file``, else in
+        its index's ``hf_ralm_index.json``), unless ``overrides`` give one: a local folder (loaded as a model) is
+        refused, but for :func:`default_encoder`'s."""
+        settings = super()._saved_settings(settings, folder, config_file, overrides)
+        if overrides.get("encoder") is not None:
+            return settings
+        where, encoder = config_file, settings.get("encoder")
+        if encoder is None and settings.get("index_dir") is not None:
+            where = os.path.relpath(os.path.join(settings["index_dir"], INDEX_FILE), folder)
+            encoder = (read_index_info(settings["index_dir"]) or {}).get("encoder")
+        if isinstance(encoder, str) and names_a_local_path(encoder) and not _is_default_encoder(encoder):
+            raise outside_folder_error(folder, where, "encoder", encoder,
+                                       f"give the encoder yourself ({setting('encoder')}={encoder!r}) to use it.")
+        return settings
+
     def __len__(self) -> int:
         return len(self.passages)
 
@@ -412,7 +439,7 @@ def build_dense_index(
         return done
     if show_progress:
         announce_build(f"dense ({enc.name})", paths, index_dir)
-    tmp_dir = index_dir.rstrip("/") + ".tmp"
+    tmp_dir = build_folder(index_dir)
     store = _embedding_chunks(os.path.join(tmp_dir, CHUNKS_DIR), state, shard)
     encoded = 0
     with tqdm(total=n, initial=store.num_done, desc="Encoding passages", unit="passage",
@@ -467,10 +494,7 @@ def _merge(store: EmbeddingChunks, passages, tmp_dir: str, index_dir: str, paths
     then ``tmp_dir`` becomes ``index_dir``."""
     faiss = _faiss()
     n, dim = state["num_passages"], state["dim"]
-    for name in os.listdir(tmp_dir):  # what an interrupted merge (or an older version's build) left
-        if name != CHUNKS_DIR:
-            path = os.path.join(tmp_dir, name)
-            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+    clear_build_folder(tmp_dir, keep=[CHUNKS_DIR])  # what an interrupted merge (or an older version's build) left
     passages.save_to_disk(os.path.join(tmp_dir, "passages"))
     emb_path = os.path.join(tmp_dir, EMBEDDINGS_FILE)
     embeddings = np.lib.format.open_memmap(emb_path, mode="w+", dtype=np.float32, shape=(n, dim))

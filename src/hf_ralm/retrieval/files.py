@@ -174,11 +174,34 @@ def check_window_locations(path: str, items: Sequence[dict], windows: Sequence[W
                              "hf-ralm retrieve --save-retrieval-file.")
 
 
-def load_retrieval_file(path: str, windows: Sequence[Window]) -> Retrievals:
+def _words(text: str) -> str:
+    return " ".join(text.split())
+
+
+def check_window_texts(path: str, items: Sequence[dict], futures: Sequence[str]) -> None:
+    """Raise :class:`~hf_ralm.errors.RetrievalFileError` when the retrieval file ``path`` was made for another text:
+    an item's ``future`` (its window's tokens after the previous window, decoded) differs from that window's here
+    (compared word by word, so that a tokenizer's spacing of the decoded text does not matter). The queries are not
+    compared: they depend on the query length the file was made with, which a run that reads passages from a file
+    does not use; the futures depend on the text alone. Items without a ``future`` (or with an empty one, as
+hand-made files have) are not checked."""
+    for i, (item, future) in enumerate(zip(items, futures)):
+        stored = item.get("future")
+        if isinstance(stored, str) and stored.strip() and _words(stored) != _words(future):
+            raise RetrievalFileError(f"{path} was made for another text: window {i} scores {_words(stored)[:60]!r} "
+                                     f"there and {_words(future)[:60]!r} here. Use the retrieval file of this "
+                                     "dataset (the same --dataset-path, tokenizer and --max-eval-tokens), or write "
+                                     "one with hf-ralm retrieve --save-retrieval-file.")
+
+
+def load_retrieval_file(path: str, windows: Sequence[Window], futures: Sequence[str] | None = None) -> Retrievals:
     """Passages (and a reranked file's choices) per window from a retrieval file, checked against the windows being
-    evaluated."""
+    evaluated and, with ``futures`` (each window's decoded tokens: :func:`~hf_ralm.plan.window_futures`), against
+    the text (:func:`check_window_texts`)."""
     records = read_retrieval_items(path)
     check_window_locations(path, records, windows)
+    if futures is not None:
+        check_window_texts(path, records, futures)
     passages = []
     for w, record in zip(windows, records):
         passages.append(

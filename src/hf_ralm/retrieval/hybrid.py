@@ -17,12 +17,16 @@ import os
 from typing import Sequence
 
 from ..passages import Passage
-from .base import Retriever
+from .base import RETRIEVER_CONFIG_FILE, Retriever
+from .index_folder import check_build_folder
 from .registry import retriever_class
 
 K_RRF = 60
 MIN_DEPTH = 20
 SPARSE_NAMES = ("bm25", "lucene")  # what the sparse side may be
+SIDE_ENTRIES = tuple(entry for name in (*SPARSE_NAMES, "dense") for entry in (name, f"{name}.tmp", f".{name}.lock"))
+"""What a hybrid index folder may hold: its sides' index folders, their build folders while they are built, and the
+sides' build locks that hf-ralm kept there before they moved to its cache."""
 
 
 def rrf_fuse(ranked_lists: Sequence[Sequence[str]], k_rrf: float = K_RRF) -> list[tuple[str, float]]:
@@ -103,9 +107,11 @@ class HybridRetriever(Retriever):
         """Both indexes under ``index_dir``: ``<index_dir>/<sparse>`` (``bm25`` or ``lucene``) and
         ``<index_dir>/dense``, each built there from ``corpus`` when missing or stale. ``encoder``, ``pooling``,
         ``faiss_factory`` and ``encoder_dtype`` are the dense side's, ``n_threads`` the sparse side's search
-        threads."""
+        threads. A folder that holds anything else is never built in (the sides' builds check their own folders)."""
         if sparse not in SPARSE_NAMES:
             raise ValueError(f"The hybrid retriever's sparse side is one of {SPARSE_NAMES}, got {sparse!r}.")
+        if corpus is not None:
+            check_build_folder(index_dir, cls.name, parts=SIDE_ENTRIES)
         common = {"forbidden_titles": forbidden_titles, "words_per_passage": words_per_passage}
         sparse_side = retriever_class(sparse).build_or_load(corpus, os.path.join(index_dir, sparse),
                                                             n_threads=n_threads, **common)
@@ -115,7 +121,8 @@ class HybridRetriever(Retriever):
         return cls(sparse_side, dense_side, k_rrf=k_rrf, depth=depth)
 
     @classmethod
-    def from_config(cls, config: dict, *, base_dir: str | None = None, **overrides) -> "HybridRetriever":
+    def from_config(cls, config: dict, *, base_dir: str | None = None, config_file: str = RETRIEVER_CONFIG_FILE,
+                    **overrides) -> "HybridRetriever":
         """Rebuild both sides from their saved configs (``config["sparse"]``, ``config["dense"]``; ``encoder`` applies
         to the dense one, ``forbidden_titles`` and ``corpus`` to both). A description without sides, such as
         ``{"type": "hybrid", "index_dir": ...}``, or an ``index_dir`` override, opens that folder with
@@ -125,14 +132,15 @@ class HybridRetriever(Retriever):
             settings = {k: v for k, v in config.items() if k not in ("sparse", "dense")}
             if "sparse" in config:
                 settings["sparse"] = config["sparse"]["type"]
-            return super().from_config(settings, base_dir=base_dir, **overrides)
+            return super().from_config(settings, base_dir=base_dir, config_file=config_file, **overrides)
         forbidden_titles = overrides.pop("forbidden_titles", config.get("forbidden_titles"))
         encoder, corpus = overrides.pop("encoder", None), overrides.pop("corpus", None)
         if overrides:
             raise ValueError(f"The hybrid retriever has no option {', '.join(map(repr, sorted(overrides)))}.")
         sides = [
             retriever_class(config[side]["type"]).from_config(
-                config[side], base_dir=base_dir, corpus=corpus, forbidden_titles=forbidden_titles, **extra)
+                config[side], base_dir=base_dir, config_file=config_file, corpus=corpus,
+                forbidden_titles=forbidden_titles, **extra)
             for side, extra in (("sparse", {}), ("dense", {"encoder": encoder}))
         ]
         return cls(*sides, k_rrf=config.get("k_rrf", K_RRF), depth=config.get("depth", MIN_DEPTH))

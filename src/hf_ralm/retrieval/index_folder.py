@@ -7,6 +7,11 @@ the backend's settings and the size of every file. A build writes everything und
 it over ``index_dir`` only when complete, so an interrupted build leaves no half-index behind, and builds of one
 folder take turns (:func:`building`: the first builds, the others wait and then reuse its index).
 
+An index is built only into a missing or empty folder, or over an hf-ralm index (:func:`check_build_folder`): any
+other folder is refused, with what it holds, and nothing hf-ralm did not make is ever removed: an index folder is
+replaced only when it holds ``hf_ralm_index.json``, a temporary build folder only when it holds
+:data:`BUILD_MARKER`, written when hf-ralm makes it (:func:`build_folder`).
+
 Before an index is used, :func:`index_problem` checks that it is whole (every recorded file there, with its size; for
 an index built before sizes were recorded, the backend's own files), that it is the backend's and that it records
 what this version reads. An index that fails is rebuilt when the corpus is given (:func:`reusable_index_info`, which
@@ -16,7 +21,9 @@ index is never built over.
 Without a folder, an index goes to ``<cache>/indexes/<backend>-<corpus fingerprint[:16]>``
 (:func:`default_index_dir`, ``<cache>`` from :func:`hf_ralm_cache_dir`). A retriever saved with ``save_pretrained``
 records its index folder relative to the saved folder when it lies inside it (:func:`path_for_folder`), so that
-folder can be moved or pushed to the Hub.
+folder can be moved or pushed to the Hub. A path read from a saved or downloaded folder is followed only inside it
+(:func:`saved_path`; the list of files in ``hf_ralm_index.json`` too, :func:`index_problem`): a folder is no way to
+make hf-ralm open, build or delete anything elsewhere.
 
 Example (inside a backend's ``build``)::
 
@@ -30,18 +37,24 @@ from __future__ import annotations
 
 import glob
 import contextlib
+import hashlib
 import json
 import os
 import shutil
 import sys
+import tempfile
 from contextlib import contextmanager
 from typing import Iterable, Iterator, Sequence
 
-from ..errors import IndexFolderError
+from ..errors import IndexFolderError, SavedFolderError
 from ..utils.locks import file_lock
+from ..utils.paths import looks_local
 from .corpus import corpus_bytes, corpus_fingerprint, is_hub_corpus, read_corpora
 
 INDEX_FILE = "hf_ralm_index.json"
+BUILD_MARKER = ".hf_ralm_build"
+"""The (empty) file in a temporary build folder, ``<index_dir>.tmp``, that says hf-ralm made that folder: only such a
+folder is ever emptied or removed (a user's folder of that name is refused)."""
 
 
 def read_index_info(index_dir: str) -> dict | None:
@@ -119,6 +132,8 @@ def index_problem(index_dir: str, retriever: str, files: Sequence[str] = (), key
         missing = [pattern for pattern in files if not glob.glob(os.path.join(index_dir, pattern))]
         return f"is incomplete: {missing[0]} is missing" if missing else None
     for name, size in recorded.items():
+        if leads_outside(name, index_dir, follow_last=False):  # a Hub download's files are links to its blobs
+            return f"is damaged: its {INDEX_FILE} lists {name!r}, which leads outside the folder"
         path = os.path.join(index_dir, name)
         if not os.path.isfile(path):
             return f"is incomplete: {name} is missing"
@@ -137,6 +152,46 @@ def check_kind(index_dir: str, retriever: str) -> None:
     if kind not in (None, retriever):
         raise IndexFolderError(f"{index_dir!r} holds a {kind!r} index, not a {retriever} one: give each retriever its "
                                "own --index-dir.")
+
+
+def _made_by_hf_ralm(folder: str) -> bool:
+    """Whether ``folder`` is one hf-ralm made, and may replace or remove: an index (``hf_ralm_index.json``) or a
+    temporary build folder (:data:`BUILD_MARKER`)."""
+    return any(os.path.isfile(os.path.join(folder, name)) for name in (INDEX_FILE, BUILD_MARKER))
+
+
+def _entries(names: Sequence[str]) -> str:
+    """A few of a folder's entries and their number, for a message: ``'a.txt, b.txt, c, ... (12 entries)'``."""
+    shown = ", ".join(sorted(names)[:3]) + (", ..." if len(names) > 3 else "")
+    return f"{shown} ({len(names)} entr{'y' if len(names) == 1 else 'ies'})"
+
+
+def check_build_folder(index_dir: str, retriever: str | None = None, parts: Sequence[str] = ()) -> None:
+    """Raise :class:`~hf_ralm.errors.IndexFolderError` unless an index may be built into ``index_dir``: a missing or
+    empty folder, or one that holds an hf-ralm index (of ``retriever`` when given: :func:`check_kind`), or one that
+    holds only ``parts`` (a hybrid folder: its sides' folders, which their own builds check). Anything else (a
+    mistyped ``--index-dir`` naming the corpus's folder, the working folder) is the user's: refused, untouched.
+
+    Example::
+
+        check_build_folder("data", "bm25")
+        # IndexFolderError: 'data' is not an hf-ralm index folder and is not empty: it holds notes.txt, wiki.jsonl
+        # (2 entries). ...
+    """
+    if retriever is not None:
+        check_kind(index_dir, retriever)
+    if not os.path.lexists(index_dir):
+        return
+    if not os.path.isdir(index_dir):
+        raise IndexFolderError(f"{index_dir!r} is a file, not a folder: choose a new or empty --index-dir.")
+    others = [name for name in os.listdir(index_dir) if name not in parts]
+    if others and not _made_by_hf_ralm(index_dir):
+        raise IndexFolderError(f"{index_dir!r} is not an hf-ralm index folder and is not empty: it holds "
+                               f"{_entries(others)}. An index is built only into a new or empty folder or over an "
+                               "hf-ralm index, and nothing there was changed: choose a new or empty --index-dir.")
+    if os.path.realpath(index_dir) == os.path.realpath(os.getcwd()):  # an index is renamed into place: not this one
+        raise IndexFolderError(f"{index_dir!r} is the working folder: an index needs a folder of its own; choose a "
+                               "new or empty --index-dir.")
 
 
 def check_index(index_dir: str, retriever: str, files: Sequence[str] = (), keys: Sequence[str] = (),
@@ -163,8 +218,9 @@ def reusable_index_info(index_dir: str, retriever: str, files: Sequence[str] = (
                         settings: dict | None = None) -> dict | None:
     """For ``build_or_load`` with a corpus: the ``hf_ralm_index.json`` of the index in ``index_dir`` when it is
     usable (:func:`index_problem`), else ``None``, and the index is (re)built there, which stderr says when the
-    folder held an index that cannot be used. Another backend's index is never built over (:func:`check_kind`)."""
-    check_kind(index_dir, retriever)
+    folder held an index that cannot be used. Another backend's index, or a folder that is no index, is never built
+    over (:func:`check_build_folder`)."""
+    check_build_folder(index_dir, retriever)
     problem = index_problem(index_dir, retriever, files, keys, settings)
     if problem is None:
         return read_index_info(index_dir)
@@ -219,11 +275,20 @@ def corpus_files(corpus: str | Sequence[str]) -> list[str]:
 
 
 def building(index_dir: str):
-    """The lock of the builds of ``index_dir`` (the hidden file ``.<name>.lock`` beside it): held while a process
-    checks whether the index is there and builds it when not, so that concurrent builds (the ranks of a torchrun job,
-    the tasks of a Slurm array) never write one folder at once; the others wait, then find the index built."""
-    parent, name = os.path.split(os.path.abspath(index_dir))
-    return file_lock(os.path.join(parent, f".{name}.lock"), f"the build of {index_dir}")
+    """The lock of the builds of ``index_dir``: held while a process checks whether the index is there and builds it
+    when not, so that concurrent builds (the ranks of a torchrun job, the tasks of a Slurm array) never write one
+    folder at once; the others wait, then find the index built (a waiter says who holds the lock and gives up after
+    a timeout: :mod:`hf_ralm.utils.locks`).
+
+    The lock file lies in hf-ralm's cache, ``<cache>/locks/<name>-<hash of the folder's real path>.lock``
+    (:func:`hf_ralm_cache_dir`), not beside the folder: no lock file is left in the user's folders. The processes
+    that build one folder share that cache (the default, ``~/.cache/hf-ralm``, is shared by the nodes of a cluster
+    whose home folders are).
+    """
+    real = os.path.realpath(index_dir)
+    key = hashlib.sha256(real.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    path = os.path.join(hf_ralm_cache_dir(), "locks", f"{os.path.basename(real)}-{key}.lock")
+    return file_lock(path, f"the build of {index_dir}")
 
 
 BUILD_SECONDS_PER_MB = {"bm25": 0.65}
@@ -250,19 +315,66 @@ def announce_build(retriever: str, paths: Sequence[str] | None, index_dir: str) 
           "it)", file=sys.stderr, flush=True)
 
 
+def build_folder(index_dir: str) -> str:
+    """``<index_dir>.tmp``, where a build of ``index_dir`` is written before it is renamed: made when missing (or
+    empty), with :data:`BUILD_MARKER` in it, at once (a folder prepared beside it, then renamed, so that the workers
+    of a shared build all find the marker); one that hf-ralm did not make is the user's, and refused.
+
+    Example::
+
+        build_folder("wiki-dense")   # '/home/me/wiki-dense.tmp'
+    """
+    tmp_dir = os.path.abspath(index_dir) + ".tmp"
+    if not _made_by_hf_ralm(tmp_dir):
+        parent = os.path.dirname(tmp_dir)
+        os.makedirs(parent, exist_ok=True)
+        staged = tempfile.mkdtemp(prefix=os.path.basename(tmp_dir) + ".", dir=parent)
+        open(os.path.join(staged, BUILD_MARKER), "w").close()
+        try:
+            os.rename(staged, tmp_dir)  # replaces only a missing or empty folder
+        except OSError:  # something is there: another worker's build folder, or the user's
+            shutil.rmtree(staged)
+    if not _made_by_hf_ralm(tmp_dir):
+        raise IndexFolderError(f"{tmp_dir!r}, where the build of {index_dir!r} is written, was not made by hf-ralm "
+                               f"(no {BUILD_MARKER} in it), so it is neither used nor removed: move it away or choose "
+                               "another --index-dir.")
+    return tmp_dir
+
+
+def clear_build_folder(tmp_dir: str, keep: Sequence[str] = ()) -> None:
+    """Remove what an interrupted build left in its folder ``tmp_dir`` (:func:`build_folder`), but for the folder's
+    marker and the entries named in ``keep`` (the dense build's encoded chunks)."""
+    for name in os.listdir(tmp_dir):
+        if name not in (BUILD_MARKER, *keep):
+            path = os.path.join(tmp_dir, name)
+            shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.remove(path)
+
+
 @contextlib.contextmanager
-def new_build(index_dir: str) -> Iterator[str]:
-    """A fresh, empty ``<index_dir>.tmp`` (a leftover one from an interrupted build is removed) to build into, removed
-    again when the build fails or is interrupted (a bad corpus row, no passages, Ctrl-C), so no half-written build is
-    left behind; :func:`finish_build`, inside, renames it to ``index_dir``."""
-    tmp_dir = index_dir.rstrip("/") + ".tmp"
-    shutil.rmtree(tmp_dir, ignore_errors=True)
-    os.makedirs(tmp_dir)
+def new_build(index_dir: str, retriever: str | None = None) -> Iterator[str]:
+    """An empty build folder for ``index_dir`` (:func:`build_folder`; what an interrupted build left there is removed)
+    to build a ``retriever`` index into, removed again when the build fails or is interrupted (a bad corpus row, no
+    passages, Ctrl-C), so no half-written build is left behind; :func:`finish_build`, inside, renames it to
+    ``index_dir``. Refused before anything is written when ``index_dir`` is no folder to build into
+    (:func:`check_build_folder`)."""
+    check_build_folder(index_dir, retriever)
+    tmp_dir = build_folder(index_dir)
+    clear_build_folder(tmp_dir)
     try:
         yield tmp_dir
     except BaseException:
         shutil.rmtree(tmp_dir, ignore_errors=True)
         raise
+
+
+def _install(tmp_dir: str, index_dir: str) -> None:
+    """Rename the filled build folder ``tmp_dir`` to ``index_dir``, replacing what is there only when it is an hf-ralm
+    index or an empty folder (checked again: something may have been put there while the build ran)."""
+    check_build_folder(index_dir)
+    os.remove(os.path.join(tmp_dir, BUILD_MARKER))  # an index now (its hf_ralm_index.json says so)
+    if os.path.isdir(index_dir):
+        shutil.rmtree(index_dir) if _made_by_hf_ralm(index_dir) else os.rmdir(index_dir)  # rmdir: only if empty
+    os.replace(tmp_dir, index_dir)
 
 
 def finish_build(
@@ -275,6 +387,8 @@ def finish_build(
     settings: dict,
 ) -> None:
     """Write ``hf_ralm_index.json`` into the filled ``tmp_dir`` and rename ``tmp_dir`` over ``index_dir``."""
+    files = _file_sizes(tmp_dir)  # what index_problem checks before the index is used
+    del files[BUILD_MARKER]  # removed when the build folder becomes the index
     info = {
         "retriever": retriever,
         "corpus": [p if is_hub_corpus(p) else os.path.abspath(p) for p in paths] if paths else None,
@@ -282,12 +396,11 @@ def finish_build(
         "words_per_passage": words_per_passage,
         "num_passages": num_passages,
         **settings,
-        "files": _file_sizes(tmp_dir),  # what index_problem checks before the index is used
+        "files": files,
     }
     with open(os.path.join(tmp_dir, INDEX_FILE), "w", encoding="utf-8") as f:
         json.dump(info, f, indent=2)
-    shutil.rmtree(index_dir, ignore_errors=True)
-    os.replace(tmp_dir, index_dir)
+    _install(tmp_dir, index_dir)
 
 
 def index_matches(
@@ -333,25 +446,68 @@ def default_index_dir(retriever: str, corpus: str | Sequence[str] | None, words_
     return path
 
 
+def _within(path: str, folder: str) -> bool:
+    return os.path.commonpath([path, folder]) == folder
+
+
 def path_for_folder(path: str, folder: str) -> str:
     """How a file saved in ``folder`` records ``path``: relative to ``folder`` when it lies inside it (the folder can
-    then be moved), absolute otherwise. :func:`resolve_path` reads it back."""
+    then be moved), absolute otherwise (which :func:`saved_path` refuses to follow: the caller must give it).
+    :func:`saved_path` reads it back."""
     path, folder = os.path.realpath(path), os.path.realpath(folder)
-    return os.path.relpath(path, folder) if os.path.commonpath([path, folder]) == folder else path
+    return os.path.relpath(path, folder) if _within(path, folder) else path
 
 
-def resolve_path(path: str, folder: str | None) -> str:
-    """A path recorded by :func:`path_for_folder` in a file of ``folder`` (``None``: relative to the working
-    directory)."""
-    return path if folder is None or os.path.isabs(path) else os.path.join(folder, path)
+def leads_outside(path: str, folder: str, follow_last: bool = True) -> bool:
+    """Whether ``path``, as a file of ``folder`` records it, names something outside ``folder``: an absolute path,
+    one that climbs out with ``..``, or one through a symbolic link that leads out (its last part only when
+    ``follow_last``: the files of a Hub download are links into the cache's blobs).
+
+    Example:
+        >>> leads_outside("index", "saved"), leads_outside("../wiki-bm25", "saved"), leads_outside("/data", "saved")
+        (False, True, True)
+    """
+    if os.path.isabs(path) or os.path.splitdrive(path)[0]:
+        return True
+    joined, base = os.path.abspath(os.path.join(folder, path)), os.path.abspath(folder)
+    checked = joined if follow_last else os.path.dirname(joined)
+    return not _within(joined, base) or not _within(os.path.realpath(checked), os.path.realpath(base))
+
+
+def names_a_local_path(name: str) -> bool:
+    """Whether a name a saved folder records (a prebuilt index, an encoder) would be opened as a local file or folder
+    rather than looked up by name: it looks like a path (:func:`~hf_ralm.utils.paths.looks_local`) or one is there."""
+    return looks_local(name) or os.path.exists(name)
+
+
+def outside_folder_error(folder: str, file: str, key: str, path: str, fix: str) -> SavedFolderError:
+    """The error for a path (``key`` in ``file`` of the saved or downloaded ``folder``) that leads out of the folder:
+    which file, which key, the path, and ``fix``, how to go on."""
+    return SavedFolderError(f"{os.path.join(folder, file)}: its {key} {path!r} leads outside {folder!r}, and hf-ralm "
+                            f"follows the paths of a saved or downloaded folder only inside it: {fix}")
+
+
+def saved_path(path: str, folder: str, file: str, key: str, fix: str) -> str:
+    """``path``, recorded under ``key`` in ``file`` of the saved (or downloaded) ``folder`` by
+    :func:`path_for_folder`, joined to ``folder``; one that leads outside it (:func:`leads_outside`) raises
+    :class:`~hf_ralm.errors.SavedFolderError` saying ``fix``: a folder from elsewhere (a Hub repository) must not make
+    hf-ralm open, build or delete anything outside it.
+
+    Example::
+
+        saved_path("index", "my-ralm", "retriever_config.json", "index_dir", "...")   # 'my-ralm/index'
+    """
+    if leads_outside(path, folder):
+        raise outside_folder_error(folder, file, key, path, fix)
+    return os.path.join(folder, path)
 
 
 def copy_index(index_dir: str, target: str) -> str:
-    """Copy the index folder ``index_dir`` to ``target`` (replacing what is there, through ``<target>.tmp`` so an
-    interrupted copy leaves no half index) unless it is already there; returns ``target``."""
+    """Copy the index folder ``index_dir`` to ``target`` (replacing only an hf-ralm index or an empty folder there,
+    through ``<target>.tmp`` so an interrupted copy leaves no half index) unless it is already there; returns
+    ``target``."""
     if os.path.realpath(index_dir) != os.path.realpath(target):
         with new_build(target) as tmp_dir:
             shutil.copytree(index_dir, tmp_dir, dirs_exist_ok=True)
-            shutil.rmtree(target, ignore_errors=True)
-            os.replace(tmp_dir, target)
+            _install(tmp_dir, target)
     return target

@@ -30,13 +30,14 @@ import subprocess
 import sys
 from typing import Iterable, Sequence
 
+from ..errors import setting
 from ..passages import Passage, passage_text
 from ..utils.cpus import available_cpus
-from .base import Retriever
+from .base import RETRIEVER_CONFIG_FILE, Retriever
 from .corpus import WORDS_PER_PASSAGE, check_passage_count, passage_rows
-from .index_folder import INDEX_FILE, check_corpus_files, check_index, check_kind, copy_index, corpus_files
+from .index_folder import INDEX_FILE, check_corpus_files, check_index, copy_index, corpus_files
 from .index_folder import corpus_paths_and_articles, finish_build, index_matches, path_for_folder, reusable_index_info
-from .index_folder import announce_build, new_build
+from .index_folder import announce_build, names_a_local_path, new_build, outside_folder_error
 from .lucene_compat import AnseriniSearcher, anserini_jar, find_java_home, java_command, prebuilt_index_path
 
 LUCENE_SUBDIR = "lucene"  # the Lucene index inside an hf-ralm index folder (beside hf_ralm_index.json)
@@ -151,22 +152,15 @@ class LuceneRetriever(Retriever):
         Passages are numbered in corpus order (ids ``"0"``, ``"1"``... as the bm25 backend numbers them). The folder
         is written under a temporary name and renamed when complete, so an interrupted build leaves no half-index.
         ``words_per_passage=0`` keeps the rows as they are (already passages). An existing ``index_dir`` is replaced
-        only if it holds an hf-ralm lucene index.
+        only if it holds an hf-ralm lucene index or nothing (:func:`~hf_ralm.retrieval.index_folder.new_build`).
         """
-        check_kind(index_dir, cls.name)
-        ours = os.path.isfile(os.path.join(index_dir, INDEX_FILE))
-        if os.path.isdir(index_dir) and os.listdir(index_dir) and not ours:
-            raise ValueError(
-                f"{index_dir!r} exists and does not hold an hf-ralm lucene index: not overwriting it. Choose another "
-                "--index-dir or remove that folder."
-            )
         paths, articles = corpus_paths_and_articles(corpus, show_progress)
         if paths:
             check_corpus_files(paths)
 
         if show_progress:
             announce_build(cls.name, paths, index_dir)
-        with new_build(index_dir) as tmp_dir:
+        with new_build(index_dir, cls.name) as tmp_dir:
             collection = os.path.join(tmp_dir, "collection")
             os.makedirs(collection)
             num_passages = _write_collection(passage_rows(articles, words_per_passage), collection)
@@ -262,13 +256,20 @@ class LuceneRetriever(Retriever):
                 "b": self.b}
 
     @classmethod
-    def from_config(cls, config: dict, *, base_dir: str | None = None, **overrides) -> "LuceneRetriever":
+    def from_config(cls, config: dict, *, base_dir: str | None = None, config_file: str = RETRIEVER_CONFIG_FILE,
+                    **overrides) -> "LuceneRetriever":
         """As :meth:`Retriever.from_config`; a prebuilt index is recorded by name (``{"prebuilt": "wikipedia-dpr"}``),
-        which is no path relative to ``base_dir``."""
+        which is no path relative to ``base_dir``: a saved folder's "name" that would open a local folder (a path) is
+        refused unless ``index_dir`` is given."""
         if "prebuilt" in config:
-            config = {**{k: v for k, v in config.items() if k != "prebuilt"}, "index_dir": config["prebuilt"]}
+            name = config["prebuilt"]
+            if base_dir is not None and overrides.get("index_dir") is None and names_a_local_path(name):
+                raise outside_folder_error(base_dir, config_file, "prebuilt", name,
+                                           "a prebuilt index is named as pyserini names it (such as 'wikipedia-dpr'); "
+                                           f"give a local index folder yourself ({setting('index_dir')}=...).")
+            config = {**{k: v for k, v in config.items() if k != "prebuilt"}, "index_dir": name}
             base_dir = None
-        return super().from_config(config, base_dir=base_dir, **overrides)
+        return super().from_config(config, base_dir=base_dir, config_file=config_file, **overrides)
 
     def _saved_config(self, save_directory: str, index_copy: str | None) -> dict:
         """A prebuilt index is saved by name; copied (``save_index=True``), its Lucene folder becomes a local index."""

@@ -25,6 +25,7 @@ Example::
 from __future__ import annotations
 
 import os
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -80,6 +81,7 @@ def score_candidates(
     settings: Mapping[str, Any] | None = None,
     reproduce: Mapping[str, Any] | None = None,
     overwrite: bool = False,
+    repair: bool = False,
     show_progress: bool = True,
     shard: Shard | None = None,
 ) -> list[CandidateScores]:
@@ -90,7 +92,8 @@ def score_candidates(
     ``config.rerank_candidates`` are scored), or ``candidates`` is a function that retrieves them for a chunk of
     windows (a list per window): then only the windows this call computes are retrieved, not those read back or left
     to other workers. ``config`` gives the RALM settings and ``rerank_tokens`` (s'). With
-    ``output_dir``, the records are saved there every ``chunk_size`` windows and a rerun resumes after them;
+    ``output_dir``, the records are saved there every ``chunk_size`` windows and a rerun resumes after them (and
+    with ``repair`` computes again those of chunks that fail their checks, moved aside: :mod:`hf_ralm.records`);
     ``settings`` adds what the records depend on that this function cannot see (e.g. the retriever's identity,
     :func:`~hf_ralm.resume.retriever_identity`, or the text's name), ``reproduce`` what reruns the pass (the command,
     paths); the settings always record the model (:func:`~hf_ralm.resume.model_identity`), a digest of ``ids``, the
@@ -123,7 +126,7 @@ def score_candidates(
         stored = {**model_identity(model), "tokens": f"{len(ids)} tokens, {digest(list(ids))}",
                   **{name: getattr(scoring, name) for name in sorted(RALM_FIELDS)},
                   "window_length": window_length(model, config), "batch_size": batch_size, **(settings or {})}
-        writer = CandidateRecordWriter(output_dir, stored, chunk_size=chunk_size, overwrite=overwrite,
+        writer = CandidateRecordWriter(output_dir, stored, chunk_size=chunk_size, overwrite=overwrite, repair=repair,
                                        reproduce={**provenance(), "model_path": model_path(model), **(reproduce or {})})
         for (start, stop), rows in writer.items():
             if [s.window for s in rows] != [w.index for w in windows[start:stop]]:
@@ -135,8 +138,8 @@ def score_candidates(
             for run in uncovered(start, min(start + chunk_size, len(windows)), saved)]
     ids = list(ids)
     computed: list[CandidateScores] = []  # without a writer
-    with tqdm(total=len(windows), initial=sum(stop - start for start, stop in saved), desc="Scoring candidates",
-              unit="win", disable=not show_progress) as progress:
+    with writer or nullcontext(), tqdm(total=len(windows), initial=sum(stop - start for start, stop in saved),
+                                       desc="Scoring candidates", unit="win", disable=not show_progress) as progress:
         for start, stop in todo:
             chunk = windows[start:stop]
             found = dict(zip((w.index for w in chunk), candidates(chunk))) if callable(candidates) else candidates

@@ -13,7 +13,7 @@ from typing import Sequence
 
 from ..configuration_ralm import RalmConfig
 from ..model_inputs import passage_prefix
-from ..modeling_utils import resolve_max_length
+from ..modeling_utils import model_max_length, resolve_max_length
 from ..passages import Passage
 from ..placement import working_device
 from ..scoring import ScoredInput
@@ -26,7 +26,9 @@ class LMReranker:
 
     def __init__(self, model, tokenizer, max_length: int | None = None):
         self.model, self.tokenizer = model, tokenizer
-        self.max_length = resolve_max_length(model, max_length)
+        # the reader's window length, which a smaller ranking LM may not reach: the ranker's input fits its own
+        own_max = model_max_length(model)
+        self.max_length = resolve_max_length(model, min(max_length, own_max or max_length) if max_length else None)
 
     def inputs(self, prefix_text: str, ranking_text: str, options: Sequence[Passage | None],
                config: RalmConfig) -> list[ScoredInput]:

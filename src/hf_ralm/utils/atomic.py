@@ -54,8 +54,9 @@ def write_text_atomic(path: str, text: str, suffix: str = ".tmp") -> None:
 
 
 def write_json_atomic(path: str, data) -> None:
-    """Write JSON atomically (:func:`write_text_atomic`)."""
-    write_text_atomic(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n", suffix=".json")
+    """Write JSON atomically (:func:`write_text_atomic`). Strict JSON: a NaN or infinity is refused (a ``ValueError``)
+    rather than written as the bare ``NaN`` that strict parsers reject."""
+    write_text_atomic(path, json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n", suffix=".json")
 
 
 def write_durably(final: Path, write: Callable[[Path], None], tmp: Path) -> None:

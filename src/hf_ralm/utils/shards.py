@@ -2,8 +2,9 @@
 ``index, index + count, ...`` of the run's one plan (:meth:`Shard.takes`). The shard comes from the arguments
 (``--num-shards N --shard-id I``), else from what launched the process: ``torchrun`` and ``accelerate launch`` set
 ``RANK`` and ``WORLD_SIZE`` (and ``LOCAL_RANK``, the GPU of the process on its machine), a Slurm job array sets
-``SLURM_ARRAY_TASK_ID`` and ``SLURM_ARRAY_TASK_COUNT`` (counted from ``SLURM_ARRAY_TASK_MIN``); else one worker does
-it all.
+``SLURM_ARRAY_TASK_ID`` and ``SLURM_ARRAY_TASK_COUNT`` (counted from ``SLURM_ARRAY_TASK_MIN``; ignored with
+``HF_RALM_IGNORE_SLURM=1``, for an array that runs a sweep of separate runs); else one worker does it all.
+:meth:`Shard.announcement` says which part a worker takes when the environment, not the arguments, decided it.
 
 Example:
     >>> Shard.resolve(num_shards=4, shard_id=1).takes(5), Shard.resolve(environ={}).count
@@ -38,6 +39,23 @@ class Shard:
         """Whether this worker computes chunk number ``chunk``."""
         return chunk % self.count == self.index
 
+    def announcement(self) -> str | None:
+        """One line saying which part of the run this worker does, when the environment set it (a torchrun or a
+        Slurm array with more than one worker), and how to run alone; ``None`` otherwise.
+
+        Example:
+            >>> Shard(2, 4, "slurm array").announcement()[:58]
+            'hf-ralm: worker 2 of 4 (0 to 3), from the Slurm array (SLU'
+        """
+        if self.count == 1 or self.launcher not in ("torchrun", "slurm array"):
+            return None
+        source = ("torchrun's RANK and WORLD_SIZE" if self.launcher == "torchrun" else
+                  "the Slurm array (SLURM_ARRAY_TASK_ID, SLURM_ARRAY_TASK_COUNT); to run this task alone, give "
+                  "--num-shards 1 or set HF_RALM_IGNORE_SLURM=1")
+        return (f"hf-ralm: worker {self.index} of {self.count} (0 to {self.count - 1}), from {source}: it computes "
+                f"chunks {self.index}, {self.index + self.count}, ... of the run and shares the output folder with the "
+                "other workers.")
+
     @classmethod
     def resolve(cls, num_shards: int | None = None, shard_id: int | None = None,
                 environ: Mapping[str, str] | None = None) -> "Shard":
@@ -59,7 +77,8 @@ class Shard:
             local = environ.get("LOCAL_RANK")
             return cls(int(environ["RANK"]), int(environ["WORLD_SIZE"]), "torchrun",
                        None if local is None else int(local))
-        if "SLURM_ARRAY_TASK_ID" in environ and "SLURM_ARRAY_TASK_COUNT" in environ:
+        if "SLURM_ARRAY_TASK_ID" in environ and "SLURM_ARRAY_TASK_COUNT" in environ and \
+                environ.get("HF_RALM_IGNORE_SLURM", "") in ("", "0"):
             first = int(environ.get("SLURM_ARRAY_TASK_MIN", "0"))
             return cls(int(environ["SLURM_ARRAY_TASK_ID"]) - first, int(environ["SLURM_ARRAY_TASK_COUNT"]),
                        "slurm array")
