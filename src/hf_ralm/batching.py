@@ -28,6 +28,7 @@ from typing import Callable, Sequence, TypeVar
 import torch
 
 from .errors import SettingError, setting
+from .utils.checks import check_count
 
 logger = logging.getLogger(__name__)
 
@@ -62,13 +63,24 @@ def parse_batch_size(value: str | int) -> int | str:
 
 class BatchSize:
     """The batch size of a run: ``value`` (a count, or ``"auto"``: :data:`AUTO_START` for ``device``'s type, halved
-    on out-of-memory); :attr:`size` is the one in use, :attr:`setting` what the run's settings record."""
+    on out-of-memory); :attr:`size` is the one in use, :attr:`setting` what the run's settings record.
 
-    def __init__(self, value: int | str, device: str | torch.device):
+    ``start``: where ``"auto"`` starts instead of :data:`AUTO_START` (benchmarks/gpu_suite.py starts high to run out
+    of memory once); a fixed ``value`` ignores it.
+
+    Example:
+        >>> BatchSize("auto", "cuda", start=1024).size, BatchSize(4, "cuda", start=1024).size
+        (1024, 4)
+    """
+
+    def __init__(self, value: int | str, device: str | torch.device, *, start: int | None = None):
         value = parse_batch_size(value)
         self.auto = value == AUTO
         self.setting = value
-        self.size = AUTO_START.get(torch.device(device).type, AUTO_START["cpu"]) if self.auto else value
+        if start is not None:
+            check_count("start", start)
+        default = AUTO_START.get(torch.device(device).type, AUTO_START["cpu"]) if start is None else start
+        self.size = default if self.auto else value
 
     def run(self, work: Callable[[int], T]) -> T:
         """``work(size)``; with ``"auto"``, again with half the size after each out-of-memory error (down to 1)."""

@@ -1,0 +1,181 @@
+"""What benchmarks/gpu_suite.py reports: the GPU targets, judged on the suite's JSON, and docs/gpu.md, written
+from it (``python -m benchmarks.gpu_suite --render JSON``).
+
+Example::
+
+    report = json.loads(Path("docs/gpu_suite.json").read_text())
+    Path("docs/gpu.md").write_text(render(report))
+"""
+
+from __future__ import annotations
+
+# tee: the whole log comes back as a file too, even when the call is stopped at its limit
+DEVICE_CALL = ('run(command="set -o pipefail; PYTHONUNBUFFERED=1 PYTHONPATH=src:. bash benchmarks/gpu_suite.sh --out '
+               '$OUT/gpu_suite.json 2>&1 | tee $OUT/gpu_suite.log", timeout_s=540)')
+
+SECTIONS = ("throughput", "exactness", "profile", "batch_size_auto", "generation")
+
+
+def find(report: dict, section: str, **match) -> dict | None:
+    return next((r for r in report.get(section, []) if all(r.get(k) == v for k, v in match.items())), None)
+
+
+def targets(report: dict) -> list[dict]:
+    """The GPU targets, each ``met`` true/false, or ``None`` where its figure was not measured."""
+    long, dtype = report["settings"]["lengths"][1], report["settings"]["dtype"]
+    opt = find(report, "throughput", reader="opt-6.7b", max_length=long)
+    rows = [(f"OPT-6.7B, L={long}, {dtype}: MFU of the batched path", 0.40,
+             opt and opt["paths"]["batched"]["mfu"]),
+            (f"OPT-6.7B, L={long}, {dtype}: batched over reference, scored tokens/s", 20.0,
+             opt and opt["speedup_vs_reference"])]
+    for length in report["settings"]["lengths"]:
+        smol = find(report, "throughput", reader="smollm2-135m", max_length=length)
+        rows.append((f"SmolLM2-135M, L={length}, {dtype}: batched over reference, scored tokens/s", 30.0,
+                     smol and smol["speedup_vs_reference"]))
+    for reader in ("smollm2-135m", "llama-3.2-1b"):
+        gen = find(report, "generation", reader=reader)
+        rows.append((f"generation, {reader}: ralm_generate over the rebuild loop, tokens/s", 5.0,
+                     gen and gen["speedup_vs_rebuild"]))
+    return [{"target": name, "at_least": bound, "value": value, "met": None if value is None else value >= bound}
+            for name, bound, value in rows]
+
+
+HOWTO = f"""## GPU suite
+
+`benchmarks/gpu_suite.sh` measures every GPU figure of this page in one call of the device tool: eval
+throughput (scored and forward tokens/s, MFU) of the batched path against the paper's reference loop and a plain
+forward without passages, at L=1024 and 2048 with a passage in every window, for OPT-6.7B at full size, a
+Llama-3.2-1B-sized model, SmolLM2-135M and Gemma-3-270M (real architectures, random weights, built on the GPU in
+bf16 from `benchmarks/gpu_configs/`); fp32 exactness of the batched path against the reference loop; generation
+tokens/s against the rebuild-every-stride loop and plain `generate`; batch size `auto` running out of memory once
+(OPT-6.7B from 1024 windows a batch); a `torch.profiler` summary of OPT-6.7B's batched path. See the module docstring
+of `benchmarks/gpu_suite.py` for how each is measured.
+
+Whoever has a GPU lent (the device tool's `status`: `can_start_another` true) runs it first, in one call:
+
+    {DEVICE_CALL}
+
+- No wheels are needed: the GPU machine's `python3` has torch, transformers and tokenizers, and the suite imports
+  nothing from datasets, evaluate or bm25s (its JSON lists any it did import, under
+  `environment.imported_missing_on_gpu`). Nothing travels but the working tree, whose limit is 64 MiB: the suite's
+  own files (four scripts, four JSON configs) are about 60 KiB and the whole tree was about 6 MiB when it was
+  written (`benchmarks/runs/` grows with the whole-set records; `git ls-files -z | xargs -0 du -cb | tail -1` sums
+  the tracked files).
+- It plans its own time: a budget of 420 s from its start (`--budget-s`) leaves 120 s of the call's 540 s for
+  importing torch and a step that outruns its estimate; a step whose estimate would pass the budget is skipped with
+  a note, per-step timings go to stderr, and the JSON is rewritten after every step, so a timeout still brings back
+  what was measured. The estimates are guesses until the suite meets a GPU; its step timings then tell.
+- Targets (reported, never the exit status, which fails only on an inexact batched path or a crashed step):
+  OPT-6.7B at L=2048 in bf16 at least 40% MFU and 20× the reference loop's scored tokens/s; SmolLM2 30× the
+  reference loop; generation 5× the rebuild loop. Where they fall short, the profile in the results is the result
+  to commit.
+- Then, here, from the JSON that came back (under the reply's `files_at`; copy it to `docs/gpu_suite.json` and
+  commit both):
+
+      python -m benchmarks.gpu_suite --render docs/gpu_suite.json
+
+  writes this page with the card's name. `bash benchmarks/gpu_suite.sh --device cpu --quick --out /tmp/s.json` runs
+  every step with tiny models on the CPU (tests/test_gpu_suite.py does).
+"""
+
+
+MET = {True: "yes", False: "NO", None: "not measured"}
+
+
+def fmt(value, spec: str = ".3g", none: str = "—") -> str:
+    return none if value is None else format(value, spec)
+
+
+def header(report: dict) -> list[str]:
+    env, settings, flops = report["environment"], report["settings"], report["flops"]
+    peak = (f"a peak of {flops['peak_bf16_flops']:.3g} FLOP/s" if flops["peak_bf16_flops"]
+            else "no known peak (a CPU or an unknown card): no MFU")
+    return [f"## Results: {env['device']}", "",
+            f"- mode {settings['mode']}; torch {env['torch']} (CUDA {env['torch_cuda']}), transformers "
+            f"{env['transformers']}, Python {env['python']}; command `{report['suite']['command']}`; "
+            f"{report['suite'].get('elapsed_s', 0):.0f} s; complete: {report['suite']['complete']}",
+            f"- s={settings['stride']}, passages of {settings['passage_tokens']} tokens: "
+            f"{settings['passage_pattern']}",
+            f"- {settings['timing']}; {settings['rates']}",
+            f"- FLOPs: {flops['method']}; MFU over {peak}"]
+
+
+def targets_table(report: dict) -> list[str]:
+    return ["### Targets", "", "| target | at least | measured | met |", "|---|---|---|---|",
+            *(f"| {t['target']} | {t['at_least']:g} | {fmt(t['value'])} | {MET[t['met']]} |"
+              for t in report["targets"])]
+
+
+def throughput_table(report: dict) -> list[str]:
+    lines = ["### Eval throughput", "", "| reader | L | path | batch size (windows a forward) | windows | scored tok/s "
+             "| forward tok/s | MFU | vs reference | vs ceiling |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in report["throughput"]:
+        ref = r["paths"]["reference"]["scored_tokens_per_s"]
+        ceiling = r["paths"]["plain"]["scored_tokens_per_s"]
+        for name, p in r["paths"].items():
+            lines.append(f"| {r['reader']} | {r['max_length']} | {name} | {p['batch_size']} "
+                         f"({p['windows_per_forward']}) | {p['windows']} | "
+                         f"{p['scored_tokens_per_s']:,.0f} | {p['forward_tokens_per_s']:,.0f} | "
+                         f"{fmt(p['mfu'], '.1%')} | {p['scored_tokens_per_s'] / ref:.1f}× | "
+                         f"{p['scored_tokens_per_s'] / ceiling:.2f}× |")
+    return lines
+
+
+def exactness_lines(report: dict) -> list[str]:
+    return ["### fp32 exactness", "",
+            *(f"{r['reader']}, L={r['max_length']}, {r['windows']} windows: relative difference of the NLL sums "
+              f"{r['rel_diff']:.2e} (tolerance {r['tolerance']:.0e}): {'passed' if r['passed'] else 'FAILED'}; "
+              f"largest token difference {r['max_abs_token_diff']:.2e} nats" for r in report["exactness"])]
+
+
+def generation_table(report: dict) -> list[str]:
+    lines = ["### Generation", "", "| reader | variant | tokens/s | forward tokens | seconds |",
+             "|---|---|---|---|---|"]
+    for r in report["generation"]:
+        for name, v in r["variants"].items():
+            lines.append(f"| {r['reader']} | {name} | {v['tokens_per_s']:,.1f} | {fmt(v['forward_tokens'], ',')} | "
+                         f"{v['seconds']:.2f} |")
+    return lines
+
+
+def batch_size_lines(report: dict) -> list[str]:
+    return ["### Batch size auto", "",
+            *(f"{r['reader']}, L={r['max_length']}: tried {r['tried']} windows a batch"
+              f"{' (out of memory simulated on the CPU)' if r['simulated'] else ''}; {r['fitted_size']} fitted, "
+              f"{r['fitted_scored_tokens_per_s']:,.0f} scored tokens/s, MFU {fmt(r['fitted_mfu'], '.1%')}"
+              for r in report["batch_size_auto"])]
+
+
+def profile_table(report: dict) -> list[str]:
+    lines = ["### Profile"]
+    for r in report["profile"]:
+        lines += ["", f"{r['reader']}, batched path, L={r['max_length']}, {r['windows']} windows: wall "
+                  f"{r['wall_ms']:.1f} ms, busy {r['busy_ms']:.1f} ms ({r['time_basis']})", "",
+                  "| op | calls | self ms |", "|---|---|---|",
+                  *(f"| `{op['op']}` | {op['calls']} | {op['self_ms']:.2f} |" for op in r["top_ops"])]
+    return lines
+
+
+def steps_table(report: dict) -> list[str]:
+    return ["### Steps", "", "| step | status | seconds | note |", "|---|---|---|---|",
+            *(f"| {e['name']} | {e['status']} | {fmt(e.get('seconds'), '.1f')} | "
+              f"{e.get('note') or e.get('error') or ''} |" for e in report["steps"])]
+
+
+def results_markdown(report: dict) -> list[str]:
+    """The results of a suite's JSON, in markdown lines."""
+    parts = (header, targets_table, throughput_table, exactness_lines, generation_table, batch_size_lines,
+             profile_table, steps_table)
+    return [line for part in parts for line in (*part(report), "")]
+
+
+def render(report: dict | None) -> str:
+    """docs/gpu.md: how to run the suite, then the results of ``report`` (``None``: it has not met a GPU yet)."""
+    lines = ["# GPU figures", "", HOWTO]
+    if report is None:
+        lines += ["## Results", "", "The suite has not met a GPU yet: no figure on this page has been measured.", ""]
+    else:
+        if report["settings"]["mode"] == "quick" or not report["environment"]["device"].startswith("cuda"):
+            lines += ["**Not GPU figures: a quick or CPU run, which only checks the suite.**", ""]
+        lines += results_markdown(report)
+    return "\n".join(lines)

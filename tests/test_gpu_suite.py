@@ -1,0 +1,108 @@
+"""The GPU suite (benchmarks/gpu_suite.sh) before it meets a GPU: its quick mode runs every step on the CPU, its
+report and page are complete, and its full-size readers and FLOP counts are what the issue names."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from benchmarks import gpu_suite
+from benchmarks.gpu_flops import FlopCounter, Span, keys_attended
+from benchmarks.gpu_report import SECTIONS
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def quick_report(tmp_path_factory) -> tuple[Path, dict]:
+    """One quick run of the shell script, as the GPU machine runs it (tiny readers, the CPU)."""
+    out = tmp_path_factory.mktemp("gpu_suite") / "gpu_suite.json"
+    done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_suite.sh"), "--device", "cpu", "--quick", "--out",
+                           str(out)], env={**os.environ, "PYTHON": sys.executable}, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return out, json.loads(out.read_text(encoding="utf-8"))
+
+
+def test_quick_mode_runs_every_step_and_is_exact(quick_report):
+    _, report = quick_report
+    assert report["suite"]["complete"]
+    steps = gpu_suite.plan(gpu_suite.Sizes.for_mode(True), torch.float32)
+    assert [s["status"] for s in report["steps"]] == ["ok"] * len(steps)
+    for section in SECTIONS:
+        assert report[section], section
+    exact = report["exactness"][0]
+    assert exact["passed"] and exact["rel_diff"] <= 1e-5
+    for row in report["throughput"]:
+        assert set(row["paths"]) == {"batched", "reference", "plain"}
+        assert all(p["scored_tokens_per_s"] > 0 and p["forward_tokens_per_s"] > 0 for p in row["paths"].values())
+    auto = report["batch_size_auto"][0]
+    assert auto["tried"] == [16, 8, 4] and auto["fitted_size"] == 4 and auto["simulated"]
+    assert report["generation"][0]["variants"]["ours"]["forward_tokens"] > 0
+    assert report["profile"][0]["top_ops"]
+    assert {t["met"] for t in report["targets"]} <= {True, False, None}
+    # nothing the GPU machine lacks was imported
+    assert report["environment"]["imported_missing_on_gpu"] == []
+
+
+def test_render_writes_the_tables(quick_report, tmp_path):
+    out, _ = quick_report
+    page = tmp_path / "gpu.md"
+    assert gpu_suite.main(["--render", str(out), "--md", str(page)]) == 0
+    text = page.read_text(encoding="utf-8")
+    assert "| reader | L | path | batch size (windows a forward) | windows | scored tok/s |" in text
+    assert "### Targets" in text and "Not GPU figures" in text and "benchmarks/gpu_suite.sh --out" in text
+    gpu_suite.main(["--render", "--md", str(page)])
+    assert "has not met a GPU yet" in page.read_text(encoding="utf-8")
+
+
+def test_a_budget_too_small_skips_every_step_with_a_note(tmp_path):
+    out = tmp_path / "s.json"
+    threads = str(torch.get_num_threads())  # the test session's own: --quick alone would set 1 for every later test
+    args = ["--device", "cpu", "--quick", "--budget-s", "0", "--threads", threads, "--out", str(out)]
+    assert gpu_suite.main(args) == 0
+    report = json.loads(out.read_text(encoding="utf-8"))
+    assert {s["status"] for s in report["steps"]} == {"skipped"}
+    assert "budget" in report["steps"][0]["note"] and not report["readers"]
+
+
+def test_the_full_plan_fits_its_default_budget():
+    steps = gpu_suite.plan(gpu_suite.Sizes.for_mode(False), torch.bfloat16)
+    assert steps[0].name == "throughput opt-6.7b L=2048" and steps[1].section == "exactness"
+    assert sum(s.estimate_s for s in steps) <= gpu_suite.parse_args(["--out", "x"]).budget_s
+
+
+@pytest.mark.parametrize("reader, params", [("opt-6.7b", 6.658e9), ("llama-3.2-1b", 1.236e9),
+                                            ("smollm2-135m", 134.5e6), ("gemma-3-270m", 268.1e6)])
+def test_full_size_readers_build_from_their_configs(reader, params):
+    """On the meta device: the committed configs load and have the published sizes, and OPT-6.7B's FLOPs per
+    position are twice its parameters but the embeddings."""
+    config = gpu_suite.reader_config(reader, quick=False)
+    model = gpu_suite.build_model(config, torch.bfloat16, torch.device("meta"))
+    counter = FlopCounter(model)
+    assert counter.params == pytest.approx(params, rel=1e-3)
+    if reader == "opt-6.7b":
+        embeddings = (50272 + 2050) * 4096  # tokens (tied to the LM head) and learned positions
+        assert counter.matmul_params == counter.params - embeddings
+        assert counter([Span(1, 0, 0)]) == 2 * counter.matmul_params + 4 * 4096 * 32  # one position, one key a layer
+
+
+def test_keys_attended_counts_what_a_sliding_window_keeps():
+    for tokens, offset, window in [(5, 0, None), (5, 3, None), (5, 0, 3), (5, 3, 2), (6, 1, 4), (3, 2, 10)]:
+        expected = sum(min(p, window or p) for p in range(offset + 1, offset + tokens + 1))
+        assert keys_attended(tokens, offset, window) == expected
+
+
+def test_batched_spans_compute_a_shared_passage_once():
+    sizes = gpu_suite.Sizes.for_mode(True)
+    shared = gpu_suite.Text.random(100, 64, 8, sizes, per_passage=4, seed=0)
+    spans = gpu_suite.batched_spans(shared.windows, shared.prefixes)
+    assert sorted(s.tokens for s in spans) == [16, 16] + [64 - 16] * 8  # two passages, each window's text after one
+    alone = gpu_suite.Text.random(100, 64, 8, sizes, per_passage=1, seed=0)
+    assert [s.tokens for s in gpu_suite.batched_spans(alone.windows, alone.prefixes)] == [64] * 8
