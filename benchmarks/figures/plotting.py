@@ -74,11 +74,28 @@ def label(row: dict, columns: Sequence[str]) -> str:
     return ", ".join(row[c] if i == 0 else f"{c}={row[c]}" for i, c in enumerate(columns))
 
 
+def wilson_interval(successes: int, trials: int, z: float = 1.96) -> tuple[float, float]:
+    """The 95% Wilson score interval of a proportion, in [0, 1] (what a share of questions answered supports).
+
+    Example:
+        >>> [round(v, 4) for v in wilson_interval(7, 200)]
+        [0.0171, 0.0705]
+    """
+    if trials == 0:
+        return 0.0, 1.0
+    p = successes / trials
+    centre = (p + z * z / (2 * trials)) / (1 + z * z / trials)
+    half = z * ((p * (1 - p) / trials + z * z / (4 * trials * trials)) ** 0.5) / (1 + z * z / trials)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
 def draw_lines(ax, rows: Sequence[dict], x: str, y: str, series: Sequence[str], settings: Sequence[str],
-               style: Callable[[dict], dict], scale: float = 1.0) -> None:
+               style: Callable[[dict], dict], scale: float = 1.0,
+               interval: Callable[[dict], tuple[float, float]] | None = None) -> None:
     """One line per value of the ``series`` columns (split further by :func:`split_columns` over ``settings``), its
     points sorted by ``x``; ``style(row)`` gives the matplotlib keywords of a line. Where a series is split and
-    ``style`` sets no linestyle, each split value gets its own dashes (:data:`SPLIT_STYLES`)."""
+    ``style`` sets no linestyle, each split value gets its own dashes (:data:`SPLIT_STYLES`). ``interval(row)``, when
+    given, is each point's ``(low, high)`` (in the units of ``y`` before ``scale``), drawn as an error bar."""
     columns = [*series, *split_columns(rows, series, x, settings)]
     lines = defaultdict(list)
     for row in rows:
@@ -89,8 +106,13 @@ def draw_lines(ax, rows: Sequence[dict], x: str, y: str, series: Sequence[str], 
         look = dict(style(members[0]))
         if len(variants) > 1 and "linestyle" not in look:  # a series split by another setting: its own dashes
             look["linestyle"] = SPLIT_STYLES[variants.index(key[len(series):]) % len(SPLIT_STYLES)]
-        ax.plot([float(row[x]) for row in members], [scale * float(row[y]) for row in members], marker="o",
-                markersize=3, label=label(members[0], columns), **look)
+        xs, ys = [float(row[x]) for row in members], [scale * float(row[y]) for row in members]
+        line, = ax.plot(xs, ys, marker="o", markersize=3, label=label(members[0], columns), **look)
+        if interval is not None:
+            bounds = [interval(row) for row in members]
+            ax.errorbar(xs, ys, yerr=[[v - scale * low for v, (low, _) in zip(ys, bounds)],
+                                      [scale * high - v for v, (_, high) in zip(ys, bounds)]],
+                        fmt="none", ecolor=line.get_color(), elinewidth=0.8, capsize=2, alpha=0.7)
 
 
 def draw_baselines(ax, rows: Sequence[dict], y: str, series: Sequence[str], settings: Sequence[str],

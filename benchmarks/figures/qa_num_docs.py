@@ -90,14 +90,23 @@ def plot(rows: list[dict], path: str) -> None:
     fig, axes = plotting.panels(2)
     series = ("model", "dtype")
     settings = [s for s in SETTINGS if s != "retriever"]
-    plotting.draw_lines(axes[0][0], rows, "num_docs", "em", series, settings, plotting.model_color)
+
+    def share(count: str):  # the 95% Wilson interval of a share of the questions, in percent as the CSV
+        def bounds(row: dict) -> tuple[float, float]:
+            low, high = plotting.wilson_interval(int(row[count]), int(row["num_questions"]))
+            return 100 * low, 100 * high
+        return bounds
+
+    plotting.draw_lines(axes[0][0], rows, "num_docs", "em", series, settings, plotting.model_color,
+                        interval=share("num_correct"))
     # has_answer depends on the passages alone, which both readers get the same: one line per question set (drawn
     # per model, the lines lay exactly on top of each other and hid the first model's)
     opened = [row for row in rows if int(row["num_docs"]) > 0]
     reader = sorted({row["model"] for row in opened})[0]
     plotting.draw_lines(axes[0][1], [row for row in opened if row["model"] == reader], "num_docs", "has_answer",
-                        ("dtype",), [s for s in settings if s != "model"], lambda row: {"color": "#444444"})
-    titles = ("exact match", "has_answer: a gold answer is in the k passages")
+                        ("dtype",), [s for s in settings if s != "model"], lambda row: {"color": "#444444"},
+                        interval=share("num_has_answer"))
+    titles = ("exact match (95% Wilson intervals)", "has_answer: a gold answer is in the k passages")
     for ax, what, title in zip(axes[0], ("exact match (%)", "has_answer (%)"), titles):
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("passages in the prompt k")
@@ -107,6 +116,7 @@ def plot(rows: list[dict], path: str) -> None:
     # rising curve; long handles so the dashes of a split series show.
     axes[0][0].legend(fontsize=6, loc="upper right", handlelength=4)
     axes[0][0].set_ylim(top=max(float(row["em"]) for row in rows) * 1.45)
+    axes[0][1].set_ylim(0, 100)  # from zero: a share of the questions
     axes[0][1].legend(fontsize=6, loc="lower right", handlelength=4, title="both readers (the same passages)",
                       title_fontsize=6)
     plotting.save(fig, path, rows, SETTINGS)
