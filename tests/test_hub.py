@@ -35,7 +35,12 @@ def uploads(monkeypatch, tmp_path):
     def upload_folder(self, repo_id, folder_path, revision=None, commit_message=None, **kwargs):
         copy = tmp_path / f"upload-{len(sent['folders'])}"
         shutil.copytree(folder_path, copy)
-        sent["folders"].append({"repo_id": repo_id, "folder": copy, "message": commit_message})
+        sent["folders"].append({"repo_id": repo_id, "folder": copy, "message": commit_message, "token": self.token,
+                                "revision": revision, **kwargs})
+        if kwargs.get("create_pr"):  # what the Hub answers: a CommitInfo with the pull request's address
+            return huggingface_hub.CommitInfo(commit_url=f"https://huggingface.co/{repo_id}/commit/0456",
+                                              commit_message=commit_message, commit_description="", oid="0456",
+                                              pr_url=f"https://huggingface.co/{repo_id}/discussions/1")
         return f"https://huggingface.co/{repo_id}/commit/0123"
 
     monkeypatch.setattr(huggingface_hub.HfApi, "create_repo", create_repo)
@@ -57,7 +62,10 @@ def test_push_with_the_index_uploads_config_index_and_card(ralm, uploads, tiny_i
     assert files_in(folder) == {"config.json", "retriever_config.json", "README.md", *index_files}
     assert "index/hf_ralm_index.json" in index_files and upload["message"].startswith("Upload In-Context RALM over ")
     card = (folder / "README.md").read_text()
-    assert card.startswith(f"---\nlibrary_name: hf-ralm\nbase_model: {ralm.config.base_model_name_or_path}\n")
+    metadata = huggingface_hub.ModelCard(card).data
+    assert metadata.library_name == "hf-ralm" and metadata.pipeline_tag == "text-generation"
+    assert metadata.base_model is None  # a local folder: no Hub model to link to (test_the_card_links_a_hub_base)
+    assert metadata.tags == ["retrieval-augmented-generation", "in-context-ralm"]
     from hf_ralm.retrieval.base import retriever_identity
 
     fingerprint = retriever_identity(ralm.retriever)["corpus_fingerprint"]
@@ -102,6 +110,45 @@ def test_a_pushed_ralm_loads_from_the_hub_cache_offline(ralm, uploads, tmp_path)
     assert got.figures["token_ppl"] == expected.figures["token_ppl"]
 
 
+def test_push_to_hub_takes_transformers_keyword_arguments(ralm, uploads):
+    with pytest.raises(TypeError):
+        ralm.push_to_hub(REPO_ID, True)  # push_index, like every argument after repo_id, is keyword-only
+    url = ralm.push_to_hub(REPO_ID, push_index=False, private=True, token="hf_token", create_pr=True,
+                           commit_message="A RALM", commit_description="over the tiny corpus", revision="dev",
+                           tags=["wikipedia", "in-context-ralm"])
+    assert url == f"https://huggingface.co/{REPO_ID}/discussions/1"  # a pull request's address
+    assert uploads["created"] == [(REPO_ID, True, True)]
+    (upload,) = uploads["folders"]
+    assert {k: upload[k] for k in ("message", "commit_description", "token", "revision", "create_pr")} == {
+        "message": "A RALM", "commit_description": "over the tiny corpus", "token": "hf_token", "revision": "dev",
+        "create_pr": True}
+    card = huggingface_hub.ModelCard.load(upload["folder"] / "README.md")
+    assert card.data.tags == ["retrieval-augmented-generation", "in-context-ralm", "wikipedia"]  # once each
+
+
+def test_the_card_carries_the_measured_figures_as_model_index(ralm, uploads):
+    comparison = ralm.compare_strategies(EVAL_TEXT, ["none", "top1"], show_progress=False)
+    ralm.push_to_hub(REPO_ID, comparison=comparison, dataset="wikitext")
+    card = huggingface_hub.ModelCard.load(uploads["folders"][0]["folder"] / "README.md")
+    results = card.data.eval_results
+    assert card.data.model_name == REPO_ID
+    assert {(r.task_type, r.dataset_type, r.dataset_name, r.metric_type) for r in results} == {
+        ("text-generation", "wikitext", "wikitext", "perplexity")}
+    assert {(r.metric_config, r.metric_name): r.metric_value for r in results} == {
+        (row.strategy, f"{unit} perplexity ({row.strategy})"): getattr(row, f"{unit}_ppl")
+        for row in comparison.rows for unit in ("token", "word")}
+    assert "## Measured on wikitext" in str(card) and comparison.to_markdown() in str(card)
+
+
+def test_the_card_links_a_hub_base_model_only():
+    from hf_ralm import RalmConfig
+    from hf_ralm.model_card import ralm_model_card
+
+    assert ralm_model_card(RalmConfig(base_model_name_or_path="HuggingFaceTB/SmolLM2-135M"), None).data.base_model \
+        == "HuggingFaceTB/SmolLM2-135M"
+    assert ralm_model_card(RalmConfig(base_model_name_or_path="/models/smollm2"), None).data.base_model is None
+
+
 def test_save_pretrained_writes_a_model_card(ralm, tmp_path):
     ralm.save_pretrained(tmp_path / "saved")
-    assert (tmp_path / "saved" / "README.md").read_text().startswith("---\nlibrary_name: hf-ralm\n")
+    assert huggingface_hub.ModelCard.load(tmp_path / "saved" / "README.md").data.library_name == "hf-ralm"

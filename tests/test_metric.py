@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 import hf_ralm.metrics
 from conftest import EVAL_TEXT
@@ -48,7 +49,7 @@ def metric_kwargs(tiny_model_dir, tiny_index):
 
 
 def assert_same(figures, expected):
-    assert set(figures) == set(KEYS)
+    assert set(figures) == {*KEYS, "perplexities", "mean_perplexity"}  # the joined text's, and each prediction's
     for k in KEYS:
         assert figures[k] == pytest.approx(expected[k], rel=1e-9), k
 
@@ -67,6 +68,60 @@ def test_compute_function(tiny_model_dir, tiny_index, expected):
     plain = compute_ralm_perplexity(ROWS, str(tiny_model_dir), stride=4, query_length=8, max_length=16,
                                     max_doc_tokens=12)
     assert plain["nll_sum"] != pytest.approx(expected["nll_sum"], rel=1e-6)  # the retriever was used above
+
+
+def test_each_prediction_has_its_own_perplexity_as_evaluates(tiny_model_dir, tiny_index):
+    """``perplexities[i]``: exp of the mean NLL of prediction i's tokens after its first, with retrieval inside it;
+    without retrieval and in one window, what the plain model's own loss gives (evaluate's ``perplexity``)."""
+    import math
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from hf_ralm.errors import RalmWarning
+
+    with pytest.warns(RalmWarning, match=r"8 of 9 predictions had no passage in context"):  # each fits in a window
+        figures = compute_ralm_perplexity(**metric_kwargs(tiny_model_dir, tiny_index))
+    model = RetrievalAugmentedModel.from_pretrained(
+        str(tiny_model_dir), retriever="bm25", index_dir=tiny_index["index_dir"], retrieval_stride=4, query_length=8,
+        max_length=16, max_doc_tokens=12)
+    assert len(figures["perplexities"]) == len(ROWS)
+    for row, perplexity in zip(ROWS, figures["perplexities"]):
+        if not row.strip():
+            assert math.isnan(perplexity)  # nothing to score
+            continue
+        result = model.evaluate_perplexity(row, show_progress=False).figures
+        assert perplexity == pytest.approx(math.exp(result["nll_sum"] / result["num_scored"]), rel=1e-9)
+    finite = [p for p in figures["perplexities"] if not math.isnan(p)]
+    assert figures["mean_perplexity"] == pytest.approx(sum(finite) / len(finite), rel=1e-12)
+    # one long prediction retrieves inside itself, and is its own joined text
+    long = compute_ralm_perplexity(**{**metric_kwargs(tiny_model_dir, tiny_index), "predictions": [EVAL_TEXT]})
+    assert long["perplexities"] == [pytest.approx(math.exp(long["nll_sum"] / long["num_scored"]), rel=1e-9)]
+    assert model.evaluate_perplexity(EVAL_TEXT, show_progress=False).figures["num_windows_with_passage"] > 0
+
+    texts = ["the emperor of rome and the senate", "a comet in the galaxy"]  # shorter than a window: no retrieval
+    plain = compute_ralm_perplexity(texts, str(tiny_model_dir), max_length=16)["perplexities"]
+    lm, tokenizer = AutoModelForCausalLM.from_pretrained(tiny_model_dir), AutoTokenizer.from_pretrained(tiny_model_dir)
+    for text, perplexity in zip(texts, plain):
+        ids = tokenizer(text, add_special_tokens=False, return_tensors="pt").input_ids
+        with torch.no_grad():
+            assert perplexity == pytest.approx(math.exp(lm(ids, labels=ids).loss.item()), rel=1e-5)
+
+
+@pytest.mark.parametrize("name", sorted(hf_ralm.metrics.METRICS))
+def test_metric_cards(name):
+    """Each metric ships its card, as evaluate's metrics do: a README.md whose YAML header names it and whose
+    "Output Values" list every value it returns."""
+    import yaml
+
+    card = open(os.path.join(hf_ralm.metrics.metric_path(name), "README.md"), encoding="utf-8").read()
+    _, header, body = card.split("---\n", 2)
+    header = yaml.safe_load(header)
+    assert header["title"] and header["description"] and {"evaluate", "metric"} <= set(header["tags"])
+    assert body.startswith(f"\n# Metric Card for {header['title']}\n")
+    outputs = body.split("### Output Values", 1)[1].split("\n## ", 1)[0]
+    returned = {"ralm_perplexity": (*KEYS, "perplexities", "mean_perplexity"),
+                "ralm_exact_match": ("exact_match", "num_correct", "num_examples")}[name]
+    assert all(f"**{key}**" in outputs for key in returned)
 
 
 def test_evaluate_load_by_path(offline, tiny_model_dir, tiny_index, expected, tmp_path):

@@ -72,16 +72,18 @@ def test_from_pretrained_with_loaded_model(ralm, tiny_llama, tiny_tokenizer, tin
     assert not tiny_llama.training
 
 
-def test_dtype_auto_follows_the_device(monkeypatch):
+def test_dtype_device_default_follows_the_device(monkeypatch):
     from hf_ralm.errors import SettingError
     from hf_ralm.placement import resolve_dtype
 
-    assert resolve_dtype("auto", "cpu") == torch.float32 and resolve_dtype("float16", "cpu") == torch.float16
+    assert resolve_dtype("device-default", "cpu") == torch.float32 and resolve_dtype("float16", "cpu") == torch.float16
+    assert resolve_dtype("auto", "cpu") == "auto"  # transformers' word: the checkpoint's own, read while loading
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)
-    assert resolve_dtype("auto", "cuda:1") == torch.bfloat16
+    assert resolve_dtype("device-default", "cuda:1") == torch.bfloat16
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: False)  # e.g. a V100
-    assert resolve_dtype("auto", "cuda") == torch.float16
-    with pytest.raises(SettingError, match="dtype must be one of auto, bfloat16, float16, float32, got 'half'"):
+    assert resolve_dtype("device-default", "cuda") == torch.float16
+    with pytest.raises(SettingError, match="dtype must be one of auto, device-default, bfloat16, float16, float32, "
+                                           "got 'half'"):
         resolve_dtype("half", "cpu")
 
 

@@ -501,14 +501,15 @@ def test_hf_ralm_cache_dir(tmp_path, monkeypatch):
     assert hf_ralm_cache_dir() == str(tmp_path / "home" / ".cache" / "hf-ralm")
 
 
-def test_build_or_load_without_index_dir(corpus_file, tmp_path, monkeypatch, capsys):
+def test_build_or_load_without_index_dir(corpus_file, tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     fingerprint = corpus_fingerprint([str(corpus_file)], WORDS_PER_PASSAGE)
     expected = tmp_path / "hf" / "hf-ralm" / "indexes" / f"bm25-{fingerprint[:16]}"
 
-    built = BM25Retriever.build_or_load(str(corpus_file))
+    with caplog.at_level("INFO", logger="hf_ralm"):
+        built = BM25Retriever.build_or_load(str(corpus_file))
     assert built.index_dir == str(expected) and read_index_info(str(expected))["fingerprint"] == fingerprint
-    assert f"hf-ralm: the bm25 index is in {expected}\n" in capsys.readouterr().err  # one line on stderr
+    assert f"hf-ralm: the bm25 index is in {expected}" in caplog.messages  # one logged line (info)
     assert built.retrieve(["king queen castle"], k=1)[0][0].title == "Kingdom"
 
     mtime = (expected / INDEX_FILE).stat().st_mtime_ns  # the same corpus finds its index again

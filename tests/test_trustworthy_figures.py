@@ -80,11 +80,11 @@ def test_auto_dtype_avoids_float16_for_families_that_overflow(monkeypatch, model
     cuda = torch.device("cuda")
     if expected is torch.float32:
         with pytest.warns(UserWarning, match=f"{model_type}.*overflow.*float32"):
-            assert resolve_dtype("auto", cuda, model_type) is expected
+            assert resolve_dtype("device-default", cuda, model_type) is expected
     else:
-        assert resolve_dtype("auto", cuda, model_type) is expected
+        assert resolve_dtype("device-default", cuda, model_type) is expected
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
-    assert resolve_dtype("auto", cuda, model_type) is torch.bfloat16
+    assert resolve_dtype("device-default", cuda, model_type) is torch.bfloat16
     assert resolve_dtype("float16", cuda, model_type) is torch.float16  # asked for: given
 
 

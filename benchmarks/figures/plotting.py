@@ -23,9 +23,11 @@ SPLIT_STYLES = ("-", "--", "-.", ":")  # lines of one series that differ in anot
 
 
 def pyplot():
-    """matplotlib's pyplot, drawing to files only."""
-    import matplotlib
+    """matplotlib's pyplot, drawing to files only (matplotlib is the ``bench`` extra: refused in one line without
+    it)."""
+    from hf_ralm.utils.extras import require
 
+    matplotlib = require("matplotlib", "bench", "Drawing the benchmarks' figures")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

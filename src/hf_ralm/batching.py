@@ -22,15 +22,15 @@ Example:
 from __future__ import annotations
 
 import gc
-import logging
 from typing import Callable, Sequence, TypeVar
 
 import torch
+from transformers.utils import logging
 
 from .errors import SettingError, setting
 from .utils.checks import check_count
 
-logger = logging.getLogger(__name__)
+logger = logging.get_logger(__name__)
 
 AUTO = "auto"
 AUTO_START = {"cuda": 64, "cpu": 8}

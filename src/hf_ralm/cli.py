@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.util
 import inspect
 import json
+import logging
 import os
 import re
 import shlex
@@ -31,14 +31,15 @@ import sys
 import time
 import traceback
 import warnings
-from contextlib import redirect_stdout
+from contextlib import contextmanager, redirect_stdout
+from typing import Iterator
 
 from .batching import BatchSize, parse_batch_size
 from .compare import STRATEGIES as COMPARE_STRATEGIES
 from .configuration_ralm import RALM_FIELDS, RERANK_STRATEGIES, RETRIEVAL_GATES, RalmConfig, default_query_length
 from .data import load_dataset_text
 from .errors import NamesSettings, RalmWarning
-from .placement import DTYPES
+from .placement import COMMAND_LINE_DTYPES
 from .utils.shards import Shard, is_writer
 from .qa import MAX_NEW_TOKENS
 from .reranking import collect_rerank_data, train_reranker
@@ -99,6 +100,9 @@ FLAGS = {
     "dataset_name": "--dataset-name",
     "compare": "--compare",
     "retriever": "--retriever",
+    "index_dir": "--index-dir",
+    "tokenizer": "--tokenizer",
+    "save_retrieval_dataset": "--save-retrieval-dataset",
 }
 """The one place where Python argument names (:class:`RalmConfig` fields, evaluation arguments) become flags: the
 flag of each, for the RALM settings a command passes on and for the errors of the checks it runs before loading
@@ -174,8 +178,9 @@ FLAG_GROUPS: dict[str, dict[str, dict]] = {
         "--model": {"help": "causal LM: Hub id or local folder (also a saved RALM folder)"},
         "--tokenizer": {"help": "tokenizer id/folder if different from --model"},
         "--gguf-file": {"help": "load the model from this GGUF file inside --model"},
-        FLAGS["dtype"]: {"default": "auto", "choices": list(DTYPES),
-                         "help": "the model's precision (default auto: bfloat16 on a GPU that has it, float16 on "
+        FLAGS["dtype"]: {"default": "auto", "choices": list(COMMAND_LINE_DTYPES),
+                         "help": "the model's precision (default auto: hf-ralm's choice for the device, the "
+                                 "library's dtype=\"device-default\": bfloat16 on a GPU that has it, float16 on "
                                  "another GPU, float32 on a CPU)"},
         FLAGS["device"]: {"help": "device for the model (default: cuda, this rank's under torchrun, if available, "
                                   "else cpu)"},
@@ -342,11 +347,21 @@ def build_parser() -> argparse.ArgumentParser:
                        help="faiss index_factory string, e.g. HNSW32 or IVF4096,PQ64 (default Flat: exact search)")
     index.add_argument("--words-per-passage", type=int, default=100, help="0 keeps rows as passages (default 100)")
 
-    retrieve = sub.add_parser("retrieve", help="write a retrieval file (with --rerank or --retrieval-gate: also the "
-                                               "choices, ranking NLLs and gate scores)",
+    retrieve = sub.add_parser("retrieve", help="write a retrieval file or dataset (with --rerank or "
+                                               "--retrieval-gate: also the choices, ranking NLLs and gate scores)",
                               parents=[model, retriever, windows, passages, several, rerank, gate, dataset, batch,
                                        output, resuming, workers])
-    retrieve.add_argument("--save-retrieval-file", help="write the retrievals to this file (required)")
+    retrieve.add_argument("--save-retrieval-file", help="write the retrievals to this file (the paper's JSON format)")
+    retrieve.add_argument("--save-retrieval-dataset", metavar="DIR",
+                          help="write the retrievals as a Hugging Face dataset folder (Parquet, one row per window; "
+                               "the fingerprint of the text, tokenizer, index and settings they depend on; a dataset "
+                               "card), which eval-lm --retrieval-file DIR reads (hf:REPO_ID once pushed)")
+    retrieve.add_argument("--no-passage-texts", action="store_true",
+                          help="leave the passages' texts out of --save-retrieval-dataset (ids, titles, scores): "
+                               "eval-lm fetches them by id from its --retriever's index")
+    retrieve.add_argument("--push-to-hub", metavar="REPO_ID",
+                          help="publish the --save-retrieval-dataset folder to this Hub dataset repository (created "
+                               "when missing; log in first: hf auth login)")
 
     eval_lm = sub.add_parser("eval-lm", help="In-Context RALM perplexity of a text (token and word level), or "
                                              "several passage-selection strategies side by side (--compare)",
@@ -358,7 +373,10 @@ def build_parser() -> argparse.ArgumentParser:
                          help="evaluate these strategies on the same windows from one reader pass and print a table "
                               "(also --output-dir's compare.json and compare.csv): a comma-separated list of "
                               f"{', '.join(COMPARE_STRATEGIES)}, e.g. none,top1,lm-gate")
-    eval_lm.add_argument("--retrieval-file", help="reuse passages from this retrieval file (paper's JSON format)")
+    eval_lm.add_argument("--retrieval-file",
+                         help="reuse passages from this retrieval file (paper's JSON format) or retrieval dataset (a "
+                              "folder, or hf:REPO_ID on the Hub: refused unless made for this text, tokenizer and "
+                              "settings; --retriever fetches passages it holds without texts)")
     eval_lm.add_argument("--save-retrieval-file", help="write the retrievals to this file")
     eval_lm.add_argument("--no-prefix-kv-reuse", action="store_true",
                          help="recompute every window in full instead of reusing a shared passage's keys/values")
@@ -367,6 +385,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_eval_qa(sub, parents=[model, retriever, batch, output, workers])
     _add_rerank_data(sub, parents=[model, retriever, windows, passages, batch, workers])
     _add_train_reranker(sub)
+    sub.add_parser(LM_EVAL, add_help=False, help="lm-evaluation-harness with the ralm model: lm-eval's own flags "
+                   "(--tasks, --model_args, ...; hf-ralm lm-eval --help lists them)")
     parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     for command in sub.choices.values():  # also after the command; SUPPRESS: not given there keeps the first one
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
@@ -406,12 +426,10 @@ def _load_model(args, settings: dict, retriever: str, forbidden_titles=None, loa
     placed by ``--device-map``) in ``--dtype``."""
     from .modeling_ralm import RetrievalAugmentedModel
 
-    model_kwargs = {"dtype": args.dtype}
+    model_kwargs = {"dtype": COMMAND_LINE_DTYPES[args.dtype]}  # --dtype auto: hf-ralm's choice for the device
     for name in ("gguf_file", "device_map", "attn_implementation"):
         if getattr(args, name):
             model_kwargs[name] = getattr(args, name)
-    if args.device_map and importlib.util.find_spec("accelerate") is None:
-        _fail("--device-map needs accelerate: pip install accelerate")
     tokenizer = None
     if args.tokenizer:
         from transformers import AutoTokenizer
@@ -563,12 +581,23 @@ def _start_workers(args) -> Shard:
 
 def run_retrieve(args) -> dict:
     """``hf-ralm retrieve``: every evaluation window's retrieved passages (and, reranked or gated, the choices),
-    written to ``--save-retrieval-file``."""
+    written to ``--save-retrieval-file`` (JSON) and/or ``--save-retrieval-dataset`` (a Hugging Face dataset folder,
+    published with ``--push-to-hub``)."""
     from .evaluation import evaluate_retrieval
+    from .retrieval.dataset import check_dataset_folder, push_retrieval_dataset
     from .selection.policy import reader_ranks
 
-    if not args.save_retrieval_file:
-        _fail("hf-ralm retrieve needs --save-retrieval-file OUT.")
+    if not args.save_retrieval_file and not args.save_retrieval_dataset:
+        _fail("hf-ralm retrieve needs --save-retrieval-file OUT (the paper's JSON) or --save-retrieval-dataset DIR "
+              "(a Hugging Face dataset), or both.")
+    if args.save_retrieval_dataset:
+        if args.retriever == "none":
+            _fail("--save-retrieval-dataset records what a retriever found: give --retriever (with --index-dir "
+                  "and/or --corpus).")
+        check_dataset_folder(args.save_retrieval_dataset)  # before the run, not after it
+    for flag, given in (("--no-passage-texts", args.no_passage_texts), ("--push-to-hub", args.push_to_hub)):
+        if given and not args.save_retrieval_dataset:
+            _fail(f"{flag} is about the dataset of --save-retrieval-dataset DIR: give one.")
     # the reader's weights only when it ranks: retrieval itself needs its tokenizer and maximum length
     text, model, load_s = _text_and_model(args, args.retriever, reader_ranks(RalmConfig(**_ralm_settings(args))))
     result = evaluate_retrieval(model.language_model, model.tokenizer, text, model.retriever, model.config,
@@ -576,7 +605,16 @@ def run_retrieve(args) -> dict:
                                 batch_size=args.batch_size, report_extra=_report_extra(args, load_s),
                                 **_resuming(args))
     if result.figures["complete"] and is_writer():
-        result.save_retrieval_file(args.save_retrieval_file, model.tokenizer)
+        if args.save_retrieval_file:
+            result.save_retrieval_file(args.save_retrieval_file, model.tokenizer)
+        if args.save_retrieval_dataset:
+            result.save_retrieval_dataset(args.save_retrieval_dataset, model.tokenizer,
+                                          passage_texts=not args.no_passage_texts, repo_id=args.push_to_hub,
+                                          argv=shlex.split(args.command_line))
+        if args.push_to_hub:
+            url = push_retrieval_dataset(args.save_retrieval_dataset, args.push_to_hub)
+            print(f"hf-ralm: pushed {args.save_retrieval_dataset} to the Hub dataset {args.push_to_hub}: {url}",
+                  file=sys.stderr)
     return result.figures
 
 
@@ -586,7 +624,15 @@ def run_eval_lm(args):
     :class:`~hf_ralm.compare.Comparison`)."""
     if args.compare is not None:
         return _compare(args)
-    text, model, load_s = _text_and_model(args, "none" if args.retrieval_file else args.retriever)
+    from .retrieval.dataset import is_retrieval_dataset
+
+    dataset = bool(args.retrieval_file) and is_retrieval_dataset(args.retrieval_file)
+    if dataset and args.forbidden_titles and args.retriever == "none":
+        _fail("--forbidden-titles are checked against the retrieval dataset through the run's retriever: give "
+              "--retriever with the index the dataset was made with, or drop --forbidden-titles.")
+    # a JSON file's passages are used as they are; a dataset's are checked against the run's retriever (its index and
+    # forbidden titles), which also fetches the texts of a dataset that holds only ids
+    text, model, load_s = _text_and_model(args, "none" if args.retrieval_file and not dataset else args.retriever)
     _plan_or_refuse(args, model, text)
     result = model.evaluate_perplexity(text, retrieval_file=args.retrieval_file, max_eval_tokens=args.max_eval_tokens,
                                        batch_size=args.batch_size, reuse_prefix_kv=not args.no_prefix_kv_reuse,
@@ -954,12 +1000,51 @@ def main(argv: list[str] | None = None) -> None:
         else:
             python_show(message, category, *where)
 
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _library_messages():
         warnings.showwarning = show
         _main(argv)
 
 
+@contextmanager
+def _library_messages() -> Iterator[None]:
+    """The library's logged messages (``hf_ralm.*`` loggers, info and above: an index build announced, a stale
+    index rebuilt, the cache folder an index went to) on stderr, one line each, as a command says what it does; the
+    loggers are as they were afterwards."""
+    library = logging.getLogger("hf_ralm")
+    handler = logging.StreamHandler(sys.stderr)  # this call's stderr (a test captures it)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    level = library.level
+    library.addHandler(handler)
+    library.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        library.removeHandler(handler)
+        library.setLevel(level)
+
+
+LM_EVAL = "lm-eval"
+"""The command that hands its arguments to lm-evaluation-harness's own command line."""
+
+
+def _lm_eval(argv: list[str]) -> None:
+    """``hf-ralm lm-eval``: lm-eval's command line with the ralm model
+    (:func:`hf_ralm.integrations.lm_eval.cli_main`); bad input ends as one line, as in every command (``--debug``
+    shows the traceback first)."""
+    debug = "--debug" in argv
+    try:
+        from .integrations.lm_eval import cli_main
+
+        cli_main([arg for arg in argv if arg != "--debug"])
+    except (ValueError, OSError, ImportError) as error:
+        if debug:
+            traceback.print_exc()
+        _fail(str(error))  # model_args name settings by their Python names
+
+
 def _main(argv: list[str] | None) -> None:
+    if (sys.argv[1:] if argv is None else argv)[:1] == [LM_EVAL]:  # lm-eval parses the rest: its flags are its own
+        return _lm_eval((sys.argv[1:] if argv is None else argv)[1:])
     args = build_parser().parse_args(argv)
     args.command_line = shlex.join(["hf-ralm", *(sys.argv[1:] if argv is None else argv)])  # what reproduces a run
     run, show = COMMANDS[args.command]

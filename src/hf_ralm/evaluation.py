@@ -28,7 +28,7 @@ from .configuration_ralm import RalmConfig
 from .ensemble import ensemble_window_nlls
 from .errors import RalmWarning, SettingError, setting
 from .model_inputs import context_indices, window_length, window_prefixes
-from .modeling_utils import model_device
+from .modeling_utils import model_device, model_identity
 from .passage_cache import PassageKVCache
 from .passages import Passage, quotes_query
 from .perplexity import perplexity_figures
@@ -36,10 +36,12 @@ from .plan import WindowPlan, prepare, window_futures
 from .resume import CHUNK_SIZE, EVAL_FILE, RECORDS_DIR, WindowRecord, WindowRecordWriter, run_settings
 from .records import check_output_folder
 from .retrieval.base import Retriever
+from .retrieval.dataset import (RetrievalDataset, RetrievalFingerprint, is_retrieval_dataset, retrieval_settings,
+                                save_retrieval_dataset)
 from .retrieval.files import Retrievals, load_retrieval_file, retrieval_records
 from .scoring import score_windows
 from .selection.gates import retrieved_fraction
-from .selection.policy import PassagePolicy
+from .selection.policy import PassagePolicy, reader_ranks
 from .selection.rerank import WindowRanker
 from .utils.atomic import write_json_atomic
 from .utils.checks import check_count
@@ -55,7 +57,9 @@ class RalmEvalResult:
     none), so :meth:`in_context` ``[token_windows[t]]`` was in context for token ``t`` (``context_size`` passages of
     it: ``num_passages``, or the ensemble's). ``ranking_nlls[w]`` are the ranking NLLs of the candidates when an LM
     ranked them (the window without a passage last, when it was a candidate); ``gate_scores[w]`` what a retrieval gate
-    decided on (:mod:`hf_ralm.selection.gates`)."""
+    decided on (:mod:`hf_ralm.selection.gates`). ``retrieval_settings`` are what the passages depend on besides the
+    text and tokenizer (:func:`~hf_ralm.retrieval.dataset.retrieval_settings`), when a retriever found them here (not
+    when they were read from a retrieval file or dataset)."""
 
     figures: dict
     ids: list[int]
@@ -69,6 +73,7 @@ class RalmEvalResult:
     timings: dict = field(default_factory=dict)
     gate_scores: list[float | None] | None = None
     context_size: int = 1
+    retrieval_settings: dict | None = None
 
     def in_context(self) -> list[list[Passage]]:
         """Per window, the passages put in context, most relevant first (``[]`` for none)."""
@@ -83,6 +88,28 @@ class RalmEvalResult:
             evaluate_retrieval(model, tokenizer, text, retriever, config).save_retrieval_file("r.json", tokenizer)
         """
         write_json_atomic(path, self.retrieval_records(tokenizer))
+
+    def save_retrieval_dataset(self, path: str, tokenizer, *, passage_texts: bool = True, repo_id: str | None = None,
+                               argv: Sequence[str] | None = None) -> None:
+        """Write :meth:`retrieval_records` as a retrieval dataset folder (Parquet rows, the fingerprint of what they
+        depend on, a dataset card: :func:`~hf_ralm.retrieval.dataset.save_retrieval_dataset`), which
+        ``eval-lm --retrieval-file DIR`` reads and :func:`~hf_ralm.retrieval.dataset.push_retrieval_dataset` shares;
+        ``passage_texts=False`` leaves the passages' texts out (fetched back by id from the index); ``repo_id`` is the
+        Hub repository the card's examples name, ``argv`` the command it shows (by default this process's).
+
+        Example::
+
+            evaluate_retrieval(model, tokenizer, text, retriever, config).save_retrieval_dataset("r", tokenizer)
+        """
+        if self.retrieval_settings is None or not self.figures.get("complete", True):
+            why = ("it is not complete (other workers' windows are missing)" if self.retrieval_settings else
+                   "its passages were not retrieved here (no retriever, or read from a retrieval file), so what they "
+                   "depend on is unknown")
+            raise ValueError(f"This evaluation cannot be saved as a retrieval dataset: {why}. Write one with "
+                             "hf-ralm retrieve --save-retrieval-dataset (or evaluate_retrieval with a retriever).")
+        fingerprint = RetrievalFingerprint.of(tokenizer, self.ids, self.retrieval_settings)
+        save_retrieval_dataset(path, self.retrieval_records(tokenizer), fingerprint, passage_texts=passage_texts,
+                               repo_id=repo_id, argv=argv)
 
     def retrieval_records(self, tokenizer) -> list[dict]:
         """The evaluation's retrievals in the paper's retrieval-file format (with the choices when reranked or
@@ -161,7 +188,9 @@ def evaluate_retrieval(
     reader ranked, the result already holds the target NLLs (``token_nlls``). A retrieval file that records choices
     (written with reranking or a gate) fixes them instead.
 
-    Passages come from ``retrieval_file`` when given (the reference's JSON format), else from ``retriever`` (the
+    Passages come from ``retrieval_file`` when given (the reference's JSON format, or a retrieval dataset: its folder
+    or ``hf:REPO_ID``, refused unless made for this text, tokenizer and settings, :mod:`hf_ralm.retrieval.dataset`;
+    the texts it leaves out are fetched by id from ``retriever``), else from ``retriever`` (the
     top ``config.num_retrieved`` passages of every window's query: the reranker's candidates, or the ones put in
     context or mixed), else none. The figures count the windows (``num_windows``), the retrievals made or read from
     the file (``num_retrievals``: every window but window 0, or none without retrieval), those that found nothing
@@ -280,10 +309,17 @@ def _evaluate(model, tokenizer, text_or_ids, retriever, config: RalmConfig, *, r
                    max_eval_tokens=max_eval_tokens)
     timings = {"tokenize_s": time.perf_counter() - t0, "retrieval_s": 0.0, "rerank_s": 0.0, "scoring_s": 0.0}
     t0 = time.perf_counter()
-    retrievals = None
-    if retrieval_file is not None:
+    retrievals, source = None, retrieval_file
+    if retrieval_file is not None and is_retrieval_dataset(retrieval_file):
+        dataset = RetrievalDataset.open(retrieval_file)
+        source = dataset.folder  # a Hub dataset's downloaded snapshot
+        run_fingerprint = RetrievalFingerprint.of(tokenizer, plan.ids, retrieval_settings(
+            config, retriever, window_length=plan.max_length))
+        retrievals = dataset.retrievals(plan.windows, run_fingerprint, retriever)
+    elif retrieval_file is not None:
         retrievals = load_retrieval_file(retrieval_file, plan.windows, window_futures(tokenizer, plan.ids,
                                                                                       plan.windows))
+    if retrievals is not None:
         check_file_choices(retrievals, config, retrieval_file)
     timings["retrieval_s"] += time.perf_counter() - t0
     chooses = retrievals is None or retrievals.chosen is None
@@ -298,7 +334,7 @@ def _evaluate(model, tokenizer, text_or_ids, retriever, config: RalmConfig, *, r
     writer = None
     if output_dir is not None:
         settings = run_settings(model=model, tokenizer=tokenizer, ids=plan.ids, retriever=retriever, config=config,
-                                retrieval_file=retrieval_file, max_length=plan.max_length, batch_size=batches.setting,
+                                retrieval_file=source, max_length=plan.max_length, batch_size=batches.setting,
                                 reuse_prefix_kv=reuse_prefix_kv, scored=scored, chunk_size=chunk_size)
         if overwrite and is_writer():  # the records first: refused while a worker computes them
             WindowRecordWriter.remove(Path(output_dir, RECORDS_DIR))
@@ -386,7 +422,10 @@ def _evaluate(model, tokenizer, text_or_ids, retriever, config: RalmConfig, *, r
         figures=figures, ids=plan.ids, token_nlls=state.nlls if scored_all else None,
         token_windows=state.token_windows if scored_all else None, windows=windows, queries=plan.queries,
         passages=state.passages, chosen=state.chosen, ranking_nlls=state.ranking_nlls, timings=timings,
-        gate_scores=state.gate_scores if gated else None, context_size=max(config.num_passages, config.ensemble_size))
+        gate_scores=state.gate_scores if gated else None, context_size=max(config.num_passages, config.ensemble_size),
+        retrieval_settings=None if retriever is None or retrieval_file is not None else retrieval_settings(
+            config, retriever, window_length=plan.max_length,
+            reader=model_identity(model) if reader_ranks(config) else None))
     if output_dir is not None and is_writer():
         extra = dict(report_extra or {})
         extra_timings = extra.pop("timings", {})

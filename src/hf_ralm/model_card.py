@@ -1,34 +1,80 @@
-"""The model card (``README.md``) of a saved or pushed RALM folder: what the folder holds and how to load it, the
-base model it refers to, its retriever and corpus, its settings and, when given, measured figures.
+"""The model card (``README.md``) of a saved or pushed RALM folder, built with ``huggingface_hub``'s
+``ModelCard``/``ModelCardData``: the Hub's metadata (``library_name``, ``base_model``, ``pipeline_tag``, tags and,
+when figures were measured, ``model-index`` results), then what the folder holds and how to load it, its retriever
+and corpus, its settings and the measured figures' table.
 
 Example::
 
-    print(ralm_model_card(model.config, model.retriever, comparison=model.compare_strategies(text)))
+    card = ralm_model_card(model.config, model.retriever, comparison=model.compare_strategies(text),
+                           dataset="wikitext")
+    card.data.eval_results[0].metric_value   # the first strategy's token perplexity
+    print(card)                              # the README.md
 """
 
 from __future__ import annotations
+
+import os
+from typing import Sequence
+
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from .compare import Comparison
 from .configuration_ralm import RALM_FIELDS, RalmConfig
 from .retrieval.base import Retriever, retriever_identity
 from .retrieval.index_folder import read_index_info
+from .utils.paths import looks_local
+
+CARD_TAGS = ("retrieval-augmented-generation", "in-context-ralm")
+"""The tags every RALM card has (``tags=`` adds to them)."""
+
+EVAL_TASK = {"task_type": "text-generation", "task_name": "Language modeling (In-Context RALM perplexity)"}
+"""The ``model-index`` task of measured perplexities."""
+
+
+def comparison_results(comparison: Comparison, dataset: str | None = None) -> list[EvalResult]:
+    """``comparison``'s rows as ``model-index`` results: per strategy its token and word perplexity (metric type
+    ``perplexity``, the strategy as the metric's config), on ``dataset`` (a Hub dataset id or a name; ``"text"``,
+    named "evaluated text", when not given). None for a comparison that is not complete (a worker of a sharded
+    pass before the others are done).
+
+    Example::
+
+        [(r.metric_name, r.metric_value) for r in comparison_results(comparison, "wikitext")]
+        # [('token perplexity (none)', 31.2), ('word perplexity (none)', 52.0), ('token perplexity (top1)', ...]
+    """
+    if not comparison.complete:
+        return []
+    where = {"dataset_type": dataset or "text", "dataset_name": dataset or "evaluated text"}
+    return [EvalResult(**EVAL_TASK, **where, metric_type="perplexity", metric_config=row.strategy,
+                       metric_name=f"{unit} perplexity ({row.strategy})", metric_value=value)
+            for row in comparison.rows for unit, value in (("token", row.token_ppl), ("word", row.word_ppl))]
 
 
 def ralm_model_card(config: RalmConfig, retriever: Retriever | None, *, repo_id: str | None = None,
-                    index_included: bool = False, comparison: Comparison | None = None) -> str:
-    """The card's Markdown, with the Hub's metadata header (``library_name``, ``base_model``, tags)."""
+                    index_included: bool = False, comparison: Comparison | None = None, dataset: str | None = None,
+                    tags: Sequence[str] = ()) -> ModelCard:
+    """The card: ``ModelCardData`` metadata (``base_model`` only when it is a Hub id, not a local folder; ``tags``
+    after :data:`CARD_TAGS`; ``comparison``'s figures as ``model-index`` results on ``dataset``,
+    :func:`comparison_results`) and the Markdown body."""
     base = config.base_model_name_or_path or "unknown"
     name = repo_id or "this folder"
+    results = comparison_results(comparison, dataset) if comparison is not None else []
+    hub_base = config.base_model_name_or_path
+    if hub_base and (looks_local(hub_base) or os.path.isdir(hub_base)):
+        hub_base = None  # a folder on this machine: no Hub model to link to
+    data = ModelCardData(library_name="hf-ralm", base_model=hub_base, pipeline_tag="text-generation",
+                         tags=list(dict.fromkeys([*CARD_TAGS, *tags])), eval_results=results or None,
+                         model_name=(repo_id or f"In-Context RALM over {base}") if results else None)
     # an index left out is followed only when given: a saved folder's paths are never followed outside it
     index_arg = ', index_dir="path/to/index"' if isinstance(retriever, Retriever) and not index_included else ""
-    lines = ["---", "library_name: hf-ralm", f"base_model: {base}", "tags:", "- retrieval-augmented-generation",
-             "- in-context-ralm", "---", "", f"# In-Context RALM over {base}", "",
+    lines = [f"# In-Context RALM over {base}", "",
              f"A frozen causal LM, `{base}`, with In-Context Retrieval-Augmented Language Modeling (Ram et al., 2023): "
              "every `retrieval_stride` tokens the last `query_length` tokens retrieve a passage that is put in front "
              "of the text. No weights are stored here: the base model is loaded from its own repository.", "",
              "```python", "from hf_ralm import RetrievalAugmentedModel", "",
              f'model = RetrievalAugmentedModel.from_pretrained("{repo_id or "path/to/folder"}"{index_arg})', "```",
-             ""]
+             "", "After `import hf_ralm`, `AutoModelForCausalLM.from_pretrained` loads it too, and "
+             '`pipeline("text-generation", model=model, tokenizer=model.tokenizer)` generates with retrieval.', ""]
     if isinstance(retriever, Retriever):
         info = read_index_info(retriever.index_dir) or {}
         identity = retriever_identity(retriever)
@@ -44,6 +90,7 @@ def ralm_model_card(config: RalmConfig, retriever: Retriever | None, *, repo_id:
     lines += ["## Settings", "", "| setting | value |", "|---|---|"]
     lines += [f"| `{field}` | {getattr(config, field)!r} |" for field in sorted(RALM_FIELDS)]
     if comparison is not None:
-        lines += ["", "## Measured", "", comparison.to_markdown()]
+        measured = f" on {dataset}" if dataset else ""
+        lines += ["", f"## Measured{measured}", "", comparison.to_markdown()]
     lines += ["", f"Saved with hf-ralm; {name} loads with `RetrievalAugmentedModel.from_pretrained`.", ""]
-    return "\n".join(lines)
+    return ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines))

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import os
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedConfig, PreTrainedModel
+from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationMixin, PreTrainedConfig, PreTrainedModel
 from transformers.utils import ModelOutput
 
 from .configuration_ralm import RALM_FIELDS, RalmConfig
@@ -34,12 +35,13 @@ from .evaluation import RalmEvalResult, evaluate_perplexity
 from .generation import ralm_generate
 from .errors import MissingFileError, SettingError, setting
 from .passages import Passage
-from .placement import default_device, resolve_device, resolve_dtype
+from .placement import DEVICE_DEFAULT, default_device, resolve_device, resolve_dtype
 from .retrieval.base import RETRIEVER_CONFIG_FILE, Retriever, read_forbidden_titles
 from .retrieval.factory import load_retriever, load_retriever_from_pretrained, pretrained_folder
 from .retrieval.registry import retriever_class
 from .selection.rankers import load_reranker
 from .utils.atomic import write_text_atomic
+from .utils.extras import require
 from .utils.paths import OFFLINE_HINT, missing_local_path
 from .utils.shards import Shard
 
@@ -87,9 +89,32 @@ def _saved_retriever(path: str, old_retriever: dict | None, hub_kwargs: dict, **
     return load_retriever_from_pretrained(folder, **overrides)
 
 
+def _from_auto_class(kwargs: dict) -> tuple[dict, RalmConfig | None]:
+    """The keyword arguments of a saved RALM's loading without what ``AutoModelForCausalLM.from_pretrained`` adds
+    for the class it hands the folder to, and the config it read there (its RALM settings given to the Auto class
+    applied): ``None`` when no :class:`RalmConfig` was given. ``trust_remote_code`` stays only when ``True`` (the
+    user's, for the base model; the Auto class passes ``False`` for a folder of a registered class)."""
+    config = kwargs.get("config")
+    if not isinstance(config, RalmConfig):
+        return kwargs, None
+    added = ("config", "_from_auto", "adapter_kwargs")
+    return {k: v for k, v in kwargs.items()
+            if k not in added and not (k == "trust_remote_code" and v is not True)}, config
+
+
+def _check_loading_extras(kwargs: dict) -> None:
+    """Refuse at once, in one line naming the extra, a base model's loading that needs a package that is not
+    installed (transformers would say so only after reading the model's files): accelerate for ``device_map``, gguf
+    for ``gguf_file``."""
+    if kwargs.get("device_map") is not None:
+        require("accelerate", "accelerate", setting("device_map"))
+    if kwargs.get("gguf_file"):
+        require("gguf", "gguf", setting("gguf_file"))
+
+
 def _model_type(name_or_path: str, kwargs: dict) -> str | None:
     """The ``model_type`` of the checkpoint's config (``None`` when it cannot be read without loading the model, e.g.
-    a GGUF file): what ``dtype="auto"`` needs to know of the model's family."""
+    a GGUF file): what ``dtype="device-default"`` needs to know of the model's family."""
     config_kwargs = {k: kwargs[k] for k in ("revision", "cache_dir", "token", "local_files_only") if k in kwargs}
     try:
         config_dict, _ = PreTrainedConfig.get_config_dict(name_or_path, **config_kwargs)
@@ -113,8 +138,8 @@ def _placement(kwargs: dict, device: str | torch.device | None, name_or_path: st
         target = default_device(Shard.resolve().local_rank)
     else:
         target = resolve_device(device) if device is not None else default_device(Shard.resolve().local_rank)
-    dtype = kwargs.get("dtype", "auto")
-    model_type = _model_type(name_or_path, kwargs) if dtype == "auto" and target.type == "cuda" else None
+    dtype = kwargs.get("dtype", DEVICE_DEFAULT)
+    model_type = _model_type(name_or_path, kwargs) if dtype == DEVICE_DEFAULT and target.type == "cuda" else None
     kwargs = {**kwargs, "dtype": resolve_dtype(dtype, target, model_type)}
     return kwargs, None if kwargs.get("device_map") is not None else target
 
@@ -129,8 +154,12 @@ def _base_model_skeleton(name_or_path: str, model_kwargs: dict) -> PreTrainedMod
         config = AutoConfig.from_pretrained(name_or_path, **config_kwargs)
     except OSError as error:
         raise OSError(f"Could not read the config of the causal LM {name_or_path!r}: {error}") from error
+    dtype = model_kwargs["dtype"]
+    if dtype == "auto":  # the checkpoint's own, as from_pretrained reads it (float32 when its config names none)
+        dtype = getattr(config.get_text_config(), "dtype", None) or torch.float32
+        dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype  # a config read from JSON names it
     with torch.device("meta"):
-        base = AutoModelForCausalLM.from_config(config, dtype=model_kwargs["dtype"])
+        base = AutoModelForCausalLM.from_config(config, dtype=dtype)
     base.config.name_or_path = name_or_path  # what model_identity names it by, as for a loaded model
     return base
 
@@ -153,9 +182,24 @@ def _load_base_model(name_or_path: str, model_args: Sequence, model_kwargs: dict
         ) from error
 
 
-class RetrievalAugmentedModel(PreTrainedModel):
+class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
     """A frozen causal LM evaluated with In-Context RALM: every ``retrieval_stride`` tokens a passage retrieved for
-    the last ``query_length`` tokens is put in front of the context. No weights change."""
+    the last ``query_length`` tokens is put in front of the context. No weights change.
+
+    A ``transformers`` causal LM where one is expected: ``generate`` decodes with retrieval every
+    ``retrieval_stride`` tokens, so ``pipeline("text-generation", model=ralm, tokenizer=ralm.tokenizer)`` works
+    (:meth:`collect_sources` gives the passages behind its text), and after ``import hf_ralm``
+    ``AutoModelForCausalLM.from_pretrained(folder_or_hub_id)`` loads a saved RALM as this class.
+
+    Example::
+
+        from transformers import pipeline
+
+        generator = pipeline("text-generation", model=ralm, tokenizer=ralm.tokenizer)
+        with ralm.collect_sources() as sources:
+            text = generator("The Eiffel tower is", max_new_tokens=16, do_sample=False)[0]["generated_text"]
+        sources[0][0]["title"]   # the passage in context for the first stride
+    """
 
     config_class = RalmConfig
     base_model_prefix = "language_model"
@@ -168,6 +212,10 @@ class RetrievalAugmentedModel(PreTrainedModel):
         self.retriever = retriever
         self.tokenizer = tokenizer
         self._reranker = reranker
+        self._source_sinks: list[list[list[dict]]] = []  # the lists of the open collect_sources() blocks
+        # the reader's own generation config (its special tokens, its defaults): what generate() runs with, and what
+        # pipeline() reads, rather than the empty one PreTrainedModel makes from the RALM config
+        self.generation_config = getattr(language_model, "generation_config", None) or self.generation_config
         # no post_init(): it would re-initialise the wrapped model's weights
 
     def __getattr__(self, name: str) -> Any:
@@ -219,12 +267,18 @@ class RetrievalAugmentedModel(PreTrainedModel):
                 to retrieve (``hf-ralm retrieve`` without a reader that ranks), in seconds and no memory.
             kwargs: :class:`RalmConfig` fields (``retrieval_stride``, ``query_length``, ``max_length``, ...); the
                 rest (``dtype``, ``device_map``, ``attn_implementation``, ``gguf_file``, ``revision``, ...) go to the
-                base model's loading. ``dtype`` (or ``torch_dtype``) defaults to ``"auto"``, which here means
-                bfloat16 on a GPU that has it, float16 on another GPU (float32 for the families that overflow in
-                float16: Gemma, T5) and float32 on a CPU
-                (:func:`~hf_ralm.placement.resolve_dtype`; not transformers' "the checkpoint's own"); a
-                ``torch.dtype`` is used as it is.
+                base model's loading. ``dtype`` (or ``torch_dtype``): ``"auto"`` is transformers' (the checkpoint's
+                own precision); not given, ``"device-default"``, hf-ralm's choice for the device: bfloat16 on a GPU
+                that has it, float16 on another GPU (float32 for the families that overflow in float16: Gemma, T5)
+                and float32 elsewhere (:func:`~hf_ralm.placement.resolve_dtype`; the command line's
+                ``--dtype auto``); a name or a ``torch.dtype`` is used as it is. For a saved RALM, ``revision``
+                names one of its repository, and the base model loads at its own default.
+
+        ``AutoModelForCausalLM.from_pretrained(saved_ralm)`` lands here (after ``import hf_ralm``), with the same
+        keyword arguments.
         """
+        kwargs, given_config = _from_auto_class(kwargs)
+        _check_loading_extras(kwargs)
         overrides = {k: kwargs.pop(k) for k in list(kwargs) if k in RALM_FIELDS}
         if isinstance(forbidden_titles, (str, os.PathLike)):  # read first: a bad file fails before anything loads
             forbidden_titles = read_forbidden_titles(str(forbidden_titles))
@@ -240,6 +294,8 @@ class RetrievalAugmentedModel(PreTrainedModel):
             base_name = saved.base_model_name_or_path if saved else path
             if saved and not base_name:
                 raise ValueError(f"{path} holds a RALM config without base_model_name_or_path.")
+            if saved:  # a revision names one of the RALM's repository, not of its base model's
+                kwargs = {k: v for k, v in kwargs.items() if k != "revision"}
             kwargs, device = _placement(kwargs, device, base_name)
             if load_weights:
                 base = _load_base_model(base_name, model_args, kwargs)
@@ -252,7 +308,7 @@ class RetrievalAugmentedModel(PreTrainedModel):
             tokenizer_kwargs = {k: kwargs[k] for k in ("gguf_file", "revision", "cache_dir", "token") if k in kwargs}
             tokenizer = AutoTokenizer.from_pretrained(base_name, **tokenizer_kwargs)
 
-        fields = saved.to_dict() if saved else {}
+        fields = (given_config or saved).to_dict() if (given_config or saved) else {}
         fields = {k: v for k, v in fields.items() if k in RALM_FIELDS}
         fields.update(overrides, base_model_name_or_path=base_name)
         config = RalmConfig(**fields)
@@ -267,12 +323,15 @@ class RetrievalAugmentedModel(PreTrainedModel):
         return cls(config, base, loaded, tokenizer)
 
     def save_pretrained(self, save_directory: str | os.PathLike, save_index: bool = False,
-                        comparison: Comparison | None = None, repo_id: str | None = None, **kwargs) -> None:
+                        comparison: Comparison | None = None, repo_id: str | None = None, *,
+                        dataset: str | None = None, tags: Sequence[str] = (), **kwargs) -> None:
         """Write the RALM config (``config.json``), the retriever's ``retriever_config.json`` (see
-        :meth:`Retriever.save_pretrained`) and a model card (``README.md``: base model, retriever and corpus,
-        settings, and ``comparison``'s figures when given); the base model stays where it is. With ``save_index`` the
-        retriever's index is copied into ``save_directory/index``, so the folder works on its own once moved or
-        uploaded to the Hub (:meth:`push_to_hub`). A retriever that is no :class:`Retriever` is not saved."""
+        :meth:`Retriever.save_pretrained`) and a model card (``README.md``, :func:`~hf_ralm.model_card.ralm_model_card`:
+        base model, retriever and corpus, settings, and ``comparison``'s figures when given, also as the card's
+        ``model-index`` results on ``dataset``; ``tags`` join the card's own); the base model stays where it is. With
+        ``save_index`` the retriever's index is copied into ``save_directory/index``, so the folder works on its own
+        once moved or uploaded to the Hub (:meth:`push_to_hub`). A retriever that is no :class:`Retriever` is not
+        saved."""
         os.makedirs(save_directory, exist_ok=True)
         self.config.save_pretrained(save_directory, **kwargs)
         retriever_file = os.path.join(save_directory, RETRIEVER_CONFIG_FILE)
@@ -281,31 +340,40 @@ class RetrievalAugmentedModel(PreTrainedModel):
         elif os.path.exists(retriever_file):  # left by an earlier save here: it does not describe this model
             os.remove(retriever_file)
         card = ralm_model_card(self.config, self.retriever, repo_id=repo_id, index_included=save_index,
-                               comparison=comparison)
-        write_text_atomic(os.path.join(save_directory, "README.md"), card, suffix=".md")
+                               comparison=comparison, dataset=dataset, tags=tags)
+        write_text_atomic(os.path.join(save_directory, "README.md"), str(card), suffix=".md")
 
-    def push_to_hub(self, repo_id: str, push_index: bool = False, *, comparison: Comparison | None = None,
-                    commit_message: str | None = None, private: bool | None = None, token: str | None = None,
-                    revision: str | None = None) -> str:
+    def push_to_hub(self, repo_id: str, *, push_index: bool = False, comparison: Comparison | None = None,
+                    dataset: str | None = None, commit_message: str | None = None,
+                    commit_description: str | None = None, private: bool | None = None,
+                    token: str | bool | None = None, revision: str | None = None, create_pr: bool = False,
+                    tags: Sequence[str] | None = None) -> str:
         """Upload what :meth:`save_pretrained` writes (config, retriever config, model card; with ``push_index`` the
         index under ``index/``) to the Hub repository ``repo_id`` (created when missing), so that
         ``RetrievalAugmentedModel.from_pretrained(repo_id)`` downloads and rebuilds the RALM. The base model is
-        referred to, not uploaded. Returns the commit's URL.
+        referred to, not uploaded. Keyword arguments after ``repo_id``, as transformers' ``push_to_hub``: ``private``
+        for a new repository, ``token``, ``revision`` (the branch), ``create_pr`` (a pull request instead of a
+        commit), ``commit_message``/``commit_description``, ``tags`` (added to the card's); ``comparison`` and
+        ``dataset`` put measured figures on the card (its ``model-index``). Returns the commit's URL (the pull
+        request's with ``create_pr``).
 
         Example::
 
-            model.push_to_hub("me/smollm2-ralm-wiki", push_index=True)
+            model.push_to_hub("me/smollm2-ralm-wiki", push_index=True, comparison=comparison, dataset="wikitext")
         """
         from huggingface_hub import HfApi
 
         api = HfApi(token=token)
         api.create_repo(repo_id, private=private, exist_ok=True)
         with tempfile.TemporaryDirectory() as folder:
-            self.save_pretrained(folder, save_index=push_index, comparison=comparison, repo_id=repo_id)
-            info = api.upload_folder(repo_id=repo_id, folder_path=folder, revision=revision,
+            self.save_pretrained(folder, save_index=push_index, comparison=comparison, repo_id=repo_id,
+                                 dataset=dataset, tags=tags or ())
+            info = api.upload_folder(repo_id=repo_id, folder_path=folder, revision=revision, create_pr=create_pr,
                                      commit_message=commit_message or f"Upload In-Context RALM over "
-                                                                      f"{self.config.base_model_name_or_path}")
-        return str(getattr(info, "commit_url", info))
+                                                                      f"{self.config.base_model_name_or_path}",
+                                     commit_description=commit_description)
+        url = getattr(info, "pr_url", None) if create_pr else None
+        return str(url or getattr(info, "commit_url", info))
 
     @property
     def reranker(self):
@@ -348,9 +416,39 @@ class RetrievalAugmentedModel(PreTrainedModel):
     def generate(self, inputs=None, **kwargs):
         """Generate with In-Context RALM, re-retrieving every ``retrieval_stride`` new tokens (and reranking the
         candidates as ``config.rerank`` says, with :attr:`reranker` when the reader does not rank); takes what
-        ``transformers``' ``generate`` takes (and text prompts). See :func:`hf_ralm.generation.ralm_generate`."""
-        return ralm_generate(self.language_model, self.tokenizer, self.retriever, self.config, inputs,
-                             reranker=self.reranker, **kwargs)
+        ``transformers``' ``generate`` takes (and text prompts). See :func:`hf_ralm.generation.ralm_generate`.
+        Inside :meth:`collect_sources`, every generated row's sources are recorded there too."""
+        # transformers' generate spells stop strings with tokenizer= (a pipeline passes its own): here the RALM's,
+        # which is the reader's, spells them, as it decodes the queries
+        kwargs.pop("tokenizer", None)
+        rows: list[list[dict]] | None = [] if self._source_sinks else None
+        output = ralm_generate(self.language_model, self.tokenizer, self.retriever, self.config, inputs,
+                               reranker=self.reranker, sources_out=rows, **kwargs)
+        for sink in self._source_sinks:
+            sink.extend(rows)
+        return output
+
+    @contextmanager
+    def collect_sources(self) -> Iterator[list[list[dict]]]:
+        """Record the sources of every generation run inside the block (by :meth:`generate`, a ``pipeline``, ...):
+        the yielded list gets one entry per generated row, in the order they were generated, each the row's list of
+        passages in context (:attr:`~hf_ralm.generation.RalmGenerateOutput.sources`: ``start``/``end`` generated
+        tokens, ``id``, ``title``, ``text``, ``score``). A ``pipeline`` keeps only the tensors of ``generate``'s
+        output, so this is how its text's passages come out: one entry per prompt (``num_return_sequences`` entries
+        per prompt when sampling several).
+
+        Example::
+
+            with ralm.collect_sources() as sources:
+                outputs = generator(["The Eiffel tower is", "Rome was"], max_new_tokens=16)
+            [[source["title"] for source in row] for row in sources]   # per prompt, the passage of each stride
+        """
+        sink: list[list[dict]] = []
+        self._source_sinks.append(sink)
+        try:
+            yield sink
+        finally:
+            self._source_sinks.pop()  # blocks nest, so the last one opened closes first
 
     def generate_texts(self, prompts: Sequence[str], **kwargs) -> list:
         """Generate from text prompts (one batch) and get, per prompt, the generated text and the passages that
@@ -410,3 +508,11 @@ class RetrievalAugmentedModel(PreTrainedModel):
         loss = token_nlls[scored].mean().float() if scored.any() else torch.tensor(float("nan"))
         return RalmCausalLMOutput(loss=loss, token_nlls=token_nlls.float(), token_windows=torch.stack(windows_of),
                                   passages=rows)
+
+
+# After ``import hf_ralm``, ``AutoModelForCausalLM.from_pretrained(saved_ralm)`` returns this class (AutoConfig reads
+# the config: configuration_ralm.py), and ``pipeline`` counts it among the causal LMs. Registered here rather than
+# through an ``auto_map`` in the saved config.json: an auto_map names code inside the repository, which transformers
+# runs only with ``trust_remote_code=True`` (a prompt, or a refusal), and every saved folder would carry a copy of it;
+# the registration needs only the installed package, which a RALM needs anyway (its retrieval and decoding live there).
+AutoModelForCausalLM.register(RalmConfig, RetrievalAugmentedModel)

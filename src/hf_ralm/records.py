@@ -110,29 +110,29 @@ _UNREADABLE = (EOFError, OSError, zlib.error, ValueError)
 are no gzip (``OSError``), no JSON (``ValueError``), and the checks' own ``ValueError``."""
 
 
-def _check_can_be_folder(folder: Path) -> None:
+def _check_can_be_folder(folder: Path, name: str) -> None:
     """Refuse (an :class:`~hf_ralm.errors.OutputFolderError`) a folder path that is a file, or lies under one: what
     ``mkdir`` would report as ``[Errno 20] Not a directory``."""
     for path in (folder, *folder.parents):
         if path.exists():
             if not path.is_dir():
-                raise OutputFolderError(f"{path} is a file, where {setting('output_dir')} needs a folder: give the "
+                raise OutputFolderError(f"{path} is a file, where {setting(name)} needs a folder: give the "
                                         "path of a new or empty folder, where the run keeps its records and results.")
             return
 
 
-def check_output_folder(folder: str | os.PathLike, own: Sequence[str], what: str) -> None:
-    """Refuse (an :class:`~hf_ralm.errors.OutputFolderError` naming the folder and a few of its entries) a folder
-    that holds anything but ``own`` (glob patterns of what hf-ralm writes there, for ``what``) and hf-ralm's temporary
-    files: hf-ralm writes only into a missing or empty folder, or one of its own, so it never writes over, mixes with
-    or deletes what it did not write.
+def check_output_folder(folder: str | os.PathLike, own: Sequence[str], what: str, name: str = "output_dir") -> None:
+    """Refuse (an :class:`~hf_ralm.errors.OutputFolderError` naming the folder, a few of its entries and the setting
+    ``name`` that gave it) a folder that holds anything but ``own`` (glob patterns of what hf-ralm writes there, for
+    ``what``) and hf-ralm's temporary files: hf-ralm writes only into a missing or empty folder, or one of its own, so
+    it never writes over, mixes with or deletes what it did not write.
 
     Example:
         >>> import tempfile
         >>> check_output_folder(tempfile.mkdtemp(), ("eval.json", "windows"), "evaluation results")  # empty: fine
     """
     folder = Path(folder)
-    _check_can_be_folder(folder)
+    _check_can_be_folder(folder, name)
     if not folder.is_dir():
         return
     others = sorted(name for name in os.listdir(folder)
@@ -141,7 +141,7 @@ def check_output_folder(folder: str | os.PathLike, own: Sequence[str], what: str
         shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
         raise OutputFolderError(
             f"{folder} holds files hf-ralm did not write ({shown}), where it would keep its {what}: give a new or "
-            f"empty {setting('output_dir')}, or one that holds only hf-ralm's own {what} (it never writes over or "
+            f"empty {setting(name)}, or one that holds only hf-ralm's own {what} (it never writes over or "
             "deletes files of others).")
 
 
@@ -799,6 +799,16 @@ def digest(value: Any) -> str:
     """
     data = value if isinstance(value, bytes) else json.dumps(value, sort_keys=True).encode("utf-8")
     return hashlib.sha256(data).hexdigest()[:16]
+
+
+def ids_fingerprint(ids: Sequence[int]) -> str:
+    """A short identity of a text's token ids (their count and digest), to record in settings instead of the text.
+
+    Example:
+        >>> ids_fingerprint([1, 2, 3])
+        '3 tokens, a36b1f2c3f84522d'
+    """
+    return f"{len(ids)} tokens, {digest(list(ids))}"
 
 
 def titles_fingerprint(titles: Iterable[str]) -> str:

@@ -36,8 +36,9 @@ from typing import Any, Sequence
 from .configuration_ralm import RALM_FIELDS, RalmConfig
 from .modeling_utils import model_identity
 from .passages import Passage
-from .records import RecordStore, digest
+from .records import RecordStore, ids_fingerprint
 from .retrieval.base import retriever_identity
+from .retrieval.dataset import retrieval_source_digest
 from .windows import Window
 
 RECORDS_DIR = "windows"
@@ -52,8 +53,8 @@ def run_settings(*, model, tokenizer, ids: Sequence[int], retriever, config: Ral
     """Everything an evaluation's per-window records depend on, as :class:`WindowRecordWriter` compares it: the
     model (:func:`~hf_ralm.modeling_utils.model_identity`), the tokenizer, the data (its token ids' count and digest),
     the retriever (:func:`~hf_ralm.retrieval.base.retriever_identity`: its corpus by fingerprint, not its folder) or
-    retrieval file (its contents' digest), the RALM settings, the window length and the batching (the batch size
-    changes fp32 results in their last digits).
+    retrieval file or dataset (its contents' digest), the RALM settings, the window length and the batching (the
+    batch size changes fp32 results in their last digits).
 
     Example::
 
@@ -64,9 +65,9 @@ def run_settings(*, model, tokenizer, ids: Sequence[int], retriever, config: Ral
     return {
         **model_identity(model),
         "tokenizer": getattr(tokenizer, "name_or_path", None),
-        "data": f"{len(ids)} tokens, {digest(list(ids))}",
+        "data": ids_fingerprint(ids),
         "retriever": None if retriever is None else retriever_identity(retriever),
-        "retrieval_file": None if retrieval_file is None else digest(Path(retrieval_file).read_bytes()),
+        "retrieval_file": None if retrieval_file is None else retrieval_source_digest(retrieval_file),
         **{name: getattr(config, name) for name in sorted(RALM_FIELDS)},
         "window_length": max_length,
         "batch_size": batch_size,

@@ -103,7 +103,6 @@ def window_inputs(
     return [ScoredInput(ids, w.begin, w.end, tuple(prefixes[w.index]), w.score_begin) for w in windows]
 
 
-@torch.inference_mode()
 def score_inputs(
     model,
     inputs: Sequence[ScoredInput],
@@ -120,6 +119,41 @@ def score_inputs(
     whose prefix no other input shares (and the store does not hold) runs whole, batched with the other such inputs
     of its shape.
     """
+    nlls: list[torch.Tensor | None] = [None] * len(inputs)
+    for members, batch_nll, _, _ in _scored_batches(model, inputs, batch_size, reuse_prefix_kv, passage_cache):
+        for i, row in zip(members, batch_nll):
+            nlls[i] = row
+        if progress is not None:
+            progress.update(len(members))
+    return nlls
+
+
+def score_continuations(model, inputs: Sequence[ScoredInput], batch_size: int = 8, reuse_prefix_kv: bool = True,
+                        passage_cache: PassageKVCache | None = None) -> list[tuple[float, bool]]:
+    """Per input, the summed log-probability of its scored tokens and whether each of them is the model's most
+    likely next token there (greedy decoding would produce them): lm-evaluation-harness's ``(logprob, is_greedy)``.
+    Batched and computed as :func:`score_inputs` computes the NLLs (the same batches, passages' keys/values reused).
+
+    Example::
+
+        score_continuations(model, [ScoredInput(ids, 0, len(ids), (), len(context_ids))])   # [(-7.9, False)]
+    """
+    scores: list[tuple[float, bool] | None] = [None] * len(inputs)
+    for members, batch_nll, logits, targets in _scored_batches(model, inputs, batch_size, reuse_prefix_kv,
+                                                               passage_cache):
+        greedy = (logits.argmax(-1) == targets).all(-1).tolist()
+        for i, row, is_greedy in zip(members, batch_nll, greedy):
+            scores[i] = (-float(row.sum()), bool(is_greedy))
+    return scores
+
+
+@torch.inference_mode()
+def _scored_batches(model, inputs: Sequence[ScoredInput], batch_size: int, reuse_prefix_kv: bool,
+                    passage_cache: PassageKVCache | None) -> Iterator[tuple[list[int], torch.Tensor, torch.Tensor,
+                                                                            torch.Tensor]]:
+    """The batches :func:`score_inputs` runs: per batch, the indices of its inputs, the NLLs of their scored tokens
+    (float64, on the CPU, checked finite: :func:`check_finite`), the logits that predict those tokens (``batch ×
+    num_scored × vocabulary``) and the tokens."""
     if passage_cache is not None and not reuse_prefix_kv:
         raise ValueError("passage_cache holds passages' keys/values for reuse: it needs reuse_prefix_kv=True.")
     if reuse_prefix_kv:
@@ -134,10 +168,10 @@ def score_inputs(
     for key in [key for key, members in groups.items()
                 if key[0] is not None and len(members) == 1 and key[0] not in passage_cache]:
         groups[(None, *key[1:])] += groups.pop(key)
-    nlls: list[torch.Tensor | None] = [None] * len(inputs)
     for (shared_prefix, _, num_scored), members in groups.items():
         for start in range(0, len(members), batch_size):
-            batch = [inputs[i] for i in members[start : start + batch_size]]
+            batch_members = members[start : start + batch_size]
+            batch = [inputs[i] for i in batch_members]
             targets = torch.tensor([list(x.ids[x.first_scored : x.end]) for x in batch], device=device)
             if shared_prefix is None:
                 tokens = torch.tensor([x.tokens() for x in batch], device=device)
@@ -148,13 +182,10 @@ def score_inputs(
                 skip = len(shared_prefix)
                 suffix = torch.tensor([list(x.ids[x.begin + skip : x.end]) for x in batch], device=device)
                 logits = last_logits(model, suffix, num_scored + 1, cache=cache)
-            batch_nll = token_nlls(logits[:, :-1], targets).double().cpu()
+            logits = logits[:, :-1]
+            batch_nll = token_nlls(logits, targets).double().cpu()
             check_finite(batch_nll, batch, model)
-            for i, row in zip(members[start : start + batch_size], batch_nll):
-                nlls[i] = row
-            if progress is not None:
-                progress.update(len(batch))
-    return nlls
+            yield batch_members, batch_nll, logits, targets
 
 
 def score_windows(

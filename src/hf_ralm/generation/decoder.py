@@ -164,13 +164,17 @@ class RalmDecoder:
         contexts[key] = context
         return context
 
-    def start_stride(self, rows: Sequence[Row], stride_tokens: int, generated: int) -> None:
+    def start_stride(self, rows: Sequence[Row], stride_tokens: int, generated: int,
+                     queries: Sequence[str] | None = None) -> None:
         """Retrieve for every row (one batched call), choose its passages (gates, reranking), and set up the contexts
-        of a stride of ``stride_tokens`` tokens that starts after ``generated`` generated tokens."""
+        of a stride of ``stride_tokens`` tokens that starts after ``generated`` generated tokens. ``queries``: what
+        each row retrieves with instead of its decoded last ``query_length`` tokens (e.g. a question)."""
         if not rows:
             return
-        query_length = self.config.query_length_for(self.retriever)
-        queries = [self.tokenizer.decode(row.ids[-query_length:]) for row in rows]
+        if queries is None:
+            query_length = self.config.query_length_for(self.retriever)
+            queries = [self.tokenizer.decode(row.ids[-query_length:]) for row in rows]
+        queries = list(queries)
         found = self._retrieve(queries)
         choices = self._choose(rows, queries, found, stride_tokens, generated)
         mixing = self.ensemble_size > 1

@@ -63,7 +63,7 @@ _SUPPORTED_MODES = (GenerationMode.GREEDY_SEARCH, GenerationMode.SAMPLE)
 
 def _decode(model, input_ids, logits_processor: LogitsProcessorList, stopping_criteria: StoppingCriteriaList,
             generation_config: GenerationConfig, decoder: RalmDecoder, streamer, show_progress: bool,
-            model_kwargs: dict):
+            sources_out: list | None, model_kwargs: dict):
     """The decoding loop run inside ``generate``: ``transformers``' sampling loop, with the next-token logits of
     every row computed on its own ``[passage; x[a_j:]]``."""
     mode = generation_config.get_generation_mode()
@@ -134,6 +134,8 @@ def _decode(model, input_ids, logits_processor: LogitsProcessorList, stopping_cr
         bar.close()
     if streamer is not None:
         streamer.end()
+    if sources_out is not None:
+        sources_out.extend(row.sources for row in rows)
     if not return_dict:
         return input_ids
     return RalmGenerateOutput(sequences=input_ids, scores=scores, logits=raw_logits,
@@ -170,6 +172,7 @@ def ralm_generate(
     rerank_batch_size: int = 8,
     keep_plain_context: bool = True,
     show_progress: bool = False,
+    sources_out: list | None = None,
     **kwargs,
 ):
     """``model.generate(...)`` with In-Context RALM (see the module's docstring for the exact semantics).
@@ -193,6 +196,9 @@ def ralm_generate(
             rebuilds it (what benchmarks/bench_generate.py compares).
         use_cache: ``False`` runs the whole ``[passage; x[a_j:]]`` at every step (the slow reference).
         show_progress: a progress bar over the new tokens (what ``hf-ralm generate`` shows).
+        sources_out: a list that receives every row's ``sources`` (in row order) whatever
+            ``return_dict_in_generate`` says: how :meth:`RetrievalAugmentedModel.collect_sources
+            <hf_ralm.RetrievalAugmentedModel.collect_sources>` records them under a ``pipeline``, which asks for ids.
     """
     if "custom_generate" in kwargs:
         raise ValueError("RALM generation runs its own decoding loop: custom_generate cannot be combined with it.")
@@ -216,9 +222,8 @@ def ralm_generate(
         stop_strings = generation_config.stop_strings
         generation_config = GenerationConfig.from_dict({**generation_config.to_dict(), "stop_strings": None})
     if stop_strings is not None:
-        stop_tokenizer = kwargs.pop("tokenizer", None) or tokenizer
         stopping_criteria = StoppingCriteriaList(list(stopping_criteria or []))
-        stopping_criteria.append(StopStringCriteria(tokenizer=stop_tokenizer, stop_strings=stop_strings))
+        stopping_criteria.append(StopStringCriteria(tokenizer=tokenizer, stop_strings=stop_strings))
 
     decoder = RalmDecoder(model, tokenizer, retriever, config, passage_cache, max_cache_bytes=max_cache_bytes,
                           reranker=reranker, rerank_batch_size=rerank_batch_size,
@@ -226,7 +231,7 @@ def ralm_generate(
 
     def decode(model, input_ids, logits_processor, stopping_criteria, generation_config, **model_kwargs):
         return _decode(model, input_ids, logits_processor, stopping_criteria, generation_config, decoder, streamer,
-                       show_progress, model_kwargs)
+                       show_progress, sources_out, model_kwargs)
 
     return model.generate(inputs, generation_config=generation_config, logits_processor=logits_processor,
                           stopping_criteria=stopping_criteria, streamer=streamer, custom_generate=decode, **kwargs)

@@ -2,10 +2,31 @@
 
 from __future__ import annotations
 
+import math
+import warnings
 from typing import Sequence
 
 from ..configuration_ralm import RalmConfig
 from ..data import join_rows
+from ..errors import RalmWarning, setting
+from ..plan import tokenize_text
+
+JOINED_KEYS = ("nll_sum", "num_tokens", "num_scored", "num_words", "token_ppl", "word_ppl")
+"""The figures of the predictions joined into one text, as ``hf-ralm eval-lm`` reports them."""
+
+
+def prediction_perplexity(model, text: str, **kwargs) -> tuple[float, int | None]:
+    """One prediction's perplexity on its own, as ``evaluate``'s ``perplexity`` defines it: ``exp`` of the mean NLL
+    of its scored tokens (every token after its first), with In-Context RALM's retrieval inside the text; and its
+    windows with a passage in context. ``(nan, None)`` for a prediction with nothing to score (fewer than two
+    tokens, or only whitespace). ``kwargs`` go to :meth:`~hf_ralm.RetrievalAugmentedModel.evaluate_perplexity`
+    (``max_eval_tokens`` cuts the prediction first)."""
+    max_eval_tokens = kwargs.pop("max_eval_tokens", None)
+    ids = tokenize_text(model.tokenizer, text, max_eval_tokens) if text.strip() else []
+    if len(ids) < 2:
+        return float("nan"), None
+    figures = model.evaluate_perplexity(ids, **kwargs).figures
+    return math.exp(figures["nll_sum"] / figures["num_scored"]), figures["num_windows_with_passage"]
 
 
 def compute_ralm_perplexity(
@@ -25,8 +46,11 @@ def compute_ralm_perplexity(
     bos_every_window: bool = RalmConfig.bos_every_window,
     device: str | None = None,
 ) -> dict:
-    """The figures of In-Context RALM perplexity for ``predictions`` joined into one text. The settings are
-    :class:`RalmConfig`'s (``stride`` is ``retrieval_stride``; ``query_length=None``: the retriever's default)."""
+    """The figures of In-Context RALM perplexity: for ``predictions`` joined into one text (:data:`JOINED_KEYS`,
+    the paper's), and for each prediction on its own (``perplexities``, :func:`prediction_perplexity`) with their
+    mean over the predictions that have one (``mean_perplexity``; NaN when none has), as ``evaluate``'s
+    ``perplexity`` gives them. The settings are :class:`RalmConfig`'s (``stride`` is ``retrieval_stride``;
+    ``query_length=None``: the retriever's default); ``device=None``: the accelerator when there is one."""
     import torch
 
     from ..modeling_ralm import RetrievalAugmentedModel
@@ -34,10 +58,19 @@ def compute_ralm_perplexity(
     model = RetrievalAugmentedModel.from_pretrained(
         model_id, retriever=retriever, index_dir=index_dir, corpus=corpus, forbidden_titles=forbidden_titles,
         retrieval_stride=stride, query_length=query_length, max_length=max_length, max_doc_tokens=max_doc_tokens,
-        bos_every_window=bos_every_window, dtype=getattr(torch, dtype),
+        bos_every_window=bos_every_window, dtype=getattr(torch, dtype), device=device,
     )
-    model.language_model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    result = model.evaluate_perplexity(join_rows(predictions), max_eval_tokens=max_eval_tokens,
-                                       batch_size=batch_size, show_progress=False)
-    keys = ("nll_sum", "num_tokens", "num_scored", "num_words", "token_ppl", "word_ppl")
-    return {k: result.figures[k] for k in keys}
+    settings = {"max_eval_tokens": max_eval_tokens, "batch_size": batch_size, "show_progress": False}
+    result = model.evaluate_perplexity(join_rows(predictions), **settings)
+    with warnings.catch_warnings():  # a short prediction's "no retrieval happened": said once for all, below
+        warnings.simplefilter("ignore", RalmWarning)
+        scored = [prediction_perplexity(model, text, **settings) for text in predictions]
+    without = sum(1 for _, with_passage in scored if with_passage == 0)
+    if retriever != "none" and without:
+        warnings.warn(RalmWarning(f"{without} of {len(predictions)} predictions had no passage in context (a text's "
+                                  f"first window, {setting('max_length')} tokens, retrieves nothing): their "
+                                  "perplexities are the plain model's."), stacklevel=2)
+    perplexities = [perplexity for perplexity, _ in scored]
+    finite = [p for p in perplexities if not math.isnan(p)]
+    return {**{k: result.figures[k] for k in JOINED_KEYS}, "perplexities": perplexities,
+            "mean_perplexity": sum(finite) / len(finite) if finite else float("nan")}

@@ -4,7 +4,7 @@ The predictive reranker (§6.2): :func:`collect_rerank_data` collects its traini
 compact records (:class:`RerankDataWriter`; :func:`load_rerank_data` gives back their texts,
 :func:`rerank_data_summary` counts them), :func:`train_reranker` trains it with the loss of Eq. 9, and
 :class:`PredictiveReranker` uses it. Training and using it need the ``rerank`` extra
-(``pip install 'hf-ralm[rerank]'``); sentence-transformers is imported only then.
+(``pip install "hf-ralm[rerank]"``); sentence-transformers is imported only then.
 
 Example::
 

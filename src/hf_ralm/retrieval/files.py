@@ -120,7 +120,8 @@ def read_retrieval_items(path: str) -> list[dict]:
     """
     if not os.path.isfile(path):
         raise FileNotFoundError(f"Retrieval file not found: {path!r}. Write one with hf-ralm retrieve "
-                                f"--save-retrieval-file {path} (or eval-lm --save-retrieval-file).")
+                                f"--save-retrieval-file {path} (or eval-lm --save-retrieval-file); a retrieval "
+                                "dataset is named by its folder, or hf:REPO_ID on the Hub.")
     with utf8_errors(path, RetrievalFileError, "retrieval file"), open(path, encoding="utf-8") as f:
         try:
             items = json.load(f)
@@ -198,7 +199,13 @@ def load_retrieval_file(path: str, windows: Sequence[Window], futures: Sequence[
     """Passages (and a reranked file's choices) per window from a retrieval file, checked against the windows being
     evaluated and, with ``futures`` (each window's decoded tokens: :func:`~hf_ralm.plan.window_futures`), against
     the text (:func:`check_window_texts`)."""
-    records = read_retrieval_items(path)
+    return retrievals_from_items(path, read_retrieval_items(path), windows, futures)
+
+
+def retrievals_from_items(path: str, records: Sequence[dict], windows: Sequence[Window],
+                          futures: Sequence[str] | None = None) -> Retrievals:
+    """What :func:`load_retrieval_file` gives for the items of a retrieval file (or of a retrieval dataset's rows in
+    the same layout: :mod:`hf_ralm.retrieval.dataset`), named ``path`` in messages."""
     check_window_locations(path, records, windows)
     if futures is not None:
         check_window_texts(path, records, futures)

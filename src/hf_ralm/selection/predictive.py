@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import torch
 from ..errors import SettingError, setting
+from ..utils.extras import require
 
 if TYPE_CHECKING:  # sentence-transformers (the ``rerank`` extra) is imported only when a reranker is built
     from sentence_transformers import CrossEncoder
@@ -125,10 +126,4 @@ def argmax_first(values: Sequence[float]) -> int:
 
 
 def _cross_encoder_class() -> type[CrossEncoder]:
-    try:
-        from sentence_transformers import CrossEncoder
-    except ImportError as error:
-        raise ImportError(
-            "The predictive reranker needs sentence-transformers 6: pip install 'hf-ralm[rerank]'."
-        ) from error
-    return CrossEncoder
+    return require("sentence_transformers", "rerank", "The predictive reranker").CrossEncoder

@@ -28,6 +28,8 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Iterator
 
+# the logger transformers' logging.get_logger(__name__) gives, taken from the standard library: this module imports
+# nothing else, so that a process holding a lock starts at once (tests/test_locks.py loads it from its file)
 logger = logging.getLogger(__name__)
 
 LOCK_TIMEOUT_SECONDS = 6 * 3600.0

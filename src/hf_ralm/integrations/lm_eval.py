@@ -1,0 +1,531 @@
+"""lm-evaluation-harness's ``ralm`` model: In-Context RALM inside lm-eval's likelihood and generation requests.
+
+``import hf_ralm`` registers the name ``ralm`` with lm-eval when lm-eval is installed (``pip install
+"hf-ralm[lm-eval]"``; lm-eval 0.4.13 discovers no plugins, so the import does it, lazily: this module is loaded only
+when lm-eval asks for ``ralm``). Then::
+
+    import hf_ralm, lm_eval
+    lm_eval.simple_evaluate(model="ralm", tasks=["wikitext"], model_args="pretrained=HuggingFaceTB/SmolLM2-135M,"
+                            "retriever=bm25,corpus=wiki.jsonl.gz,index_dir=wiki-bm25,max_length=256,"
+                            "max_doc_tokens=200,retrieval_stride=4,query_length=32,dtype=float32,device=cpu")
+    lm_eval.simple_evaluate(model=RalmLM(ralm_model), tasks=[...])    # an already built RetrievalAugmentedModel
+
+and on the command line ``hf-ralm lm-eval --model_args ... --tasks ...`` (lm-eval's own flags, :func:`cli_main`).
+
+What each of lm-eval's requests is under In-Context RALM:
+
+* ``loglikelihood_rolling`` (perplexity tasks such as ``wikitext``) is the paper's evaluation itself, computed by
+  :meth:`~hf_ralm.RetrievalAugmentedModel.evaluate_perplexity` on the document's tokens (no special tokens, as
+  ``hf-ralm eval-lm`` tokenizes): windows every ``retrieval_stride`` tokens, each retrieving with its last
+  ``query_length`` tokens, the passage written over the window's oldest tokens. lm-eval also asks for the document's
+  first token, given its prefix token (BOS, else EOS), which eval-lm does not score: it is scored apart, given that
+  token alone (window 0 retrieves nothing in the paper, and neither does it). So a document's log-likelihood is
+  ``-(eval-lm's nll_sum on the document) + log p(first token | prefix token)``. With ``prefix_token_in_window=True``
+  the prefix token is instead token 0 of the windowed ids, so that the whole first window sees it, as lm-eval's
+  ``hf`` model scores (the windows are then ``hf``'s with ``retrieval_stride`` = its ``max_length`` and
+  ``max_length`` one more).
+* ``loglikelihood(context, continuation)`` (multiple choice, lambada): the context retrieves once (its decoded last
+  ``query_length`` tokens; ``retrieval_query="context"``: the whole context; ``"doc:FIELD"``: a field of the task's
+  document, e.g. ``doc:question``), its passages are chosen as generation chooses them at its first stride (gates,
+  reranking, ``num_passages``: one policy, :class:`~hf_ralm.selection.policy.PassagePolicy`), and the continuation is
+  scored on ``[passages; context]``, the oldest context tokens dropped so that the whole fits in ``max_length``
+  (:func:`~hf_ralm.generation.contexts.stride_start`). Every continuation of a context gets the same passages; a
+  context's retrieval and choice run once however many continuations it has.
+* ``generate_until`` (nq_open, triviaqa): :meth:`~hf_ralm.RetrievalAugmentedModel.generate_texts`, retrieving every
+  ``retrieval_stride`` new tokens, stopped by lm-eval's own stop criteria (``until``, EOS) and ``max_gen_toks``.
+
+Requests run batched (``batch_size``: windows, continuations or prompts per forward; ``auto`` halves on
+out-of-memory), and the results' ``config`` block carries the RALM's settings, the retriever and its index's
+fingerprint, and how many windows, contexts and generations had a passage (:meth:`RalmLM.get_model_info`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import warnings
+from collections import Counter
+from dataclasses import asdict, dataclass
+from typing import Any, Sequence
+
+from transformers import AutoTokenizer, PreTrainedModel
+
+from ..utils.extras import require
+
+try:
+    from lm_eval.api.model import TemplateLM
+    from lm_eval.api.registry import register_model
+    from lm_eval.models.utils import (Collator, handle_stop_sequences, normalize_gen_kwargs,
+                                      postprocess_generated_text)
+    from lm_eval.models.utils_hf import stop_sequences_criteria
+    from lm_eval.utils import simple_parse_args_string
+except ImportError:
+    require("lm_eval", "lm-eval", "The ralm model of lm-evaluation-harness")  # one line naming the extra
+    raise
+
+from ..batching import AUTO, BatchSize, parse_batch_size
+from ..configuration_ralm import RALM_FIELDS
+from ..errors import RalmWarning, SettingError, setting
+from ..generation.contexts import Row, stride_start
+from ..generation.decoder import RalmDecoder
+from ..modeling_ralm import RetrievalAugmentedModel
+from ..model_inputs import window_length
+from ..modeling_utils import left_pad, model_device, model_identity
+from ..passage_cache import PassageKVCache
+from ..placement import default_device
+from ..retrieval.base import retriever_identity
+from ..scoring import ScoredInput, score_continuations
+from ..utils.progress import tqdm
+
+__all__ = ["RalmLM", "RalmRequestStats", "cli_main"]
+
+MODEL_NAME = "ralm"
+"""The name lm-eval knows the model by (``--model ralm``)."""
+
+QUERY_SOURCES = ("tokens", "context", "doc:FIELD")
+"""What a ``loglikelihood`` request retrieves with (``retrieval_query``): its context's decoded last ``query_length``
+tokens (the paper's query), the whole context, or a field of the task's document."""
+
+LOADING_ARGS = ("revision", "attn_implementation", "gguf_file", "device_map", "trust_remote_code")
+"""Arguments of the base model's loading that ``model_args`` may give (passed to ``from_pretrained``)."""
+
+CONTEXTS_PER_CHUNK = 256
+"""Distinct contexts whose retrievals, choices and continuations run together (bounds the inputs held at once)."""
+
+LM_EVAL_SUBCOMMANDS = ("run", "ls", "validate")
+
+DEFAULT_BATCH_SIZE = 8
+"""hf-ralm's batch size (windows, continuations or prompts per forward), as ``eval-lm``'s."""
+
+
+@dataclass
+class RalmRequestStats:
+    """What retrieval did over an evaluation's requests, reported in the results' ``config`` block: per request type,
+    how many units there were and how many had a passage in context (rolling: windows after the first of each
+    document; loglikelihood: distinct contexts; generation: strides of the generated text)."""
+
+    rolling_documents: int = 0
+    rolling_windows: int = 0
+    rolling_windows_with_passage: int = 0
+    loglikelihood_requests: int = 0
+    loglikelihood_contexts: int = 0
+    loglikelihood_contexts_with_passage: int = 0
+    generation_prompts: int = 0
+    generation_strides: int = 0
+    generation_strides_with_passage: int = 0
+
+
+@register_model(MODEL_NAME)
+class RalmLM(TemplateLM):
+    """lm-evaluation-harness's model for a :class:`~hf_ralm.RetrievalAugmentedModel` (see the module docstring for
+    what each request computes).
+
+    Args:
+        pretrained: a causal LM (Hub id, local folder, or a loaded ``PreTrainedModel``), a saved RALM folder, or an
+            already built :class:`~hf_ralm.RetrievalAugmentedModel` (then it comes with its own retriever and
+            settings, and none of the loading arguments below may be given).
+        retriever, corpus, index_dir, forbidden_titles, encoder, n_threads, tokenizer: as
+            :meth:`RetrievalAugmentedModel.from_pretrained` takes them (``retriever``: ``bm25``, ``lucene``,
+            ``dense``, ``hybrid`` or ``none``; not given: a saved RALM folder's own, else none).
+        dtype, device: the model's precision and device, as :meth:`RetrievalAugmentedModel.from_pretrained` takes
+            them (not given: hf-ralm's choice for the device, and the GPU when there is one, else the CPU).
+        batch_size: windows (rolling), continuations (loglikelihood) or prompts (generation) per forward pass, or
+            ``auto`` (lm-eval's ``auto:N`` too): from 64 on a GPU, halved on out-of-memory.
+        retrieval_query: what a ``loglikelihood`` request retrieves with: ``"tokens"`` (the context's decoded last
+            ``query_length`` tokens, the paper's query), ``"context"`` (the whole context: for QA-style prompts whose
+            question is longer than ``query_length`` tokens) or ``"doc:FIELD"`` (the task document's ``FIELD``, e.g.
+            ``doc:question``: the question alone, without a few-shot prompt's examples).
+        prefix_token_in_window: ``loglikelihood_rolling`` puts lm-eval's prefix token at the start of the windowed
+            ids (lm-eval's ``hf`` convention) instead of scoring the first token apart (eval-lm's windows).
+        prefix_token_id: the token lm-eval's requests are conditioned on when they have no context (default: BOS,
+            else EOS, as lm-eval's ``hf`` model).
+        max_gen_toks: new tokens of a generation whose task does not say (256, as lm-eval's ``hf`` model).
+        settings: :class:`~hf_ralm.RalmConfig` fields (``retrieval_stride``, ``query_length``, ``max_length``,
+            ``max_doc_tokens``, ``num_passages``, ``rerank``, ``retrieval_gate``, ...) and the base model's
+            loading arguments of :data:`LOADING_ARGS`.
+
+    Example::
+
+        lm = RalmLM("HuggingFaceTB/SmolLM2-135M", retriever="bm25", index_dir="wiki-bm25", max_length=256)
+        lm_eval.simple_evaluate(model=lm, tasks=["wikitext"])["results"]["wikitext"]["word_perplexity,none"]
+    """
+
+    def __init__(
+        self,
+        pretrained: str | os.PathLike | PreTrainedModel | RetrievalAugmentedModel | None = None,
+        *,
+        retriever: str | None = None,
+        corpus: str | list[str] | None = None,
+        index_dir: str | None = None,
+        forbidden_titles: str | Sequence[str] | None = None,
+        encoder: str | None = None,
+        n_threads: int | None = None,
+        tokenizer: str | None = None,
+        dtype: str | None = None,
+        device: str | None = None,
+        batch_size: int | str = DEFAULT_BATCH_SIZE,
+        max_batch_size: int | None = None,
+        retrieval_query: str = "tokens",
+        prefix_token_in_window: bool = False,
+        prefix_token_id: int | None = None,
+        max_gen_toks: int = 256,
+        **settings: Any,
+    ):
+        super().__init__()
+        unknown = sorted(set(settings) - (RALM_FIELDS - {"base_model_name_or_path"}) - set(LOADING_ARGS))
+        if unknown:
+            raise SettingError(f"The {MODEL_NAME} model does not take {', '.join(map(repr, unknown))}: give "
+                               "pretrained, retriever, corpus, index_dir, forbidden_titles, dtype, device, "
+                               "batch_size, retrieval_query, prefix_token_in_window, RalmConfig fields "
+                               f"(retrieval_stride, query_length, max_length, max_doc_tokens, ...) or "
+                               f"{', '.join(LOADING_ARGS)}.")
+        if max_batch_size is not None:
+            raise SettingError(f"The {MODEL_NAME} model has no max_batch_size: batch_size=auto starts at 64 on a GPU "
+                               "and halves on out-of-memory.")
+        if isinstance(pretrained, RetrievalAugmentedModel):
+            given = {"retriever": retriever, "corpus": corpus, "index_dir": index_dir, "forbidden_titles":
+                     forbidden_titles, "encoder": encoder, "tokenizer": tokenizer, "device": device,
+                     "n_threads": n_threads, "dtype": dtype, **settings}
+            given = sorted(name for name, value in given.items() if value is not None)
+            if given:
+                raise SettingError(f"An already built RetrievalAugmentedModel comes with its retriever, settings, "
+                                   f"precision and device: drop {', '.join(given)}, or build the model with them.")
+            self.ralm = pretrained
+        elif pretrained is None:
+            raise SettingError(f"The {MODEL_NAME} model needs pretrained=: a causal LM (Hub id or folder), a saved "
+                               "RALM folder, or a RetrievalAugmentedModel.")
+        else:
+            precision = {} if dtype is None else {"dtype": dtype}  # not given: from_pretrained's default
+            self.ralm = RetrievalAugmentedModel.from_pretrained(
+                pretrained, retriever=retriever, corpus=corpus, index_dir=index_dir,
+                forbidden_titles=forbidden_titles, encoder=encoder, n_threads=n_threads, device=device,
+                tokenizer=AutoTokenizer.from_pretrained(tokenizer) if tokenizer else None, **precision, **settings)
+        if self.ralm.tokenizer is None:
+            raise SettingError("The RetrievalAugmentedModel has no tokenizer: build it with tokenizer=.")
+        config = self.ralm.config
+        if config.rerank == "oracle":
+            raise SettingError(f"{setting('rerank')}='oracle' chooses passages by the very tokens being scored: an "
+                               "upper bound that looks at the future, not a result for lm-eval to report. Use "
+                               "hf-ralm eval-lm --rerank oracle, which labels it so.")
+        self.tokenizer = self.ralm.tokenizer
+        self.retrieval_query = _check_query_source(retrieval_query)
+        self.prefix_token_in_window = bool(prefix_token_in_window)
+        self._prefix_token_id = prefix_token_id
+        self._max_gen_toks = int(max_gen_toks)
+        self.batches = BatchSize(_batch_size(batch_size), model_device(self.ralm.language_model))
+        self._device = model_device(self.ralm.language_model)
+        self._passage_cache = PassageKVCache.for_model(self.ralm.language_model)
+        self.stats = RalmRequestStats()
+
+    @classmethod
+    def create_from_arg_string(cls, arg_string: str, additional_config: dict | None = None) -> "RalmLM":
+        """``cls(**model_args)`` from lm-eval's ``"key=value,..."``; see :meth:`create_from_arg_obj`."""
+        return cls.create_from_arg_obj(simple_parse_args_string(arg_string), additional_config)
+
+    @classmethod
+    def create_from_arg_obj(cls, arg_dict: dict, additional_config: dict | None = None) -> "RalmLM":
+        """``cls(**arg_dict)`` with the evaluator's ``batch_size`` and ``device`` where ``model_args`` does not give
+        them: a ``device=`` in ``model_args`` wins over the command line's default ``--device``, instead of the
+        clash of two values lm-eval's base class would raise."""
+        extra = {key: value for key, value in (additional_config or {}).items()
+                 if value is not None and key not in arg_dict}
+        return cls(**arg_dict, **extra)
+
+    # --------------------------------------------------------------------------------------------------------------
+    # What lm-eval reads of a model
+    # --------------------------------------------------------------------------------------------------------------
+
+    @property
+    def eot_token_id(self) -> int:
+        return self.tokenizer.eos_token_id
+
+    @property
+    def prefix_token_id(self) -> int:
+        """What a request without context is conditioned on: ``prefix_token_id``, else BOS, else EOS."""
+        if self._prefix_token_id is not None:
+            return self._prefix_token_id
+        bos = self.tokenizer.bos_token_id
+        return bos if bos is not None else self.tokenizer.eos_token_id
+
+    @property
+    def max_length(self) -> int:
+        """The window length ``L`` (``max_length``, or the model's maximum)."""
+        return window_length(self.ralm.language_model, self.ralm.config)
+
+    @property
+    def max_gen_toks(self) -> int:
+        return self._max_gen_toks
+
+    @property
+    def batch_size(self) -> int | str:
+        return self.batches.setting
+
+    @property
+    def tokenizer_name(self) -> str:
+        return self.tokenizer.name_or_path.replace("/", "__")
+
+    def tok_encode(self, string: str, add_special_tokens: bool | None = None, **kwargs) -> list[int]:
+        """The token ids of ``string``, with the tokenizer's default special tokens unless ``add_special_tokens``
+        says (lm-eval's contexts are encoded as generation encodes its prompts)."""
+        options = {} if add_special_tokens is None else {"add_special_tokens": add_special_tokens}
+        return self.tokenizer.encode(string, **options)
+
+    def get_model_info(self) -> dict:
+        """What lm-eval writes into the results' ``config`` block: the reader (name, class, parameters, dtype), and
+        under ``ralm`` the RALM settings, the window length, the retriever with its index's fingerprint
+        (:func:`~hf_ralm.retrieval.base.retriever_identity`), how requests retrieve, and what retrieval did
+        (:class:`RalmRequestStats`).
+
+        Example::
+
+            results["config"]["ralm"]["retriever"]["corpus_fingerprint"]   # 'e0b8cc01f966ef0833ed9cfaab95c0...'
+        """
+        from .. import __version__
+
+        model, config = self.ralm.language_model, self.ralm.config
+        identity = model_identity(model)
+        retriever = self.ralm.retriever
+        return {
+            "model_num_parameters": identity["reader_parameters"],
+            "model_dtype": identity["dtype"],
+            "ralm": {
+                "hf_ralm_version": __version__,
+                "base_model": config.base_model_name_or_path,
+                "reader": identity,
+                "settings": {key: value for key, value in config.to_dict().items()
+                             if key in RALM_FIELDS and key != "base_model_name_or_path"},
+                "window_length": self.max_length,
+                "retriever": None if retriever is None else retriever_identity(retriever),
+                "retrieval_query": self.retrieval_query,
+                "prefix_token_in_window": self.prefix_token_in_window,
+                "prefix_token_id": self.prefix_token_id,
+                "requests": asdict(self.stats),
+            },
+        }
+
+    # --------------------------------------------------------------------------------------------------------------
+    # loglikelihood_rolling: the paper's evaluation
+    # --------------------------------------------------------------------------------------------------------------
+
+    def loglikelihood_rolling(self, requests: list, disable_tqdm: bool = False) -> list[float]:
+        """Each document's log-likelihood under In-Context RALM (see the module docstring): its tokens evaluated as
+        ``hf-ralm eval-lm`` evaluates a text, plus its first token given the prefix token (or with
+        ``prefix_token_in_window``, the prefix token put first in the windowed ids)."""
+        texts = [request.args[0] for request in requests]
+        documents = [self.tok_encode(text, add_special_tokens=False) for text in texts]
+        firsts = [0.0] * len(documents) if self.prefix_token_in_window else self._first_token_logprobs(documents)
+        results, found = [], []
+        bar = tqdm(total=sum(len(ids) for ids in documents), unit="tok", desc="RALM perplexity",
+                   disable=disable_tqdm or self.rank != 0)
+        for text, ids, first in zip(texts, documents, firsts):
+            windowed = [self.prefix_token_id, *ids] if self.prefix_token_in_window else ids
+            nll_sum = 0.0
+            if len(windowed) > 1:  # a lone token has nothing before it to be scored on
+                with warnings.catch_warnings():  # each document's warnings are reported once for all, below
+                    warnings.filterwarnings("ignore", category=RalmWarning)
+                    figures = self.ralm.evaluate_perplexity(windowed, batch_size=self.batches.setting,
+                                                            show_progress=False).figures
+                found += figures.get("warnings", [])
+                nll_sum = figures["nll_sum"]
+                self.stats.rolling_windows += figures["num_windows"] - 1
+                self.stats.rolling_windows_with_passage += figures["num_windows_with_passage"]
+            self.stats.rolling_documents += 1
+            results.append(first - nll_sum)
+            self.cache_hook.add_partial("loglikelihood_rolling", (text,), results[-1])
+            bar.update(len(ids))
+        bar.close()
+        _warn_once(found, len(documents))
+        return results
+
+    def _first_token_logprobs(self, documents: Sequence[list[int]]) -> list[float]:
+        """``log p(first token | prefix token)`` of each document (0 for an empty one), in batched forwards."""
+        inputs = [ScoredInput([self.prefix_token_id, ids[0]], 0, 2, (), 1) for ids in documents if ids]
+        scores = iter(self.batches.run(lambda size: score_continuations(self.ralm.language_model, inputs, size)))
+        return [next(scores)[0] if ids else 0.0 for ids in documents]
+
+    # --------------------------------------------------------------------------------------------------------------
+    # loglikelihood: a continuation with the context's passages in front
+    # --------------------------------------------------------------------------------------------------------------
+
+    def loglikelihood(self, requests: list, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+        """``(log p(continuation | passages; context), is_greedy)`` of each request (see the module docstring)."""
+        encoded = [(request.args, *self._encode_request(*request.args)) for request in requests]
+        queries = None if self.retrieval_query == "tokens" else [self._query(request) for request in requests]
+        return self._loglikelihood_tokens(encoded, disable_tqdm=disable_tqdm, queries=queries)
+
+    def _encode_request(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
+        """lm-eval's encoding of a request: the context's and the continuation's ids, an empty context becoming the
+        prefix token (as :meth:`TemplateLM.loglikelihood` encodes)."""
+        if context:
+            return self._encode_pair(context, continuation)
+        continuation_ids = self.tok_encode(continuation, add_special_tokens=False)
+        if continuation_ids[:1] == [self.prefix_token_id]:
+            return continuation_ids[:1], continuation_ids[1:]
+        return [self.prefix_token_id], continuation_ids
+
+    def _query(self, request) -> str:
+        """What ``request`` retrieves with under ``retrieval_query`` ``"context"`` or ``"doc:FIELD"``."""
+        if self.retrieval_query == "context":
+            return request.args[0]
+        field = self.retrieval_query.removeprefix("doc:")
+        if field not in (request.doc or {}):
+            raise SettingError(f"retrieval_query={self.retrieval_query!r}: the documents of task "
+                               f"{request.task_name!r} have no field {field!r} (they have "
+                               f"{', '.join(sorted(request.doc or {}))}).")
+        return str(request.doc[field])
+
+    def _loglikelihood_tokens(self, requests: list, disable_tqdm: bool = False,
+                              queries: Sequence[str] | None = None) -> list[tuple[float, bool]]:
+        """``requests``: ``((context, continuation), context ids, continuation ids)`` as lm-eval encodes them;
+        ``queries``: what each retrieves with (``None``: its context's last ``query_length`` tokens)."""
+        if self.ralm.config.ensemble_size > 1:
+            raise SettingError(f"{setting('ensemble_size')}={self.ralm.config.ensemble_size} mixes passages token by "
+                               "token, and lm-eval's loglikelihood asks whether the continuation is the greedy one "
+                               "under the mixture: loglikelihood requests take num_passages instead (rolling and "
+                               "generation tasks take the ensemble).")
+        keys = [(tuple(context_ids), None if queries is None else queries[i])
+                for i, (_, context_ids, _) in enumerate(requests)]
+        members: dict[tuple, list[int]] = {}
+        for i, key in enumerate(keys):
+            members.setdefault(key, []).append(i)
+        contexts = list(members)
+        self.stats.loglikelihood_requests += len(requests)
+        results: list[tuple[float, bool] | None] = [None] * len(requests)
+        with tqdm(total=len(requests), desc="RALM loglikelihood", disable=disable_tqdm or self.rank != 0) as bar:
+            for start in range(0, len(contexts), CONTEXTS_PER_CHUNK):
+                chunk = contexts[start : start + CONTEXTS_PER_CHUNK]
+                scored = self.batches.run(lambda size: self._score_contexts(chunk, members, requests, queries, size))
+                for i, answer in scored.items():
+                    results[i] = answer
+                    self.cache_hook.add_partial("loglikelihood", requests[i][0], answer)
+                bar.update(len(scored))
+        return results
+
+    def _score_contexts(self, contexts: Sequence[tuple], members: dict, requests: list, queries, batch_size: int
+                        ) -> dict[int, tuple[float, bool]]:
+        """Retrieve and choose the passages of ``contexts`` (as generation's first stride does: one
+        :class:`~hf_ralm.generation.decoder.RalmDecoder` call for them all), then score every continuation of each on
+        ``[passages; context]`` (:func:`~hf_ralm.scoring.score_continuations`, the passages' keys/values computed
+        once); by request index."""
+        model, config = self.ralm.language_model, self.ralm.config
+        decoder = RalmDecoder(model, self.tokenizer, self.ralm.retriever, config, passage_cache=self._passage_cache,
+                              reranker=self.ralm.reranker, rerank_batch_size=batch_size)
+        rows = [Row(list(context_ids)) for context_ids, _ in contexts]
+        decoder.start_stride(rows, config.retrieval_stride, generated=0,
+                             queries=None if queries is None else [query for _, query in contexts])
+        indices, inputs, max_length = [], [], self.max_length
+        for row, key in zip(rows, contexts):
+            prefix = row.mixture[0][1].prefix
+            self.stats.loglikelihood_contexts += 1
+            self.stats.loglikelihood_contexts_with_passage += bool(row.open_sources)
+            for i in members[key]:
+                continuation = list(requests[i][2])
+                if len(prefix) + len(continuation) >= max_length:
+                    raise SettingError(f"A continuation of {len(continuation)} tokens after passages of "
+                                       f"{len(prefix)} tokens leaves no room for its context in "
+                                       f"{setting('max_length')} {max_length}: raise {setting('max_length')} or "
+                                       f"lower {setting('max_doc_tokens')}.")
+                start = stride_start(len(row.ids), len(continuation), len(prefix), max_length)
+                tokens = [*prefix, *row.ids[start:], *continuation]
+                indices.append(i)
+                inputs.append(ScoredInput(tokens, 0, len(tokens), prefix, len(tokens) - len(continuation)))
+        scores = score_continuations(model, inputs, batch_size, passage_cache=self._passage_cache)
+        return dict(zip(indices, scores))
+
+    # --------------------------------------------------------------------------------------------------------------
+    # generate_until: RALM generation
+    # --------------------------------------------------------------------------------------------------------------
+
+    def generate_until(self, requests: list, disable_tqdm: bool = False) -> list[str]:
+        """Each request's generation (:meth:`RetrievalAugmentedModel.generate_texts`, retrieving every
+        ``retrieval_stride`` new tokens) up to its first ``until`` string or the end-of-sequence token, and at most
+        ``max_gen_toks`` new tokens. Requests with the same generation settings run in batches, longest prompt
+        first."""
+        collator = Collator([request.args for request in requests], group_by="gen_kwargs",
+                            sort_fn=lambda args: (-len(self.tok_encode(args[0])), args[0]),
+                            group_fn=lambda args: args[1])
+        results: list[str] = []
+        with tqdm(total=len(requests), desc="RALM generation", disable=disable_tqdm or self.rank != 0) as bar:
+            for group in collator.get_batched(n=0):  # one group per generation settings
+                contexts = [context for context, _ in group]
+                texts = self.batches.map(contexts, lambda batch: self._generate(batch, group[0][1], bar))
+                for (context, gen_kwargs), text in zip(group, texts):
+                    self.cache_hook.add_partial("generate_until", (context, gen_kwargs), text)
+                results += texts
+        return collator.get_original(results)
+
+    def _generate(self, prompts: Sequence[str], gen_kwargs: dict, bar: tqdm) -> list[str]:
+        settings = dict(normalize_gen_kwargs(gen_kwargs, self.max_gen_toks))
+        eos = self.tokenizer.decode([self.eot_token_id])
+        until = [stop for stop in handle_stop_sequences(settings.pop("until"), eos=eos) if stop]
+        settings["max_new_tokens"] = settings.pop("max_gen_toks")
+        if not settings["do_sample"]:
+            settings.pop("temperature", None)  # greedy: a temperature would only make transformers warn
+        # lm-eval's own stop criteria (the hf model's): the batch stops once every row holds a stop string
+        width = left_pad(self.tokenizer, prompts).input_ids.shape[1]
+        stop = stop_sequences_criteria(self.tokenizer, until, width, len(prompts))
+        generated = self.ralm.generate_texts(list(prompts), stopping_criteria=stop, **settings)
+        stride = self.ralm.config.retrieval_stride
+        for text in generated:
+            self.stats.generation_prompts += 1
+            self.stats.generation_strides += -(-len(text.output_ids) // stride)
+            self.stats.generation_strides_with_passage += len({source["start"] for source in text.sources})
+        bar.update(len(prompts))
+        return [postprocess_generated_text(text.text, until, None) for text in generated]
+
+
+def _check_query_source(value: str) -> str:
+    if value in ("tokens", "context") or (isinstance(value, str) and value.startswith("doc:") and value[4:]):
+        return value
+    raise SettingError(f"retrieval_query must be one of {', '.join(QUERY_SOURCES)} (e.g. doc:question), got "
+                       f"{value!r}.")
+
+
+def _batch_size(value: int | str) -> int | str:
+    """lm-eval's batch size as hf-ralm's: a count, or ``auto`` (lm-eval's ``auto:N`` too: hf-ralm halves on
+    out-of-memory instead of searching N times)."""
+    return AUTO if isinstance(value, str) and value.startswith(AUTO) else parse_batch_size(value)
+
+
+def _warn_once(messages: Sequence[str], num_documents: int) -> None:
+    """The evaluations' warnings over the documents, each kind (its text without numbers and quoted names) once,
+    with how many documents it concerned and its first document's message."""
+    kind = [re.sub(r"\d+|'[^']*'", "#", message) for message in messages]
+    kinds = Counter(kind)
+    first: dict[str, str] = {}
+    for key, message in zip(kind, messages):
+        first.setdefault(key, message)
+    for kind, count in kinds.items():
+        warnings.warn(RalmWarning(f"in {count} of {num_documents} documents, {first[kind]}"), stacklevel=3)
+
+
+def cli_main(argv: Sequence[str]) -> None:
+    """``hf-ralm lm-eval ARGS``: lm-eval's own command line (``lm-eval run``, or ``ls``/``validate``), with ``ralm``
+    registered, ``--model ralm`` and hf-ralm's default ``--device`` (the GPU when there is one, else the CPU) unless
+    given.
+
+    Example::
+
+        hf-ralm lm-eval --tasks wikitext --model_args pretrained=M,retriever=bm25,index_dir=D --output_path out/
+    """
+    from lm_eval.__main__ import cli_evaluate
+
+    args = list(argv)
+    if args[:1] == [] or args[0] not in LM_EVAL_SUBCOMMANDS:
+        args.insert(0, "run")
+    if args[0] == "run":
+        def given(*flags: str) -> bool:
+            return any(arg in flags or arg.startswith(tuple(f"{flag}=" for flag in flags)) for arg in args)
+
+        if not given("--model", "-M"):
+            args[1:1] = ["--model", MODEL_NAME]
+        if not given("--device"):
+            args[1:1] = ["--device", str(default_device())]
+        if not given("--batch_size", "-b"):  # lm-eval's default, 1, would score one window per forward
+            args[1:1] = ["--batch_size", str(DEFAULT_BATCH_SIZE)]
+    saved, sys.argv = sys.argv, ["hf-ralm lm-eval", *args]
+    try:
+        cli_evaluate()
+    finally:
+        sys.argv = saved
