@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from hf_ralm.model_inputs import passage_prefix, window_prefixes
     from hf_ralm.passage_cache import PassageKVCache
-    from hf_ralm.reference import reference_rerank_nlls
+    from hf_ralm.testing import reference_rerank_nlls
     from hf_ralm.selection.rankers import LMReranker
     from hf_ralm.retrieval.base import read_forbidden_titles
     from hf_ralm.retrieval.bm25 import BM25Retriever

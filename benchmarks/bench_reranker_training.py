@@ -1,16 +1,16 @@
 """What the predictive reranker's training gains from forwards over pairs of similar length, from bfloat16 mixed
 precision and from leaving out dropout on the attention probabilities, measured side by side.
 
-The same training (``hf_ralm.reranking.train_reranker`` from all-MiniLM-L6-v2, Eq. 9 over each window's passages, the
-first ``--windows`` training windows of the rerank data, batch 8: 136 (prefix, passage) pairs a step at k=16) runs
-four times: in float32 with all of a step's pairs in one padded forward (the cross-encoder's plain way), in float32
-with the pairs in forwards of 32 grouped by length (``PredictiveRerankLoss.pairs_per_forward``, the default), the
-same with ``bf16=True``, and that with ``attention_dropout=0`` (all-MiniLM-L6-v2's own is 0.1, which PyTorch's fused
-CPU attention kernels do not take). ``--variants`` runs some of them. Each runs in its own process so that each
-reports its own peak memory. Printed per variant: seconds per training step (evaluation excluded), seconds per
-held-out window of an evaluation (in float32, as training evaluates), the process's resident memory once the texts
-are loaded and its peak, and the held-out figures after training (Eq. 9 loss, mean target NLL of the choice), so that
-speed is not bought with quality::
+The same training (``hf_ralm.reranker_training.train_reranker`` from all-MiniLM-L6-v2, Eq. 9 over each window's
+passages, the first ``--windows`` training windows of the rerank data, batch 8: 136 (prefix, passage) pairs a step at
+k=16) runs four times: in float32 with all of a step's pairs in one padded forward (the cross-encoder's plain way), in
+float32 with the pairs in forwards of 32 grouped by length (``PredictiveRerankLoss.pairs_per_forward``, the default),
+the same with ``bf16=True``, and that with ``attention_dropout=0`` (all-MiniLM-L6-v2's own is 0.1, which PyTorch's fused
+CPU attention kernels do not take). ``--variants`` runs some of them. Each runs in its own process so that each reports
+its own peak memory. Printed per variant: seconds per training step (evaluation excluded), seconds per held-out window
+of an evaluation (in float32, as training evaluates), the process's resident memory once the texts are loaded and its
+peak, and the held-out figures after training (Eq. 9 loss, mean target NLL of the choice), so that speed is not bought
+with quality::
 
     python -m benchmarks.bench_reranker_training --windows 32
     python -m benchmarks.bench_reranker_training --windows 256 --variants 2 3   # quality after 32 steps, with bf16
@@ -54,8 +54,8 @@ def train_variant(args: argparse.Namespace, variant: str, queue) -> None:
     """One training in this (child) process; puts its figures on ``queue``."""
     import torch
 
-    from hf_ralm.reranking import load_rerank_data, train_reranker
-    from hf_ralm.reranking.training import CURVE_FILE, PredictiveRerankLoss, training_steps
+    from hf_ralm.reranker_training import load_rerank_data, train_reranker
+    from hf_ralm.reranker_training.training import CURVE_FILE, PredictiveRerankLoss, training_steps
 
     bf16, per_forward, attention_dropout = VARIANTS[variant]
     PredictiveRerankLoss.pairs_per_forward = per_forward or 10**9
@@ -78,7 +78,7 @@ def train_variant(args: argparse.Namespace, variant: str, queue) -> None:
 
 
 def main(argv=None) -> int:
-    from hf_ralm.reranking.data import RerankDataWriter
+    from hf_ralm.reranker_training.data import RerankDataWriter
 
     args = parse_args(argv)
     # a collection may be adding chunks to the data meanwhile, a sharded one out of order: every variant trains and

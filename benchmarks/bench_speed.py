@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     from hf_ralm.data import load_dataset_text
     from hf_ralm.model_inputs import window_prefixes
     from hf_ralm.modeling_utils import model_device, resolve_max_length
-    from hf_ralm.reference import reference_window_nlls
+    from hf_ralm.testing import reference_window_nlls
     from hf_ralm.retrieval.base import read_forbidden_titles
     from hf_ralm.retrieval.bm25 import BM25Retriever
     from hf_ralm.utils.atomic import write_json_atomic

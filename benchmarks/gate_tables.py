@@ -6,18 +6,18 @@ temperatures τ. SmolLM2-135M and Gemma-3-270M (Gemma with a BOS in every window
 Wikipedia, L=512, s=4, ℓ=32, s'=16, BM25 over the whole Wikipedia sample, bfloat16 (benchmarks/table_runs.py).
 
 How it is computed: one pass of the reader per (reader, data) runs every window with its top passage and without
-(``rerank_windows`` under ``lm_gate_config``: the lm gate's own computation), which gives each window's ranking NLL
-(the last s' prefix tokens) and target NLL both ways. Every gate is then a choice per window and its perplexity the
-sum of the chosen target NLLs: none = without, always = with, lm t = the lm gate's choice at threshold t (with when
-the passage saves >= t nats of ranking NLL, ``choose_option``; t=0: ranking NLL with <= without),
-score t = with when the top passage's BM25 score over its query's maximum attainable score is >= t
-(``normalized_top_scores``). Several passages run ``evaluate_perplexity`` with ``num_passages=n`` (capped at
-``--max-context-doc-tokens``, 384 by default: the window must hold them and a stride); n=1 is measured that way too
-(the cap does not bind: one passage is at most 256 tokens), and its difference from ``always`` (the same windows,
-from the pass) is printed as a check. Ensembles come from one more pass per (reader, data): every window's NLLs under
-each of its top 8 passages (``ensemble_member_nlls``), mixed for each n and each τ of ``--ensemble-temperature``
-(``mix_window_nlls`` of the first n: what ``evaluate_perplexity`` with ``ensemble_size=n`` gives, as
-tests/test_passages.py checks; τ=inf weighs the n passages equally).
+(``rerank_windows`` under ``lm_gate_config``: the lm gate's own computation), which gives each window's ranking NLL (the
+last s' prefix tokens) and target NLL both ways. Every gate is then a choice per window and its perplexity the sum of
+the chosen target NLLs: none = without, always = with, lm t = the lm gate's choice at threshold t (with when the passage
+saves >= t nats of ranking NLL; t=0: ranking NLL with <= without), score t = with when the top passage's BM25 score over
+its query's maximum attainable score is >= t (``normalized_top_scores``): the library's gates
+(:mod:`hf_ralm.selection.strategies`), choosing from the pass (``choose_from_scores``). Several passages run
+``evaluate_perplexity`` with ``num_passages=n`` (capped at ``--max-context-doc-tokens``, 384 by default: the window must
+hold them and a stride); n=1 is measured that way too (the cap does not bind: one passage is at most 256 tokens), and
+its difference from ``always`` (the same windows, from the pass) is printed as a check. Ensembles come from one more
+pass per (reader, data): every window's NLLs under each of its top 8 passages (``ensemble_member_nlls``), mixed for each
+n and each τ of ``--ensemble-temperature`` (``mix_window_nlls`` of the first n: what ``evaluate_perplexity`` with
+``ensemble_size=n`` gives, as tests/test_passages.py checks; τ=inf weighs the n passages equally).
 
 Every point is one row of ``--figures-dir/gate_results.csv``, written as soon as it is measured (``seconds``: the
 time of the pass it comes from, or of its evaluation; benchmarks/results_csv.py); a rerun skips the points already
@@ -102,25 +102,32 @@ def gate_pass(run: Run, batch_size: int) -> dict:
     return p
 
 
-def gate_point(p: dict, method: str, setting: str) -> dict:
+GATES = {"none": None, "always": "always", "lm gate": "lm", "score gate": "score"}
+"""The library's gate (``retrieval_gate``) of each method, with the point's threshold; none: no passage."""
+
+
+def gate_point(run: Run, p: dict, method: str, setting: str) -> dict:
     """A gate's (or one passage's) retrieved fraction and perplexity from the pass: candidate 0 is the top passage,
-    1 no passage."""
-    from hf_ralm.selection.rules import choose_option
+    1 no passage, and the choice the library's gate's under the point's settings, read from the pass
+    (:func:`hf_ralm.selection.candidates.choose_from_scores`; the score gate normalises with the run's retriever)."""
+    from hf_ralm.selection.candidates import CandidateScores, choose_from_scores
 
-    def pick(i, ranking, targets) -> int:
-        if method == "none":
-            return 1
-        if method == "lm gate":
-            return choose_option(ranking, no_passage_last=True, no_passage_margin=float(setting))
-        if method == "score gate":
-            return 0 if p["gate_scores"][i] >= float(setting) else 1
-        return 0  # always
-
-    later = p["num_windows"] - 1
     ranked = [i for i, targets in enumerate(p["targets"]) if targets is not None]
-    retrieved = sum(1 for i in ranked if pick(i, p["ranking"][i], p["targets"][i]) == 0)
-    return {**perplexities(p, chosen_nll(p, pick)), "retrieved_fraction": retrieved / later if later else None,
-            "seconds": p["seconds"]}
+    gate = GATES[method]
+    if gate is None:
+        chosen = [1] * len(ranked)
+    else:
+        top = [run.candidates[i][0] for i in ranked]
+        scores = [CandidateScores(i, [passage.id], [passage.score], p["ranking"][i], p["targets"][i])
+                  for i, passage in zip(ranked, top)]
+        threshold = {"gate_threshold": float(setting)} if setting else {}
+        chosen = choose_from_scores(scores, run.config_for(retrieval_gate=gate, **threshold), retriever=run.retriever,
+                                    queries=run.queries)
+    picks = dict(zip(ranked, chosen))
+    later = p["num_windows"] - 1
+    retrieved = sum(1 for choice in chosen if choice == 0)
+    return {**perplexities(p, chosen_nll(p, lambda i, ranking, targets: picks[i])),
+            "retrieved_fraction": retrieved / later if later else None, "seconds": p["seconds"]}
 
 
 def passages_point(run: Run, n: int, args) -> dict:
@@ -259,8 +266,8 @@ def measure(args):
                                lambda: ensemble_pass(run, args.batch_size))
             measured = ensemble_point(run, ensembles, int(setting), float(point["options"].removeprefix("tau=")))
         else:
-            measured = gate_point(cached(pass_path(args, reader, data), run, "gates",
-                                         lambda: gate_pass(run, args.batch_size)), method, setting)
+            measured = gate_point(run, cached(pass_path(args, reader, data), run, "gates",
+                                              lambda: gate_pass(run, args.batch_size)), method, setting)
         return {**measured, "windows": len(run.windows)}
 
     return measure_point

@@ -237,7 +237,7 @@ class EvalPath:
 
 def eval_paths(model, text: Text, device: torch.device) -> dict[str, EvalPath]:
     from hf_ralm.batching import BatchSize
-    from hf_ralm.reference import reference_window_nlls
+    from hf_ralm.testing import reference_window_nlls
     from hf_ralm.scoring import score_windows
 
     def batched(prefixes: list[list[int]], name: str, spans) -> EvalPath:

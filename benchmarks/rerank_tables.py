@@ -9,11 +9,14 @@ L=512, s=4, ℓ=32, k=16, s'=16, BM25 over the whole Wikipedia sample, bfloat16.
 How it is computed, exactly and without waste: one pass of the reader per (reader, data) runs every window with each
 of its k candidates and with no passage (:func:`hf_ralm.selection.candidates.score_candidates`), which gives every
 option's ranking NLL (the last s' prefix tokens) and target NLL (the window's scored tokens). Every strategy is then a
-choice per window, and its perplexity the sum of the chosen options' target NLLs: none = no passage, top-1 = candidate
-0, zero-shot = the lowest ranking NLL among the passages (with the no-passage choice: a passage only when it saves the
-margin over no passage), the lm gate = the same between candidate 0 and no passage, oracle = the lowest target NLL
-among the passages (with the no-passage choice: among the passages and none), random = ``random_choice(seed 0,
-window)``. The other model's ranking and the predictive
+choice per window, and its perplexity the sum of the chosen options' target NLLs. The choices are the library's
+selection policy under each row's settings, read from the pass
+(:func:`hf_ralm.selection.candidates.choose_from_scores`, the strategies of :mod:`hf_ralm.selection.strategies`):
+none = no passage, top-1 = candidate 0 (``rerank="none"``), zero-shot = the lowest ranking NLL among the passages
+(``"lm"``; with the no-passage choice: a passage only when it saves the margin over no passage), the lm gate = the
+same between candidate 0 and no passage (``retrieval_gate="lm"``), oracle = the lowest target NLL among the passages
+(``"oracle"``; with the no-passage choice: among the passages and none), random = ``random_choice(seed 0, window)``
+(``"random"``). The other model's ranking and the predictive
 rerankers (``--predictive DIR``, ``--predictive-no-passage DIR``) only choose; their targets come from the same pass.
 
 Every pass keeps its records (numbers and passage ids, gzip'd chunks of 32 windows) under ``--runs-dir`` (default
@@ -169,7 +172,7 @@ def predictive_choices(run: Run, data: str, args, row: str, folder: str | None) 
     from hf_ralm.records import RecordStore
     from hf_ralm.selection.rerank import rerank_windows
     from hf_ralm.selection.predictive import PredictiveReranker
-    from hf_ralm.reranking.data import file_fingerprint
+    from hf_ralm.reranker_training.data import file_fingerprint
 
     name, no_passage = PREDICTIVE[row], row.endswith("no-passage candidate")
     if folder is None:
@@ -241,58 +244,57 @@ def timing(run: Run, data: str, args, other, predictive: dict) -> dict[str, floa
     return measured
 
 
-def table_rows(reader: str, data: str, scores: list, choices: dict[str, list[int]], cost: dict[str, float],
+def table_rows(reader: str, data: str, config, scores: list, choices: dict[str, list[int]], cost: dict[str, float],
                num_tokens: int, num_words: int) -> list[dict]:
-    """Every strategy's perplexity from the candidate scores and the choices (see the module docstring); a strategy's
-    cost is None while the timing pass has not measured it (``cost`` empty)."""
-    from hf_ralm.selection.rules import choose_lowest, choose_option, random_choice
+    """Every strategy's perplexity from the candidate scores and the choices (see the module docstring): the library's
+    strategies under ``config`` (the run's settings) with each row's own, and the choices recorded for the rankers
+    that only choose; a strategy's cost is None while the timing pass has not measured it (``cost`` empty)."""
+    from hf_ralm import RalmConfig
+    from hf_ralm.selection.candidates import choose_from_scores
 
     def seconds(*computations):  # a strategy's computations, added up
         return sum(cost[c] for c in computations) if all(c in cost for c in computations) else None
 
-    def from_choices(chosen):  # -1 (none chosen) is the no-passage option
-        return lambda s: chosen[s.window] if chosen[s.window] >= 0 else s.no_passage
+    def policy(**settings):  # the choices of the run's settings with these changed
+        return choose_from_scores(scores, RalmConfig(**{**config.to_dict(), **settings}))
 
-    def margin(m):
-        return lambda s: choose_option(s.ranking_nlls, True, m)
+    def recorded(chosen):  # -1 (none chosen) is the no-passage option
+        return [c if s.passage_ids and c >= 0 else s.no_passage for s, c in zip(scores, chosen)]
 
-    # the lm gate ranks candidate 0 against no passage: ranking_nlls[::no_passage] is [passage 0, no passage]
+    no_passage = {"rerank_allow_no_passage": True}
     picks = {
-        "none": (lambda s: s.no_passage, seconds("no passage")),
-        "BM25 top-1": (lambda s: 0, seconds("one passage")),
-        "random": (lambda s: random_choice(0, s.window, s.no_passage), seconds("one passage")),
-        "zero-shot": (lambda s: choose_lowest(s.ranking_nlls[:-1]), seconds("k+1 candidates")),
-        "zero-shot + no-passage choice (0 nats)": (margin(0.0), seconds("k+1 candidates")),
-        "zero-shot + no-passage choice (2 nats)": (margin(GATE_MARGIN), seconds("k+1 candidates")),
-        "lm gate (2 nats)": (lambda s: 0 if choose_option(s.ranking_nlls[::s.no_passage], True, GATE_MARGIN) == 0
-                             else s.no_passage, seconds("lm gate")),
-        "oracle": (lambda s: choose_lowest(s.target_nlls[:-1]), seconds("k+1 candidates")),
-        "oracle + no-passage choice": (lambda s: choose_lowest(s.target_nlls), seconds("k+1 candidates")),
-        "zero-shot, other model reranks": (from_choices(choices["other"]),
-                                           seconds("other model ranks", "one passage")),
+        "none": ([s.no_passage for s in scores], seconds("no passage")),
+        "BM25 top-1": (policy(), seconds("one passage")),
+        "random": (policy(rerank="random"), seconds("one passage")),
+        "zero-shot": (policy(rerank="lm"), seconds("k+1 candidates")),
+        "zero-shot + no-passage choice (0 nats)": (policy(rerank="lm", **no_passage), seconds("k+1 candidates")),
+        "zero-shot + no-passage choice (2 nats)": (policy(rerank="lm", rerank_no_passage_margin=GATE_MARGIN,
+                                                          **no_passage), seconds("k+1 candidates")),
+        "lm gate (2 nats)": (policy(retrieval_gate="lm", gate_threshold=GATE_MARGIN), seconds("lm gate")),
+        "oracle": (policy(rerank="oracle"), seconds("k+1 candidates")),
+        "oracle + no-passage choice": (policy(rerank="oracle", **no_passage), seconds("k+1 candidates")),
+        "zero-shot, other model reranks": (recorded(choices["other"]), seconds("other model ranks", "one passage")),
     }
     for name in ("predictive", "predictive + no-passage candidate"):
         if name in choices:
-            picks[name] = (from_choices(choices[name]), seconds(f"{name} ranks", "one passage"))
+            picks[name] = (recorded(choices[name]), seconds(f"{name} ranks", "one passage"))
     rows = []
-    ranked = [s for s in scores if s.passage_ids]
+    ranked = [i for i, s in enumerate(scores) if s.passage_ids]
     top1 = [s.target_nlls[0] for s in scores]
+    oracle = picks["oracle"][0]
     for strategy in STRATEGIES:
         if strategy not in picks:
             continue
-        pick, seconds = picks[strategy]
-        chosen = [pick(s) if s.passage_ids else 0 for s in scores]
+        chosen, seconds = picks[strategy]
         nlls = [s.target_nlls[c] for s, c in zip(scores, chosen)]
         nll = sum(nlls)
-        picked = [pick(s) for s in ranked]
         low, high = paired_interval([a - b for a, b in zip(nlls, top1)], num_tokens)
         rows.append({"data": data, "reader": reader, "strategy": strategy,
                      "reranker": OTHER[reader] if strategy.startswith("zero-shot, other") else "",
                      **perplexities({"num_tokens": num_tokens, "num_words": num_words}, nll),
                      "vs_top1_low": low, "vs_top1_high": high,
-                     "retrieved_fraction": sum(c != s.no_passage for s, c in zip(ranked, picked)) / len(ranked),
-                     "oracle_agreement": sum(c == choose_lowest(s.target_nlls[:-1])
-                                             for s, c in zip(ranked, picked)) / len(ranked),
+                     "retrieved_fraction": sum(chosen[i] != scores[i].no_passage for i in ranked) / len(ranked),
+                     "oracle_agreement": sum(chosen[i] == oracle[i] for i in ranked) / len(ranked),
                      "s_per_window": seconds, "windows": len(scores), "tokens": num_tokens})
     return rows
 
@@ -389,7 +391,7 @@ def main(argv=None) -> int:
             if "timing" in args.passes:
                 cost = timing(run, data, args, other, predictive)
             if {"candidates", "other"} <= set(args.passes):
-                rows += table_rows(reader, data, scores, choices, cost, len(run.ids), run.num_words)
+                rows += table_rows(reader, data, run.config, scores, choices, cost, len(run.ids), run.num_words)
                 signals[(reader, data)] = ranking_signal(scores)
             del run, other
     if not rows:

@@ -58,8 +58,8 @@ def score_summary(scores: list[list[float]], with_empty: bool) -> dict[str, floa
 
 
 def main(argv=None) -> int:
-    from hf_ralm.reranking.data import load_rerank_data
-    from hf_ralm.reranking.training import split_by_article
+    from hf_ralm.reranker_training.data import load_rerank_data
+    from hf_ralm.reranker_training.training import split_by_article
     from hf_ralm.selection.predictive import NO_PASSAGE_TEXT, PredictiveReranker
 
     args = parse_args(argv)

@@ -141,7 +141,7 @@ class TextPass:
 def load_pass(name: str, tokenizer, partial: bool) -> TextPass | str:
     """The records of text ``name`` summed per article; or why they cannot be (one line)."""
     from hf_ralm import RalmConfig
-    from hf_ralm.compare import STRATEGIES as CHOICES
+    from hf_ralm.compare import strategy_choices
     from hf_ralm.data import load_dataset_text
     from hf_ralm.plan import prepare
     from hf_ralm.records import digest
@@ -171,8 +171,10 @@ def load_pass(name: str, tokenizer, partial: bool) -> TextPass | str:
             return f"{records} holds no complete article yet"
     windows, scores = plan.windows[:contiguous], scores[:contiguous]
 
+    chosen = strategy_choices(STRATEGIES, scores, config)  # --compare's rows, per window from 0 (as scores holds)
+
     def choose(strategy: str, s: CandidateScores) -> int:
-        return CHOICES[strategy].choose(s, config) if s.passage_ids else s.no_passage
+        return chosen[strategy][s.window]
 
     end = windows[-1].end
     sums = article_sums(text[: offsets[end - 1][1]], offsets[:end], windows, scores, choose)

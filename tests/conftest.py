@@ -1,5 +1,9 @@
 """Shared fixtures: tiny random causal LMs (built from configs, no download), a tiny offline word-level tokenizer,
-tiny corpora, and the lookup of the real models used by the integration tests."""
+tiny corpora, and the lookup of the real models used by the integration tests.
+
+The models run on ``HF_RALM_TEST_DEVICE`` (default ``cpu``): ``HF_RALM_TEST_DEVICE=cuda python -m pytest ...`` runs
+the tiny models, the command-line runs and the models the tests load on the GPU, against the plain loops of
+:mod:`hf_ralm.testing` on the same device (docs/gpu.md lists the test files that run there)."""
 
 from __future__ import annotations
 
@@ -15,6 +19,61 @@ import torch
 # The tiny models run much faster on one thread: with several, every small kernel pays for waking a thread pool
 # (tens of milliseconds per forward when the machine is busy, and a 135M model is no faster on two busy cores).
 torch.set_num_threads(1)
+
+# --------------------------------------------------------------------------------------------------------------
+# The device the models run on
+# --------------------------------------------------------------------------------------------------------------
+
+TEST_DEVICE_VARIABLE = "HF_RALM_TEST_DEVICE"
+TEST_DEVICE = os.environ.get(TEST_DEVICE_VARIABLE) or "cpu"
+"""Where the tests run their models: the tiny models, ``from_pretrained(**ON_TEST_DEVICE)`` and the command line's
+``*TEST_DEVICE_ARGS``. Checked once at session start (:func:`device_problem`)."""
+
+ON_CPU = TEST_DEVICE.split(":")[0] == "cpu"
+
+# Off the CPU, hf-ralm's default precision is half (bfloat16 on a GPU); the tests compare with float32 plain loops to
+# 1e-4, so what they load there is float32 too. On the CPU the arguments are exactly those of a CPU run.
+ON_TEST_DEVICE: dict = {"device": TEST_DEVICE, **({} if ON_CPU else {"dtype": "float32"})}
+"""``from_pretrained`` keyword arguments that load a model on the test device, in float32."""
+
+TEST_DEVICE_ARGS: list[str] = ["--device", TEST_DEVICE, *([] if ON_CPU else ["--dtype", "float32"])]
+"""The command line's flags for the same."""
+
+
+def device_problem(name: str) -> str | None:
+    """Why the tests cannot run their models on device ``name`` (``None`` when they can)."""
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError):
+        return f"{name!r} is not a PyTorch device name (cpu, cuda, cuda:1, xpu, mps)"
+    if device.type == "meta":
+        return "the meta device holds no values, so no figure can be compared there"
+    backend = getattr(torch, device.type, None)
+    if device.type != "cpu" and hasattr(backend, "device_count"):
+        count = backend.device_count() if backend.is_available() else 0
+        if (device.index or 0) >= count:
+            return f"PyTorch {torch.__version__} sees {count} {device.type} device(s) on this machine"
+    return None
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "cpu_only(reason): a test about the CPU itself (threads, the CPU's defaults), "
+                                       "skipped with its reason when HF_RALM_TEST_DEVICE names another device")
+    problem = device_problem(TEST_DEVICE)
+    if problem:  # one line at session start, not a failure in every test that touches a model
+        raise pytest.UsageError(f"{TEST_DEVICE_VARIABLE}={TEST_DEVICE!r} cannot run the tests: {problem}. Set it to "
+                                "a device this machine has, or to cpu (the default).")
+
+
+def pytest_collection_modifyitems(config, items):
+    if ON_CPU:
+        return
+    for item in items:
+        marker = item.get_closest_marker("cpu_only")
+        if marker is not None:
+            reason = marker.kwargs.get("reason") or (marker.args[0] if marker.args else "about the CPU")
+            item.add_marker(pytest.mark.skip(reason=f"CPU only ({TEST_DEVICE_VARIABLE}={TEST_DEVICE}): {reason}"))
+
 
 # --------------------------------------------------------------------------------------------------------------
 # Paths
@@ -123,7 +182,8 @@ MAX_POSITIONS = 128
 
 
 def make_tiny_model(arch: str, seed: int = 0):
-    """A 2-layer, hidden-32, fp32 random causal LM of the given architecture, in eval mode."""
+    """A 2-layer, hidden-32, fp32 random causal LM of the given architecture, in eval mode, on the test device (its
+    weights drawn on the CPU, so every device gets the same ones)."""
     from transformers import (
         Gemma3ForCausalLM,
         Gemma3TextConfig,
@@ -168,7 +228,7 @@ def make_tiny_model(arch: str, seed: int = 0):
         for param in model.parameters():
             if param.dim() == 2:
                 param.mul_(3.0)
-    return model
+    return model.to(TEST_DEVICE)
 
 
 ARCHS = ("gpt2", "llama", "opt", "gemma3")

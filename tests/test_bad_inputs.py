@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ARTICLES, fail, make_tiny_tokenizer, require_dense, write_jsonl
+from conftest import ARTICLES, ON_TEST_DEVICE, TEST_DEVICE_ARGS, fail, make_tiny_tokenizer, require_dense, write_jsonl
 from hf_ralm.cli import main
 from hf_ralm.errors import IndexFolderError, SavedFolderError
 from hf_ralm.retrieval import load_retriever_from_pretrained, retriever_class
@@ -24,7 +24,7 @@ from hf_ralm.windows import plan_settings, plan_windows
 def settings(files, *extra: str) -> list[str]:
     """The flags of a valid evaluation of the tiny model (L=16, s=4, 8-token passages), writing to ``out``."""
     return ["--model", files["model"], "--dataset-path", files["dataset"], "--max-length", "16", "--stride", "4",
-            "--query-length", "8", "--max-doc-tokens", "8", "--device", "cpu", "--output-dir", str(files["out"]),
+            "--query-length", "8", "--max-doc-tokens", "8", *TEST_DEVICE_ARGS, "--output-dir", str(files["out"]),
             *extra]
 
 
@@ -455,7 +455,7 @@ def test_saved_ralm_naming_an_index_outside_it_is_refused(files, tiny_index, tmp
     from hf_ralm import RetrievalAugmentedModel
 
     ralm = RetrievalAugmentedModel.from_pretrained(files["model"], retriever="bm25",
-                                                   index_dir=tiny_index["index_dir"], device="cpu")
+                                                   index_dir=tiny_index["index_dir"], **ON_TEST_DEVICE)
     saved = tmp_path / "my-ralm"
     ralm.save_pretrained(saved)  # without its index: recorded by its absolute path
     if saved_in == "config.json":  # the older layout: the retriever's description inside config.json
@@ -464,11 +464,11 @@ def test_saved_ralm_naming_an_index_outside_it_is_refused(files, tiny_index, tmp
         (saved / "config.json").write_text(json.dumps({**config, "retriever": ralm.retriever.config()}))
     recorded = os.path.abspath(tiny_index["index_dir"])
     with pytest.raises(SavedFolderError) as info:
-        RetrievalAugmentedModel.from_pretrained(str(saved), device="cpu")
+        RetrievalAugmentedModel.from_pretrained(str(saved), **ON_TEST_DEVICE)
     assert str(info.value).startswith(f"{saved / saved_in}: its index_dir {recorded!r} leads outside "
                                       f"{str(saved)!r}"), str(info.value)
     assert f"index_dir={recorded!r}" in str(info.value)
-    again = RetrievalAugmentedModel.from_pretrained(str(saved), index_dir=recorded, device="cpu")
+    again = RetrievalAugmentedModel.from_pretrained(str(saved), index_dir=recorded, **ON_TEST_DEVICE)
     assert again.retriever.config() == ralm.retriever.config()
 
 
@@ -480,7 +480,7 @@ def test_saved_ralm_naming_an_index_outside_it_is_refused(files, tiny_index, tmp
 def test_window_that_cannot_hold_a_passage_and_a_stride(files, capsys, tiny_index):
     """A passage that, cut at --max-doc-tokens, leaves no room in the window for a stride is refused as soon as it
     is met, in eval-lm, retrieve and generate alike, with the flags to change."""
-    model = ["--model", files["model"], "--device", "cpu", "--retriever", "bm25", "--index-dir",
+    model = ["--model", files["model"], *TEST_DEVICE_ARGS, "--retriever", "bm25", "--index-dir",
              tiny_index["index_dir"], "--max-length", "16", "--stride", "4", "--query-length", "8",
              "--max-doc-tokens", "13"]
     data = ["--dataset-path", files["dataset"], "--output-dir", str(files["out"])]
@@ -551,7 +551,7 @@ def test_batches_need_no_pad_token(files, capsys, tiny_index, no_pad_model_dir):
     batches need no padding: a tokenizer without a pad token is fine everywhere."""
     prompts = ["the king and the queen sat on the", "rome"]
     common = ["generate", "--model", no_pad_model_dir, "--max-new-tokens", "6", "--stride", "2", "--query-length", "4",
-              "--max-doc-tokens", "8", "--retriever", "bm25", "--index-dir", tiny_index["index_dir"], "--device", "cpu"]
+              "--max-doc-tokens", "8", "--retriever", "bm25", "--index-dir", tiny_index["index_dir"], *TEST_DEVICE_ARGS]
     outputs = {}
     for batch_size in ("1", "2"):
         path = files["tmp"] / f"generated-{batch_size}.json"
@@ -675,9 +675,9 @@ def command_argv(files, command: str) -> list[str]:
         "eval-lm": ["eval-lm", *settings(files)],
         "retrieve": ["retrieve", *settings(files, *bm25, "--save-retrieval-file", str(files["tmp"] / "r.json"))],
         "eval-lm --compare": ["eval-lm", *settings(files, *bm25, "--compare", "none,top1")],
-        "eval-qa": ["eval-qa", "--model", files["model"], "--questions", str(questions), "--device", "cpu",
+        "eval-qa": ["eval-qa", "--model", files["model"], "--questions", str(questions), *TEST_DEVICE_ARGS,
                     "--output-dir", str(files["out"])],
-        "rerank-data": ["rerank-data", "--model", files["model"], "--device", "cpu", *bm25, "--articles",
+        "rerank-data": ["rerank-data", "--model", files["model"], *TEST_DEVICE_ARGS, *bm25, "--articles",
                         files["corpus"], "--max-length", "16", "--stride", "4", "--query-length", "8",
                         "--max-doc-tokens", "8", "--rerank-candidates", "2", "--output-dir", str(files["out"])],
     }[command]

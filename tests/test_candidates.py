@@ -19,10 +19,9 @@ from hf_ralm import RalmConfig
 from hf_ralm.records import RecordStore
 from hf_ralm.errors import OutputFolderError
 from hf_ralm.selection.candidates import CandidateScores, score_candidates
-from hf_ralm.selection.rules import ranking_span
-from hf_ralm.windows import place_passage, plan_windows
-from hf_ralm.model_inputs import passage_prefix
-from test_reranking import full_nlls, make_candidates, make_text
+from hf_ralm.testing import full_nlls, ranking_positions, spec_passage_ids, write_over
+from hf_ralm.windows import plan_windows
+from test_reranking import make_candidates, make_text
 
 CONFIG = RalmConfig(max_length=24, retrieval_stride=4, query_length=8, max_doc_tokens=6, rerank_candidates=3,
                     rerank_tokens=5)
@@ -49,10 +48,9 @@ def test_every_option_is_scored_as_a_plain_forward(tiny_llama, tiny_tokenizer, t
         window = ids[w.begin : w.end]
         targets, ranking = [], []
         for option in pool + [None]:
-            nlls = full_nlls(tiny_llama, place_passage(window, passage_prefix(tiny_tokenizer, option, CONFIG)),
-                             window)
+            nlls = full_nlls(tiny_llama, write_over(window, spec_passage_ids(tiny_tokenizer, option, CONFIG)), window)
             targets.append(float(nlls[w.score_begin - w.begin - 1 :].sum()))
-            begin = ranking_span(w, CONFIG.rerank_tokens)[0]
+            begin = ranking_positions(w, CONFIG.rerank_tokens).start
             ranking.append(float(nlls[begin - w.begin - 1 : w.score_begin - w.begin - 1].sum()))
         if not pool:  # window 0 and the windows whose retrieval found nothing: as they are
             assert s.ranking_nlls is None and s.target_nlls == pytest.approx(targets, abs=1e-4)

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from conftest import ARTICLES, EVAL_TEXT, write_jsonl
+from conftest import ARTICLES, EVAL_TEXT, TEST_DEVICE_ARGS, write_jsonl
 from hf_ralm.cli import FLAGS, build_parser, error_message, main
 from hf_ralm.errors import SettingError
 from hf_ralm.configuration_ralm import RALM_FIELDS, RalmConfig
@@ -37,7 +37,7 @@ def files(tmp_path, tiny_model_dir):
 
 def common(files, *extra):
     return ["--model", files["model"], "--dataset-path", files["dataset"], "--max-length", "16", "--stride", "4",
-            "--query-length", "8", "--max-doc-tokens", "12", "--device", "cpu", *extra]
+            "--query-length", "8", "--max-doc-tokens", "12", *TEST_DEVICE_ARGS, *extra]
 
 
 def run(capsys, argv):

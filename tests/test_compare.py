@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from conftest import EVAL_TEXT, write_jsonl
+from conftest import EVAL_TEXT, ON_TEST_DEVICE, TEST_DEVICE_ARGS, write_jsonl
 from hf_ralm import RetrievalAugmentedModel
 from hf_ralm.cli import main
 from hf_ralm.compare import STRATEGIES, compare_strategies
@@ -29,7 +29,7 @@ SEPARATE = {  # what a separate eval-lm run of each strategy sets
 
 def load(model_dir, index, **settings):
     options = {"retriever": "bm25", "index_dir": index["index_dir"], **SETTINGS, **settings}
-    return RetrievalAugmentedModel.from_pretrained(str(model_dir), device="cpu", **options)
+    return RetrievalAugmentedModel.from_pretrained(str(model_dir), **ON_TEST_DEVICE, **options)
 
 
 def figures_of_separate_run(model_dir, index, strategy: str, **settings) -> dict:
@@ -71,7 +71,7 @@ def test_command_line_prints_the_table_and_writes_json_and_csv(tiny_model_dir, t
     data = write_jsonl(tmp_path / "data.jsonl", [{"text": EVAL_TEXT}])
     argv = ["eval-lm", "--model", str(tiny_model_dir), "--dataset-path", str(data), "--retriever", "bm25",
             "--index-dir", tiny_index["index_dir"], "--max-length", "16", "--stride", "4", "--query-length", "8",
-            "--max-doc-tokens", "8", "--device", "cpu", "--output-dir", str(tmp_path / "out"),
+            "--max-doc-tokens", "8", *TEST_DEVICE_ARGS, "--output-dir", str(tmp_path / "out"),
             "--compare", "none,top1,lm-gate"]
     main(argv)
     out = capsys.readouterr().out

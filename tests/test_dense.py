@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ARTICLES, TINY_VOCAB_WORDS, require_dense, write_jsonl
+from conftest import ARTICLES, TEST_DEVICE_ARGS, TINY_VOCAB_WORDS, require_dense, write_jsonl
 from hf_ralm.passages import Passage
 from hf_ralm.retrieval.corpus import corpus_fingerprint
 from hf_ralm.retrieval.hybrid import HybridRetriever, rrf_fuse
@@ -530,7 +530,7 @@ def test_cli_index_and_eval_dense(dense_mod, tiny_model_dir, corpus, tmp_path, c
     dataset = write_jsonl(tmp_path / "data.jsonl", [{"text": " " + EVAL_TEXT + "\n"}])
     out_dir = tmp_path / "out"
     main(["eval-lm", "--model", str(tiny_model_dir), "--dataset-path", str(dataset), "--max-length", "16",
-          "--max-doc-tokens", "12", "--stride", "4", "--device", "cpu", "--retriever", "dense", "--index-dir",
+          "--max-doc-tokens", "12", "--stride", "4", *TEST_DEVICE_ARGS, "--retriever", "dense", "--index-dir",
           index_dir, "--max-eval-tokens", "40", "--output-dir", str(out_dir), "--save-retrieval-file",
           str(tmp_path / "retrieval.json")])
     printed = json.loads(capsys.readouterr().out)
@@ -543,7 +543,7 @@ def test_cli_index_and_eval_dense(dense_mod, tiny_model_dir, corpus, tmp_path, c
 
     with pytest.raises(SystemExit):  # an index built with another encoder is refused with a clear error
         main(["eval-lm", "--model", str(tiny_model_dir), "--dataset-path", str(dataset), "--max-length", "16",
-              "--max-doc-tokens", "12", "--device", "cpu", "--retriever", "dense", "--index-dir", index_dir,
+              "--max-doc-tokens", "12", *TEST_DEVICE_ARGS, "--retriever", "dense", "--index-dir", index_dir,
               "--encoder", str(tmp_path)])
     assert "was built with encoder" in capsys.readouterr().err
 

@@ -198,7 +198,7 @@ def test_context_points_score_the_same_tokens_each_with_a_full_window(tiny_resou
     total, n = 0.0, res.args.max_eval_tokens
     for first in range(context, context + n, s):
         end = min(first + s, context + n)
-        window = torch.tensor(ids[end - length : end])
+        window = torch.tensor(ids[end - length : end], device=tiny_llama.device)
         with torch.no_grad():
             logp = torch.log_softmax(tiny_llama(window[None]).logits[0].double(), -1)
         for t in range(first, end):

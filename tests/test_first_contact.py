@@ -13,7 +13,7 @@ import warnings
 import pytest
 import torch
 
-from conftest import EVAL_TEXT, fail, write_jsonl
+from conftest import EVAL_TEXT, ON_TEST_DEVICE, fail, write_jsonl
 from hf_ralm.cli import main
 from hf_ralm.errors import SettingError
 
@@ -135,7 +135,7 @@ def test_text_in_one_window_says_no_retrieval_happened(files, capsys, tmp_path):
 
     model = RetrievalAugmentedModel.from_pretrained(files["model"], retriever="bm25", corpus=files["corpus"],
                                                     index_dir=str(tmp_path / "idx"), max_length=16, max_doc_tokens=8,
-                                                    query_length=8, device="cpu")
+                                                    query_length=8, **ON_TEST_DEVICE)
     with pytest.warns(RalmWarning, match="no retrieval happened"):
         model.evaluate_perplexity("the emperor of rome", show_progress=False)
     with warnings.catch_warnings():
@@ -229,7 +229,7 @@ def test_progress_bars_follow_the_hugging_face_switch(files, capsys):
 
     from hf_ralm import RetrievalAugmentedModel
 
-    model = RetrievalAugmentedModel.from_pretrained(files["model"], max_length=16, max_doc_tokens=8, device="cpu")
+    model = RetrievalAugmentedModel.from_pretrained(files["model"], max_length=16, max_doc_tokens=8, **ON_TEST_DEVICE)
     model.evaluate_perplexity(EVAL_TEXT)
     assert "win/s" in capsys.readouterr().err  # on by default
     logging.disable_progress_bar()

@@ -1,6 +1,6 @@
 """Retrieval gates (issue 10 §1) in evaluation, retrieval files and BM25's score normalisation: the fast path
 (``evaluate_perplexity``) equals a plain loop, one window at a time, written from the issue's words
-(:mod:`spec_loops`). Generation's gates are in test_generation_beyond.py."""
+(:mod:`hf_ralm.testing`). Generation's gates are in test_generation_beyond.py."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from hf_ralm.selection.gates import LM_GATE_MARGIN, lm_gate_config, normalized_t
 from hf_ralm.passages import NO_PASSAGE, Passage, passage_text
 from hf_ralm.retrieval.analysis import analyze
 from hf_ralm.windows import plan_windows
-from spec_loops import ScoredRetriever, plain_window_nlls, ranking_nll
-from test_reranking import make_text, plain_rerank
+from hf_ralm.testing import ScoredRetriever, lm_gate_margin, plain_rerank, plain_window_nlls, ranking_nll
+from test_reranking import WORDS, make_text
 
 
 def plain_gated(model, tokenizer, ids, windows, retriever, config):
@@ -42,8 +42,7 @@ def plain_gated(model, tokenizer, ids, windows, retriever, config):
         if choice >= 0 and config.retrieval_gate == "lm":
             score = (ranking_nll(model, tokenizer, ids, w, None, config)
                      - ranking_nll(model, tokenizer, ids, w, found[choice], config))
-            margin = 2.0 if config.gate_threshold is None else config.gate_threshold  # the spec's default: 2 nats
-            choice = choice if score >= margin else NO_PASSAGE
+            choice = choice if score >= lm_gate_margin(config) else NO_PASSAGE
         chosen.append(choice)
         gate_scores.append(score)
         in_context[w.index] = [found[choice]] if choice >= 0 else []
@@ -68,7 +67,7 @@ def test_gates_equal_the_plain_loop(arch, gate, threshold, rerank, settings, tin
                         gate_threshold=threshold, rerank=rerank, bos_every_window=arch == "gemma3", **settings)
     ids = make_text(tokenizer, 70, seed=len(arch))
     windows = plan_windows(len(ids), 32, 3)
-    retriever = ScoredRetriever(seed=3)
+    retriever = ScoredRetriever(WORDS, seed=3)
     expected_chosen, expected_scores, expected_nll = plain_gated(model, tokenizer, ids, windows, retriever, config)
     for batch_size, reuse in [(1, True), (6, False)]:
         result = evaluate_perplexity(model, tokenizer, ids, retriever, config, batch_size=batch_size,
@@ -95,7 +94,7 @@ def test_lm_gate_threshold_is_a_margin_in_nats(arch, tiny_models, tiny_tokenizer
                   rerank_tokens=6, bos_every_window=arch == "gemma3")
     ids = make_text(tokenizer, 70, seed=len(arch))
     windows = plan_windows(len(ids), 32, 3)
-    retriever = ScoredRetriever(seed=3)
+    retriever = ScoredRetriever(WORDS, seed=3)
     plain_chosen, scores, _ = plain_gated(model, tokenizer, ids, windows, retriever,
                                           RalmConfig(gate_threshold=0.0, **common))  # the gate at 0 nats
     helped = sorted(s for s in scores if s is not None and s >= 0)
@@ -117,7 +116,7 @@ def test_score_gate_thresholds_zero_and_one(tiny_llama, tiny_tokenizer):
     """Threshold 0 keeps every passage (the paper); 1 none (no passage reaches the query's maximum)."""
     ids = make_text(tiny_tokenizer, 60, seed=1)
     common = dict(retrieval_stride=4, max_length=24, query_length=6, max_doc_tokens=8)
-    retriever = ScoredRetriever(seed=2)
+    retriever = ScoredRetriever(WORDS, seed=2)
     always = evaluate_perplexity(tiny_llama, tiny_tokenizer, ids, retriever, RalmConfig(**common),
                                  show_progress=False)
     results = {t: evaluate_perplexity(tiny_llama, tiny_tokenizer, ids, retriever,
@@ -136,7 +135,7 @@ def test_lm_gate_on_the_readers_ranking_is_the_no_passage_choice(tiny_llama, tin
     ids = make_text(tiny_tokenizer, 60, seed=2)
     common = dict(retrieval_stride=4, max_length=32, query_length=6, max_doc_tokens=10, rerank="lm",
                   rerank_candidates=3, rerank_tokens=6)
-    retriever = ScoredRetriever(seed=5)
+    retriever = ScoredRetriever(WORDS, seed=5)
     gated = evaluate_perplexity(tiny_llama, tiny_tokenizer, ids, retriever, RalmConfig(retrieval_gate="lm", **common),
                                 show_progress=False)
     allowed = evaluate_perplexity(tiny_llama, tiny_tokenizer, ids, retriever,
@@ -161,7 +160,7 @@ def test_gated_retrieval_file_is_reused(tmp_path, tiny_llama, tiny_tokenizer, ga
     ids = make_text(tiny_tokenizer, 60, seed=6)
     common = dict(retrieval_stride=4, max_length=32, query_length=6, max_doc_tokens=10)
     config = RalmConfig(retrieval_gate=gate, gate_threshold=threshold, **common)
-    retriever = ScoredRetriever(seed=2)
+    retriever = ScoredRetriever(WORDS, seed=2)
     result = evaluate_perplexity(tiny_llama, tiny_tokenizer, ids, retriever, config, show_progress=False)
     path = tmp_path / "gated.json"
     path.write_text(json.dumps(result.retrieval_records(tiny_tokenizer)))
@@ -184,7 +183,7 @@ def test_gated_retrieval_file_is_reused(tmp_path, tiny_llama, tiny_tokenizer, ga
 def test_score_gate_needs_the_retrievers_maximum(tmp_path, tiny_llama, tiny_tokenizer):
     ids = make_text(tiny_tokenizer, 40, seed=3)
     common = dict(retrieval_stride=4, max_length=24, query_length=6, max_doc_tokens=8)
-    plain = evaluate_retrieval(tiny_llama, tiny_tokenizer, ids, ScoredRetriever(), RalmConfig(**common),
+    plain = evaluate_retrieval(tiny_llama, tiny_tokenizer, ids, ScoredRetriever(WORDS), RalmConfig(**common),
                                show_progress=False)
     path = tmp_path / "plain.json"
     path.write_text(json.dumps(plain.retrieval_records(tiny_tokenizer)))

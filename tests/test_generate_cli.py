@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from conftest import TEST_DEVICE_ARGS
 from hf_ralm import RetrievalAugmentedModel
 from hf_ralm.cli import main
 from hf_ralm.generation.texts import GeneratedText
@@ -41,7 +42,7 @@ def expected(tiny_llama, tiny_tokenizer, tiny_index):
 
 def argv(tiny_model_dir, tiny_index, *extra):
     return ["generate", "--model", str(tiny_model_dir), "--retriever", "bm25", "--index-dir", tiny_index["index_dir"],
-            "--device", "cpu", *SETTINGS, *extra]
+            *TEST_DEVICE_ARGS, *SETTINGS, *extra]
 
 
 def test_generate_output_json_and_sources(tmp_path, tiny_model_dir, tiny_index, tiny_tokenizer, expected, capsys):

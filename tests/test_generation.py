@@ -12,15 +12,14 @@ import torch
 from transformers import LogitsProcessorList, RepetitionPenaltyLogitsProcessor
 from transformers.generation.streamers import BaseStreamer
 
-from conftest import ARTICLES, EVAL_TEXT, MODEL_VOCAB_SIZE, PAD_ID, TOKENIZER_VOCAB_SIZE, make_tiny_model
+from conftest import ARTICLES, EVAL_TEXT, MODEL_VOCAB_SIZE, PAD_ID, TEST_DEVICE, TOKENIZER_VOCAB_SIZE, make_tiny_model
 from hf_ralm import Passage, RalmConfig, RetrievalAugmentedModel
 from hf_ralm.configuration_ralm import RALM_FIELDS
 from hf_ralm.generation import RalmLogitsProcessor, ralm_generate
-from hf_ralm.model_inputs import passage_prefix
 from hf_ralm.passage_cache import PassageKVCache
 from hf_ralm.selection.predictive import NO_PASSAGE_TEXT
-from hf_ralm.selection.rules import random_choice
-from test_reranking import full_nlls, permuted_tokenizer
+from hf_ralm.testing import full_nlls, next_token_logits, spec_passage_ids, spec_random_choice
+from test_reranking import permuted_tokenizer
 
 MAX_LENGTH = 32
 MAX_DOC_TOKENS = 10
@@ -73,9 +72,11 @@ def ralm_config(stride: int, **overrides) -> RalmConfig:
 
 
 def left_pad(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The prompts left-padded, with their attention mask, on the tiny models' device (a plain model's ``generate``
+    takes its inputs where the model is)."""
     width = max(len(r) for r in rows)
-    ids = torch.tensor([[PAD_ID] * (width - len(r)) + r for r in rows])
-    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+    ids = torch.tensor([[PAD_ID] * (width - len(r)) + r for r in rows], device=TEST_DEVICE)
+    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=TEST_DEVICE)
     return ids, mask
 
 
@@ -96,8 +97,7 @@ def spec_generate(model, tokenizer, retriever, config, prompt, new_tokens, eos=N
         if t % s == 0:
             s_j = min(s, new_tokens - t)
             found = retriever.retrieve([tokenizer.decode(x[-config.query_length :])], k=k)[0][:k]
-            docs = [tokenizer.encode(config.passage_text(p.title, p.text), max_length=config.max_doc_tokens,
-                                     truncation=True) for p in found] or [[]]
+            docs = [spec_passage_ids(tokenizer, p, config) for p in found or [None]]
             starts = [max(0, len(x) + s_j + len(d) - config.max_length) for d in docs]
             weights = torch.softmax(torch.tensor([p.score for p in found], dtype=torch.float64), 0).tolist() \
                 if len(found) > 1 else [1.0]
@@ -106,12 +106,12 @@ def spec_generate(model, tokenizer, retriever, config, prompt, new_tokens, eos=N
         for d, a, w in zip(docs, starts, weights):
             context = d + x[a:]
             assert len(context) <= config.max_length
-            logits = model(input_ids=torch.tensor([context]), use_cache=False).logits[0, -1].float()
+            logits = next_token_logits(model, context)
             mixture = mixture + w * torch.softmax(logits, -1)
         # one passage: the logits themselves (what logits processors such as the repetition penalty see)
         scores = (logits if len(docs) == 1 else torch.log(mixture))[None]
         if penalty is not None:
-            scores = RepetitionPenaltyLogitsProcessor(penalty)(torch.tensor([x]), scores)
+            scores = RepetitionPenaltyLogitsProcessor(penalty)(torch.tensor([x], device=scores.device), scores)
         step_scores.append(scores[0])
         token = int(scores.argmax())
         x.append(token)
@@ -462,7 +462,7 @@ def spec_ranking_nll(model, tokenizer, config, x, doc, start, first, reranker, o
         return float(full_nlls(model, doc + x[start:])[len(doc) + first - start - 1 :].sum())
     rtok, room = reranker.tokenizer, reranker.max_length  # another LM, in text
     ranking = rtok(tokenizer.decode(x[first:]), add_special_tokens=False)["input_ids"]
-    passage = passage_prefix(rtok, option, config)[: room - len(ranking)]
+    passage = spec_passage_ids(rtok, option, config)[: room - len(ranking)]
     before = rtok(tokenizer.decode(x[:first]), add_special_tokens=False)["input_ids"]
     keep = room - len(ranking) - len(passage)
     tokens = passage + (before[-keep:] if keep > 0 else []) + ranking
@@ -483,13 +483,13 @@ def spec_rerank_generate(model, tokenizer, retriever, config, prompt, new_tokens
             query = tokenizer.decode(x[-config.query_length :])
             pool = retriever.retrieve([query], k=config.rerank_candidates)[0][: config.rerank_candidates]
             options = pool + [None] * (bool(pool) and config.rerank_allow_no_passage)
-            docs = [passage_prefix(tokenizer, option, config) for option in options]
+            docs = [spec_passage_ids(tokenizer, option, config) for option in options]
             starts = [max(0, len(x) + s_j + len(d) - config.max_length) for d in docs]
             if not pool:
                 choice = -1
             elif config.rerank == "random":
                 key = (zlib.crc32(" ".join(map(str, prompt)).encode()) << 32) + t // s
-                choice = random_choice(config.rerank_seed, key, len(pool))
+                choice = spec_random_choice(config.rerank_seed, key, len(pool))
             elif config.rerank == "predictive":  # the empty passage is no passage's text
                 texts = [config.passage_text(p.title, p.text) if p else NO_PASSAGE_TEXT for p in options]
                 scores = reranker.scores(query, texts)
@@ -501,10 +501,10 @@ def spec_rerank_generate(model, tokenizer, retriever, config, prompt, new_tokens
                           for d, a, option in zip(docs, starts, options)] if first < len(x) else [0.0]
                 best = min(range(len(scores)), key=lambda i: (scores[i], i))
                 choice = best if best < len(pool) else -1
-            doc = docs[choice] if choice >= 0 else passage_prefix(tokenizer, None, config)
+            doc = docs[choice] if choice >= 0 else spec_passage_ids(tokenizer, None, config)
             start = max(0, len(x) + s_j + len(doc) - config.max_length)
             strides.append((t, pool, choice))
-        logits = model(input_ids=torch.tensor([doc + x[start:]]), use_cache=False).logits[0, -1].float()
+        logits = next_token_logits(model, doc + x[start:])
         logits[TOKENIZER_VOCAB_SIZE:] = float("-inf")
         step_scores.append(logits)
         x.append(int(logits.argmax()))

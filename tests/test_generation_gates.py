@@ -10,10 +10,9 @@ import pytest
 import torch
 
 from conftest import PAD_ID
-from hf_ralm.model_inputs import passage_prefix
-from spec_loops import ScoredRetriever, spec_prefix
+from hf_ralm.testing import ScoredRetriever, full_nlls, lm_gate_margin, next_token_logits, spec_passage_ids, spec_prefix
 from test_generation import assert_scores_match, generated_rows, left_pad, ralm_config, wrap
-from test_reranking import full_nlls
+from test_reranking import WORDS
 
 NEW_TOKENS = 12
 
@@ -38,14 +37,13 @@ def spec_generate(model, tokenizer, retriever, config, prompt, new_tokens):
             if found and config.retrieval_gate == "score":
                 found = found if found[0].score / retriever.max_scores([query])[0] >= config.gate_threshold else []
             if found and config.retrieval_gate == "lm":
-                docs = [passage_prefix(tokenizer, found[0], config), passage_prefix(tokenizer, None, config)]
+                docs = [spec_passage_ids(tokenizer, found[0], config), spec_passage_ids(tokenizer, None, config)]
                 starts = [max(0, len(x) + s_j + len(d) - length) for d in docs]
                 first = max(len(x) - config.rerank_tokens, max(starts) + 1)
                 if first < len(x):
                     nlls = [float(full_nlls(model, d + x[a:])[len(d) + first - a - 1 :].sum())
                             for d, a in zip(docs, starts)]
-                    margin = 2.0 if config.gate_threshold is None else config.gate_threshold  # spec default: 2
-                    found = found if nlls[1] - nlls[0] >= margin else []
+                    found = found if nlls[1] - nlls[0] >= lm_gate_margin(config) else []
             members = [[p] for p in found] if config.ensemble_size > 1 and found else [found]
             exps = [math.exp(p.score / config.ensemble_temperature) for p in found]
             weights = [e / sum(exps) for e in exps] if len(members) > 1 else [1.0]
@@ -57,7 +55,7 @@ def spec_generate(model, tokenizer, retriever, config, prompt, new_tokens):
         mixture = 0
         for (prefix, start), weight in zip(contexts, weights):
             assert len(prefix) + len(x) - start <= length
-            logits = model(input_ids=torch.tensor([prefix + x[start:]]), use_cache=False).logits[0, -1].float()
+            logits = next_token_logits(model, prefix + x[start:])
             mixture = mixture + weight * torch.softmax(logits, -1)
         scores = logits if len(contexts) == 1 else torch.log(mixture)
         step_scores.append(scores)
@@ -81,7 +79,7 @@ CASES = [  # (arch, stride, settings)
 @pytest.mark.parametrize("arch,stride,settings", CASES)
 def test_generate_equals_the_plain_loop(arch, stride, settings, tiny_models, tiny_tokenizer, tiny_bos_tokenizer):
     tokenizer = tiny_bos_tokenizer if settings.get("bos_every_window") else tiny_tokenizer
-    model, retriever, config = tiny_models[arch], ScoredRetriever(seed=stride), ralm_config(stride, **settings)
+    model, retriever, config = tiny_models[arch], ScoredRetriever(WORDS, seed=stride), ralm_config(stride, **settings)
     ralm = wrap(model, tokenizer, retriever, config)
     prompts = [tokenizer("the emperor of rome and the senate")["input_ids"],
                tokenizer(" ".join(["the sailor took the ship to the island in a storm ."] * 3))["input_ids"]]
@@ -109,7 +107,7 @@ def test_generate_equals_the_plain_loop(arch, stride, settings, tiny_models, tin
 def test_a_stride_without_a_passage_resumes_the_plain_context(tiny_models, tiny_tokenizer):
     """Gated strides between passage strides resume the row's plain context: the same tokens and scores as
     rebuilding it, fewer forward tokens (the prefill of the text already in its cache)."""
-    model, retriever = tiny_models["llama"], ScoredRetriever(seed=1)
+    model, retriever = tiny_models["llama"], ScoredRetriever(WORDS, seed=1)
     config = ralm_config(2, retrieval_gate="score", gate_threshold=0.5, max_length=64)
     ralm = wrap(model, tiny_tokenizer, retriever, config)
     ids, mask = left_pad([tiny_tokenizer("the king and the queen sat on the throne of the castle")["input_ids"]])

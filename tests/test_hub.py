@@ -10,7 +10,7 @@ from pathlib import Path
 import huggingface_hub
 import pytest
 
-from conftest import EVAL_TEXT
+from conftest import EVAL_TEXT, ON_TEST_DEVICE
 from hf_ralm import RetrievalAugmentedModel
 
 REPO_ID = "someone/tiny-ralm"
@@ -21,7 +21,7 @@ def ralm(tiny_model_dir, tiny_index):
     return RetrievalAugmentedModel.from_pretrained(str(tiny_model_dir), retriever="bm25",
                                                    index_dir=tiny_index["index_dir"], max_length=16,
                                                    retrieval_stride=4, query_length=8, max_doc_tokens=8,
-                                                   forbidden_titles=["Sailing"], device="cpu")
+                                                   forbidden_titles=["Sailing"], **ON_TEST_DEVICE)
 
 
 @pytest.fixture()
@@ -99,7 +99,7 @@ def test_a_pushed_ralm_loads_from_the_hub_cache_offline(ralm, uploads, tmp_path)
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text("0123abcd")
     loaded = RetrievalAugmentedModel.from_pretrained(REPO_ID, cache_dir=str(cache), local_files_only=True,
-                                                     device="cpu")
+                                                     **ON_TEST_DEVICE)
     assert Path(loaded.retriever.index_dir).resolve() == (repo / "snapshots" / "0123abcd" / "index").resolve()
     assert loaded.retriever.forbidden_titles == ralm.retriever.forbidden_titles
     assert loaded.config.to_dict() == {**ralm.config.to_dict(), "transformers_version":

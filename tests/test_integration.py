@@ -16,7 +16,7 @@ from conftest import SHARED_DATA, require_shared_file
 from hf_ralm import RalmConfig
 from hf_ralm.evaluation import evaluate_retrieval
 from hf_ralm.model_inputs import window_prefixes
-from hf_ralm.reference import reference_window_nlls
+from hf_ralm.testing import reference_window_nlls
 from hf_ralm.retrieval import BM25Retriever
 from hf_ralm.passages import Passage
 from hf_ralm.scoring import score_windows

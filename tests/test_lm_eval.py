@@ -28,7 +28,7 @@ import sys
 import pytest
 import torch
 
-from conftest import REPO_ROOT, SHARED_DATA, require_shared_file, write_jsonl
+from conftest import REPO_ROOT, SHARED_DATA, TEST_DEVICE, require_shared_file, write_jsonl
 
 TASKS = REPO_ROOT / "tests" / "lm_eval_tasks"
 BENCHMARK_TASKS = REPO_ROOT / "benchmarks" / "lm_eval_tasks"
@@ -71,11 +71,11 @@ def hf_model(lm_eval, tiny_model_dir):
     from lm_eval.models.huggingface import HFLM
 
     return lambda max_length=None: HFLM(pretrained=str(tiny_model_dir), max_length=max_length, dtype="float32",
-                                        device="cpu", batch_size=4)
+                                        device=TEST_DEVICE, batch_size=4)
 
 
 def model_args(tiny_model_dir, **settings) -> str:
-    given = {"pretrained": tiny_model_dir, "dtype": "float32", "device": "cpu", **settings}
+    given = {"pretrained": tiny_model_dir, "dtype": "float32", "device": TEST_DEVICE, **settings}
     return ",".join(f"{key}={value}" for key, value in given.items())
 
 
@@ -104,7 +104,7 @@ def eval_lm_nll_sum(capsys, tmp_path, text: str, tiny_model_dir, tiny_index) -> 
     capsys.readouterr()
     main(["eval-lm", "--model", str(tiny_model_dir), "--dataset-path", str(dataset), "--retriever", "bm25",
           "--corpus", tiny_index["corpus"], "--index-dir", tiny_index["index_dir"], "--dtype", "float32",
-          "--device", "cpu", *[arg for key, value in WINDOWS.items() for arg in (flags[key], str(value))]])
+          "--device", TEST_DEVICE, *[arg for key, value in WINDOWS.items() for arg in (flags[key], str(value))]])
     return json.loads(capsys.readouterr().out)["nll_sum"]
 
 
@@ -123,7 +123,8 @@ def test_rolling_is_eval_lm_plus_the_first_token(lm_eval, tasks, tiny_model_dir,
     got = [response[0] for response in responses(results, "ralm_tiny_rolling")]
     texts = [row["text"] for row in rows("rolling.jsonl")]
     with torch.no_grad():  # log p(token | BOS): the first token, which eval-lm does not score
-        first = torch.log_softmax(tiny_llama(torch.tensor([[tiny_tokenizer.bos_token_id]])).logits[0, -1], -1)
+        bos = torch.tensor([[tiny_tokenizer.bos_token_id]], device=TEST_DEVICE)
+        first = torch.log_softmax(tiny_llama(bos).logits[0, -1], -1)
     for text, value in zip(texts, got):
         first_id = tiny_tokenizer(text, add_special_tokens=False)["input_ids"][0]
         expected = -eval_lm_nll_sum(capsys, tmp_path, text, tiny_model_dir, tiny_index) + float(first[first_id])
@@ -206,7 +207,7 @@ def built(tiny_llama, tiny_tokenizer, tiny_index):
 def test_continuation_is_scored_with_the_contexts_passages_in_front(lm_eval, tasks, built, tiny_llama,
                                                                     tiny_tokenizer, settings):
     from hf_ralm.integrations.lm_eval import RalmLM
-    from hf_ralm.model_inputs import context_prefix
+    from hf_ralm.testing import spec_prefix
 
     model = built(**settings)
     results = evaluate(lm_eval, tasks, RalmLM(model), ["ralm_tiny_choice"])
@@ -218,15 +219,16 @@ def test_continuation_is_scored_with_the_contexts_passages_in_front(lm_eval, tas
         assert query in model.retriever.queries
         found = model.retriever.retriever.retrieve([query], k=model.config.num_passages)[0]
         sizes.append(len(found))
-        prefix = context_prefix(tiny_tokenizer, found, model.config)  # the most relevant nearest the context
+        prefix = spec_prefix(tiny_tokenizer, found, model.config)  # the most relevant nearest the context
         for choice, (logprob, greedy) in zip(row["choices"], answers):
             continuation = tiny_tokenizer(" " + choice, add_special_tokens=False)["input_ids"]
             dropped = max(0, len(prefix) + len(context) + len(continuation) - model.config.max_length)  # make room
             tokens = prefix + context[dropped:] + continuation
             with torch.no_grad():
-                log_probs = torch.log_softmax(tiny_llama(torch.tensor([tokens])).logits[0, :-1].float(), -1)
+                inputs = torch.tensor([tokens], device=TEST_DEVICE)
+                log_probs = torch.log_softmax(tiny_llama(inputs).logits[0, :-1].float(), -1)
             scored = log_probs[-len(continuation):]
-            target = torch.tensor(continuation)
+            target = torch.tensor(continuation, device=TEST_DEVICE)
             assert logprob == pytest.approx(float(scored.gather(-1, target[:, None]).sum()), rel=1e-5)
             assert greedy == bool((scored.argmax(-1) == target).all())
     assert max(sizes) == model.config.num_passages  # BM25 finds fewer for some contexts: as many as it finds

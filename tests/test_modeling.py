@@ -10,7 +10,7 @@ import shutil
 import pytest
 import torch
 
-from conftest import BOS_ID, EVAL_TEXT, make_tiny_model, write_jsonl
+from conftest import BOS_ID, EVAL_TEXT, TEST_DEVICE, make_tiny_model, write_jsonl
 from hf_ralm import RalmConfig, RetrievalAugmentedModel, evaluate_perplexity
 from hf_ralm.evaluation import evaluate_retrieval
 from hf_ralm.model_inputs import window_prefixes
@@ -18,7 +18,7 @@ from hf_ralm.model_inputs import window_prefixes
 from hf_ralm.plan import prepare, tokenize_text, window_queries
 from hf_ralm.errors import SettingError
 from hf_ralm.modeling_utils import resolve_max_length
-from hf_ralm.reference import reference_window_nlls
+from hf_ralm.testing import reference_window_nlls
 from hf_ralm.retrieval import BM25Retriever
 from hf_ralm.passages import Passage
 from hf_ralm.windows import plan_windows
@@ -87,6 +87,7 @@ def test_dtype_device_default_follows_the_device(monkeypatch):
         resolve_dtype("half", "cpu")
 
 
+@pytest.mark.cpu_only(reason="the defaults of a machine without a GPU: float32 on the CPU")
 def test_from_pretrained_places_the_model_and_forwards_its_loading_arguments(tiny_model_dir, monkeypatch):
     import hf_ralm.modeling_ralm as modeling
 
@@ -215,7 +216,7 @@ def test_weights_are_not_reinitialised(tiny_tokenizer, tiny_index):
 
 
 def test_attribute_forwarding(ralm, tiny_llama):
-    assert ralm.device == torch.device("cpu") == tiny_llama.device
+    assert ralm.device == tiny_llama.device and ralm.device.type == torch.device(TEST_DEVICE).type
     assert ralm.language_model.config.model_type == "llama"
     assert ralm.language_model.config.hidden_size == 32
     assert ralm.config.model_type == "ralm"  # the wrapper's own config is not forwarded

@@ -1,5 +1,5 @@
 """Several passages in context and probability ensembles in evaluation (issue 10 §2, §3): the fast path equals the
-plain loops of :mod:`spec_loops`; the evaluation's ensemble gives the per-token probabilities of generation's
+plain loops of :mod:`hf_ralm.testing`; the evaluation's ensemble gives the per-token probabilities of generation's
 ``RalmLogitsProcessor`` ensemble on the same passages; the command line's flags."""
 
 from __future__ import annotations
@@ -9,18 +9,17 @@ import json
 import pytest
 import torch
 
-from conftest import EVAL_TEXT, MODEL_VOCAB_SIZE, write_jsonl
+from conftest import EVAL_TEXT, MODEL_VOCAB_SIZE, TEST_DEVICE, TEST_DEVICE_ARGS, write_jsonl
 from hf_ralm import RalmConfig
-from hf_ralm.cli import main
 from hf_ralm.ensemble import (ensemble_log_weights, ensemble_member_nlls, ensemble_window_nlls, mix_nlls,
                               mix_window_nlls)
 from hf_ralm.evaluation import evaluate_perplexity
 from hf_ralm.generation import RalmLogitsProcessor
 from hf_ralm.model_inputs import context_indices, context_prefix, passage_prefix
 from hf_ralm.passages import Passage
+from hf_ralm.testing import ScoredRetriever, plain_ensemble_nlls, plain_rerank, plain_window_nlls
 from hf_ralm.windows import plan_windows
-from spec_loops import ScoredRetriever, plain_ensemble_nlls, plain_window_nlls
-from test_reranking import make_text, plain_rerank
+from test_reranking import WORDS, make_text
 
 
 def plain_in_context(model, tokenizer, ids, windows, retriever, config) -> dict:
@@ -64,7 +63,7 @@ def test_several_passages_equal_the_plain_loop(arch, stride, max_length, n, max_
                         **extra)
     ids = make_text(tokenizer, num_tokens, seed=stride + n)
     windows = plan_windows(len(ids), max_length, stride)
-    retriever = ScoredRetriever(seed=n, max_words=30 if arch == "gemma3" else 12)
+    retriever = ScoredRetriever(WORDS, seed=n, max_words=30 if arch == "gemma3" else 12)
     in_context = plain_in_context(model, tokenizer, ids, windows, retriever, config)
     expected = plain_window_nlls(model, tokenizer, ids, windows, in_context, config)
     for batch_size, reuse in [(1, True), (5, False)]:
@@ -92,7 +91,7 @@ def test_passages_are_separated(monkeypatch, tiny_llama, tiny_tokenizer):
         passage_prefix(tiny_tokenizer, music, config) + sep + passage_prefix(tiny_tokenizer, rome, config))
     ids = make_text(tiny_tokenizer, 60, seed=2)
     windows = plan_windows(len(ids), 40, 4)
-    retriever = ScoredRetriever(seed=4)
+    retriever = ScoredRetriever(WORDS, seed=4)
     in_context = plain_in_context(tiny_llama, tiny_tokenizer, ids, windows, retriever, config)
     expected = plain_window_nlls(tiny_llama, tiny_tokenizer, ids, windows, in_context, config, separator=". ,")
     result = evaluate_perplexity(tiny_llama, tiny_tokenizer, ids, retriever, config, show_progress=False)
@@ -143,7 +142,7 @@ def test_ensemble_equals_the_plain_mixture(arch, n, temperature, threshold, tiny
                         retrieval_gate="score" if threshold else "always", gate_threshold=threshold)
     ids = make_text(tokenizer, 60, seed=n)
     windows = plan_windows(len(ids), 32, 3)
-    retriever = ScoredRetriever(seed=n)
+    retriever = ScoredRetriever(WORDS, seed=n)
     members = {}
     for w in windows:
         query = tokenizer.decode(ids[max(0, w.prev_end - 6) : w.prev_end])
@@ -166,7 +165,7 @@ def test_smaller_ensembles_and_other_temperatures_from_one_pass(tiny_llama, tiny
     benchmarks/gate_tables.py measures every n and τ with)."""
     ids = make_text(tiny_tokenizer, 60, seed=4)
     windows = plan_windows(len(ids), 32, 3)
-    retriever = ScoredRetriever(seed=4)
+    retriever = ScoredRetriever(WORDS, seed=4)
     base = dict(retrieval_stride=3, max_length=32, query_length=6, max_doc_tokens=10)
     queries = [tiny_tokenizer.decode(ids[max(0, w.prev_end - 6) : w.prev_end]) if w.has_retrieval else None
                for w in windows]
@@ -205,12 +204,12 @@ def test_ensemble_equals_the_logits_processors(arch, n, temperature, bos, tiny_m
     config = RalmConfig(retrieval_stride=stride, max_length=length, query_length=6, max_doc_tokens=10,
                         ensemble_size=n, ensemble_temperature=temperature, bos_every_window=bos)
     ids = make_text(tokenizer, length + 8 * stride, seed=n)
-    retriever = ScoredRetriever(seed=7)
+    retriever = ScoredRetriever(WORDS, seed=7)
     result = evaluate_perplexity(model, tokenizer, ids, retriever, config, show_progress=False)
     processor = RalmLogitsProcessor(model, tokenizer, retriever, config, max_new_tokens=len(ids) - length)
-    scores = torch.zeros(1, MODEL_VOCAB_SIZE)
+    scores = torch.zeros(1, MODEL_VOCAB_SIZE, device=TEST_DEVICE)  # where a generating model's scores would be
     for t in range(length, len(ids)):
-        log_probs = processor(torch.tensor([ids[:t]]), scores)[0]
+        log_probs = processor(torch.tensor([ids[:t]], device=TEST_DEVICE), scores)[0]
         assert float(-log_probs[ids[t]]) == pytest.approx(float(result.token_nlls[t]), abs=1e-4), t
     assert processor.stats["strides"] == 8 and processor.stats["strides_with_passage"] > 0
     mixed = [s for s in processor.sources[0] if "weight" in s]
@@ -218,10 +217,12 @@ def test_ensemble_equals_the_logits_processors(arch, n, temperature, bos, tiny_m
 
 
 def test_cli_several_passages_ensembles_and_gates(tmp_path, tiny_model_dir, tiny_index, capsys):
+    from hf_ralm.cli import main  # here: the command line needs datasets, which the GPU machine lacks (docs/gpu.md)
+
     data = write_jsonl(tmp_path / "data.jsonl", [{"text": EVAL_TEXT}])
-    common = ["--model", str(tiny_model_dir), "--dataset-path", str(data), "--stride", "4", "--query-length", "8",
-              "--max-length", "32", "--max-doc-tokens", "8", "--retriever", "bm25", "--index-dir",
-              tiny_index["index_dir"]]
+    common = ["--model", str(tiny_model_dir), *TEST_DEVICE_ARGS, "--dataset-path", str(data), "--stride", "4",
+              "--query-length", "8", "--max-length", "32", "--max-doc-tokens", "8", "--retriever", "bm25",
+              "--index-dir", tiny_index["index_dir"]]
 
     def evaluate(*flags) -> dict:
         out = tmp_path / f"run{len(list(tmp_path.iterdir()))}"

@@ -17,7 +17,7 @@ import torch
 from hf_ralm import RalmConfig
 from hf_ralm.reranking import PredictiveRerankLoss, RerankDataWriter, predictive_loss, rerank_metrics, train_reranker
 from hf_ralm.selection.predictive import PredictiveReranker
-from conftest import crashed_chunk
+from conftest import ON_TEST_DEVICE, TEST_DEVICE, crashed_chunk
 from hf_ralm.errors import OutputFolderError
 from hf_ralm.records import TMP_PREFIX
 from hf_ralm.reranking.data import METADATA_FILE, read_rerank_records, text_rows
@@ -575,7 +575,7 @@ def test_a_reranker_hub_id_resolves_offline_from_the_local_cache(trained, tiny_m
     monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", True)
     model = RetrievalAugmentedModel.from_pretrained(str(tiny_model_dir), retriever="bm25",
                                                     index_dir=tiny_index["index_dir"], rerank="predictive",
-                                                    reranker_model="someone/tiny-reranker", device="cpu")
+                                                    reranker_model="someone/tiny-reranker", **ON_TEST_DEVICE)
     prefixes, candidates = ["the emperor of rome"], [["rome was the city of the empire", "the sailor took the boat"]]
-    expected = PredictiveReranker(str(trained.model_dir), device="cpu").scores(prefixes, candidates)
+    expected = PredictiveReranker(str(trained.model_dir), device=TEST_DEVICE).scores(prefixes, candidates)
     assert model.reranker.scores(prefixes, candidates)[0] == pytest.approx(expected[0], abs=1e-6)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import hf_ralm.metrics
-from conftest import ARTICLES, crashed_chunk, write_jsonl
+from conftest import ARTICLES, TEST_DEVICE_ARGS, crashed_chunk, write_jsonl
 from hf_ralm.cli import main
 from hf_ralm.modeling_utils import left_pad
 from hf_ralm.records import RecordStore
@@ -266,7 +266,7 @@ def qa_files(tmp_path, tiny_llama, tiny_tokenizer, passages, gz=False):
 
 def qa_argv(model_dir, questions, out, *extra):
     return ["eval-qa", "--model", str(model_dir), "--questions", str(questions), "--output-dir", str(out),
-            "--device", "cpu", "--batch-size", "2", *extra]
+            *TEST_DEVICE_ARGS, "--batch-size", "2", *extra]
 
 
 def read_predictions(out):

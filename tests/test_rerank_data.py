@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ARTICLES, EVAL_TEXT, crashed_chunk, write_jsonl
+from conftest import ARTICLES, EVAL_TEXT, TEST_DEVICE_ARGS, crashed_chunk, write_jsonl
 from hf_ralm import RalmConfig
 from hf_ralm.cli import main
 from hf_ralm.reranking import collect_rerank_data, load_rerank_data
@@ -30,9 +30,9 @@ from hf_ralm.selection.rules import ranking_span
 from hf_ralm.retrieval.analysis import ANALYSIS
 from hf_ralm.passages import Passage
 from hf_ralm.retrieval.bm25 import BM25Retriever
+from hf_ralm.testing import full_nlls
 from hf_ralm.windows import place_passage, plan_windows
 from test_predictive_reranker import tiny_init  # noqa: F401 - a fixture: the tiny cross-encoder to start from
-from test_reranking import full_nlls
 
 # Articles mixing two topics, so that a window's query finds passages of other articles too.
 MIXES = [{"id": f"m{i}", "title": f"{a['title']} and {b['title']}",
@@ -265,7 +265,7 @@ def test_other_settings_are_refused_unless_overwriting(setup, tiny_llama, tiny_t
 
 
 def rerank_data_argv(setup, model_dir, output_dir, *extra) -> list[str]:
-    return ["rerank-data", "--model", str(model_dir), "--device", "cpu", "--retriever", "bm25", "--index-dir",
+    return ["rerank-data", "--model", str(model_dir), *TEST_DEVICE_ARGS, "--retriever", "bm25", "--index-dir",
             setup["index"], "--corpus", setup["corpus"], "--articles", setup["corpus"], "--num-articles",
             str(len(ARTICLES)), "--max-length", "16", "--stride", "4", "--query-length", "8", "--max-doc-tokens", "8",
             "--rerank-candidates", "3", "--windows-per-article", "4", "--output-dir", str(output_dir), *extra]
@@ -335,7 +335,7 @@ def test_commands_collect_train_and_rerank(setup, tiny_model_dir, tiny_init, tmp
 
     rows = write_jsonl(tmp_path / "eval.jsonl", [{"text": EVAL_TEXT}])
     out = tmp_path / "eval"
-    common = ["--model", str(tiny_model_dir), "--device", "cpu", "--retriever", "bm25", "--index-dir", setup["index"],
+    common = ["--model", str(tiny_model_dir), *TEST_DEVICE_ARGS, "--retriever", "bm25", "--index-dir", setup["index"],
               "--max-length", "16", "--stride", "4", "--query-length", "8", "--max-doc-tokens", "8",
               "--rerank", "predictive", "--reranker-model", str(model), "--rerank-candidates", "3",
               "--rerank-allow-no-passage"]

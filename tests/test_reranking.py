@@ -1,5 +1,5 @@
-"""Zero-shot LM reranking (issue 8 §1): the fast path equals a plain loop, one window and one candidate at a time,
-written from the issue's words:
+"""Zero-shot LM reranking (issue 8 §1): the fast path equals a plain loop, one window and one candidate at a time
+(:func:`hf_ralm.testing.plain_rerank`), written from the issue's words:
 
 * the candidates of window j are its top-k passages; candidate d_i overwrites the first positions of the window
   exactly as the chosen passage will; its ranking score is the summed NLL of the s' tokens just before the window's
@@ -22,15 +22,13 @@ import torch
 from conftest import ARCHS, BOS_ID, MODEL_VOCAB_SIZE, SPECIAL_TOKENS, TINY_VOCAB_WORDS, make_tiny_model
 from hf_ralm import RalmConfig
 from hf_ralm.evaluation import evaluate_perplexity
-from hf_ralm.model_inputs import passage_prefix
 from hf_ralm.selection.rerank import rerank_windows
 from hf_ralm.selection.rankers import LMReranker
-from hf_ralm.selection.rules import (
-    choose_option, fit_reranker_input, random_choice, rank_correlation, ranking_span,
-)
+from hf_ralm.selection.rules import choose_option, fit_reranker_input, rank_correlation, ranking_span
 from hf_ralm.passages import NO_PASSAGE, Passage
 from hf_ralm.retrieval.files import load_retrieval_file
-from hf_ralm.windows import place_passage, plan_windows
+from hf_ralm.testing import plain_rerank
+from hf_ralm.windows import plan_windows
 
 WORDS = TINY_VOCAB_WORDS[:60]
 
@@ -56,68 +54,6 @@ def make_candidates(windows, k: int, seed: int) -> list[list[Passage]]:
             pool[1] = Passage("dup", pool[0].title, pool[0].text, pool[1].score)
         pools.append(pool)
     return pools
-
-
-def full_nlls(model, tokens: list[int], labels: list[int] | None = None) -> torch.Tensor:
-    """NLL of ``labels[t]`` (default: the input's own tokens) at every position ``t`` after the first, predicted from
-    ``tokens[:t]`` in one full forward; index ``t - 1`` holds position ``t``'s."""
-    labels = tokens if labels is None else labels
-    with torch.no_grad():
-        logits = model(torch.tensor([tokens])).logits[0].float()
-    return torch.nn.functional.cross_entropy(logits[:-1], torch.tensor(labels[1:]), reduction="none").double()
-
-
-def plain_rerank(model, tokenizer, ids, windows, candidates, config, reranker=None):
-    """The issue's definition, one window and one candidate at a time: (chosen per window, NLL of every token)."""
-    nll = torch.full((len(ids),), float("nan"), dtype=torch.float64)
-    chosen = []
-    for w in windows:
-        pool = list(candidates[w.index])[: config.rerank_candidates] if w.has_retrieval else []
-        options = pool + ([None] if pool and config.rerank_allow_no_passage else [])
-        text = ids[w.begin : w.end]
-
-        def window_nlls(option):  # the text's own tokens, whatever the candidate wrote over them
-            return full_nlls(model, place_passage(text, passage_prefix(tokenizer, option, config)), text)
-
-        def target_nlls(option):
-            return window_nlls(option)[w.score_begin - w.begin - 1 :]
-
-        if not pool:
-            chosen.append(NO_PASSAGE)
-            nll[w.score_begin : w.end] = target_nlls(None)
-            continue
-        if config.rerank == "random":
-            best = random_choice(config.rerank_seed, w.index, len(pool))
-        else:
-            scores = []
-            for option in options:
-                if reranker is not None:
-                    scores.append(other_lm_ranking_nll(reranker, tokenizer, ids, w, option, config))
-                    continue
-                window_nll = window_nlls(option)
-                if config.rerank == "oracle":
-                    positions = range(w.score_begin, w.end)
-                else:
-                    positions = range(max(w.begin + 1, w.score_begin - config.rerank_tokens), w.score_begin)
-                scores.append(sum(float(window_nll[t - w.begin - 1]) for t in positions))
-            best = min(range(len(pool)), key=lambda i: (scores[i], i))  # the best passage (ties: the better rank)
-            if options[-1] is None and scores[-1] - scores[best] < config.rerank_no_passage_margin:
-                best = len(pool)  # no passage: the best one does not save the margin's nats over it
-        chosen.append(NO_PASSAGE if best >= len(pool) else best)
-        nll[w.score_begin : w.end] = target_nlls(options[best] if best < len(options) else None)
-    return chosen, nll
-
-
-def other_lm_ranking_nll(reranker, tokenizer, ids, w, option, config) -> float:
-    rtok = reranker.tokenizer
-    begin = max(w.begin + 1, w.score_begin - config.rerank_tokens)
-    passage = passage_prefix(rtok, option, config)
-    prefix = rtok(tokenizer.decode(ids[w.begin : begin]), add_special_tokens=False)["input_ids"]
-    ranking = rtok(tokenizer.decode(ids[begin : w.score_begin]), add_special_tokens=False)["input_ids"]
-    passage = passage[: reranker.max_length - len(ranking)]
-    room = reranker.max_length - len(ranking) - len(passage)
-    tokens = passage + (prefix[-room:] if room > 0 else []) + ranking
-    return float(full_nlls(reranker.model, tokens)[-len(ranking):].sum())
 
 
 def permuted_tokenizer():

@@ -325,6 +325,7 @@ def test_progress_within_a_chunk_is_shown_per_batch_of_windows(monkeypatch, tiny
     assert len(stages[0].updates) >= result.figures["num_windows"] // 2
 
 
+@pytest.mark.cpu_only(reason="batch_size='auto' starts at 8 on a CPU (64 on a GPU)")
 def test_batch_size_auto_halves_on_out_of_memory_and_resumes_without_overwrite(
         tiny_llama, tiny_tokenizer, tiny_index, tmp_path, monkeypatch):
     """``batch_size="auto"`` (8 on a CPU) meets a device that holds 2 windows: each chunk that fails runs again with

@@ -13,7 +13,8 @@ from pathlib import Path
 import huggingface_hub
 import pytest
 
-from conftest import ARTICLES, EVAL_TEXT, TOKENIZER_VOCAB_SIZE, fail, make_tiny_tokenizer, write_jsonl
+from conftest import (ARTICLES, EVAL_TEXT, ON_TEST_DEVICE, TEST_DEVICE_ARGS, TOKENIZER_VOCAB_SIZE, fail,
+                      make_tiny_tokenizer, write_jsonl)
 from hf_ralm.cli import main
 
 REPO_ID = "someone/tiny-retrievals"
@@ -26,7 +27,7 @@ DIFFERENCES = ("another tokenizer", "another text", "windows of", "a retrieval e
 
 def common(model: str, dataset: str, *extra: str) -> list[str]:
     return ["--model", model, "--dataset-path", dataset, "--max-length", "16", "--stride", "4", "--query-length", "8",
-            "--max-doc-tokens", "8", "--device", "cpu", *extra]
+            "--max-doc-tokens", "8", *TEST_DEVICE_ARGS, *extra]
 
 
 @pytest.fixture(scope="module")
@@ -356,7 +357,8 @@ def test_the_python_api(tiny_model_dir, tiny_index, tmp_path):
 
     model = RetrievalAugmentedModel.from_pretrained(str(tiny_model_dir), retriever="bm25",
                                                     index_dir=tiny_index["index_dir"], max_length=16,
-                                                    retrieval_stride=4, query_length=8, max_doc_tokens=8, device="cpu")
+                                                    retrieval_stride=4, query_length=8, max_doc_tokens=8,
+                                                    **ON_TEST_DEVICE)
     live = model.evaluate_perplexity(EVAL_TEXT, show_progress=False)
     live.save_retrieval_dataset(str(tmp_path / "d"), model.tokenizer, argv=["my-script.py"])
     assert json.loads((tmp_path / "d" / "retrieval_fingerprint.json").read_text())["reproduce"]["command"] == \

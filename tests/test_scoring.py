@@ -13,7 +13,7 @@ import torch
 
 from conftest import ARCHS, BOS_ID, MODEL_VOCAB_SIZE, make_tiny_model
 from hf_ralm.passage_cache import PassageKVCache
-from hf_ralm.reference import reference_window_nlls
+from hf_ralm.testing import reference_window_nlls
 from hf_ralm.scoring import score_windows
 from hf_ralm.windows import plan_windows
 
@@ -48,7 +48,7 @@ def spec_nlls(model, ids: list[int], max_length: int, stride: int, prefix_of) ->
         for position in range(min(len(passage), len(inputs))):
             inputs[position] = passage[position]
         with torch.no_grad():
-            logits = model(torch.tensor([inputs])).logits[0].double()
+            logits = model(torch.tensor([inputs], device=model.device)).logits[0].double()
         log_probs = torch.log_softmax(logits, dim=-1)
         for t in range(max(prev_end, 1), end):
             # the logits at position p predict the token at p + 1

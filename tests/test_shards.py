@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import hf_ralm.evaluation as evaluation
-from conftest import EVAL_TEXT, write_jsonl
+from conftest import EVAL_TEXT, TEST_DEVICE_ARGS, write_jsonl
 from hf_ralm import RalmConfig
 from hf_ralm.errors import OutputFolderError
 from hf_ralm.records import RecordStore
@@ -86,7 +86,7 @@ def test_shards_of_the_environment(tiny_llama, tiny_tokenizer, tiny_index, tmp_p
 
 
 def cli(model_dir, index, data, out, *extra) -> list[str]:
-    return ["eval-lm", "--model", str(model_dir), "--device", "cpu", "--dataset-path", str(data), "--stride", "4",
+    return ["eval-lm", "--model", str(model_dir), *TEST_DEVICE_ARGS, "--dataset-path", str(data), "--stride", "4",
             "--query-length", "8", "--max-length", "32", "--max-doc-tokens", "12", "--retriever", "bm25",
             "--index-dir", index, "--chunk-size", str(CHUNK), "--output-dir", str(out), *extra]
 
@@ -181,7 +181,7 @@ def test_a_worker_with_other_settings_is_refused_before_any_work(tiny_llama, tin
 def test_two_shards_with_smollm2(real_model_dir, tiny_index, tmp_path):
     model = real_model_dir("smollm2-135m-instruct")
     data = write_jsonl(tmp_path / "data.jsonl", [{"text": EVAL_TEXT * 2}])
-    base = ["eval-lm", "--model", str(model), "--device", "cpu", "--dataset-path", str(data), "--stride", "8",
+    base = ["eval-lm", "--model", str(model), *TEST_DEVICE_ARGS, "--dataset-path", str(data), "--stride", "8",
             "--max-length", "48", "--max-doc-tokens", "16", "--retriever", "bm25", "--index-dir",
             tiny_index["index_dir"], "--chunk-size", "4"]
     subprocess.run([sys.executable, "-m", "hf_ralm.cli", *base, "--output-dir", str(tmp_path / "one")], check=True,

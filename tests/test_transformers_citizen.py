@@ -15,7 +15,7 @@ import torch
 from transformers import AutoModelForCausalLM, GenerationMixin, pipeline
 from transformers.generation.streamers import BaseStreamer
 
-from conftest import EVAL_TEXT, REPO_ROOT, make_tiny_model
+from conftest import EVAL_TEXT, ON_TEST_DEVICE, REPO_ROOT, make_tiny_model
 from hf_ralm import RetrievalAugmentedModel
 from hf_ralm.errors import SettingError
 
@@ -28,7 +28,7 @@ SETTINGS = dict(max_length=32, retrieval_stride=STRIDE, query_length=8, max_doc_
 @pytest.fixture(scope="module")
 def ralm(tiny_model_dir, tiny_index):
     return RetrievalAugmentedModel.from_pretrained(str(tiny_model_dir), retriever="bm25",
-                                                   index_dir=tiny_index["index_dir"], device="cpu", **SETTINGS)
+                                                   index_dir=tiny_index["index_dir"], **ON_TEST_DEVICE, **SETTINGS)
 
 
 @pytest.fixture(scope="module")
@@ -162,14 +162,14 @@ def same_evaluation(loaded, ralm) -> None:
 
 def test_auto_model_loads_a_saved_ralm_and_a_plain_model_as_before(ralm, tiny_model_dir, tmp_path):
     ralm.save_pretrained(tmp_path / "saved", save_index=True)
-    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "saved", device="cpu")
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "saved", **ON_TEST_DEVICE)
     assert type(loaded) is RetrievalAugmentedModel
     assert {k: v for k, v in loaded.config.to_dict().items() if k != "transformers_version"} == \
         {k: v for k, v in ralm.config.to_dict().items() if k != "transformers_version"}
     same_evaluation(loaded, ralm)
     # the RALM settings given to the Auto class apply, as they do to RetrievalAugmentedModel.from_pretrained
     assert AutoModelForCausalLM.from_pretrained(str(tmp_path / "saved"), retrieval_stride=8,
-                                                device="cpu").config.retrieval_stride == 8
+                                                **ON_TEST_DEVICE).config.retrieval_stride == 8
     assert type(AutoModelForCausalLM.from_pretrained(tiny_model_dir)).__name__ == "LlamaForCausalLM"
 
 
@@ -180,7 +180,7 @@ def test_auto_model_loads_a_ralm_from_a_hub_snapshot_offline(ralm, tmp_path):
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text("0123abcd")
     loaded = AutoModelForCausalLM.from_pretrained("someone/tiny-ralm", cache_dir=str(tmp_path / "hub-cache"),
-                                                  local_files_only=True, device="cpu")
+                                                  local_files_only=True, **ON_TEST_DEVICE)
     assert type(loaded) is RetrievalAugmentedModel
     # the snapshot's commit named the RALM's repository, never its base model's (a local folder here)
     assert Path(loaded.retriever.index_dir).resolve() == (repo / "snapshots" / "0123abcd" / "index").resolve()

@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from conftest import ARTICLES, EVAL_TEXT, fail, make_tiny_model, write_jsonl
+from conftest import ARTICLES, EVAL_TEXT, ON_TEST_DEVICE, TEST_DEVICE_ARGS, fail, make_tiny_model, write_jsonl
 from hf_ralm.cli import main
 from hf_ralm.errors import NonFiniteError, SettingError
 from hf_ralm.placement import resolve_dtype
@@ -21,7 +21,7 @@ from hf_ralm.utils.atomic import write_json_atomic
 
 def tiny_flags(files, *extra: str) -> list[str]:
     return ["--model", files["model"], "--dataset-path", files["dataset"], "--max-length", "16", "--stride", "4",
-            "--query-length", "8", "--max-doc-tokens", "8", "--device", "cpu", "--output-dir", str(files["out"]),
+            "--query-length", "8", "--max-doc-tokens", "8", *TEST_DEVICE_ARGS, "--output-dir", str(files["out"]),
             *extra]
 
 
@@ -52,7 +52,7 @@ def test_a_nan_nll_stops_eval_lm_with_one_line(files, capsys, nan_model_dir):
 def test_a_nan_nll_stops_the_python_api(nan_model_dir, tiny_tokenizer):
     from hf_ralm import RetrievalAugmentedModel
 
-    model = RetrievalAugmentedModel.from_pretrained(nan_model_dir, device="cpu", max_length=16)
+    model = RetrievalAugmentedModel.from_pretrained(nan_model_dir, **ON_TEST_DEVICE, max_length=16)
     with pytest.raises(NonFiniteError, match="is nan in float32"):
         model.evaluate_perplexity(EVAL_TEXT, show_progress=False)
 
@@ -146,7 +146,7 @@ def test_compare_reports_leakage_too(tiny_model_dir, tmp_path, leaky_corpus):
     from hf_ralm import RetrievalAugmentedModel
 
     model = RetrievalAugmentedModel.from_pretrained(
-        str(tiny_model_dir), device="cpu", retriever="bm25", corpus=leaky_corpus, index_dir=str(tmp_path / "index"),
+        str(tiny_model_dir), **ON_TEST_DEVICE, retriever="bm25", corpus=leaky_corpus, index_dir=str(tmp_path / "index"),
         max_length=16, retrieval_stride=4, query_length=12, max_doc_tokens=8)
     with pytest.warns(UserWarning, match="holds the evaluated text itself"):
         comparison = model.compare_strategies(EVAL_TEXT, ["none", "top1"], show_progress=False)
@@ -159,7 +159,7 @@ def test_a_max_length_beyond_the_model_is_refused(files, capsys):
     with pytest.raises(SettingError, match="exceeds the 128 positions"):
         from hf_ralm import RetrievalAugmentedModel
 
-        RetrievalAugmentedModel.from_pretrained(files["model"], device="cpu", max_length=4096).evaluate_perplexity(
+        RetrievalAugmentedModel.from_pretrained(files["model"], **ON_TEST_DEVICE, max_length=4096).evaluate_perplexity(
             EVAL_TEXT, show_progress=False)
 
 
@@ -200,6 +200,6 @@ def test_sharding_from_a_slurm_array_is_announced_and_can_be_turned_off(files, c
 
 
 def test_generate_shows_its_progress(files, capsys):
-    main(["generate", "--model", files["model"], "--device", "cpu", "--prompt", "the king", "--max-new-tokens", "6"])
+    main(["generate", "--model", files["model"], *TEST_DEVICE_ARGS, "--prompt", "the king", "--max-new-tokens", "6"])
     err = capsys.readouterr().err
     assert "Generating:" in err and "0/6 [" in err  # a bar over the new tokens (it clears itself when done)

@@ -11,6 +11,7 @@ from .retrieval import (
     Retriever,
     load_retriever,
     load_retriever_from_pretrained,
+    register_retriever,
     retriever_class,
 )
 from .passages import Passage
@@ -66,5 +67,6 @@ __all__ = [
     "load_retriever",
     "load_retriever_from_pretrained",
     "retriever_class",
+    "register_retriever",
     "RETRIEVER_NAMES",
 ]

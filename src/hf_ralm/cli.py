@@ -36,16 +36,25 @@ from typing import Iterator
 
 from .batching import BatchSize, parse_batch_size
 from .compare import STRATEGIES as COMPARE_STRATEGIES
-from .configuration_ralm import RALM_FIELDS, RERANK_STRATEGIES, RETRIEVAL_GATES, RalmConfig, default_query_length
+from .configuration_ralm import RALM_FIELDS, RalmConfig, default_query_length
 from .data import load_dataset_text
-from .errors import NamesSettings, RalmWarning
+from .errors import NamesSettings, RalmWarning, name_settings
 from .placement import COMMAND_LINE_DTYPES
 from .utils.shards import Shard, is_writer
 from .qa import MAX_NEW_TOKENS
-from .reranking import collect_rerank_data, train_reranker
+from .reranker_training import collect_rerank_data, train_reranker
 from .resume import CHUNK_SIZE
 from .retrieval.dense import ENCODER_DTYPES
 from .retrieval.registry import RETRIEVER_NAMES
+from .selection.strategies import (
+    GATE,
+    RERANK,
+    check_generation,
+    reader_inputs_per_window,
+    reader_ranks,
+    strategies_help,
+    strategy_names,
+)
 from .utils.atomic import write_json_atomic
 from .utils.checks import check_count
 
@@ -213,11 +222,9 @@ FLAG_GROUPS: dict[str, dict[str, dict]] = {
                                                                     "baseline for BOS-sensitive models)"},
     },
     "reranking": {
-        FLAGS["rerank"]: {"default": "none", "choices": RERANK_STRATEGIES,
-                          "help": "how each window's passage is chosen among --rerank-candidates retrieved ones: "
-                                  "none (the top one), lm (zero-shot, an LM's NLL of the last --rerank-tokens tokens), "
-                                  "predictive (a trained reranker, --reranker-model), oracle (the reader's NLL of the "
-                                  "window's own target: an upper bound that looks at the future), random (a floor)"},
+        FLAGS["rerank"]: {"default": RalmConfig.rerank, "choices": lambda: strategy_names(RERANK),
+                          "help": lambda: _strategies_help(RERANK, "how each window's passage is chosen among "
+                                                                   "--rerank-candidates retrieved ones: ")},
         FLAGS["rerank_candidates"]: {"type": int, "default": RalmConfig.rerank_candidates,
                                      "help": "k: retrieved passages to choose among (default %(default)s)"},
         FLAGS["rerank_tokens"]: {"type": int, "default": RalmConfig.rerank_tokens,
@@ -235,13 +242,10 @@ FLAG_GROUPS: dict[str, dict[str, dict]] = {
                                "help": "seed of --rerank random (default %(default)s)"},
     },
     "retrieval gate": {
-        FLAGS["retrieval_gate"]: {"default": RalmConfig.retrieval_gate, "choices": RETRIEVAL_GATES,
-                                  "help": "whether a window retrieves at all: always (default), score (when the top "
-                                          "passage's score over its query's maximum attainable score reaches "
-                                          "--gate-threshold; bm25) or lm (when the passage lowers the model's NLL of "
-                                          "the last --rerank-tokens tokens by --gate-threshold nats, compared with no "
-                                          "passage); with --rerank "
-                                          "the score gate decides before it, the lm gate after it"},
+        FLAGS["retrieval_gate"]: {"default": RalmConfig.retrieval_gate, "choices": lambda: strategy_names(GATE),
+                                  "help": lambda: _strategies_help(
+                                      GATE, "whether a window retrieves at all: ",
+                                      "; with --rerank the score gate decides before it, the lm gate after it")},
         FLAGS["gate_threshold"]: {"type": float, "help": "the score gate's threshold, a fraction (0 to 1) of the "
                                                          "query's maximum attainable score; the lm gate's, the nats "
                                                          "the passage must save on the --rerank-tokens tokens "
@@ -299,7 +303,14 @@ FLAG_GROUPS: dict[str, dict[str, dict]] = {
     },
 }
 """The flags the commands share, by group; each group is a parent parser that a command takes whole or not at all
-(``retrieve``: model, retriever, RALM settings, dataset, output)."""
+(``retrieve``: model, retriever, RALM settings, dataset, output). A flag's ``choices`` or ``help`` given as a
+function is read when a parser is built: the strategies' (:mod:`hf_ralm.selection.strategies`), which a plugin may
+register after this module is imported."""
+
+
+def _strategies_help(stage: str, lead: str, tail: str = "") -> str:
+    """The help of the flag that picks ``stage``'s strategy: each registered one with its own help line."""
+    return (lead + name_settings(strategies_help(stage), FLAGS) + tail).replace("%", "%%")
 
 
 def _parent(title: str) -> argparse.ArgumentParser:
@@ -307,7 +318,8 @@ def _parent(title: str) -> argparse.ArgumentParser:
     parent = _Parser(add_help=False)
     group = parent.add_argument_group(title)
     for flag, options in FLAG_GROUPS[title].items():
-        group.add_argument(flag, **options)
+        group.add_argument(flag, **{key: value() if key in ("choices", "help") and callable(value) else value
+                                    for key, value in options.items()})
     return parent
 
 
@@ -435,10 +447,13 @@ def _load_model(args, settings: dict, retriever: str, forbidden_titles=None, loa
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+    retriever_options = {  # the backend takes those it declares (an unset flag is None: the backend's default)
+        "index_dir": args.index_dir, "corpus": args.corpus, "encoder": args.encoder, "n_threads": args.threads,
+        "forbidden_titles": args.forbidden_titles if forbidden_titles is None else forbidden_titles,
+    }
     model = RetrievalAugmentedModel.from_pretrained(
-        args.model, retriever=retriever, tokenizer=tokenizer, index_dir=args.index_dir, corpus=args.corpus,
-        forbidden_titles=args.forbidden_titles if forbidden_titles is None else forbidden_titles, encoder=args.encoder,
-        device=args.device, load_weights=load_weights, n_threads=args.threads, **settings, **model_kwargs,
+        args.model, retriever=retriever, tokenizer=tokenizer, retriever_options=retriever_options, device=args.device,
+        load_weights=load_weights, **settings, **model_kwargs,
     )
     return model
 
@@ -492,18 +507,6 @@ def _text_and_model(args, retriever: str, load_weights: bool = True):
 LONG_RUN_S = 3600  # a CPU run estimated beyond this needs --allow-long-run
 
 
-def reader_inputs_per_window(config: RalmConfig, compare_k: int | None = None) -> int:
-    """How many reader inputs a window with retrieval costs under ``config`` (with ``--compare``: its ``k``
-    passages and no passage): what the run's estimate multiplies."""
-    if compare_k is not None:
-        return compare_k + 1
-    if config.rerank in ("lm", "oracle") and config.reranker_model is None:
-        return config.rerank_candidates + int(config.rerank_allow_no_passage)
-    if config.retrieval_gate == "lm":
-        return 2
-    return max(1, config.ensemble_size)
-
-
 def _plan_or_refuse(args, model, text: str, compare_k: int | None = None) -> None:
     """Say on stderr what the run will do (windows, L, stride, retrievals, reader inputs) and how long one window
     took to score here; refuse a run on a CPU estimated beyond an hour unless ``--allow-long-run`` (a whole
@@ -518,7 +521,8 @@ def _plan_or_refuse(args, model, text: str, compare_k: int | None = None) -> Non
                    max_eval_tokens=args.max_eval_tokens)
     retrieving = args.retriever != "none" or bool(getattr(args, "retrieval_file", None))
     later = sum(1 for w in plan.windows if w.has_retrieval) if retrieving else 0
-    inputs = reader_inputs_per_window(config, compare_k)
+    # the reader inputs a window with retrieval costs: its strategies' (with --compare: k passages and no passage)
+    inputs = compare_k + 1 if compare_k is not None else reader_inputs_per_window(config)
     device = model_device(base)
     # a batch of the run's own inputs through its own scorer (batched, logits only where tokens are scored): a lone
     # forward with every logit, as before, printed 14 and 32 min for runs of 9.4 and 8.8 min on 2 CPU cores
@@ -585,8 +589,6 @@ def run_retrieve(args) -> dict:
     published with ``--push-to-hub``)."""
     from .evaluation import evaluate_retrieval
     from .retrieval.dataset import check_dataset_folder, push_retrieval_dataset
-    from .selection.policy import reader_ranks
-
     if not args.save_retrieval_file and not args.save_retrieval_dataset:
         _fail("hf-ralm retrieve needs --save-retrieval-file OUT (the paper's JSON) or --save-retrieval-dataset DIR "
               "(a Hugging Face dataset), or both.")
@@ -644,7 +646,7 @@ def run_eval_lm(args):
 
 def _compare(args):
     """``eval-lm --compare``: the strategies' table, written to ``--output-dir``'s compare.json and compare.csv."""
-    from .compare import check_strategies
+    from .compare import candidates_per_window, check_strategies
 
     strategies = check_strategies([name.strip() for name in args.compare.split(",") if name.strip()])
     for flag, given in (("--retrieval-file", args.retrieval_file), ("--save-retrieval-file", args.save_retrieval_file)):
@@ -653,8 +655,7 @@ def _compare(args):
     if args.retriever == "none":
         _fail("--compare needs a retriever (--retriever bm25, ...): each strategy chooses among its passages.")
     text, model, _ = _text_and_model(args, args.retriever)
-    ranks = any(COMPARE_STRATEGIES[name].ranks_all for name in strategies)
-    _plan_or_refuse(args, model, text, compare_k=model.config.rerank_candidates if ranks else 1)
+    _plan_or_refuse(args, model, text, compare_k=candidates_per_window(strategies, model.config))
     return model.compare_strategies(text, strategies, max_eval_tokens=args.max_eval_tokens,
                                     batch_size=args.batch_size, **_resuming(args))
 
@@ -710,11 +711,9 @@ def run_generate(args) -> tuple[list, object]:
     import torch
     from .utils.progress import tqdm
 
-    from .generation.reranking import check_rerank
-
     _check_args(args, "model")
     settings = _ralm_settings(args)
-    check_rerank(RalmConfig(**settings))
+    check_generation(RalmConfig(**settings))
     prompts = _read_prompts(args)
     model = _load_model(args, settings, args.retriever)
     if args.seed is not None:
@@ -870,9 +869,9 @@ def _add_rerank_data(sub, parents: list[argparse.ArgumentParser]) -> None:
 
 def run_rerank_data(args) -> dict:
     """``hf-ralm rerank-data``: the predictive reranker's training data (see
-    :func:`hf_ralm.reranking.collect_rerank_data`); returns its summary."""
-    from .reranking.collect import training_articles
-    from .reranking.data import file_fingerprint
+    :func:`hf_ralm.reranker_training.collect_rerank_data`); returns its summary."""
+    from .reranker_training.collect import training_articles
+    from .reranker_training.data import file_fingerprint
     from .records import titles_fingerprint
     from .retrieval.base import read_forbidden_titles
 
@@ -935,7 +934,8 @@ def _add_train_reranker(sub) -> None:
 
 
 def run_train_reranker(args) -> dict:
-    """``hf-ralm train-reranker``: :func:`hf_ralm.reranking.train_reranker` on ``--data``; returns its figures."""
+    """``hf-ralm train-reranker``: :func:`hf_ralm.reranker_training.train_reranker` on ``--data``; returns its
+    figures."""
     _check_args(args, "data", "output_dir")
     if not os.path.isdir(args.data):
         _fail(f"--data {args.data}: no such folder; write one with hf-ralm rerank-data --output-dir {args.data}.")

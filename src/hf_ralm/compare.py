@@ -10,6 +10,11 @@ strategy gives (``none``: ``--retriever none``; ``top1``: the plain run; ``lm-ga
 ``random``: ``--rerank oracle`` / ``random``). ``k`` is 1 unless a strategy chooses among several passages
 (``rerank_candidates``, 16).
 
+The strategies are the registry's rows (:func:`~hf_ralm.selection.strategies.comparison_rows`): each row is the
+settings of that separate run, and its choices are the selection policy's own, read from the pass
+(:func:`~hf_ralm.selection.candidates.choose_from_scores`), so a strategy registered from outside the package that
+needs no more than the pass holds is a row too, under its name.
+
 Example::
 
     comparison = compare_strategies(model, tokenizer, text, retriever, RalmConfig(max_length=512),
@@ -24,8 +29,9 @@ import io
 import os
 import time
 import warnings as python_warnings
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Sequence
+from typing import Iterator, Sequence
 
 from .batching import BatchSize
 from .configuration_ralm import RalmConfig
@@ -37,9 +43,8 @@ from .perplexity import perplexity_figures
 from .plan import prepare
 from .records import RecordStore, check_output_folder
 from .retrieval.base import Retriever, retriever_identity
-from .selection.candidates import CandidateScores, score_candidates
-from .selection.gates import lm_gate_config
-from .selection.rules import choose_lowest, choose_option, random_choice
+from .selection.candidates import CandidateScores, choose_from_scores, score_candidates
+from .selection.strategies import ComparisonRow, comparison_rows, reader_inputs_per_window, reranks
 from .utils.atomic import write_json_atomic, write_text_atomic
 from .utils.shards import Shard
 
@@ -48,40 +53,67 @@ COMPARE_CSV = "compare.csv"
 CANDIDATES_DIR = "candidates-k{k}"  # the reader pass's records under the output folder, one folder per k
 
 
-@dataclass(frozen=True)
-class Strategy:
-    """A passage-selection strategy as a choice among a window's scored options (its ``k`` candidates, then no
-    passage: :class:`~hf_ralm.selection.candidates.CandidateScores`). ``ranks_all``: it looks at all ``k``
-    candidates (else only the first); ``inputs(k)``: the reader inputs per window a separate run of it needs."""
+class _Rows(Mapping):
+    """The registry's ``--compare`` rows by name, read when asked for (a strategy registered since is there)."""
 
-    name: str
-    what: str
-    ranks_all: bool
-    inputs: Callable[[int], int]
-    choose: Callable[[CandidateScores, RalmConfig], int]
+    def __getitem__(self, name: str) -> ComparisonRow:
+        return comparison_rows()[name]
 
+    def __iter__(self) -> Iterator[str]:
+        return iter(comparison_rows())
 
-def _lm_gate(scores: CandidateScores, config: RalmConfig) -> int:
-    margin = lm_gate_config(config).rerank_no_passage_margin
-    nlls = [scores.ranking_nlls[0], scores.ranking_nlls[-1]]  # the first passage against none
-    return 0 if choose_option(nlls, True, margin) == 0 else scores.no_passage
+    def __len__(self) -> int:
+        return len(comparison_rows())
 
 
-STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
-    Strategy("none", "no passage", False, lambda k: 1, lambda s, c: s.no_passage),
-    Strategy("top1", "the retriever's first passage", False, lambda k: 1, lambda s, c: 0),
-    Strategy("lm-gate", "the first passage when the reader finds it saves gate_threshold nats", False,
-             lambda k: 2, _lm_gate),
-    Strategy("zero-shot", "the passage with the lowest ranking NLL among k (the reader reranks)", True,
-             lambda k: k, lambda s, c: choose_lowest(s.ranking_nlls[:-1])),
-    Strategy("zero-shot-no-passage", "zero-shot, or no passage unless one saves rerank_no_passage_margin nats",
-             True, lambda k: k + 1, lambda s, c: choose_option(s.ranking_nlls, True, c.rerank_no_passage_margin)),
-    Strategy("oracle", "the passage that lowers the window's own NLL most (looks at the future: a bound)", True,
-             lambda k: k, lambda s, c: choose_lowest(s.target_nlls[:-1])),
-    Strategy("random", "a random one of the k passages (rerank_seed)", True, lambda k: 1,
-             lambda s, c: random_choice(c.rerank_seed, s.window, s.no_passage)),
-)}
-"""Every strategy :func:`compare_strategies` knows, by the name ``--compare`` takes."""
+STRATEGIES: Mapping[str, ComparisonRow] = _Rows()
+"""Every strategy :func:`compare_strategies` knows, by the name ``--compare`` takes (no retrieval, then the
+registered strategies' rows: :func:`~hf_ralm.selection.strategies.comparison_rows`)."""
+
+SELECTION_DEFAULTS = ("rerank", "reranker_model", "rerank_allow_no_passage", "rerank_no_passage_margin",
+                      "retrieval_gate", "gate_threshold", "num_passages", "ensemble_size")
+"""The settings a row starts from at their defaults (the paper's selection, one passage per option, as the pass
+scores them) before its own are applied."""
+
+
+def row_config(name: str, config: RalmConfig, k: int) -> RalmConfig | None:
+    """The settings of the separate run strategy ``name`` gives the figures of: ``config``'s, with the selection at
+    its defaults (:data:`SELECTION_DEFAULTS`) over ``k`` candidates, then the row's own settings; ``None`` for no
+    retrieval.
+
+    Example:
+        >>> row_config("zero-shot", RalmConfig(rerank_tokens=8), k=16).rerank, row_config("none", RalmConfig(), 1)
+        ('lm', None)
+    """
+    row = STRATEGIES[name]
+    if row.settings is None:
+        return None
+    defaults = {setting_name: getattr(RalmConfig, setting_name) for setting_name in SELECTION_DEFAULTS}
+    return RalmConfig(**{**config.to_dict(), **defaults, "rerank_candidates": k, **row.settings(config)})
+
+
+def candidates_per_window(strategies: Sequence[str], config: RalmConfig) -> int:
+    """``k``, the passages per window the pass scores for ``strategies``: ``config.rerank_candidates`` when one of
+    them reranks (chooses among several), else 1."""
+    chooses = (row_config(name, config, config.rerank_candidates) for name in strategies)
+    return config.rerank_candidates if any(row is not None and reranks(row.rerank) for row in chooses) else 1
+
+
+def strategy_choices(strategies: Sequence[str], scores: Sequence[CandidateScores], config: RalmConfig, *,
+                     retriever: Retriever | None = None, queries: Sequence[str | None] | None = None
+                     ) -> dict[str, list[int]]:
+    """Per strategy, per window of the scored pass (``scores``, over :func:`candidates_per_window` passages), the
+    option it chooses: the index of a candidate, or ``no_passage``
+    (:func:`~hf_ralm.selection.candidates.choose_from_scores` under :func:`row_config`; ``retriever`` and the
+    windows' ``queries`` for a gate that normalises scores)."""
+    k = candidates_per_window(strategies, config)
+    choices = {}
+    for name in strategies:
+        row = row_config(name, config, k)
+        choices[name] = ([s.no_passage for s in scores] if row is None else
+                         choose_from_scores(scores, row, retriever=retriever, queries=queries))
+    return choices
+
 
 DEFAULT_STRATEGIES = ("none", "top1", "lm-gate")
 
@@ -234,7 +266,7 @@ def compare_strategies(
         raise SettingError(f"Comparing strategies needs a retriever ({setting('retriever')}): each strategy chooses "
                            "among the passages it retrieves.")
     shard = Shard.resolve(num_shards, shard_id)
-    k = config.rerank_candidates if any(STRATEGIES[name].ranks_all for name in names) else 1
+    k = candidates_per_window(names, config)
     scoring = RalmConfig(**{**config.to_dict(), "rerank": "lm", "rerank_candidates": k, "reranker_model": None,
                             "retrieval_gate": "always", "gate_threshold": None})
     plan = prepare(text_or_ids, tokenizer, scoring, retriever, max_length=window_length(model, config),
@@ -254,15 +286,16 @@ def compare_strategies(
     num_scored = sum(w.num_scored for w in plan.windows)
     num_later = sum(1 for w in plan.windows if w.has_retrieval)  # window 0 never retrieves
     rows = []
+    choices = strategy_choices(names, scores, config, retriever=retriever, queries=plan.queries)
     for name in names:
-        strategy = STRATEGIES[name]
-        chosen = [strategy.choose(s, config) if s.passage_ids else s.no_passage for s in scores]
+        chosen = choices[name]
+        row = row_config(name, config, k)
         nll = sum(s.target_nlls[c] for s, c in zip(scores, chosen))
         figures = perplexity_figures(nll, len(plan.ids), num_scored, plan.num_words)
         with_passage = sum(1 for s, c in zip(scores, chosen) if c != s.no_passage)
         rows.append(StrategyFigures(name, figures["token_ppl"], figures["word_ppl"], figures["nll_sum"],
                                     with_passage / num_later if num_later else None, with_passage,
-                                    strategy.inputs(k)))
+                                    1 if row is None else reader_inputs_per_window(row)))
     comparison = Comparison(rows, len(plan.ids), num_scored, plan.num_words, len(plan.windows), k, seconds,
                             num_resumed_windows=resumed, warnings=_leakage_warnings(retriever, plan.queries, scores))
     if output_dir is not None:

@@ -9,6 +9,7 @@ from transformers import AutoConfig, PreTrainedConfig
 
 from .errors import SettingError, setting
 from .passages import PASSAGE_TEMPLATE, passage_text
+from .selection.strategies import GATE, RERANK, check_strategy, get_strategy, reranks, strategy_names
 from .utils.checks import check_count, is_finite_number, is_number
 from .windows import check_prefix_room, check_window_overlap
 
@@ -19,19 +20,22 @@ SPARSE_QUERY_LENGTH = 32
 QUERY_LENGTHS = {"dense": 64, "hybrid": 64}
 """The paper's best query length ℓ per retriever kind (a retriever's ``name``), where it differs from 32."""
 
-RERANK_STRATEGIES = ("none", "lm", "predictive", "oracle", "random")
-"""How a window's passage is chosen among the retrieved candidates (the paper's §6; see :mod:`hf_ralm.reranking`)."""
-
-RETRIEVAL_GATES = ("always", "score", "lm")
-"""Whether a window retrieves at all (see :mod:`hf_ralm.selection.gates`): always (the paper), when the top passage's
-normalised retrieval score clears ``gate_threshold``, or when the reader finds the passage helps."""
-
 TYPED_FIELDS = {"base_model_name_or_path": (str, type(None)), "passage_template": (str,), "bos_every_window": (bool,),
                 "reranker_model": (str, type(None)), "rerank_allow_no_passage": (bool,)}
 """The settings that are no token counts, and the types they take (checked by :meth:`RalmConfig.validate`)."""
 
 DROPPED_KEYS = frozenset({"num_docs"})
 """Keys that configs saved by earlier versions may hold and that are no longer settings: dropped on loading."""
+
+
+def __getattr__(name: str) -> tuple[str, ...]:
+    """``RERANK_STRATEGIES`` and ``RETRIEVAL_GATES``, the values ``rerank`` and ``retrieval_gate`` take, as earlier
+    versions named them: now the registered strategies' names (:mod:`hf_ralm.selection.strategies`), read when asked
+    for, so that they include strategies registered since."""
+    stages = {"RERANK_STRATEGIES": RERANK, "RETRIEVAL_GATES": GATE}
+    if name in stages:
+        return strategy_names(stages[name])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def default_query_length(retriever: str | None) -> int:
@@ -67,7 +71,8 @@ class RalmConfig(PreTrainedConfig):
             (retrieval's top one), ``"lm"`` (zero-shot: the passage under which an LM finds the last
             ``rerank_tokens`` tokens of the prefix likeliest), ``"predictive"`` (a trained cross-encoder,
             ``reranker_model``), ``"oracle"`` (the reader's NLL of the window's own target tokens: an upper bound
-            that looks at the future) or ``"random"`` (a floor).
+            that looks at the future) or ``"random"`` (a floor); or a strategy registered since
+            (:mod:`hf_ralm.selection.strategies`).
         rerank_candidates: ``k``, the retrieved passages a reranker chooses among (16).
         rerank_tokens: ``s'``, the prefix tokens ``"lm"`` ranks on (16).
         reranker_model: the LM that ranks for ``"lm"`` (default: the reader itself; another model works in text, see
@@ -205,22 +210,10 @@ class RalmConfig(PreTrainedConfig):
         return most if self.max_context_doc_tokens is None else min(self.max_context_doc_tokens, most)
 
     def _validate_rerank(self) -> None:
-        if self.rerank not in RERANK_STRATEGIES:
-            raise ValueError(f"rerank must be one of {', '.join(RERANK_STRATEGIES)}, got {self.rerank!r}.")
+        get_strategy(RERANK, self.rerank)  # an unknown strategy before its settings
         check_count("rerank_candidates", self.rerank_candidates)
         check_count("rerank_tokens", self.rerank_tokens)
         check_count("rerank_seed", self.rerank_seed, minimum=0)
-        if self.rerank == "predictive" and self.reranker_model is None:
-            raise SettingError(f"{setting('rerank')}='predictive' needs {setting('reranker_model')}: the folder or "
-                               "Hub id of a trained reranker (hf-ralm train-reranker).")
-        if self.rerank in ("oracle", "random", "none") and self.reranker_model is not None:
-            raise SettingError(f"{setting('reranker_model')} is for {setting('rerank')}='lm' or 'predictive'; "
-                               f"{setting('rerank')}={self.rerank!r} uses none (the oracle ranks with the reader "
-                               f"itself): drop {setting('reranker_model')}.")
-        if self.rerank_allow_no_passage and self.rerank not in ("lm", "oracle", "predictive"):
-            raise SettingError(f"{setting('rerank_allow_no_passage')} adds the window without a passage to what a "
-                               f"reranker ranks: it needs {setting('rerank')}='lm', 'oracle' or 'predictive', got "
-                               f"{setting('rerank')}={self.rerank!r}.")
         if not is_finite_number(self.rerank_no_passage_margin):
             raise SettingError(f"{setting('rerank_no_passage_margin')} must be a finite number of nats, got "
                                f"{self.rerank_no_passage_margin!r}.")
@@ -228,11 +221,7 @@ class RalmConfig(PreTrainedConfig):
             raise SettingError(f"{setting('rerank_no_passage_margin')} is how much a passage must beat the no-passage "
                                f"candidate of {setting('rerank_allow_no_passage')}: set "
                                f"{setting('rerank_allow_no_passage')}=True, or drop the margin.")
-        if self.rerank_no_passage_margin != 0 and self.rerank == "predictive":
-            raise SettingError(f"{setting('rerank_no_passage_margin')} is in nats of the reader's NLL, which "
-                               f"{setting('rerank')}='predictive' does not compute (a trained reranker's scores have "
-                               "no unit): drop the margin, or train the reranker with the no-passage candidate and "
-                               "let it decide.")
+        check_strategy(self, RERANK)  # the settings only some strategies take, and the strategy's own checks
 
     def _validate_passages(self) -> None:
         check_count("num_passages", self.num_passages)
@@ -245,35 +234,12 @@ class RalmConfig(PreTrainedConfig):
         check_ensemble(self, self.ensemble_size)
 
     def _validate_gate(self) -> None:
-        if self.retrieval_gate not in RETRIEVAL_GATES:
-            raise SettingError(f"{setting('retrieval_gate')} must be one of {', '.join(RETRIEVAL_GATES)}, got "
-                               f"{self.retrieval_gate!r}.")
-        if self.retrieval_gate == "always":
-            if self.gate_threshold is not None:
-                raise SettingError(f"{setting('gate_threshold')} is the threshold of "
-                                   f"{setting('retrieval_gate')}='score' or 'lm'; "
-                                   f"{setting('retrieval_gate')}='always' uses none: drop {setting('gate_threshold')}.")
-        elif self.retrieval_gate == "lm":
-            if self.gate_threshold is not None and not is_finite_number(self.gate_threshold):
-                raise SettingError(f"The lm gate's {setting('gate_threshold')} is the nats a passage must save on the "
-                                   f"ranking tokens (a finite number, or None for 0.0), got {self.gate_threshold!r}.")
-        elif self.gate_threshold is None:
-            raise SettingError(f"{setting('retrieval_gate')}='score' needs {setting('gate_threshold')}: the fraction "
-                               "of the query's maximum attainable retrieval score (0 to 1) the top passage must "
-                               "reach.")
-        elif not is_number(self.gate_threshold) or not 0 <= self.gate_threshold <= 1:
-            raise SettingError(f"{setting('gate_threshold')} must be a number from 0 to 1 (a fraction of the query's "
-                               f"maximum attainable score), got {self.gate_threshold!r}.")
-        if self.retrieval_gate == "lm" and self.num_passages > 1:
-            raise SettingError(f"{setting('retrieval_gate')}='lm' weighs one passage against none; "
-                               f"{setting('num_passages')}={self.num_passages} puts several in context: use "
-                               f"{setting('retrieval_gate')}='score' with several passages, or "
-                               f"{setting('num_passages')}=1.")
+        check_strategy(self, GATE)
 
     @property
     def num_retrieved(self) -> int:
         """Passages retrieved per window: the reranker's candidates, or the ones put in context (or mixed)."""
-        return self.rerank_candidates if self.rerank != "none" else max(self.num_passages, self.ensemble_size)
+        return self.rerank_candidates if reranks(self.rerank) else max(self.num_passages, self.ensemble_size)
 
     def query_length_for(self, retriever) -> int:
         """``query_length``, or when it is ``None`` the default of ``retriever`` (a kind such as ``"dense"``, a
@@ -307,7 +273,7 @@ def check_ensemble(config: RalmConfig, ensemble_size: int) -> None:
     """
     if ensemble_size <= 1:
         return
-    if config.rerank != "none":
+    if reranks(config.rerank):
         raise SettingError(f"{setting('ensemble_size')}={ensemble_size} mixes the top passages of each window or "
                            f"stride, while {setting('rerank')}={config.rerank!r} puts one chosen passage in context; "
                            f"the two are not combined: use {setting('ensemble_size')}=1 to rerank, or "
@@ -316,10 +282,10 @@ def check_ensemble(config: RalmConfig, ensemble_size: int) -> None:
         raise SettingError(f"{setting('ensemble_size')}={ensemble_size} mixes the top passages, one in each context; "
                            f"{setting('num_passages')}={config.num_passages} puts several in one context: use one or "
                            "the other.")
-    if config.retrieval_gate == "lm":
+    if get_strategy(GATE, config.retrieval_gate).one_passage:
         raise SettingError(f"{setting('ensemble_size')}={ensemble_size} mixes several passages, while "
-                           f"{setting('retrieval_gate')}='lm' weighs one passage against none: use "
-                           f"{setting('retrieval_gate')}='score' with an ensemble.")
+                           f"{setting('retrieval_gate')}={config.retrieval_gate!r} weighs one passage against none: "
+                           f"use {setting('retrieval_gate')}='score' with an ensemble.")
 
 
 AutoConfig.register("ralm", RalmConfig)

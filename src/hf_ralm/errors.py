@@ -45,8 +45,19 @@ class NamesSettings:
 
     def render(self, names: Mapping[str, str] | None = None) -> str:
         """The message with each setting named by ``names`` (its own name when ``names`` has none for it)."""
-        names = names or {}
-        return _SETTING.sub(lambda match: names.get(match.group(1), match.group(1)), self.marked)
+        return name_settings(self.marked, names)
+
+
+def name_settings(text: str, names: Mapping[str, str] | None = None) -> str:
+    """``text`` (a message, a help line) with each setting marked by :func:`setting` named by ``names``, its own name
+    when ``names`` has none for it.
+
+    Example:
+        >>> name_settings(f"the last {setting('rerank_tokens')} tokens", {"rerank_tokens": "--rerank-tokens"})
+        'the last --rerank-tokens tokens'
+    """
+    names = names or {}
+    return _SETTING.sub(lambda match: names.get(match.group(1), match.group(1)), text)
 
 
 class RalmWarning(NamesSettings, UserWarning):

@@ -41,8 +41,9 @@ from .retrieval.dataset import (RetrievalDataset, RetrievalFingerprint, is_retri
 from .retrieval.files import Retrievals, load_retrieval_file, retrieval_records
 from .scoring import score_windows
 from .selection.gates import retrieved_fraction
-from .selection.policy import PassagePolicy, reader_ranks
+from .selection.policy import PassagePolicy
 from .selection.rerank import WindowRanker
+from .selection.strategies import future_looking, gates, reader_ranks, reranks
 from .utils.atomic import write_json_atomic
 from .utils.checks import check_count
 from .utils.shards import Shard, distributed_barrier, is_writer
@@ -116,11 +117,11 @@ class RalmEvalResult:
         gated)."""
         futures = window_futures(tokenizer, self.ids, self.windows)
         rerank = self.figures.get("rerank", "none")
-        gated = self.figures.get("retrieval_gate", "always") != "always"
+        gated = gates(self.figures.get("retrieval_gate"))
         gate = {k: v for k, v in self.figures.items() if k in ("retrieval_gate", "gate_threshold")} if gated else None
         # a plain run writes the paper's layout, without choices
         return retrieval_records(self.windows, self.queries, futures, self.passages,
-                                 self.chosen if rerank != "none" or gated else None, self.ranking_nlls, rerank, gate,
+                                 self.chosen if reranks(rerank) or gated else None, self.ranking_nlls, rerank, gate,
                                  self.gate_scores)
 
 
@@ -182,11 +183,11 @@ def evaluate_retrieval(
 ) -> RalmEvalResult:
     """Tokens, windows, queries, passages and the passage each window puts in context (``hf-ralm retrieve``).
 
-    ``config.rerank`` chooses among ``config.rerank_candidates`` retrieved passages (:mod:`hf_ralm.reranking`, with
-    ``reranker`` for another LM or a trained cross-encoder) and ``config.retrieval_gate`` whether a window retrieves
-    at all (:mod:`hf_ralm.selection.gates`; the score gate asks ``retriever`` for each query's maximum score); when the
-    reader ranked, the result already holds the target NLLs (``token_nlls``). A retrieval file that records choices
-    (written with reranking or a gate) fixes them instead.
+    ``config.rerank`` chooses among ``config.rerank_candidates`` retrieved passages (a strategy of
+    :mod:`hf_ralm.selection.strategies`, with ``reranker`` for another LM or a trained cross-encoder) and
+    ``config.retrieval_gate`` whether a window retrieves at all (:mod:`hf_ralm.selection.gates`; the score gate asks
+    ``retriever`` for each query's maximum score); when the reader ranked, the result already holds the target NLLs
+    (``token_nlls``). A retrieval file that records choices (written with reranking or a gate) fixes them instead.
 
     Passages come from ``retrieval_file`` when given (the reference's JSON format, or a retrieval dataset: its folder
     or ``hf:REPO_ID``, refused unless made for this text, tokenizer and settings, :mod:`hf_ralm.retrieval.dataset`;
@@ -232,9 +233,9 @@ def check_file_choices(retrievals: Retrievals, config: RalmConfig, path: str) ->
     reranker's choice."""
     if retrievals.chosen is None:
         return
-    reranked = retrievals.rerank not in (None, "none")
+    reranked = reranks(retrievals.rerank)
     made = retrievals.rerank if reranked else f"retrieval_gate={(retrievals.gate or {}).get('retrieval_gate')}"
-    if config.rerank != "none" or config.retrieval_gate != "always":
+    if reranks(config.rerank) or gates(config.retrieval_gate):
         raise SettingError(f"{path} already records {'reranked' if reranked else 'gated'} choices ({made}): evaluate "
                            f"them with {setting('rerank')}='none' and {setting('retrieval_gate')}='always', or rerank "
                            "or gate a retrieval file without choices.")
@@ -395,9 +396,9 @@ def _evaluate(model, tokenizer, text_or_ids, retriever, config: RalmConfig, *, r
     }
     if config.ensemble_size > 1:
         figures["ensemble_temperature"] = config.ensemble_temperature
-    if "oracle" in rerank:
+    if future_looking(rerank, gate.get("retrieval_gate")):
         figures["oracle_looks_at_future"] = True  # an upper bound, not a method
-    if rerank != "none" and chooses:
+    if reranks(rerank) and chooses:
         figures["rerank_candidates"] = config.rerank_candidates
     scored_all = state.all_scored()
     if scored:
@@ -417,7 +418,7 @@ def _evaluate(model, tokenizer, text_or_ids, retriever, config: RalmConfig, *, r
         figures["warnings"] = [str(warning) for warning in found_warnings]
         for warning in found_warnings:
             warnings.warn(warning, stacklevel=3)
-    gated = gate.get("retrieval_gate", "always") != "always"
+    gated = gates(gate.get("retrieval_gate"))
     result = RalmEvalResult(
         figures=figures, ids=plan.ids, token_nlls=state.nlls if scored_all else None,
         token_windows=state.token_windows if scored_all else None, windows=windows, queries=plan.queries,

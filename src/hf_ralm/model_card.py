@@ -20,8 +20,8 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from .compare import Comparison
 from .configuration_ralm import RALM_FIELDS, RalmConfig
-from .retrieval.base import Retriever, retriever_identity
-from .retrieval.index_folder import read_index_info
+from .retrieval.base import Retriever
+from .retrieval.local import LocalIndexRetriever
 from .utils.paths import looks_local
 
 CARD_TAGS = ("retrieval-augmented-generation", "in-context-ralm")
@@ -66,7 +66,8 @@ def ralm_model_card(config: RalmConfig, retriever: Retriever | None, *, repo_id:
                          tags=list(dict.fromkeys([*CARD_TAGS, *tags])), eval_results=results or None,
                          model_name=(repo_id or f"In-Context RALM over {base}") if results else None)
     # an index left out is followed only when given: a saved folder's paths are never followed outside it
-    index_arg = ', index_dir="path/to/index"' if isinstance(retriever, Retriever) and not index_included else ""
+    local_index = isinstance(retriever, LocalIndexRetriever)
+    index_arg = ', index_dir="path/to/index"' if local_index and not index_included else ""
     lines = [f"# In-Context RALM over {base}", "",
              f"A frozen causal LM, `{base}`, with In-Context Retrieval-Augmented Language Modeling (Ram et al., 2023): "
              "every `retrieval_stride` tokens the last `query_length` tokens retrieve a passage that is put in front "
@@ -76,10 +77,11 @@ def ralm_model_card(config: RalmConfig, retriever: Retriever | None, *, repo_id:
              "", "After `import hf_ralm`, `AutoModelForCausalLM.from_pretrained` loads it too, and "
              '`pipeline("text-generation", model=model, tokenizer=model.tokenizer)` generates with retrieval.', ""]
     if isinstance(retriever, Retriever):
-        info = read_index_info(retriever.index_dir) or {}
-        identity = retriever_identity(retriever)
+        identity = retriever.identity()
+        info = identity["index"]
         where = ("included under `index/`" if index_included else
-                 "not included: pass its folder to `from_pretrained` (`index_dir=`; with `corpus=`, built there)")
+                 "not included: pass its folder to `from_pretrained` (`index_dir=`; with `corpus=`, built there)"
+                 if local_index else f"the {retriever.name} backend's own, not a local folder")
         lines += ["## Retriever", "", f"- kind: `{retriever.name}`",
                   f"- corpus fingerprint: `{identity['corpus_fingerprint']}`",
                   f"- passages: {info.get('num_passages', 'unknown'):,}" if isinstance(info.get("num_passages"), int)

@@ -22,7 +22,7 @@ import os
 import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationMixin, PreTrainedConfig, PreTrainedModel
@@ -87,6 +87,22 @@ def _saved_retriever(path: str, old_retriever: dict | None, hub_kwargs: dict, **
     if not os.path.isfile(os.path.join(folder, RETRIEVER_CONFIG_FILE)):
         return None
     return load_retriever_from_pretrained(folder, **overrides)
+
+
+def _retriever_options(options: Mapping[str, Any] | None, **named) -> dict[str, Any]:
+    """``from_pretrained``'s retriever options as one mapping: ``options`` (its ``retriever_options``) with the entries
+    given by name (``index_dir=``, ``corpus=``, ...; ``None``: not given) added, one given both ways refused; forbidden
+    titles given as a file are read at once, so that a bad file fails before anything loads."""
+    options = dict(options or {})
+    named = {key: value for key, value in named.items() if value is not None}
+    twice = sorted(set(named) & set(options))
+    if twice:
+        raise SettingError(f"{', '.join(twice)}: given both by name and in {setting('retriever_options')}; give "
+                           "each retriever option once.")
+    options.update(named)
+    if isinstance(options.get("forbidden_titles"), (str, os.PathLike)):
+        options["forbidden_titles"] = read_forbidden_titles(str(options["forbidden_titles"]))
+    return options
 
 
 def _from_auto_class(kwargs: dict) -> tuple[dict, RalmConfig | None]:
@@ -240,6 +256,7 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
         device: str | torch.device | None = None,
         load_weights: bool = True,
         n_threads: int | None = None,
+        retriever_options: Mapping[str, Any] | None = None,
         **kwargs,
     ) -> "RetrievalAugmentedModel":
         """Wrap a causal LM given as a Hub id, a local folder or a loaded model, or rebuild a saved RALM folder.
@@ -262,6 +279,11 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
                 here stays where it is.
             n_threads: the threads of a BM25 or Lucene search (``"bm25"``, ``"lucene"``, ``"hybrid"``'s sparse side;
                 default: the CPUs this process may use, :func:`~hf_ralm.utils.cpus.available_cpus`).
+            retriever_options: the retriever backend's options as one mapping, those its ``Options`` declare (a
+                remote backend's address, the dense backend's ``pooling``, ...; one it does not take is refused):
+                ``index_dir``, ``corpus``, ``forbidden_titles``, ``encoder`` and ``n_threads`` above are entries of it
+                given by name (one given both ways is refused). A saved retriever takes them as replacements of its
+                saved values, but for ``n_threads`` (it keeps its default).
             load_weights: ``False`` builds the base model from its config on PyTorch's ``meta`` device, without
                 weights: its class, size, dtype and maximum length are there, and nothing can run through it. Enough
                 to retrieve (``hf-ralm retrieve`` without a reader that ranks), in seconds and no memory.
@@ -280,8 +302,8 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
         kwargs, given_config = _from_auto_class(kwargs)
         _check_loading_extras(kwargs)
         overrides = {k: kwargs.pop(k) for k in list(kwargs) if k in RALM_FIELDS}
-        if isinstance(forbidden_titles, (str, os.PathLike)):  # read first: a bad file fails before anything loads
-            forbidden_titles = read_forbidden_titles(str(forbidden_titles))
+        options = _retriever_options(retriever_options, index_dir=index_dir, corpus=corpus,
+                                     forbidden_titles=forbidden_titles, encoder=encoder, n_threads=n_threads)
         hub_kwargs = {k: kwargs[k] for k in ("revision", "cache_dir", "token", "local_files_only") if k in kwargs}
         saved, old_retriever = None, None
         if isinstance(pretrained_model_name_or_path, PreTrainedModel):
@@ -312,13 +334,11 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
         fields = {k: v for k, v in fields.items() if k in RALM_FIELDS}
         fields.update(overrides, base_model_name_or_path=base_name)
         config = RalmConfig(**fields)
-        if retriever is None and saved is not None:
-            titles = None if forbidden_titles is None else sorted(forbidden_titles)
-            loaded = _saved_retriever(path, old_retriever, hub_kwargs, index_dir=index_dir, corpus=corpus,
-                                      forbidden_titles=titles, encoder=encoder)
+        if retriever is None and saved is not None:  # its saved values, replaced by the options given
+            options.pop("n_threads", None)  # never given to a saved retriever (a saved dense or hybrid one refuses it)
+            loaded = _saved_retriever(path, old_retriever, hub_kwargs, **options)
         else:
-            loaded = load_retriever(retriever, index_dir=index_dir, corpus=corpus,
-                                    forbidden_titles=forbidden_titles or (), encoder=encoder, n_threads=n_threads)
+            loaded = load_retriever(retriever, **options)
         config.query_length = config.query_length_for(loaded)  # None: the retriever's default
         return cls(config, base, loaded, tokenizer)
 

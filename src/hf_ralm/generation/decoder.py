@@ -1,7 +1,7 @@
 """Retrieval, reranking and ensembling for generation: every ``s`` tokens each row retrieves, chooses its passage(s)
-(reranking: :mod:`.reranking`), puts them in front of its text and predicts the next token from
-``[passage; x[a_j:]]`` (see :mod:`hf_ralm.generation` for the exact semantics). :class:`RalmDecoder` is shared by
-:func:`~hf_ralm.generation.ralm_generate` and :class:`~hf_ralm.generation.RalmLogitsProcessor`.
+(the selection policy, an LM ranking through :mod:`.ranker`), puts them in front of its text and predicts the next
+token from ``[passage; x[a_j:]]`` (see :mod:`hf_ralm.generation` for the exact semantics). :class:`RalmDecoder` is
+shared by :func:`~hf_ralm.generation.ralm_generate` and :class:`~hf_ralm.generation.RalmLogitsProcessor`.
 
 Example::
 
@@ -27,9 +27,10 @@ from ..passage_cache import DEFAULT_MAX_BYTES, PassageKVCache
 from ..passages import Passage
 from ..retrieval.base import Retriever
 from ..selection.policy import PassagePolicy
+from ..selection.strategies import check_generation, reranks
 from ..utils.checks import check_count
 from .contexts import Context, Row, RowBatch, batchable, stride_start
-from .reranking import StrideRanker, check_rerank, random_key
+from .ranker import StrideRanker, random_key
 
 
 def retrieval_weights(passages: Sequence[Passage], temperature: float = 1.0) -> list[float]:
@@ -57,7 +58,7 @@ class RalmDecoder:
 
     Each stride puts the row's top ``config.num_passages`` passages in one context (:func:`context_prefix`), or with
     ``config.rerank`` the candidate the :class:`~hf_ralm.selection.policy.PassagePolicy` chooses first, ranked by a
-    :class:`~.reranking.StrideRanker` (``reranker``: what ranks when the reader does not; ``rerank_batch_size``: the
+    :class:`~.ranker.StrideRanker` (``reranker``: what ranks when the reader does not; ``rerank_batch_size``: the
     ranking inputs per forward). With ``ensemble_size = n > 1``
     (default: ``config.ensemble_size``) each row keeps one context per passage of its top ``n`` and mixes their
     next-token distributions, weighted by the softmax of the retriever's scores over ``config.ensemble_temperature``
@@ -82,7 +83,7 @@ class RalmDecoder:
                                "context; n > 1: mix the next-token probabilities of the top n passages), got "
                                f"{ensemble_size!r}.")
         check_ensemble(config, ensemble_size)
-        check_rerank(config)
+        check_generation(config)
         self.model, self.tokenizer, self.retriever, self.config = model, tokenizer, retriever, config
         self.max_length = window_length(model, config)
         self.use_cache = use_cache
@@ -115,7 +116,7 @@ class RalmDecoder:
     def _retrieve(self, queries: list[str]) -> list[list[Passage]]:
         """Every row's passages: its top ``num_passages`` or ``ensemble_size``, or with reranking its
         ``rerank_candidates``."""
-        reranking = self.config.rerank != "none"
+        reranking = reranks(self.config.rerank)
         k = self.config.num_retrieved if reranking else max(self.config.num_passages, self.ensemble_size)
         if self.retriever is None:
             return [[] for _ in queries]
@@ -134,7 +135,7 @@ class RalmDecoder:
         stride_index = generated // self.config.retrieval_stride
         keys = [random_key(row.ids[: row.prompt_length], stride_index) for row in rows]
         selection = self.policy.select(queries, found, ranker, keys)
-        reranking = self.config.rerank != "none"
+        reranking = reranks(self.config.rerank)
         self.stats["gated_strides"] += sum(selection.gated)
         if reranking:
             self.stats["reranked_strides"] += sum(selection.reranked)

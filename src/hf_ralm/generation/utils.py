@@ -187,9 +187,9 @@ def ralm_generate(
         passage_cache: a :class:`~hf_ralm.passage_cache.PassageKVCache` of ``model`` to reuse passages' keys/values
             across calls; by default each call has its own, bounded by ``max_cache_bytes``.
         reranker: what ranks the candidates when ``config.rerank`` does not let the reader rank: the
-            :class:`~hf_ralm.selection.rerank.LMReranker` of ``"lm"`` with a ``reranker_model``, or the
-            :class:`~hf_ralm.reranking.PredictiveReranker` of ``"predictive"``
-            (:func:`~hf_ralm.selection.rerank.load_reranker` loads the one ``config`` names).
+            :class:`~hf_ralm.selection.rankers.LMReranker` of ``"lm"`` with a ``reranker_model``, or the
+            :class:`~hf_ralm.selection.predictive.PredictiveReranker` of ``"predictive"``
+            (:func:`~hf_ralm.selection.rankers.load_reranker` loads the one ``config`` names).
         rerank_batch_size: ranking inputs (rows × candidates of a stride) per forward when an LM ranks.
         keep_plain_context: a stride without a passage (a closed retrieval gate, an empty retrieval) resumes the
             row's last context without one, whose cache then takes only the tokens generated since; ``False``

@@ -76,6 +76,7 @@ from ..passage_cache import PassageKVCache
 from ..placement import default_device
 from ..retrieval.base import retriever_identity
 from ..scoring import ScoredInput, score_continuations
+from ..selection.strategies import future_looking
 from ..utils.progress import tqdm
 
 __all__ = ["RalmLM", "RalmRequestStats", "cli_main"]
@@ -204,10 +205,11 @@ class RalmLM(TemplateLM):
         if self.ralm.tokenizer is None:
             raise SettingError("The RetrievalAugmentedModel has no tokenizer: build it with tokenizer=.")
         config = self.ralm.config
-        if config.rerank == "oracle":
-            raise SettingError(f"{setting('rerank')}='oracle' chooses passages by the very tokens being scored: an "
-                               "upper bound that looks at the future, not a result for lm-eval to report. Use "
-                               "hf-ralm eval-lm --rerank oracle, which labels it so.")
+        for strategy in future_looking(config.rerank, config.retrieval_gate):
+            raise SettingError(f"{setting(strategy.stage)}={strategy.name!r} chooses passages by the very tokens "
+                               "being scored: an upper bound that looks at the future, not a result for lm-eval to "
+                               f"report. Use hf-ralm eval-lm --{strategy.stage.replace('_', '-')} {strategy.name}, "
+                               "which labels it so.")
         self.tokenizer = self.ralm.tokenizer
         self.retrieval_query = _check_query_source(retrieval_query)
         self.prefix_token_in_window = bool(prefix_token_in_window)

@@ -1,34 +1,22 @@
-"""Reranking the retrieved passages of In-Context RALM (Ram et al. 2023, §6).
+"""``hf_ralm.reranking``: the earlier name of :mod:`hf_ralm.reranker_training` (the predictive reranker's training
+data and training), kept so that code written against it runs unchanged: the same public names, and its submodules
+(``hf_ralm.reranking.collect``, ``.data``, ``.training``) are the new package's own modules, not copies.
 
-The predictive reranker (§6.2): :func:`collect_rerank_data` collects its training data with the frozen reader as
-compact records (:class:`RerankDataWriter`; :func:`load_rerank_data` gives back their texts,
-:func:`rerank_data_summary` counts them), :func:`train_reranker` trains it with the loss of Eq. 9, and
-:class:`PredictiveReranker` uses it. Training and using it need the ``rerank`` extra
-(``pip install "hf-ralm[rerank]"``); sentence-transformers is imported only then.
-
-Example::
-
-    from hf_ralm.reranking import PredictiveReranker, train_reranker
-
-    train_reranker("data/rerank", output_dir="models/reranker")
-    PredictiveReranker("models/reranker").choose(["the emperor of"], [["Rome\\nrome was", "Music\\nthe band"]])
+Example:
+    >>> import hf_ralm.reranker_training.training
+    >>> import hf_ralm.reranking.training
+    >>> hf_ralm.reranking.training is hf_ralm.reranker_training.training
+    True
 """
 
-from ..selection.predictive import PredictiveReranker
-from .collect import collect_rerank_data, training_articles
-from .data import RerankDataWriter, load_rerank_data, rerank_data_summary
-from .training import PredictiveRerankLoss, predictive_loss, push_reranker, rerank_metrics, train_reranker
+import sys
 
-__all__ = [
-    "collect_rerank_data",
-    "training_articles",
-    "RerankDataWriter",
-    "load_rerank_data",
-    "rerank_data_summary",
-    "PredictiveReranker",
-    "PredictiveRerankLoss",
-    "predictive_loss",
-    "push_reranker",
-    "rerank_metrics",
-    "train_reranker",
-]
+from .. import reranker_training
+from ..reranker_training import *  # noqa: F401,F403  (the same public names)
+from ..reranker_training import collect, data, training
+
+for _module in (collect, data, training):  # `import hf_ralm.reranking.training` finds the module, never a second copy
+    sys.modules[f"{__name__}.{_module.__name__.rsplit('.', 1)[1]}"] = _module
+del _module
+
+__all__ = reranker_training.__all__

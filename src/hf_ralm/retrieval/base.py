@@ -1,53 +1,168 @@
-"""The base class every retriever backend subclasses, and the passage record retrievers return.
+"""The contract of every retriever backend: the :class:`Retriever` base class, the options a backend takes
+(:class:`RetrieverOptions`), what identifies its passages in a run's settings (:meth:`Retriever.identity`), and the
+passage record retrievers return.
 
-A backend (``bm25``, ``lucene``, ``dense``, ``hybrid``; see :mod:`hf_ralm.retrieval.registry`) is built or opened
-with :meth:`Retriever.build_or_load`, described by :meth:`Retriever.config`, rebuilt from that description with
-:meth:`Retriever.from_config`, and saved with :meth:`Retriever.save_pretrained` as ``retriever_config.json``.
+A backend (``bm25``, ``lucene``, ``dense``, ``hybrid``, or one registered from outside hf-ralm: see
+:mod:`hf_ralm.retrieval.registry`) is opened from its options with :meth:`Retriever.from_options` (one mapping, as
+``from_pretrained(retriever_options=...)`` and the command line give it), described by :meth:`Retriever.config`,
+rebuilt from that description with :meth:`Retriever.from_config`, and saved with :meth:`Retriever.save_pretrained` as
+``retriever_config.json``. Nothing here assumes a local index: the backends that keep one in a folder share
+:class:`~hf_ralm.retrieval.local.LocalIndexRetriever`'s build-or-load; a remote one (a search service, a vector
+database) subclasses :class:`Retriever` directly.
 
 Example:
     >>> from hf_ralm.retrieval import BM25Retriever, load_retriever_from_pretrained
-    >>> retriever = BM25Retriever.build_or_load("wiki.jsonl.gz")      # index in ~/.cache/hf-ralm  # doctest: +SKIP
+    >>> retriever = BM25Retriever.from_options(corpus="wiki.jsonl.gz")  # index in ~/.cache/hf-ralm  # doctest: +SKIP
     >>> retriever.retrieve(["the emperor of Rome"], k=2)             # [[Passage, Passage]]       # doctest: +SKIP
+    >>> retriever.identity()["corpus_fingerprint"]                   # 'e0b8cc01f966ef08...'      # doctest: +SKIP
     >>> retriever.save_pretrained("my-retriever", save_index=True)                                  # doctest: +SKIP
     >>> load_retriever_from_pretrained("my-retriever")                                              # doctest: +SKIP
 """
 
 from __future__ import annotations
 
-import functools
-import inspect
+import dataclasses
 import os
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Mapping, Sequence
 
 from ..errors import InputError, MissingFileError, SettingError, setting, utf8_errors
 from ..passages import Passage
 from ..records import titles_fingerprint
 from ..utils.atomic import write_json_atomic
-from .corpus import WORDS_PER_PASSAGE
-from .index_folder import building, copy_index, default_index_dir, path_for_folder, read_index_info, saved_path
 
 RETRIEVER_CONFIG_FILE = "retriever_config.json"
-SAVED_INDEX_DIR = "index"  # where save_pretrained(dir, save_index=True) puts the index inside dir
+SAVED_INDEX_DIR = "index"  # where save_pretrained(dir, save_index=True) puts a local index inside dir
+UNRECORDED_INDEX_KEYS = ("files", "corpus", "fingerprint")
+"""What an index records that is left out of :meth:`Retriever.identity`'s ``index``: its file sizes and corpus paths
+(the same index, copied or moved, holds the same passages) and the corpus fingerprint (given on its own)."""
+
+
+@dataclass(frozen=True)
+class RetrieverOptions:
+    """The options every backend takes: ``forbidden_titles``, the article titles whose passages it never returns
+    (contamination). A backend declares its own as a dataclass that subclasses this one (or
+    :class:`~hf_ralm.retrieval.local.IndexOptions`), with their defaults, and checks their values in
+    ``__post_init__``; :meth:`Retriever.check_options` fills it from a mapping.
+
+    Example::
+
+        @dataclass(frozen=True)
+        class SearchServiceOptions(RetrieverOptions):
+            url: str = "http://localhost:9200"
+            index: str = "wiki"
+    """
+
+    forbidden_titles: frozenset[str] = frozenset()
+
+
+def option_names(options: type[RetrieverOptions]) -> list[str]:
+    """The fields of an options class, the most specific first (a backend's own before those every backend takes),
+    each in the order its class declares them: how an error lists what a backend takes."""
+    groups: list[list[str]] = []
+    seen: set[str] = set()
+    for klass in reversed(options.__mro__):  # the most general first: each class's fields beyond its bases'
+        if dataclasses.is_dataclass(klass):
+            groups.append([field.name for field in dataclasses.fields(klass) if field.name not in seen])
+            seen.update(groups[-1])
+    return [name for group in reversed(groups) for name in group]
 
 
 class Retriever(ABC):
     """The base class of every retriever backend.
 
-    A backend sets ``name`` (its name in the registry), implements :meth:`retrieve` and :meth:`_build_or_load`, and
-    keeps its index folder in ``index_dir`` and the titles it must never return in ``forbidden_titles`` (what the
-    default :meth:`config` and :meth:`save_pretrained` record). Objects that merely have a batched
-    ``retrieve(queries, k)`` are accepted wherever a retriever is (``load_retriever``, ``RetrievalAugmentedModel``);
-    only a ``Retriever`` can be saved.
+    A backend sets ``name`` (its name in the registry) and ``Options`` (a :class:`RetrieverOptions` dataclass: what
+    :meth:`from_options` takes), implements :meth:`_open` (its retriever from checked options), :meth:`retrieve` and
+    :meth:`index_record` (what identifies its passages), keeps the titles it must never return in
+    ``forbidden_titles``, and extends :meth:`config` with the options that reopen it. Objects that merely have a
+    batched ``retrieve(queries, k)`` are accepted wherever a retriever is (``load_retriever``,
+    ``RetrievalAugmentedModel``); only a ``Retriever`` can be saved.
+
+    Example (a remote backend, one file: its registration is one more line, see
+    :func:`~hf_ralm.retrieval.registry.register_retriever`)::
+
+        class SearchServiceRetriever(Retriever):
+            name = "search-service"
+            Options = SearchServiceOptions
+
+            @classmethod
+            def _open(cls, options):
+                return cls(options.url, options.index, options.forbidden_titles)
+
+            def retrieve(self, queries, k=1): ...          # one request per batch of queries
+            def index_record(self): ...                    # {"fingerprint": ..., "num_passages": ...}
+            def config(self):
+                return {**super().config(), "url": self.url, "index": self.index}
     """
 
     name: ClassVar[str]
-    index_dir: str
+    Options: ClassVar[type[RetrieverOptions]] = RetrieverOptions
     forbidden_titles: frozenset[str]
+
+    @classmethod
+    def check_options(cls, **options: Any) -> RetrieverOptions:
+        """``options`` as this backend's :attr:`Options`: ``None`` means the default, ``forbidden_titles`` may be a
+        file (or a shipped list's name: :func:`read_forbidden_titles`) or titles, and an option the backend does not
+        take is refused in one line that names the backend and the options it takes.
+
+        Example::
+
+            BM25Retriever.check_options(index_dir="wiki-bm25", n_threads=4).n_threads   # 4
+        """
+        options = {key: value for key, value in options.items() if value is not None}
+        known = option_names(cls.Options)
+        unknown = sorted(set(options) - set(known))
+        if unknown:
+            raise ValueError(f"The {cls.name} retriever has no option {', '.join(map(repr, unknown))}; its options "
+                             f"are: {', '.join(known)}.")
+        titles = options.get("forbidden_titles", ())
+        if isinstance(titles, (str, os.PathLike)):
+            titles = read_forbidden_titles(str(titles))
+        return cls.Options(**{**options, "forbidden_titles": frozenset(titles)})
+
+    @classmethod
+    def from_options(cls, **options: Any) -> "Retriever":
+        """The retriever ``options`` describe (checked by :meth:`check_options`): for a backend with a local index,
+        opened, or built from ``corpus`` when missing or stale (:class:`~hf_ralm.retrieval.local.LocalIndexRetriever`);
+        for a remote one, connected.
+
+        Example::
+
+            BM25Retriever.from_options(corpus="wiki.jsonl.gz", index_dir="wiki-bm25", forbidden_titles="wikitext-103")
+        """
+        return cls._open(cls.check_options(**options))
+
+    @classmethod
+    @abstractmethod
+    def _open(cls, options: RetrieverOptions) -> "Retriever":
+        """The backend's part of :meth:`from_options`: its retriever from checked options."""
 
     @abstractmethod
     def retrieve(self, queries: Sequence[str], k: int = 1) -> list[list[Passage]]:
         """Top-``k`` passages per query, best first. A query may get fewer than ``k`` passages (or none)."""
+
+    @abstractmethod
+    def index_record(self) -> Mapping[str, Any]:
+        """What the index says about itself: the ``fingerprint`` of the corpus it holds (passage ids are that
+        corpus's passages), its size and what decides its ranking (scoring, text analysis, encoder); never where it
+        is. :meth:`identity` is made of it. A local index gives its ``hf_ralm_index.json``; a remote one what its
+        service says (an index name and version, a document count), ``{}`` when it says nothing."""
+
+    def identity(self) -> dict[str, Any]:
+        """What identifies the retrieved passages in settings that must compare equal elsewhere (a run's records,
+        a retrieval dataset): the retriever kind, the fingerprint of the corpus its index holds, what the index
+        records about its passages and ranking (:meth:`index_record`, without file sizes or corpus paths, so that
+        records made here resume from a copy of the index elsewhere) and its forbidden titles.
+
+        Example::
+
+            bm25.identity()["corpus_fingerprint"]   # 'e0b8cc01f966ef0833ed9cfaab95c0c96c33500d3dd...'
+        """
+        recorded = self.index_record()
+        return {"retriever": self.name, "corpus_fingerprint": recorded.get("fingerprint"),
+                "index": {key: value for key, value in recorded.items() if key not in UNRECORDED_INDEX_KEYS},
+                "forbidden_titles": titles_fingerprint(self.forbidden_titles)}
 
     def max_scores(self, queries: Sequence[str]) -> list[float]:
         """Per query, the highest score any passage could reach for it, so that ``score / max_score`` compares
@@ -74,59 +189,10 @@ class Retriever(ABC):
         raise ValueError(f"The {self.name} retriever cannot look passages up by id: use an index that stores them "
                          "(bm25, dense).")
 
-    @classmethod
-    def build_or_load(
-        cls,
-        corpus: str | Sequence[str] | None,
-        index_dir: str | None = None,
-        *,
-        forbidden_titles: Iterable[str] = (),
-        words_per_passage: int = WORDS_PER_PASSAGE,
-        **options,
-    ) -> "Retriever":
-        """Open the index in ``index_dir``, first (re)building it there from the ``corpus`` files when it is missing
-        or was built from other files or settings; without a corpus, just open it. Without ``index_dir`` the index
-        lives in hf-ralm's cache, ``<cache>/indexes/<name>-<corpus fingerprint[:16]>`` (see
-        :func:`~hf_ralm.retrieval.index_folder.default_index_dir`), and the corpus is required. ``options`` are the
-        backend's own (those of its ``_build_or_load``); ``None`` means the backend's default. Concurrent calls for
-        one folder build it once: the others wait and open it (:func:`~hf_ralm.retrieval.index_folder.building`).
-
-        Example::
-
-            BM25Retriever.build_or_load("wiki.jsonl.gz", "wiki-bm25", forbidden_titles={"Nero"})
-        """
-        options = {key: value for key, value in options.items() if value is not None}
-        known = [p for p in inspect.signature(cls._build_or_load).parameters
-                 if p not in ("corpus", "index_dir", "forbidden_titles", "words_per_passage")]
-        unknown = sorted(set(options) - set(known))
-        if unknown:
-            raise ValueError(f"The {cls.name} retriever has no option {', '.join(map(repr, unknown))}; its options "
-                             f"are: {', '.join(known) or 'none'}.")
-        if index_dir is None:
-            index_dir = default_index_dir(cls.name, corpus, words_per_passage)
-        load = functools.partial(cls._build_or_load, corpus, str(index_dir),
-                                 forbidden_titles=frozenset(forbidden_titles), words_per_passage=words_per_passage,
-                                 **options)
-        if corpus is None:  # opening only
-            return load()
-        with building(str(index_dir)):
-            return load()
-
-    @classmethod
-    @abstractmethod
-    def _build_or_load(
-        cls, corpus: str | Sequence[str] | None, index_dir: str, *, forbidden_titles: frozenset[str],
-        words_per_passage: int, **options,
-    ) -> "Retriever":
-        """The backend's part of :meth:`build_or_load`, once the index folder is known."""
-
     def config(self) -> dict:
-        """What :meth:`from_config` rebuilds this retriever from (the index folder as an absolute path)."""
-        return {
-            "type": self.name,
-            "index_dir": os.path.abspath(self.index_dir),
-            "forbidden_titles": sorted(self.forbidden_titles),
-        }
+        """What :meth:`from_config` rebuilds this retriever from: its kind and options (those of :meth:`from_options`;
+        a backend adds its own)."""
+        return {"type": self.name, "forbidden_titles": sorted(self.forbidden_titles)}
 
     @classmethod
     def from_config(cls, config: dict, *, base_dir: str | None = None, config_file: str = RETRIEVER_CONFIG_FILE,
@@ -149,52 +215,31 @@ class Retriever(ABC):
         settings = {key: value for key, value in config.items() if key != "type"}
         if base_dir is not None:
             settings = cls._saved_settings(settings, base_dir, config_file, overrides)
-        settings.update(overrides)
-        corpus, index_dir = settings.pop("corpus", None), settings.pop("index_dir", None)
-        return cls.build_or_load(corpus, index_dir, **settings)
+        return cls.from_options(**{**settings, **overrides})
 
     @classmethod
     def _saved_settings(cls, settings: dict, folder: str, config_file: str, overrides: dict) -> dict:
-        """``settings`` read from ``config_file`` in the saved (or downloaded) ``folder``, with the index folder they
-        record joined to ``folder`` unless ``overrides`` give one: a path that leads outside ``folder`` is refused
-        (:func:`~hf_ralm.retrieval.index_folder.saved_path`; a folder from elsewhere must not make hf-ralm open,
-        build or delete an index elsewhere), and so is a missing index unless ``corpus`` rebuilds it. A backend that
-        reads other paths from a saved folder checks them here too."""
-        if "index_dir" not in settings or "index_dir" in overrides:
-            return settings
-        recorded = settings["index_dir"]
-        where = os.path.normpath(os.path.join(folder, recorded))
-        index_dir = saved_path(recorded, folder, config_file, "index_dir",
-                               f"give the index folder yourself ({setting('index_dir')}={where!r}) to use it, or save "
-                               "the retriever with save_pretrained(dir, save_index=True) so that its index travels "
-                               "inside the folder.")
-        if "corpus" not in overrides and not os.path.exists(index_dir):
-            raise FileNotFoundError(
-                f"The {cls.name} retriever saved in {folder!r} uses the index {index_dir!r}, which does not exist "
-                "here. Save it with save_pretrained(dir, save_index=True) to keep the index inside the saved folder, "
-                "or give the index folder (index_dir=) or the corpus to rebuild it (corpus=)."
-            )
-        return {**settings, "index_dir": index_dir}
+        """``settings`` read from ``config_file`` in the saved (or downloaded) ``folder``, as :meth:`from_options`
+        takes them: a backend that reads paths from a saved folder joins them to ``folder`` here, and refuses one that
+        leads outside it (a folder from elsewhere must not make hf-ralm open, build or delete anything elsewhere)."""
+        return settings
 
     def save_pretrained(self, save_directory: str | os.PathLike, save_index: bool = False) -> None:
         """Write :meth:`config` to ``save_directory/retriever_config.json``, which
-        :func:`~hf_ralm.retrieval.load_retriever_from_pretrained` reads back. With ``save_index``, the index folder
-        is first copied into ``save_directory/index``. An index inside ``save_directory`` is recorded relative to it,
-        so the folder keeps working when moved or pushed to the Hub; one outside by its absolute path, which loading
-        does not follow (a saved folder's paths are followed only inside it): it then needs the index folder given
-        (``index_dir=``)."""
+        :func:`~hf_ralm.retrieval.load_retriever_from_pretrained` reads back. With ``save_index``, a local index
+        folder is first copied into ``save_directory/index`` (a backend without one has nothing to copy). An index
+        inside ``save_directory`` is recorded relative to it, so the folder keeps working when moved or pushed to the
+        Hub; one outside by its absolute path, which loading does not follow (a saved folder's paths are followed
+        only inside it): it then needs the index folder given (``index_dir=``)."""
         save_directory = str(save_directory)
         os.makedirs(save_directory, exist_ok=True)
         config = self._saved_config(save_directory, SAVED_INDEX_DIR if save_index else None)
         write_json_atomic(os.path.join(save_directory, RETRIEVER_CONFIG_FILE), config)
 
     def _saved_config(self, save_directory: str, index_copy: str | None) -> dict:
-        """:meth:`config` as saved in ``save_directory``: the index first copied to ``save_directory/index_copy``
-        when that is given, its folder recorded relative to ``save_directory`` when inside it."""
-        index_dir = self.index_dir
-        if index_copy is not None:
-            index_dir = copy_index(index_dir, os.path.join(save_directory, index_copy))
-        return {**self.config(), "index_dir": path_for_folder(index_dir, save_directory)}
+        """:meth:`config` as saved in ``save_directory``, a local index first copied to ``save_directory/index_copy``
+        when that is given (:class:`~hf_ralm.retrieval.local.LocalIndexRetriever`)."""
+        return self.config()
 
 
 def passages_from_table(table, hits: Sequence[Sequence[tuple[int, float]]]) -> list[list[Passage]]:
@@ -251,10 +296,9 @@ def read_forbidden_titles(path: str | None, name: str = "forbidden_titles") -> f
 
 
 def retriever_identity(retriever) -> dict[str, Any]:
-    """What identifies retrieved passages in settings that must compare equal elsewhere: the retriever kind, the
-    fingerprint of the corpus its index was built from (passage ids are row numbers of that corpus's passages), what
-    the index records about its scoring and text analysis (another analysis ranks other passages) and its forbidden
-    titles; never the index's path, so that records made here resume from a copy of the index elsewhere.
+    """What identifies retrieved passages in settings that must compare equal elsewhere: a :class:`Retriever`'s
+    :meth:`~Retriever.identity`; for any other object with a ``retrieve`` method, its class name (it records no
+    corpus).
 
     Example::
 
@@ -262,8 +306,4 @@ def retriever_identity(retriever) -> dict[str, Any]:
     """
     if not isinstance(retriever, Retriever):
         return {"retriever": type(retriever).__name__, "corpus_fingerprint": None}
-    recorded = read_index_info(retriever.index_dir) or {}
-    return {"retriever": retriever.name, "corpus_fingerprint": recorded.get("fingerprint"),
-            # not its file sizes or corpus paths: the same index, copied or moved, holds the same passages
-            "index": {key: value for key, value in recorded.items() if key not in ("files", "corpus", "fingerprint")},
-            "forbidden_titles": titles_fingerprint(retriever.forbidden_titles)}
+    return retriever.identity()

@@ -21,6 +21,7 @@ Example::
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Iterable, Iterator, Sequence
 
 import numpy as np
@@ -28,11 +29,11 @@ import numpy as np
 from ..passages import Passage, passage_text
 from ..utils.cpus import available_cpus
 from .analysis import ANALYSIS, analyze_texts, iter_analyzed
-from .base import Retriever, passages_from_table
+from .base import passages_from_table
 from .bm25_index import bm25_matrix, count_terms, save_bm25s
-from .corpus import PASSAGE_COLUMNS, WORDS_PER_PASSAGE, check_passage_count, passage_rows
-from .index_folder import check_index, corpus_files, corpus_paths_and_articles, finish_build, index_matches
-from .index_folder import announce_build, new_build, reading_index, reusable_index_info
+from .corpus import PASSAGE_COLUMNS, check_passage_count
+from .index_folder import check_index, reading_index
+from .local import IndexOptions, LocalIndexRetriever
 
 BM25_PARAMS = {"method": "lucene", "k1": 0.9, "b": 0.4}  # pyserini's defaults, as the paper used
 # what an index records and must match to be used: an index is used only with the analysis it was built with, since
@@ -43,10 +44,21 @@ BM25_FILES = ("bm25s/params.index.json", "bm25s/vocab.index.json", "bm25s/data.c
 """The files of an index folder (beside hf_ralm_index.json), checked when the index records no file sizes."""
 
 
-class BM25Retriever(Retriever):
+@dataclass(frozen=True)
+class BM25Options(IndexOptions):
+    """The bm25 backend's options: ``n_threads``, the threads of a batch of queries' search (``None``: the CPUs this
+    process may use, :func:`~hf_ralm.utils.cpus.available_cpus`)."""
+
+    n_threads: int | None = None
+
+
+class BM25Retriever(LocalIndexRetriever):
     """BM25 over 100-word passages, with optional exclusion of passages by article title (contamination)."""
 
     name = "bm25"
+    Options = BM25Options
+    index_files = BM25_FILES
+    index_settings = INDEX_SETTINGS
 
     def __init__(self, index_dir: str, forbidden_titles: Iterable[str] = (), n_threads: int | None = None):
         import bm25s
@@ -74,69 +86,36 @@ class BM25Retriever(Retriever):
         return cls(index_dir, forbidden_titles=forbidden_titles, n_threads=n_threads)
 
     @classmethod
-    def build(
-        cls,
-        corpus: str | Sequence[str] | Iterable[dict],
-        index_dir: str,
-        words_per_passage: int = WORDS_PER_PASSAGE,
-        forbidden_titles: Iterable[str] = (),
-        show_progress: bool = True,
-    ) -> "BM25Retriever":
-        """Index a corpus (file path(s), or rows/``datasets.Dataset`` with ``id``, ``title``, ``text``).
-
-        The passages stream through once (:mod:`hf_ralm.retrieval.bm25_index`): each is written to the passages
+    def _write_index(cls, tmp_dir: str, passages: Iterator[dict], paths: Sequence[str] | None,
+                     options: BM25Options, show_progress: bool) -> tuple[int, dict]:
+        """The passages stream through once (:mod:`hf_ralm.retrieval.bm25_index`): each is written to the passages
         table and its terms counted, and nothing more of its text is kept, so memory grows with the vocabulary and
-        the score matrix, not with the corpus. The folder is written under a temporary name and renamed when
-        complete, so an interrupted build leaves no half-index behind. ``words_per_passage=0`` keeps the rows as
-        they are (already passages).
-        """
+        the score matrix, not with the corpus."""
         from datasets import Dataset, Features, Value
         from datasets.arrow_writer import ArrowWriter
 
-        paths, articles = corpus_paths_and_articles(corpus, show_progress)
-        if show_progress:
-            announce_build(cls.name, paths, index_dir)
-        with new_build(index_dir, cls.name) as tmp_dir:
-            table = os.path.join(tmp_dir, "passages.arrow")
-            features = Features({name: Value("string") for name in PASSAGE_COLUMNS})
-            with ArrowWriter(features=features, path=table) as writer:
-                def texts() -> Iterator[str]:  # each passage goes to the table on its way to the analysis
-                    for row in passage_rows(articles, words_per_passage):
-                        writer.write({name: row[name] for name in PASSAGE_COLUMNS})
-                        yield passage_text(row["title"], row["text"])
+        table = os.path.join(tmp_dir, "passages.arrow")
+        features = Features({name: Value("string") for name in PASSAGE_COLUMNS})
+        with ArrowWriter(features=features, path=table) as writer:
+            def texts() -> Iterator[str]:  # each passage goes to the table on its way to the analysis
+                for row in passages:
+                    writer.write({name: row[name] for name in PASSAGE_COLUMNS})
+                    yield passage_text(row["title"], row["text"])
 
-                counts = count_terms(iter_analyzed(texts()))
-                writer.finalize()
-            check_passage_count(counts.num_docs, paths)
-            save_bm25s(os.path.join(tmp_dir, "bm25s"), bm25_matrix(counts, BM25_PARAMS["k1"], BM25_PARAMS["b"]),
-                       counts.vocab, BM25_PARAMS)
-            num_passages = counts.num_docs
-            del counts
-            Dataset.from_file(table).save_to_disk(os.path.join(tmp_dir, "passages"))
-            os.remove(table)
-            finish_build(tmp_dir, index_dir, cls.name, paths, words_per_passage, num_passages, INDEX_SETTINGS)
-        return cls(index_dir, forbidden_titles=forbidden_titles)
+            counts = count_terms(iter_analyzed(texts()))
+            writer.finalize()
+        check_passage_count(counts.num_docs, paths)
+        save_bm25s(os.path.join(tmp_dir, "bm25s"), bm25_matrix(counts, BM25_PARAMS["k1"], BM25_PARAMS["b"]),
+                   counts.vocab, BM25_PARAMS)
+        num_passages = counts.num_docs
+        del counts
+        Dataset.from_file(table).save_to_disk(os.path.join(tmp_dir, "passages"))
+        os.remove(table)
+        return num_passages, INDEX_SETTINGS
 
     @classmethod
-    def _build_or_load(
-        cls,
-        corpus: str | Sequence[str] | None,
-        index_dir: str,
-        *,
-        forbidden_titles: frozenset[str],
-        words_per_passage: int,
-        n_threads: int | None = None,
-    ) -> "BM25Retriever":
-        """Reuse ``index_dir`` if it holds a usable index built from the same corpus files, otherwise (re)build it
-        there; without a corpus, open it (an error says how to build a missing or unusable one). ``n_threads``:
-        the search's threads (default: the CPUs this process may use, :func:`~hf_ralm.utils.cpus.available_cpus`)."""
-        if corpus is None:
-            return cls(index_dir, forbidden_titles, n_threads)
-        paths = corpus_files(corpus)
-        info = reusable_index_info(index_dir, cls.name, BM25_FILES, settings=INDEX_SETTINGS)
-        if not index_matches(info, paths, words_per_passage, INDEX_SETTINGS):
-            cls.build(paths, index_dir, words_per_passage, forbidden_titles)
-        return cls(index_dir, forbidden_titles, n_threads)
+    def _load(cls, index_dir: str, options: BM25Options) -> "BM25Retriever":
+        return cls(index_dir, options.forbidden_titles, options.n_threads)
 
     def __len__(self) -> int:
         return len(self.passages)

@@ -50,11 +50,12 @@ from ..records import RecordStore
 from ..utils.checks import check_count
 from ..utils.extras import require
 from ..utils.shards import Shard, distributed_barrier, is_writer, uncovered
-from .base import Retriever, passages_from_table
+from .base import passages_from_table
 from .corpus import WORDS_PER_PASSAGE, check_passage_count, corpus_fingerprint, passage_columns
 from .index_folder import INDEX_FILE, announce_build, build_folder, building, check_index, clear_build_folder
-from .index_folder import corpus_files, corpus_paths_and_articles, finish_build, index_matches, names_a_local_path
+from .index_folder import corpus_files, corpus_paths_and_articles, finish_build, names_a_local_path
 from .index_folder import outside_folder_error, read_index_info, reading_index, reusable_index_info
+from .local import IndexOptions, LocalIndexRetriever
 
 logger = logging.get_logger(__name__)
 
@@ -178,10 +179,29 @@ def _match_settings(encoder: str | None, pooling: str | None, normalize: bool, f
     return settings
 
 
-class DenseRetriever(Retriever):
+@dataclass(frozen=True)
+class DenseOptions(IndexOptions):
+    """The dense backend's options: the ``encoder`` (a name, a folder or a :class:`DenseEncoder`; ``None``: the one
+    the index records, :func:`default_encoder` for a new index), and, for a build, its ``pooling`` (``None``: the
+    model's own), ``normalize`` (L2-normalised embeddings), ``faiss_factory`` (the FAISS index), ``chunk_size``
+    (passages encoded per resumable chunk) and ``encoder_dtype`` (the encoder's precision; ``None``: the index's
+    own, float32 for a new one)."""
+
+    encoder: str | DenseEncoder | None = None
+    pooling: str | None = None
+    normalize: bool = False
+    faiss_factory: str = DEFAULT_FACTORY
+    chunk_size: int = DEFAULT_CHUNK_SIZE
+    encoder_dtype: str | None = None
+
+
+class DenseRetriever(LocalIndexRetriever):
     """Inner-product search over encoded 100-word passages, with optional exclusion of passages by article title."""
 
     name = "dense"
+    Options = DenseOptions
+    index_files = DENSE_FILES
+    index_keys = DENSE_KEYS
 
     def __init__(self, index_dir: str, forbidden_titles: Iterable[str] = (), encoder: str | DenseEncoder | None = None,
                  device: str | None = None, batch_size: int = 32):
@@ -235,67 +255,42 @@ class DenseRetriever(Retriever):
         return cls(index_dir, forbidden_titles=forbidden_titles, encoder=encoder)
 
     @classmethod
-    def build(
-        cls,
-        corpus: str | Sequence[str] | Iterable[dict],
-        index_dir: str,
-        words_per_passage: int = WORDS_PER_PASSAGE,
-        forbidden_titles: Iterable[str] = (),
-        encoder: str | DenseEncoder | None = None,
-        pooling: str | None = None,
-        normalize: bool = False,
-        faiss_factory: str = DEFAULT_FACTORY,
-        chunk_size: int = DEFAULT_CHUNK_SIZE,
-        show_progress: bool = True,
-        encoder_dtype: str | None = None,
-    ) -> "DenseRetriever":
-        """Encode and index a corpus (file path(s), or rows/``datasets.Dataset`` with ``id``, ``title``, ``text``),
-        resuming an interrupted build of the same corpus and settings (:func:`build_dense_index`, one process).
-        ``encoder_dtype`` is the encoder's precision (:class:`DenseEncoder`'s ``dtype``), recorded so that queries
-        are encoded in it."""
-        enc = encoder if isinstance(encoder, DenseEncoder) else DenseEncoder(encoder, pooling, normalize,
-                                                                             dtype=encoder_dtype)
-        build_dense_index(corpus, index_dir, words_per_passage=words_per_passage, encoder=enc,
-                          faiss_factory=faiss_factory, chunk_size=chunk_size, show_progress=show_progress)
-        return cls(index_dir, forbidden_titles=forbidden_titles, encoder=enc)
+    def _build(cls, corpus: str | Sequence[str] | Iterable[dict], index_dir: str, options: DenseOptions,
+               show_progress: bool = True) -> "DenseRetriever":
+        """The dense build is its own: the passages encoded chunk by chunk into the build folder, resuming an
+        interrupted build of the same corpus and settings, shared by workers (:func:`build_dense_index`; here one
+        process, holding the folder's build lock when called by :meth:`build_or_load`), then opened with the encoder
+        that encoded them, in the precision ``encoder_dtype`` recorded so that queries are encoded in it."""
+        encoder = options.encoder
+        if not isinstance(encoder, DenseEncoder):
+            encoder = DenseEncoder(encoder, options.pooling, options.normalize, dtype=options.encoder_dtype)
+        build_dense_index(corpus, index_dir, words_per_passage=options.words_per_passage, encoder=encoder,
+                          faiss_factory=options.faiss_factory, chunk_size=options.chunk_size,
+                          show_progress=show_progress)
+        return cls(index_dir, forbidden_titles=options.forbidden_titles, encoder=encoder)
 
     @classmethod
-    def _build_or_load(
-        cls,
-        corpus: str | Sequence[str] | None,
-        index_dir: str,
-        *,
-        forbidden_titles: frozenset[str],
-        words_per_passage: int,
-        encoder: str | None = None,
-        pooling: str | None = None,
-        normalize: bool = False,
-        faiss_factory: str = DEFAULT_FACTORY,
-        chunk_size: int = DEFAULT_CHUNK_SIZE,
-        encoder_dtype: str | None = None,
-    ) -> "DenseRetriever":
-        """Reuse ``index_dir`` if it was built from the same corpus files with the same encoder and settings,
-        otherwise (re)build it there (resuming an interrupted build). ``encoder=None``: the one the index records,
-        or :func:`default_encoder` for a new index; ``encoder_dtype=None``: the index's own, float32 for a new one."""
-        if corpus is None:
-            return cls(index_dir, forbidden_titles, encoder=encoder)
-        paths = corpus_files(corpus)
-        info = reusable_index_info(index_dir, cls.name, DENSE_FILES, DENSE_KEYS)
-        if info is not None:
-            info = {"dtype": DEFAULT_ENCODER_DTYPE, **info}  # an index from before the dtype was recorded
-            encoder = encoder if encoder is not None else info["encoder"]
-        wanted = _match_settings(encoder, pooling, normalize, faiss_factory, encoder_dtype)
-        if index_matches(info, paths, words_per_passage, wanted):
-            return cls(index_dir, forbidden_titles, encoder=encoder)
-        return cls.build(paths, index_dir, words_per_passage, forbidden_titles, encoder=encoder, pooling=pooling,
-                         normalize=normalize, faiss_factory=faiss_factory, chunk_size=chunk_size,
-                         encoder_dtype=encoder_dtype)
+    def _index_wanted(cls, info: dict | None, options: DenseOptions) -> tuple[DenseOptions, dict]:
+        """The encoder of the index already there when none is given (a new index gets :func:`default_encoder`);
+        an index is reused when it records that encoder, the normalisation and the FAISS factory, and the pooling
+        and precision when they are given."""
+        if info is not None and options.encoder is None:
+            options = dataclasses.replace(options, encoder=info["encoder"])
+        wanted = _match_settings(options.encoder, options.pooling, options.normalize, options.faiss_factory,
+                                 options.encoder_dtype)
+        if info is not None and "dtype" not in info and wanted.get("dtype") == DEFAULT_ENCODER_DTYPE:
+            del wanted["dtype"]  # an index from before the precision was recorded is float32
+        return options, wanted
+
+    @classmethod
+    def _load(cls, index_dir: str, options: DenseOptions) -> "DenseRetriever":
+        return cls(index_dir, options.forbidden_titles, encoder=options.encoder)
 
     @classmethod
     def _saved_settings(cls, settings: dict, folder: str, config_file: str, overrides: dict) -> dict:
-        """As :meth:`Retriever._saved_settings`; and the encoder the saved folder names (in ``config_file``, else in
-        its index's ``hf_ralm_index.json``), unless ``overrides`` give one: a local folder (loaded as a model) is
-        refused, but for :func:`default_encoder`'s."""
+        """As :meth:`LocalIndexRetriever._saved_settings`; and the encoder the saved folder names (in
+        ``config_file``, else in its index's ``hf_ralm_index.json``), unless ``overrides`` give one: a local folder
+        (loaded as a model) is refused, but for :func:`default_encoder`'s."""
         settings = super()._saved_settings(settings, folder, config_file, overrides)
         if overrides.get("encoder") is not None:
             return settings

@@ -15,7 +15,7 @@ import os
 from typing import Iterable
 
 from .base import RETRIEVER_CONFIG_FILE, Retriever
-from .registry import RETRIEVER_NAMES, retriever_class
+from .registry import retriever_class, retriever_names
 
 
 def load_retriever(
@@ -28,24 +28,31 @@ def load_retriever(
     """A retriever from a registry name, a description (a :meth:`Retriever.config`), or an object with a
     ``retrieve`` method (returned as is); ``None`` for ``None`` or ``"none"``.
 
-    A name is opened with ``build_or_load(corpus, index_dir, ...)``: the index is built from ``corpus`` when missing
-    or stale, in hf-ralm's cache when ``index_dir`` is not given. A description is rebuilt with ``from_config``;
-    arguments given here (an empty ``forbidden_titles`` counts as not given) replace its values. ``options`` are the
-    backend's (``encoder`` for ``"dense"`` and ``"hybrid"``); ``None`` means the default.
+    A name is opened with the backend's ``from_options``, which takes ``index_dir``, ``corpus``, ``forbidden_titles``
+    and ``options`` as one set of options, each backend the ones it declares (``None`` means the default; one it does
+    not take is refused): a local index is built from ``corpus`` when missing or stale, in hf-ralm's cache when
+    ``index_dir`` is not given. A description is rebuilt with ``from_config``; arguments given here (an empty
+    ``forbidden_titles`` counts as not given) replace its values.
+
+    Example::
+
+        load_retriever("dense", index_dir="wiki-dense", encoder="BAAI/bge-small-en-v1.5")
     """
     if spec is None or spec == "none":
         return None
     if isinstance(spec, str):
-        return retriever_class(spec).build_or_load(corpus, index_dir, forbidden_titles=forbidden_titles, **options)
+        return retriever_class(spec).from_options(index_dir=index_dir, corpus=corpus, forbidden_titles=forbidden_titles,
+                                                  **options)
     if isinstance(spec, dict):
         if "type" not in spec:
-            raise ValueError(f"A retriever description needs a 'type' ({', '.join(RETRIEVER_NAMES[1:])}), got "
+            raise ValueError(f"A retriever description needs a 'type' ({', '.join(retriever_names()[1:])}), got "
                              f"{sorted(spec)}.")
         return retriever_class(spec["type"]).from_config(
             spec, index_dir=index_dir, corpus=corpus, forbidden_titles=sorted(forbidden_titles) or None, **options)
     if callable(getattr(spec, "retrieve", None)):
         return spec
-    raise TypeError(f"retriever must be a name {RETRIEVER_NAMES}, a dict or a Retriever, got {type(spec).__name__}.")
+    raise TypeError(f"retriever must be a name {retriever_names()}, a dict or a Retriever, got "
+                    f"{type(spec).__name__}.")
 
 
 def pretrained_folder(name_or_path: str | os.PathLike, **hub_kwargs) -> str:

@@ -14,11 +14,13 @@ Example:
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Sequence
 
 from ..passages import Passage
 from .base import RETRIEVER_CONFIG_FILE, Retriever
 from .index_folder import check_build_folder
+from .local import IndexOptions, LocalIndexRetriever
 from .registry import retriever_class
 
 K_RRF = 60
@@ -51,10 +53,34 @@ def _corpus_identity(retriever) -> tuple:
     return info.get("fingerprint"), info.get("num_passages")
 
 
-class HybridRetriever(Retriever):
-    """RRF of a sparse (``BM25Retriever`` or ``LuceneRetriever``) and a dense retriever over the same passages."""
+@dataclass(frozen=True)
+class HybridOptions(IndexOptions):
+    """The hybrid backend's options: its ``sparse`` side (``"bm25"`` or ``"lucene"``) and its ``n_threads``, the
+    dense side's ``encoder``, ``pooling``, ``faiss_factory`` and ``encoder_dtype`` (``None``: the dense backend's
+    defaults), and the fusion's ``k_rrf`` and ``depth`` (each side's list is ``max(k, depth)`` deep)."""
+
+    encoder: str | None = None
+    pooling: str | None = None
+    faiss_factory: str | None = None
+    encoder_dtype: str | None = None
+    sparse: str = "bm25"
+    k_rrf: float = K_RRF
+    depth: int = MIN_DEPTH
+    n_threads: int | None = None
+
+    def __post_init__(self):
+        if self.sparse not in SPARSE_NAMES:
+            raise ValueError(f"The hybrid retriever's sparse side is one of {SPARSE_NAMES}, got {self.sparse!r}.")
+
+
+class HybridRetriever(LocalIndexRetriever):
+    """RRF of a sparse (``BM25Retriever`` or ``LuceneRetriever``) and a dense retriever over the same passages.
+
+    Its folder holds no index of its own, only its sides' (``<index_dir>/<sparse>``, ``<index_dir>/dense``), each
+    built, reused and opened by its own backend."""
 
     name = "hybrid"
+    Options = HybridOptions
 
     def __init__(self, sparse: Retriever, dense: Retriever, k_rrf: float = K_RRF, depth: int = MIN_DEPTH):
         sparse_id, dense_id = _corpus_identity(sparse), _corpus_identity(dense)
@@ -88,37 +114,24 @@ class HybridRetriever(Retriever):
         return os.path.commonpath([self.sparse.index_dir, self.dense.index_dir])
 
     @classmethod
-    def _build_or_load(
-        cls,
-        corpus: str | Sequence[str] | None,
-        index_dir: str,
-        *,
-        forbidden_titles: frozenset[str],
-        words_per_passage: int,
-        encoder: str | None = None,
-        pooling: str | None = None,
-        faiss_factory: str | None = None,
-        encoder_dtype: str | None = None,
-        sparse: str = "bm25",
-        k_rrf: float = K_RRF,
-        depth: int = MIN_DEPTH,
-        n_threads: int | None = None,
-    ) -> "HybridRetriever":
-        """Both indexes under ``index_dir``: ``<index_dir>/<sparse>`` (``bm25`` or ``lucene``) and
-        ``<index_dir>/dense``, each built there from ``corpus`` when missing or stale. ``encoder``, ``pooling``,
-        ``faiss_factory`` and ``encoder_dtype`` are the dense side's, ``n_threads`` the sparse side's search
-        threads. A folder that holds anything else is never built in (the sides' builds check their own folders)."""
-        if sparse not in SPARSE_NAMES:
-            raise ValueError(f"The hybrid retriever's sparse side is one of {SPARSE_NAMES}, got {sparse!r}.")
-        if corpus is not None:
-            check_build_folder(index_dir, cls.name, parts=SIDE_ENTRIES)
-        common = {"forbidden_titles": forbidden_titles, "words_per_passage": words_per_passage}
-        sparse_side = retriever_class(sparse).build_or_load(corpus, os.path.join(index_dir, sparse),
-                                                            n_threads=n_threads, **common)
-        dense_side = retriever_class("dense").build_or_load(corpus, os.path.join(index_dir, "dense"), encoder=encoder,
-                                                            pooling=pooling, faiss_factory=faiss_factory,
-                                                            encoder_dtype=encoder_dtype, **common)
-        return cls(sparse_side, dense_side, k_rrf=k_rrf, depth=depth)
+    def _load(cls, index_dir: str, options: HybridOptions) -> "HybridRetriever":
+        """Both sides, ``<index_dir>/<sparse>`` and ``<index_dir>/dense``, each opened by its own backend or, with a
+        corpus, built or reused there (their own build-or-load, under their own folders' locks)."""
+        common = {"corpus": options.corpus, "forbidden_titles": options.forbidden_titles,
+                  "words_per_passage": options.words_per_passage}
+        sparse_side = retriever_class(options.sparse).from_options(
+            index_dir=os.path.join(index_dir, options.sparse), n_threads=options.n_threads, **common)
+        dense_side = retriever_class("dense").from_options(
+            index_dir=os.path.join(index_dir, "dense"), encoder=options.encoder, pooling=options.pooling,
+            faiss_factory=options.faiss_factory, encoder_dtype=options.encoder_dtype, **common)
+        return cls(sparse_side, dense_side, k_rrf=options.k_rrf, depth=options.depth)
+
+    @classmethod
+    def _build_or_reuse(cls, index_dir: str, options: HybridOptions) -> "HybridRetriever":
+        """A folder that holds anything but the sides' folders is never built in (the sides' builds check their own
+        folders)."""
+        check_build_folder(index_dir, cls.name, parts=SIDE_ENTRIES)
+        return cls._load(index_dir, options)
 
     @classmethod
     def from_config(cls, config: dict, *, base_dir: str | None = None, config_file: str = RETRIEVER_CONFIG_FILE,

@@ -25,7 +25,7 @@ folder can be moved or pushed to the Hub. A path read from a saved or downloaded
 (:func:`saved_path`; the list of files in ``hf_ralm_index.json`` too, :func:`index_problem`): a folder is no way to
 make hf-ralm open, build or delete anything elsewhere.
 
-Example (inside a backend's ``build``)::
+Example (what :class:`~hf_ralm.retrieval.local.LocalIndexRetriever`'s build does for every backend)::
 
     paths, articles = corpus_paths_and_articles(corpus)
     with new_build(index_dir) as tmp_dir:   # removed if the build fails or is interrupted

@@ -27,18 +27,19 @@ import json
 import os
 import shutil
 import subprocess
-from typing import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Sequence
 
 from transformers.utils import logging
 
 from ..errors import setting
 from ..passages import Passage, passage_text
 from ..utils.cpus import available_cpus
-from .base import RETRIEVER_CONFIG_FILE, Retriever
-from .corpus import WORDS_PER_PASSAGE, check_passage_count, passage_rows
-from .index_folder import INDEX_FILE, check_corpus_files, check_index, copy_index, corpus_files
-from .index_folder import corpus_paths_and_articles, finish_build, index_matches, path_for_folder, reusable_index_info
-from .index_folder import announce_build, names_a_local_path, new_build, outside_folder_error
+from .base import RETRIEVER_CONFIG_FILE
+from .corpus import check_passage_count
+from .index_folder import INDEX_FILE, check_index, copy_index, names_a_local_path, outside_folder_error
+from .index_folder import path_for_folder
+from .local import IndexOptions, LocalIndexRetriever
 from .lucene_compat import AnseriniSearcher, anserini_jar, find_java_home, java_command, prebuilt_index_path
 
 logger = logging.get_logger(__name__)
@@ -77,7 +78,19 @@ def _passage_from_raw(docid: str, raw: str | None, contents: str | None, score: 
     return Passage(str(docid), title or "", text, float(score))
 
 
-class LuceneRetriever(Retriever):
+@dataclass(frozen=True)
+class LuceneOptions(IndexOptions):
+    """The lucene backend's options: ``n_threads``, the threads of a batch of queries' search and of a build
+    (``None``: the CPUs this process may use, :func:`~hf_ralm.utils.cpus.available_cpus`), and the BM25 parameters
+    ``k1`` and ``b`` (pyserini's defaults, as the paper used). ``index_dir`` may also name a pyserini prebuilt
+    index."""
+
+    n_threads: int | None = None
+    k1: float = BM25_K1
+    b: float = BM25_B
+
+
+class LuceneRetriever(LocalIndexRetriever):
     """BM25 (Lucene, through Anserini) over 100-word passages, with optional exclusion of passages by article title.
 
     ``index_dir`` is an hf-ralm Lucene index folder, any local Lucene index folder with stored ``raw`` documents, or
@@ -85,6 +98,8 @@ class LuceneRetriever(Retriever):
     """
 
     name = "lucene"
+    Options = LuceneOptions
+    index_files = LUCENE_FILES
 
     def __init__(
         self,
@@ -139,80 +154,37 @@ class LuceneRetriever(Retriever):
         return cls(index_dir, forbidden_titles=forbidden_titles, n_threads=n_threads, k1=k1, b=b)
 
     @classmethod
-    def build(
-        cls,
-        corpus: str | Sequence[str] | Iterable[dict],
-        index_dir: str,
-        words_per_passage: int = WORDS_PER_PASSAGE,
-        forbidden_titles: Iterable[str] = (),
-        show_progress: bool = True,
-        n_threads: int | None = None,
-        k1: float = BM25_K1,
-        b: float = BM25_B,
-    ) -> "LuceneRetriever":
-        """Index a corpus (file path(s), or rows/``datasets.Dataset`` with ``id``, ``title``, ``text``).
-
-        Passages are numbered in corpus order (ids ``"0"``, ``"1"``... as the bm25 backend numbers them). The folder
-        is written under a temporary name and renamed when complete, so an interrupted build leaves no half-index.
-        ``words_per_passage=0`` keeps the rows as they are (already passages). An existing ``index_dir`` is replaced
-        only if it holds an hf-ralm lucene index or nothing (:func:`~hf_ralm.retrieval.index_folder.new_build`).
-        """
-        paths, articles = corpus_paths_and_articles(corpus, show_progress)
-        if paths:
-            check_corpus_files(paths)
-
+    def _write_index(cls, tmp_dir: str, passages: Iterator[dict], paths: Sequence[str] | None,
+                     options: LuceneOptions, show_progress: bool) -> tuple[int, dict]:
+        """Every passage becomes a pyserini ``JsonCollection`` document, indexed by Anserini's ``IndexCollection`` in
+        a child ``java`` process (``n_threads`` threads), with the raw JSON stored."""
+        collection = os.path.join(tmp_dir, "collection")
+        os.makedirs(collection)
+        num_passages = _write_collection(passages, collection)
+        check_passage_count(num_passages, paths)
+        java_home, source = find_java_home()
+        threads = options.n_threads or available_cpus()
+        command = [
+            *java_command(java_home), "io.anserini.index.IndexCollection", "-collection", "JsonCollection",
+            "-input", collection, "-index", os.path.join(tmp_dir, LUCENE_SUBDIR),
+            "-generator", "DefaultLuceneDocumentGenerator", "-threads", str(threads), "-storeRaw",
+            "-memoryBuffer", "512", "-optimize",
+        ]
         if show_progress:
-            announce_build(cls.name, paths, index_dir)
-        with new_build(index_dir, cls.name) as tmp_dir:
-            collection = os.path.join(tmp_dir, "collection")
-            os.makedirs(collection)
-            num_passages = _write_collection(passage_rows(articles, words_per_passage), collection)
-            check_passage_count(num_passages, paths)
-            java_home, source = find_java_home()
-            threads = n_threads or available_cpus()
-            command = [
-                *java_command(java_home), "io.anserini.index.IndexCollection", "-collection", "JsonCollection",
-                "-input", collection, "-index", os.path.join(tmp_dir, LUCENE_SUBDIR),
-                "-generator", "DefaultLuceneDocumentGenerator", "-threads", str(threads), "-storeRaw",
-                "-memoryBuffer", "512", "-optimize",
-            ]
-            if show_progress:
-                logger.info("Indexing %d passages with Anserini (Java from %s: %s)...", num_passages, source,
-                            java_home)
-            _run_indexer(command, show_progress)
-            shutil.rmtree(collection)
-            settings = {
-                "k1": k1,
-                "b": b,
-                "analyzer": "Anserini DefaultEnglishAnalyzer: StandardTokenizer, Porter stemmer, Lucene English stop "
-                            "words",
-                "anserini_jar": os.path.basename(anserini_jar()),
-            }
-            finish_build(tmp_dir, index_dir, cls.name, paths, words_per_passage, num_passages, settings)
-        return cls(index_dir, forbidden_titles=forbidden_titles, n_threads=n_threads, k1=k1, b=b)
+            logger.info("Indexing %d passages with Anserini (Java from %s: %s)...", num_passages, source, java_home)
+        _run_indexer(command, show_progress)
+        shutil.rmtree(collection)
+        return num_passages, {
+            "k1": options.k1,
+            "b": options.b,
+            "analyzer": "Anserini DefaultEnglishAnalyzer: StandardTokenizer, Porter stemmer, Lucene English stop "
+                        "words",
+            "anserini_jar": os.path.basename(anserini_jar()),
+        }
 
     @classmethod
-    def _build_or_load(
-        cls,
-        corpus: str | Sequence[str] | None,
-        index_dir: str,
-        *,
-        forbidden_titles: frozenset[str],
-        words_per_passage: int,
-        n_threads: int | None = None,
-        k1: float = BM25_K1,
-        b: float = BM25_B,
-    ) -> "LuceneRetriever":
-        """Reuse ``index_dir`` (a folder or prebuilt name) if it was built from the same corpus files, otherwise
-        (re)build it there. Without a corpus, just open it."""
-        kwargs = {"forbidden_titles": forbidden_titles, "n_threads": n_threads, "k1": k1, "b": b}
-        if corpus is None:
-            return cls(index_dir, **kwargs)
-        paths = corpus_files(corpus)
-        info = reusable_index_info(index_dir, cls.name, LUCENE_FILES)
-        if index_matches(info, paths, words_per_passage):
-            return cls(index_dir, **kwargs)
-        return cls.build(paths, index_dir, words_per_passage, **kwargs)
+    def _load(cls, index_dir: str, options: LuceneOptions) -> "LuceneRetriever":
+        return cls(index_dir, options.forbidden_titles, options.n_threads, options.k1, options.b)
 
     def __len__(self) -> int:
         return self._num_docs

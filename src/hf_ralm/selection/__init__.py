@@ -1,8 +1,10 @@
-"""Which retrieved passages a window (evaluation) or a stride (generation) puts in context: retrieval gates
-(:mod:`.gates`), reranking among ``k`` candidates (:mod:`.rerank`: zero-shot by the reader or another LM, the oracle,
-random; :mod:`.predictive`: a trained cross-encoder), the exact rules they share (:mod:`.rules`), and every window's
-candidates scored in one pass (:mod:`.candidates`). The predictive reranker's training lives apart, in
-:mod:`hf_ralm.reranking`.
+"""Which retrieved passages a window (evaluation) or a stride (generation) puts in context: selection-time reranking
+and retrieval gates, in one home. The strategies, one file each, and their registry (:mod:`.strategies`); the one
+policy that applies them (:mod:`.policy`), computing what each needs; the retrieval gates' scores (:mod:`.gates`);
+how the reader ranks a text's windows (:mod:`.rerank`) and what ranks when it does not (:mod:`.rankers`: another LM;
+:mod:`.predictive`: a trained cross-encoder); the exact rules they share (:mod:`.rules`); and every window's
+candidates scored in one pass (:mod:`.candidates`), from which any strategy's choices follow. The predictive
+reranker's training lives apart, in :mod:`hf_ralm.reranker_training`.
 
 Example::
 

@@ -8,7 +8,9 @@ For each window with retrieved passages, the reader runs the window once with ea
 ``s'`` ranking tokens before the window's target (``ranking_nlls``: what zero-shot reranking and the lm gate compare)
 and of the target itself (``target_nlls``: what the window contributes to the text's NLL when that option is put in
 context; the oracle compares these). A window without passages (window 0, or a query that found nothing) has only
-the no-passage option. The perplexity of any choice per window is then the sum of the chosen options' target NLLs.
+the no-passage option. The perplexity of any choice per window is then the sum of the chosen options' target NLLs,
+and the choices of any strategy that needs no more than these numbers are the selection policy's own, read from them
+(:func:`choose_from_scores`: what ``eval-lm --compare`` and the benchmarks' tables compute).
 
 With ``output_dir`` the records are saved in gzip'd chunks of windows (:class:`~hf_ralm.records.RecordStore`;
 numbers and passage ids only), with settings that identify the model, the text, the retrieval (by the corpus
@@ -34,12 +36,15 @@ from ..utils.progress import tqdm
 from ..configuration_ralm import RALM_FIELDS, RalmConfig
 from ..errors import SettingError, setting
 from ..model_inputs import window_length
-from ..passages import Passage
+from ..passages import NO_PASSAGE, Passage
 from ..records import RecordStore
 from ..utils.checks import check_count
 from ..utils.shards import Shard, uncovered
 from ..windows import Window
+from .policy import PassagePolicy
+from .rankers import LMReranker
 from .rerank import rerank_windows
+from .strategies import ranks_target
 
 
 @dataclass
@@ -162,3 +167,54 @@ def score_candidates(
     if shard.count > 1:  # the other workers' chunks saved meanwhile
         writer.refresh()
     return writer.rows()
+
+
+class ScoredRanker:
+    """The :class:`~hf_ralm.selection.policy.Ranker` of a scored pass: per window (an index into ``scores``), its
+    options' ranking NLLs, or their target NLLs when the config ranks on the target (the oracle), read from the
+    window's :class:`CandidateScores` instead of run. The pass holds the reader's numbers only.
+
+    Example::
+
+        ScoredRanker(scores).rank([5], [[passage, None]], config, None)   # [[41.2, 43.0]]: scores[5]'s
+    """
+
+    def __init__(self, scores: Sequence[CandidateScores]):
+        self.scores = scores
+
+    def rank(self, items: Sequence[int], options: Sequence[Sequence[Passage | None]], config: RalmConfig,
+             lm: LMReranker | None) -> list[list[float] | None]:
+        if lm is not None:
+            raise SettingError(f"A scored pass holds the reader's NLLs, not those of {setting('reranker_model')}'s "
+                               f"LM: choose with the reader ({setting('reranker_model')}=None), or rank with "
+                               "rerank_windows.")
+        on_target = ranks_target(config)
+        sums = []
+        for i, item_options in zip(items, options):
+            s = self.scores[i]
+            nlls = s.target_nlls if on_target else s.ranking_nlls
+            sums.append(None if not s.passage_ids or nlls is None else
+                        [nlls[s.no_passage if option is None else s.passage_ids.index(option.id)]
+                         for option in item_options])
+        return sums
+
+
+def choose_from_scores(scores: Sequence[CandidateScores], config: RalmConfig, *, retriever=None,
+                       queries: Sequence[str | None] | None = None) -> list[int]:
+    """Per window of a scored pass (``scores``, every window of a text from window 0, or a sharded pass's), the
+    option ``config``'s strategies choose (:class:`~hf_ralm.selection.policy.PassagePolicy` over the pass's numbers,
+    :class:`ScoredRanker`): an index into the window's options, its candidates then no passage (``no_passage``).
+    These are the choices a run of ``config`` makes on the same candidates, for every strategy that needs no more than
+    the pass holds (:data:`~hf_ralm.selection.strategies.SCORED_PASS`); a gate that normalises scores asks
+    ``retriever``, with the queries (``queries[w]``: window ``w``'s).
+
+    Example::
+
+        chosen = choose_from_scores(scores, RalmConfig(rerank="lm", rerank_candidates=16))
+        sum(s.target_nlls[c] for s, c in zip(scores, chosen))   # the text's NLL under zero-shot reranking
+    """
+    found = [[Passage(pid, "", "", score) for pid, score in zip(s.passage_ids, s.retrieval_scores)] for s in scores]
+    window_queries = [None if queries is None else queries[s.window] for s in scores]
+    selection = PassagePolicy(config, retriever).select(window_queries, found, ScoredRanker(scores),
+                                                        [s.window for s in scores])
+    return [s.no_passage if choice == NO_PASSAGE else choice for s, choice in zip(scores, selection.chosen)]

@@ -1,4 +1,6 @@
-"""Retrieval gates: whether a window (or a generation stride) retrieves at all (``RalmConfig.retrieval_gate``).
+"""Retrieval gates: whether a window (or a generation stride) retrieves at all (``RalmConfig.retrieval_gate``). The
+gates are strategies of the registry (:mod:`hf_ralm.selection.strategies`: ``gate_always.py``, ``gate_score.py``,
+``gate_lm.py``); this module computes what they decide on.
 
 * ``"always"``: every window after the first puts retrieval's passage in context (the paper).
 * ``"score"``: only when the top passage's retrieval score, divided by its query's maximum attainable score
@@ -24,10 +26,9 @@ retrieval found nothing. ``retrieved_fraction`` is the share of the windows afte
 the first that had a passage in context.
 
 Example:
-    >>> score_gate_pools([["a", "b"], ["c"]], [0.4, 0.1], threshold=0.3)   # the second closes
-    [['a', 'b'], []]
-    >>> lm_gate_scores([[10.0, 12.5]])   # the passage saves 2.5 nats of ranking NLL
-    [2.5]
+    >>> config = lm_gate_config(RalmConfig(retrieval_gate="lm"))   # the reader ranks one passage against none
+    >>> config.rerank, config.rerank_candidates, config.rerank_allow_no_passage, config.rerank_no_passage_margin
+    ('lm', 1, True, 2.0)
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ from ..errors import SettingError, setting
 from ..model_inputs import context_indices
 from ..passages import Passage
 from ..windows import Window
+from .strategies import GATE, GateStrategy, get_strategy
+from .strategies.gate_lm import LM_GATE_MARGIN  # noqa: F401  (documented here too: the lm gate's default margin)
 
 
 def normalized_top_scores(retriever, queries: Sequence[str | None],
@@ -69,49 +72,22 @@ def normalized_top_scores(retriever, queries: Sequence[str | None],
     return scores
 
 
-def score_gate_pools(found: Sequence[Sequence[Passage]], gate_scores: Sequence[float | None],
-                     threshold: float) -> list[list[Passage]]:
-    """What each window (stride) may put in context behind the score gate: its passages when its gate score is at
-    least ``threshold``, else none.
-
-    Example:
-        >>> score_gate_pools([["a", "b"], ["c"], []], [0.4, 0.1, None], threshold=0.3)
-        [['a', 'b'], [], []]
-    """
-    return [list(passages) if score is not None and score >= threshold else []
-            for passages, score in zip(found, gate_scores)]
-
-
-LM_GATE_MARGIN = 2.0
-"""The lm gate's default margin in nats (``gate_threshold=None``): chosen on WikiText-103 valid and held-out
-Wikipedia validation articles, as the margin with the lowest geometric mean of their token perplexities, and then
-checked on test (``benchmarks/gate_margin.py``; docs/results.md)."""
+def gate_ranking_config(config: RalmConfig, gate: GateStrategy) -> RalmConfig:
+    """The config a gate that decides after reranking ranks under: ``config`` with the gate's ranking settings
+    (:meth:`~hf_ralm.selection.strategies.GateStrategy.ranking_settings`; the lm gate's: the reader ranks one passage
+    against none on the last ``rerank_tokens`` prefix tokens, the passage needing its ``gate_threshold`` nats)."""
+    return RalmConfig(**{**config.to_dict(), **gate.ranking_settings(config)})
 
 
 def lm_gate_config(config: RalmConfig) -> RalmConfig:
-    """The reranking the lm gate is: the reader ranks one passage (the window's) against none on the last
-    ``rerank_tokens`` prefix tokens, the passage needing the lm gate's ``gate_threshold`` nats
-    (``rerank_no_passage_margin``); the rest of ``config`` as it is.
+    """The reranking the lm gate is (:func:`gate_ranking_config`), with the lm gate's margin: ``config``'s
+    ``gate_threshold`` when it gates with the lm gate, else :data:`LM_GATE_MARGIN`; the rest of ``config`` as it is.
 
     Example:
-        >>> lm_gate_config(RalmConfig(retrieval_gate="lm", gate_threshold=2.0)).rerank_no_passage_margin
-        2.0
+        >>> lm_gate_config(RalmConfig(retrieval_gate="lm", gate_threshold=1.5)).rerank_no_passage_margin
+        1.5
     """
-    given = config.retrieval_gate == "lm" and config.gate_threshold is not None
-    margin = config.gate_threshold if given else LM_GATE_MARGIN
-    return RalmConfig(**{**config.to_dict(), "rerank": "lm", "rerank_candidates": 1, "rerank_allow_no_passage": True,
-                         "rerank_no_passage_margin": margin, "reranker_model": None, "retrieval_gate": "always",
-                         "gate_threshold": None})
-
-
-def lm_gate_scores(ranking_nlls: Sequence[Sequence[float] | None]) -> list[float | None]:
-    """The lm gate's scores from its ranking NLLs ``[passage, no passage]``: the nats the passage saves.
-
-    Example:
-        >>> lm_gate_scores([[10.0, 12.5], None])
-        [2.5, None]
-    """
-    return [None if nlls is None else nlls[1] - nlls[0] for nlls in ranking_nlls]
+    return gate_ranking_config(config, get_strategy(GATE, "lm"))
 
 
 def retrieved_fraction(windows: Sequence[Window], passages: Sequence[Sequence[Passage]],

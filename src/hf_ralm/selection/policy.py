@@ -1,19 +1,23 @@
-"""One passage-selection policy for evaluation (per window) and generation (per stride): the score gate, then the
-reranking strategy of ``config.rerank``, then the lm gate; each written once, whoever asks.
+"""One passage-selection policy for evaluation (per window) and generation (per stride): a gate that decides before
+reranking, the reranking strategy of ``config.rerank``, a gate that decides after it. The strategies are the
+registry's (:mod:`hf_ralm.selection.strategies`): the policy computes what each one needs and lets it choose, so a
+strategy registered from outside the package is chosen here as the built-in ones are, in evaluation and generation.
 
 What differs between evaluation and generation is only how an LM ranks a set of options (a window's input, or a
 stride's growing context): a :class:`Ranker` gives the summed ranking NLLs of each item's options, and the policy
-does the rest. A new strategy is added here, and evaluation and generation both have it.
+does the rest.
 
-* **score gate** (``retrieval_gate="score"``): an item keeps its passages only when its top passage's score over its
-  query's maximum attainable score reaches ``gate_threshold`` (:func:`~hf_ralm.selection.gates.normalized_top_scores`).
-* **reranking** among the first ``rerank_candidates`` passages: ``"none"`` (the first), ``"random"``
-  (:func:`~hf_ralm.selection.rules.random_choice` with the caller's key per item), ``"predictive"`` (a trained
-  cross-encoder, :func:`~hf_ralm.selection.predictive.choose_predictive`), ``"lm"`` and ``"oracle"`` (the lowest
-  ranking NLL, :func:`~hf_ralm.selection.rules.choose_ranked`, with the no-passage option and its margin when
-  allowed; ranked by the reader, or by another LM for ``"lm"`` with a reranker).
-* **lm gate** (``retrieval_gate="lm"``): the reader ranks the chosen passage against no passage
-  (:func:`~hf_ralm.selection.gates.lm_gate_config`): the passage stays when it saves ``gate_threshold`` nats.
+* **a gate before reranking** (``retrieval_gate="score"``): an item keeps its passages only when the gate opens
+  (its top passage's score over its query's maximum attainable score reaches ``gate_threshold``,
+  :func:`~hf_ralm.selection.gates.normalized_top_scores`).
+* **reranking** among the first ``rerank_candidates`` passages (``"none"`` keeps retrieval's order, and all of them):
+  the strategy chooses from what it needs, computed here (:meth:`PassagePolicy.candidates`): an LM's ranking or
+  target NLLs through the ranker (by the reader, or another LM for ``"lm"`` with a reranker), the cross-encoder's
+  choice (:func:`~hf_ralm.selection.predictive.choose_predictive`), the normalised top scores; a random choice is
+  keyed on the caller's key per item.
+* **a gate after reranking** (``retrieval_gate="lm"``): the reader ranks the chosen passage against no passage under
+  the gate's ranking settings (:func:`~hf_ralm.selection.gates.gate_ranking_config`): the passage stays when the gate
+  opens (it saves ``gate_threshold`` nats).
 
 Example::
 
@@ -30,10 +34,12 @@ from typing import Protocol, Sequence
 from ..configuration_ralm import RalmConfig
 from ..errors import SettingError, setting
 from ..passages import NO_PASSAGE, Passage
-from .gates import lm_gate_config, lm_gate_scores, normalized_top_scores, score_gate_pools
+from .gates import gate_ranking_config, normalized_top_scores
 from .predictive import choose_predictive
 from .rankers import LMReranker
-from .rules import choose_ranked, random_choice, rerank_options
+from .rules import rerank_options
+from .strategies import AFTER, BEFORE, CROSS_ENCODER, GATE, NORMALIZED_SCORES, RANKING_NLLS, RERANK, TARGET_NLLS
+from .strategies import Candidates, Strategy, get_strategy
 
 
 class Ranker(Protocol):
@@ -43,8 +49,9 @@ class Ranker(Protocol):
              lm: LMReranker | None) -> list[list[float] | None]:
         """Per item (an index into the caller's windows or rows), the summed ranking NLL of each of its
         ``options`` (``None``: no passage) on the tokens ``config`` ranks on (``rerank_tokens`` before the target,
-        or the target itself for the oracle), by the reader (``lm=None``) or another LM; ``None`` for an item
-        with nothing to rank on. An item whose only option is no passage may be left unranked (``None``)."""
+        or the target itself when its strategy needs target NLLs, :func:`~hf_ralm.selection.strategies.ranks_target`:
+        the oracle), by the reader (``lm=None``) or another LM; ``None`` for an item with nothing to rank on. An item
+        whose only option is no passage may be left unranked (``None``)."""
 
 
 @dataclass
@@ -77,87 +84,79 @@ class PassagePolicy:
         config.validate()
         check_reranker(config, reranker)
         self.config, self.retriever, self.reranker = config, retriever, reranker
-        self.gate_config = lm_gate_config(config) if config.retrieval_gate == "lm" else None
+        self.strategy, self.gate = get_strategy(RERANK, config.rerank), get_strategy(GATE, config.retrieval_gate)
+        self.gate_config = gate_ranking_config(config, self.gate) if self.gate.position == AFTER else None
 
     def select(self, queries: Sequence[str], found: Sequence[Sequence[Passage]], ranker: Ranker,
                random_keys: Sequence[int]) -> Selection:
         """Choose for each item (its ``queries[i]``, retrieved passages ``found[i]`` in retrieval order, and
         ``random_keys[i]``, what a random choice is keyed on) with ``ranker`` ranking for the LM strategies."""
-        pools = [list(passages)[: self.config.rerank_candidates] if self.config.rerank != "none" else list(passages)
+        gate = self.gate
+        pools = [list(passages)[: self.config.rerank_candidates] if self.strategy.chooses else list(passages)
                  for passages in found]
         gate_scores = None
         gated = [False] * len(found)
-        if self.config.retrieval_gate == "score":
-            gate_scores = normalized_top_scores(self.retriever, queries, found)
-            pools = score_gate_pools(pools, gate_scores, self.config.gate_threshold)
+        if gate.position == BEFORE:
+            items = self.candidates(gate, queries, pools, random_keys, ranker, self.config, None)
+            gate_scores = [gate.score(item) for item in items]
+            pools = [pool if gate.opens(item, self.config) else [] for pool, item in zip(pools, items)]
             gated = [bool(passages) and not pool for passages, pool in zip(found, pools)]
         chosen, ranking = self.rerank(queries, pools, ranker, random_keys)
         none_chosen = [bool(pool) and choice < 0 for pool, choice in zip(pools, chosen)]
-        if self.gate_config is not None:
+        if gate.position == AFTER:
             kept = [[pool[choice]] if choice >= 0 else [] for pool, choice in zip(pools, chosen)]
-            nlls = ranker.rank(range(len(kept)), [rerank_options(pool, self.gate_config) or [None] for pool in kept],
-                               self.gate_config, None)
-            verdicts = [choose_ranked(sums, rerank_options(pool, self.gate_config), self.gate_config)
-                        if pool and sums is not None else 0 for pool, sums in zip(kept, nlls)]
-            gated = [closed or (bool(pool) and verdict != 0) for closed, pool, verdict in zip(gated, kept, verdicts)]
-            chosen = [choice if verdict == 0 else NO_PASSAGE for choice, verdict in zip(chosen, verdicts)]
-            gate_scores = lm_gate_scores([sums if pool else None for pool, sums in zip(kept, nlls)])
+            items = self.candidates(gate, queries, kept, random_keys, ranker, self.gate_config, None)
+            opens = [gate.opens(item, self.gate_config) for item in items]
+            gated = [closed or (bool(pool) and not kept_open) for closed, pool, kept_open in zip(gated, kept, opens)]
+            chosen = [choice if kept_open else NO_PASSAGE for choice, kept_open in zip(chosen, opens)]
+            gate_scores = [gate.score(item) for item in items]
         return Selection(chosen, ranking, gate_scores, [bool(pool) for pool in pools], none_chosen, gated)
 
     def rerank(self, queries: Sequence[str], pools: Sequence[list[Passage]], ranker: Ranker,
                random_keys: Sequence[int]) -> tuple[list[int], list[list[float] | None]]:
         """The reranking step alone: per item, the chosen index into its pool (:data:`NO_PASSAGE` for none) and
-        the ranking NLLs of its options (``None`` where no LM ranked)."""
-        config, none = self.config, [None] * len(pools)
-        if config.rerank == "none":
-            return [0 if pool else NO_PASSAGE for pool in pools], none
-        if config.rerank == "random":
-            return [random_choice(config.rerank_seed, key, len(pool)) if pool else NO_PASSAGE
-                    for key, pool in zip(random_keys, pools)], none
-        if config.rerank == "predictive":
-            return choose_predictive(self.reranker, queries, pools, config), none
-        options = [rerank_options(pool, config) or [None] for pool in pools]  # nothing retrieved: as it is
-        sums = ranker.rank(range(len(pools)), options, config, self.reranker)
-        chosen, ranking = [], []
-        for pool, item_options, item_sums in zip(pools, options, sums):
-            if not pool:
-                chosen.append(NO_PASSAGE)
-                ranking.append(None)
-                continue
-            best = choose_ranked(item_sums, item_options, config) if item_sums is not None else 0
-            chosen.append(best if best < len(pool) else NO_PASSAGE)
-            ranking.append(item_sums)
+        the NLLs an LM ranked its options on (``None`` where no LM ranked)."""
+        items = self.candidates(self.strategy, queries, pools, random_keys, ranker, self.config, self.reranker)
+        chosen = [self.strategy.choose(item, self.config) if item.passages else NO_PASSAGE for item in items]
+        ranking = [(item.ranking_nlls if item.target_nlls is None else item.target_nlls) if item.passages else None
+                   for item in items]
         return chosen, ranking
 
-
-def reader_ranks(config: RalmConfig) -> bool:
-    """Whether choosing passages under ``config`` runs the reader: its own LM reranking (``"lm"`` without a
-    ``reranker_model``), the oracle (which scores the target) or the LM gate. Otherwise retrieval needs only the
-    reader's tokenizer and maximum length.
-
-    Example:
-        >>> reader_ranks(RalmConfig(rerank="predictive", reranker_model="me/reranker")), reader_ranks(RalmConfig())
-        (False, False)
-        >>> reader_ranks(RalmConfig(rerank="lm")), reader_ranks(RalmConfig(retrieval_gate="lm"))
-        (True, True)
-    """
-    return (config.rerank == "lm" and config.reranker_model is None) or config.rerank == "oracle" \
-        or config.retrieval_gate == "lm"
+    def candidates(self, strategy: Strategy, queries: Sequence[str], pools: Sequence[list[Passage]],
+                   random_keys: Sequence[int], ranker: Ranker, config: RalmConfig, lm) -> list[Candidates]:
+        """Each item's :class:`~hf_ralm.selection.strategies.Candidates` with what ``strategy`` needs, computed under
+        ``config``: an LM's NLLs through ``ranker`` (``lm``, or the reader) for every item, one without passages
+        included (the reader's pass then scores it too), the cross-encoder's choices, the normalised top scores."""
+        options = [rerank_options(pool, config) for pool in pools]
+        nlls = picks = normalized = [None] * len(pools)
+        if strategy.needs & {RANKING_NLLS, TARGET_NLLS}:
+            nlls = ranker.rank(range(len(pools)), [item_options or [None] for item_options in options], config, lm)
+        if CROSS_ENCODER in strategy.needs:
+            picks = choose_predictive(self.reranker, queries, pools, config)
+        if NORMALIZED_SCORES in strategy.needs:
+            normalized = normalized_top_scores(self.retriever, queries, pools)
+        on_target = TARGET_NLLS in strategy.needs
+        return [Candidates(pool, query, key, item_options, None if on_target else sums, sums if on_target else None,
+                           pick, score)
+                for pool, query, key, item_options, sums, pick, score
+                in zip(pools, queries, random_keys, options, nlls, picks, normalized)]
 
 
 def check_reranker(config: RalmConfig, reranker) -> None:
-    """Raise a ``ValueError`` unless ``reranker`` is what ``config.rerank`` ranks with: a trained reranker for
-    ``"predictive"``, an :class:`~hf_ralm.selection.rankers.LMReranker` (or nothing: the reader) for ``"lm"``, and
-    one whenever ``reranker_model`` names one."""
+    """Raise a ``ValueError`` unless ``reranker`` is what ``config.rerank`` ranks with: a trained reranker for a
+    strategy that needs a cross-encoder (``"predictive"``), an :class:`~hf_ralm.selection.rankers.LMReranker` (or
+    nothing: the reader) for one that ranks with ``reranker_model``'s LM (``"lm"``), and one whenever
+    ``reranker_model`` names one."""
     hint = "pass reranker=load_reranker(config, model) (RetrievalAugmentedModel passes its own)"
-    if config.rerank == "predictive" and reranker is None:
-        raise SettingError(f"{setting('rerank')}='predictive' needs its trained reranker: {hint}.")
-    if config.rerank != "lm":
+    strategy = get_strategy(RERANK, config.rerank)
+    if CROSS_ENCODER in strategy.needs and reranker is None:
+        raise SettingError(f"{setting('rerank')}={config.rerank!r} needs its trained reranker: {hint}.")
+    if RANKING_NLLS not in strategy.needs or "reranker_model" not in strategy.fields:
         return
     if reranker is not None and not isinstance(reranker, LMReranker):
-        raise SettingError(f"{setting('rerank')}='lm' ranks with the reader or with another LM (an LMReranker), got a "
-                           f"{type(reranker).__name__}: {hint}.")
+        raise SettingError(f"{setting('rerank')}={config.rerank!r} ranks with the reader or with another LM (an "
+                           f"LMReranker), got a {type(reranker).__name__}: {hint}.")
     if reranker is None and config.reranker_model is not None:
         raise SettingError(f"{setting('reranker_model')}={config.reranker_model!r} is to rank for "
-                           f"{setting('rerank')}='lm', but no reranker was given: {hint}, or drop "
+                           f"{setting('rerank')}={config.rerank!r}, but no reranker was given: {hint}, or drop "
                            f"{setting('reranker_model')} to let the reader rank.")

@@ -3,7 +3,7 @@ trained cross-encoder ``f(x, d)`` scores highest.
 
 Example::
 
-    from hf_ralm.reranking import PredictiveReranker
+    from hf_ralm.selection.predictive import PredictiveReranker
 
     reranker = PredictiveReranker("models/predictive-reranker")  # a folder or a Hub id
     reranker.choose(["the emperor of"], [["Music\\nthe band played", "Rome\\nrome was the city"]])  # -> [1]

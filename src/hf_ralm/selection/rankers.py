@@ -18,6 +18,7 @@ from ..passages import Passage
 from ..placement import working_device
 from ..scoring import ScoredInput
 from .rules import fit_reranker_input
+from .strategies import CROSS_ENCODER, RANKING_NLLS, RERANK, get_strategy
 
 
 class LMReranker:
@@ -53,15 +54,18 @@ class LMReranker:
 
 
 def load_reranker(config: RalmConfig, reader):
-    """The reranker ``config`` asks for, on ``reader``'s device (the default one for a reader without weights) and
-    in its dtype: an :class:`LMReranker` for ``"lm"``
-    with a ``reranker_model``, a :class:`~hf_ralm.selection.predictive.PredictiveReranker` for ``"predictive"``,
-    else ``None`` (the reader ranks, or nothing does)."""
-    if config.rerank == "predictive":
+    """The reranker ``config``'s strategy ranks with, on ``reader``'s device (the default one for a reader without
+    weights) and in its dtype: an :class:`LMReranker` for one that needs ranking NLLs (``"lm"``) with a
+    ``reranker_model``, a :class:`~hf_ralm.selection.predictive.PredictiveReranker` for one that needs a
+    cross-encoder (``"predictive"``), else ``None`` (the reader ranks, or nothing does)."""
+    needs = get_strategy(RERANK, config.rerank).needs
+    if config.reranker_model is None:
+        return None
+    if CROSS_ENCODER in needs:
         from .predictive import PredictiveReranker
 
         return PredictiveReranker(config.reranker_model, device=str(working_device(reader)))
-    if config.rerank != "lm" or config.reranker_model is None:
+    if RANKING_NLLS not in needs:
         return None
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -1,12 +1,13 @@
 """Reranking a text's windows (the paper's §6), exactly: the evaluation's :class:`~hf_ralm.selection.policy.Ranker`.
 
-Strategies (``RalmConfig.rerank``, chosen by :class:`~hf_ralm.selection.policy.PassagePolicy`): ``"none"``
-(retrieval's top passage), ``"lm"`` (zero-shot: the candidate under which an LM finds the ranking tokens likeliest,
-:mod:`hf_ralm.selection.rules`), ``"oracle"`` (the reader's own NLL of the window's target tokens: it looks at the
-future, an upper bound), ``"random"`` (a seeded uniform choice: a floor) and ``"predictive"`` (a trained
-cross-encoder, :class:`~hf_ralm.selection.predictive.PredictiveReranker`). With ``rerank_allow_no_passage`` the
-window without a passage is one more candidate (``"lm"``, ``"oracle"``, ``"predictive"``), chosen unless a passage
-saves ``rerank_no_passage_margin`` nats over it (:func:`~hf_ralm.selection.rules.choose_ranked`).
+Strategies (``RalmConfig.rerank``: the registry's, :mod:`hf_ralm.selection.strategies`, chosen by
+:class:`~hf_ralm.selection.policy.PassagePolicy`): ``"none"`` (retrieval's top passage), ``"lm"`` (zero-shot: the
+candidate under which an LM finds the ranking tokens likeliest, :mod:`hf_ralm.selection.rules`), ``"oracle"`` (the
+reader's own NLL of the window's target tokens: it looks at the future, an upper bound), ``"random"`` (a seeded
+uniform choice: a floor) and ``"predictive"`` (a trained cross-encoder,
+:class:`~hf_ralm.selection.predictive.PredictiveReranker`). With ``rerank_allow_no_passage`` the window without a
+passage is one more candidate (``"lm"``, ``"oracle"``, ``"predictive"``), chosen unless a passage saves
+``rerank_no_passage_margin`` nats over it (:func:`~hf_ralm.selection.rules.choose_ranked`).
 
 When the reader ranks (``"lm"`` without a reranker LM, ``"oracle"``), every candidate's input runs once through
 :func:`~hf_ralm.scoring.score_inputs` and yields both its ranking NLLs and its target NLLs (the ranking tokens come
@@ -36,6 +37,7 @@ from ..windows import Window
 from .policy import PassagePolicy
 from .rankers import LMReranker
 from .rules import oracle_span, ranking_span, rerank_options
+from .strategies import RANKING_NLLS, RERANK, TARGET_NLLS, get_strategy, ranks_target
 
 
 @dataclass
@@ -80,7 +82,7 @@ class WindowRanker:
         if lm is not None:
             return self._other_lm_ranks(items, options, config, lm)
         windows = [self.windows[i] for i in items]
-        oracle = config.rerank == "oracle"
+        oracle = ranks_target(config)
         firsts = [oracle_span(w)[0] if oracle else ranking_span(w, config.rerank_tokens)[0] for w in windows]
         sums = []
         with tqdm(total=len(windows), desc=f"Reranking ({config.rerank})", unit="win",
@@ -153,8 +155,8 @@ def rerank_windows(
     ranker = WindowRanker(model, tokenizer, ids, windows, batch_size, reuse_prefix_kv, passage_cache, show_progress)
     pools = [list(candidates[w.index])[: config.rerank_candidates] if w.has_retrieval else [] for w in windows]
     chosen, ranking = policy.rerank([queries[w.index] for w in windows], pools, ranker, [w.index for w in windows])
-    if config.rerank not in ("lm", "oracle") or reranker is not None:
-        return RerankOutcome(chosen, ranking)
+    if not get_strategy(RERANK, config.rerank).needs & {RANKING_NLLS, TARGET_NLLS} or reranker is not None:
+        return RerankOutcome(chosen, ranking)  # the reader did not rank: its passes hold no window's NLLs
     nll = torch.full((len(ids),), float("nan"), dtype=torch.float64)
     targets: list[list[float] | None] = []
     for w, pool, choice in zip(windows, pools, chosen):

@@ -21,14 +21,16 @@ Example:
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from ..configuration_ralm import RalmConfig
 from ..errors import SettingError, setting
 from ..passages import Passage
 from ..windows import Window
+
+if TYPE_CHECKING:  # the strategies the config validates against choose with these rules
+    from ..configuration_ralm import RalmConfig
 
 
 def ranking_span(window: Window, rerank_tokens: int) -> tuple[int, int]:
@@ -113,6 +115,7 @@ def rerank_options(pool: list[Passage], config: RalmConfig) -> list[Passage | No
     ``rerank_allow_no_passage`` (ties prefer a passage). Evaluation and generation both rank these.
 
     Example:
+        >>> from hf_ralm.configuration_ralm import RalmConfig
         >>> config = RalmConfig(rerank="lm", rerank_allow_no_passage=True)
         >>> rerank_options([Passage("1", "", "rome", 1.0)], config), rerank_options([], config)
         ([Passage(id='1', title='', text='rome', score=1.0), None], [])
@@ -126,6 +129,7 @@ def choose_ranked(ranking_nlls: Sequence[float], options: Sequence[Passage | Non
     (:func:`~hf_ralm.selection.rules.choose_option`). Evaluation and generation both choose so.
 
     Example:
+        >>> from hf_ralm.configuration_ralm import RalmConfig
         >>> config = RalmConfig(rerank="lm", rerank_allow_no_passage=True, rerank_no_passage_margin=2.0)
         >>> choose_ranked([10.0, 11.5], [Passage("1", "", "rome", 1.0), None], config)   # saves 1.5 nats: none
         1

@@ -13,26 +13,27 @@ For each training article (``{"id", "title", "text"}``, in the given order):
    :func:`~hf_ralm.selection.rerank.rerank_windows` with the no-passage candidate): the NLL of its last ``s'`` prefix
    tokens (zero-shot ranking) and of its next stride ``y`` (``-log p(y | [d_i; x])``, what the oracle ranks on and
    the predictive reranker learns);
-5. the window becomes one compact record (:mod:`hf_ralm.reranking.data`): the article's corpus id, the window, its
-   query's token positions, the candidates' ids and retrieval scores, and the two NLL lists (no passage last).
+5. the window becomes one compact record (:mod:`hf_ralm.reranker_training.data`): the article's corpus id, the
+   window, its query's token positions, the candidates' ids and retrieval scores, and the two NLL lists (no passage
+   last).
 
-Records go to a :class:`~hf_ralm.reranking.data.RerankDataWriter` folder in gzip'd chunks. Its settings record what
-the records depend on by fingerprint (the articles file, the index's corpus, the excluded titles), never by path, so a
-copy of the folder (e.g. committed to a repository) resumes anywhere; ``reproduce`` records the command, the code's
+Records go to a :class:`~hf_ralm.reranker_training.data.RerankDataWriter` folder in gzip'd chunks. Its settings record
+what the records depend on by fingerprint (the articles file, the index's corpus, the excluded titles), never by path,
+so a copy of the folder (e.g. committed to a repository) resumes anywhere; ``reproduce`` records the command, the code's
 commit and the paths. The kept windows of all articles, in order, are the run's one plan: record ``n`` is its ``n``-th
 window, and chunk ``c`` holds records ``[c * chunk_size, (c + 1) * chunk_size)``. A rerun with the same settings
-computes only the windows no chunk holds (the saved records are checked to be the same articles' windows: ids and
-titles identify articles, so an article without a title, or whose id or title came before, is skipped); a rerun with
-other settings is refused, naming the setting, unless ``overwrite``, and a damaged chunk by its name, unless ``repair``
-(moved aside and computed again). Many workers share a run (``num_shards`` and
-``shard_id``, or the environment of torchrun, accelerate or a Slurm array: :class:`~hf_ralm.utils.shards.Shard`):
-each walks the plan (tokenizing and retrieving, which is cheap beside the reader) and worker I scores chunks I,
-I + N, ...; together their chunks are one training set, the same as one process writes.
+computes only the windows no chunk holds (the saved records are checked to be the same articles' windows: ids and titles
+identify articles, so an article without a title, or whose id or title came before, is skipped); a rerun with other
+settings is refused, naming the setting, unless ``overwrite``, and a damaged chunk by its name, unless ``repair`` (moved
+aside and computed again). Many workers share a run (``num_shards`` and ``shard_id``, or the environment of torchrun,
+accelerate or a Slurm array: :class:`~hf_ralm.utils.shards.Shard`): each walks the plan (tokenizing and retrieving,
+which is cheap beside the reader) and worker I scores chunks I, I + N, ...; together their chunks are one training set,
+the same as one process writes.
 
 Example::
 
     from hf_ralm import RetrievalAugmentedModel
-    from hf_ralm.reranking import collect_rerank_data, training_articles
+    from hf_ralm.reranker_training import collect_rerank_data, training_articles
 
     model = RetrievalAugmentedModel.from_pretrained("HuggingFaceTB/SmolLM2-135M", retriever="bm25",
                                                     corpus="wiki.jsonl.gz", max_length=512, rerank_candidates=16)
@@ -60,8 +61,9 @@ from ..batching import BatchSize
 from ..modeling_utils import model_device, model_identity, model_path
 from ..passages import Passage
 from ..plan import WindowPlan, prepare
-from ..retrieval.base import Retriever, retriever_identity
+from ..retrieval.base import retriever_identity
 from ..retrieval.corpus import read_corpus
+from ..retrieval.local import LocalIndexRetriever
 from ..selection.rerank import rerank_windows
 from ..utils.checks import check_count
 from ..utils.provenance import provenance
@@ -143,7 +145,7 @@ def collect_rerank_data(
         **(metadata or {}),
     }
     run = {**provenance(), "reader_path": model_path(model),
-           "index_dir": os.path.abspath(retriever.index_dir) if isinstance(retriever, Retriever) else None,
+           "index_dir": os.path.abspath(retriever.index_dir) if isinstance(retriever, LocalIndexRetriever) else None,
            **(reproduce or {})}
 
     def article_windows(article: Mapping[str, str], limit: int | None) -> list[_Kept]:

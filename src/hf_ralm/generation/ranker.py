@@ -1,8 +1,9 @@
-"""Reranking in generation (the paper's §6): at the start of a stride, which of a row's retrieved candidates goes in
-context. :mod:`hf_ralm.generation` states the rules and :class:`~hf_ralm.selection.policy.PassagePolicy` applies them,
-as it does in evaluation; what is generation's own is how an LM ranks a stride's options (:class:`StrideRanker`): the
-ranking inputs are scored by the evaluation's scorer (:func:`~hf_ralm.scoring.score_inputs`) and, for another LM,
-built as the evaluation builds them (:meth:`~hf_ralm.selection.rankers.LMReranker.inputs`).
+"""How generation ranks (the paper's §6): at the start of a stride, which of a row's retrieved candidates goes in
+context is the selection policy's choice (:class:`~hf_ralm.selection.policy.PassagePolicy`, with the registry's
+strategies, as in evaluation; :mod:`hf_ralm.generation` states the rules); what is generation's own is how an LM
+ranks a stride's options (:class:`StrideRanker`): the ranking inputs are scored by the evaluation's scorer
+(:func:`~hf_ralm.scoring.score_inputs`) and, for another LM, built as the evaluation builds them
+(:meth:`~hf_ralm.selection.rankers.LMReranker.inputs`), and what a random choice is keyed on (:func:`random_key`).
 
 Example:
     >>> ranking_start(num_tokens=40, rerank_tokens=16, starts=[10, 14])   # the last 16 tokens of x
@@ -19,29 +20,11 @@ import zlib
 from typing import Sequence
 
 from ..configuration_ralm import RalmConfig
-from ..errors import SettingError, setting
 from ..passage_cache import PassageKVCache
 from ..passages import Passage
 from ..scoring import ScoredInput, score_inputs
 from ..selection.rankers import LMReranker
 from .contexts import Row, encode_passage, stride_start
-
-
-def check_rerank(config: RalmConfig) -> None:
-    """Raise a ``ValueError`` unless generation can rerank as ``config.rerank`` asks: the oracle needs the tokens a
-    stride is about to generate. (An ensemble with reranking is refused by the config itself,
-    :func:`~hf_ralm.configuration_ralm.check_ensemble`.)
-
-    Example:
-        >>> check_rerank(RalmConfig(rerank="oracle"))   # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        ...
-        hf_ralm.errors.SettingError: rerank='oracle' ranks the candidates on the very tokens they are to predict, ...
-    """
-    if config.rerank == "oracle":
-        raise SettingError(f"{setting('rerank')}='oracle' ranks the candidates on the very tokens they are to "
-                           f"predict, which generation has not produced yet: generate with {setting('rerank')}='lm', "
-                           "'predictive' or 'random' (the oracle is for evaluation).")
 
 
 def ranking_start(num_tokens: int, rerank_tokens: int, starts: Sequence[int]) -> int:

@@ -1,6 +1,6 @@
 """Training data of the predictive reranker (Ram et al. 2023, §6.2): compact records, and the texts they stand for.
 
-:func:`~hf_ralm.reranking.collect.collect_rerank_data` writes one **record** per window of a training article:
+:func:`~hf_ralm.reranker_training.collect.collect_rerank_data` writes one **record** per window of a training article:
 numbers and ids only, never texts, so that a long collection can be committed to a repository chunk by chunk::
 
     {"article": "12",                  # the article's corpus id
@@ -26,7 +26,7 @@ the records were made from (their fingerprints).
 
 Example::
 
-    from hf_ralm.reranking import load_rerank_data, rerank_data_summary
+    from hf_ralm.reranker_training import load_rerank_data, rerank_data_summary
 
     rerank_data_summary("data/rerank")   # {'windows': 2000, 'articles': 251, 'distinct_passages': 20417, ...}
     dataset, settings = load_rerank_data("data/rerank")   # the articles, index and tokenizer the run recorded

@@ -1,0 +1,35 @@
+"""Training the predictive reranker of In-Context RALM (Ram et al. 2023, §6.2). Choosing passages at evaluation and
+generation time, this reranker's use included, is :mod:`hf_ralm.selection`'s (the ``"predictive"`` strategy).
+
+:func:`collect_rerank_data` collects its training data with the frozen reader as compact records
+(:class:`RerankDataWriter`; :func:`load_rerank_data` gives back their texts, :func:`rerank_data_summary` counts
+them), :func:`train_reranker` trains it with the loss of Eq. 9, and :class:`PredictiveReranker` uses it. Training and
+using it need the ``rerank`` extra (``pip install "hf-ralm[rerank]"``); sentence-transformers is imported only then.
+(``hf_ralm.reranking``, this package's earlier name, still imports it.)
+
+Example::
+
+    from hf_ralm.reranker_training import PredictiveReranker, train_reranker
+
+    train_reranker("data/rerank", output_dir="models/reranker")
+    PredictiveReranker("models/reranker").choose(["the emperor of"], [["Rome\\nrome was", "Music\\nthe band"]])
+"""
+
+from ..selection.predictive import PredictiveReranker
+from .collect import collect_rerank_data, training_articles
+from .data import RerankDataWriter, load_rerank_data, rerank_data_summary
+from .training import PredictiveRerankLoss, predictive_loss, push_reranker, rerank_metrics, train_reranker
+
+__all__ = [
+    "collect_rerank_data",
+    "training_articles",
+    "RerankDataWriter",
+    "load_rerank_data",
+    "rerank_data_summary",
+    "PredictiveReranker",
+    "PredictiveRerankLoss",
+    "predictive_loss",
+    "push_reranker",
+    "rerank_metrics",
+    "train_reranker",
+]

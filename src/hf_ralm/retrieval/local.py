@@ -1,0 +1,237 @@
+"""The backends that keep their index in a local folder (``bm25``, ``lucene``, ``dense``; ``hybrid``'s two sides):
+one build-or-load for all of them, :class:`LocalIndexRetriever`, and the options every such index takes,
+:class:`IndexOptions` (``corpus``, ``index_dir``, ``words_per_passage``).
+
+:meth:`LocalIndexRetriever.build_or_load` (the template) finds the folder (``index_dir``, or one in hf-ralm's cache
+named by the corpus fingerprint), takes the folder's build lock, reuses a whole index built from the same corpus
+files with the same settings, and otherwise builds one into ``<index_dir>.tmp`` and renames it over ``index_dir``,
+with the messages and the safety rules of :mod:`hf_ralm.retrieval.index_folder` (a build goes only into a missing or
+empty folder or over an hf-ralm index of the same backend; nothing hf-ralm did not make is removed). A backend fills
+in only what is its own:
+
+* ``Options`` (its options: an :class:`IndexOptions` dataclass), ``index_files`` (its files, checked in an index that
+  records no file sizes), ``index_keys`` (what opening reads from ``hf_ralm_index.json``) and ``index_settings``
+  (what an index must record to be used: its scoring, its text analysis);
+* :meth:`~LocalIndexRetriever._write_index`: its files written into the temporary build folder from the passages, or
+  :meth:`~LocalIndexRetriever._build` for a build of its own (the dense backend's sharded, resumable encoding);
+* :meth:`~LocalIndexRetriever._load`: its retriever over a checked index folder.
+
+Example (a backend's build, from the passages)::
+
+    class WordCountRetriever(LocalIndexRetriever):
+        name = "word-count"
+        index_files = ("counts.json",)
+
+        @classmethod
+        def _write_index(cls, tmp_dir, passages, paths, options, show_progress):
+            ...  # write counts.json into tmp_dir
+            return num_passages, {"scoring": "word counts"}
+
+        @classmethod
+        def _load(cls, index_dir, options):
+            return cls(index_dir, options.forbidden_titles)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from typing import Any, ClassVar, Iterable, Iterator, Mapping, Sequence
+
+from ..errors import setting
+from .base import Retriever, RetrieverOptions
+from .corpus import WORDS_PER_PASSAGE, passage_rows
+from .index_folder import announce_build, building, copy_index, corpus_files, corpus_paths_and_articles
+from .index_folder import default_index_dir, finish_build, index_matches, new_build, path_for_folder
+from .index_folder import read_index_info, reusable_index_info, saved_path
+
+
+@dataclass(frozen=True)
+class IndexOptions(RetrieverOptions):
+    """The options of every backend with a local index: the ``corpus`` file(s) the index is built from when missing
+    or stale (without it, the index is only opened), the ``index_dir`` it lives in (``None``: a folder in hf-ralm's
+    cache named by the corpus fingerprint, :func:`~hf_ralm.retrieval.index_folder.default_index_dir`) and the
+    passage size, ``words_per_passage`` (0 keeps the corpus rows as they are)."""
+
+    corpus: str | Sequence[str] | None = None
+    index_dir: str | os.PathLike | None = None
+    words_per_passage: int = WORDS_PER_PASSAGE
+
+
+class LocalIndexRetriever(Retriever):
+    """A backend whose index is a local folder (``index_dir``), built there from a corpus when missing or stale:
+    the template :meth:`build_or_load` and its hooks (see the module's docstring). ``info`` is the index's
+    ``hf_ralm_index.json`` as read when it was opened."""
+
+    Options: ClassVar[type[IndexOptions]] = IndexOptions
+    index_files: ClassVar[tuple[str, ...]] = ()
+    index_keys: ClassVar[tuple[str, ...]] = ()
+    index_settings: ClassVar[Mapping[str, Any] | None] = None
+
+    index_dir: str
+    info: dict
+
+    @classmethod
+    def build_or_load(
+        cls,
+        corpus: str | Sequence[str] | None,
+        index_dir: str | os.PathLike | None = None,
+        *,
+        forbidden_titles: Iterable[str] = (),
+        words_per_passage: int = WORDS_PER_PASSAGE,
+        **options: Any,
+    ) -> "LocalIndexRetriever":
+        """Open the index in ``index_dir``, first (re)building it there from the ``corpus`` files when it is missing
+        or was built from other files or settings; without a corpus, just open it. Without ``index_dir`` the index
+        lives in hf-ralm's cache, ``<cache>/indexes/<name>-<corpus fingerprint[:16]>`` (see
+        :func:`~hf_ralm.retrieval.index_folder.default_index_dir`), and the corpus is required. ``options`` are the
+        backend's own (its ``Options``); ``None`` means the backend's default. Concurrent calls for one folder build
+        it once: the others wait and open it (:func:`~hf_ralm.retrieval.index_folder.building`).
+
+        Example::
+
+            BM25Retriever.build_or_load("wiki.jsonl.gz", "wiki-bm25", forbidden_titles={"Nero"})
+        """
+        return cls.from_options(corpus=corpus, index_dir=index_dir, forbidden_titles=forbidden_titles,
+                                words_per_passage=words_per_passage, **options)
+
+    @classmethod
+    def build(
+        cls,
+        corpus: str | Sequence[str] | Iterable[dict],
+        index_dir: str,
+        words_per_passage: int = WORDS_PER_PASSAGE,
+        forbidden_titles: Iterable[str] = (),
+        *,
+        show_progress: bool = True,
+        **options: Any,
+    ) -> "LocalIndexRetriever":
+        """Index a corpus (file path(s), or rows/``datasets.Dataset`` with ``id``, ``title``, ``text``) into
+        ``index_dir`` and open it, without looking for an index already there. Passages are numbered in corpus order
+        (ids ``"0"``, ``"1"``...). The folder is written under a temporary name and renamed when complete, so an
+        interrupted build leaves no half-index behind; an existing ``index_dir`` is replaced only if it holds an
+        hf-ralm index of this backend or nothing. ``words_per_passage=0`` keeps the rows as they are (already
+        passages); ``options`` are the backend's own (its ``Options``; the dense backend's ``encoder`` may also be a
+        loaded :class:`~hf_ralm.retrieval.dense.DenseEncoder`).
+
+        Example::
+
+            BM25Retriever.build("wiki.jsonl.gz", "wiki-bm25", show_progress=False)
+            DenseRetriever.build("wiki.jsonl.gz", "wiki-dense", encoder="BAAI/bge-small-en-v1.5", chunk_size=1000)
+        """
+        checked = cls.check_options(index_dir=index_dir, words_per_passage=words_per_passage,
+                                    forbidden_titles=forbidden_titles, **options)
+        return cls._build(corpus, index_dir, checked, show_progress)
+
+    @classmethod
+    def _open(cls, options: IndexOptions) -> "LocalIndexRetriever":
+        """The template: the folder, then either the index opened (no corpus), or, under the folder's build lock,
+        reused or (re)built from the corpus."""
+        if options.index_dir is None:
+            index_dir = default_index_dir(cls.name, options.corpus, options.words_per_passage)
+        else:
+            index_dir = str(options.index_dir)
+        if options.corpus is None:  # opening only
+            return cls._load(index_dir, options)
+        with building(index_dir):
+            return cls._build_or_reuse(index_dir, options)
+
+    @classmethod
+    def _build_or_reuse(cls, index_dir: str, options: IndexOptions) -> "LocalIndexRetriever":
+        """Reuse ``index_dir`` if it holds a whole index of this backend built from the same corpus files with the
+        settings ``options`` ask for (:meth:`_index_wanted`), otherwise (re)build it there (:meth:`build`; a usable
+        index of other files or settings is replaced, with a logged warning when it was damaged or older). Another
+        backend's index, or a folder that is no index, is refused (:func:`~hf_ralm.retrieval.index_folder.
+        reusable_index_info`). Called with the folder's build lock held."""
+        paths = corpus_files(options.corpus)
+        info = reusable_index_info(index_dir, cls.name, cls.index_files, cls.index_keys, cls.index_settings)
+        options, wanted = cls._index_wanted(info, options)
+        if index_matches(info, paths, options.words_per_passage, wanted):
+            return cls._load(index_dir, options)
+        build_options = {field.name: getattr(options, field.name) for field in dataclasses.fields(options)
+                         if field.name not in ("corpus", "index_dir")}
+        return cls.build(paths, index_dir, **build_options)  # through build: what a backend (or a test) wraps
+
+    @classmethod
+    def _index_wanted(cls, info: dict | None, options: IndexOptions) -> tuple[IndexOptions, Mapping[str, Any] | None]:
+        """``options`` completed from the whole index already in the folder (its ``hf_ralm_index.json``, ``info``;
+        ``None`` when there is none), and the settings that index must record to be reused with them (besides its
+        corpus fingerprint). Default: ``options`` as they are, and :attr:`index_settings`."""
+        return options, cls.index_settings
+
+    @classmethod
+    def _build(cls, corpus: str | Sequence[str] | Iterable[dict], index_dir: str, options: IndexOptions,
+               show_progress: bool = True) -> "LocalIndexRetriever":
+        """Build the index of ``corpus`` into ``index_dir`` (announced when ``show_progress``), through a temporary
+        folder that :func:`~hf_ralm.retrieval.index_folder.new_build` removes if the build fails and
+        :func:`~hf_ralm.retrieval.index_folder.finish_build` renames into place, then open it. The backend writes its
+        files (:meth:`_write_index`); one with a build of its own overrides this."""
+        paths, articles = corpus_paths_and_articles(corpus, show_progress)
+        if show_progress:
+            announce_build(cls.name, paths, index_dir)
+        with new_build(index_dir, cls.name) as tmp_dir:
+            passages = passage_rows(articles, options.words_per_passage)
+            num_passages, settings = cls._write_index(tmp_dir, passages, paths, options, show_progress)
+            finish_build(tmp_dir, index_dir, cls.name, paths, options.words_per_passage, num_passages, settings)
+        return cls._load(index_dir, options)
+
+    @classmethod
+    def _write_index(cls, tmp_dir: str, passages: Iterator[dict], paths: Sequence[str] | None,
+                     options: IndexOptions, show_progress: bool) -> tuple[int, dict]:
+        """Write the backend's index files into the build folder ``tmp_dir`` from the ``passages`` (rows with
+        ``id``, ``title``, ``text``, read once, in corpus order: a passage's id is its row number) of the corpus files
+        ``paths`` (``None`` for rows); return the number of passages and the settings ``hf_ralm_index.json`` records
+        (what :attr:`index_settings` checks). Raise :class:`~hf_ralm.errors.CorpusError` for a corpus without
+        passages (:func:`~hf_ralm.retrieval.corpus.check_passage_count`) before writing much."""
+        raise NotImplementedError(f"The {cls.name} retriever writes no index of its own: open it with build_or_load.")
+
+    @classmethod
+    def _load(cls, index_dir: str, options: IndexOptions) -> "LocalIndexRetriever":
+        """The backend's retriever over the index in ``index_dir`` (checked when opened:
+        :func:`~hf_ralm.retrieval.index_folder.check_index`, which says how to build a missing or unusable one)."""
+        raise NotImplementedError(f"{cls.__name__} must define _load(index_dir, options).")
+
+    def index_record(self) -> dict[str, Any]:
+        """The index folder's ``hf_ralm_index.json`` (``{}`` for a folder without one: a Lucene index from
+        elsewhere, a pyserini prebuilt index), read now."""
+        return read_index_info(self.index_dir) or {}
+
+    def config(self) -> dict:
+        """What :meth:`from_config` rebuilds this retriever from (the index folder as an absolute path)."""
+        return {
+            "type": self.name,
+            "index_dir": os.path.abspath(self.index_dir),
+            "forbidden_titles": sorted(self.forbidden_titles),
+        }
+
+    @classmethod
+    def _saved_settings(cls, settings: dict, folder: str, config_file: str, overrides: dict) -> dict:
+        """``settings`` read from ``config_file`` in the saved (or downloaded) ``folder``, with the index folder they
+        record joined to ``folder`` unless ``overrides`` give one: a path that leads outside ``folder`` is refused
+        (:func:`~hf_ralm.retrieval.index_folder.saved_path`; a folder from elsewhere must not make hf-ralm open,
+        build or delete an index elsewhere), and so is a missing index unless ``corpus`` rebuilds it. A backend that
+        reads other paths from a saved folder checks them here too."""
+        if "index_dir" not in settings or "index_dir" in overrides:
+            return settings
+        recorded = settings["index_dir"]
+        where = os.path.normpath(os.path.join(folder, recorded))
+        index_dir = saved_path(recorded, folder, config_file, "index_dir",
+                               f"give the index folder yourself ({setting('index_dir')}={where!r}) to use it, or save "
+                               "the retriever with save_pretrained(dir, save_index=True) so that its index travels "
+                               "inside the folder.")
+        if "corpus" not in overrides and not os.path.exists(index_dir):
+            raise FileNotFoundError(
+                f"The {cls.name} retriever saved in {folder!r} uses the index {index_dir!r}, which does not exist "
+                "here. Save it with save_pretrained(dir, save_index=True) to keep the index inside the saved folder, "
+                "or give the index folder (index_dir=) or the corpus to rebuild it (corpus=)."
+            )
+        return {**settings, "index_dir": index_dir}
+
+    def _saved_config(self, save_directory: str, index_copy: str | None) -> dict:
+        """:meth:`config` as saved in ``save_directory``: the index first copied to ``save_directory/index_copy``
+        when that is given, its folder recorded relative to ``save_directory`` when inside it."""
+        index_dir = self.index_dir
+        if index_copy is not None:
+            index_dir = copy_index(index_dir, os.path.join(save_directory, index_copy))
+        return {**self.config(), "index_dir": path_for_folder(index_dir, save_directory)}
