@@ -40,20 +40,18 @@ QUERIES = ["the emperor of rome", "the battle of hastings", "a comet seen throug
            "the river flows into the sea", "world war ii aircraft carrier", "the first president of the united states"]
 
 CHILD = {
-    "imports": "import hf_ralm.retrieval.bm25, datasets, bm25s",
+    "imports": "import hf_ralm.retrieval, datasets, bm25s",
     "streamed": """
 import sys
-from hf_ralm.retrieval.bm25 import BM25Retriever
+from hf_ralm.retrieval import BM25Retriever
 BM25Retriever.build(sys.argv[1], sys.argv[2], show_progress=False)
 """,
     "bm25s": """
 import os, sys
 import bm25s
 from datasets import Dataset
-from hf_ralm.passages import passage_text
-from hf_ralm.retrieval.analysis import analyze_texts
-from hf_ralm.retrieval.bm25 import BM25_PARAMS
-from hf_ralm.retrieval.corpus import passage_columns, read_corpus
+from hf_ralm import passage_text
+from hf_ralm.retrieval import BM25_PARAMS, analyze_texts, passage_columns, read_corpus
 passages = Dataset.from_dict(passage_columns(read_corpus(sys.argv[1])))
 bm25 = bm25s.BM25(**BM25_PARAMS)
 bm25.index(analyze_texts(passage_text(t, x) for t, x in zip(passages["title"], passages["text"])), show_progress=False)
@@ -94,9 +92,8 @@ def first_articles(corpus: str, fraction: float, path: str) -> str:
 
 def vocabulary_growth(corpus: str, num_passages: int) -> dict:
     """Passages, (passage, term) pairs and vocabulary size at fractions of the corpus (one streaming pass)."""
-    from hf_ralm.passages import passage_text
-    from hf_ralm.retrieval.analysis import iter_analyzed
-    from hf_ralm.retrieval.corpus import passage_rows, read_corpus
+    from hf_ralm import passage_text
+    from hf_ralm.retrieval import iter_analyzed, passage_rows, read_corpus
 
     marks = {int(num_passages * f) for f in (0.05, 0.1, 0.25, 0.5, 1.0)}
     rows = passage_rows(read_corpus(corpus))
@@ -127,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         # smallest first: RUSAGE_CHILDREN reports the largest child so far
         imports = run_child("imports")
         small = run_child("streamed", quarter, os.path.join(tmp, "quarter"))
-        from hf_ralm.retrieval.bm25 import BM25Retriever
+        from hf_ralm.retrieval import BM25Retriever
 
         small_index = BM25Retriever.load(os.path.join(tmp, "quarter"))
         small.update(pairs=int(small_index.bm25.scores["indptr"][-1]), vocab=len(small_index.bm25.vocab_dict))
@@ -136,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         reference = run_child("bm25s", args.corpus, os.path.join(tmp, "bm25s"))
         import bm25s
 
-        from hf_ralm.retrieval.analysis import analyze_texts
+        from hf_ralm.retrieval import analyze_texts
 
         ours = BM25Retriever.load(os.path.join(tmp, "streamed"))
         theirs = bm25s.BM25.load(os.path.join(tmp, "bm25s", "bm25s"), mmap=True)
@@ -174,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{PAPER_PASSAGES * pairs_per_passage * 8 / 2**30:.1f} GB there.")
     print(f"- `{command}`")
     if args.json_out:
-        from hf_ralm.utils.atomic import write_json_atomic
+        from hf_ralm.utils import write_json_atomic
 
         write_json_atomic(args.json_out, {
             "command": command, "imports": imports, "streamed": streamed, "bm25s": reference,

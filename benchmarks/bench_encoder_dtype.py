@@ -23,8 +23,8 @@ from benchmarks.bench_setup import WIKIPEDIA
 
 def first_passages(corpus: str, count: int) -> list[str]:
     """The corpus's first ``count`` passages, as the index encodes them (title, newline, 100 words)."""
-    from hf_ralm.passages import passage_text
-    from hf_ralm.retrieval.corpus import passage_rows, read_corpus
+    from hf_ralm import passage_text
+    from hf_ralm.retrieval import passage_rows, read_corpus
 
     return [passage_text(row["title"], row["text"])
             for row in itertools.islice(passage_rows(read_corpus(corpus)), count)]
@@ -44,7 +44,7 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[16, 32, 64])
     parser.add_argument("--device", help="default: cuda when available, else cpu")
     args = parser.parse_args(argv)
-    from hf_ralm.retrieval.dense import DenseEncoder
+    from hf_ralm.retrieval import DenseEncoder
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     texts = first_passages(args.corpus, args.num_passages)

@@ -44,6 +44,7 @@ from pathlib import Path
 
 import torch
 from benchmarks.bench_common import available_cores, environment as run_environment, synchronize
+from benchmarks.bench_setup import DEFAULT_SETTINGS
 
 
 HOME = Path.home()
@@ -53,6 +54,8 @@ SPEEDUP_TARGET = 3.0
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    from hf_ralm.cli import add_ralm_arguments
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=str(HOME / ".cache/hf-ralm/models/smollm2-135m-instruct"))
     parser.add_argument("--data", default=str(SHARED / "wikitext-103" / "test.jsonl"),
@@ -69,13 +72,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--forbidden-titles", default=str(SHARED / "wikitext-103" / "forbidden_titles.txt"),
                         help="titles never to retrieve ('' for none)")
     parser.add_argument("--index-dir", default=str(HOME / ".cache/hf-ralm/index/wikipedia-2015-sample-bm25"))
-    parser.add_argument("--max-length", type=int, default=512, help="context length L (default 512)")
-    parser.add_argument("--stride", type=int, default=4, help="retrieval stride s (default 4)")
-    parser.add_argument("--query-length", type=int, default=32, help="query length ℓ in tokens (default 32)")
-    parser.add_argument("--max-doc-tokens", type=int, default=256, help="passage length cap (default 256)")
-    parser.add_argument("--gate-threshold", type=float, default=0.25,
-                        help="the score gate of (g) and (g'): the top passage's BM25 score over its query's maximum "
-                             "attainable score must reach this (default 0.25; such scores mostly lie in 0.15-0.4)")
+    # the score gate of (g) and (g'); normalised top scores mostly lie in 0.15-0.4
+    add_ralm_arguments(parser, settings=("max_length", "retrieval_stride", "query_length", "max_doc_tokens",
+                                         "gate_threshold"), defaults={**DEFAULT_SETTINGS, "gate_threshold": 0.25})
     parser.add_argument("--threads", type=int, default=None,
                         help="torch.set_num_threads (default: every core this process may use)")
     parser.add_argument("--device", default=None, help="default: cuda if available, else cpu")
@@ -157,11 +156,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from hf_ralm import RetrievalAugmentedModel
-    from hf_ralm.retrieval.base import read_forbidden_titles
-    from hf_ralm.retrieval.bm25 import BM25Retriever
-    from hf_ralm.utils.atomic import write_json_atomic
-    from hf_ralm.modeling_utils import model_device
+    from hf_ralm import RetrievalAugmentedModel, model_device
+    from hf_ralm.retrieval import BM25Retriever, read_forbidden_titles
+    from hf_ralm.utils import write_json_atomic
 
     threads = args.threads or available_cores()
     torch.set_num_threads(threads)

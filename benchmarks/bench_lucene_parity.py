@@ -52,6 +52,9 @@ SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
+    from benchmarks.bench_setup import DEFAULT_SETTINGS
+    from hf_ralm.cli import add_ralm_arguments
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus", default=str(SHARED / "wikipedia-2015-sample" / "articles.jsonl.gz"))
     parser.add_argument("--bm25-index", default=str(HOME / ".cache/hf-ralm/index/wikipedia-2015-sample-bm25"))
@@ -60,9 +63,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--data", default=str(SHARED / "wikitext-103" / "valid.jsonl"))
     parser.add_argument("--tokenizer", default=str(HOME / ".cache/hf-ralm/models/smollm2-135m-instruct"))
     parser.add_argument("--max-eval-tokens", type=int, default=2048)
-    parser.add_argument("--max-length", type=int, default=512)
-    parser.add_argument("--stride", type=int, default=4)
-    parser.add_argument("--query-length", type=int, default=32)
+    add_ralm_arguments(parser, settings=("max_length", "retrieval_stride", "query_length"), defaults=DEFAULT_SETTINGS)
     parser.add_argument("--forbidden-titles", default="", help="titles file excluded from both sides ('' for none)")
     parser.add_argument("--examples", type=int, default=5, help="disagreements to print in detail (default 5; -1: all)")
     parser.add_argument("--depth", type=int, default=10, help="hits fetched per query for the rank figures")
@@ -77,9 +78,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def queries_for(args) -> list[str]:
     from transformers import AutoTokenizer
 
-    from hf_ralm import RalmConfig
-    from hf_ralm.data import load_dataset_text
-    from hf_ralm.plan import prepare
+    from hf_ralm import RalmConfig, load_dataset_text, prepare
 
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     config = RalmConfig(retrieval_stride=args.stride, query_length=args.query_length, max_length=args.max_length)
@@ -101,7 +100,7 @@ class LuceneSide:
     FIELD = "contents"
 
     def __init__(self, lucene_dir: str, k1: float, b: float):
-        from hf_ralm.retrieval.lucene_compat import java_class
+        from hf_ralm.retrieval import java_class
 
         self.analyzer = java_class("io.anserini.analysis.DefaultEnglishAnalyzer").newDefaultInstance()
         self._analyze = java_class("io.anserini.analysis.AnalyzerUtils").analyze
@@ -147,7 +146,7 @@ class LuceneSide:
 
 def query_analysis(query: str, bm25s_terms: list[str], lucene: LuceneSide) -> dict:
     """How the two sides analyze one query: same terms or not, and if not, tokenizer and/or stemmer differences."""
-    from hf_ralm.retrieval.analysis import word_term, words
+    from hf_ralm.retrieval import word_term, words
 
     lucene_terms = lucene.terms(query)
     bm25s_count, lucene_count = Counter(bm25s_terms), Counter(lucene_terms)
@@ -171,13 +170,17 @@ def query_analysis(query: str, bm25s_terms: list[str], lucene: LuceneSide) -> di
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from hf_ralm.retrieval.base import read_forbidden_titles
-    from hf_ralm.passages import passage_text
-    from hf_ralm.retrieval.analysis import ANALYSIS, analyze, analyze_texts
-    from hf_ralm.retrieval.bm25 import BM25Retriever
-    from hf_ralm.retrieval.index_folder import read_index_info
-    from hf_ralm.retrieval.lucene import LuceneRetriever
-    from hf_ralm.retrieval.lucene_compat import start_jvm
+    from hf_ralm import passage_text
+    from hf_ralm.retrieval import (
+        ANALYSIS,
+        BM25Retriever,
+        LuceneRetriever,
+        analyze,
+        analyze_texts,
+        read_forbidden_titles,
+        read_index_info,
+        start_jvm,
+    )
 
     forbidden = read_forbidden_titles(args.forbidden_titles or None)
     bm25_info = read_index_info(args.bm25_index)

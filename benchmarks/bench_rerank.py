@@ -28,7 +28,6 @@ ten minutes on 2 CPU cores.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import shlex
 import sys
@@ -36,6 +35,7 @@ from pathlib import Path
 
 import torch
 from benchmarks.bench_common import environment as run_environment, timed
+from benchmarks.bench_setup import DEFAULT_SETTINGS
 
 HOME = Path.home()
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -44,6 +44,8 @@ BF16_MAX_REL_DIFF = 5e-3
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    from hf_ralm.cli import add_ralm_arguments
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=str(HOME / ".cache/hf-ralm/models/smollm2-135m-instruct"))
     parser.add_argument("--other-reader", help="a larger reader for the smaller-reranker comparison (optional)")
@@ -51,11 +53,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--forbidden-titles", default=str(SHARED / "wikitext-103" / "forbidden_titles.txt"))
     parser.add_argument("--index-dir", default=str(HOME / ".cache/hf-ralm/index/wikipedia-2015-sample-bm25"))
     parser.add_argument("--max-eval-tokens", type=int, default=600)
-    parser.add_argument("--max-length", type=int, default=512)
-    parser.add_argument("--stride", type=int, default=4)
-    parser.add_argument("--query-length", type=int, default=32)
-    parser.add_argument("--rerank-candidates", type=int, default=16)
-    parser.add_argument("--rerank-tokens", type=int, default=16)
+    add_ralm_arguments(parser, settings=("max_length", "retrieval_stride", "query_length", "rerank_candidates",
+                                         "rerank_tokens"), defaults=DEFAULT_SETTINGS)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--device", default=None, help="default: cuda if available, else cpu")
@@ -69,10 +68,7 @@ class Setup:
     def __init__(self, model_path: str, args, device: str, retriever):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from hf_ralm import RalmConfig
-        from hf_ralm.data import load_dataset_text
-        from hf_ralm.modeling_utils import resolve_max_length
-        from hf_ralm.plan import prepare
+        from hf_ralm import RalmConfig, load_dataset_text, prepare, resolve_max_length
 
         self.path = model_path
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
@@ -89,7 +85,7 @@ class Setup:
         self.candidates = plan.candidates(self.windows, args.rerank_candidates)
 
     def rerank(self, dtype, reranker=None, reuse=True, batch_size=8, windows=None, passage_cache=None):
-        from hf_ralm.selection.rerank import rerank_windows
+        from hf_ralm.selection import rerank_windows
 
         windows = self.windows if windows is None else windows
         return rerank_windows(self.models[dtype], self.tokenizer, self.ids, windows, self.queries, self.candidates,
@@ -114,14 +110,11 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
 
-    from hf_ralm.model_inputs import passage_prefix, window_prefixes
-    from hf_ralm.passage_cache import PassageKVCache
+    from hf_ralm import PassageKVCache, passage_prefix, perplexity_from_nll, score_windows, window_prefixes
+    from hf_ralm.retrieval import BM25Retriever, read_forbidden_titles
+    from hf_ralm.selection import LMReranker
     from hf_ralm.testing import reference_rerank_nlls
-    from hf_ralm.selection.rankers import LMReranker
-    from hf_ralm.retrieval.base import read_forbidden_titles
-    from hf_ralm.retrieval.bm25 import BM25Retriever
-    from hf_ralm.utils.atomic import write_json_atomic
-    from hf_ralm.scoring import score_windows
+    from hf_ralm.utils import write_json_atomic
 
     forbidden = read_forbidden_titles(args.forbidden_titles) if args.forbidden_titles else frozenset()
     retriever = BM25Retriever.load(args.index_dir, forbidden_titles=forbidden)
@@ -135,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
                 for w in s.windows]
 
     def ppl(nll):
-        return math.exp(float(nll[1:].sum()) / num_tokens)
+        return perplexity_from_nll(float(nll[1:].sum()), num_tokens)
 
     rows = []
     (ref_chosen, ref_nll), ref_s = timed(
@@ -188,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
             lambda: big.rerank(torch.bfloat16, reranker=small, windows=big.windows[1:3]), torch.device(device))
 
         def big_ppl(nll):
-            return math.exp(float(nll[1:].sum()) / len(big.ids))
+            return perplexity_from_nll(float(nll[1:].sum()), len(big.ids))
 
         smaller = {"reader": args.other_reader, "reranker": args.model, "windows": len(big.windows),
                    "self_s_per_window": self_s / len(big.windows), "smaller_s_per_window": small_s / len(big.windows),

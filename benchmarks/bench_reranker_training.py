@@ -54,8 +54,13 @@ def train_variant(args: argparse.Namespace, variant: str, queue) -> None:
     """One training in this (child) process; puts its figures on ``queue``."""
     import torch
 
-    from hf_ralm.reranker_training import load_rerank_data, train_reranker
-    from hf_ralm.reranker_training.training import CURVE_FILE, PredictiveRerankLoss, training_steps
+    from hf_ralm.reranker_training import (
+        CURVE_FILE,
+        PredictiveRerankLoss,
+        load_rerank_data,
+        train_reranker,
+        training_steps,
+    )
 
     bf16, per_forward, attention_dropout = VARIANTS[variant]
     PredictiveRerankLoss.pairs_per_forward = per_forward or 10**9
@@ -78,7 +83,7 @@ def train_variant(args: argparse.Namespace, variant: str, queue) -> None:
 
 
 def main(argv=None) -> int:
-    from hf_ralm.reranker_training.data import RerankDataWriter
+    from hf_ralm.reranker_training import RerankDataWriter
 
     args = parse_args(argv)
     # a collection may be adding chunks to the data meanwhile, a sharded one out of order: every variant trains and

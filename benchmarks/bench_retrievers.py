@@ -78,8 +78,8 @@ def write_subset(corpus: str, titles: set[str], n: int, seed: int, path: str) ->
 def ensure_subset(corpus: str, titles_file: str, out: str, n: int, seed: int) -> str:
     """The folder of the ``n``-article subset of ``corpus`` (seed ``seed``, the titles in ``titles_file`` excluded)
     under ``out``: ``corpus.jsonl`` and ``subset.json``, written there when missing."""
-    from hf_ralm.retrieval.base import read_forbidden_titles
-    from hf_ralm.utils.atomic import write_json_atomic
+    from hf_ralm.retrieval import read_forbidden_titles
+    from hf_ralm.utils import write_json_atomic
 
     sub = os.path.join(out, f"subset-{n}-seed{seed}")
     os.makedirs(sub, exist_ok=True)
@@ -100,9 +100,7 @@ def subset_index_dirs(sub: str) -> dict[str, str]:
 def make_queries(tokenizer_dir: str, rows: str, max_eval_tokens: int) -> dict[int, list[str]]:
     from transformers import AutoTokenizer
 
-    from hf_ralm import RalmConfig
-    from hf_ralm.data import load_dataset_text
-    from hf_ralm.plan import prepare
+    from hf_ralm import RalmConfig, load_dataset_text, prepare
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     text = load_dataset_text(rows)
@@ -115,8 +113,7 @@ def measure_one(args) -> None:
     """Subprocess mode: load one retriever, report the RSS it adds and its batched throughput, and its top-1 ids."""
     import torch
 
-    from hf_ralm.retrieval.base import read_forbidden_titles
-    from hf_ralm.retrieval.factory import load_retriever
+    from hf_ralm.retrieval import load_retriever, read_forbidden_titles
 
     torch.set_num_threads(torch.get_num_threads())
     with open(args.queries_file, encoding="utf-8") as f:
@@ -174,7 +171,7 @@ def main() -> None:
     if args.measure:
         return measure_one(args)
 
-    from hf_ralm.utils.atomic import write_json_atomic
+    from hf_ralm.utils import write_json_atomic
 
     command = shlex.join([sys.executable, *sys.argv])
     print("command:", command, flush=True)
@@ -184,7 +181,7 @@ def main() -> None:
     corpus = os.path.join(sub, "corpus.jsonl")
     with open(os.path.join(sub, "subset.json"), encoding="utf-8") as f:
         subset = json.load(f)
-    from hf_ralm.retrieval.corpus import read_corpus, split_passages
+    from hf_ralm.retrieval import read_corpus, split_passages
 
     subset["num_passages"] = sum(1 for _ in split_passages(read_corpus(corpus)))
     print(f"subset: {subset['num_articles']} of {subset['num_articles_in_sample']} articles, "

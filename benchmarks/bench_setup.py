@@ -21,6 +21,11 @@ WIKIPEDIA = SHARED / "wikipedia-2015-sample" / "articles.jsonl.gz"
 BM25_INDEX = CACHE / "index" / "wikipedia-2015-sample-bm25"
 HELDOUT_DIR = CACHE / "heldout"  # benchmarks/make_heldout.py writes it
 HELDOUT_COMMAND = (f"python benchmarks/make_heldout.py --corpus {WIKIPEDIA} --out-dir {HELDOUT_DIR}")
+DEFAULT_SETTINGS = {"retrieval_stride": 4, "query_length": 32, "max_length": 512, "max_doc_tokens": 256,
+                    "rerank_candidates": 16, "rerank_tokens": 16}
+"""The defaults of the benchmarks' RALM settings flags (``add_ralm_arguments(parser, settings=...,
+defaults=DEFAULT_SETTINGS)``): s=4, ℓ=32, L=512, passages cut to 256 tokens, k=16 candidates ranked on s'=16 tokens.
+Written here rather than read from RalmConfig so that a benchmark's figures do not move with the library's defaults."""
 
 
 @dataclass(frozen=True)

@@ -31,9 +31,11 @@ from pathlib import Path
 
 import torch
 from benchmarks.bench_common import available_cores, environment as run_environment
+from benchmarks.bench_setup import DEFAULT_SETTINGS
 
-from hf_ralm.records import RecordStore
-from hf_ralm.utils.atomic import write_json_atomic
+from hf_ralm import RecordStore
+from hf_ralm.cli import add_ralm_arguments
+from hf_ralm.utils import write_json_atomic
 
 HOME = Path.home()
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -49,8 +51,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--forbidden-titles", default=str(SHARED / "wikitext-103" / "forbidden_titles.txt"))
     parser.add_argument("--index-dir", default=str(HOME / ".cache/hf-ralm/index/wikipedia-2015-sample-bm25"))
     parser.add_argument("--max-eval-tokens", type=int, default=1024, help="score the first T tokens (default 1024)")
-    parser.add_argument("--max-length", type=int, default=512, help="window length L (default 512)")
-    parser.add_argument("--max-doc-tokens", type=int, default=256, help="passage length cap (default 256)")
+    add_ralm_arguments(parser, settings=("max_length", "max_doc_tokens"), defaults=DEFAULT_SETTINGS)
     parser.add_argument("--chunk-size", type=int, default=16, help="windows per chunk (default 16)")
     parser.add_argument("--workers", type=int, default=None,
                         help="T: threads of the one process, and shard processes (default: the cores available)")

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import torch
 from benchmarks.bench_common import available_cores, environment as run_environment, timed
+from benchmarks.bench_setup import DEFAULT_SETTINGS
 
 
 HOME = Path.home()
@@ -43,6 +44,8 @@ BF16_MAX_REL_DIFF = 5e-3  # 0.5 %
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    from hf_ralm.cli import add_ralm_arguments
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=str(HOME / ".cache/hf-ralm/models/smollm2-135m-instruct"))
     parser.add_argument("--data", default=str(SHARED / "wikitext-103" / "test.jsonl"),
@@ -52,10 +55,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--index-dir", default=str(HOME / ".cache/hf-ralm/index/wikipedia-2015-sample-bm25"))
     parser.add_argument("--max-eval-tokens", type=int, default=1024,
                         help="score the first T tokens (default 1024: 129 windows at max_length 512, stride 4)")
-    parser.add_argument("--max-length", type=int, default=512, help="window length L (default 512)")
-    parser.add_argument("--stride", type=int, default=4, help="retrieval stride s (default 4)")
-    parser.add_argument("--query-length", type=int, default=32, help="query length in tokens (default 32)")
-    parser.add_argument("--max-doc-tokens", type=int, default=256, help="passage length cap (default 256)")
+    add_ralm_arguments(parser, settings=("max_length", "retrieval_stride", "query_length", "max_doc_tokens"),
+                       defaults=DEFAULT_SETTINGS)
     parser.add_argument("--batch-size", type=int, default=8, help="windows per forward of score_windows (default 8)")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch.set_num_threads (default: every core this process may use)")
@@ -82,17 +83,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     command = shlex.join([os.path.basename(sys.executable), *sys.argv]) if argv is None else shlex.join(argv)
 
-    from hf_ralm.configuration_ralm import RalmConfig
-    from hf_ralm.data import load_dataset_text
-    from hf_ralm.model_inputs import window_prefixes
-    from hf_ralm.modeling_utils import model_device, resolve_max_length
+    from hf_ralm import (
+        RalmConfig,
+        load_dataset_text,
+        model_device,
+        perplexity_figures,
+        prepare,
+        resolve_max_length,
+        score_windows,
+        window_prefixes,
+    )
+    from hf_ralm.retrieval import BM25Retriever, read_forbidden_titles
     from hf_ralm.testing import reference_window_nlls
-    from hf_ralm.retrieval.base import read_forbidden_titles
-    from hf_ralm.retrieval.bm25 import BM25Retriever
-    from hf_ralm.utils.atomic import write_json_atomic
-    from hf_ralm.perplexity import perplexity_figures
-    from hf_ralm.plan import prepare
-    from hf_ralm.scoring import score_windows
+    from hf_ralm.utils import write_json_atomic
 
     threads = args.threads or available_cores()
     torch.set_num_threads(threads)

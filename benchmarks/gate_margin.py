@@ -27,7 +27,7 @@ import os
 import sys
 
 from benchmarks.bench_setup import BM25_INDEX, CACHE, MODELS_DIR, READERS, REPO, SHARED
-from hf_ralm.utils.atomic import write_text_atomic
+from hf_ralm.utils import write_text_atomic
 
 MARGINS = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 8.0)
 WIKITEXT_TITLES = SHARED / "wikitext-103" / "forbidden_titles.txt"
@@ -53,8 +53,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def rows_of_text(args, name: str) -> list[dict]:
     """none, top1 and the lm gate at every margin on one text, from one reader pass (records resumed)."""
-    from hf_ralm import RetrievalAugmentedModel
-    from hf_ralm.data import load_dataset_text
+    from hf_ralm import RetrievalAugmentedModel, load_dataset_text
 
     split, rows_path, titles = TEXTS[name]
     for path in (rows_path, titles):

@@ -52,7 +52,8 @@ from benchmarks.table_runs import (
     perplexities,
     reader_pass,
 )
-from hf_ralm.records import RecordStore
+from hf_ralm import RecordStore
+from hf_ralm.cli import add_ralm_arguments
 
 TEMPERATURES = (1.0, 4.0, 16.0, float("inf"))  # BM25 scores differ by units: τ=1 is nearly the top passage alone
 THRESHOLDS = (0.15, 0.2, 0.225, 0.25, 0.275, 0.3, 0.35, 0.4)  # meant to span the windows' normalised top scores
@@ -70,12 +71,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="the score gate's thresholds (default: %(default)s)")
     parser.add_argument("--lm-thresholds", type=float, nargs="+", default=list(LM_THRESHOLDS),
                         help="the lm gate's thresholds, nats saved on the ranking tokens (default: %(default)s)")
-    parser.add_argument("--ensemble-temperature", type=float, nargs="+", default=list(TEMPERATURES),
-                        help="the ensembles' τ, each measured from the same pass (default: %(default)s)")
-    parser.add_argument("--max-context-doc-tokens", type=int, default=384,
-                        help="cap on the tokens of the passages in context, separators included (default %(default)s: "
-                             "a quarter of the L=512 window stays the text's; L must hold it and a stride, so at "
-                             "most 508)")
+    # τ: each measured from the same pass; the cap: a quarter of the L=512 window stays the text's (at most 508: L
+    # must hold the passages and a stride)
+    add_ralm_arguments(parser, settings=("max_context_doc_tokens", "ensemble_temperature"),
+                       defaults={"ensemble_temperature": list(TEMPERATURES), "max_context_doc_tokens": 384},
+                       sweeps=("ensemble_temperature",))
     parser.add_argument("--readers", nargs="+", choices=list(READERS), default=list(READERS),
                         help="measure only these readers (default: both)")
     parser.add_argument("--data", nargs="+", choices=list(DATA), default=list(DATA),
@@ -95,7 +95,7 @@ def points(args) -> list[tuple[str, str, str]]:
 
 def gate_pass(run: Run, batch_size: int) -> dict:
     """Every window's ranking and target NLL with its top passage and without, and its normalised top score."""
-    from hf_ralm.selection.gates import lm_gate_config, normalized_top_scores
+    from hf_ralm.selection import lm_gate_config, normalized_top_scores
 
     p = reader_pass(run, batch_size, lm_gate_config(run.config))
     p["gate_scores"] = normalized_top_scores(run.retriever, run.queries, run.candidates)
@@ -110,7 +110,7 @@ def gate_point(run: Run, p: dict, method: str, setting: str) -> dict:
     """A gate's (or one passage's) retrieved fraction and perplexity from the pass: candidate 0 is the top passage,
     1 no passage, and the choice the library's gate's under the point's settings, read from the pass
     (:func:`hf_ralm.selection.candidates.choose_from_scores`; the score gate normalises with the run's retriever)."""
-    from hf_ralm.selection.candidates import CandidateScores, choose_from_scores
+    from hf_ralm.selection import CandidateScores, choose_from_scores
 
     ranked = [i for i, targets in enumerate(p["targets"]) if targets is not None]
     gate = GATES[method]
@@ -132,8 +132,7 @@ def gate_point(run: Run, p: dict, method: str, setting: str) -> dict:
 
 def passages_point(run: Run, n: int, args) -> dict:
     """``evaluate_perplexity`` with n passages in context."""
-    from hf_ralm import RalmConfig
-    from hf_ralm.evaluation import evaluate_perplexity
+    from hf_ralm import RalmConfig, evaluate_perplexity
 
     config = RalmConfig(**{**run.config.to_dict(), "num_passages": n,
                            "max_context_doc_tokens": args.max_context_doc_tokens})
@@ -146,8 +145,7 @@ def passages_point(run: Run, n: int, args) -> dict:
 
 def ensemble_pass(run: Run, batch_size: int) -> dict:
     """Every window's top ``max(ENSEMBLES)`` passages' retrieval scores and the window's NLLs under each."""
-    from hf_ralm import RalmConfig
-    from hf_ralm.ensemble import ensemble_member_nlls
+    from hf_ralm import RalmConfig, ensemble_member_nlls
 
     config = RalmConfig(**{**run.config.to_dict(), "ensemble_size": max(ENSEMBLES)})
     passages = run.plan.candidates(run.windows, max(ENSEMBLES))
@@ -161,8 +159,8 @@ def ensemble_pass(run: Run, batch_size: int) -> dict:
 
 def ensemble_point(run: Run, p: dict, n: int, temperature: float) -> dict:
     """The ensemble of each window's top n at ``temperature``, from the pass (``mix_window_nlls`` of its first n)."""
-    from hf_ralm.ensemble import mix_window_nlls
-    from hf_ralm.selection.gates import retrieved_fraction
+    from hf_ralm import mix_window_nlls
+    from hf_ralm.selection import retrieved_fraction
 
     scores = [window_scores[:n] for window_scores in p["scores"]]
     rows = [[torch.tensor(row, dtype=torch.float64) for row in window_rows] for window_rows in p["rows"]]

@@ -53,8 +53,7 @@ from benchmarks.gpu_flops import FLOPS_METHOD, PEAK_BF16_FLOPS, FlopCounter, Spa
 from benchmarks.gpu_report import SECTIONS, render, results_markdown, targets
 
 if TYPE_CHECKING:
-    from hf_ralm.batching import BatchSize
-    from hf_ralm.windows import Window
+    from hf_ralm import BatchSize, Window
 
 CONFIGS = Path(__file__).resolve().parent / "gpu_configs"
 DOC = Path(__file__).resolve().parents[1] / "docs" / "gpu.md"
@@ -191,7 +190,7 @@ class Text:
     @classmethod
     def random(cls, vocab: int, length: int, num_windows: int, sizes: Sizes, per_passage: int, seed: int) -> Text:
         """``num_windows`` windows of ``length`` tokens, a new random passage every ``per_passage`` windows."""
-        from hf_ralm.windows import plan_windows
+        from hf_ralm import plan_windows
 
         generator = torch.Generator().manual_seed(seed)
         ids = torch.randint(vocab, (length + sizes.stride * num_windows,), generator=generator).tolist()
@@ -236,9 +235,8 @@ class EvalPath:
 
 
 def eval_paths(model, text: Text, device: torch.device) -> dict[str, EvalPath]:
-    from hf_ralm.batching import BatchSize
+    from hf_ralm import BatchSize, score_windows
     from hf_ralm.testing import reference_window_nlls
-    from hf_ralm.scoring import score_windows
 
     def batched(prefixes: list[list[int]], name: str, spans) -> EvalPath:
         batches = BatchSize("auto", device)
@@ -383,8 +381,7 @@ def batch_size_auto(suite: Suite, reader: str, length: int) -> dict:
     """(d) batch size ``auto`` from a start too large: each try runs one batch of that many windows (each with a
     passage of its own, so every window runs whole), halved on out-of-memory until one fits. A CPU never runs out
     at these sizes, so there an out-of-memory error is simulated above ``--simulated-limit`` windows."""
-    from hf_ralm.batching import BatchSize
-    from hf_ralm.scoring import score_windows
+    from hf_ralm import BatchSize, score_windows
 
     model = suite.models.get(reader, suite.dtype)
     start = suite.sizes.oom_start
@@ -455,7 +452,7 @@ class StridePassages:
         return [[self.passage(block, row)] for row in range(len(queries))]
 
     def passage(self, block: int, row: int):
-        from hf_ralm.passages import Passage
+        from hf_ralm import Passage
 
         generator = torch.Generator().manual_seed(self.seed * 1_000_003 + block * 1009 + row)
         ids = torch.randint(self.vocab_size, (self.tokens,), generator=generator).tolist()
@@ -465,7 +462,7 @@ class StridePassages:
 def generation_variants(suite: Suite, reader: str, model) -> dict[str, Callable[[torch.Tensor, int], object]]:
     """The three ways of generating ``n`` tokens after prompt ``rows``, each exactly ``n`` tokens, greedy:
     ``ralm_generate`` (re-retrieval every s tokens), its rebuild-every-stride loop, plain ``generate``."""
-    from hf_ralm.configuration_ralm import RalmConfig
+    from hf_ralm import RalmConfig
     from hf_ralm.generation import ralm_generate
 
     sizes, config = suite.sizes, model.config.get_text_config()
@@ -604,7 +601,7 @@ def run_suite(suite: Suite, steps: list[Step]) -> int:
 
 
 def write_report(suite: Suite) -> None:
-    from hf_ralm.utils.atomic import write_json_atomic
+    from hf_ralm.utils import write_json_atomic
 
     report = suite.report
     report["suite"]["elapsed_s"] = suite.elapsed()

@@ -39,7 +39,7 @@ def build_models(args) -> dict:
     from lm_eval.models.huggingface import HFLM
 
     from hf_ralm import RalmConfig, RetrievalAugmentedModel
-    from hf_ralm.integrations.lm_eval import RalmLM
+    from hf_ralm.integrations import RalmLM
 
     folder = os.path.join(args.models_dir, READERS["SmolLM2-135M"].folder)
     forbidden = str(SHARED / "wikitext-103" / "forbidden_titles.txt")

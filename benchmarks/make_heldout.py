@@ -21,8 +21,8 @@ import json
 import os
 import random
 
-from hf_ralm.retrieval.corpus import read_corpus
-from hf_ralm.utils.atomic import write_json_atomic
+from hf_ralm.retrieval import read_corpus
+from hf_ralm.utils import write_json_atomic
 
 
 def main() -> None:

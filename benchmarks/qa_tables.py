@@ -28,8 +28,8 @@ import shlex
 import subprocess
 import sys
 
-from hf_ralm.qa import write_gold_corpus
-from hf_ralm.retrieval.corpus import WORDS_PER_PASSAGE
+from hf_ralm import write_gold_corpus
+from hf_ralm.retrieval import WORDS_PER_PASSAGE
 
 HOME = os.path.expanduser("~")
 SHARED = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data"))

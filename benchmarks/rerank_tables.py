@@ -101,7 +101,7 @@ PREDICTIVE = {"predictive": "predictive", "predictive + no-passage candidate": "
 
 def require_records(args, folder: Path, needed: int, what: str) -> None:
     """With ``--from-records``, stop unless ``folder`` holds its first ``needed`` records: nothing is computed."""
-    from hf_ralm.records import RecordStore
+    from hf_ralm import RecordStore
 
     if args.from_records and (held := RecordStore.prefix_length(folder)) < needed:
         sys.exit(f"--from-records: {folder} holds {held} of the {needed} records of "
@@ -116,14 +116,14 @@ def pass_dir(args, reader: str, data: str, name: str) -> Path:
 def run_identity(run: Run, data: str, args) -> dict:
     """What a pass's records depend on besides the model: the text (name and token count), the retrieval (corpus
     fingerprint, forbidden titles) and the candidates' count."""
-    from hf_ralm.retrieval.base import retriever_identity
+    from hf_ralm.retrieval import retriever_identity
 
     return {"data": data, "max_eval_tokens": args.max_eval_tokens, "k": K, **retriever_identity(run.retriever)}
 
 
 def candidate_pass(run: Run, data: str, args) -> list:
     """Every window's k candidates and no passage, scored by the reader (resumable records)."""
-    from hf_ralm.selection.candidates import score_candidates
+    from hf_ralm.selection import score_candidates
 
     require_records(args, pass_dir(args, run.reader, data, "candidates"), len(run.windows), "the candidates' pass")
     return score_candidates(run.model, run.tokenizer, run.ids, run.windows, run.candidates, run.config,
@@ -134,9 +134,8 @@ def candidate_pass(run: Run, data: str, args) -> list:
 def choice_pass(run: Run, data: str, args, name: str, ranker_settings: dict, choose) -> list[int]:
     """Per window, the choice of a ranker that only chooses (``choose(windows) -> chosen``), saved every
     :data:`CHUNK` windows in ``name``'s folder and resumed from there."""
-    from hf_ralm.records import RecordStore
-    from hf_ralm.utils.provenance import provenance
-    from hf_ralm.modeling_utils import model_identity
+    from hf_ralm import RecordStore, model_identity
+    from hf_ralm.utils import provenance
 
     settings = {**model_identity(run.model), **run_identity(run, data, args), **ranker_settings}
     require_records(args, pass_dir(args, run.reader, data, name), len(run.windows), f"the {name} pass")
@@ -155,8 +154,8 @@ def choice_pass(run: Run, data: str, args, name: str, ranker_settings: dict, cho
 
 def other_model_choices(run: Run, data: str, args, other) -> list[int]:
     """The other LM ranks the reader's candidates in text (zero-shot, no no-passage choice)."""
-    from hf_ralm.selection.rerank import rerank_windows
-    from hf_ralm.modeling_utils import model_identity
+    from hf_ralm import model_identity
+    from hf_ralm.selection import rerank_windows
 
     config = run.config_for(rerank="lm")
     return choice_pass(run, data, args, f"other-{OTHER[run.reader]}", {"ranker": model_identity(other.model)},
@@ -169,10 +168,9 @@ def predictive_choices(run: Run, data: str, args, row: str, folder: str | None) 
     """A trained cross-encoder chooses among the candidates (for the row with the no-passage candidate, also the
     empty passage); with ``folder`` None (``--from-records``), the choices recorded for this pair, whichever
     reranker made them."""
-    from hf_ralm.records import RecordStore
-    from hf_ralm.selection.rerank import rerank_windows
-    from hf_ralm.selection.predictive import PredictiveReranker
-    from hf_ralm.reranker_training.data import file_fingerprint
+    from hf_ralm import RecordStore
+    from hf_ralm.reranker_training import file_fingerprint
+    from hf_ralm.selection import PredictiveReranker, rerank_windows
 
     name, no_passage = PREDICTIVE[row], row.endswith("no-passage candidate")
     if folder is None:
@@ -192,15 +190,9 @@ def predictive_choices(run: Run, data: str, args, row: str, folder: str | None) 
 def timing(run: Run, data: str, args, other, predictive: dict) -> dict[str, float]:
     """Seconds per window of each computation a strategy needs, measured side by side on the same windows (one
     record per computation, resumed)."""
-    from hf_ralm.records import RecordStore
-    from hf_ralm.model_inputs import window_prefixes
-    from hf_ralm.utils.provenance import provenance
-    from hf_ralm.selection.candidates import score_candidates
-    from hf_ralm.selection.gates import lm_gate_config
-    from hf_ralm.selection.rerank import rerank_windows
-    from hf_ralm.selection.predictive import PredictiveReranker
-    from hf_ralm.modeling_utils import model_identity
-    from hf_ralm.scoring import score_windows
+    from hf_ralm import RecordStore, model_identity, score_windows, window_prefixes
+    from hf_ralm.selection import PredictiveReranker, lm_gate_config, rerank_windows, score_candidates
+    from hf_ralm.utils import provenance
 
     windows = [w for w in run.windows if w.has_retrieval][: args.timing_windows]
     # the scorer reads a window's prefix at its index: the windows before the timed ones get none
@@ -250,7 +242,7 @@ def table_rows(reader: str, data: str, config, scores: list, choices: dict[str, 
     strategies under ``config`` (the run's settings) with each row's own, and the choices recorded for the rankers
     that only choose; a strategy's cost is None while the timing pass has not measured it (``cost`` empty)."""
     from hf_ralm import RalmConfig
-    from hf_ralm.selection.candidates import choose_from_scores
+    from hf_ralm.selection import choose_from_scores
 
     def seconds(*computations):  # a strategy's computations, added up
         return sum(cost[c] for c in computations) if all(c in cost for c in computations) else None
@@ -316,7 +308,7 @@ def ranking_signal(scores: list) -> float:
     """How well the reader's ranking NLL (the last s' prefix tokens) tells which passage helps the window: the mean
     :func:`~hf_ralm.selection.rules.rank_correlation` of the k passages' ranking and target NLLs over the windows
     with candidates."""
-    from hf_ralm.selection.rules import rank_correlation
+    from hf_ralm.selection import rank_correlation
 
     rhos = [rank_correlation(s.ranking_nlls[:-1], s.target_nlls[:-1]) for s in scores if s.passage_ids]
     return sum(rhos) / len(rhos)
@@ -373,7 +365,7 @@ def main(argv=None) -> int:
     rows, signals = [], {}
     for data in args.data:
         for reader in args.readers:
-            from hf_ralm.selection.rankers import LMReranker
+            from hf_ralm.selection import LMReranker
 
             run = Run(reader, data, args, retrievers, K, rerank_candidates=K, rerank_tokens=16)
             predictive = ({name: None for name, folder in PREDICTIVE.items()

@@ -40,7 +40,7 @@ def score_summary(scores: list[list[float]], with_empty: bool) -> dict[str, floa
         >>> score_summary([[0.2, 0.1, 0.5], [0.3, 0.1, 0.0]], with_empty=True)["no_passage_chosen"]
         0.5
     """
-    from hf_ralm.selection.predictive import argmax_first
+    from hf_ralm.selection import argmax_first
 
     passages = [s[:-1] if with_empty else s for s in scores]
     # the choice as the reranker makes it (the first best-scored candidate); the empty passage's index is no passage
@@ -58,9 +58,8 @@ def score_summary(scores: list[list[float]], with_empty: bool) -> dict[str, floa
 
 
 def main(argv=None) -> int:
-    from hf_ralm.reranker_training.data import load_rerank_data
-    from hf_ralm.reranker_training.training import split_by_article
-    from hf_ralm.selection.predictive import NO_PASSAGE_TEXT, PredictiveReranker
+    from hf_ralm.reranker_training import load_rerank_data, split_by_article
+    from hf_ralm.selection import NO_PASSAGE_TEXT, PredictiveReranker
 
     args = parse_args(argv)
     dataset, _ = load_rerank_data(args.data)

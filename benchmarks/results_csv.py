@@ -60,7 +60,7 @@ class Table:
 
     def append(self, row: Mapping) -> None:
         """Add a row and write the whole CSV again, atomically."""
-        from hf_ralm.utils.atomic import write_text_atomic
+        from hf_ralm.utils import write_text_atomic
 
         missing = [name for name in self.columns if name not in row]
         if missing:

@@ -75,6 +75,8 @@ def article_starts(text: str) -> list[tuple[int, str]]:
 def article_sums(text: str, offsets: list[tuple[int, int]], windows, scores, choose) -> ArticleSums:
     """Sum each strategy's chosen target NLLs, the tokens and the words per article. ``offsets[t]`` is token ``t``'s
     character span in ``text``; ``choose(name, scores)`` the option a strategy takes in a window."""
+    from hf_ralm import count_words
+
     starts = article_starts(text)
     char_starts = [c for c, _ in starts]
     article_of_token = [max(0, bisect_right(char_starts, begin) - 1) for begin, _ in offsets]
@@ -82,7 +84,7 @@ def article_sums(text: str, offsets: list[tuple[int, int]], windows, scores, cho
     nll = np.zeros((num, len(STRATEGIES)))
     tokens = np.bincount(article_of_token, minlength=num).astype(float)  # every token of the text, as the paper
     bounds = [*char_starts[1:], len(text)]
-    words = np.array([text[begin:end].count(" ") for begin, end in zip(char_starts, bounds)], dtype=float)
+    words = np.array([count_words(text[begin:end]) for begin, end in zip(char_starts, bounds)], dtype=float)
     with_passage = np.zeros(len(STRATEGIES))
     for w, s in zip(windows, scores):
         article = article_of_token[w.score_begin]
@@ -140,12 +142,8 @@ class TextPass:
 
 def load_pass(name: str, tokenizer, partial: bool) -> TextPass | str:
     """The records of text ``name`` summed per article; or why they cannot be (one line)."""
-    from hf_ralm import RalmConfig
-    from hf_ralm.compare import strategy_choices
-    from hf_ralm.data import load_dataset_text
-    from hf_ralm.plan import prepare
-    from hf_ralm.records import digest
-    from hf_ralm.selection.candidates import CandidateRecordWriter, CandidateScores
+    from hf_ralm import RalmConfig, digest, load_dataset_text, prepare, strategy_choices
+    from hf_ralm.selection import CandidateRecordWriter, CandidateScores
 
     folder, rows_file = TEXTS[name]
     records = RUNS / folder / "candidates-k1"
@@ -252,7 +250,7 @@ def main() -> None:
     if not complete or not rows or any(r["partial"] for r in rows):
         print("\nnothing written: the figures above are not those of the whole texts", file=sys.stderr)
         return
-    from hf_ralm.utils.atomic import write_text_atomic
+    from hf_ralm.utils import write_text_atomic
     import io
 
     out = io.StringIO()

@@ -42,8 +42,7 @@ DATA = tuple(eval_sets(HELDOUT_DIR))
 
 def load_retrievers(args) -> dict:
     """One BM25 retriever per data set, its own articles excluded."""
-    from hf_ralm.retrieval.base import read_forbidden_titles
-    from hf_ralm.retrieval.bm25 import BM25Retriever
+    from hf_ralm.retrieval import BM25Retriever, read_forbidden_titles
 
     return {data: BM25Retriever.load(args.index_dir, forbidden_titles=read_forbidden_titles(titles))
             for data, (_, titles) in eval_sets(args.heldout_dir).items()}
@@ -54,9 +53,7 @@ class Run:
     cheap and redone), with ``config`` the :data:`SETTINGS` plus ``settings`` (RalmConfig fields)."""
 
     def __init__(self, reader: str, data: str, args, retrievers: dict, k: int, **settings):
-        from hf_ralm import RalmConfig
-        from hf_ralm.data import load_dataset_text
-        from hf_ralm.plan import prepare
+        from hf_ralm import RalmConfig, load_dataset_text, prepare
 
         self.reader, self.data = reader, data
         self.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -80,10 +77,9 @@ class Run:
 def cached(folder: str, run: Run, kind: str, compute) -> dict:
     """What ``compute()`` gives for ``run``, kept as one record in the record store ``folder`` (a rerun reads it back;
     one made with another reader, text or settings is refused)."""
-    from hf_ralm.modeling_utils import model_identity
-    from hf_ralm.records import RecordStore
-    from hf_ralm.retrieval.base import retriever_identity
-    from hf_ralm.utils.provenance import provenance
+    from hf_ralm import RecordStore, model_identity
+    from hf_ralm.retrieval import retriever_identity
+    from hf_ralm.utils import provenance
 
     settings = {"pass": kind, **model_identity(run.model), "data": run.data, "tokens": len(run.ids),
                 **run.config.to_dict(), **retriever_identity(run.retriever)}
@@ -97,7 +93,7 @@ def reader_pass(run: Run, batch_size: int, config=None) -> dict:
     """Every candidate's (and, with ``rerank_allow_no_passage``, no passage's) ranking and target NLL sums per window
     (``rerank_windows`` under ``config``, by default the run's), the NLL of the windows nothing was ranked for
     (``base_nll``) and the pass's time."""
-    from hf_ralm.selection.rerank import rerank_windows
+    from hf_ralm.selection import rerank_windows
 
     config = config or run.config
     t0 = time.perf_counter()

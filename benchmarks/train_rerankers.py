@@ -72,7 +72,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def training_windows(dataset) -> int:
     """How many windows of the data are on the training side of the held-out split."""
-    from hf_ralm.reranker_training.training import split_by_article
+    from hf_ralm.reranker_training import split_by_article
 
     return split_by_article(dataset.select_columns(["article"]), 0.1)[0].num_rows
 
@@ -80,9 +80,8 @@ def training_windows(dataset) -> int:
 def train_one(args, variant: str, size: int, data, summary: dict) -> dict | None:
     """One model's record (trained now, or read back); ``None`` when the data has fewer training windows. ``data`` is
     ``(text rows, settings)``."""
-    from hf_ralm.reranker_training import train_reranker
-    from hf_ralm.reranker_training.training import CURVE_FILE, training_steps
-    from hf_ralm.utils.atomic import write_json_atomic
+    from hf_ralm.reranker_training import CURVE_FILE, train_reranker, training_steps
+    from hf_ralm.utils import write_json_atomic
 
     record_path = Path(args.runs_dir) / f"{variant}-{size}.json"
     folder = Path(args.models_dir) / f"{variant}-{size}"
@@ -179,7 +178,7 @@ def main(argv=None) -> int:
     if args.plot_only:
         records = [json.loads(p.read_text(encoding="utf-8")) for p in Path(args.runs_dir).glob("*.json")]
     else:
-        from hf_ralm.reranker_training.data import RerankDataWriter, load_rerank_data, rerank_data_summary
+        from hf_ralm.reranker_training import RerankDataWriter, load_rerank_data, rerank_data_summary
 
         # the first N records, all of them: a sharded collection saves later chunks before earlier ones
         while args.records is not None and (available := RerankDataWriter.prefix_length(args.data)) < args.records:

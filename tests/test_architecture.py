@@ -116,3 +116,22 @@ def test_the_flow_goes_one_way(lower, higher):
     """Spot checks of the order the document states: values, plan, selection, evaluation, front ends."""
     table = layers()
     assert layer_of(lower, table) < layer_of(higher, table)
+
+
+def test_lazy_faces_import_only_their_own_layer_and_below():
+    """A face whose names are imported when first used (``LAZY_EXPORTS``, :mod:`hf_ralm.utils.lazy`) names modules of
+    its own package, none above its layer: what the import check above cannot see, as no import statement names them."""
+    table = layers()
+    checked = 0
+    for path in sorted(PACKAGE.rglob("__init__.py")):
+        face = "/".join(path.relative_to(PACKAGE).parent.parts)
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["LAZY_EXPORTS"]:
+                for submodule in ast.literal_eval(node.value):
+                    target = f"{face}/{submodule}"
+                    assert (PACKAGE / f"{target}.py").is_file(), f"{face}/__init__.py: no module {target}"
+                    assert layer_of(target, table) <= layer_of(f"{face}/__init__", table), (
+                        f"{face}/__init__.py lazily imports {target} (layer {layer_of(target, table)} above "
+                        f"{layer_of(f'{face}/__init__', table)})")
+                    checked += 1
+    assert checked >= 3, "no lazy face was found"

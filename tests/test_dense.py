@@ -462,6 +462,12 @@ def test_hybrid_real(dense_mod, corpus, other_corpus, tmp_path):
     assert again.retrieve(["the sailor and the ship"], 3) == hybrid.retrieve(["the sailor and the ship"], 3)
     by_name = load_retriever("hybrid", index_dir=index_dir)
     assert isinstance(by_name, HybridRetriever) and len(by_name) == 11
+    # its identity (what a run's settings record) names the corpus and both sides' indexes, not an empty record
+    identity = hybrid.identity()
+    assert identity["corpus_fingerprint"] == hybrid.sparse.identity()["corpus_fingerprint"] is not None
+    assert identity["index"]["sparse"] == hybrid.sparse.identity() and identity["index"]["num_passages"] == 11
+    assert identity["index"]["dense"]["index"]["encoder"] == hybrid.dense.identity()["index"]["encoder"]
+    assert by_name.identity()["index"]["dense"]["index"] == identity["index"]["dense"]["index"]  # opened again alike
     with pytest.raises(ValueError, match="different corpora"):
         BM25Retriever.build(other_corpus, str(tmp_path / "mixed-bm25"), words_per_passage=WPP, show_progress=False)
         HybridRetriever(BM25Retriever.load(str(tmp_path / "mixed-bm25")), hybrid.dense)

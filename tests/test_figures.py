@@ -114,10 +114,10 @@ def tiny_resources(tmp_path, tiny_llama, tiny_tokenizer, tiny_index):
 
 
 def test_a_missing_dense_index_is_built_in_bfloat16_and_an_existing_one_kept(tiny_resources, tmp_path, monkeypatch):
-    from hf_ralm.retrieval import factory
+    from hf_ralm import retrieval  # the face the benchmarks import load_retriever from
 
     opened = []
-    monkeypatch.setattr(factory, "load_retriever", lambda kind, **options: opened.append(options) or object())
+    monkeypatch.setattr(retrieval, "load_retriever", lambda kind, **options: opened.append(options) or object())
     res = tiny_resources
     res.args.dense_index_dir = str(tmp_path / "dense")
     res.retriever("dense", resources.WHOLE, DATA)

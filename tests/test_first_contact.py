@@ -372,14 +372,14 @@ def test_the_plan_is_printed_and_a_run_of_hours_on_a_cpu_needs_a_flag(files, cap
     """No --max-eval-tokens and no --max-length evaluated a whole dataset at the model's maximum length (weeks on a
     CPU) without a word: the plan and an estimate from one window are printed first, and a CPU run estimated beyond
     an hour is refused unless --allow-long-run."""
-    import hf_ralm.cli as cli
+    import hf_ralm.run_cost as run_cost
 
     main(eval_lm(files, "--output-dir", str(tmp_path / "run")))
     err = capsys.readouterr().err
     assert re.search(r"hf-ralm: \d+ tokens in \d+ windows of L=16 every 4 tokens, 0 retrievals, 1 reader input\(s\) "
                      r"per window with a passage; one window took [\d.]+ s on cpu \(float32\): roughly \d+ s in all\.",
                      err), err
-    monkeypatch.setattr(cli, "LONG_RUN_S", 0.0)  # as if each window took hours
+    monkeypatch.setattr(run_cost, "LONG_RUN_S", 0.0)  # as if each window took hours
     line = fail(capsys, files, eval_lm(files, "--output-dir", str(files["out"])))
     assert "on this CPU" in line and "give --allow-long-run to start it anyway" in line
     main(eval_lm(files, "--output-dir", str(tmp_path / "long"), "--allow-long-run"))

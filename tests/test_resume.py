@@ -298,6 +298,7 @@ def test_progress_within_a_chunk_is_shown_per_batch_of_windows(monkeypatch, tiny
     run's, advancing with every batch, and vanishing with the chunk (``leave=None``: nested bars leave no trace)."""
     import tqdm.auto
 
+    import hf_ralm.runs as runs
     import hf_ralm.scoring as scoring
 
     bars = []
@@ -313,7 +314,7 @@ def test_progress_within_a_chunk_is_shown_per_batch_of_windows(monkeypatch, tiny
             self.updates.append(n)
             return super().update(n)
 
-    monkeypatch.setattr(evaluation, "tqdm", Recorded)
+    monkeypatch.setattr(runs, "tqdm", Recorded)  # the run harness draws the run's bar
     monkeypatch.setattr(scoring, "tqdm", Recorded)
     config = RalmConfig(**BASE)
     result = evaluation.evaluate_perplexity(tiny_llama, tiny_tokenizer, EVAL_TEXT, tiny_index["retriever"], config,

@@ -232,7 +232,7 @@ def test_library_code_prints_nothing():
     aside): a library's messages go through logging, where its user can silence or redirect them."""
     found = []
     for path in sorted((REPO_ROOT / "src" / "hf_ralm").rglob("*.py")):
-        if path.name == "cli.py":
+        if path.relative_to(REPO_ROOT / "src" / "hf_ralm").parts[0] == "cli":  # the command line's own output
             continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             printed = isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print"

@@ -67,8 +67,7 @@ def point(res: Resources, model: str, data: str, retriever: str = "bm25", corpus
     """A point's settings: the tables' (L=512, s=4, ℓ=32 for BM25 / 64 for dense and hybrid, 256-token passages,
     the first --max-eval-tokens tokens, the model's dtype and BOS rule, the whole sample) with ``settings`` changed.
     Settings that a run without retrieval does not use are ``None``."""
-    from hf_ralm import RalmConfig
-    from hf_ralm.configuration_ralm import default_query_length
+    from hf_ralm import RalmConfig, default_query_length
 
     defaults = RalmConfig()
     p = {"model": model, "data": data, "dtype": res.dtype(model), "bos_every_window": READERS[model].bos_every_window,
@@ -94,9 +93,7 @@ def points_per_text(res: Resources, variants: list[dict], baseline: bool = True)
 
 def measure(res: Resources, p: dict) -> dict:
     """Evaluate the point: its figures (over the counted tokens, :func:`eval_slice`), counts and times."""
-    from hf_ralm import RalmConfig
-    from hf_ralm.evaluation import evaluate_perplexity
-    from hf_ralm.perplexity import count_words, perplexity_figures
+    from hf_ralm import RalmConfig, count_words, evaluate_perplexity, perplexity_figures
 
     model, tokenizer = res.reader(p["model"], p["dtype"])
     ids = res.ids(p["model"], p["dtype"], p["data"])

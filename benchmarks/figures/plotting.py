@@ -25,7 +25,7 @@ SPLIT_STYLES = ("-", "--", "-.", ":")  # lines of one series that differ in anot
 def pyplot():
     """matplotlib's pyplot, drawing to files only (matplotlib is the ``bench`` extra: refused in one line without
     it)."""
-    from hf_ralm.utils.extras import require
+    from hf_ralm.utils import require
 
     matplotlib = require("matplotlib", "bench", "Drawing the benchmarks' figures")
     matplotlib.use("Agg")

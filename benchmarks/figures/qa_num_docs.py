@@ -36,7 +36,7 @@ class QaData:
     def __init__(self, args, depth: int):
         from qa_tables import qa_corpus
 
-        from hf_ralm.qa import load_questions
+        from hf_ralm import load_questions
 
         self.args, self.depth = args, depth
         every = load_questions(args.questions)  # all their gold passages go into the corpus, as in qa_tables
@@ -47,7 +47,7 @@ class QaData:
 
     def with_passages(self) -> list[dict]:
         if self._with_passages is None:
-            from hf_ralm.retrieval.factory import load_retriever
+            from hf_ralm.retrieval import load_retriever
 
             retriever = load_retriever("bm25", index_dir=self.index_dir, corpus=[self.args.corpus, self.gold_corpus])
             print(f"[{NAME}] retrieving the top {self.depth} passages of {len(self.questions)} questions",
@@ -59,7 +59,7 @@ class QaData:
 
 
 def points(res: Resources, qa: QaData) -> list[dict]:
-    from hf_ralm.qa import MAX_NEW_TOKENS
+    from hf_ralm import MAX_NEW_TOKENS
 
     data = os.path.basename(res.args.questions).removesuffix(".gz").removesuffix(".jsonl")
     return [{"model": model, "data": data, "dtype": res.dtype(model), "num_questions": len(qa.questions),
@@ -70,7 +70,7 @@ def points(res: Resources, qa: QaData) -> list[dict]:
 
 def measure(res: Resources, qa: QaData, table: sweep.Table, p: dict) -> dict:
     """Answer the questions with ``num_docs`` passages each, in the point's own folder (resumed if interrupted)."""
-    from hf_ralm.qa import evaluate_qa
+    from hf_ralm import evaluate_qa
 
     examples = qa.with_passages() if p["num_docs"] else qa.questions
     if p["num_docs"]:  # the index is built now: its id names the run (a missing one was "missing" before)

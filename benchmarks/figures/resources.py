@@ -42,7 +42,7 @@ NEW_DENSE_DTYPE = "bfloat16"  # a missing dense index is encoded in it: 1.6x fas
 def index_identity(index_dir: str) -> str:
     """A short hash of the index folder's ``hf_ralm_index.json`` (corpus fingerprint, analysis, encoder ...), so that
     rows measured on another index never count as done; ``"missing"`` when no index is built there yet."""
-    from hf_ralm.retrieval.index_folder import read_index_info
+    from hf_ralm.retrieval import read_index_info
 
     info = read_index_info(index_dir)
     if info is None:
@@ -76,8 +76,7 @@ class Resources:
 
     def ids(self, model: str, dtype: str, data: str) -> list[int]:
         """The current reader's token ids of the whole evaluation text ``data``."""
-        from hf_ralm.data import load_dataset_text
-        from hf_ralm.plan import tokenize_text
+        from hf_ralm import load_dataset_text, tokenize_text
 
         _, tokenizer = self.reader(model, dtype)
         if data not in self._ids:
@@ -137,9 +136,7 @@ class Resources:
         return self._retrievers.get(key)
 
     def _open(self, kind: str, corpus: str, data: str):
-        from hf_ralm.retrieval.base import read_forbidden_titles
-        from hf_ralm.retrieval.factory import load_retriever
-        from hf_ralm.retrieval.hybrid import HybridRetriever
+        from hf_ralm.retrieval import HybridRetriever, load_retriever, read_forbidden_titles
 
         if kind == "hybrid":  # the two sides already open (or opened now) for this corpus and data
             return HybridRetriever(self.retriever("bm25", corpus, data), self.retriever("dense", corpus, data))

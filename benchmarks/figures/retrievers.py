@@ -36,7 +36,7 @@ LENGTH_FROM = {"bm25": "bm25", "lucene": "bm25", "dense": "dense", "hybrid": "de
 def query_length(given: dict, best: dict, model: str, data: str, kind: str, max_eval_tokens: int) -> int:
     """The ℓ of a point: ``given[kind]`` (--query-length KIND=ℓ), else the best of query_length.csv for
     ``LENGTH_FROM[kind]`` (:func:`query_length.best_query_lengths`), else the paper's default."""
-    from hf_ralm.configuration_ralm import default_query_length
+    from hf_ralm import default_query_length
 
     if kind in given:
         return given[kind]

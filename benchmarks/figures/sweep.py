@@ -32,7 +32,7 @@ def provenance(model) -> dict:
     import torch
 
     from benchmarks.bench_common import device_name
-    from hf_ralm.modeling_utils import model_device
+    from hf_ralm import model_device
 
     return {"device": device_name(model_device(model)), "threads": torch.get_num_threads(),
             "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}

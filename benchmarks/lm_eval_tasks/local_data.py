@@ -18,7 +18,7 @@ from pathlib import Path
 import datasets
 
 from benchmarks.bench_setup import SHARED
-from hf_ralm.data import join_rows
+from hf_ralm import join_rows
 
 DOCUMENT_WORDS = 320
 """Words kept of each WikiText-103 document: enough for windows with retrieval at max_length 256 (a document fits in

@@ -1,10 +1,43 @@
-"""hf-ralm: In-Context Retrieval-Augmented Language Modeling (Ram et al., 2023) for any Hugging Face causal LM."""
+"""hf-ralm: In-Context Retrieval-Augmented Language Modeling (Ram et al., 2023) for any Hugging Face causal LM.
 
-from .configuration_ralm import RalmConfig
+Besides the front ends (:class:`RetrievalAugmentedModel`, :func:`evaluate` with its :class:`RunOptions`, the
+retrievers), the steps they are built from are public too, for scripts that time or check one step (the benchmarks):
+reading texts (:func:`load_dataset_text`), the window plan (:func:`prepare`, :func:`plan_windows`), the model inputs
+(:func:`window_prefixes`, :func:`passage_prefix`), the scorer (:func:`score_windows`, :class:`PassageKVCache`,
+:class:`BatchSize`), ensembles, the figures (:func:`perplexity_figures`), the record store (:class:`RecordStore`),
+the run harness (:class:`ChunkRun`) and open-domain QA (:func:`evaluate_qa`).
+
+Example::
+
+    from hf_ralm import (BM25Retriever, RalmConfig, load_dataset_text, perplexity_figures, prepare, score_windows,
+                         window_prefixes)
+
+    config = RalmConfig()
+    plan = prepare(load_dataset_text("wikitext-103-test.jsonl"), tokenizer, config, BM25Retriever.load("wiki-bm25"),
+                   max_length=1024)
+    passages = plan.candidates(plan.windows, 1)   # each window's top passage
+    nll = score_windows(model, plan.ids, plan.windows, window_prefixes(tokenizer, plan.windows, passages, config))
+    scored = sum(w.num_scored for w in plan.windows)
+    perplexity_figures(float(nll[1:].sum()), len(plan.ids), scored, plan.num_words)["token_ppl"]
+"""
+
+from .batching import BatchSize
+from .compare import strategy_choices
+from .configuration_ralm import RalmConfig, default_query_length
+from .data import join_rows, load_dataset_text
+from .ensemble import ensemble_member_nlls, mix_window_nlls
 from .errors import InputError
-from .evaluation import RalmEvalResult, evaluate_perplexity
+from .evaluation import RalmEvalResult, evaluate, evaluate_perplexity, evaluate_retrieval
 from .generation import RalmGenerateOutput, RalmLogitsProcessor
+from .model_inputs import passage_prefix, window_prefixes
 from .modeling_ralm import RalmCausalLMOutput, RetrievalAugmentedModel
+from .modeling_utils import model_device, model_identity, resolve_max_length
+from .passage_cache import PassageKVCache
+from .perplexity import count_words, perplexity_figures, perplexity_from_nll
+from .plan import prepare, tokenize_text
+from .qa import MAX_NEW_TOKENS, evaluate_qa, load_questions, write_gold_corpus
+from .records import RecordStore, digest
+from .runs import ChunkRun, RunOptions
 from .retrieval import (
     RETRIEVER_NAMES,
     BM25Retriever,
@@ -14,7 +47,9 @@ from .retrieval import (
     register_retriever,
     retriever_class,
 )
-from .passages import Passage
+from .passages import Passage, passage_text
+from .scoring import score_windows
+from .windows import Window, plan_windows
 
 __version__ = "0.1.0"
 
@@ -58,7 +93,10 @@ __all__ = [
     "RetrievalAugmentedModel",
     "RalmCausalLMOutput",
     "RalmEvalResult",
+    "evaluate",
     "evaluate_perplexity",
+    "evaluate_retrieval",
+    "RunOptions",
     "RalmGenerateOutput",
     "RalmLogitsProcessor",
     "BM25Retriever",
@@ -69,4 +107,34 @@ __all__ = [
     "retriever_class",
     "register_retriever",
     "RETRIEVER_NAMES",
+    # the steps the front ends are built from
+    "load_dataset_text",
+    "join_rows",
+    "default_query_length",
+    "tokenize_text",
+    "prepare",
+    "plan_windows",
+    "Window",
+    "passage_text",
+    "passage_prefix",
+    "window_prefixes",
+    "score_windows",
+    "PassageKVCache",
+    "BatchSize",
+    "ensemble_member_nlls",
+    "mix_window_nlls",
+    "perplexity_figures",
+    "perplexity_from_nll",
+    "count_words",
+    "model_device",
+    "model_identity",
+    "resolve_max_length",
+    "RecordStore",
+    "ChunkRun",
+    "digest",
+    "strategy_choices",
+    "load_questions",
+    "evaluate_qa",
+    "MAX_NEW_TOKENS",
+    "write_gold_corpus",
 ]

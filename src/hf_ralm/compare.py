@@ -282,7 +282,7 @@ def compare_strategies(
     seconds = time.perf_counter() - start
     if len(scores) < len(plan.windows):  # a worker of a sharded pass, before the others are done
         return Comparison([], len(plan.ids), 0, plan.num_words, len(plan.windows), k, seconds, resumed,
-                          num_done_windows=len(scores), shard=f"{shard.index} of {shard.count} ({shard.launcher})")
+                          num_done_windows=len(scores), shard=shard.description)
     num_scored = sum(w.num_scored for w in plan.windows)
     num_later = sum(1 for w in plan.windows if w.has_retrieval)  # window 0 never retrieves
     rows = []

@@ -3,7 +3,7 @@ one validation (:meth:`RalmConfig.validate`)."""
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import dataclass, fields
 
 from transformers import AutoConfig, PreTrainedConfig
 
@@ -292,3 +292,79 @@ AutoConfig.register("ralm", RalmConfig)
 
 RALM_FIELDS = frozenset(f.name for f in fields(RalmConfig)) - frozenset(f.name for f in fields(PreTrainedConfig))
 """The settings :class:`RalmConfig` adds to ``PreTrainedConfig`` (``retrieval_stride``, ``query_length``, ...)."""
+
+
+@dataclass(frozen=True)
+class SettingFlag:
+    """How a front end offers one :class:`RalmConfig` setting: its command-line ``flag``, the ``group`` it is listed
+    under and its ``help`` (other settings named with :func:`~hf_ralm.errors.setting`, so that each front end names
+    them its own way; ``%(default)s``: the setting's default, :class:`RalmConfig`'s). The settings ``rerank`` and
+    ``retrieval_gate`` pick a strategy of ``stage``: their choices are the registered strategies and ``{strategies}``
+    in ``help`` lists them, both read when a parser is built (a plugin may register one later).
+
+    Example:
+        >>> SETTING_FLAGS["retrieval_stride"].flag, SETTING_FLAGS["retrieval_stride"].group
+        ('--stride', 'RALM settings')
+    """
+
+    flag: str
+    group: str
+    help: str
+    stage: str | None = None
+
+
+SETTING_FLAGS: dict[str, SettingFlag] = {
+    "retrieval_stride": SettingFlag("--stride", "RALM settings",
+                                    "retrieval stride s: retrieve every s tokens (default %(default)s)"),
+    "query_length": SettingFlag("--query-length", "RALM settings",
+                                "query length ℓ in tokens (default: the retriever's, 32; 64 for --retriever "
+                                "dense/hybrid)"),
+    "max_length": SettingFlag("--max-length", "RALM settings", "window length L (default: the model's maximum)"),
+    "max_doc_tokens": SettingFlag("--max-doc-tokens", "passages in context",
+                                  "passage length cap in tokens (default %(default)s)"),
+    "bos_every_window": SettingFlag("--bos-every-window", "passages in context",
+                                    "put BOS at the start of every window (fair baseline for BOS-sensitive models)"),
+    "rerank": SettingFlag("--rerank", "reranking", f"how each window's passage is chosen among "
+                                                   f"{setting('rerank_candidates')} retrieved ones: {{strategies}}",
+                          stage=RERANK),
+    "rerank_candidates": SettingFlag("--rerank-candidates", "reranking",
+                                     "k: retrieved passages to choose among (default %(default)s)"),
+    "rerank_tokens": SettingFlag("--rerank-tokens", "reranking",
+                                 f"s': prefix tokens {setting('rerank')} lm ranks on (default %(default)s)"),
+    "reranker_model": SettingFlag("--reranker-model", "reranking",
+                                  f"the LM that ranks for {setting('rerank')} lm (default: the model itself), or the "
+                                  f"trained reranker of {setting('rerank')} predictive (folder or Hub id)"),
+    "rerank_allow_no_passage": SettingFlag("--rerank-allow-no-passage", "reranking",
+                                           f"with {setting('rerank')} lm/oracle/predictive, no passage is one more "
+                                           "candidate"),
+    "rerank_no_passage_margin": SettingFlag("--rerank-no-passage-margin", "reranking",
+                                            f"with {setting('rerank_allow_no_passage')}, the nats of ranking NLL a "
+                                            "passage must save over no passage to be chosen (default %(default)s)"),
+    "rerank_seed": SettingFlag("--rerank-seed", "reranking",
+                               f"seed of {setting('rerank')} random (default %(default)s)"),
+    "retrieval_gate": SettingFlag("--retrieval-gate", "retrieval gate",
+                                  f"whether a window retrieves at all: {{strategies}}; with {setting('rerank')} the "
+                                  "score gate decides before it, the lm gate after it", stage=GATE),
+    "gate_threshold": SettingFlag("--gate-threshold", "retrieval gate",
+                                  "the score gate's threshold, a fraction (0 to 1) of the query's maximum attainable "
+                                  "score; the lm gate's, the nats the passage must save on the "
+                                  f"{setting('rerank_tokens')} tokens (default 2, chosen on validation data)"),
+    "num_passages": SettingFlag("--num-passages", "several passages",
+                                "n: passages put in front of the text, the most relevant nearest it, each cut to "
+                                f"{setting('max_doc_tokens')} (default %(default)s; with {setting('rerank')} the "
+                                "chosen one first, then retrieval order)"),
+    "max_context_doc_tokens": SettingFlag("--max-context-doc-tokens", "several passages",
+                                          "cap on the tokens of all the passages in context, separators included; at "
+                                          "the cap the least relevant give way (default and at most: n × "
+                                          f"{setting('max_doc_tokens')})"),
+    "ensemble_size": SettingFlag("--ensemble", "several passages",
+                                 "n > 1: mix the next-token probabilities of the top n passages, one in context each, "
+                                 "weighted by softmax(retrieval score / "
+                                 f"{setting('ensemble_temperature')}) (default %(default)s: no ensemble)"),
+    "ensemble_temperature": SettingFlag("--ensemble-temperature", "several passages",
+                                        "τ of the ensemble's weights (default %(default)s)"),
+}
+"""The :class:`RalmConfig` settings a front end offers, in the order it lists them: each one's flag, group and help
+(its default is the field's own). The command line's flags are generated from it
+(:func:`hf_ralm.cli.settings.add_ralm_arguments`); ``base_model_name_or_path`` (``--model``) and ``passage_template``
+are not listed."""

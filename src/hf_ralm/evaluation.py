@@ -4,8 +4,8 @@ Example:
     >>> from hf_ralm import RetrievalAugmentedModel
     >>> model = RetrievalAugmentedModel.from_pretrained("HuggingFaceTB/SmolLM2-135M", retriever="bm25",
     ...                                                 index_dir="index/", corpus="wiki.jsonl.gz")  # doctest: +SKIP
-    >>> result = evaluate_perplexity(model.base_model, model.tokenizer, text, model.retriever,
-    ...                              model.config)                                                   # doctest: +SKIP
+    >>> result = evaluate(model.base_model, model.tokenizer, text, model.retriever, model.config,
+    ...                   run=RunOptions(output_dir="runs/bm25"))                                    # doctest: +SKIP
     >>> result.figures["token_ppl"]                                                                  # doctest: +SKIP
 """
 
@@ -15,13 +15,11 @@ import os
 import time
 import warnings
 from collections import Counter
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
-from .utils.progress import tqdm
 
 from .batching import BatchSize
 from .configuration_ralm import RalmConfig
@@ -34,7 +32,7 @@ from .passages import Passage, quotes_query
 from .perplexity import perplexity_figures
 from .plan import WindowPlan, prepare, window_futures
 from .resume import CHUNK_SIZE, EVAL_FILE, RECORDS_DIR, WindowRecord, WindowRecordWriter, run_settings
-from .records import check_output_folder
+from .runs import ChunkRun, RunOptions
 from .retrieval.base import Retriever
 from .retrieval.dataset import (RetrievalDataset, RetrievalFingerprint, is_retrieval_dataset, retrieval_settings,
                                 save_retrieval_dataset)
@@ -45,8 +43,6 @@ from .selection.policy import PassagePolicy
 from .selection.rerank import WindowRanker
 from .selection.strategies import future_looking, gates, reader_ranks, reranks
 from .utils.atomic import write_json_atomic
-from .utils.checks import check_count
-from .utils.shards import Shard, distributed_barrier, is_writer
 from .windows import Window
 
 
@@ -161,57 +157,125 @@ def text_in_passage(queries: Sequence[str | None], passages: Sequence[Passage | 
         f"from retrieval ({setting('forbidden_titles')}).")
 
 
-def evaluate_retrieval(
+def evaluate(
     model,
     tokenizer,
     text_or_ids: str | Sequence[int],
     retriever: Retriever | None,
     config: RalmConfig,
+    *,
+    run: RunOptions = RunOptions(),
     retrieval_file: str | None = None,
     max_eval_tokens: int | None = None,
-    show_progress: bool = True,
     reranker=None,
-    batch_size: int | str = 8,
     reuse_prefix_kv: bool = True,
-    output_dir: str | None = None,
-    overwrite: bool = False,
-    chunk_size: int = CHUNK_SIZE,
-    report_extra: dict | None = None,
-    num_shards: int | None = None,
-    shard_id: int | None = None,
-    repair: bool = False,
+    score: bool = True,
 ) -> RalmEvalResult:
-    """Tokens, windows, queries, passages and the passage each window puts in context (``hf-ralm retrieve``).
-
-    ``config.rerank`` chooses among ``config.rerank_candidates`` retrieved passages (a strategy of
-    :mod:`hf_ralm.selection.strategies`, with ``reranker`` for another LM or a trained cross-encoder) and
-    ``config.retrieval_gate`` whether a window retrieves at all (:mod:`hf_ralm.selection.gates`; the score gate asks
-    ``retriever`` for each query's maximum score); when the reader ranked, the result already holds the target NLLs
-    (``token_nlls``). A retrieval file that records choices (written with reranking or a gate) fixes them instead.
+    """In-Context RALM perplexity of a text (or of token ids) under the paper's conventions (``hf-ralm eval-lm``),
+    or with ``score=False`` its tokens, windows, queries, passages and the passage each window puts in context alone
+    (``hf-ralm retrieve``).
 
     Passages come from ``retrieval_file`` when given (the reference's JSON format, or a retrieval dataset: its folder
     or ``hf:REPO_ID``, refused unless made for this text, tokenizer and settings, :mod:`hf_ralm.retrieval.dataset`;
-    the texts it leaves out are fetched by id from ``retriever``), else from ``retriever`` (the
-    top ``config.num_retrieved`` passages of every window's query: the reranker's candidates, or the ones put in
-    context or mixed), else none. The figures count the windows (``num_windows``), the retrievals made or read from
-    the file (``num_retrievals``: every window but window 0, or none without retrieval), those that found nothing
-    (``num_empty_retrievals``), those where a passage was found but none chosen (a reranker's no-passage choice or a
-    closed gate: ``num_windows_without_passage_chosen``) and those with a passage in context
-    (``num_windows_with_passage``: the rest, so the three add up to ``num_retrievals``), and give the share of the
-    windows after the first that had a passage in context (``retrieved_fraction``: ``num_windows_with_passage /
-    num_retrievals``).
+    the texts it leaves out are fetched by id from ``retriever``), else from ``retriever`` (the top
+    ``config.num_retrieved`` passages of every window's query: the reranker's candidates, or the ones put in context
+    or mixed), else none. ``config.rerank`` chooses among ``config.rerank_candidates`` retrieved passages (a strategy
+    of :mod:`hf_ralm.selection.strategies`, with ``reranker`` for another LM or a trained cross-encoder) and
+    ``config.retrieval_gate`` whether a window retrieves at all (:mod:`hf_ralm.selection.gates`; the score gate asks
+    ``retriever`` for each query's maximum score); a retrieval file that records choices (written with reranking or a
+    gate) fixes them instead. Each window puts ``config.num_passages`` passages in context
+    (:func:`~hf_ralm.model_inputs.context_prefix`), or with ``config.ensemble_size > 1`` mixes its top passages'
+    probabilities (:mod:`hf_ralm.ensemble`); when the reader ranked, the windows are already scored (``token_nlls``,
+    also with ``score=False``). Word-level perplexity counts the spaces of the text (of the decoded tokens when ids are
+    given or ``max_eval_tokens`` cuts the text).
 
-    The windows run in chunks of ``chunk_size``; with ``output_dir`` each chunk's records are saved there and a rerun
-    with the same settings resumes after them (``num_resumed_windows``; :mod:`hf_ralm.resume`, ``overwrite``: start
-    afresh; ``repair``: compute damaged chunks again), and ``eval.json`` is written there at the end: the figures,
-    the timings, the settings' digest and ``report_extra`` (what else the caller records, e.g. the command line's
-    arguments and the model's load time).
+    The figures count the windows (``num_windows``), the retrievals made or read from the file (``num_retrievals``:
+    every window but window 0, or none without retrieval), those that found nothing (``num_empty_retrievals``), those
+    where a passage was found but none chosen (a reranker's no-passage choice or a closed gate:
+    ``num_windows_without_passage_chosen``) and those with a passage in context (``num_windows_with_passage``: the
+    rest, so the three add up to ``num_retrievals``), and give the share of the windows after the first that had a
+    passage in context (``retrieved_fraction``: ``num_windows_with_passage / num_retrievals``).
+
+    ``run`` (:class:`~hf_ralm.runs.RunOptions`) says how the run is kept and shared. The windows run in chunks of
+    ``run.chunk_size`` windows (256 by default), each end to end (retrieve, choose, score), in forward passes of
+    ``run.batch_size``. With ``run.output_dir``, each chunk's per-window records (passages, choices, NLLs) are saved
+    there as soon as it is done, and ``eval.json`` at the end: an interrupted run loses at most one chunk, and a rerun
+    with the same settings resumes after the saved chunks with exactly the figures of an uninterrupted run
+    (``num_resumed_windows`` counts the windows it did not compute again). Other settings, model, data or retrieval
+    are refused, naming what differs (an :class:`~hf_ralm.errors.OutputFolderError`), unless ``run.overwrite`` (start
+    afresh), and so is a damaged chunk, naming it, unless ``run.repair`` (it is moved aside and computed again), and
+    a folder holding files hf-ralm did not write. ``eval.json`` carries the digest of the settings
+    (``settings_digest``), as every chunk does, and ``run.report_extra`` (what else the caller records, e.g. the
+    command line's arguments; its ``timings`` join the evaluation's). See :mod:`hf_ralm.resume`. Many workers share
+    a run through ``run.output_dir`` (``run.num_shards``/``run.shard_id``, or torchrun's, accelerate's or a Slurm
+    array's environment): a worker that finds the others' windows missing returns ``complete: False``.
+
+    Example::
+
+        result = evaluate(model, tokenizer, text, retriever, config, run=RunOptions(output_dir="runs/bm25"))
+        result.figures["token_ppl"], result.figures["num_resumed_windows"]   # (..., 0)
+        evaluate(model, tokenizer, text, retriever, config, score=False).save_retrieval_file("r.json", tokenizer)
     """
-    return _evaluate(model, tokenizer, text_or_ids, retriever, config, retrieval_file=retrieval_file,
-                     max_eval_tokens=max_eval_tokens, batch_size=batch_size, reuse_prefix_kv=reuse_prefix_kv,
-                     show_progress=show_progress, reranker=reranker, output_dir=output_dir, overwrite=overwrite,
-                     chunk_size=chunk_size, report_extra=report_extra, num_shards=num_shards, shard_id=shard_id,
-                     repair=repair, scored=False)
+    run.check_output_dir((RECORDS_DIR, EVAL_FILE), "evaluation results")  # before any work
+    evaluation = _plan(model, tokenizer, text_or_ids, retriever, config, retrieval_file=retrieval_file,
+                       max_eval_tokens=max_eval_tokens, reranker=reranker, reuse_prefix_kv=reuse_prefix_kv,
+                       scored=score, run=run)
+    plan = evaluation.plan
+    state, chunks = _loop(evaluation, run)
+    if not state.complete():
+        return RalmEvalResult(
+            figures={"complete": False, "num_windows": len(plan.windows), "num_done_windows": state.num_done(),
+                     "shard": chunks.shard.description, "num_computed_windows": chunks.num_computed},
+            ids=plan.ids, token_nlls=None, token_windows=None, windows=plan.windows, queries=plan.queries,
+            passages=state.passages, chosen=state.chosen, ranking_nlls=state.ranking_nlls,
+            timings=evaluation.timings)
+    figures, found_warnings = _figures(evaluation, state, chunks)
+    for warning in found_warnings:
+        warnings.warn(warning, stacklevel=2)
+    scored_all = state.all_scored()
+    result = RalmEvalResult(
+        figures=figures, ids=plan.ids, token_nlls=state.nlls if scored_all else None,
+        token_windows=state.token_windows if scored_all else None, windows=plan.windows, queries=plan.queries,
+        passages=state.passages, chosen=state.chosen, ranking_nlls=state.ranking_nlls, timings=evaluation.timings,
+        gate_scores=state.gate_scores if gates(figures.get("retrieval_gate")) else None,
+        context_size=max(config.num_passages, config.ensemble_size),
+        retrieval_settings=None if retriever is None or retrieval_file is not None else retrieval_settings(
+            config, retriever, window_length=plan.max_length,
+            reader=model_identity(model) if reader_ranks(config) else None))
+    if run.output_dir is not None:
+        extra = dict(run.report_extra or {})
+        extra_timings = extra.pop("timings", {})
+        report = {**figures, **extra, "timings": {**extra_timings, **evaluation.timings},
+                  "settings_digest": chunks.store.settings_digest}
+        chunks.finish(lambda: write_json_atomic(os.path.join(run.output_dir, EVAL_FILE), report))
+    return result
+
+
+def evaluate_perplexity(model, tokenizer, text_or_ids: str | Sequence[int], retriever: Retriever | None,
+                        config: RalmConfig, **options: Any) -> RalmEvalResult:
+    """:func:`evaluate` with its run options given as keywords of their own (the fields of
+    :class:`~hf_ralm.runs.RunOptions`: ``output_dir=``, ``chunk_size=``, ``batch_size=``, ...), as
+    :meth:`~hf_ralm.RetrievalAugmentedModel.evaluate_perplexity` takes them.
+
+    Example::
+
+        evaluate_perplexity(model, tokenizer, text, retriever, config,
+                            output_dir="runs/bm25").figures["num_resumed_windows"]   # 0
+    """
+    run, rest = RunOptions.split(options)
+    return evaluate(model, tokenizer, text_or_ids, retriever, config, run=run, **rest)
+
+
+def evaluate_retrieval(model, tokenizer, text_or_ids: str | Sequence[int], retriever: Retriever | None,
+                       config: RalmConfig, **options: Any) -> RalmEvalResult:
+    """:func:`evaluate` without scoring (``score=False``, ``hf-ralm retrieve``), its run options given as keywords
+    of their own (see :func:`evaluate_perplexity`).
+
+    Example::
+
+        evaluate_retrieval(model, tokenizer, text, retriever, config).save_retrieval_file("r.json", tokenizer)
+    """
+    return evaluate_perplexity(model, tokenizer, text_or_ids, retriever, config, **options, score=False)
 
 
 def gate_settings(config: RalmConfig) -> dict:
@@ -245,66 +309,10 @@ def check_file_choices(retrievals: Retrievals, config: RalmConfig, path: str) ->
                            "file without reranking.")
 
 
-def evaluate_perplexity(
-    model,
-    tokenizer,
-    text_or_ids: str | Sequence[int],
-    retriever: Retriever | None,
-    config: RalmConfig,
-    retrieval_file: str | None = None,
-    max_eval_tokens: int | None = None,
-    batch_size: int | str = 8,
-    reuse_prefix_kv: bool = True,
-    show_progress: bool = True,
-    reranker=None,
-    output_dir: str | None = None,
-    overwrite: bool = False,
-    chunk_size: int = CHUNK_SIZE,
-    report_extra: dict | None = None,
-    num_shards: int | None = None,
-    shard_id: int | None = None,
-    repair: bool = False,
-) -> RalmEvalResult:
-    """In-Context RALM perplexity of a text (or of token ids) under the paper's conventions.
-
-    Passages come from ``retrieval_file`` when given, else from ``retriever``, else none; each window puts
-    ``config.num_passages`` of them in context (:func:`~hf_ralm.model_inputs.context_prefix`), or with
-    ``config.ensemble_size > 1`` mixes its top passages' probabilities (:mod:`hf_ralm.ensemble`). Word-level
-    perplexity counts the spaces of the text (of the decoded tokens when ids are given or ``max_eval_tokens`` cuts
-    the text).
-
-    The windows run in chunks of ``chunk_size`` windows, each end to end (retrieve, choose, score). With
-    ``output_dir``, each chunk's per-window records (passages, choices, NLLs) are saved there as soon as it is done,
-    and ``eval.json`` at the end: an interrupted run loses at most one chunk, and a rerun with the same settings
-    resumes after the saved chunks with exactly the figures of an uninterrupted run (``num_resumed_windows`` counts
-    the windows it did not compute again). Other settings, model, data or retrieval are refused, naming what differs
-    (an :class:`~hf_ralm.errors.OutputFolderError`), unless ``overwrite`` (start afresh), and so is a damaged chunk,
-    naming it, unless ``repair`` (it is moved aside and computed again), and a folder holding files hf-ralm did not
-    write. ``eval.json`` carries the digest of the settings (``settings_digest``), as every chunk does. See
-    :mod:`hf_ralm.resume`.
-    ``eval.json`` also holds ``report_extra`` (what else the caller records, e.g. the command line's arguments; its
-    ``timings`` join the evaluation's).
-
-    Example::
-
-        evaluate_perplexity(model, tokenizer, text, retriever, config,
-                            output_dir="runs/bm25").figures["num_resumed_windows"]   # 0
-    """
-    return _evaluate(model, tokenizer, text_or_ids, retriever, config, retrieval_file=retrieval_file,
-                     max_eval_tokens=max_eval_tokens, batch_size=batch_size, reuse_prefix_kv=reuse_prefix_kv,
-                     show_progress=show_progress, reranker=reranker, output_dir=output_dir, overwrite=overwrite,
-                     chunk_size=chunk_size, report_extra=report_extra, num_shards=num_shards, shard_id=shard_id,
-                     repair=repair, scored=True)
-
-
-def _evaluate(model, tokenizer, text_or_ids, retriever, config: RalmConfig, *, retrieval_file, max_eval_tokens,
-              batch_size, reuse_prefix_kv, show_progress, reranker, output_dir, overwrite, chunk_size, report_extra,
-              num_shards, shard_id, repair, scored) -> RalmEvalResult:
-    """:func:`evaluate_retrieval` (``scored=False``) and :func:`evaluate_perplexity`: the windows in chunks, each
-    chunk's records saved in ``output_dir`` and the saved ones resumed."""
-    check_count("chunk_size", chunk_size)
-    if output_dir is not None:  # before any work
-        check_output_folder(output_dir, (RECORDS_DIR, EVAL_FILE), "evaluation results")
+def _plan(model, tokenizer, text_or_ids, retriever, config: RalmConfig, *, retrieval_file, max_eval_tokens, reranker,
+          reuse_prefix_kv, scored, run: RunOptions) -> _Evaluation:
+    """The evaluation's fixed parts: the window plan, the retrieval file's passages (and choices) when given, the
+    policy that chooses otherwise, the batching."""
     t0 = time.perf_counter()
     plan = prepare(text_or_ids, tokenizer, config, retriever, max_length=window_length(model, config),
                    max_eval_tokens=max_eval_tokens)
@@ -324,53 +332,49 @@ def _evaluate(model, tokenizer, text_or_ids, retriever, config: RalmConfig, *, r
         check_file_choices(retrievals, config, retrieval_file)
     timings["retrieval_s"] += time.perf_counter() - t0
     chooses = retrievals is None or retrievals.chosen is None
-    run = _Evaluation(model, tokenizer, plan, config, PassagePolicy(config, retriever, reranker) if chooses else None,
-                      retrievals, reuse_prefix_kv, scored, show_progress, timings)
-    batches = BatchSize(batch_size, model_device(model))
+    return _Evaluation(model, tokenizer, plan, config, PassagePolicy(config, retriever, reranker) if chooses else None,
+                       retrievals, reuse_prefix_kv, scored, run.show_progress, timings, retriever=retriever,
+                       retrieving=retrieval_file is not None or retriever is not None, source=source,
+                       batches=BatchSize(run.batch_size, model_device(model)))
 
-    shard = Shard.resolve(num_shards, shard_id)
-    if shard.count > 1 and output_dir is None:
-        raise SettingError(f"{shard.count} workers ({shard.launcher}) share a run through its "
-                           f"{setting('output_dir')}: give one.")
-    writer = None
-    if output_dir is not None:
-        settings = run_settings(model=model, tokenizer=tokenizer, ids=plan.ids, retriever=retriever, config=config,
-                                retrieval_file=source, max_length=plan.max_length, batch_size=batches.setting,
-                                reuse_prefix_kv=reuse_prefix_kv, scored=scored, chunk_size=chunk_size)
-        if overwrite and is_writer():  # the records first: refused while a worker computes them
-            WindowRecordWriter.remove(Path(output_dir, RECORDS_DIR))
-            Path(output_dir, EVAL_FILE).unlink(missing_ok=True)
-        distributed_barrier()  # under torchrun, rank 0 has overwritten before any rank opens the folder
-        writer = WindowRecordWriter(Path(output_dir, RECORDS_DIR), settings, chunk_size=chunk_size,
-                                    windows=plan.windows, repair=repair)
+
+def _loop(evaluation: _Evaluation, run: RunOptions) -> tuple[_WindowState, ChunkRun]:
+    """The windows, chunk by chunk, through the run harness (:class:`~hf_ralm.runs.ChunkRun`): the saved records read
+    back, this worker's chunks computed (each saved with ``run.output_dir``), the other workers' read once they are
+    in."""
+    plan, batches = evaluation.plan, evaluation.batches
+    chunks = ChunkRun(run, chunk_size=run.chunk_size or CHUNK_SIZE)
+    if run.output_dir is not None:
+        settings = run_settings(model=evaluation.model, tokenizer=evaluation.tokenizer, ids=plan.ids,
+                                retriever=evaluation.retriever, config=evaluation.config,
+                                retrieval_file=evaluation.source, max_length=plan.max_length,
+                                batch_size=batches.setting, reuse_prefix_kv=evaluation.reuse_prefix_kv,
+                                scored=evaluation.scored, chunk_size=chunks.chunk_size)
+        chunks.open(WindowRecordWriter, Path(run.output_dir, RECORDS_DIR), settings,
+                    final=[Path(run.output_dir, EVAL_FILE)], windows=plan.windows)
     state = _WindowState(plan.windows, len(plan.ids))
-    read = state.apply_all(writer.rows() if writer else [])
-    done = set(writer.ranges()) if writer else set()
-    todo = [chunk for k, chunk in enumerate(plan.chunks(chunk_size))
-            if shard.takes(k) and (chunk[0].index, chunk[-1].index + 1) not in done]
-    with writer or nullcontext(), tqdm(total=len(plan.windows), initial=read, unit="win",
-                                       disable=not show_progress, desc="Evaluating" if scored else "Retrieving") as bar:
-        for chunk in todo:
-            # the stages' own bars show each window of the chunk under this one, and vanish with the chunk
-            records = batches.run(lambda size: run.chunk_records(chunk, state, size))  # again, smaller, on OOM
-            state.apply_all(records)
-            if writer:
-                writer.save(chunk[0].index, records, batch_size=batches.size)
-            bar.update(len(chunk))
-    if writer and shard.count > 1:  # the other workers' chunks: all of them once the last is in
-        distributed_barrier()
-        writer.refresh()
-        state.apply_all(writer.rows())
-    computed = sum(len(chunk) for chunk in todo)
-    if not state.complete():
-        return RalmEvalResult(
-            figures={"complete": False, "num_windows": len(plan.windows), "num_done_windows": state.num_done(),
-                     "shard": f"{shard.index} of {shard.count} ({shard.launcher})", "num_computed_windows": computed},
-            ids=plan.ids, token_nlls=None, token_windows=None, windows=plan.windows, queries=plan.queries,
-            passages=state.passages, chosen=state.chosen, ranking_nlls=state.ranking_nlls, timings=timings)
+    state.apply_all(chunks.rows())
+
+    def step(start: int, stop: int) -> list[WindowRecord]:
+        # the stages' own bars show each window of the chunk under the run's, and vanish with the chunk
+        records = batches.run(lambda size: evaluation.chunk_records(plan.windows[start:stop], state, size))
+        state.apply_all(records)  # computed again, smaller, on out-of-memory errors: then applied
+        return records
+
+    chunks.run(len(plan.windows), step, desc="Evaluating" if evaluation.scored else "Retrieving", unit="win",
+               info=lambda: {"batch_size": batches.size})
+    if chunks.shard.count > 1:  # the other workers' chunks: all of them once the last is in
+        chunks.gather()
+        state.apply_all(chunks.rows())
+    return state, chunks
+
+
+def _figures(evaluation: _Evaluation, state: _WindowState, chunks: ChunkRun) -> tuple[dict, list[RalmWarning]]:
+    """A complete evaluation's figures (see :func:`evaluate`) and the warnings about them (no retrieval happened;
+    the passages quote the text)."""
+    plan, config, retrievals = evaluation.plan, evaluation.config, evaluation.retrievals
     windows = plan.windows
-    retrieving = retrieval_file is not None or retriever is not None
-    num_retrievals = sum(1 for w in windows if w.has_retrieval) if retrieving else 0
+    num_retrievals = sum(1 for w in windows if w.has_retrieval) if evaluation.retrieving else 0
     found = sum(1 for w in windows if w.has_retrieval and state.passages[w.index])
     in_context = sum(1 for w in windows if w.has_retrieval and state.passages[w.index] and state.chosen[w.index] >= 0)
     rerank = (retrievals and retrievals.rerank) or config.rerank
@@ -380,7 +384,7 @@ def _evaluate(model, tokenizer, text_or_ids, retriever, config: RalmConfig, *, r
         "num_tokens": len(plan.ids),
         "num_words": plan.num_words,
         "num_windows": len(windows),
-        "num_resumed_windows": len(plan.windows) - computed,  # read back, not computed in this process
+        "num_resumed_windows": len(windows) - chunks.num_computed,  # read back, not computed in this process
         "num_retrievals": num_retrievals,
         "num_windows_with_passage": in_context,
         "num_empty_retrievals": num_retrievals - found,
@@ -398,17 +402,17 @@ def _evaluate(model, tokenizer, text_or_ids, retriever, config: RalmConfig, *, r
         figures["ensemble_temperature"] = config.ensemble_temperature
     if future_looking(rerank, gate.get("retrieval_gate")):
         figures["oracle_looks_at_future"] = True  # an upper bound, not a method
-    if reranks(rerank) and chooses:
+    if reranks(rerank) and evaluation.policy is not None:
         figures["rerank_candidates"] = config.rerank_candidates
-    scored_all = state.all_scored()
-    if scored:
-        scored_here = sum(w.num_scored for chunk in todo for w in chunk)
+    if evaluation.scored:
+        scored_here = sum(w.num_scored for start, stop in chunks.computed for w in windows[start:stop])
+        timings = evaluation.timings
         seconds = timings["scoring_s"] + timings["rerank_s"]  # reranking may have scored the windows already
         figures = {**perplexity_figures(float(state.nlls[1:].sum()), len(plan.ids),
                                         sum(w.num_scored for w in windows), plan.num_words),
                    **figures, "scored_tokens_per_s": scored_here / seconds if seconds else None}
     found_warnings = []
-    if retrieving and num_retrievals == 0:
+    if evaluation.retrieving and num_retrievals == 0:
         found_warnings.append(no_retrieval_warning(len(plan.ids), plan.max_length))
     first_in_context = [found[choice] if found and choice >= 0 else None
                         for found, choice in zip(state.passages, state.chosen)]
@@ -416,25 +420,7 @@ def _evaluate(model, tokenizer, text_or_ids, retriever, config: RalmConfig, *, r
     found_warnings += [leakage] if leakage else []
     if found_warnings:
         figures["warnings"] = [str(warning) for warning in found_warnings]
-        for warning in found_warnings:
-            warnings.warn(warning, stacklevel=3)
-    gated = gates(gate.get("retrieval_gate"))
-    result = RalmEvalResult(
-        figures=figures, ids=plan.ids, token_nlls=state.nlls if scored_all else None,
-        token_windows=state.token_windows if scored_all else None, windows=windows, queries=plan.queries,
-        passages=state.passages, chosen=state.chosen, ranking_nlls=state.ranking_nlls, timings=timings,
-        gate_scores=state.gate_scores if gated else None, context_size=max(config.num_passages, config.ensemble_size),
-        retrieval_settings=None if retriever is None or retrieval_file is not None else retrieval_settings(
-            config, retriever, window_length=plan.max_length,
-            reader=model_identity(model) if reader_ranks(config) else None))
-    if output_dir is not None and is_writer():
-        extra = dict(report_extra or {})
-        extra_timings = extra.pop("timings", {})
-        writer.check_unchanged()  # no eval.json from records another run replaced meanwhile
-        write_json_atomic(os.path.join(output_dir, EVAL_FILE), {**figures, **extra,
-                                                                "timings": {**extra_timings, **timings},
-                                                                "settings_digest": writer.settings_digest})
-    return result
+    return figures, found_warnings
 
 
 class _WindowState:
@@ -494,6 +480,10 @@ class _Evaluation:
     scored: bool
     show_progress: bool
     timings: dict
+    retriever: Retriever | None
+    retrieving: bool  # passages come from a retriever or a retrieval file
+    source: str | None  # the retrieval file, or the folder of a retrieval dataset
+    batches: BatchSize
 
     def chunk_records(self, chunk: Sequence[Window], state: _WindowState, batch_size: int) -> list[WindowRecord]:
         """One chunk of windows end to end: its passages (retrieved, or from the retrieval file), each window's

@@ -31,7 +31,7 @@ from transformers.utils import ModelOutput
 from .configuration_ralm import RALM_FIELDS, RalmConfig
 from .compare import DEFAULT_STRATEGIES, Comparison, compare_strategies
 from .model_card import ralm_model_card
-from .evaluation import RalmEvalResult, evaluate_perplexity
+from .evaluation import RalmEvalResult, evaluate
 from .generation import ralm_generate
 from .errors import MissingFileError, SettingError, setting
 from .passages import Passage
@@ -39,6 +39,7 @@ from .placement import DEVICE_DEFAULT, default_device, resolve_device, resolve_d
 from .retrieval.base import RETRIEVER_CONFIG_FILE, Retriever, read_forbidden_titles
 from .retrieval.factory import load_retriever, load_retriever_from_pretrained, pretrained_folder
 from .retrieval.registry import retriever_class
+from .runs import RunOptions
 from .selection.rankers import load_reranker
 from .utils.atomic import write_text_atomic
 from .utils.extras import require
@@ -404,8 +405,9 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
         return self._reranker
 
     def evaluate_perplexity(self, text_or_ids: str | Sequence[int], **kwargs) -> RalmEvalResult:
-        """In-Context RALM perplexity of a text under the paper's conventions; see
-        :func:`hf_ralm.evaluation.evaluate_perplexity` for the keyword arguments (``output_dir=`` saves the progress
+        """In-Context RALM perplexity of a text under the paper's conventions: :func:`hf_ralm.evaluation.evaluate`
+        with this model's retriever, config and reranker; the keyword arguments are its own and the run options
+        (``run=``, a :class:`~hf_ralm.runs.RunOptions`, or its fields as keywords: ``output_dir=`` saves the progress
         chunk by chunk, and a rerun resumes it).
 
         Example::
@@ -414,8 +416,9 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
         """
         if self.tokenizer is None:
             raise ValueError("This model has no tokenizer: pass tokenizer= to from_pretrained.")
-        return evaluate_perplexity(self.language_model, self.tokenizer, text_or_ids, self.retriever, self.config,
-                                   reranker=self.reranker, **kwargs)
+        run, options = RunOptions.split(kwargs)
+        return evaluate(self.language_model, self.tokenizer, text_or_ids, self.retriever, self.config, run=run,
+                        reranker=self.reranker, **options)
 
     def compare_strategies(self, text_or_ids: str | Sequence[int], strategies: Sequence[str] = DEFAULT_STRATEGIES,
                            **kwargs) -> Comparison:

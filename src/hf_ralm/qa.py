@@ -32,11 +32,11 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from .errors import SettingError, setting
 from .records import RecordStore, check_output_folder
+from .runs import ChunkRun, RunOptions
 from .retrieval.corpus import WORDS_PER_PASSAGE
 from .utils.atomic import write_json_atomic, write_text_atomic
 from .utils.datasets_io import load_hf_dataset
 from .utils.paths import missing_local_path
-from .utils.shards import Shard, distributed_barrier, is_writer, uncovered
 
 __all__ = [
     "QARecord",
@@ -58,6 +58,7 @@ __all__ = [
 CLOSED_BOOK_PROMPT = "Answer these questions:\nQ: {question}\nA:"
 OPEN_BOOK_PROMPT = "{passages}\n\nBased on {these} answer these questions:\nQ: {question}\nA:"
 MAX_NEW_TOKENS = 10
+"""Tokens generated per answer by default (answers are short: :func:`first_line` keeps the first line)."""
 PREDICTIONS_FILE = "predictions.jsonl"
 PREDICTIONS_DIR = "predictions"
 EVAL_FILE = "eval.json"
@@ -454,22 +455,22 @@ class _QaRun:
     (:class:`QARecordStore`) gets each batch's records as a chunk at its questions' position, ``eval.json`` is
     rewritten atomically after every batch, and ``predictions.jsonl`` (every record, a line each) is written once
     every question is answered; the predictions already in the folder are resumed (same questions and
-    ``settings``, else a ``ValueError``), also those other workers save (:meth:`refresh`). Without it the records
-    stay in memory."""
+    ``settings``, else a ``ValueError``), also those other workers save (:meth:`gather`). Without it the records
+    stay in memory. The batches run through the run harness (``chunks``, :class:`~hf_ralm.runs.ChunkRun`: a chunk
+    per block of ``run.chunk_size`` questions)."""
 
-    def __init__(self, output_dir: str | None, examples: Sequence[dict], settings: dict, batch_size: int,
-                 report_extra: dict | None = None, repair: bool = False):
-        self.output_dir, self.settings, self.examples = output_dir, settings, examples
-        self.extra = dict(report_extra or {})
+    def __init__(self, run: RunOptions, examples: Sequence[dict], settings: dict):
+        self.output_dir, self.settings, self.examples = run.output_dir, settings, examples
+        self.extra = dict(run.report_extra or {})
         self.records: dict[int, QARecord] = {}
         self.sample_prompt = None
         self.store = None
-        if output_dir is not None:
-            check_qa_output_dir(output_dir)
-            self.store = QARecordStore(os.path.join(output_dir, PREDICTIONS_DIR), settings, chunk_size=batch_size,
-                                       repair=repair)
+        self.chunks = ChunkRun(run)
+        if run.output_dir is not None:
+            check_qa_output_dir(run.output_dir)
+            self.store = self.chunks.open(QARecordStore, os.path.join(run.output_dir, PREDICTIONS_DIR), settings)
             self.records = _resumed_records(self.store, examples)
-            previous = os.path.join(output_dir, EVAL_FILE)
+            previous = os.path.join(run.output_dir, EVAL_FILE)
             if self.records and os.path.isfile(previous):
                 with open(previous, encoding="utf-8") as f:
                     self.sample_prompt = json.load(f).get("sample_prompt")
@@ -477,28 +478,16 @@ class _QaRun:
         self.timings = {"retrieval_s": 0.0, "generation_s": 0.0}
         self.start_time = time.perf_counter()
 
-    def todo(self, batch_size: int) -> list[tuple[int, int, int]]:
-        """The questions not answered yet as ``(block, start, stop)``: the runs of unanswered questions within
-        each block of ``batch_size`` questions (so a worker's blocks do not depend on what is resumed, and a
-        batch never covers an answered question, e.g. one a run with another batch size saved)."""
-        answered = self.store.ranges() if self.store is not None else []
-        return [(block, start, stop)
-                for block, begin in enumerate(range(0, len(self.examples), batch_size))
-                for start, stop in uncovered(begin, min(begin + batch_size, len(self.examples)), answered)]
-
-    def add(self, start: int, records: Sequence[QARecord], prompts: Sequence[str]) -> None:
-        """Keep (and save) the records of the batch of questions from ``start``, answered from ``prompts``."""
-        if self.sample_prompt is None and start == 0:
-            self.sample_prompt = prompts[0]
+    def add(self, start: int, records: Sequence[QARecord]) -> None:
+        """Keep the records of the batch of questions from ``start`` (saved by the harness), and report them."""
         self.records.update(enumerate(records, start))
         if self.store is not None:
-            self.store.save(start, records)
             self._write(self.report(complete=False))
 
-    def refresh(self) -> None:
-        """Read the batches other workers saved."""
-        if self.store is not None:
-            self.store.refresh()
+    def gather(self) -> None:
+        """Read the batches other workers saved, once they are done."""
+        if self.chunks.shard.count > 1:
+            self.chunks.gather()
             self.records = _resumed_records(self.store, self.examples)
 
     def complete(self) -> bool:
@@ -523,17 +512,19 @@ class _QaRun:
     def finish(self) -> dict:
         """The final report (``complete``), written to ``eval.json``, and every record to ``predictions.jsonl``."""
         result = self.report(complete=True)
-        if self.store is not None and is_writer():
+
+        def write() -> None:
             write_text_atomic(os.path.join(self.output_dir, PREDICTIONS_FILE),
                               "".join(json.dumps(asdict(record), ensure_ascii=False) + "\n"
                                       for record in self.ordered()))
-        self._write(result)
+            write_json_atomic(os.path.join(self.output_dir, EVAL_FILE), result)
+
+        self.chunks.finish(write)
         return result
 
     def _write(self, report: dict) -> None:
-        if self.output_dir is not None and is_writer():
-            self.store.check_unchanged()  # no eval.json from predictions another run replaced meanwhile
-            write_json_atomic(os.path.join(self.output_dir, EVAL_FILE), report)
+        """``eval.json``, by the writing worker, never from predictions another run replaced meanwhile."""
+        self.chunks.write(lambda: write_json_atomic(os.path.join(self.output_dir, EVAL_FILE), report))
 
 
 def evaluate_qa(
@@ -577,8 +568,6 @@ def evaluate_qa(
     one that saves the last batch writes ``predictions.jsonl`` and the final ``eval.json`` (the others return what
     is done, with ``complete`` false), and the same call without shards merges.
     """
-    from .utils.progress import tqdm
-
     from .batching import BatchSize
     from .modeling_utils import model_device
 
@@ -587,32 +576,51 @@ def evaluate_qa(
     answerer = _Answerer(model, tokenizer, max_new_tokens, max_length)
     settings = {**(settings or {}), "num_docs": num_docs, "use_ctxs": use_ctxs, "max_new_tokens": max_new_tokens,
                 "max_length": answerer.max_length}
-    shard = Shard.resolve(num_shards, shard_id)
-    if shard.count > 1 and output_dir is None:
-        raise SettingError(f"{shard.count} workers ({shard.launcher}) share a run through its "
-                           f"{setting('output_dir')}: give one.")
-    run = _QaRun(output_dir, examples, settings, batches.size, report_extra, repair)
-    todo = [(start, stop) for block, start, stop in run.todo(batches.size) if shard.takes(block)]
-    progress = tqdm(total=run.num_resumed + sum(stop - start for start, stop in todo), initial=run.num_resumed,
-                    desc="eval-qa", unit="question",
-                    disable=not show_progress)
-    for start, stop in todo:
+    run = _QaRun(RunOptions(output_dir=output_dir, chunk_size=batches.size, repair=repair, num_shards=num_shards,
+                            shard_id=shard_id, batch_size=batch_size, show_progress=show_progress,
+                            report_extra=report_extra), examples, settings)
+
+    def answer(start: int, stop: int) -> list[QARecord]:
         batch = examples[start:stop]
         t0 = time.perf_counter()
         passages = find_passages(batch, retriever, num_docs, use_ctxs)
         run.timings["retrieval_s"] += time.perf_counter() - t0
         prompts = [build_qa_prompt(ex["question"], found) for ex, found in zip(batch, passages)]
+        if run.sample_prompt is None and start == 0:
+            run.sample_prompt = prompts[0]
         t0 = time.perf_counter()
         answers = batches.map(prompts, answerer.answer)  # in smaller batches after an out-of-memory error
         run.timings["generation_s"] += time.perf_counter() - t0
-        run.add(start, [qa_record(ex, found, answer, num_docs) for ex, found, answer in zip(batch, passages, answers)],
-                prompts)
-        progress.update(len(batch))
-        progress.set_postfix(EM=f"{100 * qa_figures(run.ordered())['em']:.1f}%")
-    progress.close()
-    if shard.count > 1:
-        distributed_barrier()
-        run.refresh()
+        return [qa_record(ex, found, reply, num_docs) for ex, found, reply in zip(batch, passages, answers)]
+
+    def answered(start: int, records: Sequence[QARecord]) -> None:
+        run.add(start, records)
+        run.chunks.bar.set_postfix(EM=f"{100 * qa_figures(run.ordered())['em']:.1f}%")
+
+    run.chunks.run(len(examples), answer, desc="eval-qa", unit="question", initial=run.num_resumed, after=answered)
+    run.gather()
     if not run.complete():
-        return {**run.report(complete=False), "shard": f"{shard.index} of {shard.count} ({shard.launcher})"}
+        return {**run.report(complete=False), "shard": run.chunks.shard.description}
     return run.finish()
+
+
+def qa_run_settings(*, model: str, dtype, num_docs: int, retriever: str = "none", tokenizer: str | None = None,
+                    gguf_file: str | None = None, corpus: Sequence[str] | None = None, index_dir: str | None = None,
+                    forbidden_titles: str | None = None) -> dict:
+    """The identity of a QA run's model and retrieval, which :func:`evaluate_qa`'s ``settings`` takes: a run is only
+    resumed with the same ones. ``model``, ``tokenizer`` and ``gguf_file`` as the model was named; ``dtype``: the
+    precision the model was loaded in (a ``torch.dtype``: what ``dtype="auto"`` chose); closed book (``num_docs`` 0)
+    retrieves nothing, whatever ``retriever`` was given.
+
+    Example:
+        >>> import torch
+        >>> qa_run_settings(model="gpt2", dtype=torch.float32, num_docs=0, retriever="bm25")
+        {'model': 'gpt2', 'tokenizer': None, 'gguf_file': None, 'retriever': 'none', 'corpus': None, \
+'index_dir': None, 'forbidden_titles': None, 'dtype': 'float32'}
+    """
+    settings = {"model": model, "tokenizer": tokenizer, "gguf_file": gguf_file, "retriever": retriever,
+                "corpus": corpus, "index_dir": index_dir, "forbidden_titles": forbidden_titles,
+                "dtype": str(dtype).removeprefix("torch.")}
+    if not num_docs:
+        settings["retriever"] = "none"
+    return settings

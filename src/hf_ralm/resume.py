@@ -1,7 +1,7 @@
 """Resumable evaluation: the records of each chunk of windows, saved in ``output_dir`` as soon as they are done.
 
-An evaluation (:func:`~hf_ralm.evaluation.evaluate_perplexity`, ``hf-ralm eval-lm``, and
-:func:`~hf_ralm.evaluation.evaluate_retrieval`, ``hf-ralm retrieve``) runs its windows in chunks of ``chunk_size``,
+An evaluation (:func:`~hf_ralm.evaluation.evaluate`: ``hf-ralm eval-lm``, and with ``score=False`` ``hf-ralm
+retrieve``) runs its windows in chunks of ``chunk_size`` through the run harness (:class:`~hf_ralm.runs.ChunkRun`),
 each chunk end to end (retrieve, rerank or gate, score), and with ``output_dir`` saves each chunk's per-window
 records::
 

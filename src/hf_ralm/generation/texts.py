@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import Sequence
 
+from ..batching import BatchSize
 from ..configuration_ralm import RalmConfig
 from ..modeling_utils import left_pad, model_device, padding_id
 from ..retrieval.base import Retriever
@@ -103,6 +104,32 @@ def generate_texts(model, tokenizer, retriever: Retriever | None, config: RalmCo
         texts.append(GeneratedText(prompt, batch.input_ids[b, batch.width - length :].tolist(), new[:end],
                                    tokenizer.decode(new[:end], skip_special_tokens=True), out.sources[b]))
     return texts
+
+
+def generate_texts_in_batches(model, tokenizer, retriever: Retriever | None, config: RalmConfig,
+                              prompts: Sequence[str], reranker=None, *, batch_size: int | str = 8,
+                              show_progress: bool = True, **kwargs) -> list[GeneratedText]:
+    """:func:`generate_texts` over any number of ``prompts``, ``batch_size`` at a time (``"auto"``: from 64 on a GPU,
+    the batch run again at half the size after an out-of-memory error, :class:`~hf_ralm.batching.BatchSize`), with a
+    bar over the prompts when they take more than one batch. What ``hf-ralm generate`` runs.
+
+    Example::
+
+        texts = generate_texts_in_batches(model.language_model, model.tokenizer, model.retriever, model.config,
+                                          prompts, batch_size="auto", max_new_tokens=32)
+    """
+    from ..utils.progress import tqdm
+
+    batches = BatchSize(batch_size, model_device(model))
+    with tqdm(total=len(prompts), desc="Generating", unit="prompt",
+              disable=not show_progress or len(prompts) <= batches.size) as bar:
+        def generate(batch: Sequence[str]) -> list[GeneratedText]:
+            texts = generate_texts(model, tokenizer, retriever, config, batch, reranker=reranker,
+                                   show_progress=show_progress, **kwargs)
+            bar.update(len(batch))
+            return texts
+
+        return batches.map(prompts, generate)
 
 
 def _first_words(text: str, n: int = 12) -> str:

@@ -16,20 +16,36 @@ Example::
 """
 
 from ..selection.predictive import PredictiveReranker
+from .articles import TrainingTitles, articles_source
 from .collect import collect_rerank_data, training_articles
-from .data import RerankDataWriter, load_rerank_data, rerank_data_summary
-from .training import PredictiveRerankLoss, predictive_loss, push_reranker, rerank_metrics, train_reranker
+from .data import RerankDataWriter, file_fingerprint, load_rerank_data, rerank_data_summary
+from .training import (
+    CURVE_FILE,
+    PredictiveRerankLoss,
+    predictive_loss,
+    push_reranker,
+    rerank_metrics,
+    split_by_article,
+    train_reranker,
+    training_steps,
+)
 
 __all__ = [
     "collect_rerank_data",
     "training_articles",
+    "TrainingTitles",
+    "articles_source",
     "RerankDataWriter",
     "load_rerank_data",
     "rerank_data_summary",
+    "file_fingerprint",
     "PredictiveReranker",
     "PredictiveRerankLoss",
     "predictive_loss",
     "push_reranker",
     "rerank_metrics",
     "train_reranker",
+    "training_steps",
+    "split_by_article",
+    "CURVE_FILE",
 ]

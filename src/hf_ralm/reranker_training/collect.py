@@ -53,8 +53,6 @@ from typing import Any
 
 from transformers.utils import logging
 
-from ..utils.progress import tqdm
-
 from ..configuration_ralm import RALM_FIELDS, RalmConfig
 from ..model_inputs import window_length
 from ..batching import BatchSize
@@ -64,10 +62,10 @@ from ..plan import WindowPlan, prepare
 from ..retrieval.base import retriever_identity
 from ..retrieval.corpus import read_corpus
 from ..retrieval.local import LocalIndexRetriever
+from ..runs import ChunkRun, RunOptions
 from ..selection.rerank import rerank_windows
 from ..utils.checks import check_count
 from ..utils.provenance import provenance
-from ..utils.shards import Shard, distributed_barrier, uncovered
 from ..windows import Window, query_span
 from .data import RerankDataWriter
 
@@ -180,59 +178,51 @@ def collect_rerank_data(
                      for item, ranking, targets in zip(group, outcome.ranking_nlls, outcome.target_nlls)]
         return rows
 
-    shard = Shard.resolve(num_shards, shard_id)
+    chunks = ChunkRun(RunOptions(output_dir=output_dir, chunk_size=chunk_size, overwrite=overwrite, repair=repair,
+                                 num_shards=num_shards, shard_id=shard_id, batch_size=batch_size,
+                                 show_progress=show_progress))
     t0 = time.perf_counter()
-    articles_read = written = 0
-    with RerankDataWriter(output_dir, settings, chunk_size=chunk_size, overwrite=overwrite, repair=repair,
-                          reproduce=run) as writer:
-        resumed = writer.num_done
-        saved = {position: (row["article"], row["window"])
-                 for (start, _), rows in writer.items() for position, row in enumerate(rows, start)}
-        progress = tqdm(total=max_windows, initial=resumed, desc="Collecting rerank data", unit="win",
-                        disable=not show_progress)
+    articles_read = 0
+    writer = chunks.open(RerankDataWriter, output_dir, settings, reproduce=run)
+    saved = {position: (row["article"], row["window"])
+             for (start, _), rows in writer.items() for position, row in enumerate(rows, start)}
 
-        def collect(start: int, chunk: list[_Kept]) -> None:
-            """Compute chunk ``start // chunk_size`` when it is this worker's: its windows not saved yet."""
-            nonlocal written
-            if shard.takes(start // chunk_size):
-                for begin, end in uncovered(start, start + len(chunk), writer.ranges()):
-                    writer.save(begin, records(chunk[begin - start : end - start]))
-                    written += end - begin
-                    progress.update(end - begin)
+    def collect(start: int, chunk: list[_Kept]) -> None:
+        """Chunk ``start // chunk_size``, when it is this worker's: its windows not saved yet."""
+        chunks.compute(start, start + len(chunk), lambda begin, end: records(chunk[begin - start : end - start]))
 
-        position, chunk = 0, []
-        with progress:
-            for article in _identified_once(articles):
-                if max_windows is not None and position >= max_windows:
-                    break
-                articles_read += 1
-                for item in article_windows(article, None if max_windows is None else max_windows - position):
-                    if position in saved and saved[position] != (item.article, item.window.index):
-                        raise ValueError(
-                            f"{output_dir} holds the record of article id {saved[position][0]!r}, window "
-                            f"{saved[position][1]} as window {position}, but the given articles make it article id "
-                            f"{item.article!r}, window {item.window.index}: resume with the same articles in the "
-                            "same order, or overwrite (--overwrite, overwrite=True).")
-                    chunk.append(item)
-                    position += 1
-                    if len(chunk) == chunk_size:  # chunk k holds the windows [k * chunk_size, (k + 1) * chunk_size)
-                        collect(position - chunk_size, chunk)
-                        chunk = []
-            if chunk:
-                collect(position - len(chunk), chunk)
-        if shard.count > 1:  # the other workers' chunks: all of them once the last is in
-            distributed_barrier()
-            writer.refresh()
+    position, chunk = 0, []
+    with chunks.progress(max_windows, desc="Collecting rerank data", unit="win"):
+        for article in _identified_once(articles):
+            if max_windows is not None and position >= max_windows:
+                break
+            articles_read += 1
+            for item in article_windows(article, None if max_windows is None else max_windows - position):
+                if position in saved and saved[position] != (item.article, item.window.index):
+                    raise ValueError(
+                        f"{output_dir} holds the record of article id {saved[position][0]!r}, window "
+                        f"{saved[position][1]} as window {position}, but the given articles make it article id "
+                        f"{item.article!r}, window {item.window.index}: resume with the same articles in the "
+                        "same order, or overwrite (--overwrite, overwrite=True).")
+                chunk.append(item)
+                position += 1
+                if len(chunk) == chunk_size:  # chunk k holds the windows [k * chunk_size, (k + 1) * chunk_size)
+                    collect(position - chunk_size, chunk)
+                    chunk = []
+        if chunk:
+            collect(position - len(chunk), chunk)
+    chunks.gather()  # the other workers' chunks: all of them once the last is in
     beyond = [span for span in writer.ranges() if span[1] > position]
     if beyond and not (max_windows is not None and position >= max_windows):
         raise ValueError(
             f"{output_dir} holds {beyond[-1][1]} windows, but the given articles make only {position}: resume with the "
             "same articles in the same order, or overwrite (--overwrite, overwrite=True).")
     seconds = time.perf_counter() - t0
-    return {"output_dir": str(output_dir), "rows_written": written, "rows_resumed": resumed,
-            "rows_total": writer.num_done, "complete": not uncovered(0, position, writer.ranges()),
+    written = chunks.num_computed
+    return {"output_dir": str(output_dir), "rows_written": written, "rows_resumed": chunks.num_resumed,
+            "rows_total": writer.num_done, "complete": chunks.complete(position),
             "articles_read": articles_read, "seconds": seconds, "windows_per_s": written / seconds if seconds else 0.0,
-            **({"shard": f"{shard.index} of {shard.count} ({shard.launcher})"} if shard.count > 1 else {})}
+            **({"shard": chunks.shard.description} if chunks.shard.count > 1 else {})}
 
 
 @dataclass(frozen=True)

@@ -211,7 +211,15 @@ def rerank_data_summary(folder: str | os.PathLike, max_records: int | None = Non
 
 
 def file_fingerprint(path: str | os.PathLike) -> str:
-    """A SHA-256 of a file's bytes: what settings record of the articles file (its path may differ elsewhere)."""
+    """A SHA-256 of a file's bytes: what settings record of the articles file (its path may differ elsewhere).
+
+    Example:
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "articles.jsonl")
+        >>> _ = open(path, "w").write("")
+        >>> file_fingerprint(path) == hashlib.sha256(b"").hexdigest()
+        True
+    """
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 22), b""):

@@ -47,6 +47,7 @@ logger = logging.get_logger(__name__)
 DEFAULT_INIT_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
 EVAL_RESULTS_FILE = "eval_results.json"
 CURVE_FILE = "training_curve.json"
+"""The file of a trained reranker's folder that holds its training curve (held-out figures per evaluation step)."""
 CHECKPOINTS_DIR = "checkpoints"  # in output_dir while training: the trainer's checkpoint at the last curve point
 PROGRESS_FILE = "hf_ralm_progress.json"  # in each checkpoint: the settings, the curve so far, the time spent
 

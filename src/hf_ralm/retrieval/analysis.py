@@ -37,13 +37,14 @@ import regex
 
 from .porter import porter_stem
 
-# What an index records about its analysis; an index built with other values is refused (see bm25.BM25Retriever).
 ANALYSIS = {
     "tokenizer": "lucene-standard",  # StandardTokenizer's UAX #29 word breaks, max token length 255
     "filters": "english-possessive,lowercase",
     "stopwords": "lucene-english",  # EnglishAnalyzer.ENGLISH_STOP_WORDS_SET
     "stemmer": "lucene-porter",
 }
+"""What an index records about its analysis; an index built with other values is refused (see
+:class:`~hf_ralm.retrieval.bm25.BM25Retriever`)."""
 # Lucene's EnglishAnalyzer.ENGLISH_STOP_WORDS_SET (also bm25s' "en" list)
 STOP_WORDS = frozenset(
     "a an and are as at be but by for if in into is it no not of on or such that the their then there these they "

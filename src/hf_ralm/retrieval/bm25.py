@@ -35,7 +35,8 @@ from .corpus import PASSAGE_COLUMNS, check_passage_count
 from .index_folder import check_index, reading_index
 from .local import IndexOptions, LocalIndexRetriever
 
-BM25_PARAMS = {"method": "lucene", "k1": 0.9, "b": 0.4}  # pyserini's defaults, as the paper used
+BM25_PARAMS = {"method": "lucene", "k1": 0.9, "b": 0.4}
+"""bm25s' scoring settings of every index: Lucene's BM25 with pyserini's defaults, as the paper used."""
 # what an index records and must match to be used: an index is used only with the analysis it was built with, since
 # queries must be analyzed as the passages were
 INDEX_SETTINGS = {**BM25_PARAMS, **ANALYSIS}

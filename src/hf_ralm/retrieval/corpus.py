@@ -23,7 +23,8 @@ from typing import Iterable, Iterator, Sequence
 from ..errors import CorpusError, utf8_errors
 from ..utils.datasets_io import load_hf_dataset
 
-WORDS_PER_PASSAGE = 100  # DPR's passage size
+WORDS_PER_PASSAGE = 100
+"""The words of a passage cut from an article (:func:`split_passages`): DPR's passage size, the paper's corpus."""
 
 
 def _open_text(path: str):

@@ -47,9 +47,9 @@ from transformers.utils import logging
 from ..errors import OutputFolderError, setting
 from ..passages import Passage, passage_text
 from ..records import RecordStore
-from ..utils.checks import check_count
+from ..runs import ChunkRun, RunOptions
 from ..utils.extras import require
-from ..utils.shards import Shard, distributed_barrier, is_writer, uncovered
+from ..utils.shards import Shard
 from .base import passages_from_table
 from .corpus import WORDS_PER_PASSAGE, check_passage_count, corpus_fingerprint, passage_columns
 from .index_folder import INDEX_FILE, announce_build, build_folder, building, check_index, clear_build_folder
@@ -397,10 +397,10 @@ def build_dense_index(
         build_dense_index("wiki.jsonl.gz", "wiki-dense", shard=Shard.resolve(num_shards=4, shard_id=1))
     """
     from datasets import Dataset
-    from ..utils.progress import tqdm
 
-    check_count("chunk_size", chunk_size)
     shard = shard or Shard()
+    chunks = ChunkRun(RunOptions(output_dir=index_dir, chunk_size=chunk_size, show_progress=show_progress),
+                      what="build", shard=shard)
     paths, articles = corpus_paths_and_articles(corpus)
     passages = Dataset.from_dict(passage_columns(articles, words_per_passage))
     n = len(passages)
@@ -414,38 +414,33 @@ def build_dense_index(
     }
     index = {"encoder": enc.name, "pooling": enc.pooling, "normalize": enc.normalize, "dim": enc.dim,
              "dtype": enc.dtype, "faiss_factory": faiss_factory, "metric": "inner_product"}
-    done = DenseBuild(index_dir, n, True, 0, f"{shard.index} of {shard.count} ({shard.launcher})")
+    done = DenseBuild(index_dir, n, True, 0, shard.description)
     if _built(index_dir, state, index):
         return done
     if show_progress:
         announce_build(f"dense ({enc.name})", paths, index_dir)
     tmp_dir = build_folder(index_dir)
-    store = _embedding_chunks(os.path.join(tmp_dir, CHUNKS_DIR), state, shard)
-    encoded = 0
-    with tqdm(total=n, initial=store.num_done, desc="Encoding passages", unit="passage",
-              disable=not show_progress) as bar:
-        for k, start in enumerate(range(0, n, chunk_size)):
-            if not shard.takes(k):
-                continue
-            for begin, end in uncovered(start, min(start + chunk_size, n), store.ranges()):
-                rows = passages[begin:end]
-                store.save(begin, enc.encode([passage_text(t, x) for t, x in zip(rows["title"], rows["text"])]))
-                encoded += end - begin
-                bar.update(end - begin)
-    if shard.count > 1:  # the other workers' chunks: all of them once the last is in
-        distributed_barrier()
-        store.refresh()
-    if uncovered(0, n, store.ranges()):
-        return dataclasses.replace(done, complete=False, num_encoded=encoded)
-    if is_writer():
+    store = _embedding_chunks(chunks, os.path.join(tmp_dir, CHUNKS_DIR), state)
+
+    def encode(begin: int, end: int) -> np.ndarray:
+        rows = passages[begin:end]
+        return enc.encode([passage_text(t, x) for t, x in zip(rows["title"], rows["text"])])
+
+    def merge() -> None:
         if shard.count > 1:  # one process at a time merges; the others find the index built
             with building(index_dir):
                 if not _built(index_dir, state, index):
                     _merge(store, passages, tmp_dir, index_dir, paths, words_per_passage, state, index)
         else:  # the caller holds the build lock (DenseRetriever.build_or_load)
             _merge(store, passages, tmp_dir, index_dir, paths, words_per_passage, state, index)
-    distributed_barrier()  # the other ranks open the index rank 0 merged
-    return dataclasses.replace(done, num_encoded=encoded)
+
+    chunks.run(n, encode, desc="Encoding passages", unit="passage")
+    chunks.gather()  # the other workers' chunks: all of them once the last is in
+    if not chunks.complete(n):
+        return dataclasses.replace(done, complete=False, num_encoded=chunks.num_computed)
+    # merged under the build lock, where another worker may have merged (and removed the chunks) first
+    chunks.finish(merge, check=False)  # the other ranks then open the index rank 0 merged
+    return dataclasses.replace(done, num_encoded=chunks.num_computed)
 
 
 def _built(index_dir: str, state: dict, index: dict) -> bool:
@@ -456,16 +451,16 @@ def _built(index_dir: str, state: dict, index: dict) -> bool:
     return info is not None and all(info.get(key) == value for key, value in wanted.items())
 
 
-def _embedding_chunks(folder: str, state: dict, shard: Shard) -> EmbeddingChunks:
-    """The build's chunks in ``folder``; an interrupted build of other settings there is replaced when one process
-    builds, and refused when shards do (another configuration's workers may be writing)."""
+def _embedding_chunks(chunks: ChunkRun, folder: str, state: dict) -> EmbeddingChunks:
+    """The build's chunks in ``folder``, opened by the run harness; an interrupted build of other settings there is
+    replaced when one process builds, and refused when shards do (another configuration's workers may be writing)."""
     try:
-        return EmbeddingChunks(folder, state)
+        return chunks.open(EmbeddingChunks, folder, state)
     except OutputFolderError:
-        if shard.count > 1:
+        if chunks.shard.count > 1:
             raise
         logger.info("Replacing the interrupted dense index build in %s (other corpus or settings).", folder)
-        return EmbeddingChunks(folder, state, overwrite=True)
+        return chunks.open(EmbeddingChunks, folder, state, overwrite=True)
 
 
 def _merge(store: EmbeddingChunks, passages, tmp_dir: str, index_dir: str, paths: Sequence[str] | None,

@@ -108,6 +108,12 @@ class HybridRetriever(LocalIndexRetriever):
     def passages_by_id(self, ids: Sequence[str]) -> list[Passage]:
         return self.sparse.passages_by_id(ids)  # both sides number the same corpus's passages alike
 
+    def index_record(self) -> dict:
+        """The common corpus's ``fingerprint`` and size, and each side's :meth:`~Retriever.identity` (its folder has
+        no ``hf_ralm_index.json`` of its own: what decides the ranking is the two sides' and the fusion's)."""
+        return {**self.info, "k_rrf": self.k_rrf, "depth": self.depth,
+                "sparse": self.sparse.identity(), "dense": self.dense.identity()}
+
     @property
     def index_dir(self) -> str:
         """The folder holding both sides' indexes (their common parent)."""

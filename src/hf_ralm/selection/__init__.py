@@ -6,10 +6,28 @@ how the reader ranks a text's windows (:mod:`.rerank`) and what ranks when it do
 candidates scored in one pass (:mod:`.candidates`), from which any strategy's choices follow. The predictive
 reranker's training lives apart, in :mod:`hf_ralm.reranker_training`.
 
+The names below are this package's public face, imported from their module when first used (its strategies are
+imported by :class:`~hf_ralm.RalmConfig`, long before the scorer the other modules need).
+
 Example::
 
-    from hf_ralm.selection.rerank import rerank_windows
+    from hf_ralm.selection import rerank_windows
 
     outcome = rerank_windows(model, tokenizer, ids, windows, queries, candidates, config)
     outcome.chosen[5]   # the candidate window 5 puts in context (-1: none)
 """
+
+from ..utils.lazy import lazy_exports
+
+LAZY_EXPORTS = {
+    "candidates": ("CandidateRecordWriter", "CandidateScores", "choose_from_scores", "score_candidates"),
+    "gates": ("lm_gate_config", "normalized_top_scores", "retrieved_fraction"),
+    "predictive": ("NO_PASSAGE_TEXT", "PredictiveReranker", "argmax_first"),
+    "rankers": ("LMReranker",),
+    "rerank": ("rerank_windows",),
+    "rules": ("rank_correlation",),
+}
+"""The public names, by the module that defines them."""
+
+__getattr__, __dir__ = lazy_exports(__name__, LAZY_EXPORTS)
+__all__ = [name for names in LAZY_EXPORTS.values() for name in names]

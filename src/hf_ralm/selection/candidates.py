@@ -27,19 +27,17 @@ Example::
 from __future__ import annotations
 
 import os
-from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
-
-from ..utils.progress import tqdm
 
 from ..configuration_ralm import RALM_FIELDS, RalmConfig
 from ..errors import SettingError, setting
 from ..model_inputs import window_length
 from ..passages import NO_PASSAGE, Passage
 from ..records import RecordStore
+from ..runs import ChunkRun, RunOptions
 from ..utils.checks import check_count
-from ..utils.shards import Shard, uncovered
+from ..utils.shards import Shard
 from ..windows import Window
 from .policy import PassagePolicy
 from .rankers import LMReranker
@@ -118,55 +116,39 @@ def score_candidates(
     from ..records import digest
 
     check_count("batch_size", batch_size)
-    check_count("chunk_size", chunk_size)
-    shard = shard or Shard()
-    if shard.count > 1 and output_dir is None:
-        raise SettingError(f"{shard.count} workers ({shard.launcher}) share a candidate pass through its "
-                           f"{setting('output_dir')}: give one.")
+    run = ChunkRun(RunOptions(output_dir=output_dir, chunk_size=chunk_size, overwrite=overwrite, repair=repair,
+                              show_progress=show_progress), what="candidate pass", shard=shard or Shard())
     scoring = RalmConfig(**{**{name: getattr(config, name) for name in RALM_FIELDS}, "rerank": "lm",
                             "reranker_model": None, "rerank_allow_no_passage": True,
                             "rerank_no_passage_margin": 0.0})
-    writer = None
     if output_dir is not None:
         stored = {**model_identity(model), "tokens": f"{len(ids)} tokens, {digest(list(ids))}",
                   **{name: getattr(scoring, name) for name in sorted(RALM_FIELDS)},
                   "window_length": window_length(model, config), "batch_size": batch_size, **(settings or {})}
-        writer = CandidateRecordWriter(output_dir, stored, chunk_size=chunk_size, overwrite=overwrite, repair=repair,
-                                       reproduce={**provenance(), "model_path": model_path(model), **(reproduce or {})})
+        writer = run.open(CandidateRecordWriter, output_dir, stored,
+                          reproduce={**provenance(), "model_path": model_path(model), **(reproduce or {})})
         for (start, stop), rows in writer.items():
             if [s.window for s in rows] != [w.index for w in windows[start:stop]]:
                 raise ValueError(f"{output_dir} holds the records of other windows: score the same text, or "
                                  "overwrite.")
-    saved = writer.ranges() if writer is not None else []
-    # this worker's chunks of the fixed grid, less what is saved (a run resumed with another chunk size saved parts)
-    todo = [run for k, start in enumerate(range(0, len(windows), chunk_size)) if shard.takes(k)
-            for run in uncovered(start, min(start + chunk_size, len(windows)), saved)]
     ids = list(ids)
-    computed: list[CandidateScores] = []  # without a writer
-    with writer or nullcontext(), tqdm(total=len(windows), initial=sum(stop - start for start, stop in saved),
-                                       desc="Scoring candidates", unit="win", disable=not show_progress) as progress:
-        for start, stop in todo:
-            chunk = windows[start:stop]
-            found = dict(zip((w.index for w in chunk), candidates(chunk))) if callable(candidates) else candidates
-            outcome = rerank_windows(model, tokenizer, ids, chunk, [None] * len(windows), found, scoring,
-                                     batch_size=batch_size, show_progress=False)
-            scores = []
-            for w, ranking, targets in zip(chunk, outcome.ranking_nlls, outcome.target_nlls):
-                pool = list(found[w.index])[: scoring.rerank_candidates] if w.has_retrieval else []
-                if targets is None:  # nothing ranked: the window as it is
-                    targets = [float(outcome.token_nlls[w.score_begin : w.end].sum())]
-                scores.append(CandidateScores(w.index, [p.id for p in pool], [p.score for p in pool], ranking,
-                                              targets))
-            if writer is None:
-                computed.extend(scores)
-            else:
-                writer.save(start, scores)
-            progress.update(len(chunk))
-    if writer is None:
-        return computed
-    if shard.count > 1:  # the other workers' chunks saved meanwhile
-        writer.refresh()
-    return writer.rows()
+
+    def step(start: int, stop: int) -> list[CandidateScores]:
+        chunk = windows[start:stop]
+        found = dict(zip((w.index for w in chunk), candidates(chunk))) if callable(candidates) else candidates
+        outcome = rerank_windows(model, tokenizer, ids, chunk, [None] * len(windows), found, scoring,
+                                 batch_size=batch_size, show_progress=False)
+        scores = []
+        for w, ranking, targets in zip(chunk, outcome.ranking_nlls, outcome.target_nlls):
+            pool = list(found[w.index])[: scoring.rerank_candidates] if w.has_retrieval else []
+            if targets is None:  # nothing ranked: the window as it is
+                targets = [float(outcome.token_nlls[w.score_begin : w.end].sum())]
+            scores.append(CandidateScores(w.index, [p.id for p in pool], [p.score for p in pool], ranking, targets))
+        return scores
+
+    run.run(len(windows), step, desc="Scoring candidates", unit="win")
+    run.gather()  # the other workers' chunks saved meanwhile
+    return run.rows()
 
 
 class ScoredRanker:

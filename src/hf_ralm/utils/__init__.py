@@ -1,2 +1,20 @@
 """What every layer of hf-ralm may use, and which uses nothing of hf-ralm but its errors: atomic, fsynced writes
-(:mod:`.atomic`), how a run is reproduced (:mod:`.provenance`) and the checks of counts (:mod:`.checks`)."""
+(:mod:`.atomic`), how a run is reproduced (:mod:`.provenance`), the checks of counts (:mod:`.checks`) and the optional
+packages (:mod:`.extras`: one that is missing is refused with the command that installs it).
+
+The names below are the public ones, for scripts that write results as hf-ralm does (the benchmarks among them).
+
+Example:
+    >>> import os, tempfile
+    >>> from hf_ralm.utils import provenance, write_json_atomic
+    >>> path = os.path.join(tempfile.mkdtemp(), "results.json")
+    >>> write_json_atomic(path, {"token_ppl": 23.2, "command": provenance(["bench.py"])["command"]})
+    >>> open(path).read()
+    '{\\n  "token_ppl": 23.2,\\n  "command": "bench.py"\\n}\\n'
+"""
+
+from .atomic import write_json_atomic, write_text_atomic
+from .extras import require
+from .provenance import provenance
+
+__all__ = ["provenance", "require", "write_json_atomic", "write_text_atomic"]

@@ -30,7 +30,7 @@ def provenance(argv: Sequence[str] | None = None) -> dict[str, Any]:
     for an installed package; ``git_dirty`` when it has uncommitted changes to tracked files), the versions of
     hf-ralm and the libraries results depend on, and the start time (UTC)."""
     argv = list(sys.argv if argv is None else argv)
-    if argv and argv[0].replace("\\", "/").endswith(("/hf-ralm", "hf_ralm/cli.py")):  # the script or python -m
+    if argv and argv[0].replace("\\", "/").endswith(("/hf-ralm", "hf_ralm/cli/__main__.py")):  # the script or python -m
         argv[0] = "hf-ralm"
     commit, dirty = _git_state(Path(__file__).resolve().parent)
     return {

@@ -39,6 +39,16 @@ class Shard:
         """Whether this worker computes chunk number ``chunk``."""
         return chunk % self.count == self.index
 
+    @property
+    def description(self) -> str:
+        """This worker as a run's figures name it.
+
+        Example:
+            >>> Shard(1, 4, "arguments").description
+            '1 of 4 (arguments)'
+        """
+        return f"{self.index} of {self.count} ({self.launcher})"
+
     def announcement(self) -> str | None:
         """One line saying which part of the run this worker does, when the environment set it (a torchrun or a
         Slurm array with more than one worker), and how to run alone; ``None`` otherwise.

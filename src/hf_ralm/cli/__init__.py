@@ -1,0 +1,147 @@
+"""The ``hf-ralm`` command line: ``index`` (corpus → index), ``retrieve`` (dataset → retrieval file),
+``eval-lm`` (perplexity), ``generate`` (text with its sources), ``eval-qa`` (open-domain QA exact match),
+``rerank-data`` and ``train-reranker`` (the predictive reranker's training data, and its training), ``lm-eval``
+(lm-evaluation-harness with the ``ralm`` model).
+
+The command line only parses: each command is one module here (its parser, then parse → one library call → print),
+built from the flag groups it uses (argparse parent parsers: model, retriever, RALM settings, passages, dataset,
+batching, output, :mod:`hf_ralm.cli.common`), so ``--help`` lists exactly what a command takes. The RALM settings'
+flags are generated from :class:`~hf_ralm.configuration_ralm.RalmConfig` (:mod:`hf_ralm.cli.settings`: their defaults,
+types and help have one source); the checks live in the library, and :data:`FLAGS` names their arguments as flags.
+Every usage error ends with one line ``hf-ralm: error: ...`` and exit status 2: the library's errors for bad input (a
+``ValueError`` such as :class:`~hf_ralm.errors.InputError`, an ``OSError``) name the file or the setting, and
+:func:`main` prints them, naming settings by their flags (:func:`error_message`); ``--debug`` (before or after the
+command) prints the traceback first.
+
+Example::
+
+    hf-ralm eval-lm --model HuggingFaceTB/SmolLM2-135M --dataset-path test.jsonl --retriever bm25 \\
+        --corpus wiki.jsonl.gz --index-dir wiki-index --max-length 512 --max-eval-tokens 2048 --output-dir out/
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import sys
+import traceback
+import warnings
+from contextlib import contextmanager
+from typing import Iterator
+
+from ..errors import RalmWarning
+from ..utils.shards import Shard
+from . import eval_lm, eval_qa, generate, index, lm_eval, rerank_data, retrieve, train_reranker
+from .common import DEBUG_HELP, Parser, error_message, fail
+from .settings import FLAGS, add_ralm_arguments, ralm_settings
+
+__all__ = ["main", "build_parser", "error_message", "FLAGS", "add_ralm_arguments", "ralm_settings"]
+
+COMMANDS = {command.NAME: command for command in (index, retrieve, eval_lm, generate, eval_qa, rerank_data,
+                                                  train_reranker)}
+"""Each command's module: its parser (``add_parser(sub)``), what it runs (``run(args)``) and how its result is printed
+(``show(result, args)``); ``lm-eval`` hands its arguments to lm-evaluation-harness (:mod:`hf_ralm.cli.lm_eval`)."""
+
+RESUMABLE = ("eval-lm", "retrieve", "rerank-data", "eval-qa")
+"""The commands whose --output-dir keeps complete chunks that a rerun resumes."""
+SHARDED = (*RESUMABLE, "index")
+"""The commands many workers share (--num-shards, torchrun, a Slurm array)."""
+
+
+def version_line() -> str:
+    """What ``hf-ralm --version`` prints: hf-ralm's version and those of the libraries that decide its results."""
+    import torch
+    import transformers
+
+    from .. import __version__
+
+    return f"hf-ralm {__version__} (transformers {transformers.__version__}, torch {torch.__version__})"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``hf-ralm`` parser: one subcommand each, made of the flag groups it uses (the strategies' choices and help
+    read now, so that a strategy registered since import is offered)."""
+    parser = Parser(prog="hf-ralm", description="In-Context RALM for Hugging Face causal LMs.")
+    parser.add_argument("--version", action="version", version=version_line())
+    sub = parser.add_subparsers(dest="command", required=True)
+    for command in (*COMMANDS.values(), lm_eval):
+        command.add_parser(sub)
+    parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
+    for command in sub.choices.values():  # also after the command; SUPPRESS: not given there keeps the first one
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run ``hf-ralm`` with ``argv`` (default: this process's arguments), e.g.
+    ``main(["eval-lm", "--model", "gpt2", "--dataset-path", "test.jsonl"])``."""
+    python_show = warnings.showwarning
+
+    def show(message, category, *where) -> None:  # hf-ralm's own warnings as one line naming flags
+        if issubclass(category, RalmWarning):
+            print(f"hf-ralm: warning: {error_message(message)}", file=sys.stderr, flush=True)
+        else:
+            python_show(message, category, *where)
+
+    with warnings.catch_warnings(), _library_messages():
+        warnings.showwarning = show
+        _main(argv)
+
+
+@contextmanager
+def _library_messages() -> Iterator[None]:
+    """The library's logged messages (``hf_ralm.*`` loggers, info and above: an index build announced, a stale
+    index rebuilt, the cache folder an index went to) on stderr, one line each, as a command says what it does; the
+    loggers are as they were afterwards."""
+    library = logging.getLogger("hf_ralm")
+    handler = logging.StreamHandler(sys.stderr)  # this call's stderr (a test captures it)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    level = library.level
+    library.addHandler(handler)
+    library.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        library.removeHandler(handler)
+        library.setLevel(level)
+
+
+def _start_workers(args: argparse.Namespace) -> Shard:
+    """This process's shard of the run (:class:`~hf_ralm.utils.shards.Shard`), announced on stderr before any work
+    when the environment set it; under torchrun or accelerate with more than one rank, the process group is started
+    here (NCCL on GPUs, gloo on CPUs), so the ranks can meet before rank 0 writes the merged results."""
+    shard = Shard.resolve(getattr(args, "num_shards", None), getattr(args, "shard_id", None))
+    if shard.announcement():
+        print(shard.announcement(), file=sys.stderr, flush=True)
+    if shard.launcher == "torchrun" and shard.count > 1:
+        import torch
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    return shard
+
+
+def _main(argv: list[str] | None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == [lm_eval.NAME]:  # lm-eval parses the rest: its flags are its own
+        return lm_eval.run(argv[1:])
+    args = build_parser().parse_args(argv)
+    args.command_line = shlex.join(["hf-ralm", *argv])  # what reproduces a run
+    command = COMMANDS[args.command]
+    if args.command in SHARDED:
+        _start_workers(args)
+    try:
+        command.show(command.run(args), args)
+    except (ValueError, OSError, ImportError) as error:  # bad input: the library's message names the file or setting
+        if args.debug:
+            traceback.print_exc()
+        fail(error_message(error))
+    except KeyboardInterrupt:  # Ctrl-C: the chunks saved in --output-dir are complete, the one in progress is lost
+        if args.debug:
+            traceback.print_exc()
+        saved = " (--output-dir holds complete chunks only: run the same command to resume)" \
+            if getattr(args, "output_dir", None) and args.command in RESUMABLE else ""
+        print(f"hf-ralm: interrupted{saved}", file=sys.stderr)
+        sys.exit(130)

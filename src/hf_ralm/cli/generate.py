@@ -1,0 +1,80 @@
+"""``hf-ralm generate``: text with its sources, retrieving every ``--stride`` tokens
+(:func:`hf_ralm.generation.texts.generate_texts_in_batches`)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+
+from ..configuration_ralm import RalmConfig
+from ..selection.strategies import check_generation
+from ..utils.atomic import write_json_atomic
+from .common import check_args, fail, load_model, parent
+from .settings import FLAGS, ralm_settings
+
+NAME = "generate"
+
+
+def add_parser(sub) -> None:
+    parser = sub.add_parser(NAME, help="generate text, retrieving every --stride tokens",
+                            parents=[parent(title) for title in ("model", "retriever", "RALM settings",
+                                                                 "passages in context", "several passages",
+                                                                 "reranking", "retrieval gate", "batching")],
+                            description="Generate with In-Context RALM: every --stride new tokens the last "
+                                        "--query-length tokens retrieve a passage that is put in front of the text "
+                                        "(with --rerank: the one chosen among --rerank-candidates retrieved).")
+    group = parser.add_argument_group("generation")
+    prompts = group.add_mutually_exclusive_group()
+    prompts.add_argument("--prompt", action="append", help="a prompt (may repeat)")
+    prompts.add_argument("--prompts-file", help="a text file with one prompt per line (blank lines are skipped)")
+    group.add_argument(FLAGS["max_new_tokens"], type=int, default=64,
+                       help="tokens to generate per prompt (default %(default)s)")
+    group.add_argument("--show-sources", action="store_true",
+                       help="print the numbered passages that grounded the text and the spans they grounded")
+    group.add_argument("--output-json", help="write prompt_ids, output_ids and sources per prompt to this file")
+    group.add_argument("--do-sample", action="store_true", help="sample instead of greedy decoding")
+    group.add_argument("--temperature", type=float, help="sampling temperature")
+    group.add_argument("--top-k", type=int, help="top-k sampling")
+    group.add_argument("--top-p", type=float, help="nucleus sampling")
+    group.add_argument("--seed", type=int, help="random seed (for sampling)")
+
+
+def _read_prompts(args: argparse.Namespace) -> list[str]:
+    if args.prompts_file:
+        if not os.path.isfile(args.prompts_file):
+            fail(f"prompts file not found: {args.prompts_file}")
+        with open(args.prompts_file, encoding="utf-8") as f:
+            prompts = [line.rstrip("\r\n") for line in f if line.strip()]
+    else:
+        prompts = list(args.prompt or [])
+    if not prompts:
+        fail("give a prompt: --prompt TEXT or --prompts-file FILE (one prompt per line).")
+    return prompts
+
+
+def run(args: argparse.Namespace) -> tuple[list, object]:
+    """Per prompt a :class:`~hf_ralm.generation.texts.GeneratedText`, and the tokenizer."""
+    import torch
+
+    from ..generation.texts import generate_texts_in_batches
+
+    check_args(args, "model")
+    settings = ralm_settings(args)
+    check_generation(RalmConfig(**settings))
+    prompts = _read_prompts(args)
+    model = load_model(args, settings, args.retriever)
+    if args.seed is not None:
+        torch.manual_seed(args.seed)
+    sampling = {k: getattr(args, k) for k in ("temperature", "top_k", "top_p") if getattr(args, k) is not None}
+    texts = generate_texts_in_batches(model.language_model, model.tokenizer, model.retriever, model.config, prompts,
+                                      reranker=model.reranker, batch_size=args.batch_size, show_progress=True,
+                                      max_new_tokens=args.max_new_tokens, do_sample=args.do_sample, **sampling)
+    if args.output_json:
+        write_json_atomic(args.output_json, [dataclasses.asdict(text) for text in texts])
+    return texts, model.tokenizer
+
+
+def show(result, args: argparse.Namespace) -> None:
+    texts, tokenizer = result
+    print("\n\n".join(text.format(tokenizer, args.show_sources) for text in texts))

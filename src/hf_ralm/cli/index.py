@@ -1,0 +1,42 @@
+"""``hf-ralm index``: build (or reuse) an index of a corpus (:func:`hf_ralm.retrieval.build_index`)."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict
+
+from ..retrieval.building import build_index
+from ..retrieval.corpus import WORDS_PER_PASSAGE
+from ..retrieval.dense import DEFAULT_FACTORY, ENCODER_DTYPES
+from ..retrieval.registry import RETRIEVER_NAMES
+from .common import ENCODER_HELP, parent, print_json
+
+NAME = "index"
+
+
+def add_parser(sub) -> None:
+    parser = sub.add_parser(NAME, help="build a BM25, Lucene, dense or hybrid index from a corpus",
+                            parents=[parent("workers")])  # the workers of a dense index's encoding
+    parser.add_argument("--corpus", action="append", required=True, help="JSONL/JSONL.gz/TSV corpus; may repeat")
+    parser.add_argument("--index-dir", help="where the index goes (default: a folder in hf-ralm's cache, printed)")
+    parser.add_argument("--retriever", default="bm25", choices=RETRIEVER_NAMES[1:])
+    parser.add_argument("--encoder", help=ENCODER_HELP)
+    parser.add_argument("--pooling", choices=["mean", "cls"], help="dense pooling (default: the encoder's own)")
+    parser.add_argument("--encoder-dtype", choices=list(ENCODER_DTYPES),
+                        help="the dense encoder's precision, recorded in the index and used for its queries (default: "
+                             "an existing index's own, else float32); bfloat16 encoded 1.6x faster on a CPU with bf16 "
+                             "instructions (docs/dense.md)")
+    parser.add_argument("--faiss-factory", default=DEFAULT_FACTORY,
+                        help="faiss index_factory string, e.g. HNSW32 or IVF4096,PQ64 (default Flat: exact search)")
+    parser.add_argument("--words-per-passage", type=int, default=WORDS_PER_PASSAGE,
+                        help="0 keeps rows as passages (default %(default)s)")
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Build (or reuse) the index in ``--index-dir`` (default: hf-ralm's cache); its folder and size."""
+    return asdict(build_index(args.retriever, args.corpus, args.index_dir, words_per_passage=args.words_per_passage,
+                              encoder=args.encoder, pooling=args.pooling, faiss_factory=args.faiss_factory,
+                              encoder_dtype=args.encoder_dtype, num_shards=args.num_shards, shard_id=args.shard_id))
+
+
+show = print_json()
