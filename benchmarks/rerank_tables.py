@@ -123,12 +123,14 @@ def run_identity(run: Run, data: str, args) -> dict:
 
 def candidate_pass(run: Run, data: str, args) -> list:
     """Every window's k candidates and no passage, scored by the reader (resumable records)."""
+    from hf_ralm import RunOptions
     from hf_ralm.selection import score_candidates
 
     require_records(args, pass_dir(args, run.reader, data, "candidates"), len(run.windows), "the candidates' pass")
     return score_candidates(run.model, run.tokenizer, run.ids, run.windows, run.candidates, run.config,
-                            batch_size=args.batch_size, output_dir=pass_dir(args, run.reader, data, "candidates"),
-                            chunk_size=CHUNK, settings=run_identity(run, data, args))
+                            run=RunOptions(output_dir=pass_dir(args, run.reader, data, "candidates"), chunk_size=CHUNK,
+                                           batch_size=args.batch_size),
+                            settings=run_identity(run, data, args))
 
 
 def choice_pass(run: Run, data: str, args, name: str, ranker_settings: dict, choose) -> list[int]:
@@ -190,7 +192,7 @@ def predictive_choices(run: Run, data: str, args, row: str, folder: str | None) 
 def timing(run: Run, data: str, args, other, predictive: dict) -> dict[str, float]:
     """Seconds per window of each computation a strategy needs, measured side by side on the same windows (one
     record per computation, resumed)."""
-    from hf_ralm import RecordStore, model_identity, score_windows, window_prefixes
+    from hf_ralm import RecordStore, RunOptions, model_identity, score_windows, window_prefixes
     from hf_ralm.selection import PredictiveReranker, lm_gate_config, rerank_windows, score_candidates
     from hf_ralm.utils import provenance
 
@@ -209,7 +211,8 @@ def timing(run: Run, data: str, args, other, predictive: dict) -> dict[str, floa
         "one passage": lambda: score_windows(run.model, run.ids, windows, top1, args.batch_size,
                                              show_progress=False),
         "k+1 candidates": lambda: score_candidates(run.model, run.tokenizer, run.ids, windows, run.candidates,
-                                                   run.config, batch_size=args.batch_size, show_progress=False),
+                                                   run.config, run=RunOptions(batch_size=args.batch_size,
+                                                                              show_progress=False)),
         "lm gate": ranks(lm_gate_config(run.config_for(rerank="none", retrieval_gate="lm",
                                                        gate_threshold=GATE_MARGIN))),
         "other model ranks": ranks(run.config_for(rerank="lm"), other),

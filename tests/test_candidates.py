@@ -15,7 +15,7 @@ import shutil
 import pytest
 
 from conftest import make_tiny_model
-from hf_ralm import RalmConfig
+from hf_ralm import RalmConfig, RunOptions
 from hf_ralm.records import RecordStore
 from hf_ralm.errors import OutputFolderError
 from hf_ralm.selection.candidates import CandidateScores, score_candidates
@@ -35,8 +35,9 @@ def text(tiny_tokenizer):
 
 
 def scores_of(model, tokenizer, text, **options):
-    return score_candidates(model, tokenizer, text["ids"], text["windows"], text["candidates"], CONFIG,
-                            batch_size=3, show_progress=False, **options)
+    run, options = RunOptions.split({"batch_size": 3, "show_progress": False, **options})
+    return score_candidates(model, tokenizer, text["ids"], text["windows"], text["candidates"], CONFIG, run=run,
+                            **options)
 
 
 def test_every_option_is_scored_as_a_plain_forward(tiny_llama, tiny_tokenizer, text):
@@ -98,6 +99,17 @@ def test_an_interrupted_pass_resumes_from_a_copy_and_never_recomputes(tiny_llama
     assert all(isinstance(s, CandidateScores) for s in again)
 
 
+def test_a_pass_is_shared_by_the_workers_its_run_options_name(tiny_llama, tiny_tokenizer, text, tmp_path,
+                                                              monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")  # a launcher's environment: a caller sharded by it passes its shard
+    monkeypatch.setenv("RANK", "1")
+    whole = scores_of(tiny_llama, tiny_tokenizer, text)  # one process: no output folder needed
+    options = dict(output_dir=tmp_path / "pass", chunk_size=4, num_shards=2, settings={"data": "t"})
+    first = scores_of(tiny_llama, tiny_tokenizer, text, shard_id=1, **options)
+    assert [s.window for s in first] == [w.index for w in text["windows"] if w.index // 4 % 2 == 1]
+    assert scores_of(tiny_llama, tiny_tokenizer, text, shard_id=0, **options) == whole
+
+
 def test_a_pass_with_other_settings_is_refused_before_any_work(tiny_llama, tiny_tokenizer, text, tmp_path,
                                                                monkeypatch):
     folder = tmp_path / "pass"
@@ -114,8 +126,8 @@ def test_a_pass_with_other_settings_is_refused_before_any_work(tiny_llama, tiny_
         scores_of(make_tiny_model("gpt2"), tiny_tokenizer, text, output_dir=folder, settings={"data": "t"})
     with pytest.raises(OutputFolderError, match="'rerank_tokens': stored 5, given 6"):
         score_candidates(tiny_llama, tiny_tokenizer, text["ids"], text["windows"], text["candidates"],
-                         RalmConfig(**{**CONFIG.to_dict(), "rerank_tokens": 6}), batch_size=3, output_dir=folder,
-                         settings={"data": "t"}, show_progress=False)
+                         RalmConfig(**{**CONFIG.to_dict(), "rerank_tokens": 6}), settings={"data": "t"},
+                         run=RunOptions(batch_size=3, output_dir=folder, show_progress=False))
     other_text = {**text, "ids": list(reversed(text["ids"]))}
     with pytest.raises(OutputFolderError, match="'tokens': stored '60 tokens"):
         scores_of(tiny_llama, tiny_tokenizer, other_text, output_dir=folder, settings={"data": "t"})

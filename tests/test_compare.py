@@ -9,7 +9,7 @@ import json
 import pytest
 
 from conftest import EVAL_TEXT, ON_TEST_DEVICE, TEST_DEVICE_ARGS, write_jsonl
-from hf_ralm import RetrievalAugmentedModel
+from hf_ralm import RetrievalAugmentedModel, RunOptions
 from hf_ralm.cli import main
 from hf_ralm.compare import STRATEGIES, compare_strategies
 from hf_ralm.errors import SettingError
@@ -120,6 +120,25 @@ def test_two_workers_give_the_one_process_table(tiny_model_dir, tiny_index, tmp_
     again = model.compare_strategies(EVAL_TEXT, strategies, batch_size=3, show_progress=False, output_dir=str(out),
                                      chunk_size=5)
     assert again.num_resumed_windows == again.num_windows and again.rows == second.rows
+
+
+def test_run_options_or_their_fields_as_keywords(tiny_model_dir, tiny_index, tmp_path):
+    model = load(tiny_model_dir, tiny_index)
+    strategies = ["none", "top1"]
+    run = RunOptions(batch_size=3, show_progress=False, output_dir=str(tmp_path / "run"))
+    direct = compare_strategies(model.language_model, model.tokenizer, EVAL_TEXT, model.retriever, model.config,
+                                strategies, run=run)
+    n = direct.num_windows
+    chunks = sorted(path.name for path in (tmp_path / "run").glob("candidates-k*/chunk-*"))
+    assert chunks == [f"chunk-{a:08d}-{min(a + 32, n):08d}.json.gz" for a in range(0, n, 32)]  # compare's own size
+    flat = model.compare_strategies(EVAL_TEXT, strategies, batch_size=3, show_progress=False,
+                                    output_dir=str(tmp_path / "flat"), chunk_size=4)
+    assert flat.rows == direct.rows and len(list((tmp_path / "flat").glob("candidates-k*/chunk-*"))) == -(-n // 4)
+    again = model.compare_strategies(EVAL_TEXT, strategies, run=run)
+    assert again.num_resumed_windows == n and again.rows == direct.rows
+    over = model.compare_strategies(EVAL_TEXT, strategies, run=run, output_dir=str(tmp_path / "kw"), chunk_size=4)
+    assert over.num_resumed_windows == 0 and over.rows == direct.rows  # the keywords over run's fields
+    assert len(list((tmp_path / "kw").glob("candidates-k*/chunk-*"))) == -(-n // 4) > 1
 
 
 def test_a_sharded_pass_needs_an_output_folder(tiny_model_dir, tiny_index):

@@ -15,6 +15,7 @@ from conftest import ARTICLES, TEST_DEVICE_ARGS, crashed_chunk, write_jsonl
 from hf_ralm.cli import main
 from hf_ralm.modeling_utils import left_pad
 from hf_ralm.records import RecordStore
+from hf_ralm import MAX_NEW_TOKENS, RunOptions, evaluate_qa
 from hf_ralm.qa import (
     build_qa_prompt,
     exact_match,
@@ -331,6 +332,21 @@ def test_eval_qa_use_ctxs_and_closed_book(tmp_path, tiny_model_dir, tiny_llama, 
     assert report["settings"]["num_docs"] == 0 and report["has_answer"] == 0
     assert report["sample_prompt"] == build_qa_prompt(QUESTIONS[0]["question"])
     assert all(r["titles"] == [] and r["num_passages"] == 0 for r in records)
+
+
+def test_evaluate_qa_takes_its_run_options(tmp_path, tiny_llama, tiny_tokenizer):
+    """The Python entry: the run's options as one RunOptions; saved blocks of ``run.batch_size`` questions, unless
+    ``run.chunk_size`` says otherwise."""
+    passages = [q["ctxs"][:1] for q in QUESTIONS]
+    predicted = reference_answers(tiny_llama, tiny_tokenizer, QUESTIONS, passages)
+    examples = load_questions(str(write_jsonl(tmp_path / "questions.jsonl", QUESTIONS)))
+    for chunk_size, ranges in ((None, ["0-2", "2-4", "4-5"]), (3, ["0-3", "3-5"])):
+        out = tmp_path / f"chunks-{chunk_size}"
+        run = RunOptions(output_dir=str(out), batch_size=2, chunk_size=chunk_size, show_progress=False)
+        report = evaluate_qa(tiny_llama, tiny_tokenizer, examples, None, 1, True, MAX_NEW_TOKENS, 128, run=run)
+        assert report["complete"] and [r["prediction"] for r in read_predictions(out)] == predicted
+        assert sorted(path.name for path in (out / "predictions").glob("chunk-*")) == \
+            [f"chunk-{int(a):08d}-{int(b):08d}.json.gz" for a, b in (span.split("-") for span in ranges)]
 
 
 def test_eval_qa_resume(tmp_path, tiny_model_dir, tiny_llama, tiny_tokenizer, capsys):

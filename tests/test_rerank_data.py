@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 
 from conftest import ARTICLES, EVAL_TEXT, TEST_DEVICE_ARGS, crashed_chunk, write_jsonl
-from hf_ralm import RalmConfig
+from hf_ralm import RalmConfig, RunOptions
 from hf_ralm.cli import main
+from hf_ralm.errors import SettingError
 from hf_ralm.reranking import collect_rerank_data, load_rerank_data
 from hf_ralm.reranking.collect import retrieve_excluding_title, spread_windows
 from hf_ralm.reranking.data import read_rerank_records, rerank_data_summary
@@ -55,7 +56,9 @@ def setup(tmp_path_factory):
 def collect(setup, tiny_llama, tiny_tokenizer, folder: Path, **options) -> dict:
     options = {"windows_per_article": WINDOWS_PER_ARTICLE, "chunk_size": 3, "show_progress": False, **options}
     config = options.pop("config", setup["config"])
-    return collect_rerank_data(tiny_llama, tiny_tokenizer, setup["retriever"], ARTICLES, config, folder, **options)
+    run, options = RunOptions.split(options)
+    return collect_rerank_data(tiny_llama, tiny_tokenizer, setup["retriever"], ARTICLES, config, folder, run=run,
+                               **options)
 
 
 def texts(setup, tokenizer, folder: Path) -> list[dict]:
@@ -237,13 +240,20 @@ def test_two_shards_write_the_records_of_one_process(collected, setup, tiny_llam
     assert collected["summary"]["complete"] and "shard" not in collected["summary"]
 
 
+def test_the_folder_is_given_once(setup, tiny_llama, tiny_tokenizer, tmp_path):
+    with pytest.raises(SettingError, match="rerank data goes to output_dir .*data.*, but run.output_dir is .*other"):
+        collect(setup, tiny_llama, tiny_tokenizer, tmp_path / "data", output_dir=str(tmp_path / "other"))
+    assert not (tmp_path / "data").exists() and not (tmp_path / "other").exists()
+
+
 def test_a_resume_with_other_articles_is_refused(setup, tiny_llama, tiny_tokenizer, tmp_path):
     folder = tmp_path / "data"
     collect(setup, tiny_llama, tiny_tokenizer, folder, max_windows=2)
     with pytest.raises(ValueError, match="holds the record of article id 'a1', window 1 as window 0, but the given "
                                          "articles make it article id 'a5'"):
         collect_rerank_data(tiny_llama, tiny_tokenizer, setup["retriever"], ARTICLES[::-1], setup["config"], folder,
-                            windows_per_article=WINDOWS_PER_ARTICLE, chunk_size=3, show_progress=False)
+                            windows_per_article=WINDOWS_PER_ARTICLE,
+                            run=RunOptions(chunk_size=3, show_progress=False))
 
 
 def test_other_settings_are_refused_unless_overwriting(setup, tiny_llama, tiny_tokenizer, tmp_path):

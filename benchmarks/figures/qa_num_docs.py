@@ -70,7 +70,7 @@ def points(res: Resources, qa: QaData) -> list[dict]:
 
 def measure(res: Resources, qa: QaData, table: sweep.Table, p: dict) -> dict:
     """Answer the questions with ``num_docs`` passages each, in the point's own folder (resumed if interrupted)."""
-    from hf_ralm import evaluate_qa
+    from hf_ralm import RunOptions, evaluate_qa
 
     examples = qa.with_passages() if p["num_docs"] else qa.questions
     if p["num_docs"]:  # the index is built now: its id names the run (a missing one was "missing" before)
@@ -80,8 +80,8 @@ def measure(res: Resources, qa: QaData, table: sweep.Table, p: dict) -> dict:
     folder = os.path.join(res.args.work_dir, f"{READERS[p['model']].folder}.{p['dtype']}.k{p['num_docs']}."
                                              f"{hashlib.sha256(key.encode()).hexdigest()[:10]}")
     report = evaluate_qa(model, tokenizer, examples, num_docs=p["num_docs"], use_ctxs=p["num_docs"] > 0,
-                         batch_size=res.args.batch_size, output_dir=folder, settings={"point": key},
-                         show_progress=sys.stderr.isatty())
+                         settings={"point": key}, run=RunOptions(output_dir=folder, batch_size=res.args.batch_size,
+                                                                 show_progress=sys.stderr.isatty()))
     percent = {k: 100 * report[k] for k in ("em", "has_answer")}  # the CSV's columns are in percent
     return {**{k: report[k] for k in MEASURES[:6]}, **percent, "index_id": p["index_id"], **sweep.provenance(model)}
 

@@ -18,13 +18,14 @@ needs no more than the pass holds is a row too, under its name.
 Example::
 
     comparison = compare_strategies(model, tokenizer, text, retriever, RalmConfig(max_length=512),
-                                    ["none", "top1", "lm-gate"], output_dir="runs/compare")
+                                    ["none", "top1", "lm-gate"], run=RunOptions(output_dir="runs/compare"))
     print(comparison.to_markdown())   # one row per strategy: token ppl, word ppl, share with a passage, inputs
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import os
 import time
@@ -41,12 +42,12 @@ from .model_inputs import window_length
 from .modeling_utils import model_device
 from .perplexity import perplexity_figures
 from .plan import prepare
-from .records import RecordStore, check_output_folder
+from .records import RecordStore
 from .retrieval.base import Retriever, retriever_identity
+from .runs import RunOptions
 from .selection.candidates import CandidateScores, choose_from_scores, score_candidates
 from .selection.strategies import ComparisonRow, comparison_rows, reader_inputs_per_window, reranks
 from .utils.atomic import write_json_atomic, write_text_atomic
-from .utils.shards import Shard
 
 COMPARE_FILE = "compare.json"
 COMPARE_CSV = "compare.csv"
@@ -229,25 +230,20 @@ def compare_strategies(
     strategies: Sequence[str] = DEFAULT_STRATEGIES,
     *,
     max_eval_tokens: int | None = None,
-    batch_size: int | str = 8,
-    output_dir: str | os.PathLike | None = None,
-    chunk_size: int = 32,
-    overwrite: bool = False,
-    repair: bool = False,
-    show_progress: bool = True,
-    num_shards: int | None = None,
-    shard_id: int | None = None,
+    run: RunOptions = RunOptions(),
 ) -> Comparison:
     """Each of ``strategies`` (names of :data:`STRATEGIES`) over the same windows of ``text_or_ids``, from one reader
-    pass (see the module docstring); with ``output_dir`` the pass's records are kept there (``candidates-k<k>/``, in
-    chunks of ``chunk_size`` windows: a rerun resumes them, ``overwrite`` starts afresh, ``repair`` computes damaged
-    chunks again) and ``compare.json`` / ``compare.csv`` written; a folder holding anything else is refused. Each
-    chunk's passages are retrieved as it starts, so a resumed pass retrieves only what it computes.
+    pass (see the module docstring). ``run`` (:class:`~hf_ralm.runs.RunOptions`) gives the reader's ``batch_size``
+    and how the pass is kept: with ``run.output_dir`` the pass's records are kept there (``candidates-k<k>/``, in
+    chunks of ``run.chunk_size`` windows, :data:`~hf_ralm.selection.candidates.CHUNK_SIZE` (32) when ``None``: a
+    rerun resumes them, ``run.overwrite`` starts afresh, ``run.repair`` computes damaged chunks again) and
+    ``compare.json`` / ``compare.csv`` written; a folder holding anything else is refused. Each chunk's passages are
+    retrieved as it starts, so a resumed pass retrieves only what it computes.
 
-    ``num_shards`` workers (``shard_id``, or a launcher's environment: :class:`~hf_ralm.utils.shards.Shard`) share
-    the pass through ``output_dir``, each computing every ``num_shards``-th chunk; a worker that finds the others'
-    chunks missing returns an incomplete :class:`Comparison` (``complete`` false, no rows), and the last one to
-    finish, or any worker run again afterwards, gives the table.
+    ``run.num_shards`` workers (``run.shard_id``, or a launcher's environment: :class:`~hf_ralm.utils.shards.Shard`)
+    share the pass through ``run.output_dir``, each computing every ``num_shards``-th chunk; a worker that finds the
+    others' chunks missing returns an incomplete :class:`Comparison` (``complete`` false, no rows), and the last one
+    to finish, or any worker run again afterwards, gives the table.
 
     ``config`` gives the RALM settings, ``rerank_candidates`` (``k``, for the strategies that rank),
     ``rerank_tokens``, the lm gate's margin (``gate_threshold`` when ``retrieval_gate`` is ``"lm"``, else the lm
@@ -255,30 +251,29 @@ def compare_strategies(
 
     Example::
 
-        comparison = compare_strategies(model, tokenizer, text, retriever, config, ["none", "top1", "lm-gate"])
+        comparison = compare_strategies(model, tokenizer, text, retriever, config, ["none", "top1", "lm-gate"],
+                                        run=RunOptions(output_dir="runs/compare", batch_size=16))
         comparison.row("lm-gate").token_ppl
     """
     names = check_strategies(strategies)
-    if output_dir is not None:
-        check_output_folder(output_dir, (CANDIDATES_DIR.format(k="*"), COMPARE_FILE, COMPARE_CSV),
-                            "strategy comparison")
+    output_dir, overwrite = run.output_dir, run.overwrite
+    run.check_output_dir((CANDIDATES_DIR.format(k="*"), COMPARE_FILE, COMPARE_CSV), "strategy comparison")
     if retriever is None:
         raise SettingError(f"Comparing strategies needs a retriever ({setting('retriever')}): each strategy chooses "
                            "among the passages it retrieves.")
-    shard = Shard.resolve(num_shards, shard_id)
+    shard = run.shard
     k = candidates_per_window(names, config)
     scoring = RalmConfig(**{**config.to_dict(), "rerank": "lm", "rerank_candidates": k, "reranker_model": None,
                             "retrieval_gate": "always", "gate_threshold": None})
     plan = prepare(text_or_ids, tokenizer, scoring, retriever, max_length=window_length(model, config),
                    max_eval_tokens=max_eval_tokens)
-    size = BatchSize(batch_size, model_device(model)).size
+    size = BatchSize(run.batch_size, model_device(model)).size
     records = None if output_dir is None else os.path.join(output_dir, CANDIDATES_DIR.format(k=k))
     resumed = RecordStore.num_saved(records) if records and not overwrite else 0
     start = time.perf_counter()
     scores = score_candidates(model, tokenizer, plan.ids, plan.windows, lambda chunk: plan.candidates(chunk, k),
-                              scoring, batch_size=size, output_dir=records, chunk_size=chunk_size,
-                              overwrite=overwrite, repair=repair, settings=retriever_identity(retriever),
-                              show_progress=show_progress, shard=shard)
+                              scoring, run=dataclasses.replace(run, output_dir=records, batch_size=size),
+                              settings=retriever_identity(retriever), shard=shard)
     seconds = time.perf_counter() - start
     if len(scores) < len(plan.windows):  # a worker of a sharded pass, before the others are done
         return Comparison([], len(plan.ids), 0, plan.num_words, len(plan.windows), k, seconds, resumed,

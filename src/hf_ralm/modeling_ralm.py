@@ -424,17 +424,20 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
                            **kwargs) -> Comparison:
         """Several passage-selection strategies (``"none"``, ``"top1"``, ``"lm-gate"``, ``"zero-shot"``,
         ``"oracle"``, ...) on the same windows of a text, from one reader pass; see
-        :func:`hf_ralm.compare.compare_strategies` for the keyword arguments.
+        :func:`hf_ralm.compare.compare_strategies` for the keyword arguments (``run=``, a
+        :class:`~hf_ralm.runs.RunOptions`, or its fields as keywords, as :meth:`evaluate_perplexity` takes them).
 
         Example::
 
             comparison = model.compare_strategies(text, ["none", "top1", "lm-gate"], max_eval_tokens=1024)
             print(comparison.to_markdown())
+            model.compare_strategies(text, ["top1", "oracle"], run=RunOptions(output_dir="runs/compare"))
         """
         if self.tokenizer is None:
             raise ValueError("This model has no tokenizer: pass tokenizer= to from_pretrained.")
+        run, options = RunOptions.split(kwargs)
         return compare_strategies(self.language_model, self.tokenizer, text_or_ids, self.retriever, self.config,
-                                  strategies, **kwargs)
+                                  strategies, run=run, **options)
 
     def generate(self, inputs=None, **kwargs):
         """Generate with In-Context RALM, re-retrieving every ``retrieval_stride`` new tokens (and reranking the

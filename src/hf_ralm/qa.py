@@ -27,7 +27,7 @@ import os
 import re
 import string
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Iterable, Mapping, Sequence
 
 from .errors import SettingError, setting
@@ -534,51 +534,53 @@ def evaluate_qa(
     retriever=None,
     num_docs: int = 0,
     use_ctxs: bool = False,
-    batch_size: int | str = 8,
     max_new_tokens: int = MAX_NEW_TOKENS,
     max_length: int | None = None,
-    output_dir: str | None = None,
     settings: dict | None = None,
-    show_progress: bool = True,
-    report_extra: dict | None = None,
-    num_shards: int | None = None,
-    shard_id: int | None = None,
-    repair: bool = False,
+    *,
+    run: RunOptions = RunOptions(),
 ) -> dict:
     """Answer ``examples`` (from :func:`load_questions`) with a plain causal LM and score them.
 
     Each question gets ``num_docs`` passages in its prompt (0: closed book): from its own ``ctxs`` with
     ``use_ctxs``, else retrieved by ``retriever`` with the question as the query (:func:`find_passages`). Prompts are
     cut from the left to ``max_length - max_new_tokens`` tokens (``max_length``: the model's maximum by default),
-    batched with left padding (``batch_size`` questions, or ``"auto"``: :class:`~hf_ralm.batching.BatchSize`, whose
-    first size makes the saved batches), and answered greedily (``max_new_tokens`` tokens, the first line).
+    batched with left padding (``run.batch_size`` questions, or ``"auto"``: :class:`~hf_ralm.batching.BatchSize`,
+    whose first size makes the saved batches unless ``run.chunk_size`` is given), and answered greedily
+    (``max_new_tokens`` tokens, the first line).
 
-    With ``output_dir``, every batch of answered questions is saved as it is done (``OUTPUT_DIR/predictions/``, a
+    ``run`` (:class:`~hf_ralm.runs.RunOptions`) says how the run is kept and shared. With ``run.output_dir``, every
+    batch of answered questions is saved as it is done (``OUTPUT_DIR/predictions/``, a
     :class:`~hf_ralm.records.RecordStore`), ``eval.json`` (EM, has_answer, counts, ``settings``, timings;
     ``complete`` once every question is answered) is rewritten atomically after every batch, and
     ``predictions.jsonl`` (a line per question) is written at the end. A run on a folder that already holds
     predictions continues after them (the same questions, maybe more of them, and the same ``settings``; other
-    settings are refused, naming them; a damaged chunk of predictions too, naming it, unless ``repair``: it is moved
-    aside and its questions answered again; a folder holding files hf-ralm did not write as well). ``eval.json`` also
-    holds ``report_extra`` (what else the caller records, e.g. the command line's arguments; its ``timings`` join the
-    run's). Returns what ``eval.json`` holds.
+    settings are refused, naming them; a damaged chunk of predictions too, naming it, unless ``run.repair``: it is
+    moved aside and its questions answered again; a folder holding files hf-ralm did not write as well).
+    ``eval.json`` also holds ``run.report_extra`` (what else the caller records, e.g. the command line's arguments;
+    its ``timings`` join the run's). Returns what ``eval.json`` holds.
 
-    Many workers share a run through ``output_dir`` (``num_shards``/``shard_id``, or the environment of torchrun,
-    accelerate or a Slurm array: :class:`~hf_ralm.utils.shards.Shard`): worker I answers the batches I, I+N, ...; the
-    one that saves the last batch writes ``predictions.jsonl`` and the final ``eval.json`` (the others return what
-    is done, with ``complete`` false), and the same call without shards merges.
+    Many workers share a run through ``run.output_dir`` (``run.num_shards``/``run.shard_id``, or the environment of
+    torchrun, accelerate or a Slurm array: :class:`~hf_ralm.utils.shards.Shard`): worker I answers the batches I,
+    I+N, ...; the one that saves the last batch writes ``predictions.jsonl`` and the final ``eval.json`` (the others
+    return what is done, with ``complete`` false), and the same call without shards merges.
+
+    Example::
+
+        examples = load_questions("nq-open-test.jsonl", max_questions=100)
+        report = evaluate_qa(model, tokenizer, examples, retriever, num_docs=2,
+                             run=RunOptions(output_dir="runs/nq-bm25", batch_size=16))
+        report["em"]
     """
     from .batching import BatchSize
     from .modeling_utils import model_device
 
-    batches = BatchSize(batch_size, model_device(model))  # the blocks of questions keep its first size
+    batches = BatchSize(run.batch_size, model_device(model))  # the blocks of questions keep its first size
     _check_arguments(examples, retriever, num_docs, use_ctxs, batches.size, max_new_tokens)
     answerer = _Answerer(model, tokenizer, max_new_tokens, max_length)
     settings = {**(settings or {}), "num_docs": num_docs, "use_ctxs": use_ctxs, "max_new_tokens": max_new_tokens,
                 "max_length": answerer.max_length}
-    run = _QaRun(RunOptions(output_dir=output_dir, chunk_size=batches.size, repair=repair, num_shards=num_shards,
-                            shard_id=shard_id, batch_size=batch_size, show_progress=show_progress,
-                            report_extra=report_extra), examples, settings)
+    run = _QaRun(replace(run, chunk_size=run.chunk_size or batches.size), examples, settings)
 
     def answer(start: int, stop: int) -> list[QARecord]:
         batch = examples[start:stop]

@@ -7,6 +7,8 @@ import argparse
 import os
 
 from ..reranker_training import TrainingTitles, articles_source, collect_rerank_data, training_articles
+from ..reranker_training.collect import CHUNK_SIZE
+from ..runs import RunOptions
 from .common import FLAG_GROUPS, check_args, fail, library_default, load_model, parent, print_json
 from .settings import FLAGS, add_ralm_arguments, ralm_settings
 
@@ -42,7 +44,7 @@ def add_parser(sub) -> None:
                        help="stop once the folder holds this many windows (default: all articles)")
     group = parser.add_argument_group("output")
     group.add_argument("--output-dir", help="the rerank data folder (rerank_data.json and chunks; required)")
-    group.add_argument(FLAGS["chunk_size"], type=int, default=library_default(collect_rerank_data, "chunk_size"),
+    group.add_argument(FLAGS["chunk_size"], type=int, default=CHUNK_SIZE,
                        help="windows per saved chunk: what a crash can lose at most (default %(default)s)")
     group.add_argument("--overwrite", action="store_true",
                        help="delete the folder's data first when it was made with other settings")
@@ -63,11 +65,11 @@ def run(args: argparse.Namespace) -> dict:
     articles = training_articles(args.articles, exclude_titles=titles.excluded, num_articles=args.num_articles)
     return collect_rerank_data(
         model.language_model, model.tokenizer, model.retriever, articles, model.config, args.output_dir,
-        windows_per_article=args.windows_per_article, max_windows=args.max_windows, chunk_size=args.chunk_size,
-        overwrite=args.overwrite, repair=args.repair, batch_size=args.batch_size,
+        windows_per_article=args.windows_per_article, max_windows=args.max_windows,
         metadata=articles_source(args.articles, args.num_articles, titles.excluded),
         reproduce={"articles": os.path.abspath(args.articles), "command": args.command_line},
-        num_shards=args.num_shards, shard_id=args.shard_id)
+        run=RunOptions(chunk_size=args.chunk_size, overwrite=args.overwrite, repair=args.repair,
+                       batch_size=args.batch_size, num_shards=args.num_shards, shard_id=args.shard_id))
 
 
 show = print_json()

@@ -32,14 +32,14 @@ the same as one process writes.
 
 Example::
 
-    from hf_ralm import RetrievalAugmentedModel
+    from hf_ralm import RetrievalAugmentedModel, RunOptions
     from hf_ralm.reranker_training import collect_rerank_data, training_articles
 
     model = RetrievalAugmentedModel.from_pretrained("HuggingFaceTB/SmolLM2-135M", retriever="bm25",
                                                     corpus="wiki.jsonl.gz", max_length=512, rerank_candidates=16)
     articles = training_articles("wiki.jsonl.gz", exclude_titles=eval_titles, num_articles=1000)
     collect_rerank_data(model.language_model, model.tokenizer, model.retriever, articles, model.config,
-                        "data/rerank", windows_per_article=8, articles_path="wiki.jsonl.gz")
+                        "data/rerank", windows_per_article=8, run=RunOptions(batch_size=16, chunk_size=128))
 """
 
 from __future__ import annotations
@@ -48,12 +48,13 @@ import itertools
 import os
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from transformers.utils import logging
 
 from ..configuration_ralm import RALM_FIELDS, RalmConfig
+from ..errors import SettingError
 from ..model_inputs import window_length
 from ..batching import BatchSize
 from ..modeling_utils import model_device, model_identity, model_path
@@ -71,6 +72,9 @@ from .data import RerankDataWriter
 
 logger = logging.get_logger(__name__)
 
+CHUNK_SIZE = 64
+"""Windows a chunk of rerank data when ``run.chunk_size`` is ``None`` (``rerank-data --chunk-size``'s default)."""
+
 
 def collect_rerank_data(
     model,
@@ -82,22 +86,18 @@ def collect_rerank_data(
     *,
     windows_per_article: int = 8,
     max_windows: int | None = None,
-    chunk_size: int = 64,
-    overwrite: bool = False,
-    repair: bool = False,
-    batch_size: int | str = 8,
     metadata: Mapping[str, Any] | None = None,
     reproduce: Mapping[str, Any] | None = None,
-    show_progress: bool = True,
-    num_shards: int | None = None,
-    shard_id: int | None = None,
+    run: RunOptions = RunOptions(),
 ) -> dict[str, Any]:
     """Write the predictive reranker's training data for ``articles`` to ``output_dir`` (see the module docstring).
 
     ``config`` gives the RALM settings (``retrieval_stride``, ``max_length``, ``query_length``, ``max_doc_tokens``,
     ``bos_every_window``, ``passage_template``, ``rerank_candidates`` as ``k``, ``rerank_tokens`` as ``s'``); its
     reranking strategy is not used: every candidate is scored. Collection stops after ``max_windows`` windows
-    (resumed ones included; ``None``: all articles). ``batch_size`` counts the reader's inputs (one per
+    (resumed ones included; ``None``: all articles). ``run`` (:class:`~hf_ralm.runs.RunOptions`; its
+    ``output_dir`` is ``output_dir``) says how the run is kept: ``run.chunk_size`` windows a chunk (:data:`CHUNK_SIZE`
+    when ``None``), ``run.overwrite``, ``run.repair``, progress; ``run.batch_size`` counts the reader's inputs (one per
     candidate) per forward pass (``"auto"``: :class:`~hf_ralm.batching.BatchSize`). ``metadata`` adds settings the
     records depend on that this function cannot see, above all which articles they come from (e.g.
     ``{"articles_fingerprint": file_fingerprint(path),
@@ -107,7 +107,7 @@ def collect_rerank_data(
     corpus fingerprint and ``windows_per_article``, and ``reproduce`` the command, git commit, reader and index
     paths (``rerank_data.json``).
 
-    ``num_shards``/``shard_id`` make this one of many workers (see the module docstring).
+    ``run.num_shards``/``run.shard_id`` make this one of many workers (see the module docstring).
 
     Returns ``output_dir``, ``rows_written`` (this run), ``rows_resumed`` (found in the folder), ``rows_total`` (in
     the folder now), ``complete`` (every window of the plan is in), ``articles_read`` (this run), ``seconds``,
@@ -115,11 +115,15 @@ def collect_rerank_data(
 
     Example::
 
-        summary = collect_rerank_data(reader, tokenizer, retriever, articles, config, "data/rerank", max_windows=20)
+        summary = collect_rerank_data(reader, tokenizer, retriever, articles, config, "data/rerank", max_windows=20,
+                                      run=RunOptions(overwrite=True))
         summary["rows_total"]  # 20, or fewer when the articles run out
     """
     check_count("windows_per_article", windows_per_article)
-    batches = BatchSize(batch_size, model_device(model))
+    if run.output_dir is not None and os.fspath(run.output_dir) != os.fspath(output_dir):
+        raise SettingError(f"rerank data goes to output_dir ({output_dir}), but run.output_dir is "
+                           f"{run.output_dir}: give the folder once, as output_dir.")
+    batches = BatchSize(run.batch_size, model_device(model))
     if max_windows is not None:
         check_count("max_windows", max_windows)
     # The reader ranks every candidate and no passage: one pass gives the ranking and the target NLLs of each.
@@ -142,9 +146,9 @@ def collect_rerank_data(
         "windows_per_article": windows_per_article,
         **(metadata or {}),
     }
-    run = {**provenance(), "reader_path": model_path(model),
-           "index_dir": os.path.abspath(retriever.index_dir) if isinstance(retriever, LocalIndexRetriever) else None,
-           **(reproduce or {})}
+    rerun = {**provenance(), "reader_path": model_path(model),
+             "index_dir": os.path.abspath(retriever.index_dir) if isinstance(retriever, LocalIndexRetriever) else None,
+             **(reproduce or {})}
 
     def article_windows(article: Mapping[str, str], limit: int | None) -> list[_Kept]:
         """The article's kept windows that have candidates (at most ``limit``)."""
@@ -178,12 +182,11 @@ def collect_rerank_data(
                      for item, ranking, targets in zip(group, outcome.ranking_nlls, outcome.target_nlls)]
         return rows
 
-    chunks = ChunkRun(RunOptions(output_dir=output_dir, chunk_size=chunk_size, overwrite=overwrite, repair=repair,
-                                 num_shards=num_shards, shard_id=shard_id, batch_size=batch_size,
-                                 show_progress=show_progress))
+    chunks = ChunkRun(replace(run, output_dir=output_dir, chunk_size=run.chunk_size or CHUNK_SIZE))
+    chunk_size = chunks.chunk_size
     t0 = time.perf_counter()
     articles_read = 0
-    writer = chunks.open(RerankDataWriter, output_dir, settings, reproduce=run)
+    writer = chunks.open(RerankDataWriter, output_dir, settings, reproduce=rerun)
     saved = {position: (row["article"], row["window"])
              for (start, _), rows in writer.items() for position, row in enumerate(rows, start)}
 

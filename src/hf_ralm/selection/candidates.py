@@ -20,13 +20,12 @@ the saved chunks, and a rerun with other settings is refused.
 Example::
 
     scores = score_candidates(model, tokenizer, ids, windows, candidates, config,
-                              output_dir="runs/candidates")
+                              run=RunOptions(output_dir="runs/candidates"))
     scores[5].target_nlls[0], scores[5].target_nlls[-1]   # (10.2, 11.9): with its top passage, and without one
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -63,6 +62,10 @@ class CandidateScores:
         return len(self.passage_ids)
 
 
+CHUNK_SIZE = 32
+"""Windows a chunk of a scored pass when ``run.chunk_size`` is ``None`` (``--compare``'s too)."""
+
+
 class CandidateRecordWriter(RecordStore):
     """The records of :func:`score_candidates`, one per window, in gzip'd chunks."""
 
@@ -78,14 +81,9 @@ def score_candidates(
     candidates: Sequence[Sequence[Passage]] | Callable[[Sequence[Window]], Sequence[Sequence[Passage]]],
     config: RalmConfig,
     *,
-    batch_size: int = 8,
-    output_dir: str | os.PathLike | None = None,
-    chunk_size: int = 32,
+    run: RunOptions = RunOptions(),
     settings: Mapping[str, Any] | None = None,
     reproduce: Mapping[str, Any] | None = None,
-    overwrite: bool = False,
-    repair: bool = False,
-    show_progress: bool = True,
     shard: Shard | None = None,
 ) -> list[CandidateScores]:
     """Every window's options scored by the reader (see the module docstring), in the order of ``windows`` (all of a
@@ -94,30 +92,36 @@ def score_candidates(
     ``candidates[w]`` are window ``w``'s retrieved passages in retrieval order (the first
     ``config.rerank_candidates`` are scored), or ``candidates`` is a function that retrieves them for a chunk of
     windows (a list per window): then only the windows this call computes are retrieved, not those read back or left
-    to other workers. ``config`` gives the RALM settings and ``rerank_tokens`` (s'). With
-    ``output_dir``, the records are saved there every ``chunk_size`` windows and a rerun resumes after them (and
-    with ``repair`` computes again those of chunks that fail their checks, moved aside: :mod:`hf_ralm.records`);
+    to other workers. ``config`` gives the RALM settings and ``rerank_tokens`` (s'). ``run``
+    (:class:`~hf_ralm.runs.RunOptions`) gives the reader's ``batch_size`` (a count) and how the pass is kept: with
+    ``run.output_dir``, the records are saved there every ``run.chunk_size`` windows (:data:`CHUNK_SIZE` when
+    ``None``) and a rerun resumes after them (``run.overwrite`` starts afresh, and ``run.repair`` computes again those
+    of chunks that fail their checks, moved aside: :mod:`hf_ralm.records`);
     ``settings`` adds what the records depend on that this function cannot see (e.g. the retriever's identity,
     :func:`~hf_ralm.resume.retriever_identity`, or the text's name), ``reproduce`` what reruns the pass (the command,
     paths); the settings always record the model (:func:`~hf_ralm.resume.model_identity`), a digest of ``ids``, the
     RALM settings, the window length and ``batch_size`` (it changes results in their last digits).
 
-    With ``shard`` (:class:`~hf_ralm.utils.shards.Shard`, needs ``output_dir``), this worker computes the chunks
+    With ``shard`` (:class:`~hf_ralm.utils.shards.Shard`, needs ``run.output_dir``; by default ``run``'s when it
+    names ``num_shards``/``shard_id``, else one process), this worker computes the chunks
     ``shard.index, shard.index + shard.count, ...`` and returns the records saved so far in window order: every
     window's once the other workers' chunks are in too (check ``len(result) == len(windows)``).
 
     Example::
 
-        scores = score_candidates(model, tokenizer, ids, windows, candidates, config, output_dir="runs/pass",
+        scores = score_candidates(model, tokenizer, ids, windows, candidates, config,
+                                  run=RunOptions(output_dir="runs/pass", batch_size=16),
                                   settings={"data": "WikiText-103 test", **retriever_identity(retriever)})
     """
     from ..utils.provenance import provenance
     from ..modeling_utils import model_identity, model_path
     from ..records import digest
 
+    batch_size, output_dir = run.batch_size, run.output_dir
     check_count("batch_size", batch_size)
-    run = ChunkRun(RunOptions(output_dir=output_dir, chunk_size=chunk_size, overwrite=overwrite, repair=repair,
-                              show_progress=show_progress), what="candidate pass", shard=shard or Shard())
+    if shard is None:  # a pass is one process unless told: a caller sharded by its environment passes its shard
+        shard = run.shard if run.num_shards is not None or run.shard_id is not None else Shard()
+    chunks = ChunkRun(run, chunk_size=run.chunk_size or CHUNK_SIZE, what="candidate pass", shard=shard)
     scoring = RalmConfig(**{**{name: getattr(config, name) for name in RALM_FIELDS}, "rerank": "lm",
                             "reranker_model": None, "rerank_allow_no_passage": True,
                             "rerank_no_passage_margin": 0.0})
@@ -125,8 +129,8 @@ def score_candidates(
         stored = {**model_identity(model), "tokens": f"{len(ids)} tokens, {digest(list(ids))}",
                   **{name: getattr(scoring, name) for name in sorted(RALM_FIELDS)},
                   "window_length": window_length(model, config), "batch_size": batch_size, **(settings or {})}
-        writer = run.open(CandidateRecordWriter, output_dir, stored,
-                          reproduce={**provenance(), "model_path": model_path(model), **(reproduce or {})})
+        writer = chunks.open(CandidateRecordWriter, output_dir, stored,
+                             reproduce={**provenance(), "model_path": model_path(model), **(reproduce or {})})
         for (start, stop), rows in writer.items():
             if [s.window for s in rows] != [w.index for w in windows[start:stop]]:
                 raise ValueError(f"{output_dir} holds the records of other windows: score the same text, or "
@@ -146,9 +150,9 @@ def score_candidates(
             scores.append(CandidateScores(w.index, [p.id for p in pool], [p.score for p in pool], ranking, targets))
         return scores
 
-    run.run(len(windows), step, desc="Scoring candidates", unit="win")
-    run.gather()  # the other workers' chunks saved meanwhile
-    return run.rows()
+    chunks.run(len(windows), step, desc="Scoring candidates", unit="win")
+    chunks.gather()  # the other workers' chunks saved meanwhile
+    return chunks.rows()
 
 
 class ScoredRanker:
