@@ -4,7 +4,9 @@ interrupted run keeps every finished point and a rerun skips the points already 
 
 A point is named by the values of ALL its settings (the ``settings`` columns): a rerun with another value of any of
 them finds no such row and measures a new one beside the old. The whole CSV is written again after every point (a
-temporary file, fsync, rename), and a CSV with other columns (another version of the script) is refused.
+temporary file, fsync, rename), and a CSV with other columns (another version of the script) is refused, but for
+the ``optional`` measures a table added later: an older CSV without them is read with those cells empty, and a rerun
+can fill them (:func:`run_points`'s ``redo``).
 
     >>> table = Table("/tmp/example.csv", settings=("model", "stride"), measures=("token_ppl",))
     >>> table.key({"model": "SmolLM2-135M", "stride": 4, "token_ppl": 15.1})
@@ -26,13 +28,20 @@ def cell(value) -> str:
     return "" if value is None else str(value)
 
 
+def point_key(settings: Sequence[str], point: Mapping) -> tuple[str, ...]:
+    """A point's name: the values of its ``settings``, as written in a CSV."""
+    return tuple(cell(point.get(name)) for name in settings)
+
+
 @dataclass(frozen=True)
 class Table:
-    """A results CSV: the ``settings`` columns name a point, the ``measures`` columns hold what was measured."""
+    """A results CSV: the ``settings`` columns name a point, the ``measures`` columns hold what was measured (the
+    ``optional`` ones among them may be missing from an older CSV)."""
 
     path: str | os.PathLike
     settings: tuple[str, ...]
     measures: tuple[str, ...]
+    optional: tuple[str, ...] = ()
 
     @property
     def columns(self) -> list[str]:
@@ -40,7 +49,7 @@ class Table:
 
     def key(self, point: Mapping) -> tuple[str, ...]:
         """The point's settings, as written in the CSV."""
-        return tuple(cell(point.get(name)) for name in self.settings)
+        return point_key(self.settings, point)
 
     def read(self) -> list[dict[str, str]]:
         """The rows so far (none when the file does not exist).
@@ -53,39 +62,54 @@ class Table:
         with open(self.path, encoding="utf-8", newline="") as f:
             reader = csv.DictReader(f)
             rows = list(reader)
-        if reader.fieldnames != self.columns:
+        older = [name for name in self.columns if name not in self.optional]
+        if reader.fieldnames not in (self.columns, older):
             raise ValueError(f"{self.path} has the columns {reader.fieldnames}, not the {self.columns} this script "
                              "writes (another version of the script wrote it): move it away and rerun.")
-        return rows
+        return [{name: row.get(name, "") for name in self.columns} for row in rows]
 
-    def append(self, row: Mapping) -> None:
-        """Add a row and write the whole CSV again, atomically."""
+    def put(self, row: Mapping, replacing: Mapping | None = None) -> None:
+        """Add a row, or replace the row of the same point (or of the point ``replacing`` names), and write the whole
+        CSV again, atomically."""
         from hf_ralm.utils import write_text_atomic
 
         missing = [name for name in self.columns if name not in row]
         if missing:
             raise ValueError(f"A row of {self.path} lacks the columns {missing}.")
+        new = {name: cell(row[name]) for name in self.columns}
+        rows = self.read()
+        same = [i for i, old in enumerate(rows) if self.key(old) == self.key(replacing or new)]
+        if same:
+            rows[same[0]] = new
+        else:
+            rows.append(new)
         out = io.StringIO()
         writer = csv.DictWriter(out, fieldnames=self.columns, extrasaction="ignore", lineterminator="\n")
         writer.writeheader()
-        writer.writerows([*self.read(), {name: cell(row[name]) for name in self.columns}])
+        writer.writerows(rows)
         write_text_atomic(str(self.path), out.getvalue(), suffix=".csv")
 
+    def row(self, point: Mapping) -> dict[str, str] | None:
+        """The point's row, or None when it has not been measured."""
+        return next((row for row in self.read() if self.key(row) == self.key(point)), None)
 
-def run_points(table: Table, points: Sequence[dict], measure: Callable[[dict], dict], desc: str) -> int:
+
+def run_points(table: Table, points: Sequence[dict], measure: Callable[[dict], dict], desc: str,
+               redo: Callable[[dict], bool] | None = None) -> int:
     """Measure every point not in ``table`` yet, in order, writing its row (the point's settings updated by what
-    ``measure`` returns) as soon as it is measured. Returns how many points were measured."""
+    ``measure`` returns) as soon as it is measured; with ``redo``, also the points whose row ``redo(row)`` is true
+    for, each row replaced by the new one. Returns how many points were measured."""
     from tqdm.auto import tqdm
 
-    done = {table.key(row) for row in table.read()}
+    done = {table.key(row) for row in table.read() if redo is None or not redo(row)}
     todo = [point for point in points if table.key(point) not in done]
     varied = [name for name in table.settings if len({cell(point.get(name)) for point in points}) > 1]
     print(f"[{desc}] {len(points) - len(todo)} of {len(points)} points already in {table.path}; "
           f"{len(todo)} to measure", file=sys.stderr, flush=True)
     for point in tqdm(todo, desc=desc, unit="point"):
         row = {**point, **measure(point)}
-        table.append(row)
+        table.put(row)
         first = table.measures[0]
         tqdm.write(f"[{desc}] " + ", ".join(f"{name}={cell(row[name])}" for name in varied)
-                   + f": {first}={row[first]:.5g}", file=sys.stderr)
+                   + f": {first}={float(row[first]):.5g}", file=sys.stderr)
     return len(todo)

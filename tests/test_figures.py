@@ -8,13 +8,16 @@ import argparse
 import doctest
 import json
 import math
+import os
 
+import numpy as np
 import pytest
 import torch
 from conftest import EVAL_TEXT
 
 from benchmarks.figures import (
     context_length,
+    intervals,
     perplexity,
     plotting,
     qa_num_docs,
@@ -138,7 +141,7 @@ def test_perplexity_points_load_each_model_once_and_are_not_recomputed(tiny_reso
     res = tiny_resources
     points = [perplexity.point(res, model, DATA, retriever=kind, stride=s, max_length=16, max_doc_tokens=8)
               for model in res.args.models for kind, s in (("none", 4), ("bm25", 2), ("bm25", 4))]
-    table = perplexity.table(str(tmp_path), "stride")
+    table = perplexity.table(str(tmp_path / "stride.csv"))
     assert sweep.run_points(table, points, lambda p: perplexity.measure(res, p), "test") == 6
     assert res.loads == ["SmolLM2-135M", "Gemma-3-270M"]  # points come model by model
     rows = table.read()
@@ -221,6 +224,97 @@ def test_eval_slice_counts_the_same_tokens_whatever_the_window_length():
 
 
 # ------------------------------------------------------------------------------------------------------------------
+# Intervals: every point keeps its token NLLs; an older CSV is filled in
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def test_block_intervals_hold_the_figure_and_widen_with_the_spread():
+    rng = np.random.default_rng(1)
+    calm, noisy = rng.normal(2.5, 0.2, 1024), rng.normal(2.5, 2.0, 1024)
+    for nlls in (calm, noisy):
+        low, high = intervals.ppl_interval(nlls)
+        assert low < math.exp(nlls.mean()) < high
+    width = [np.subtract(*intervals.ppl_interval(nlls))[()] for nlls in (calm, noisy)]
+    assert abs(width[1]) > 5 * abs(width[0])
+    # the paired change: a constant shift is known exactly, noise shared by both sides cancels
+    assert intervals.change_interval(noisy + 0.05, noisy) == pytest.approx((100 * math.expm1(0.05),) * 2)
+    low, high = intervals.change_interval(calm + rng.normal(0.05, 0.1, 1024), calm)
+    assert low < 100 * math.expm1(0.05) < high and high - low < 3
+    with pytest.raises(ValueError, match="same tokens"):
+        intervals.change_interval(calm, calm[:-1])
+
+
+def test_blocks_are_contiguous_so_a_run_of_bad_tokens_is_one_draw():
+    # 1,024 tokens, all 2.0 but one 32-token run of 6.0: resampled token by token the run would almost never vanish;
+    # resampled in blocks it is one of 32 blocks, missing from about a third of the draws
+    nlls = np.full(1024, 2.0)
+    nlls[320:352] = 6.0
+    low, high = intervals.ppl_interval(nlls)
+    assert low == pytest.approx(math.exp(2.0))
+    assert high > math.exp(nlls.mean())
+
+
+def test_an_older_csv_without_intervals_is_read_and_a_put_replaces_its_row(tmp_path):
+    old = ["model", "stride", "ppl"]
+    (tmp_path / "fig.csv").write_text(",".join(old) + "\nm,4,12.0\nm,8,13.0\n")
+    table = sweep.Table(tmp_path / "fig.csv", settings=("model", "stride"), measures=("ppl", "low", "high"),
+                        optional=("low", "high"))
+    assert table.read()[0] == {"model": "m", "stride": "4", "ppl": "12.0", "low": "", "high": ""}
+    table.put({"model": "m", "stride": 4, "ppl": 12.0, "low": 11.0, "high": 13.0})
+    assert [(r["stride"], r["low"]) for r in table.read()] == [("4", "11.0"), ("8", "")]
+    assert (tmp_path / "fig.csv").read_text().splitlines()[0] == "model,stride,ppl,low,high"
+    calls = []
+    measure = counting_measure(calls)
+    points = [{"model": "m", "stride": s} for s in (4, 8)]
+    assert sweep.run_points(table, points, lambda p: {**measure(p), "low": 1, "high": 2}, "t",
+                            redo=lambda row: not row["low"]) == 1
+    assert calls == [8] and [r["low"] for r in table.read()] == ["11.0", "1"]
+
+
+def test_points_keep_their_token_nlls_and_an_old_row_gets_its_interval(tiny_resources, tmp_path):
+    res = tiny_resources
+    points = [perplexity.point(res, "SmolLM2-135M", DATA, retriever=kind, stride=4, max_length=16, max_doc_tokens=8)
+              for kind in ("none", "bm25")]
+    path = str(tmp_path / "stride.csv")
+    table, kept = perplexity.table(path), perplexity.records(path)
+    assert sweep.run_points(table, points, perplexity.keeping(res, table, kept), "test") == 2
+    rows = table.read()
+    for row in rows:
+        nlls = kept.get(row)
+        assert len(nlls) == int(row["num_tokens"]) - 1  # token 0 is never scored
+        assert float(row["nll_sum"]) == pytest.approx(nlls.sum(), rel=1e-6)
+        low, high = intervals.bounds(row)
+        assert low < float(row["token_ppl"]) < high
+    change, = perplexity.changes(rows, kept)
+    assert float(change["change_low"]) < float(change["change"]) < float(change["change_high"])
+    assert "against none" in perplexity.describe(change)
+
+    # the CSV as the first figures were written: no interval columns, no token records, the index named by an id
+    # that an older version of its metadata gave; its times must stay
+    columns = [c for c in table.columns if c not in perplexity.INTERVAL]
+    old_rows = [{**row, "wall_s": "123.0", "index_id": row["index_id"] and "0ld1d"} for row in rows]
+    with open(path, "w") as f:
+        f.write(",".join(columns) + "\n" + "".join(",".join(r[c] for c in columns) + "\n" for r in old_rows))
+    os.remove(kept.path)
+    assert [intervals.bounds(r) for r in table.read()] == [None, None]
+    assert sweep.run_points(table, points, perplexity.keeping(res, table, kept, refill=True), "test",
+                            redo=lambda row: not intervals.bounds(row)) == 2
+    filled = table.read()
+    assert [r["wall_s"] for r in filled] == ["123.0", "123.0"]
+    assert [r["index_id"] for r in filled] == [r["index_id"] for r in rows]  # the index's current id
+    assert [intervals.bounds(r) for r in filled] == [intervals.bounds(r) for r in rows]
+    assert kept.get(filled[1]) is not None
+
+    # a row that the point does not reproduce is not given an interval
+    with open(path, "w") as f:
+        bad = {**old_rows[1], "nll_sum": str(2 * float(old_rows[1]["nll_sum"]))}
+        f.write(",".join(columns) + "\n" + ",".join(bad[c] for c in columns) + "\n")
+    with pytest.raises(ValueError, match="differs from the row's"):
+        sweep.run_points(table, points[1:], perplexity.keeping(res, table, kept, refill=True), "test",
+                         redo=lambda row: not intervals.bounds(row))
+
+
+# ------------------------------------------------------------------------------------------------------------------
 # QA points
 # ------------------------------------------------------------------------------------------------------------------
 
@@ -290,7 +384,7 @@ def fake_rows(**varied) -> list[dict]:
 def write_rows(path, rows):
     table = sweep.Table(path, perplexity.SETTINGS, perplexity.MEASURES)
     for row in rows:
-        table.append(row)
+        table.put(row)
 
 
 @pytest.mark.parametrize("script, rows", [
@@ -304,7 +398,7 @@ def write_rows(path, rows):
 def test_plot_only_draws_the_png_from_the_csv(tmp_path, script, rows):
     write_rows(tmp_path / f"{script.NAME}.csv", rows)
     drawn = script.main(["--plot-only", "--out-dir", str(tmp_path)])
-    assert len(drawn) == len(rows)
+    assert len(drawn) == len({perplexity.table("").key(row) for row in rows})  # a row per point
     assert (tmp_path / f"{script.NAME}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -319,6 +413,22 @@ def test_context_length_draws_one_line_per_retriever_whatever_the_passage_cap(tm
     context_length.plot(rows, str(tmp_path / "context_length.png"))
     top = figures[0].axes[0]
     assert sorted(len(line.get_xdata()) for line in top.get_lines()) == [4, 4]
+
+
+def test_cut_axes_are_marked_and_bars_drawn_only_where_a_point_has_an_interval():
+    fig, axes = plotting.panels(2)
+    cut, whole = axes[0]
+    rows = [{"model": "m", "x": "1", "ppl": "20", "low": "19", "high": "21"},
+            {"model": "m", "x": "2", "ppl": "21", "low": "", "high": ""}]
+    plotting.draw_lines(cut, rows, "x", "ppl", ("model",), (), lambda row: {},
+                        interval=lambda row: intervals.bounds(row, "low", "high"))
+    bars, = cut.containers
+    assert len(bars.lines[2][0].get_segments()) == 1  # one error bar: the second point has no interval
+    whole.plot([1, 2], [20, 21])
+    whole.set_ylim(0, 25)
+    before = [len(ax.get_lines()) for ax in (cut, whole)]
+    plotting.mark_cut_axes(fig)
+    assert [len(ax.get_lines()) - n for ax, n in zip((cut, whole), before)] == [2, 0]
 
 
 def test_plot_only_without_a_csv_says_so(tmp_path):
@@ -357,6 +467,7 @@ def test_the_dtype_flag_shows_the_default_each_script_runs():
     assert "(default: bfloat16)" in qa.format_help()
 
 
-@pytest.mark.parametrize("module", [sweep, perplexity, plotting, resources, query_length, context_length, retrievers])
+@pytest.mark.parametrize("module", [sweep, perplexity, plotting, resources, query_length, context_length, retrievers,
+                                    intervals])
 def test_examples_in_docstrings(module):
     assert doctest.testmod(module).failed == 0

@@ -16,7 +16,7 @@ tables do).
 
 from __future__ import annotations
 
-from benchmarks.figures import perplexity
+from benchmarks.figures import intervals, perplexity
 from benchmarks.figures import plotting
 from benchmarks.figures.resources import Resources
 
@@ -35,43 +35,22 @@ def points(res: Resources) -> list[dict]:
         for kind in ("none", "bm25") for length in lengths], baseline=False)
 
 
-def relative_change(rows: list[dict]) -> list[dict]:
-    """Per row with retrieval, its row without retrieval at the same settings found: ``change`` = 100 * (ppl with /
-    ppl without - 1), in percent.
-
-    Example:
-        >>> base = {"model": "M", "max_length": "512", "token_ppl": "20.0"}
-        >>> rows = [{**base, "retriever": "none"}, {**base, "retriever": "bm25", "token_ppl": "19.0"}]
-        >>> relative_change(rows)[0]["change"]
-        '-5'
-    """
-    retrieval = {"retriever", "index_id", *perplexity.RETRIEVAL_ONLY}
-
-    def same(row: dict) -> tuple:
-        return tuple(v for k, v in row.items() if k in perplexity.SETTINGS and k not in retrieval)
-
-    without = {same(row): float(row["token_ppl"]) for row in rows if row["retriever"] == "none"}
-    return [{**row, "change": f"{100 * (float(row['token_ppl']) / without[same(row)] - 1):.6g}"}
-            for row in rows if row["retriever"] != "none" and same(row) in without]
-
-
 def plot(rows: list[dict], path: str) -> None:
     datasets = sorted({row["data"] for row in rows})
     fig, axes = plotting.panels(len(datasets), rows=2)
+    kept = perplexity.records(path.removesuffix(".png") + ".csv")
     # max_doc_tokens follows L (252 at L=256): a point's passage cap must not split its line from the other Ls'
     series = ("model", "retriever", "dtype")
     settings = tuple(column for column in perplexity.SETTINGS if column != "max_doc_tokens")
     for column, data in enumerate(datasets):
         here = [row for row in rows if row["data"] == data]
         top, bottom = axes[0][column], axes[1][column]
-        plotting.draw_lines(top, here, "max_length", "token_ppl", series, settings, plotting.model_style)
+        plotting.draw_lines(top, here, "max_length", "token_ppl", series, settings, plotting.model_style,
+                            interval=intervals.bounds)
         top.set_ylabel("token perplexity")
         top.set_title(data, fontsize=9)
         top.legend(fontsize=6)
-        plotting.draw_lines(bottom, relative_change(here), "max_length", "change", series, settings,
-                            plotting.model_style)
-        bottom.axhline(0, color="#999999", linewidth=0.8)
-        bottom.set_ylabel("retrieval's change of perplexity (%)")
+        perplexity.draw_changes(bottom, here, "max_length", kept, series, settings, plotting.model_style)
         for ax in (top, bottom):
             plotting.log2_axis(ax, [float(row["max_length"]) for row in here])
             ax.set_xlabel("window length L (tokens)")

@@ -111,19 +111,33 @@ def draw_lines(ax, rows: Sequence[dict], x: str, y: str, series: Sequence[str], 
         xs, ys = [float(row[x]) for row in members], [scale * float(row[y]) for row in members]
         line, = ax.plot(xs, ys, marker="o", markersize=3, label=label(members[0], columns), **look)
         if interval is not None:
-            bounds = [interval(row) for row in members]
-            ax.errorbar(xs, ys, yerr=[[v - scale * low for v, (low, _) in zip(ys, bounds)],
-                                      [scale * high - v for v, (_, high) in zip(ys, bounds)]],
-                        fmt="none", ecolor=line.get_color(), elinewidth=0.8, capsize=2, alpha=0.7)
+            error_bars(ax, xs, ys, [interval(row) for row in members], line.get_color(), scale)
+
+
+def error_bars(ax, xs: Sequence[float], ys: Sequence[float], bounds: Sequence[tuple[float, float] | None],
+               color: str, scale: float = 1.0) -> None:
+    """An error bar from ``low`` to ``high`` (times ``scale``) at each point whose bounds are not None (a point
+    without an interval is drawn without a bar)."""
+    have = [(x, y, b) for x, y, b in zip(xs, ys, bounds) if b is not None]
+    if have:
+        ax.errorbar([x for x, _, _ in have], [y for _, y, _ in have],
+                    yerr=[[y - scale * low for _, y, (low, _) in have], [scale * high - y for _, y, (_, high) in have]],
+                    fmt="none", ecolor=color, elinewidth=0.8, capsize=2, alpha=0.7)
 
 
 def draw_baselines(ax, rows: Sequence[dict], y: str, series: Sequence[str], settings: Sequence[str],
-                   style: Callable[[dict], dict]) -> None:
-    """A horizontal dotted line per row (rows without an x, such as the runs without retrieval)."""
+                   style: Callable[[dict], dict],
+                   interval: Callable[[dict], tuple[float, float] | None] | None = None) -> None:
+    """A horizontal dotted line per row (rows without an x, such as the runs without retrieval), with ``interval(row)``
+    as a light band where it is given and not None."""
     columns = [*series, *split_columns(rows, series, None, settings)]
     for row in rows:
-        ax.axhline(float(row[y]), linestyle=":", linewidth=1.2, label=label(row, columns) + " (no retrieval)",
-                   **{k: v for k, v in style(row).items() if k != "linestyle"})
+        look = {k: v for k, v in style(row).items() if k != "linestyle"}
+        line = ax.axhline(float(row[y]), linestyle=":", linewidth=1.2, label=label(row, columns) + " (no retrieval)",
+                          **look)
+        band = interval(row) if interval is not None else None
+        if band is not None:
+            ax.axhspan(*band, color=line.get_color(), alpha=0.12, linewidth=0)
 
 
 def model_color(row: dict) -> dict:
@@ -161,9 +175,25 @@ def panels(num: int, rows: int = 1, width: float = 4.6, height: float = 3.6):
     return fig, axes
 
 
+def mark_cut_axes(fig) -> None:
+    """Every linear y axis of ``fig`` that does not start at zero gets a break mark (two short slanted strokes) at
+    its foot, so that a reader sees the axis is cut and that differences look larger than they are."""
+    for ax in fig.axes:
+        low, high = ax.get_ylim()
+        if ax.get_yscale() != "linear" or low <= 0 or high <= low:
+            continue
+        side = 1.0 if ax.yaxis.get_label_position() == "right" else 0.0
+        for dy in (0.0, 0.025):
+            ax.plot([side - 0.015, side + 0.015], [0.01 + dy, 0.035 + dy], transform=ax.transAxes, color="k",
+                    linewidth=0.9, clip_on=False)
+
+
 def save(fig, path: str, rows: Sequence[dict], settings: Sequence[str]) -> None:
-    """Caption the figure with the settings common to all rows and write it to ``path`` (PNG)."""
+    """Caption the figure with the settings common to all rows, mark the cut axes (:func:`mark_cut_axes`) and write
+    it to ``path`` (PNG)."""
     import textwrap
+
+    mark_cut_axes(fig)
 
     text = textwrap.fill(caption(rows, settings), int(12 * fig.get_figwidth()))  # ~12 characters an inch at 9 pt
     fig.suptitle(text, fontsize=9, y=0.995)

@@ -15,7 +15,7 @@ first to have the BM25 half meanwhile; the dense points are then added by a late
 
 from __future__ import annotations
 
-from benchmarks.figures import perplexity
+from benchmarks.figures import intervals, perplexity
 from benchmarks.figures import plotting
 from benchmarks.figures.resources import Resources
 
@@ -31,16 +31,20 @@ def points(res: Resources) -> list[dict]:
 
 def plot(rows: list[dict], path: str) -> None:
     datasets = sorted({row["data"] for row in rows})
-    fig, axes = plotting.panels(len(datasets))
+    fig, axes = plotting.panels(len(datasets), rows=2)
+    kept = perplexity.records(path.removesuffix(".png") + ".csv")
     series, settings = ("model", "retriever", "dtype"), perplexity.SETTINGS
-    for ax, data in zip(axes[0], datasets):
+    for ax, below, data in zip(axes[0], axes[1], datasets):
         here = [row for row in rows if row["data"] == data]
         retrieved = [row for row in here if row["retriever"] != "none"]
-        plotting.draw_lines(ax, retrieved, "query_length", "token_ppl", series, settings, plotting.model_style)
+        plotting.draw_lines(ax, retrieved, "query_length", "token_ppl", series, settings, plotting.model_style,
+                            interval=intervals.bounds)
         plotting.draw_baselines(ax, [row for row in here if row["retriever"] == "none"], "token_ppl",
-                                ("model", "dtype"), settings, plotting.model_style)
-        plotting.log2_axis(ax, [float(row["query_length"]) for row in retrieved])
-        ax.set_xlabel("query length ℓ (tokens)")
+                                ("model", "dtype"), settings, plotting.model_style, interval=intervals.bounds)
+        perplexity.draw_changes(below, here, "query_length", kept, series, settings, plotting.model_style)
+        for panel in (ax, below):
+            plotting.log2_axis(panel, [float(row["query_length"]) for row in retrieved])
+            panel.set_xlabel("query length ℓ (tokens)")
         ax.set_ylabel("token perplexity")
         ax.set_title(data, fontsize=9)
         ax.legend(fontsize=6)

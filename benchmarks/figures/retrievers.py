@@ -23,8 +23,7 @@ from __future__ import annotations
 import os
 import sys
 
-from benchmarks.figures import perplexity
-from benchmarks.figures import sweep
+from benchmarks.figures import intervals, perplexity
 from benchmarks.figures import plotting
 from benchmarks.figures.query_length import best_query_lengths
 from benchmarks.figures.resources import RETRIEVERS, WHOLE, Resources, add_subset_flags
@@ -47,7 +46,7 @@ def points(res: Resources) -> list[dict]:
     args = res.args
     lengths = dict(args.query_length)
     source = args.query_lengths_from or os.path.join(args.out_dir, "query_length.csv")
-    best = best_query_lengths(sweep.Table(source, perplexity.SETTINGS, perplexity.MEASURES).read())
+    best = best_query_lengths(perplexity.table(source).read())
     print(f"[{NAME}] best query lengths from {source}: {best or 'none found (defaults)'}", file=sys.stderr)
     corpora = [WHOLE if corpus == "whole" else res.subset() for corpus in args.corpora]
     out = []
@@ -83,16 +82,18 @@ def plot(rows: list[dict], path: str) -> None:
             bars = sorted({tuple(row[col] for col in bar_of) for row in here})
             width = 0.8 / max(len(bars), 1)
             for b, bar in enumerate(bars):
-                values = {row["retriever"]: float(row["token_ppl"]) for row in here
-                          if tuple(row[col] for col in bar_of) == bar}
-                drawn = ax.bar([k + (b - (len(bars) - 1) / 2) * width for k in range(len(kinds))],
-                               [values.get(kind, float("nan")) for kind in kinds], width,
-                               color=plotting.MODEL_COLORS.get(bar[0], "#555555"),
-                               label=plotting.label(dict(zip(bar_of, bar)), bar_of))
-                ax.bar_label(drawn, fmt="%.2f", fontsize=6)
+                mine = {row["retriever"]: row for row in here if tuple(row[col] for col in bar_of) == bar}
+                xs = [k + (b - (len(bars) - 1) / 2) * width for k in range(len(kinds))]
+                ys = [float(mine[kind]["token_ppl"]) if kind in mine else float("nan") for kind in kinds]
+                color = plotting.MODEL_COLORS.get(bar[0], "#555555")
+                drawn = ax.bar(xs, ys, width, color=color, label=plotting.label(dict(zip(bar_of, bar)), bar_of))
+                ax.bar_label(drawn, fmt="%.2f", fontsize=6, padding=6)
+                plotting.error_bars(ax, xs, ys, [intervals.bounds(mine[kind]) if kind in mine else None
+                                                 for kind in kinds], "#333333")
             ax.set_xticks(range(len(kinds)), [tick(kind, here) for kind in kinds], fontsize=7)
-            low = min(float(row["token_ppl"]) for row in here)
-            ax.set_ylim(low * 0.95, max(float(row["token_ppl"]) for row in here) * 1.06)  # room for labels, legend
+            low = min(float(row["token_ppl_low"] or row["token_ppl"]) for row in here)
+            high = max(float(row["token_ppl_high"] or row["token_ppl"]) for row in here)
+            ax.set_ylim(low * 0.95, high * 1.06)  # room for the bars' labels and the legend; the cut is marked
             ax.set_ylabel("token perplexity")
             ax.set_title(f"{data}, retrieval from the {corpus}", fontsize=9)
             ax.legend(fontsize=6, loc="best")

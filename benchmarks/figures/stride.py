@@ -14,7 +14,7 @@ whatever else the machine runs) and its retrievals (one per window but the first
 
 from __future__ import annotations
 
-from benchmarks.figures import perplexity
+from benchmarks.figures import intervals, perplexity
 from benchmarks.figures import plotting
 from benchmarks.figures.resources import Resources
 
@@ -28,15 +28,18 @@ def points(res: Resources) -> list[dict]:
 
 def plot(rows: list[dict], path: str) -> None:
     datasets = sorted({row["data"] for row in rows})
-    fig, axes = plotting.panels(len(datasets), rows=2)
+    fig, axes = plotting.panels(len(datasets), rows=3)
+    kept = perplexity.records(path.removesuffix(".png") + ".csv")
     series, settings = ("model", "dtype"), perplexity.SETTINGS
     for column, data in enumerate(datasets):
         here = [row for row in rows if row["data"] == data]
         retrieved = [row for row in here if row["retriever"] != "none"]
-        top, bottom = axes[0][column], axes[1][column]
-        plotting.draw_lines(top, retrieved, "stride", "token_ppl", series, settings, plotting.model_style)
+        top, middle, bottom = axes[0][column], axes[1][column], axes[2][column]
+        perplexity.draw_changes(middle, here, "stride", kept, series, settings, plotting.model_style)
+        plotting.draw_lines(top, retrieved, "stride", "token_ppl", series, settings, plotting.model_style,
+                            interval=intervals.bounds)
         plotting.draw_baselines(top, [row for row in here if row["retriever"] == "none"], "token_ppl", series,
-                                settings, plotting.model_style)
+                                settings, plotting.model_style, interval=intervals.bounds)
         top.set_title(data, fontsize=9)
         top.set_ylabel("token perplexity")
         plotting.draw_lines(bottom, retrieved, "stride", "wall_s", series, settings, plotting.model_style)
@@ -48,7 +51,7 @@ def plot(rows: list[dict], path: str) -> None:
                             lambda row: {"color": "#999999", "linestyle": "--"})
         plotting.log_y(twin)
         twin.set_ylabel("retrievals (dashed)", color="#777777")
-        for ax in (top, bottom):
+        for ax in (top, middle, bottom):
             plotting.log2_axis(ax, [float(row["stride"]) for row in retrieved])
             ax.set_xlabel("retrieval stride s (tokens)")
         top.legend(fontsize=6)

@@ -87,11 +87,13 @@ def add_index_flags(p: argparse.ArgumentParser, kinds: Iterable[str]) -> None:
 
 
 def main(args: argparse.Namespace, table: Table, points: Callable[[], list[dict]], measure: Callable[[dict], dict],
-         plot: Callable[[list[dict], str], None], name: str) -> list[dict]:
-    """A figure script's run: measure the points not in ``table`` yet (unless ``--plot-only``), then draw every row
-    of the CSV into ``<out-dir>/<name>.png``. Returns the rows drawn."""
+         plot: Callable[[list[dict], str], None], name: str,
+         redo: Optional[Callable[[dict], bool]] = None) -> list[dict]:
+    """A figure script's run: measure the points not in ``table`` yet (and those whose row ``redo`` asks for again,
+    :func:`run_points`) unless ``--plot-only``, then draw every row of the CSV into ``<out-dir>/<name>.png``. Returns
+    the rows drawn."""
     if not args.plot_only:
-        run_points(table, points(), measure, name)
+        run_points(table, points(), measure, name, redo=redo)
     rows = table.read()
     if not rows:
         raise SystemExit(f"{table.path} has no rows to draw: run without --plot-only first.")
