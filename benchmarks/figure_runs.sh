@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# The perplexity figures' intervals (docs/results.md, "Figures"): the points of stride, query_length, context_length
-# and retrievers were measured before every point kept its token NLLs, so their CSVs have no interval. This measures
-# every point again with the commands docs/results.md gives, `--fill-intervals`, in the background (one low-priority
-# job, both threads as the first runs had), and commits the filled CSVs and the token records
-# (benchmarks/runs/figures/<name>.{csv,tokens.jsonl}) as they grow. A row keeps what it measured first (its
-# perplexity, its wall time); it only gains the interval, once its NLL sum is found again (perplexity.REFILL_RTOL).
+# The figures' intervals (docs/results.md, "Figures" and "Retrieval gates"): the points of stride, query_length,
+# context_length, retrievers and gate_results were measured before every point kept what an interval needs, so their
+# CSVs have none. This measures every point again with the commands docs/results.md gives, `--fill-intervals`, in
+# the background (one low-priority job, both threads as the first runs had), and commits the filled CSVs and the
+# token records (benchmarks/runs/figures/<name>.{csv,tokens.jsonl}) as they grow. A row keeps what it measured first
+# (its perplexity, its wall time); it only gains the interval, once its NLL sum (or, for the gates, its token
+# perplexity) is found again to 1e-3 relative.
 # The first command copies docs/figures/<name>.csv there; run it again in every session (it resumes: each point is
-# written as soon as it is measured) until `--status` says no row lacks an interval; then copy the four CSVs and
-# token records into docs/figures and redraw (`--plot-only`).
+# written as soon as it is measured) until `--status` says no row lacks an interval; then copy the CSVs and token
+# records into docs/figures and redraw (`--plot-only`).
 #
-#   bash benchmarks/figure_runs.sh [COMMIT]   # COMMIT: the code that runs (default: benchmarks/runs/figures/COMMIT)
+#   bash benchmarks/figure_runs.sh [COMMIT]   # COMMIT: the code that runs (default: benchmarks/runs/figures/COMMIT,
+#                                             # where a COMMIT given is written)
 #   bash benchmarks/figure_runs.sh --status   # rows without an interval, per figure
 #
 # The whole sample's dense index (query_length's dense points, retrievers' dense and hybrid) is built on first use:
@@ -18,24 +20,27 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$PWD"
 runs=benchmarks/runs/figures
-names=(stride query_length context_length retrievers)
+names=(stride query_length context_length retrievers gate_results)
 
 if [ "${1:-}" = "--status" ]; then
-  for name in "${names[@]}"; do
-    python - "$runs/$name.csv" <<'EOF'
+  python - "$runs" "${names[@]}" <<'EOF'
+import csv
+import os
 import sys
-from benchmarks.figures import intervals, perplexity
-rows = perplexity.table(sys.argv[1]).read()
-missing = sum(intervals.bounds(row) is None for row in rows)
-print(f"{sys.argv[1]}: {len(rows)} rows, {missing} without an interval")
+
+for name in sys.argv[2:]:
+    path = os.path.join(sys.argv[1], f"{name}.csv")
+    rows = list(csv.DictReader(open(path, encoding="utf-8"))) if os.path.isfile(path) else []
+    low = "vs_none_low" if name == "gate_results" else "token_ppl_low"
+    print(f"{path}: {len(rows)} rows, {sum(not row.get(low) for row in rows)} without an interval")
 EOF
-  done
   exit 0
 fi
 
 mkdir -p "$runs"
+if [ -n "${1:-}" ]; then git rev-parse --short "$1" > "$runs/COMMIT"; fi
 [ -e "$runs/COMMIT" ] || git rev-parse --short HEAD > "$runs/COMMIT"
-commit="${1:-$(cat "$runs/COMMIT")}"
+commit="$(cat "$runs/COMMIT")"
 for name in "${names[@]}"; do
   [ -e "$runs/$name.csv" ] || cp "docs/figures/$name.csv" "$runs/$name.csv"
 done
@@ -49,6 +54,7 @@ bash benchmarks/long_run.sh figures "$commit" "$runs" -- bash -c '
   fill stride --max-eval-tokens 1024 &&
   fill query_length --max-eval-tokens 1024 --retrievers bm25 &&
   fill context_length --max-eval-tokens 256 &&
+  python benchmarks/gate_tables.py --max-eval-tokens 1024 --fill-intervals --figures-dir "$out" &&
   fill retrievers --max-eval-tokens 1024 --corpora whole --retrievers none bm25 lucene &&
   fill retrievers --max-eval-tokens 1024 --corpora subset --retrievers bm25 lucene dense hybrid &&
   fill query_length --max-eval-tokens 1024 --retrievers dense &&

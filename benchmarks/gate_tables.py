@@ -19,6 +19,12 @@ pass per (reader, data): every window's NLLs under each of its top 8 passages (`
 n and each τ of ``--ensemble-temperature`` (``mix_window_nlls`` of the first n: what ``evaluate_perplexity`` with
 ``ensemble_size=n`` gives, as tests/test_passages.py checks; τ=inf weighs the n passages equally).
 
+Every point also gets its change against no retrieval with a paired 95% interval (``vs_none``, ``vs_none_low``,
+``vs_none_high``): the same windows under the point's choice and without a passage, blocks of 8 windows resampled
+2,000 times (benchmarks/figures/intervals.py says why blocks); the figure draws it as error bars around each point
+(on the scale of the text's perplexity without retrieval). Rows of an older CSV have none: ``--fill-intervals``
+measures their points again and fills it in, keeping what the row measured once its token perplexity is found again.
+
 Every point is one row of ``--figures-dir/gate_results.csv``, written as soon as it is measured (``seconds``: the
 time of the pass it comes from, or of its evaluation; benchmarks/results_csv.py); a rerun skips the points already
 there (each pass is kept in a record store, :mod:`hf_ralm.records`, under ``--out``). Then the table is printed and
@@ -38,16 +44,19 @@ import os
 import sys
 import time
 
+import numpy as np
 import torch
 
 from benchmarks.bench_setup import READERS
-from benchmarks.results_csv import Table, run_points
+from benchmarks.figures.intervals import change_interval
+from benchmarks.results_csv import Table, fill_in, run_points
 from benchmarks.table_runs import (
     DATA,
     Run,
     add_run_args,
     cached,
     chosen_nll,
+    chosen_units,
     load_retrievers,
     perplexities,
     reader_pass,
@@ -61,7 +70,11 @@ LM_THRESHOLDS = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0)  # nats saved on the s'=16 rankin
 PASSAGES = (1, 2, 3)
 ENSEMBLES = (2, 4, 8)
 SETTINGS = ("data", "reader", "method", "setting", "options", "tokens")  # a point's key in the CSV
-MEASURES = ("token_ppl", "word_ppl", "retrieved_fraction", "windows", "seconds")
+MEASURES = ("token_ppl", "word_ppl", "retrieved_fraction", "windows", "seconds", "vs_none", "vs_none_low",
+            "vs_none_high")
+CHANGE = ("vs_none", "vs_none_low", "vs_none_high")  # added after the first CSV was measured: empty in its rows
+WINDOWS_PER_BLOCK = 8  # the paired interval resamples blocks of 8 windows: 32 tokens at s=4, as the figures' blocks
+REFILL_RTOL = 1e-3  # a point measured again to fill in its interval must reproduce its token perplexity this closely
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -80,6 +93,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="measure only these readers (default: both)")
     parser.add_argument("--data", nargs="+", choices=list(DATA), default=list(DATA),
                         help="measure only these data sets (default: both)")
+    parser.add_argument("--fill-intervals", action="store_true",
+                        help="measure again the points whose row has no interval (an older CSV) and fill it in")
     return parser.parse_args(argv)
 
 
@@ -106,10 +121,26 @@ GATES = {"none": None, "always": "always", "lm gate": "lm", "score gate": "score
 """The library's gate (``retrieval_gate``) of each method, with the point's threshold; none: no passage."""
 
 
-def gate_point(run: Run, p: dict, method: str, setting: str) -> dict:
+def unit_counts(run: Run, p: dict) -> np.ndarray:
+    """The scored tokens of each unit of a gate pass (:func:`chosen_units`: the unranked windows together, then each
+    ranked window)."""
+    ranked = [targets is not None for targets in p["targets"]]
+    return np.array([sum(w.num_scored for w, r in zip(run.windows, ranked) if not r),
+                     *(w.num_scored for w, r in zip(run.windows, ranked) if r)], dtype=np.float64)
+
+
+def token_units(run: Run, p: dict, token_nlls: torch.Tensor) -> np.ndarray:
+    """Per-token NLLs (NaN for token 0) summed into the units of the gate pass ``p``, for pairing with it."""
+    sums = [float(token_nlls[w.score_begin : w.end].double().sum()) for w in run.windows]
+    ranked = [targets is not None for targets in p["targets"]]
+    return np.array([sum(v for v, r in zip(sums, ranked) if not r), *(v for v, r in zip(sums, ranked) if r)])
+
+
+def gate_point(run: Run, p: dict, method: str, setting: str) -> tuple[dict, np.ndarray]:
     """A gate's (or one passage's) retrieved fraction and perplexity from the pass: candidate 0 is the top passage,
     1 no passage, and the choice the library's gate's under the point's settings, read from the pass
-    (:func:`hf_ralm.selection.candidates.choose_from_scores`; the score gate normalises with the run's retriever)."""
+    (:func:`hf_ralm.selection.candidates.choose_from_scores`; the score gate normalises with the run's retriever); and
+    the NLL sum of each of the pass's units under that choice."""
     from hf_ralm.selection import CandidateScores, choose_from_scores
 
     ranked = [i for i, targets in enumerate(p["targets"]) if targets is not None]
@@ -126,21 +157,27 @@ def gate_point(run: Run, p: dict, method: str, setting: str) -> dict:
     picks = dict(zip(ranked, chosen))
     later = p["num_windows"] - 1
     retrieved = sum(1 for choice in chosen if choice == 0)
-    return {**perplexities(p, chosen_nll(p, lambda i, ranking, targets: picks[i])),
-            "retrieved_fraction": retrieved / later if later else None, "seconds": p["seconds"]}
+
+    def pick(i, ranking, targets):
+        return picks[i]
+
+    return ({**perplexities(p, chosen_nll(p, pick)), "retrieved_fraction": retrieved / later if later else None,
+             "seconds": p["seconds"]}, np.array(chosen_units(p, pick)))
 
 
-def passages_point(run: Run, n: int, args) -> dict:
-    """``evaluate_perplexity`` with n passages in context."""
+def passages_point(run: Run, n: int, args, gates: dict) -> tuple[dict, np.ndarray]:
+    """``evaluate_perplexity`` with n passages in context, and its NLL sums in the units of the gate pass ``gates``."""
     from hf_ralm import RalmConfig, evaluate_perplexity
 
     config = RalmConfig(**{**run.config.to_dict(), "num_passages": n,
                            "max_context_doc_tokens": args.max_context_doc_tokens})
     t0 = time.perf_counter()
-    figures = evaluate_perplexity(run.model, run.tokenizer, run.ids, run.retriever, config,
-                                  batch_size=args.batch_size, show_progress=False).figures
-    return {"token_ppl": figures["token_ppl"], "word_ppl": figures["word_ppl"],
-            "retrieved_fraction": figures["retrieved_fraction"], "seconds": time.perf_counter() - t0}
+    result = evaluate_perplexity(run.model, run.tokenizer, run.ids, run.retriever, config,
+                                 batch_size=args.batch_size, show_progress=False)
+    figures = result.figures
+    return ({"token_ppl": figures["token_ppl"], "word_ppl": figures["word_ppl"],
+             "retrieved_fraction": figures["retrieved_fraction"], "seconds": time.perf_counter() - t0},
+            token_units(run, gates, result.token_nlls))
 
 
 def ensemble_pass(run: Run, batch_size: int) -> dict:
@@ -157,16 +194,18 @@ def ensemble_pass(run: Run, batch_size: int) -> dict:
             "num_tokens": len(run.ids), "num_words": run.num_words}
 
 
-def ensemble_point(run: Run, p: dict, n: int, temperature: float) -> dict:
-    """The ensemble of each window's top n at ``temperature``, from the pass (``mix_window_nlls`` of its first n)."""
+def ensemble_point(run: Run, p: dict, n: int, temperature: float, gates: dict) -> tuple[dict, np.ndarray]:
+    """The ensemble of each window's top n at ``temperature``, from the pass (``mix_window_nlls`` of its first n),
+    and its NLL sums in the units of the gate pass ``gates``."""
     from hf_ralm import mix_window_nlls
     from hf_ralm.selection import retrieved_fraction
 
     scores = [window_scores[:n] for window_scores in p["scores"]]
     rows = [[torch.tensor(row, dtype=torch.float64) for row in window_rows] for window_rows in p["rows"]]
     nll = mix_window_nlls(run.windows, scores, rows, p["num_tokens"], temperature)
-    return {**perplexities(p, float(nll[1:].sum())), "seconds": p["seconds"],
-            "retrieved_fraction": retrieved_fraction(run.windows, scores, [0] * len(run.windows))}
+    return ({**perplexities(p, float(nll[1:].sum())), "seconds": p["seconds"],
+             "retrieved_fraction": retrieved_fraction(run.windows, scores, [0] * len(run.windows))},
+            token_units(run, gates, nll))
 
 
 def _declutter(ax, points: list[tuple[float, float, str]], color: str, placed: list) -> None:
@@ -179,8 +218,23 @@ def _declutter(ax, points: list[tuple[float, float, str]], color: str, placed: l
             placed.append((fx, fy))
 
 
+def _error_bars(ax, rows: list[dict], xs: list[float], color: str) -> None:
+    """Each row's paired 95% interval against no retrieval, drawn around its perplexity (on the perplexity scale of
+    the same text's run without retrieval); rows without one get no bar."""
+    from benchmarks.figures.plotting import error_bars
+
+    bounds = []
+    for row in rows:
+        if row["vs_none_low"]:
+            none = float(row["token_ppl"]) / (1 + float(row["vs_none"]) / 100)
+            bounds.append(tuple(none * (1 + float(row[c]) / 100) for c in ("vs_none_low", "vs_none_high")))
+        else:
+            bounds.append(None)
+    error_bars(ax, xs, [float(row["token_ppl"]) for row in rows], bounds, color)
+
+
 def plot(rows: list[dict], path: str) -> None:
-    from benchmarks.figures.plotting import pyplot
+    from benchmarks.figures.plotting import mark_cut_axes, pyplot
 
     plt = pyplot()
 
@@ -189,9 +243,11 @@ def plot(rows: list[dict], path: str) -> None:
     for column, (reader, data) in enumerate(groups):
         mine = [r for r in rows if (r["reader"], r["data"]) == (reader, data)]
 
+        def rows_of(method):
+            return sorted((r for r in mine if r["method"] == method), key=lambda r: float(r["retrieved_fraction"] or 0))
+
         def of(method):
-            return sorted(((float(r["retrieved_fraction"] or 0), float(r["token_ppl"]), r["setting"]) for r in mine
-                           if r["method"] == method), key=lambda point: point[0])
+            return [(float(r["retrieved_fraction"] or 0), float(r["token_ppl"]), r["setting"]) for r in rows_of(method)]
 
         ax = axes[0][column]
         gates = (("score gate (threshold)", "score gate", "o-", "#4c72b0"),
@@ -199,9 +255,11 @@ def plot(rows: list[dict], path: str) -> None:
         for label, method, style, color in gates:
             gate = of(method)
             ax.plot([x for x, _, _ in gate], [y for _, y, _ in gate], style, color=color, label=label)
+            _error_bars(ax, rows_of(method), [x for x, _, _ in gate], color)
         for method, marker, color in (("none", "s", "#999999"), ("always", "D", "#c44e52")):
             for x, y, _ in of(method):
                 ax.plot([x], [y], marker, color=color, markersize=9, label=method)
+            _error_bars(ax, rows_of(method), [x for x, _, _ in of(method)], color)
         ax.margins(x=0.06, y=0.12)  # no point on the frame
         fig.canvas.draw()  # the limits the labels are placed against
         placed: list = []
@@ -217,9 +275,11 @@ def plot(rows: list[dict], path: str) -> None:
                                              key=lambda o: float(o.removeprefix("tau="))),
                                       ("#8172b2", "#64b5cd", "#937860", "#da8bc3", "#8c8c8c"))]
         for method, options, label, color in series:
-            points_ = sorted((int(r["setting"]), float(r["token_ppl"])) for r in mine
-                             if r["method"] == method and (not options or r["options"] == options))
-            ax.plot([n for n, _ in points_], [y for _, y in points_], "o-", color=color, label=label)
+            line = sorted((r for r in mine if r["method"] == method and (not options or r["options"] == options)),
+                          key=lambda r: int(r["setting"]))
+            ax.plot([int(r["setting"]) for r in line], [float(r["token_ppl"]) for r in line], "o-", color=color,
+                    label=label)
+            _error_bars(ax, line, [int(r["setting"]) for r in line], color)
         for x, y, _ in of("always"):
             ax.axhline(y, color="#c44e52", linestyle=":", linewidth=1, label="top passage (always)")
         for x, y, _ in of("none"):
@@ -228,6 +288,7 @@ def plot(rows: list[dict], path: str) -> None:
         ax.margins(y=0.08)
         ax.set_xlabel("n passages")
         ax.set_ylabel("token perplexity")
+    mark_cut_axes(fig)
     fig.tight_layout(rect=(0, 0.04, 1, 1), h_pad=5.0)
     # one legend per row, under its x labels, instead of one over each panel's data
     for row in (0, 1):
@@ -243,9 +304,12 @@ def pass_path(args, reader: str, data: str, kind: str = "gates") -> str:
     return os.path.join(args.out, f"{reader}.{data}.{args.max_eval_tokens}.{kind}".replace(" ", "_"))
 
 
-def measure(args):
+def measure(args, table: Table):
     """What a point of the CSV measures, as a function of the point: the retrievers are loaded for the first point
-    measured, and one reader at a time (with its text's windows and retrieved passages)."""
+    measured, and one reader at a time (with its text's windows and retrieved passages). Each point gets its change
+    against no retrieval with a paired 95% interval (blocks of :data:`WINDOWS_PER_BLOCK` windows resampled, as
+    benchmarks/figures/intervals.py); a point whose row has none yet (``--fill-intervals``) keeps that row and gains
+    only those, once its token perplexity is found again (:func:`benchmarks.results_csv.fill_in`)."""
     retrievers: dict = {}
     runs: dict = {}
 
@@ -257,16 +321,25 @@ def measure(args):
             runs.clear()  # one model in memory at a time
             runs[reader, data] = Run(reader, data, args, retrievers, 1)
         run = runs[reader, data]
+        # every point is paired with no retrieval in the gate pass's units: that pass comes first
+        gates = cached(pass_path(args, reader, data), run, "gates", lambda: gate_pass(run, args.batch_size))
         if method == "passages":
-            measured = passages_point(run, int(setting), args)
+            measured, units = passages_point(run, int(setting), args, gates)
         elif method == "ensemble":
             ensembles = cached(pass_path(args, reader, data, "ensembles"), run, "ensembles",
                                lambda: ensemble_pass(run, args.batch_size))
-            measured = ensemble_point(run, ensembles, int(setting), float(point["options"].removeprefix("tau=")))
+            measured, units = ensemble_point(run, ensembles, int(setting),
+                                             float(point["options"].removeprefix("tau=")), gates)
         else:
-            measured = gate_point(run, cached(pass_path(args, reader, data), run, "gates",
-                                              lambda: gate_pass(run, args.batch_size)), method, setting)
-        return {**measured, "windows": len(run.windows)}
+            measured, units = gate_point(run, gates, method, setting)
+        none = np.array(chosen_units(gates, lambda i, ranking, targets: 1))
+        counts = unit_counts(run, gates)
+        low, high = change_interval(units, none, block=WINDOWS_PER_BLOCK, counts=counts, fixed=1,
+                                    unscored=gates["num_tokens"] - int(counts.sum()))
+        vs_none = 100 * (measured["token_ppl"] / perplexities(gates, float(none.sum()))["token_ppl"] - 1)
+        row = {**measured, "windows": len(run.windows), "vs_none": vs_none, "vs_none_low": low, "vs_none_high": high}
+        old = table.row(point)
+        return row if old is None else fill_in(old, row, CHANGE, "token_ppl", REFILL_RTOL)
 
     return measure_point
 
@@ -296,28 +369,36 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     os.makedirs(args.figures_dir, exist_ok=True)
-    table = Table(os.path.join(args.figures_dir, "gate_results.csv"), SETTINGS, MEASURES)
+    table = Table(os.path.join(args.figures_dir, "gate_results.csv"), SETTINGS, MEASURES, optional=CHANGE)
     todo = [{"data": data, "reader": reader, "method": method, "setting": setting, "options": options,
              "tokens": args.max_eval_tokens}
             for data in args.data for reader in args.readers for method, setting, options in points(args)]
-    run_points(table, todo, measure(args), "gates")
+    run_points(table, todo, measure(args, table), "gates",
+               redo=(lambda row: not row["vs_none_low"]) if args.fill_intervals else None)
     order = {point: i for i, point in enumerate(points(args))}
     rows = sorted((r for r in table.read() if r["tokens"] == str(args.max_eval_tokens)
                    and (r["method"], r["setting"], r["options"]) in order),
                   key=lambda r: (r["data"], r["reader"], order[r["method"], r["setting"], r["options"]]))
     print_checks(args, rows)
     plot(rows, os.path.join(args.figures_dir, "gate_results.png"))
-    print("| data | reader | method | setting | retrieved | token ppl | word ppl |")
-    print("|---|---|---|---|---|---|---|")
+    print("| data | reader | method | setting | retrieved | token ppl | word ppl | against none (95% CI) |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         fraction = f"{float(r['retrieved_fraction']):.2f}" if r["retrieved_fraction"] else "—"
         setting = " ".join(filter(None, (r["setting"], r["options"])))
         print(f"| {r['data']} | {r['reader']} | {r['method']} | {setting} | {fraction} | "
-              f"{float(r['token_ppl']):.3f} | {float(r['word_ppl']):.3f} |")
+              f"{float(r['token_ppl']):.3f} | {float(r['word_ppl']):.3f} | {_change(r)} |")
     cap = args.max_context_doc_tokens
     print(f"\n(first {args.max_eval_tokens} tokens, L=512, s=4, ℓ=32, s'=16, BM25, bfloat16, ensembles' τ "
           f"{args.ensemble_temperature}, several passages capped at {cap} tokens; {table.path})")
     return 0
+
+
+def _change(row: dict) -> str:
+    if not row["vs_none_low"]:
+        return "—"
+    return (f"{float(row['vs_none']):+.2f}% ({float(row['vs_none_low']):+.2f} to "
+            f"{float(row['vs_none_high']):+.2f})")
 
 
 if __name__ == "__main__":

@@ -94,6 +94,28 @@ class Table:
         return next((row for row in self.read() if self.key(row) == self.key(point)), None)
 
 
+def fill_in(old: Mapping[str, str], new: Mapping, columns: Sequence[str], check: str, rtol: float) -> dict:
+    """``old`` (a row measured before ``columns`` existed) with ``columns`` taken from ``new`` (the same point measured
+    again): the old row keeps what it measured (its times above all, which a rerun in the background would not
+    reproduce), once ``new`` reproduces its ``check`` column to ``rtol`` (relative).
+
+    Example:
+        >>> fill_in({"ppl": "12.0", "s": "9.5", "low": ""}, {"ppl": 12.0001, "s": 30.1, "low": 11.0}, ["low"], "ppl",
+        ...         1e-3)
+        {'ppl': '12.0', 's': '9.5', 'low': 11.0}
+
+    Raises:
+        ValueError: ``new`` does not reproduce ``old``'s ``check``.
+    """
+    was, now = float(old[check]), float(new[check])
+    rel = abs(now - was) / abs(was)
+    if rel > rtol:
+        raise ValueError(f"Measured again, {check} is {now:.6g} against the row's {was:.6g} ({rel:.2g} relative, more "
+                         f"than {rtol:g}): the row was measured with something else (data, index, code). Move the row "
+                         "away to measure it anew.")
+    return {**old, **{column: new[column] for column in columns}}
+
+
 def run_points(table: Table, points: Sequence[dict], measure: Callable[[dict], dict], desc: str,
                redo: Callable[[dict], bool] | None = None) -> int:
     """Measure every point not in ``table`` yet, in order, writing its row (the point's settings updated by what

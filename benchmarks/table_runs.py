@@ -106,11 +106,19 @@ def reader_pass(run: Run, batch_size: int, config=None) -> dict:
             "num_tokens": len(run.ids), "num_words": run.num_words, "num_windows": len(run.windows)}
 
 
+def chosen_units(p: dict, pick) -> list[float]:
+    """The NLL sums of a reader pass's units when each ranked window ``i`` puts candidate ``pick(i, ranking sums,
+    target sums)`` in context: first the windows nothing was ranked for, together (``base_nll``), then each ranked
+    window in order (what a paired interval resamples in blocks)."""
+    return [p["base_nll"], *(t[pick(i, r, t)] for i, (r, t) in enumerate(zip(p["ranking"], p["targets"]))
+                             if t is not None)]
+
+
 def chosen_nll(p: dict, pick) -> float:
     """The summed NLL of the text when each ranked window ``i`` puts candidate ``pick(i, ranking sums, target sums)``
     in context: a reader pass's NLL sums, added up."""
-    return p["base_nll"] + sum(t[pick(i, r, t)] for i, (r, t) in enumerate(zip(p["ranking"], p["targets"]))
-                               if t is not None)
+    units = chosen_units(p, pick)
+    return units[0] + sum(units[1:])
 
 
 def perplexities(p: dict, nll: float) -> dict:

@@ -240,6 +240,11 @@ def test_block_intervals_hold_the_figure_and_widen_with_the_spread():
     assert intervals.change_interval(noisy + 0.05, noisy) == pytest.approx((100 * math.expm1(0.05),) * 2)
     low, high = intervals.change_interval(calm + rng.normal(0.05, 0.1, 1024), calm)
     assert low < 100 * math.expm1(0.05) < high and high - low < 3
+    # a first window held fixed: its tokens dilute the change in every resample and add no spread of their own
+    diluted = intervals.change_interval(np.r_[np.zeros(512), np.full(512, 0.1)], np.zeros(1024), fixed=512)
+    assert diluted == pytest.approx((100 * math.expm1(0.05),) * 2)
+    # the paper's count: token 0, never scored, is in the denominator
+    assert intervals.ppl_interval(np.full(64, 2.0), unscored=1) == pytest.approx((math.exp(2.0 * 64 / 65),) * 2)
     with pytest.raises(ValueError, match="same tokens"):
         intervals.change_interval(calm, calm[:-1])
 
@@ -286,7 +291,11 @@ def test_points_keep_their_token_nlls_and_an_old_row_gets_its_interval(tiny_reso
         low, high = intervals.bounds(row)
         assert low < float(row["token_ppl"]) < high
     change, = perplexity.changes(rows, kept)
-    assert float(change["change_low"]) < float(change["change"]) < float(change["change_high"])
+    # the first window (15 tokens) is held fixed and the 24 tokens after it are one block: the interval is the change
+    bounds = [float(change[c]) for c in ("change_low", "change_high")]
+    assert bounds == pytest.approx([float(change["change"])] * 2, rel=1e-4)
+    moved = intervals.change_interval(kept.get(rows[1]), kept.get(rows[0]), block=4, fixed=15, unscored=1)
+    assert moved[0] < float(change["change"]) < moved[1]
     assert "against none" in perplexity.describe(change)
 
     # the CSV as the first figures were written: no interval columns, no token records, the index named by an id
@@ -309,7 +318,7 @@ def test_points_keep_their_token_nlls_and_an_old_row_gets_its_interval(tiny_reso
     with open(path, "w") as f:
         bad = {**old_rows[1], "nll_sum": str(2 * float(old_rows[1]["nll_sum"]))}
         f.write(",".join(columns) + "\n" + ",".join(bad[c] for c in columns) + "\n")
-    with pytest.raises(ValueError, match="differs from the row's"):
+    with pytest.raises(ValueError, match="the row was measured with something else"):
         sweep.run_points(table, points[1:], perplexity.keeping(res, table, kept, refill=True), "test",
                          redo=lambda row: not intervals.bounds(row))
 
@@ -471,3 +480,28 @@ def test_the_dtype_flag_shows_the_default_each_script_runs():
                                     intervals])
 def test_examples_in_docstrings(module):
     assert doctest.testmod(module).failed == 0
+
+
+def test_gate_points_pair_with_no_retrieval_window_by_window():
+    """gate_tables' units: the windows nothing was ranked for together, then each ranked window; a gate's units, a
+    per-token evaluation's and no retrieval's line up, and add up to what the perplexity divides."""
+    from types import SimpleNamespace
+
+    from benchmarks import gate_tables, table_runs
+    from hf_ralm.windows import plan_windows
+
+    run = SimpleNamespace(windows=plan_windows(40, max_length=16, stride=4))
+    rng = np.random.default_rng(0)
+    token_nlls = torch.tensor(np.r_[np.nan, rng.uniform(1, 3, 39)])
+    sums = [float(token_nlls[w.score_begin : w.end].sum()) for w in run.windows]
+    p = {"base_nll": sums[0], "ranking": [None] + [[0.0, 0.0]] * (len(sums) - 1),
+         "targets": [None] + [[s + 0.5, s] for s in sums[1:]], "num_tokens": 40}
+    counts = gate_tables.unit_counts(run, p)
+    assert counts.tolist() == [15] + [4] * 6 and counts.sum() == 39
+    none = np.array(table_runs.chosen_units(p, lambda i, ranking, targets: 1))
+    assert gate_tables.token_units(run, p, token_nlls) == pytest.approx(none)
+    always = np.array(table_runs.chosen_units(p, lambda i, ranking, targets: 0))
+    assert always.sum() == pytest.approx(table_runs.chosen_nll(p, lambda i, ranking, targets: 0))
+    # +0.5 nats in each of 6 windows, over the paper's 40 tokens: the same in every resample
+    low, high = intervals.change_interval(always, none, block=2, counts=counts, fixed=1, unscored=1)
+    assert low == pytest.approx(100 * math.expm1(3.0 / 40)) and high == pytest.approx(low)

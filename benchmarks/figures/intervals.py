@@ -34,10 +34,12 @@ BLOCK_TOKENS = 32
 DRAWS = 2000
 
 
-def _block_sums(nlls: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per contiguous block of ``block`` tokens (the last one may be shorter): its NLL sum and its token count."""
+def _block_sums(nlls: np.ndarray, block: int, counts: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Per contiguous block of ``block`` units (the last one may be shorter): its NLL sum and its token count. A unit
+    is a token, or with ``counts`` a group of ``counts[i]`` tokens whose NLL sum is ``nlls[i]`` (a window)."""
     starts = np.arange(0, len(nlls), block)
-    return np.add.reduceat(nlls, starts), np.diff(np.append(starts, len(nlls)))
+    counts = np.ones(len(nlls)) if counts is None else np.asarray(counts, dtype=np.float64)
+    return np.add.reduceat(nlls, starts), np.add.reduceat(counts, starts)
 
 
 def _draws(num_blocks: int, draws: int, seed: int) -> np.ndarray:
@@ -49,18 +51,25 @@ def _percentiles(samples: np.ndarray) -> tuple[float, float]:
     return float(low), float(high)
 
 
-def ppl_interval(nlls: np.ndarray, block: int = BLOCK_TOKENS, draws: int = DRAWS,
-                 seed: int = 0) -> tuple[float, float]:
-    """The 95% block-bootstrap interval of the token perplexity of ``nlls`` (one NLL per scored token)."""
-    sums, counts = _block_sums(np.asarray(nlls, dtype=np.float64), block)
+def ppl_interval(nlls: np.ndarray, block: int = BLOCK_TOKENS, draws: int = DRAWS, seed: int = 0,
+                 counts: np.ndarray | None = None, unscored: int = 0) -> tuple[float, float]:
+    """The 95% block-bootstrap interval of the token perplexity of ``nlls`` (one NLL per scored token, or per unit
+    of ``counts`` tokens). ``unscored`` tokens count in every resample's denominator without an NLL: the paper's
+    perplexity divides by the whole text's tokens, token 0 (never scored) included."""
+    sums, counts = _block_sums(np.asarray(nlls, dtype=np.float64), block, counts)
     picked = _draws(len(sums), draws, seed)
-    return _percentiles(np.exp(sums[picked].sum(1) / counts[picked].sum(1)))
+    return _percentiles(np.exp(sums[picked].sum(1) / (unscored + counts[picked].sum(1))))
 
 
 def change_interval(nlls: np.ndarray, base_nlls: np.ndarray, block: int = BLOCK_TOKENS, draws: int = DRAWS,
-                    seed: int = 0) -> tuple[float, float]:
+                    seed: int = 0, counts: np.ndarray | None = None, fixed: int = 0,
+                    unscored: int = 0) -> tuple[float, float]:
     """The 95% paired block-bootstrap interval of ``100 * (ppl(nlls) / ppl(base_nlls) - 1)``, in percent: the same
-    tokens scored two ways, the same blocks drawn for both.
+    tokens (or units of ``counts`` tokens) scored two ways, the same blocks drawn for both. The first ``fixed`` units
+    are counted once in every resample instead of drawn: the first window, scored without retrieval whatever the
+    setting, is part of every evaluation by design, not a sample of the text, and drawing its hundreds of tokens
+    (as one unit, or as blocks whose difference is zero) would add a spread that no setting has. ``unscored``: as for
+    :func:`ppl_interval`.
 
     Raises:
         ValueError: the two do not score the same number of tokens.
@@ -69,9 +78,12 @@ def change_interval(nlls: np.ndarray, base_nlls: np.ndarray, block: int = BLOCK_
     if nlls.shape != base_nlls.shape:
         raise ValueError(f"A paired interval needs the same tokens scored both ways, got {len(nlls)} and "
                          f"{len(base_nlls)} token NLLs.")
-    sums, counts = _block_sums(nlls - base_nlls, block)
+    counts = np.ones(len(nlls)) if counts is None else np.asarray(counts, dtype=np.float64)
+    diff = nlls - base_nlls
+    kept_sum, kept_count = diff[:fixed].sum(), unscored + counts[:fixed].sum()
+    sums, counts = _block_sums(diff[fixed:], block, counts[fixed:])
     picked = _draws(len(sums), draws, seed)
-    return _percentiles(100 * np.expm1(sums[picked].sum(1) / counts[picked].sum(1)))
+    return _percentiles(100 * np.expm1((kept_sum + sums[picked].sum(1)) / (kept_count + counts[picked].sum(1))))
 
 
 class TokenRecords:

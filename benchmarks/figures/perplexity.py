@@ -27,6 +27,7 @@ import time
 from typing import Callable
 
 from benchmarks.figures import intervals, sweep
+from benchmarks.results_csv import fill_in
 from benchmarks.bench_setup import READERS
 from benchmarks.figures.resources import WHOLE, Resources
 
@@ -104,14 +105,10 @@ def keeping(res: Resources, tbl: sweep.Table, kept: intervals.TokenRecords,
         nlls = row.pop("token_nlls")
         old = earlier({**p, **row})
         if old is not None:
-            rel = abs(row["nll_sum"] - float(old["nll_sum"])) / abs(float(old["nll_sum"]))
-            if rel > REFILL_RTOL:
-                raise ValueError(f"{p}: measured again, its NLL sum {row['nll_sum']:.6g} differs from the row's "
-                                 f"{old['nll_sum']} by {rel:.2g} (relative): the row was measured with something else "
-                                 "(data, index, code). Move the row away to measure it anew.")
-            if tbl.key(old) != tbl.key({**old, "index_id": row["index_id"]}):
+            filled = fill_in(old, row, ("index_id", *INTERVAL), "nll_sum", REFILL_RTOL)
+            if tbl.key(old) != tbl.key(filled):  # the old row, re-keyed, then replaced by its filled-in self
                 tbl.put({**old, "index_id": row["index_id"]}, replacing=old)
-            row = {**old, "index_id": row["index_id"], **{column: row[column] for column in INTERVAL}}
+            row = filled
         kept.put({**p, **row}, nlls)
         return row
 
@@ -185,7 +182,8 @@ def measure(res: Resources, p: dict) -> dict:
     nlls = result.token_nlls[counted:].double().cpu().numpy()
     figures = perplexity_figures(float(nlls.sum()), len(ids) - first, len(ids) - counted,
                                  count_words(tokenizer.decode(ids[first:])))
-    figures["token_ppl_low"], figures["token_ppl_high"] = intervals.ppl_interval(nlls)
+    figures["token_ppl_low"], figures["token_ppl_high"] = intervals.ppl_interval(
+        nlls, unscored=figures["num_tokens"] - len(nlls))
     counts = {k: result.figures[k] for k in ("num_windows", "num_retrievals", "num_windows_with_passage")}
     return {**figures, "token_nlls": nlls, **counts,
             "wall_s": wall, "retrieval_s": result.timings["retrieval_s"], "scoring_s": result.timings["scoring_s"],
@@ -220,10 +218,18 @@ def changes(rows: list[dict], kept: intervals.TokenRecords | None = None) -> lis
         if kept is not None:
             nlls, base_nlls = kept.get(row), kept.get(base)
             if nlls is not None and base_nlls is not None:
-                low, high = (f"{value:.6g}" for value in intervals.change_interval(nlls, base_nlls))
+                bounds = intervals.change_interval(nlls, base_nlls, fixed=first_window(row),
+                                                   unscored=int(row["num_tokens"]) - len(nlls))
+                low, high = (f"{value:.6g}" for value in bounds)
         change = 100 * (float(row["token_ppl"]) / float(base["token_ppl"]) - 1)
         out.append({**row, "change": f"{change:.6g}", "change_low": low, "change_high": high})
     return out
+
+
+def first_window(row: dict) -> int:
+    """How many of a row's counted tokens its first window scores (without retrieval at every setting): the first
+    L - 1 when the row counts from the start of the text, none when it counts after ``context_tokens`` of context."""
+    return int(row["max_length"]) - 1 if int(row["context_tokens"] or 0) == 0 else 0
 
 
 def draw_changes(ax, rows: list[dict], x: str, kept: intervals.TokenRecords, series, settings, style) -> None:
