@@ -11,8 +11,7 @@ import torch
 
 from conftest import EVAL_TEXT, MODEL_VOCAB_SIZE, TEST_DEVICE, TEST_DEVICE_ARGS, write_jsonl
 from hf_ralm import RalmConfig
-from hf_ralm.ensemble import (ensemble_log_weights, ensemble_member_nlls, ensemble_window_nlls, mix_nlls,
-                              mix_window_nlls)
+from hf_ralm.ensemble import ensemble_log_weights, ensemble_member_nlls, mix_nlls, mix_window_nlls
 from hf_ralm.evaluation import evaluate_perplexity
 from hf_ralm.generation import RalmLogitsProcessor
 from hf_ralm.model_inputs import context_indices, context_prefix, passage_prefix
@@ -175,8 +174,9 @@ def test_smaller_ensembles_and_other_temperatures_from_one_pass(tiny_llama, tiny
     assert max(len(m) for m in members) == 4
     for n, temperature in [(2, 1.0), (3, 0.5), (4, 3.0)]:
         config = RalmConfig(**base, ensemble_size=n, ensemble_temperature=temperature)
-        expected = ensemble_window_nlls(tiny_llama, tiny_tokenizer, ids, windows, passages, config, batch_size=3,
-                                        show_progress=False)  # its own pass, over n members
+        own, own_rows = ensemble_member_nlls(tiny_llama, tiny_tokenizer, ids, windows, passages, config,
+                                             batch_size=3, show_progress=False)  # its own pass, over n members
+        expected = mix_window_nlls(windows, [[p.score for p in m] for m in own], own_rows, len(ids), temperature)
         mixed = mix_window_nlls(windows, [[p.score for p in m[:n]] for m in members], rows, len(ids), temperature)
         assert torch.allclose(mixed[1:], expected[1:], atol=1e-6, rtol=0)
 

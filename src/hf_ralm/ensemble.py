@@ -71,7 +71,7 @@ def ensemble_member_nlls(
     """Per window, the passages it mixes (:func:`ensemble_members` of ``config.ensemble_size``) and each one's NLLs
     (float64) of the window's scored tokens; a window without passages has one row, of the plain window. The members
     of an ensemble of n are the first n of a larger one's, so one pass serves every smaller n
-    (:func:`mix_window_nlls` of the first n)."""
+    (:func:`mix_window_nlls` of the first n; of all of them, the ensemble's NLL of every token)."""
     members = ensemble_members(windows, passages, chosen, config.ensemble_size)
     options = [found or [None] for found in members]
     firsts = [w.score_begin for w in windows]
@@ -96,23 +96,3 @@ def mix_window_nlls(windows: Sequence[Window], scores: Sequence[Sequence[float]]
         else:
             nll[w.score_begin : w.end] = window_rows[0]
     return nll
-
-
-def ensemble_window_nlls(
-    model,
-    tokenizer,
-    ids: Sequence[int],
-    windows: Sequence[Window],
-    passages: Sequence[Sequence[Passage]],
-    config: RalmConfig,
-    chosen: Sequence[int] | None = None,
-    batch_size: int = 8,
-    reuse_prefix_kv: bool = True,
-    show_progress: bool = True,
-) -> torch.Tensor:
-    """NLL of every token under the ensemble of ``config.ensemble_size`` passages (see the module docstring), as a
-    float64 tensor of ``len(ids)`` (NaN for token 0)."""
-    members, rows = ensemble_member_nlls(model, tokenizer, ids, windows, passages, config, chosen, batch_size,
-                                         reuse_prefix_kv, show_progress)
-    scores = [[p.score for p in found] for found in members]
-    return mix_window_nlls(windows, scores, rows, len(ids), config.ensemble_temperature)

@@ -23,7 +23,7 @@ import torch
 
 from .batching import BatchSize
 from .configuration_ralm import RalmConfig
-from .ensemble import ensemble_window_nlls
+from .ensemble import ensemble_member_nlls, mix_window_nlls
 from .errors import RalmWarning, SettingError, setting
 from .model_inputs import context_indices, window_length, window_prefixes
 from .modeling_utils import model_device, model_identity
@@ -521,8 +521,11 @@ class _Evaluation:
         self.timings["rerank_s"] += time.perf_counter() - t0
         t0 = time.perf_counter()
         if nlls is None and self.scored and config.ensemble_size > 1:
-            nlls = ensemble_window_nlls(self.model, self.tokenizer, self.plan.ids, chunk, state.passages, config,
-                                        state.chosen, batch_size, self.reuse_prefix_kv, self.show_progress)
+            members, rows = ensemble_member_nlls(self.model, self.tokenizer, self.plan.ids, chunk, state.passages,
+                                                 config, state.chosen, batch_size, self.reuse_prefix_kv,
+                                                 self.show_progress)
+            nlls = mix_window_nlls(chunk, [[p.score for p in found] for found in members], rows,
+                                   len(self.plan.ids), config.ensemble_temperature)
         elif nlls is None and self.scored:  # not already scored while the reader ranked the candidates
             prefixes = [[]] * first + window_prefixes(self.tokenizer, chunk, state.passages, config, state.chosen)
             for prefix in prefixes[first:]:

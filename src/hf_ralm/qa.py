@@ -468,7 +468,10 @@ class _QaRun:
         self.chunks = ChunkRun(run)
         if run.output_dir is not None:
             check_qa_output_dir(run.output_dir)
-            self.store = self.chunks.open(QARecordStore, os.path.join(run.output_dir, PREDICTIONS_DIR), settings)
+            # an overwrite deletes the final files too: a fresh run must not show the old run's figures meanwhile
+            final = [os.path.join(run.output_dir, name) for name in (EVAL_FILE, PREDICTIONS_FILE)]
+            self.store = self.chunks.open(QARecordStore, os.path.join(run.output_dir, PREDICTIONS_DIR), settings,
+                                          final=final)
             self.records = _resumed_records(self.store, examples)
             previous = os.path.join(run.output_dir, EVAL_FILE)
             if self.records and os.path.isfile(previous):

@@ -156,7 +156,7 @@ class RecordStore:
     folder's chunks and settings first (and nothing else; refused while another worker computes there). The store
     holds the folder's shared lock from its opening to :meth:`close` (or its end), and saves nothing once the folder's
     settings are no longer its own. ``reproduce`` (how the run was started, e.g.
-    :func:`~hf_ralm.utils.provenance.provenance`) is stored beside the settings by the run that creates the folder.
+    :func:`~hf_ralm.utils.reproduction.provenance`) is stored beside the settings by the run that creates the folder.
     Records are added in order (:meth:`add`, buffered into chunks) or saved as a chunk at a given position
     (:meth:`save`: what the workers of a sharded run do). A subclass sets ``record_type`` (a dataclass: records are
     saved as its fields, or its ``to_row()``, and read back as instances, or with its ``from_row(row)``),
@@ -369,7 +369,7 @@ class RecordStore:
 
     @functools.cached_property
     def _git_commit(self) -> str | None:
-        from .utils.provenance import provenance
+        from .utils.reproduction import provenance
 
         return provenance()["git_commit"]
 

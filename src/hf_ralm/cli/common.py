@@ -229,17 +229,16 @@ def report_extra(args, load_s: float) -> dict:
     return {"args": vars(args), "timings": {"load_s": load_s}}
 
 
-def resuming(args) -> dict:
-    """Where ``retrieve`` and ``eval-lm`` save their progress, how, and which part of the run this worker does
-    (:mod:`hf_ralm.resume`, :mod:`hf_ralm.utils.shards`), as the keywords of a :class:`~hf_ralm.runs.RunOptions`."""
-    return {"output_dir": args.output_dir, "overwrite": args.overwrite, "repair": args.repair,
-            "chunk_size": args.chunk_size, "num_shards": args.num_shards, "shard_id": args.shard_id}
+RUN_FLAGS = ("output_dir", "chunk_size", "overwrite", "repair", "num_shards", "shard_id", "batch_size")
+"""The :class:`~hf_ralm.runs.RunOptions` fields a command may take as flags (``--output-dir`` ... ``--batch-size``)."""
 
 
-def run_options(args, load_s: float) -> RunOptions:
-    """The :class:`~hf_ralm.runs.RunOptions` of ``retrieve`` and ``eval-lm``: :func:`resuming`, the batch size and
-    the run's arguments for its report."""
-    return RunOptions(batch_size=args.batch_size, report_extra=report_extra(args, load_s), **resuming(args))
+def run_options(args, load_s: float | None = None) -> RunOptions:
+    """A command's :class:`~hf_ralm.runs.RunOptions`: where it keeps its progress, how, which part of the run this
+    worker does and its batch size, from those of :data:`RUN_FLAGS` the command has (the others keep their
+    defaults); with ``load_s``, its arguments and the model's load time for its report (``eval.json``)."""
+    extra = None if load_s is None else report_extra(args, load_s)
+    return RunOptions(**{name: getattr(args, name) for name in RUN_FLAGS if hasattr(args, name)}, report_extra=extra)
 
 
 def print_json(keys: tuple[str, ...] | None = None, indent: int | None = None) -> Callable[[dict, object], None]:

@@ -10,9 +10,8 @@ import sys
 
 from ..compare import STRATEGIES as COMPARE_STRATEGIES
 from ..run_cost import check_run_length, describe_run, estimate_run
-from ..runs import RunOptions
 from ..utils.shards import is_writer
-from .common import fail, parent, print_json, resuming, run_options, text_and_model
+from .common import fail, parent, print_json, run_options, text_and_model
 from .retrieve import GROUPS
 
 NAME = "eval-lm"
@@ -88,7 +87,7 @@ def _compare(args: argparse.Namespace):
     text, model, _ = text_and_model(args, args.retriever)
     plan_or_refuse(args, model, text, compare_k=candidates_per_window(strategies, model.config))
     return model.compare_strategies(text, strategies, max_eval_tokens=args.max_eval_tokens,
-                                    run=RunOptions(batch_size=args.batch_size, **resuming(args)))
+                                    run=run_options(args))
 
 
 def show(result, args: argparse.Namespace) -> None:

@@ -8,8 +8,7 @@ import sys
 import time
 
 from ..qa import GOLD_CORPUS_FILE, MAX_NEW_TOKENS
-from ..runs import RunOptions
-from .common import FLAG_GROUPS, check_args, fail, load_model, parent, print_json, report_extra
+from .common import FLAG_GROUPS, check_args, fail, load_model, parent, print_json, run_options
 from .settings import FLAGS
 
 NAME = "eval-qa"
@@ -86,11 +85,10 @@ def run(args: argparse.Namespace) -> dict:
     settings = qa_run_settings(model=args.model, dtype=model.language_model.dtype, num_docs=num_docs,
                                retriever=args.retriever, tokenizer=args.tokenizer, gguf_file=args.gguf_file,
                                corpus=args.corpus, index_dir=args.index_dir, forbidden_titles=args.forbidden_titles)
-    run = RunOptions(output_dir=args.output_dir, repair=args.repair, num_shards=args.num_shards,
-                     shard_id=args.shard_id, batch_size=args.batch_size, report_extra=report_extra(args, load_s))
     return evaluate_qa(model.language_model, model.tokenizer, examples, retriever=model.retriever,
                        num_docs=num_docs, use_ctxs=args.use_ctxs, max_new_tokens=args.max_new_tokens,
-                       max_length=args.max_length, settings=settings, run=run)
+                       max_length=args.max_length, settings=settings,
+                       run=run_options(args, load_s))
 
 
 show = print_json(("em", "has_answer", "num_questions", "num_correct", "num_has_answer", "num_truncated",

@@ -8,8 +8,7 @@ import os
 
 from ..reranker_training import TrainingTitles, articles_source, collect_rerank_data, training_articles
 from ..reranker_training.collect import CHUNK_SIZE
-from ..runs import RunOptions
-from .common import FLAG_GROUPS, check_args, fail, library_default, load_model, parent, print_json
+from .common import FLAG_GROUPS, check_args, fail, library_default, load_model, parent, print_json, run_options
 from .settings import FLAGS, add_ralm_arguments, ralm_settings
 
 NAME = "rerank-data"
@@ -68,8 +67,7 @@ def run(args: argparse.Namespace) -> dict:
         windows_per_article=args.windows_per_article, max_windows=args.max_windows,
         metadata=articles_source(args.articles, args.num_articles, titles.excluded),
         reproduce={"articles": os.path.abspath(args.articles), "command": args.command_line},
-        run=RunOptions(chunk_size=args.chunk_size, overwrite=args.overwrite, repair=args.repair,
-                       batch_size=args.batch_size, num_shards=args.num_shards, shard_id=args.shard_id))
+        run=run_options(args))
 
 
 show = print_json()

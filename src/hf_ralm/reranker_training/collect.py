@@ -66,7 +66,7 @@ from ..retrieval.local import LocalIndexRetriever
 from ..runs import ChunkRun, RunOptions
 from ..selection.rerank import rerank_windows
 from ..utils.checks import check_count
-from ..utils.provenance import provenance
+from ..utils.reproduction import provenance
 from ..windows import Window, query_span
 from .data import RerankDataWriter
 

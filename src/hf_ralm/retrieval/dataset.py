@@ -42,7 +42,7 @@ from ..records import check_output_folder, digest, ids_fingerprint
 from ..utils.atomic import write_durably, write_json_atomic, write_text_atomic
 from ..utils.datasets_io import load_hf_dataset
 from ..utils.paths import OFFLINE_HINT
-from ..utils.provenance import provenance
+from ..utils.reproduction import provenance
 from ..windows import Window
 from .base import retriever_identity
 from .corpus import HUB_PREFIX

@@ -113,7 +113,7 @@ def score_candidates(
                                   run=RunOptions(output_dir="runs/pass", batch_size=16),
                                   settings={"data": "WikiText-103 test", **retriever_identity(retriever)})
     """
-    from ..utils.provenance import provenance
+    from ..utils.reproduction import provenance
     from ..modeling_utils import model_identity, model_path
     from ..records import digest
 

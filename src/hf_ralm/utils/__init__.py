@@ -1,5 +1,5 @@
 """What every layer of hf-ralm may use, and which uses nothing of hf-ralm but its errors: atomic, fsynced writes
-(:mod:`.atomic`), how a run is reproduced (:mod:`.provenance`), the checks of counts (:mod:`.checks`) and the optional
+(:mod:`.atomic`), how a run is reproduced (:mod:`.reproduction`), the checks of counts (:mod:`.checks`) and the optional
 packages (:mod:`.extras`: one that is missing is refused with the command that installs it).
 
 The names below are the public ones, for scripts that write results as hf-ralm does (the benchmarks among them).
@@ -15,6 +15,6 @@ Example:
 
 from .atomic import write_json_atomic, write_text_atomic
 from .extras import require
-from .provenance import provenance
+from .reproduction import provenance
 
 __all__ = ["provenance", "require", "write_json_atomic", "write_text_atomic"]
