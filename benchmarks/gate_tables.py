@@ -48,7 +48,7 @@ import numpy as np
 import torch
 
 from benchmarks.bench_setup import READERS
-from benchmarks.figures.intervals import change_interval
+from benchmarks.figures.intervals import BLOCK_WINDOWS, change_interval
 from benchmarks.results_csv import Table, fill_in, run_points
 from benchmarks.table_runs import (
     DATA,
@@ -73,7 +73,6 @@ SETTINGS = ("data", "reader", "method", "setting", "options", "tokens")  # a poi
 MEASURES = ("token_ppl", "word_ppl", "retrieved_fraction", "windows", "seconds", "vs_none", "vs_none_low",
             "vs_none_high")
 CHANGE = ("vs_none", "vs_none_low", "vs_none_high")  # added after the first CSV was measured: empty in its rows
-WINDOWS_PER_BLOCK = 8  # the paired interval resamples blocks of 8 windows: 32 tokens at s=4, as the figures' blocks
 REFILL_RTOL = 1e-3  # a point measured again to fill in its interval must reproduce its token perplexity this closely
 
 
@@ -307,7 +306,7 @@ def pass_path(args, reader: str, data: str, kind: str = "gates") -> str:
 def measure(args, table: Table):
     """What a point of the CSV measures, as a function of the point: the retrievers are loaded for the first point
     measured, and one reader at a time (with its text's windows and retrieved passages). Each point gets its change
-    against no retrieval with a paired 95% interval (blocks of :data:`WINDOWS_PER_BLOCK` windows resampled, as
+    against no retrieval with a paired 95% interval (blocks of ``BLOCK_WINDOWS`` windows resampled,
     benchmarks/figures/intervals.py); a point whose row has none yet (``--fill-intervals``) keeps that row and gains
     only those, once its token perplexity is found again (:func:`benchmarks.results_csv.fill_in`)."""
     retrievers: dict = {}
@@ -334,7 +333,7 @@ def measure(args, table: Table):
             measured, units = gate_point(run, gates, method, setting)
         none = np.array(chosen_units(gates, lambda i, ranking, targets: 1))
         counts = unit_counts(run, gates)
-        low, high = change_interval(units, none, block=WINDOWS_PER_BLOCK, counts=counts, fixed=1,
+        low, high = change_interval(units, none, block=BLOCK_WINDOWS, counts=counts, fixed=1,
                                     unscored=gates["num_tokens"] - int(counts.sum()))
         vs_none = 100 * (measured["token_ppl"] / perplexities(gates, float(none.sum()))["token_ppl"] - 1)
         row = {**measured, "windows": len(run.windows), "vs_none": vs_none, "vs_none_low": low, "vs_none_high": high}

@@ -240,7 +240,7 @@ def timing(run: Run, data: str, args, other, predictive: dict) -> dict[str, floa
 
 
 def table_rows(reader: str, data: str, config, scores: list, choices: dict[str, list[int]], cost: dict[str, float],
-               num_tokens: int, num_words: int) -> list[dict]:
+               num_tokens: int, num_words: int, windows: list) -> list[dict]:
     """Every strategy's perplexity from the candidate scores and the choices (see the module docstring): the library's
     strategies under ``config`` (the run's settings) with each row's own, and the choices recorded for the rankers
     that only choose; a strategy's cost is None while the timing pass has not measured it (``cost`` empty)."""
@@ -283,7 +283,7 @@ def table_rows(reader: str, data: str, config, scores: list, choices: dict[str, 
         chosen, seconds = picks[strategy]
         nlls = [s.target_nlls[c] for s, c in zip(scores, chosen)]
         nll = sum(nlls)
-        low, high = paired_interval([a - b for a, b in zip(nlls, top1)], num_tokens)
+        low, high = paired_interval(nlls, top1, windows, num_tokens)
         rows.append({"data": data, "reader": reader, "strategy": strategy,
                      "reranker": OTHER[reader] if strategy.startswith("zero-shot, other") else "",
                      **perplexities({"num_tokens": num_tokens, "num_words": num_words}, nll),
@@ -294,17 +294,20 @@ def table_rows(reader: str, data: str, config, scores: list, choices: dict[str, 
     return rows
 
 
-def paired_interval(deltas: list[float], num_tokens: int, draws: int = 10_000) -> tuple[float, float]:
-    """The 95% bootstrap interval (windows resampled, seed 0) of the token perplexity ratio between two strategies
-    whose per-window NLL differences are ``deltas``, as a relative change (-0.01: 1% lower perplexity). The windows
-    of one text are few (128 here) and the middle rows differ by about a percent: the interval says which of those
-    differences the windows support."""
+def paired_interval(nlls: list[float], top1: list[float], windows: list, num_tokens: int) -> tuple[float, float]:
+    """The 95% paired interval of a strategy's token perplexity against top-1's, from their per-window NLL sums, as a
+    relative change (-0.01: 1% lower perplexity): blocks of 8 consecutive windows resampled, the first window (no
+    retrieval in either) counted in every resample (benchmarks/figures/intervals.py says why). The windows of one text
+    are few (128 here) and the middle rows differ by about a percent: the interval says which of those differences
+    the windows support."""
     import numpy as np
 
-    deltas = np.asarray(deltas, dtype=np.float64)
-    samples = np.random.default_rng(0).integers(0, len(deltas), size=(draws, len(deltas)))
-    low, high = np.percentile(deltas[samples].sum(axis=1), [2.5, 97.5])
-    return float(np.expm1(low / num_tokens)), float(np.expm1(high / num_tokens))
+    from benchmarks.figures.intervals import BLOCK_WINDOWS, change_interval
+
+    counts = np.array([w.num_scored for w in windows], dtype=np.float64)
+    low, high = change_interval(np.asarray(nlls), np.asarray(top1), block=BLOCK_WINDOWS, counts=counts, fixed=1,
+                                unscored=num_tokens - int(counts.sum()))
+    return low / 100, high / 100
 
 
 def ranking_signal(scores: list) -> float:
@@ -319,9 +322,9 @@ def ranking_signal(scores: list) -> float:
 
 def plot(rows: list[dict], path: str) -> None:
     """A dot plot per (reader, data): each strategy's token perplexity as its change against BM25 top-1, with the
-    95% paired interval of that change (``vs_top1_low``/``vs_top1_high``; windows resampled). A change axis holds 0
-    (top-1 itself) by construction, so nothing is magnified by a cut axis, and the interval shows which differences
-    the windows support."""
+    95% paired interval of that change (``vs_top1_low``/``vs_top1_high``; blocks of windows resampled). A change
+    axis holds 0 (top-1 itself) by construction, so nothing is magnified by a cut axis, and the interval shows which
+    differences the windows support."""
     from benchmarks.figures.plotting import pyplot
 
     plt = pyplot()
@@ -386,7 +389,8 @@ def main(argv=None) -> int:
             if "timing" in args.passes:
                 cost = timing(run, data, args, other, predictive)
             if {"candidates", "other"} <= set(args.passes):
-                rows += table_rows(reader, data, run.config, scores, choices, cost, len(run.ids), run.num_words)
+                rows += table_rows(reader, data, run.config, scores, choices, cost, len(run.ids), run.num_words,
+                                   run.windows)
                 signals[(reader, data)] = ranking_signal(scores)
             del run, other
     if not rows:

@@ -4,7 +4,9 @@ library's, tested elsewhere)."""
 from __future__ import annotations
 
 import json
+import math
 
+import numpy as np
 import pytest
 
 from benchmarks import rerank_tables, reranker_scores, train_rerankers
@@ -56,3 +58,17 @@ def test_a_record_without_its_model_is_kept_and_said(tmp_path, capsys):
     (models / "passages-1000" / "model.safetensors").write_bytes(b"")
     assert train_rerankers.train_one(args, "passages", 1000, data=None, summary={}) == record
     assert capsys.readouterr().err == ""
+
+
+def test_the_paired_interval_against_top1_resamples_blocks_of_windows_and_keeps_the_first():
+    from benchmarks.rerank_tables import paired_interval
+    from hf_ralm.windows import plan_windows
+
+    windows = plan_windows(160, max_length=32, stride=4)  # window 0 scores 31 tokens, then 32 windows of 4
+    top1 = [10.0] * len(windows)
+    shifted = [10.0] + [10.4] * (len(windows) - 1)  # +0.1 nats a token after the first window
+    exact = math.expm1(0.4 * (len(windows) - 1) / 160)  # over the paper's 160 tokens, token 0 included
+    assert paired_interval(shifted, top1, windows, 160) == pytest.approx((exact, exact))
+    noisy = [10.0] + [10.0 + d for d in np.random.default_rng(0).normal(0.4, 1.0, len(windows) - 1)]
+    low, high = paired_interval(noisy, top1, windows, 160)
+    assert low < math.expm1((sum(noisy) - sum(top1)) / 160) < high

@@ -31,6 +31,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 BLOCK_TOKENS = 32
+BLOCK_WINDOWS = 8  # where the units are windows (sums of their s tokens): 32 tokens at s=4, as BLOCK_TOKENS
 DRAWS = 2000
 
 
