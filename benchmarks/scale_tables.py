@@ -42,7 +42,6 @@ TEXTS = {  # name: (records folder, rows file)
 STRATEGIES = ("none", "top1", "lm-gate")
 LABELS = {"none": "no retrieval", "top1": "BM25 top-1", "lm-gate": "lm gate (2 nats)"}
 PAPER_WORDS = 245_569  # the WikiText-103 test set's word count in the paper's setting
-DRAWS = 2000
 HEADING = re.compile(r"^ = ([^=].*?) = $", re.MULTILINE)  # a level-1 heading: " = Title = " (sections: " = = X = = ")
 
 
@@ -96,30 +95,23 @@ def article_sums(text: str, offsets: list[tuple[int, int]], windows, scores, cho
     return ArticleSums([t for _, t in starts], nll, tokens, words, with_passage, retrievals)
 
 
-def bootstrap_rows(sums: ArticleSums, draws: int = DRAWS, seed: int = 0) -> list[dict]:
-    """Each strategy's token and word perplexity over all articles, with 95% percentile intervals from ``draws``
-    resamples of the articles, and its change against no retrieval (paired: the same resample) with its interval."""
-    num = len(sums.titles)
-    counts = np.random.default_rng(seed).multinomial(num, np.full(num, 1.0 / num), size=draws)  # (draws, articles)
-    nll = counts @ sums.nll  # (draws, strategies)
-    tokens, words = counts @ sums.tokens, counts @ sums.words
-    token_ppl, word_ppl = np.exp(nll / tokens[:, None]), np.exp(nll / words[:, None])
-    change = token_ppl / token_ppl[:, :1] - 1.0  # against the first strategy, none
-    total = sums.nll.sum(axis=0)
-
-    def interval(samples: np.ndarray) -> tuple[float, float]:
-        low, high = np.percentile(samples, [2.5, 97.5])
-        return float(low), float(high)
+def bootstrap_rows(sums: ArticleSums) -> list[dict]:
+    """Each strategy's token and word perplexity over all articles, with 95% percentile intervals from resamples of
+    the articles (:mod:`benchmarks.figures.intervals` with an article as the unit: every call draws the same
+    resamples), and its change against no retrieval, paired on the same resamples, with its interval."""
+    from benchmarks.figures.intervals import change_interval, ppl_interval
 
     rows = []
+    total = sums.nll.sum(axis=0)
     for j, name in enumerate(STRATEGIES):
         point = float(np.exp(total[j] / sums.tokens.sum()))
         row = {"strategy": name, "token_ppl": point}
-        row["token_ppl_low"], row["token_ppl_high"] = interval(token_ppl[:, j])
+        row["token_ppl_low"], row["token_ppl_high"] = ppl_interval(sums.nll[:, j], block=1, counts=sums.tokens)
         row["word_ppl"] = float(np.exp(total[j] / sums.words.sum()))
-        row["word_ppl_low"], row["word_ppl_high"] = interval(word_ppl[:, j])
+        row["word_ppl_low"], row["word_ppl_high"] = ppl_interval(sums.nll[:, j], block=1, counts=sums.words)
         row["vs_none"] = point / float(np.exp(total[0] / sums.tokens.sum())) - 1.0
-        row["vs_none_low"], row["vs_none_high"] = interval(change[:, j])
+        low, high = change_interval(sums.nll[:, j], sums.nll[:, 0], block=1, counts=sums.tokens)
+        row["vs_none_low"], row["vs_none_high"] = low / 100, high / 100
         row["retrieved_fraction"] = float(sums.with_passage[j] / sums.retrievals) if sums.retrievals else None
         rows.append(row)
     return rows

@@ -505,3 +505,23 @@ def test_gate_points_pair_with_no_retrieval_window_by_window():
     # +0.5 nats in each of 6 windows, over the paper's 40 tokens: the same in every resample
     low, high = intervals.change_interval(always, none, block=2, counts=counts, fixed=1, unscored=1)
     assert low == pytest.approx(100 * math.expm1(3.0 / 40)) and high == pytest.approx(low)
+
+
+def test_whole_set_rows_resample_articles_and_pair_each_strategy_with_no_retrieval():
+    from benchmarks import scale_tables
+
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(2000, 6000, 40).astype(float)
+    none = tokens * rng.uniform(2.8, 3.3, 40)
+    top1 = none + tokens * 0.07  # +0.07 nats a token in every article: the paired change has no spread
+    gate = none - tokens * rng.normal(0.01, 0.02, 40)
+    sums = scale_tables.ArticleSums([f"a{i}" for i in range(40)], np.c_[none, top1, gate], tokens, tokens * 0.8,
+                                    np.array([0, 1000, 180]), 1000)
+    rows = {row["strategy"]: row for row in scale_tables.bootstrap_rows(sums)}
+    for row in rows.values():
+        assert row["token_ppl_low"] < row["token_ppl"] < row["token_ppl_high"]
+        assert row["word_ppl_low"] < row["word_ppl"] < row["word_ppl_high"]
+    assert rows["none"]["vs_none"] == rows["none"]["vs_none_low"] == rows["none"]["vs_none_high"] == 0
+    assert rows["top1"]["vs_none_low"] == pytest.approx(math.expm1(0.07)) == rows["top1"]["vs_none_high"]
+    assert rows["lm-gate"]["vs_none_low"] < rows["lm-gate"]["vs_none"] < rows["lm-gate"]["vs_none_high"]
+    assert rows["lm-gate"]["retrieved_fraction"] == 0.18
