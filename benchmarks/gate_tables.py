@@ -120,19 +120,22 @@ GATES = {"none": None, "always": "always", "lm gate": "lm", "score gate": "score
 """The library's gate (``retrieval_gate``) of each method, with the point's threshold; none: no passage."""
 
 
-def unit_counts(run: Run, p: dict) -> np.ndarray:
-    """The scored tokens of each unit of a gate pass (:func:`chosen_units`: the unranked windows together, then each
-    ranked window)."""
+def pass_units(p: dict, per_window: list[float]) -> np.ndarray:
+    """A per-window quantity grouped into the units of the gate pass ``p`` (:func:`chosen_units`: the windows
+    nothing was ranked for together, then each ranked window)."""
     ranked = [targets is not None for targets in p["targets"]]
-    return np.array([sum(w.num_scored for w, r in zip(run.windows, ranked) if not r),
-                     *(w.num_scored for w, r in zip(run.windows, ranked) if r)], dtype=np.float64)
+    return np.array([sum(v for v, r in zip(per_window, ranked) if not r),
+                     *(v for v, r in zip(per_window, ranked) if r)], dtype=np.float64)
+
+
+def unit_counts(run: Run, p: dict) -> np.ndarray:
+    """The scored tokens of each unit of the gate pass ``p``."""
+    return pass_units(p, [w.num_scored for w in run.windows])
 
 
 def token_units(run: Run, p: dict, token_nlls: torch.Tensor) -> np.ndarray:
     """Per-token NLLs (NaN for token 0) summed into the units of the gate pass ``p``, for pairing with it."""
-    sums = [float(token_nlls[w.score_begin : w.end].double().sum()) for w in run.windows]
-    ranked = [targets is not None for targets in p["targets"]]
-    return np.array([sum(v for v, r in zip(sums, ranked) if not r), *(v for v, r in zip(sums, ranked) if r)])
+    return pass_units(p, [float(token_nlls[w.score_begin : w.end].double().sum()) for w in run.windows])
 
 
 def gate_point(run: Run, p: dict, method: str, setting: str) -> tuple[dict, np.ndarray]:
@@ -311,6 +314,7 @@ def measure(args, table: Table):
     only those, once its token perplexity is found again (:func:`benchmarks.results_csv.fill_in`)."""
     retrievers: dict = {}
     runs: dict = {}
+    passes: dict = {}  # the current run's passes, read from their record stores once
 
     def measure_point(point: dict) -> dict:
         reader, data, method, setting = point["reader"], point["data"], point["method"], point["setting"]
@@ -318,15 +322,22 @@ def measure(args, table: Table):
             retrievers.update(load_retrievers(args))
         if (reader, data) not in runs:
             runs.clear()  # one model in memory at a time
+            passes.clear()
             runs[reader, data] = Run(reader, data, args, retrievers, 1)
         run = runs[reader, data]
+
+        def the_pass(kind: str, compute) -> dict:
+            if kind not in passes:
+                path = pass_path(args, reader, data, kind)
+                passes[kind] = cached(path, run, kind, lambda: compute(run, args.batch_size))
+            return passes[kind]
+
         # every point is paired with no retrieval in the gate pass's units: that pass comes first
-        gates = cached(pass_path(args, reader, data), run, "gates", lambda: gate_pass(run, args.batch_size))
+        gates = the_pass("gates", gate_pass)
         if method == "passages":
             measured, units = passages_point(run, int(setting), args, gates)
         elif method == "ensemble":
-            ensembles = cached(pass_path(args, reader, data, "ensembles"), run, "ensembles",
-                               lambda: ensemble_pass(run, args.batch_size))
+            ensembles = the_pass("ensembles", ensemble_pass)
             measured, units = ensemble_point(run, ensembles, int(setting),
                                              float(point["options"].removeprefix("tau=")), gates)
         else:

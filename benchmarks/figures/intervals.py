@@ -35,11 +35,14 @@ BLOCK_WINDOWS = 8  # where the units are windows (sums of their s tokens): 32 to
 DRAWS = 2000
 
 
-def _block_sums(nlls: np.ndarray, block: int, counts: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    """Per contiguous block of ``block`` units (the last one may be shorter): its NLL sum and its token count. A unit
-    is a token, or with ``counts`` a group of ``counts[i]`` tokens whose NLL sum is ``nlls[i]`` (a window)."""
+def _token_counts(counts: np.ndarray | None, num_units: int) -> np.ndarray:
+    """Each unit's tokens: a unit is a token, or with ``counts`` a group of ``counts[i]`` tokens (a window)."""
+    return np.ones(num_units) if counts is None else np.asarray(counts, dtype=np.float64)
+
+
+def _block_sums(nlls: np.ndarray, block: int, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per contiguous block of ``block`` units (the last one may be shorter): its NLL sum and its token count."""
     starts = np.arange(0, len(nlls), block)
-    counts = np.ones(len(nlls)) if counts is None else np.asarray(counts, dtype=np.float64)
     return np.add.reduceat(nlls, starts), np.add.reduceat(counts, starts)
 
 
@@ -57,7 +60,8 @@ def ppl_interval(nlls: np.ndarray, block: int = BLOCK_TOKENS, draws: int = DRAWS
     """The 95% block-bootstrap interval of the token perplexity of ``nlls`` (one NLL per scored token, or per unit
     of ``counts`` tokens). ``unscored`` tokens count in every resample's denominator without an NLL: the paper's
     perplexity divides by the whole text's tokens, token 0 (never scored) included."""
-    sums, counts = _block_sums(np.asarray(nlls, dtype=np.float64), block, counts)
+    nlls = np.asarray(nlls, dtype=np.float64)
+    sums, counts = _block_sums(nlls, block, _token_counts(counts, len(nlls)))
     picked = _draws(len(sums), draws, seed)
     return _percentiles(np.exp(sums[picked].sum(1) / (unscored + counts[picked].sum(1))))
 
@@ -79,7 +83,7 @@ def change_interval(nlls: np.ndarray, base_nlls: np.ndarray, block: int = BLOCK_
     if nlls.shape != base_nlls.shape:
         raise ValueError(f"A paired interval needs the same tokens scored both ways, got {len(nlls)} and "
                          f"{len(base_nlls)} token NLLs.")
-    counts = np.ones(len(nlls)) if counts is None else np.asarray(counts, dtype=np.float64)
+    counts = _token_counts(counts, len(nlls))
     diff = nlls - base_nlls
     kept_sum, kept_count = diff[:fixed].sum(), unscored + counts[:fixed].sum()
     sums, counts = _block_sums(diff[fixed:], block, counts[fixed:])
