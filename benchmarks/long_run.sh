@@ -18,6 +18,9 @@
 #
 #   bash benchmarks/long_run.sh --status        # the jobs started from this machine, running or not
 #   bash benchmarks/long_run.sh --stop NAME     # ends a job (it resumes when started again)
+#
+# HF_RALM_LONG_RUNS (the state folder, default ~/.cache/hf-ralm/long-runs) and HF_RALM_COMMIT_EVERY (seconds between
+# the committer's looks, default 300) are for tests.
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 state="${HF_RALM_LONG_RUNS:-$HOME/.cache/hf-ralm/long-runs}"
@@ -70,22 +73,24 @@ setsid bash -c '
 echo $! >"$state/$name.pid"
 job=$!
 
-# its committer: every few minutes, the chunks that are complete (never a writer's .tmp- file) and the settings
+# its committer: every few minutes and once the job ends, the chunks that are complete (never a writer's .tmp- file) and the settings
 setsid bash -c '
   echo 19 > /proc/self/autogroup 2>/dev/null || true
-  repo="$1" job="$2" name="$3"
-  shift 3
+  repo="$1" job="$2" name="$3" every="$4"
+  shift 4
   records=("$@")
   commit_chunks() {
     cd "$repo"
     git add -- "${records[@]}" ":(exclude,glob)benchmarks/runs/**/.tmp-*" 2>/dev/null || return 0
     git diff --cached --quiet -- "${records[@]}" && return 0
+    # what this commit adds or changes (a figure job rewrites CSVs rather than adding chunks), and the chunks in all
+    files="$(git diff --cached --name-only -- "${records[@]}" | wc -l)"
     chunks="$(git ls-files -- "${records[@]}" | grep -c "chunk-" || true)"
     for try in 1 2 3; do  # the foreground may hold the index lock for a moment
-      git commit -q -m "Runs: completed chunks ($name: $chunks chunks)" -- "${records[@]}" && return 0
+      git commit -q -m "Runs: $name records ($files files; $chunks chunks in all)" -- "${records[@]}" && return 0
       sleep 5
     done
   }
-  while kill -0 "$job" 2>/dev/null; do sleep 300; commit_chunks; done
-  commit_chunks' committer "$repo" "$job" "$name" "${records[@]}" >>"$state/$name.log" 2>&1 </dev/null &
+  while kill -0 "$job" 2>/dev/null; do sleep "$every"; commit_chunks; done
+  commit_chunks' committer "$repo" "$job" "$name" "${HF_RALM_COMMIT_EVERY:-300}" "${records[@]}" >>"$state/$name.log" 2>&1 </dev/null &
 echo "$name: started from $worktree (log: $state/$name.log)"

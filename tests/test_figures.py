@@ -433,6 +433,8 @@ def test_cut_axes_are_marked_and_bars_drawn_only_where_a_point_has_an_interval()
                         interval=lambda row: intervals.bounds(row, "low", "high"))
     bars, = cut.containers
     assert len(bars.lines[2][0].get_segments()) == 1  # one error bar: the second point has no interval
+    plotting.error_bars(cut, [3], [20.0], [(20.0 + 1e-12, 20.0 + 1e-12)], "k")  # a zero-width interval, rounded
+    assert cut.containers[-1].lines[2][0].get_segments()[0][0][1] == 20.0
     whole.plot([1, 2], [20, 21])
     whole.set_ylim(0, 25)
     before = [len(ax.get_lines()) for ax in (cut, whole)]
@@ -525,3 +527,47 @@ def test_whole_set_rows_resample_articles_and_pair_each_strategy_with_no_retriev
     assert rows["top1"]["vs_none_low"] == pytest.approx(math.expm1(0.07)) == rows["top1"]["vs_none_high"]
     assert rows["lm-gate"]["vs_none_low"] < rows["lm-gate"]["vs_none"] < rows["lm-gate"]["vs_none_high"]
     assert rows["lm-gate"]["retrieved_fraction"] == 0.18
+
+
+def test_gate_rows_without_an_interval_get_it_measured_again_and_keep_the_rest(tiny_resources, tiny_llama,
+                                                                               tiny_tokenizer, tmp_path, monkeypatch):
+    """``gate_tables.py --fill-intervals`` on an older CSV (no paired change columns): every row gains its interval,
+    keeps its times, and a row the point does not reproduce is refused rather than overwritten."""
+    from benchmarks import gate_tables, table_runs
+
+    monkeypatch.setitem(table_runs.SETTINGS, "max_length", 16)
+    monkeypatch.setitem(table_runs.SETTINGS, "query_length", 8)
+    monkeypatch.setitem(table_runs.SETTINGS, "max_doc_tokens", 8)
+    monkeypatch.setattr(table_runs, "load_reader", lambda *args: (tiny_llama, tiny_tokenizer))
+    figures = tmp_path / "figures"
+    argv = ["--max-eval-tokens", "40", "--readers", "SmolLM2-135M", "--data", DATA, "--thresholds", "0.2",
+            "--lm-thresholds", "0", "--ensemble-temperature", "inf", "--max-context-doc-tokens", "8",
+            "--batch-size", "4", "--out", str(tmp_path / "passes"), "--figures-dir",
+            str(figures), "--index-dir", tiny_resources.args.index_dir, "--heldout-dir",
+            tiny_resources.args.heldout_dir, "--device", "cpu"]
+    assert gate_tables.main(argv) == 0
+    path = figures / "gate_results.csv"
+    table = gate_tables.Table(str(path), gate_tables.SETTINGS, gate_tables.MEASURES, optional=gate_tables.CHANGE)
+    rows = table.read()
+    assert len(rows) == 10 and all(row["vs_none_low"] for row in rows)
+    none, = (row for row in rows if row["method"] == "none")
+    assert float(none["vs_none"]) == float(none["vs_none_low"]) == float(none["vs_none_high"]) == 0
+
+    def write_old(old_rows):  # the CSV as the first gate figures were written: the change columns empty
+        columns = list(table.columns)
+        blank = {c: "" for c in gate_tables.CHANGE}
+        with open(path, "w") as f:
+            f.write(",".join(columns) + "\n"
+                    + "".join(",".join({**r, **blank}[c] for c in columns) + "\n" for r in old_rows))
+
+    write_old([{**row, "seconds": "123.0"} for row in rows])
+    assert gate_tables.main(argv + ["--fill-intervals"]) == 0
+    filled = table.read()
+    assert [r["seconds"] for r in filled] == ["123.0"] * 10
+    kept = gate_tables.SETTINGS + gate_tables.CHANGE
+    assert [[row[c] for c in kept] for row in filled] == [[row[c] for c in kept] for row in rows]
+
+    always = next(row for row in rows if row["method"] == "always")
+    write_old([{**always, "token_ppl": str(2 * float(always["token_ppl"]))}])
+    with pytest.raises(ValueError, match="the row was measured with something else"):
+        gate_tables.main(argv + ["--fill-intervals"])

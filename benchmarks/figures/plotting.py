@@ -117,11 +117,13 @@ def draw_lines(ax, rows: Sequence[dict], x: str, y: str, series: Sequence[str], 
 def error_bars(ax, xs: Sequence[float], ys: Sequence[float], bounds: Sequence[tuple[float, float] | None],
                color: str, scale: float = 1.0) -> None:
     """An error bar from ``low`` to ``high`` (times ``scale``) at each point whose bounds are not None (a point
-    without an interval is drawn without a bar)."""
+    without an interval is drawn without a bar). A bound on the wrong side of its point is drawn at the point: an
+    interval of no width, recomputed on another scale, can land a rounding error beyond it."""
     have = [(x, y, b) for x, y, b in zip(xs, ys, bounds) if b is not None]
     if have:
         ax.errorbar([x for x, _, _ in have], [y for _, y, _ in have],
-                    yerr=[[y - scale * low for _, y, (low, _) in have], [scale * high - y for _, y, (_, high) in have]],
+                    yerr=[[max(0.0, y - scale * low) for _, y, (low, _) in have],
+                          [max(0.0, scale * high - y) for _, y, (_, high) in have]],
                     fmt="none", ecolor=color, elinewidth=0.8, capsize=2, alpha=0.7)
 
 

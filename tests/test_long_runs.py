@@ -1,0 +1,104 @@
+"""The long-run scripts (benchmarks/long_run.sh, benchmarks/figure_runs.sh --status), run in a scratch git
+repository: a job runs from a worktree pinned to its commit, its committer commits the records folder's finished
+chunks and nothing else (no writer's temporary file, no other staged change), a running job is not started twice, and
+the figures' status counts the rows still without an interval."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture()
+def scratch(tmp_path):
+    """A git repository holding the two scripts (one commit), a state folder for the jobs, and their environment."""
+    if shutil.which("git") is None:
+        pytest.fail("git is needed to test the long-run scripts")
+    repo = tmp_path / "repo"
+    (repo / "benchmarks").mkdir(parents=True)
+    for script in ("long_run.sh", "figure_runs.sh"):
+        shutil.copy(REPO / "benchmarks" / script, repo / "benchmarks" / script)
+    git(tmp_path, "init", "-q", str(repo))
+    git(repo, "config", "user.email", "test@example.com")
+    git(repo, "config", "user.name", "test")
+    git(repo, "add", "benchmarks")
+    git(repo, "commit", "-q", "-m", "scripts")
+    env = {**os.environ, "HF_RALM_LONG_RUNS": str(tmp_path / "state"), "HF_RALM_COMMIT_EVERY": "1"}
+    return repo, env
+
+
+def long_run(repo: Path, env: dict, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "benchmarks/long_run.sh", *args], cwd=repo, env=env, capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_a_job_runs_pinned_and_its_committer_commits_only_finished_chunks(scratch):
+    repo, env = scratch
+    commit = git(repo, "rev-parse", "--short", "HEAD").strip()
+    (repo / "notes.txt").write_text("the foreground's own work\n")
+    git(repo, "add", "notes.txt")  # staged by the foreground: never part of a records commit
+    records = repo / "benchmarks" / "runs" / "x"
+    job = ("mkdir -p $0 && echo 1 > $0/chunk-00000-00002.json.gz && echo half > $0/.tmp-chunk-00002-00004 "
+           "&& pwd > $0/where")
+    started = long_run(repo, env, "x", "HEAD", "benchmarks/runs/x", "--", "bash", "-c", job, str(records))
+    assert started.returncode == 0, started.stderr
+    assert f"run-{commit}" in started.stdout
+    for _ in range(120):  # the job ends at once; its committer looks every second and once more at the end
+        if "Runs: x records" in git(repo, "log", "--format=%s"):
+            break
+        time.sleep(0.5)
+    subject = git(repo, "log", "-1", "--format=%s").strip()
+    assert subject == "Runs: x records (2 files; 1 chunks in all)"
+    committed = git(repo, "show", "--name-only", "--format=", "HEAD").split()
+    assert committed == ["benchmarks/runs/x/chunk-00000-00002.json.gz", "benchmarks/runs/x/where"]
+    assert (records / "where").read_text().strip() == str(repo.parent / f"run-{commit}")  # the pinned worktree
+    assert "notes.txt" in git(repo, "diff", "--cached", "--name-only")  # still staged, not committed
+    status = long_run(repo, env, "--status")
+    assert "x: not running" in status.stdout
+
+
+def test_a_running_job_is_not_started_twice_and_stops(scratch):
+    repo, env = scratch
+    args = ("sleeper", "HEAD", "benchmarks/runs/s", "--", "sleep", "60")
+    assert long_run(repo, env, *args).returncode == 0
+    again = long_run(repo, env, *args)
+    assert again.returncode == 1 and "running already" in again.stderr
+    assert "sleeper: running" in long_run(repo, env, "--status").stdout
+    assert long_run(repo, env, "--stop", "sleeper").returncode == 0
+    for _ in range(40):
+        if "sleeper: not running" in long_run(repo, env, "--status").stdout:
+            break
+        time.sleep(0.25)
+    assert "sleeper: not running" in long_run(repo, env, "--status").stdout
+
+
+def test_a_records_folder_outside_the_runs_folder_is_refused(scratch):
+    repo, env = scratch
+    refused = long_run(repo, env, "y", "HEAD", "docs", "--", "true")
+    assert refused.returncode == 2 and "must be a folder under benchmarks/runs/" in refused.stderr
+
+
+def test_the_figures_status_counts_rows_without_an_interval(scratch):
+    repo, env = scratch
+    runs = repo / "benchmarks" / "runs" / "figures"
+    runs.mkdir(parents=True)
+    (runs / "stride.csv").write_text("model,stride,token_ppl,token_ppl_low\nm,4,20.0,19.0\nm,8,21.0,\nm,16,22.0,\n")
+    (runs / "gate_results.csv").write_text("method,token_ppl,vs_none_low\nnone,20.0,0\nalways,22.0,\n")
+    status = subprocess.run(["bash", "benchmarks/figure_runs.sh", "--status"], cwd=repo, env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert status.returncode == 0, status.stderr
+    lines = status.stdout.splitlines()
+    assert "benchmarks/runs/figures/stride.csv: 3 rows, 2 without an interval" in lines
+    assert "benchmarks/runs/figures/gate_results.csv: 2 rows, 1 without an interval" in lines
+    assert "benchmarks/runs/figures/retrievers.csv: 0 rows, 0 without an interval" in lines
