@@ -31,7 +31,8 @@ if [ "${1:-}" = "--status" ]; then
     [ -e "$pidfile" ] || { echo "no job started from this machine"; exit 0; }
     name="$(basename "$pidfile" .pid)"
     if kill -0 "$(cat "$pidfile")" 2>/dev/null; then echo "$name: running"; else echo "$name: not running"; fi
-    tail -c 300 "$state/$name.log" | tr '\r' '\n' | grep -av '^$' | tail -1 | sed 's/^/  /'
+    # a job that has logged nothing yet has no last line: not a failure, the next jobs are still listed
+    tail -c 300 "$state/$name.log" | tr '\r' '\n' | { grep -av '^$' || true; } | tail -1 | sed 's/^/  /'
   done
   exit 0
 fi
@@ -73,7 +74,8 @@ setsid bash -c '
 echo $! >"$state/$name.pid"
 job=$!
 
-# its committer: every few minutes and once the job ends, the chunks that are complete (never a writer's .tmp- file) and the settings
+# its committer: every few minutes and once the job ends, the chunks that are complete (never a writer's .tmp- file)
+# and the settings
 setsid bash -c '
   echo 19 > /proc/self/autogroup 2>/dev/null || true
   repo="$1" job="$2" name="$3" every="$4"

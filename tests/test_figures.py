@@ -5,6 +5,7 @@ random models, a tiny corpus and tiny texts (not the figures' values)."""
 from __future__ import annotations
 
 import argparse
+import csv
 import doctest
 import json
 import math
@@ -93,6 +94,15 @@ def test_a_csv_with_other_columns_is_refused(tmp_path):
 # ------------------------------------------------------------------------------------------------------------------
 # Perplexity points on a tiny model
 # ------------------------------------------------------------------------------------------------------------------
+
+
+def write_old_csv(path, columns, rows) -> None:
+    """A figure's CSV as an older version wrote it: only ``columns`` of each row (the interval columns missing or
+    empty)."""
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(columns)
+        writer.writerows([row[c] for c in columns] for row in rows)
 
 
 @pytest.fixture()
@@ -302,8 +312,7 @@ def test_points_keep_their_token_nlls_and_an_old_row_gets_its_interval(tiny_reso
     # that an older version of its metadata gave; its times must stay
     columns = [c for c in table.columns if c not in perplexity.INTERVAL]
     old_rows = [{**row, "wall_s": "123.0", "index_id": row["index_id"] and "0ld1d"} for row in rows]
-    with open(path, "w") as f:
-        f.write(",".join(columns) + "\n" + "".join(",".join(r[c] for c in columns) + "\n" for r in old_rows))
+    write_old_csv(path, columns, old_rows)
     os.remove(kept.path)
     assert [intervals.bounds(r) for r in table.read()] == [None, None]
     assert sweep.run_points(table, points, perplexity.keeping(res, table, kept, refill=True), "test",
@@ -315,9 +324,7 @@ def test_points_keep_their_token_nlls_and_an_old_row_gets_its_interval(tiny_reso
     assert kept.get(filled[1]) is not None
 
     # a row that the point does not reproduce is not given an interval
-    with open(path, "w") as f:
-        bad = {**old_rows[1], "nll_sum": str(2 * float(old_rows[1]["nll_sum"]))}
-        f.write(",".join(columns) + "\n" + ",".join(bad[c] for c in columns) + "\n")
+    write_old_csv(path, columns, [{**old_rows[1], "nll_sum": str(2 * float(old_rows[1]["nll_sum"]))}])
     with pytest.raises(ValueError, match="the row was measured with something else"):
         sweep.run_points(table, points[1:], perplexity.keeping(res, table, kept, refill=True), "test",
                          redo=lambda row: not intervals.bounds(row))
@@ -554,11 +561,7 @@ def test_gate_rows_without_an_interval_get_it_measured_again_and_keep_the_rest(t
     assert float(none["vs_none"]) == float(none["vs_none_low"]) == float(none["vs_none_high"]) == 0
 
     def write_old(old_rows):  # the CSV as the first gate figures were written: the change columns empty
-        columns = list(table.columns)
-        blank = {c: "" for c in gate_tables.CHANGE}
-        with open(path, "w") as f:
-            f.write(",".join(columns) + "\n"
-                    + "".join(",".join({**r, **blank}[c] for c in columns) + "\n" for r in old_rows))
+        write_old_csv(path, table.columns, [{**row, **dict.fromkeys(gate_tables.CHANGE, "")} for row in old_rows])
 
     write_old([{**row, "seconds": "123.0"} for row in rows])
     assert gate_tables.main(argv + ["--fill-intervals"]) == 0

@@ -54,27 +54,35 @@ def test_a_job_runs_pinned_and_its_committer_commits_only_finished_chunks(scratc
     started = long_run(repo, env, "x", "HEAD", "benchmarks/runs/x", "--", "bash", "-c", job, str(records))
     assert started.returncode == 0, started.stderr
     assert f"run-{commit}" in started.stdout
-    for _ in range(120):  # the job ends at once; its committer looks every second and once more at the end
-        if "Runs: x records" in git(repo, "log", "--format=%s"):
+    tracked = ["benchmarks/runs/x/chunk-00000-00002.json.gz", "benchmarks/runs/x/where"]
+    for _ in range(120):  # the job (at the lowest priority) ends soon; its committer looks every second and at the end
+        done = "x: not running" in long_run(repo, env, "--status").stdout
+        if done and git(repo, "ls-files", "benchmarks/runs/x").split() == tracked:
             break
         time.sleep(0.5)
-    subject = git(repo, "log", "-1", "--format=%s").strip()
-    assert subject == "Runs: x records (2 files; 1 chunks in all)"
-    committed = git(repo, "show", "--name-only", "--format=", "HEAD").split()
-    assert committed == ["benchmarks/runs/x/chunk-00000-00002.json.gz", "benchmarks/runs/x/where"]
+    status = long_run(repo, env, "--status")
+    assert status.returncode == 0 and "x: not running" in status.stdout  # its log is empty: nothing to show
+    # one commit, or several if the committer looked while the job was writing: together, the finished files only
+    commits = git(repo, "log", "--format=%H", "--grep=^Runs: ").split()
+    files = [git(repo, "show", "--name-only", "--format=", c).split() for c in commits]
+    assert sorted(f for names in files for f in names) == tracked
+    for c, names in zip(commits, files):
+        subject = git(repo, "log", "-1", "--format=%s", c).strip()
+        assert subject == f"Runs: x records ({len(names)} files; 1 chunks in all)"
     assert (records / "where").read_text().strip() == str(repo.parent / f"run-{commit}")  # the pinned worktree
     assert "notes.txt" in git(repo, "diff", "--cached", "--name-only")  # still staged, not committed
-    status = long_run(repo, env, "--status")
-    assert "x: not running" in status.stdout
 
 
 def test_a_running_job_is_not_started_twice_and_stops(scratch):
     repo, env = scratch
     args = ("sleeper", "HEAD", "benchmarks/runs/s", "--", "sleep", "60")
     assert long_run(repo, env, *args).returncode == 0
+    assert long_run(repo, env, "other", "HEAD", "benchmarks/runs/o", "--", "sleep", "60").returncode == 0
     again = long_run(repo, env, *args)
     assert again.returncode == 1 and "running already" in again.stderr
-    assert "sleeper: running" in long_run(repo, env, "--status").stdout
+    status = long_run(repo, env, "--status")  # both jobs listed, though neither has logged a line
+    assert status.returncode == 0 and "other: running" in status.stdout and "sleeper: running" in status.stdout
+    assert long_run(repo, env, "--stop", "other").returncode == 0
     assert long_run(repo, env, "--stop", "sleeper").returncode == 0
     for _ in range(40):
         if "sleeper: not running" in long_run(repo, env, "--status").stdout:
