@@ -9,9 +9,13 @@ Example::
 
 from __future__ import annotations
 
-# tee: the whole log comes back as a file too, even when the call is stopped at its limit
-DEVICE_CALL = ('run(command="set -o pipefail; PYTHONUNBUFFERED=1 PYTHONPATH=src:. bash benchmarks/gpu_suite.sh --out '
-               '$OUT/gpu_suite.json 2>&1 | tee $OUT/gpu_suite.log", timeout_s=540)')
+import re
+
+# One call: the model-facing tests (at most 150 s), then the suite within its budget; tee: the whole log comes back as
+# a file too, even when the call is stopped at its limit.
+DEVICE_CALL = ('run(command="set -o pipefail; bash benchmarks/gpu_tests.sh > $OUT/gpu_tests.log 2>&1; '
+               'PYTHONUNBUFFERED=1 PYTHONPATH=src:. bash benchmarks/gpu_suite.sh --budget-s 360 --out '
+               '$OUT/gpu_suite.json 2>&1 | tee $OUT/gpu_suite.log", timeout_s=590)')
 
 SECTIONS = ("throughput", "exactness", "profile", "batch_size_auto", "generation")
 
@@ -61,21 +65,47 @@ Whoever has a GPU lent (the device tool's `status`: `can_start_another` true) ru
   own files (four scripts, four JSON configs) are about 60 KiB and the whole tree was about 6 MiB when it was
   written (`benchmarks/runs/` grows with the whole-set records; `git ls-files -z | xargs -0 du -cb | tail -1` sums
   the tracked files).
-- It plans its own time: a budget of 420 s from its start (`--budget-s`) leaves 120 s of the call's 540 s for
-  importing torch and a step that outruns its estimate; a step whose estimate would pass the budget is skipped with
-  a note, per-step timings go to stderr, and the JSON is rewritten after every step, so a timeout still brings back
-  what was measured. The estimates are guesses until the suite meets a GPU; its step timings then tell.
+- It plans its own time: the tests stop at 150 s, and the suite's budget of 360 s from its start (`--budget-s`;
+  420 s when run alone) leaves 80 s of the call's 590 s for importing torch and a step that outruns its estimate; a
+  step whose estimate would pass the budget is skipped with a note, per-step timings go to stderr, and the JSON is
+  rewritten after every step, so a timeout still brings back what was measured. On an H200 the tests took 60 s and
+  the whole suite 181 s (its Steps table below).
 - Targets (reported, never the exit status, which fails only on an inexact batched path or a crashed step):
   OPT-6.7B at L=2048 in bf16 at least 40% MFU and 20× the reference loop's scored tokens/s; SmolLM2 30× the
   reference loop; generation 5× the rebuild loop. Where they fall short, the profile in the results is the result
   to commit.
-- Then, here, from the JSON that came back (under the reply's `files_at`; copy it to `docs/gpu_suite.json` and
-  commit both):
+- Then, here, from the files that came back (under the reply's `files_at`; copy the JSON to
+  `docs/gpu_suite.json`, commit the three files):
 
-      python -m benchmarks.gpu_suite --render docs/gpu_suite.json
+      cp $FILES_AT/gpu_tests.log docs/gpu_tests.log
+      python -m benchmarks.gpu_suite --render docs/gpu_suite.json --tests-log docs/gpu_tests.log
 
-  writes this page with the card's name. `bash benchmarks/gpu_suite.sh --device cpu --quick --out /tmp/s.json` runs
-  every step with tiny models on the CPU (tests/test_gpu_suite.py does).
+  writes this page with the card's name and the tests' outcome. `bash benchmarks/gpu_suite.sh --device cpu --quick
+  --out /tmp/s.json` runs every step with tiny models on the CPU (tests/test_gpu_suite.py does).
+
+## Tests on the GPU
+
+The model-facing tests run on a GPU with `HF_RALM_TEST_DEVICE=cuda` (tests/conftest.py): the tiny models, the models
+the tests load (`from_pretrained(**ON_TEST_DEVICE)`, float32) and the command-line runs that name a device
+(`*TEST_DEVICE_ARGS`) go to that device, and the plain loops of `hf_ralm.testing` put their inputs where the model
+is, so every exactness test of scoring, reranking, gates, several passages, ensembles and generation compares the
+fast paths with the plain loops on the GPU. A device that cannot run them (`meta`, or `cuda` where PyTorch sees no
+GPU) stops the session at its start with one line; tests about the CPU itself (its defaults: `batch_size="auto"`
+starting at 8, float32 by default) are marked `cpu_only` and skipped there with their reason. On a GPU, a window's
+NLL depends by a rounding error on which windows share its batch (its kernels are chosen by the batch's shape), so the
+tests that compare a resumed or sharded pass with an uninterrupted one ask for bit-identical figures on the CPU only
+and for float32 rounding (relative 1e-6) elsewhere.
+
+`benchmarks/gpu_tests.sh`, the first half of the call above, runs the test files that need nothing the GPU machine
+lacks (about 400 tests; a minute on an H200). The rest need packages it does not have: every test that builds the tiny
+BM25 index (`tiny_index`, the CLI's `--index-dir`) needs `bm25s` and `datasets` (the two it deselects, 15 of
+tests/test_modeling.py, 9 of tests/test_transformers_citizen.py, tests/test_resume.py); every file that imports the
+command line (`hf_ralm.cli` imports the reranker's training data) needs `datasets` at import (tests/test_compare.py,
+test_generate_cli.py, test_resume.py, test_cli.py, test_first_contact.py, test_bad_inputs.py, test_qa.py,
+test_rerank_data.py, test_retrieval_datasets.py, test_trustworthy_figures.py, test_locks.py,
+test_predictive_reranker.py); tests/test_metric.py needs `evaluate`; dense, Lucene and lm-eval tests need their
+extras. To run those too, carry `datasets`, `dill`, `multiprocess`, `bm25s` (and `evaluate`) as wheels (the device
+tool's README shows how) and add the files to the script's arguments.
 """
 
 
@@ -169,8 +199,31 @@ def results_markdown(report: dict) -> list[str]:
     return [line for part in parts for line in (*part(report), "")]
 
 
-def render(report: dict | None) -> str:
-    """docs/gpu.md: how to run the suite, then the results of ``report`` (``None``: it has not met a GPU yet)."""
+def tests_outcome(log: str) -> dict:
+    """What :file:`benchmarks/gpu_tests.sh`'s log says: the device it named, pytest's last summary line and the tests
+    that failed. Example::
+
+        tests_outcome("HF_RALM_TEST_DEVICE=cuda\\nFAILED tests/t.py::x - E\\n1 failed, 9 passed in 3.0s\\n")
+        # {"device": "cuda", "summary": "1 failed, 9 passed in 3.0s", "failed": ["tests/t.py::x"]}
+    """
+    lines = [line.strip().strip("=").strip() for line in log.splitlines()]
+    device = next((line.split("=", 1)[1] for line in lines if line.startswith("HF_RALM_TEST_DEVICE=")), None)
+    summaries = [line for line in lines if re.search(r"\b(passed|failed|error|errors)\b.* in [\d.]+s", line)]
+    failed = [line.split()[1] for line in lines if line.startswith(("FAILED ", "ERROR "))]
+    return {"device": device, "summary": summaries[-1] if summaries else None, "failed": failed}
+
+
+def tests_lines(outcome: dict) -> list[str]:
+    summary = outcome["summary"] or "no summary line: the run was stopped before pytest ended (see the log)"
+    return ["### Tests on the GPU", "",
+            f"`benchmarks/gpu_tests.sh` with HF_RALM_TEST_DEVICE={outcome['device'] or 'not recorded in the log'}: "
+            f"{summary} (docs/gpu_tests.log).",
+            *([""] + [f"- failed: `{name}`" for name in outcome["failed"]] if outcome["failed"] else [])]
+
+
+def render(report: dict | None, tests_log: str | None = None) -> str:
+    """docs/gpu.md: how to run the suite and the tests, then the results of ``report`` (``None``: it has not met a
+    GPU yet) and what the tests' log ``tests_log`` says."""
     lines = ["# GPU figures", "", HOWTO]
     if report is None:
         lines += ["## Results", "", "The suite has not met a GPU yet: no figure on this page has been measured.", ""]
@@ -178,4 +231,6 @@ def render(report: dict | None) -> str:
         if report["settings"]["mode"] == "quick" or not report["environment"]["device"].startswith("cuda"):
             lines += ["**Not GPU figures: a quick or CPU run, which only checks the suite.**", ""]
         lines += results_markdown(report)
+    if tests_log is not None:
+        lines += [*tests_lines(tests_outcome(tests_log)), ""]
     return "\n".join(lines)

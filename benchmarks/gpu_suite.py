@@ -23,10 +23,10 @@ estimate would pass ``--budget-s``; the JSON is rewritten after every step, so a
 The exit status is 1 when the exactness check fails or a step crashes (the other steps still run), never for a
 missed speed target. Commands::
 
-    # on the GPU machine (the device tool's call, with timeout_s 540: docs/gpu.md)
-    PYTHONUNBUFFERED=1 PYTHONPATH=src:. bash benchmarks/gpu_suite.sh --out $OUT/gpu_suite.json
-    # here, from the JSON that came back: writes docs/gpu.md
-    python -m benchmarks.gpu_suite --render docs/gpu_suite.json
+    # on the GPU machine (the device tool's call, after benchmarks/gpu_tests.sh: docs/gpu.md)
+    PYTHONUNBUFFERED=1 PYTHONPATH=src:. bash benchmarks/gpu_suite.sh --budget-s 360 --out $OUT/gpu_suite.json
+    # here, from the files that came back: writes docs/gpu.md
+    python -m benchmarks.gpu_suite --render docs/gpu_suite.json --tests-log docs/gpu_tests.log
     # every step with tiny models of the same architectures, on the CPU, in well under a minute
     bash benchmarks/gpu_suite.sh --device cpu --quick --out /tmp/gpu_suite.json
 """
@@ -658,9 +658,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--render", nargs="?", const="", metavar="JSON",
                         help="write --md from this suite JSON (alone: the page without results) and exit")
     parser.add_argument("--md", type=Path, default=DOC, help="the page --render writes (default docs/gpu.md)")
+    parser.add_argument("--tests-log", type=Path, default=None,
+                        help="with --render: benchmarks/gpu_tests.sh's log from the same call, summarised on the page")
     args = parser.parse_args(argv)
     if args.render is None and args.out is None:
         parser.error("--out is required (or --render)")
+    if args.tests_log is not None and (args.render is None or not args.tests_log.is_file()):
+        parser.error(f"--tests-log {args.tests_log}: needs --render and an existing log of benchmarks/gpu_tests.sh")
     for name in ("windows_per_passage", "simulated_limit", "profile_ops", "threads"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
@@ -671,7 +675,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.render is not None:
         report = json.loads(Path(args.render).read_text(encoding="utf-8")) if args.render else None
-        args.md.write_text(render(report), encoding="utf-8")
+        tests_log = args.tests_log.read_text(encoding="utf-8") if args.tests_log else None
+        args.md.write_text(render(report, tests_log), encoding="utf-8")
         print(args.md.read_text(encoding="utf-8"))
         return 0
     command = shlex.join([os.path.basename(sys.executable), "-m", "benchmarks.gpu_suite",

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU suite of issue 39 §2 (benchmarks/gpu_suite.py), from the repository alone: no install, no download.
 #
-#   on the GPU machine, through the device tool (timeout_s 540; docs/gpu.md):
-#     PYTHONUNBUFFERED=1 PYTHONPATH=src:. bash benchmarks/gpu_suite.sh --out $OUT/gpu_suite.json
+#   on the GPU machine, through the device tool, after benchmarks/gpu_tests.sh in the same call (docs/gpu.md):
+#     PYTHONUNBUFFERED=1 PYTHONPATH=src:. bash benchmarks/gpu_suite.sh --budget-s 360 --out $OUT/gpu_suite.json
 #   the same steps with tiny models on the CPU:
 #     bash benchmarks/gpu_suite.sh --device cpu --quick --out /tmp/gpu_suite.json
 set -euo pipefail

@@ -14,7 +14,7 @@ import shutil
 
 import pytest
 
-from conftest import make_tiny_model
+from conftest import ON_CPU, make_tiny_model
 from hf_ralm import RalmConfig, RunOptions
 from hf_ralm.records import RecordStore
 from hf_ralm.errors import OutputFolderError
@@ -25,6 +25,20 @@ from test_reranking import make_candidates, make_text
 
 CONFIG = RalmConfig(max_length=24, retrieval_stride=4, query_length=8, max_doc_tokens=6, rerank_candidates=3,
                     rerank_tokens=5)
+
+
+def assert_same_pass(got: list[CandidateScores], want: list[CandidateScores]) -> None:
+    """The same windows and options, and the same NLLs: to the last digit on the CPU; elsewhere to float32 rounding,
+    since a GPU's kernels depend on the batch's shape and a resumed or sharded pass batches the windows after a chunk
+    boundary otherwise than an uninterrupted one."""
+    if ON_CPU:
+        assert got == want
+        return
+    assert [(s.window, s.passage_ids, s.retrieval_scores) for s in got] == [
+        (s.window, s.passage_ids, s.retrieval_scores) for s in want]
+    for g, w in zip(got, want):
+        assert g.ranking_nlls == pytest.approx(w.ranking_nlls, rel=1e-6)
+        assert g.target_nlls == pytest.approx(w.target_nlls, rel=1e-6)
 
 
 @pytest.fixture(scope="module")
@@ -92,10 +106,11 @@ def test_an_interrupted_pass_resumes_from_a_copy_and_never_recomputes(tiny_llama
     resumed = scores_of(tiny_llama, tiny_tokenizer, text, output_dir=clone, chunk_size=4, settings={"data": "t"})
     assert calls[0][0] == 8  # it went on with the first window not saved
     assert [c for call in calls for c in call] == [w.index for w in text["windows"][8:]]
-    assert resumed == whole  # the same windows, options and NLLs (to the last digit: same chunks, same batches)
+    assert_same_pass(resumed, whole)
     calls.clear()
     again = scores_of(tiny_llama, tiny_tokenizer, text, output_dir=clone, chunk_size=4, settings={"data": "t"})
-    assert calls == [] and again == whole
+    assert calls == []
+    assert_same_pass(again, whole)
     assert all(isinstance(s, CandidateScores) for s in again)
 
 
@@ -107,7 +122,7 @@ def test_a_pass_is_shared_by_the_workers_its_run_options_name(tiny_llama, tiny_t
     options = dict(output_dir=tmp_path / "pass", chunk_size=4, num_shards=2, settings={"data": "t"})
     first = scores_of(tiny_llama, tiny_tokenizer, text, shard_id=1, **options)
     assert [s.window for s in first] == [w.index for w in text["windows"] if w.index // 4 % 2 == 1]
-    assert scores_of(tiny_llama, tiny_tokenizer, text, shard_id=0, **options) == whole
+    assert_same_pass(scores_of(tiny_llama, tiny_tokenizer, text, shard_id=0, **options), whole)
 
 
 def test_a_pass_with_other_settings_is_refused_before_any_work(tiny_llama, tiny_tokenizer, text, tmp_path,

@@ -26,7 +26,7 @@ def test_the_guard_notes_a_deprecation_raised_under_hf_ralm_code_only(tiny_llama
         try:
             tiny_llama.forward = lambda **kw: (warnings.warn("`past_key_values` is deprecated", FutureWarning),
                                                forward(**kw))[1]
-            last_logits(tiny_llama, torch.tensor([[5, 6, 7]]), 1)
+            last_logits(tiny_llama, torch.tensor([[5, 6, 7]], device=tiny_llama.device), 1)
         finally:
             tiny_llama.forward = forward
     assert len(caught) == 1 and "past_key_values" in caught[0][0] and "modeling_utils.py" in caught[0][1]

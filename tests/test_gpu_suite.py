@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks import gpu_suite
+from benchmarks import gpu_report, gpu_suite
 from benchmarks.gpu_flops import FlopCounter, Span, keys_attended
 from benchmarks.gpu_report import SECTIONS
 
@@ -57,9 +58,37 @@ def test_render_writes_the_tables(quick_report, tmp_path):
     assert gpu_suite.main(["--render", str(out), "--md", str(page)]) == 0
     text = page.read_text(encoding="utf-8")
     assert "| reader | L | path | batch size (windows a forward) | windows | scored tok/s |" in text
-    assert "### Targets" in text and "Not GPU figures" in text and "benchmarks/gpu_suite.sh --out" in text
+    assert "### Targets" in text and "Not GPU figures" in text
+    assert "benchmarks/gpu_suite.sh --budget-s 360 --out" in text
+    assert "bash benchmarks/gpu_tests.sh > $OUT/gpu_tests.log" in text and "## Tests on the GPU" in text
     gpu_suite.main(["--render", "--md", str(page)])
     assert "has not met a GPU yet" in page.read_text(encoding="utf-8")
+
+
+def test_the_gpu_tests_script_runs_here_and_its_outcome_reaches_the_page(quick_report, tmp_path):
+    """benchmarks/gpu_tests.sh on the CPU, narrowed to two tests (one made to fail), and its log rendered."""
+    failing = tmp_path / "test_fails.py"
+    failing.write_text("def test_fails():\n    assert 1 == 2\n", encoding="utf-8")
+    done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_tests.sh"), str(failing), "-k",
+                           "test_the_guard_notes or test_fails"],
+                          env={**os.environ, "PYTHON": sys.executable, "HF_RALM_TEST_DEVICE": "cpu"},
+                          capture_output=True, text=True, timeout=300)
+    log = tmp_path / "gpu_tests.log"
+    log.write_text(done.stdout + done.stderr, encoding="utf-8")
+    assert done.returncode == 1, log.read_text(encoding="utf-8")[-3000:]
+    page = tmp_path / "gpu.md"
+    assert gpu_suite.main(["--render", str(quick_report[0]), "--md", str(page), "--tests-log", str(log)]) == 0
+    text = page.read_text(encoding="utf-8")
+    assert "`benchmarks/gpu_tests.sh` with HF_RALM_TEST_DEVICE=cpu: 1 failed, 1 passed" in text
+    assert re.search(r"^- failed: `\S*::test_fails`$", text, re.M)  # the id as pytest names a file outside the repo
+    with pytest.raises(SystemExit):  # a log that is not there is named, not rendered as "no summary"
+        gpu_suite.main(["--render", str(quick_report[0]), "--md", str(page), "--tests-log", str(tmp_path / "no")])
+
+
+def test_a_stopped_test_run_is_reported_as_stopped():
+    outcome = gpu_report.tests_outcome("HF_RALM_TEST_DEVICE=cuda\n....F...\n")
+    assert outcome == {"device": "cuda", "summary": None, "failed": []}
+    assert "stopped before pytest ended" in "\n".join(gpu_report.tests_lines(outcome))
 
 
 def test_a_budget_too_small_skips_every_step_with_a_note(tmp_path):
