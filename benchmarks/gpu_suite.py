@@ -42,6 +42,7 @@ import shlex
 import sys
 import time
 import traceback
+from contextlib import contextmanager
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -228,6 +229,7 @@ class EvalPath:
     """One way of scoring windows: ``run(windows)`` gives the NLLs, ``spans(windows, prefixes)`` what it runs."""
 
     name: str
+    model: torch.nn.Module
     run: Callable[[list[Window]], torch.Tensor]
     spans: Callable[[list[Window], list[list[int]]], list[Span]]
     prefixes: list[list[int]]
@@ -242,11 +244,11 @@ def eval_paths(model, text: Text, device: torch.device) -> dict[str, EvalPath]:
         batches = BatchSize("auto", device)
         run = (lambda ws: batches.run(lambda size: score_windows(model, text.ids, ws, prefixes, batch_size=size,
                                                                  reuse_prefix_kv=True, show_progress=False)))
-        return EvalPath(name, run, spans, prefixes, batches)
+        return EvalPath(name, model, run, spans, prefixes, batches)
 
     return {
         "batched": batched(text.prefixes, "batched", batched_spans),
-        "reference": EvalPath("reference", lambda ws: reference_window_nlls(model, text.ids, ws, text.prefixes),
+        "reference": EvalPath("reference", model, lambda ws: reference_window_nlls(model, text.ids, ws, text.prefixes),
                               reference_spans, text.prefixes),
         "plain": batched(text.without_passages(), "plain", plain_spans),
     }
@@ -255,26 +257,36 @@ def eval_paths(model, text: Text, device: torch.device) -> dict[str, EvalPath]:
 def measure(path: EvalPath, windows: list, warm: list, counter: FlopCounter, peak: float | None,
             device: torch.device, label: str) -> tuple[torch.Tensor, dict]:
     """``path`` over ``windows`` after one warm-up over ``warm``: its NLLs, and its rates."""
-    nll, seconds = timed(f"{label} {path.name}", lambda: path.run(windows), lambda: path.run(warm), device)
+    rows_seen: list[int] = []
+    with record_batch_rows(path.model, rows_seen):
+        nll, seconds = timed(f"{label} {path.name}", lambda: (rows_seen.clear(), path.run(windows))[1],
+                             lambda: path.run(warm), device)
     spans = path.spans(windows, path.prefixes)
     scored = sum(w.num_scored for w in windows)
     forward = sum(s.tokens for s in spans)
     flops = counter(spans)
-    size = path.batches.size if path.batches else 1
     return nll, {
-        "path": path.name, "windows": len(windows), "batch_size": size,
-        "windows_per_forward": windows_per_forward(windows, path.prefixes, size), "seconds": seconds,
+        "path": path.name, "windows": len(windows), "batch_size": path.batches.size if path.batches else 1,
+        "windows_per_forward": max(rows_seen), "seconds": seconds,
         "scored_tokens": scored, "forward_tokens": forward, "flops": flops,
         "scored_tokens_per_s": scored / seconds, "forward_tokens_per_s": forward / seconds,
         "flops_per_s": flops / seconds, "mfu": flops / seconds / peak if peak else None,
     }
 
 
-def windows_per_forward(windows: list[Window], prefixes: list[list[int]], batch_size: int) -> int:
-    """The most windows one forward of ``score_windows`` runs: it batches only windows that share a passage (or
-    whose passages no other window shares)."""
-    largest = max(Counter(tuple(prefixes[w.index]) for w in windows).values())
-    return min(batch_size, len(windows) if largest == 1 else largest)
+@contextmanager
+def record_batch_rows(model: torch.nn.Module, rows: list[int]):
+    """Appends the rows of every forward of ``model`` to ``rows`` while open: the largest is the most windows a
+    forward ran (measured, not modelled; a passages' forward has fewer rows than the windows run on them)."""
+    def hook(module, args, kwargs):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        rows.append(int(ids.shape[0]))
+
+    handle = model.register_forward_pre_hook(hook, with_kwargs=True)
+    try:
+        yield
+    finally:
+        handle.remove()
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -622,12 +634,13 @@ def new_report(args: argparse.Namespace, command: str, device: torch.device, dty
                 "passage_pattern": (f"a new random passage of {sizes.passage_tokens} tokens every "
                                     f"{args.windows_per_passage} windows (generation: strides) of random token ids: "
                                     "consecutive queries share 28 of their 32 tokens, so retrieval's top passage "
-                                    "changes slowly; the batched path computes a shared passage's keys/values once "
-                                    "and batches the windows that share it; window 0 (no passage) is not timed"),
+                                    "changes slowly; the batched path computes each passage's keys/values once "
+                                    "(a batch's new passages in one forward) and runs the windows on them, windows "
+                                    "of different passages together; window 0 (no passage) is not timed"),
                 "timing": "one warm-up, then one timed run (time.perf_counter, inference mode, device synchronised)",
                 "rates": ("scored tokens/s: tokens whose NLL a path gives; forward tokens/s: positions the model runs "
-                          "(a shared passage once); a batched path runs at most windows_per_forward windows a "
-                          "forward (score_windows batches the windows that share a passage)"),
+                          "(a shared passage once); windows_per_forward: the most rows one forward of a path ran "
+                          "(measured)"),
                 "seed": args.seed, "budget_s": args.budget_s}
     flops = {"method": FLOPS_METHOD, "peak_bf16_flops": peak,
              "peaks": {name: value for name, value in PEAK_BF16_FLOPS},

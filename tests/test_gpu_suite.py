@@ -43,6 +43,10 @@ def test_quick_mode_runs_every_step_and_is_exact(quick_report):
     for row in report["throughput"]:
         assert set(row["paths"]) == {"batched", "reference", "plain"}
         assert all(p["scored_tokens_per_s"] > 0 and p["forward_tokens_per_s"] > 0 for p in row["paths"].values())
+        # measured: the reference loop runs one window a forward; the batched path batches windows of different
+        # passages together (more than the windows one passage has)
+        assert row["paths"]["reference"]["windows_per_forward"] == 1
+        assert row["paths"]["batched"]["windows_per_forward"] > row["windows_per_passage"]
     auto = report["batch_size_auto"][0]
     assert auto["tried"] == [16, 8, 4] and auto["fitted_size"] == 4 and auto["simulated"]
     assert report["generation"][0]["variants"]["ours"]["forward_tokens"] > 0
@@ -59,6 +63,7 @@ def test_render_writes_the_tables(quick_report, tmp_path):
     text = page.read_text(encoding="utf-8")
     assert "| reader | L | path | batch size (windows a forward) | windows | scored tok/s |" in text
     assert "### Targets" in text and "Not GPU figures" in text
+    assert "| target | at least | measured | ceiling | met | within the ceiling |" in text
     assert "benchmarks/gpu_suite.sh --budget-s 360 --out" in text
     assert "bash benchmarks/gpu_tests.sh > $OUT/gpu_tests.log" in text and "## Tests on the GPU" in text
     gpu_suite.main(["--render", "--md", str(page)])

@@ -265,6 +265,12 @@ class ForwardRecorder:
     def restore(self):
         self.model.forward = self._original
 
+    def __enter__(self) -> "ForwardRecorder":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.restore()
+
 
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("reuse", [True, False])
@@ -274,12 +280,9 @@ def test_fast_path_computes_logits_only_for_scored_positions(arch, reuse):
     windows = plan_windows(60, 16, 4)
     passage = [BOS_ID] + random_ids(6, seed=4)
     prefixes = [[]] + [passage] * (len(windows) - 1)
-    recorder = ForwardRecorder(model)
-    try:
+    with ForwardRecorder(model) as recorder:
         fast = score_windows(model, ids, windows, prefixes, batch_size=4, reuse_prefix_kv=reuse,
                              show_progress=False)
-    finally:
-        recorder.restore()
     ref = reference_window_nlls(model, ids, windows, prefixes)
     assert_close(fast, ref, arch)
 
@@ -365,6 +368,53 @@ def test_windows_with_passages_of_their_own_are_batched_together(tiny_models):
     assert sorted(c["batch"] for c in recorder.calls) == sorted(expected)
     torch.testing.assert_close(batched, one_by_one, rtol=1e-6, atol=0, equal_nan=True)
     assert_close(batched, reference_window_nlls(model, ids, windows, prefixes))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_windows_with_different_passages_run_in_one_batch(arch, tiny_models):
+    """A new passage every 2 windows (what retrieval gives: consecutive queries overlap), passages of two lengths, the
+    longer past gemma3's sliding window: the windows whose passages have one length run in full batches on the
+    passages' stacked keys/values, each passage computed once, alone (so its keys/values do not depend on the batch),
+    and every NLL equals the window-by-window one (within 1e-6 relative) and the plain reference loop's."""
+    model = copy.deepcopy(tiny_models[arch])
+    ids = random_ids(24 + 4 * 32, seed=8)  # 32 windows after the first, each of 24 tokens scoring 4
+    windows = plan_windows(len(ids), 24, 4)
+    passages = [random_ids(10 if k % 3 else 6, seed=40 + k) for k in range(16)]  # 6 short ones, 10 long ones
+    prefixes = [[]] + [passages[(w.index - 1) // 2] for w in windows[1:]]
+    one_by_one = score_windows(model, ids, windows, prefixes, batch_size=1, show_progress=False)
+    store = PassageKVCache(model)
+    with ForwardRecorder(model) as recorder:
+        batched = score_windows(model, ids, windows, prefixes, batch_size=8, show_progress=False,
+                                passage_cache=store)
+    torch.testing.assert_close(batched, one_by_one, rtol=1e-6, atol=0, equal_nan=True)
+    assert_close(batched, reference_window_nlls(model, ids, windows, prefixes), arch)
+    distinct = {tuple(p) for p in prefixes[1:]}
+    assert store.misses == len(distinct) == len(store)  # each passage computed once
+    by_length = {n: sum(len(p) == n for p in prefixes[1:]) for n in (6, 10)}  # windows per passage length
+    full_windows = [c["batch"] for c in recorder.calls if c["input_len"] in (24 - 6, 24 - 10)]  # after passages
+    assert sorted(full_windows) == sorted(b for n in by_length.values() for b in [8] * (n // 8) + [n % 8] if b)
+    assert [c["batch"] for c in recorder.calls if c["input_len"] in (6, 10)] == [1] * len(distinct)
+
+
+def test_stacked_rows_equal_each_passage_alone(tiny_models):
+    """PassageKVCache.stacked gives each passage's keys/values as get() does, repeated as asked, and leaves what the
+    store holds unchanged; a store too small to hold a passage still serves the batch."""
+    model = tiny_models["gemma3"]
+    rome, paris, oslo = (random_ids(10, seed=s) for s in (1, 2, 3))
+    for store in (PassageKVCache(model), PassageKVCache(model, max_bytes=0)):
+        store.get(rome)
+        stored = copy.deepcopy(store.get(rome)[0]) if len(store) else None
+        batch = store.stacked([rome, paris, oslo], [2, 1, 3])
+        for layer, *alone in zip(batch.layers, *(PassageKVCache(model).get(p)[0].layers for p in (rome, paris, oslo))):
+            for name in ("keys", "values"):
+                want = torch.cat([getattr(a, name).expand(n, *getattr(a, name).shape[1:])
+                                  for a, n in zip(alone, (2, 1, 3))])
+                torch.testing.assert_close(getattr(layer, name), want, rtol=1e-6, atol=1e-7)
+        if stored is not None:
+            for a, b in zip(stored.layers, store.get(rome)[0].layers):
+                assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
+    with pytest.raises(ValueError, match="one length"):
+        PassageKVCache(model).stacked([rome, rome[:5]], [1, 1])
 
 
 # --------------------------------------------------------------------------------------------------------------

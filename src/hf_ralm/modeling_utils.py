@@ -10,6 +10,7 @@ Example::
 
 from __future__ import annotations
 
+import copy
 import inspect
 import os
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from typing import Any, Sequence
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 from .errors import SettingError, setting
 
 
@@ -61,6 +63,41 @@ def last_logits(model: torch.nn.Module, input_ids: torch.Tensor, keep: int, cach
 def empty_cache(model: torch.nn.Module) -> DynamicCache:
     """A fresh cache laid out for ``model`` (sliding-window layers included)."""
     return DynamicCache(config=model.config)
+
+
+def stackable_rows(cache: DynamicCache) -> bool:
+    """Whether :func:`stack_cache_rows` can put caches of ``cache``'s kind together row by row: every layer a dynamic
+    one (full attention or sliding window), whose state is its keys/values and counts of tokens that rows of equal
+    length share."""
+    return bool(cache.layers) and all(type(layer) in (DynamicLayer, DynamicSlidingWindowLayer)
+                                      for layer in cache.layers)
+
+
+def _with_tensors(cache: DynamicCache, tensors: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> DynamicCache:
+    """A copy of ``cache``'s structure (its layers' token counts) holding ``tensors`` as each layer's keys/values."""
+    new = copy.copy(cache)
+    new.layers = []
+    for layer, (keys, values) in zip(cache.layers, tensors):
+        layer = copy.copy(layer)
+        layer.keys, layer.values = keys, values
+        new.layers.append(layer)
+    return new
+
+
+def stack_cache_rows(caches: Sequence[DynamicCache], repeats: Sequence[int]) -> DynamicCache:
+    """One cache whose rows are each of ``caches`` (one row each, all of one length; :func:`stackable_rows`) repeated
+    ``repeats[i]`` times, in order: inputs with different passages of one length run in one batch. The caches given
+    are left as they are.
+
+    Example::
+
+        batch = stack_cache_rows([rome_cache, paris_cache], [3, 2])   # 5 rows: rome's keys/values 3 times, then paris's
+    """
+    def stacked(name: str, i: int) -> torch.Tensor:
+        return torch.cat([getattr(c.layers[i], name).expand(n, *getattr(c.layers[i], name).shape[1:])
+                          for c, n in zip(caches, repeats)])
+
+    return _with_tensors(caches[0], [(stacked("keys", i), stacked("values", i)) for i in range(len(caches[0].layers))])
 
 
 def cache_nbytes(cache: DynamicCache) -> int:

@@ -23,7 +23,7 @@ from typing import Sequence
 import torch
 from transformers import DynamicCache
 
-from .modeling_utils import cache_nbytes, empty_cache, last_logits, model_device
+from .modeling_utils import cache_nbytes, empty_cache, last_logits, model_device, stack_cache_rows, stackable_rows
 
 DEFAULT_MAX_BYTES = 512 * 2**20
 
@@ -47,6 +47,7 @@ class PassageKVCache:
         self.misses = 0
         self.computed_tokens = 0
         self.reused_tokens = 0
+        self._stacks_rows: bool | None = None
 
     @classmethod
     def for_model(cls, model, passage_cache: PassageKVCache | None = None,
@@ -74,12 +75,39 @@ class PassageKVCache:
         key = tuple(int(i) for i in passage_ids)
         if not key:
             raise ValueError("An empty passage has no keys/values: start from empty_cache(model) instead.")
+        cache, logits, stored = self._entry(key)
+        return (copy.deepcopy(cache) if stored else cache), logits
+
+    def stacked(self, passages: Sequence[Sequence[int]], repeats: Sequence[int]) -> DynamicCache:
+        """One cache of ``sum(repeats)`` rows: the keys/values of each of ``passages`` (all of one length) repeated
+        ``repeats[i]`` times, in order, for inputs with different passages to run in one batch. Only for a model
+        whose cache :meth:`stacks_rows`; what the store holds is left as it is.
+
+        Example::
+
+            past = store.stacked([rome_ids, paris_ids], [3, 2])   # 5 rows: rome's keys/values 3 times, then paris's
+        """
+        keys = [tuple(int(i) for i in passage) for passage in passages]
+        if len({len(key) for key in keys}) != 1 or not keys[0]:
+            raise ValueError("stacked() takes non-empty passages of one length (their rows must align).")
+        return stack_cache_rows([self._entry(key)[0] for key in keys], repeats)
+
+    def stacks_rows(self) -> bool:
+        """Whether this model's caches can be stacked row by row (:meth:`stacked`): every layer a dynamic one."""
+        if self._stacks_rows is None:
+            self._stacks_rows = stackable_rows(empty_cache(self.model))
+        return self._stacks_rows
+
+    def _entry(self, key: tuple[int, ...]) -> tuple[DynamicCache, torch.Tensor, bool]:
+        """The passage's cache (the stored one: not to be changed), its last logits, and whether the store holds it.
+        A passage is computed alone, in a forward of its own, so its keys/values never depend on which other passages
+        a call needed (a resumed or sharded run gets the same ones)."""
         entry = self._entries.get(key)
         if entry is not None:
             self._entries.move_to_end(key)
             self.hits += 1
             self.reused_tokens += len(key)
-            return copy.deepcopy(entry[0]), entry[1]
+            return entry[0], entry[1], True
         self.misses += 1
         self.computed_tokens += len(key)
         cache = empty_cache(self.model)
@@ -88,13 +116,13 @@ class PassageKVCache:
             logits = last_logits(self.model, ids, 1, cache=cache)[0, -1]
         size = cache_nbytes(cache) + logits.numel() * logits.element_size()
         if size > self.max_bytes:
-            return cache, logits
+            return cache, logits, False
         while self._entries and self.bytes + size > self.max_bytes:
             _, (_, _, freed) = self._entries.popitem(last=False)
             self.bytes -= freed
         self._entries[key] = (cache, logits, size)
         self.bytes += size
-        return copy.deepcopy(cache), logits
+        return cache, logits, True
 
     def clear(self) -> None:
         """Drop every entry (the counters are kept)."""

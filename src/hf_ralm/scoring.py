@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from itertools import groupby
 from typing import Iterator, Sequence
 
 import torch
@@ -168,18 +169,30 @@ def _scored_batches(model, inputs: Sequence[ScoredInput], batch_size: int, reuse
     for key in [key for key, members in groups.items()
                 if key[0] is not None and len(members) == 1 and key[0] not in passage_cache]:
         groups[(None, *key[1:])] += groups.pop(key)
-    for (shared_prefix, _, num_scored), members in groups.items():
+    prefixes = {i: key[0] for key, members in groups.items() for i in members}
+    if reuse_prefix_kv and passage_cache.stacks_rows():
+        # Inputs with different passages of one length run in one batch (as large as batch_size, not only as large as
+        # one passage's group) on the passages' stacked keys/values; each passage's inputs stay together.
+        by_length: dict[tuple, list[int]] = defaultdict(list)
+        for (shared, length, num_scored), members in groups.items():
+            by_length[(None if shared is None else len(shared), length, num_scored)] += members
+        groups = by_length
+    for (_, _, num_scored), members in groups.items():
         for start in range(0, len(members), batch_size):
             batch_members = members[start : start + batch_size]
             batch = [inputs[i] for i in batch_members]
             targets = torch.tensor([list(x.ids[x.first_scored : x.end]) for x in batch], device=device)
-            if shared_prefix is None:
+            runs = [(prefix, len(list(run))) for prefix, run in groupby(prefixes[i] for i in batch_members)]
+            if runs[0][0] is None:
                 tokens = torch.tensor([x.tokens() for x in batch], device=device)
                 logits = last_logits(model, tokens, num_scored + 1)
             else:
-                cache, _ = passage_cache.get(shared_prefix)  # a private copy, one row: repeated for the batch
-                cache.batch_repeat_interleave(len(batch))
-                skip = len(shared_prefix)
+                if len(runs) == 1:
+                    cache, _ = passage_cache.get(runs[0][0])  # a private copy, one row: repeated for the batch
+                    cache.batch_repeat_interleave(len(batch))
+                else:
+                    cache = passage_cache.stacked(*zip(*runs))
+                skip = len(runs[0][0])
                 suffix = torch.tensor([list(x.ids[x.begin + skip : x.end]) for x in batch], device=device)
                 logits = last_logits(model, suffix, num_scored + 1, cache=cache)
             logits = logits[:, :-1]
