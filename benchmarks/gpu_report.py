@@ -10,6 +10,7 @@ Example::
 from __future__ import annotations
 
 import re
+from typing import Sequence
 
 # One call: the model-facing tests (at most 150 s), then the suite within its budget; tee: the whole log comes back as
 # a file too, even when the call is stopped at its limit.
@@ -86,8 +87,10 @@ Whoever has a GPU lent (the device tool's `status`: `can_start_another` true) ru
       cp $FILES_AT/gpu_tests.log docs/gpu_tests.log
       python -m benchmarks.gpu_suite --render docs/gpu_suite.json --tests-log docs/gpu_tests.log
 
-  writes this page with the card's name and the tests' outcome. `bash benchmarks/gpu_suite.sh --device cpu --quick
-  --out /tmp/s.json` runs every step with tiny models on the CPU (tests/test_gpu_suite.py does).
+  writes this page with the card's name and the tests' outcome; JSONs after the first, from runs of `--only` some
+  steps (`--only profile`: where the batched path's time goes), are added below it. `bash benchmarks/gpu_suite.sh
+  --device cpu --quick --out /tmp/s.json` runs every step with tiny models on the CPU (tests/test_gpu_suite.py
+  does).
 
 ## Tests on the GPU
 
@@ -129,7 +132,8 @@ def header(report: dict) -> list[str]:
     return [f"## Results: {env['device']}", "",
             f"- mode {settings['mode']}; torch {env['torch']} (CUDA {env['torch_cuda']}), transformers "
             f"{env['transformers']}, Python {env['python']}; command `{report['suite']['command']}`; "
-            f"{report['suite'].get('elapsed_s', 0):.0f} s; complete: {report['suite']['complete']}",
+            f"{report['suite'].get('elapsed_s', 0):.0f} s; complete: {report['suite']['complete']}; code "
+            f"{env.get('source_sha256', 'not recorded (before source_sha256)')}",
             f"- s={settings['stride']}, passages of {settings['passage_tokens']} tokens: "
             f"{settings['passage_pattern']}",
             f"- {settings['timing']}; {settings['rates']}",
@@ -210,10 +214,13 @@ def steps_table(report: dict) -> list[str]:
 
 
 def results_markdown(report: dict) -> list[str]:
-    """The results of a suite's JSON, in markdown lines."""
-    parts = (header, targets_table, throughput_table, exactness_lines, generation_table, batch_size_lines,
-             profile_table, steps_table)
-    return [line for part in parts for line in (*part(report), "")]
+    """The results of a suite's JSON, in markdown lines: the sections it measured (a run of some steps, ``--only``,
+    has the others empty)."""
+    parts = [(header, True), (targets_table, report["throughput"] or report["generation"]),
+             (throughput_table, report["throughput"]), (exactness_lines, report["exactness"]),
+             (generation_table, report["generation"]), (batch_size_lines, report["batch_size_auto"]),
+             (profile_table, report["profile"]), (steps_table, True)]
+    return [line for part, measured in parts if measured for line in (*part(report), "")]
 
 
 def tests_outcome(log: str) -> dict:
@@ -238,16 +245,17 @@ def tests_lines(outcome: dict) -> list[str]:
             *([""] + [f"- failed: `{name}`" for name in outcome["failed"]] if outcome["failed"] else [])]
 
 
-def render(report: dict | None, tests_log: str | None = None) -> str:
+def render(report: dict | None, tests_log: str | None = None, more: Sequence[dict] = ()) -> str:
     """docs/gpu.md: how to run the suite and the tests, then the results of ``report`` (``None``: it has not met a
-    GPU yet) and what the tests' log ``tests_log`` says."""
+    GPU yet), what the tests' log ``tests_log`` says, and the results of ``more`` runs (``--only`` some steps, after
+    the suite), each under its own header."""
     lines = ["# GPU figures", "", HOWTO]
     if report is None:
         lines += ["## Results", "", "The suite has not met a GPU yet: no figure on this page has been measured.", ""]
-    else:
-        if report["settings"]["mode"] == "quick" or not report["environment"]["device"].startswith("cuda"):
+    for run in ([report] if report is not None else []) + list(more):
+        if run["settings"]["mode"] == "quick" or not run["environment"]["device"].startswith("cuda"):
             lines += ["**Not GPU figures: a quick or CPU run, which only checks the suite.**", ""]
-        lines += results_markdown(report)
-    if tests_log is not None:
-        lines += [*tests_lines(tests_outcome(tests_log)), ""]
+        lines += results_markdown(run)
+        if run is report and tests_log is not None:
+            lines += [*tests_lines(tests_outcome(tests_log)), ""]
     return "\n".join(lines)

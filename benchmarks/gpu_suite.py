@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import hashlib
 import json
 import math
 import os
@@ -358,12 +359,15 @@ def exactness(suite: Suite, reader: str, length: int) -> dict:
             "passed": rel <= EXACT_MAX_REL_DIFF, "paths": {"batched": batched, "reference": reference}}
 
 
-def profile(suite: Suite, reader: str, length: int) -> dict:
-    """Where the batched path's time goes: ``torch.profiler``'s top ops by self device time (CPU time on a CPU)."""
+def profile(suite: Suite, reader: str, length: int, windows: int) -> dict:
+    """Where the batched path's time goes over ``windows`` windows: ``torch.profiler``'s top ops by self device time
+    (CPU time on a CPU); busy: the device's kernels' time (an op's self device time is its kernels', not added
+    twice)."""
+    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile as profiler
 
     model = suite.models.get(reader, suite.dtype)
-    text = suite.text(model, length, suite.sizes.profile_windows, suite.args.windows_per_passage)
+    text = suite.text(model, length, windows, suite.args.windows_per_passage)
     path = eval_paths(model, text, suite.device)["batched"]
     cuda = suite.device.type == "cuda"
     with torch.inference_mode():
@@ -381,7 +385,7 @@ def profile(suite: Suite, reader: str, length: int) -> dict:
         return event.self_device_time_total if cuda else event.self_cpu_time_total
 
     top = sorted(averages, key=own, reverse=True)[: suite.args.profile_ops]
-    busy_ms = sum(own(e) for e in averages) / 1e3
+    busy_ms = sum(own(e) for e in averages if not cuda or e.device_type == DeviceType.CUDA) / 1e3
     return {"reader": reader, "max_length": length, "windows": len(text.windows), "path": "batched",
             "time_basis": "self CUDA time" if cuda else "self CPU time", "wall_ms": wall * 1e3, "busy_ms": busy_ms,
             "busy_fraction": busy_ms / (wall * 1e3) if cuda else None,
@@ -557,10 +561,14 @@ def plan(sizes: Sizes, dtype: torch.dtype) -> list[Step]:
         speed("opt-6.7b", long, 60),
         step(f"exactness smollm2-135m fp32 L={short}", "exactness", 20, "smollm2-135m", torch.float32,
              lambda s: exactness(s, "smollm2-135m", short)),
-        step(f"profile opt-6.7b L={long}", "profile", 15, "opt-6.7b", dtype, lambda s: profile(s, "opt-6.7b", long)),
+        step(f"profile opt-6.7b L={long}", "profile", 15, "opt-6.7b", dtype,
+             lambda s: profile(s, "opt-6.7b", long, sizes.profile_windows)),
         speed("smollm2-135m", long, 15),
         speed("smollm2-135m", short, 10),
         generate("smollm2-135m", 30),
+        # the small reader, furthest from its ceiling: where its time goes, over the windows the throughput step runs
+        step(f"profile smollm2-135m L={short}", "profile", 15, "smollm2-135m", dtype,
+             lambda s: profile(s, "smollm2-135m", short, sizes.windows("smollm2-135m")[0])),
         # after the targets' steps: a failure that is no out-of-memory error could leave the device unusable
         step(f"batch size auto opt-6.7b L={long}", "batch_size_auto", 60, "opt-6.7b", dtype,
              lambda s: batch_size_auto(s, "opt-6.7b", long)),
@@ -623,8 +631,21 @@ def write_report(suite: Suite) -> None:
     write_json_atomic(str(suite.args.out), report)
 
 
+def source_sha256(root: Path = Path(__file__).resolve().parents[1]) -> str:
+    """A hash of the code measured (hf_ralm's and the suite's Python files, by path and content): the GPU machine gets
+    a copy of the working tree without its git history, so this names the code a report measured. Here::
+
+        python -c "from benchmarks.gpu_suite import source_sha256; print(source_sha256())"
+    """
+    digest = hashlib.sha256()
+    for path in sorted([*(root / "src" / "hf_ralm").rglob("*.py"), *(root / "benchmarks").glob("gpu_*.py")]):
+        digest.update(f"{path.relative_to(root).as_posix()}\0".encode() + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
 def new_report(args: argparse.Namespace, command: str, device: torch.device, dtype: torch.dtype, sizes: Sizes) -> dict:
-    environment = {**run_environment(command, device), "torch_cuda": torch.version.cuda}
+    environment = {**run_environment(command, device), "torch_cuda": torch.version.cuda,
+                   "source_sha256": source_sha256()}
     if device.type == "cuda":
         environment["device_memory_gib"] = torch.cuda.get_device_properties(device).total_memory / 2**30
     peak = peak_flops(device, dtype)
@@ -668,8 +689,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="torch.set_num_threads (default: 1 with --quick, whose tiny models only lose to threads "
                              "waiting on each other on a busy CPU; else torch's default)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--render", nargs="?", const="", metavar="JSON",
-                        help="write --md from this suite JSON (alone: the page without results) and exit")
+    parser.add_argument("--only", action="append", metavar="TEXT",
+                        help="run only the steps whose name holds TEXT (repeatable), e.g. --only profile")
+    parser.add_argument("--render", nargs="*", metavar="JSON",
+                        help="write --md from these suite JSONs (the whole suite's first, then runs of --only some "
+                             "steps; none: the page without results) and exit")
     parser.add_argument("--md", type=Path, default=DOC, help="the page --render writes (default docs/gpu.md)")
     parser.add_argument("--tests-log", type=Path, default=None,
                         help="with --render: benchmarks/gpu_tests.sh's log from the same call, summarised on the page")
@@ -687,9 +711,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.render is not None:
-        report = json.loads(Path(args.render).read_text(encoding="utf-8")) if args.render else None
+        reports = [json.loads(Path(path).read_text(encoding="utf-8")) for path in args.render]
         tests_log = args.tests_log.read_text(encoding="utf-8") if args.tests_log else None
-        args.md.write_text(render(report, tests_log), encoding="utf-8")
+        args.md.write_text(render(reports[0] if reports else None, tests_log, reports[1:]), encoding="utf-8")
         print(args.md.read_text(encoding="utf-8"))
         return 0
     command = shlex.join([os.path.basename(sys.executable), "-m", "benchmarks.gpu_suite",
@@ -702,7 +726,11 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     report = new_report(args, command, device, dtype, sizes)
     suite = Suite(args, device, dtype, sizes, Models(device, sizes.quick, args.seed), report)
-    status = run_suite(suite, plan(sizes, dtype))
+    steps = [s for s in plan(sizes, dtype) if not args.only or any(text in s.name for text in args.only)]
+    if not steps:
+        raise SystemExit(f"--only {args.only}: no step's name holds it; the steps: "
+                         f"{[s.name for s in plan(sizes, dtype)]}")
+    status = run_suite(suite, steps)
     print("\n".join(results_markdown(suite.report)))
     return status
 

@@ -52,6 +52,7 @@ def test_quick_mode_runs_every_step_and_is_exact(quick_report):
     assert report["generation"][0]["variants"]["ours"]["forward_tokens"] > 0
     assert report["profile"][0]["top_ops"]
     assert {t["met"] for t in report["targets"]} <= {True, False, None}
+    assert report["environment"]["source_sha256"] == gpu_suite.source_sha256()  # names the code measured
     # nothing the GPU machine lacks was imported
     assert report["environment"]["imported_missing_on_gpu"] == []
 

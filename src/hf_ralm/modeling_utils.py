@@ -66,9 +66,9 @@ def empty_cache(model: torch.nn.Module) -> DynamicCache:
 
 
 def stackable_rows(cache: DynamicCache) -> bool:
-    """Whether :func:`stack_cache_rows` can put caches of ``cache``'s kind together row by row: every layer a dynamic
-    one (full attention or sliding window), whose state is its keys/values and counts of tokens that rows of equal
-    length share."""
+    """Whether :func:`cache_rows` and :func:`stack_cache_rows` can take caches of ``cache``'s kind apart and put them
+    together row by row: every layer a dynamic one (full attention or sliding window), whose state is its keys/values
+    and counts of tokens that rows of equal length share."""
     return bool(cache.layers) and all(type(layer) in (DynamicLayer, DynamicSlidingWindowLayer)
                                       for layer in cache.layers)
 
@@ -82,6 +82,14 @@ def _with_tensors(cache: DynamicCache, tensors: Sequence[tuple[torch.Tensor, tor
         layer.keys, layer.values = keys, values
         new.layers.append(layer)
     return new
+
+
+def cache_rows(cache: DynamicCache) -> list[DynamicCache]:
+    """Each row of a batched cache (:func:`stackable_rows`) as a cache of its own, its tensors copied out of the
+    batch's (so the batch's memory goes with it)."""
+    return [_with_tensors(cache, [(layer.keys[i : i + 1].clone(), layer.values[i : i + 1].clone())
+                                  for layer in cache.layers])
+            for i in range(cache.layers[0].keys.shape[0])]
 
 
 def stack_cache_rows(caches: Sequence[DynamicCache], repeats: Sequence[int]) -> DynamicCache:

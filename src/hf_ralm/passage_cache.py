@@ -23,7 +23,8 @@ from typing import Sequence
 import torch
 from transformers import DynamicCache
 
-from .modeling_utils import cache_nbytes, empty_cache, last_logits, model_device, stack_cache_rows, stackable_rows
+from .modeling_utils import (cache_nbytes, cache_rows, empty_cache, last_logits, model_device, stack_cache_rows,
+                             stackable_rows)
 
 DEFAULT_MAX_BYTES = 512 * 2**20
 
@@ -80,8 +81,10 @@ class PassageKVCache:
 
     def stacked(self, passages: Sequence[Sequence[int]], repeats: Sequence[int]) -> DynamicCache:
         """One cache of ``sum(repeats)`` rows: the keys/values of each of ``passages`` (all of one length) repeated
-        ``repeats[i]`` times, in order, for inputs with different passages to run in one batch. Only for a model
-        whose cache :meth:`stacks_rows`; what the store holds is left as it is.
+        ``repeats[i]`` times, in order, for inputs with different passages to run in one batch. The passages the
+        store lacks are computed together, in one forward of a row each (one forward per passage would leave a GPU
+        mostly idle, launching small kernels), and stored. Only for a model whose cache :meth:`stacks_rows`; what the
+        store holds is left as it is.
 
         Example::
 
@@ -90,7 +93,14 @@ class PassageKVCache:
         keys = [tuple(int(i) for i in passage) for passage in passages]
         if len({len(key) for key in keys}) != 1 or not keys[0]:
             raise ValueError("stacked() takes non-empty passages of one length (their rows must align).")
-        return stack_cache_rows([self._entry(key)[0] for key in keys], repeats)
+        rows = {key: entry[0] for key in dict.fromkeys(keys) if (entry := self._lookup(key)) is not None}
+        missing = [key for key in dict.fromkeys(keys) if key not in rows]
+        if missing:
+            cache, logits = self._compute(missing)
+            for key, row, row_logits in zip(missing, cache_rows(cache), logits):
+                self._store(key, row, row_logits)
+                rows[key] = row  # kept here even when the store cannot hold it
+        return stack_cache_rows([rows[key] for key in keys], repeats)
 
     def stacks_rows(self) -> bool:
         """Whether this model's caches can be stacked row by row (:meth:`stacked`): every layer a dynamic one."""
@@ -99,30 +109,43 @@ class PassageKVCache:
         return self._stacks_rows
 
     def _entry(self, key: tuple[int, ...]) -> tuple[DynamicCache, torch.Tensor, bool]:
-        """The passage's cache (the stored one: not to be changed), its last logits, and whether the store holds it.
-        A passage is computed alone, in a forward of its own, so its keys/values never depend on which other passages
-        a call needed (a resumed or sharded run gets the same ones)."""
+        """The passage's cache (the stored one: not to be changed), its last logits, and whether the store holds it."""
+        entry = self._lookup(key)
+        if entry is not None:
+            return entry[0], entry[1], True
+        cache, logits = self._compute([key])
+        return cache, logits[0], self._store(key, cache, logits[0])
+
+    def _lookup(self, key: tuple[int, ...]) -> tuple[DynamicCache, torch.Tensor, int] | None:
         entry = self._entries.get(key)
         if entry is not None:
             self._entries.move_to_end(key)
             self.hits += 1
             self.reused_tokens += len(key)
-            return entry[0], entry[1], True
-        self.misses += 1
-        self.computed_tokens += len(key)
+        return entry
+
+    def _compute(self, keys: list[tuple[int, ...]]) -> tuple[DynamicCache, torch.Tensor]:
+        """The keys/values of passages of one length, in one forward (a row each), and the logits after each."""
+        self.misses += len(keys)
+        self.computed_tokens += sum(len(key) for key in keys)
         cache = empty_cache(self.model)
-        ids = torch.tensor([key], device=model_device(self.model))
+        ids = torch.tensor(keys, device=model_device(self.model))
         with torch.no_grad():
-            logits = last_logits(self.model, ids, 1, cache=cache)[0, -1]
+            logits = last_logits(self.model, ids, 1, cache=cache)[:, -1]
+        return cache, logits
+
+    def _store(self, key: tuple[int, ...], cache: DynamicCache, logits: torch.Tensor) -> bool:
+        """Keep one passage's cache, least recently used entries evicted to make room; whether it was kept (one
+        larger than the whole store is not)."""
         size = cache_nbytes(cache) + logits.numel() * logits.element_size()
         if size > self.max_bytes:
-            return cache, logits, False
+            return False
         while self._entries and self.bytes + size > self.max_bytes:
             _, (_, _, freed) = self._entries.popitem(last=False)
             self.bytes -= freed
         self._entries[key] = (cache, logits, size)
         self.bytes += size
-        return cache, logits, True
+        return True
 
     def clear(self) -> None:
         """Drop every entry (the counters are kept)."""
