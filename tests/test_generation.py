@@ -12,7 +12,8 @@ import torch
 from transformers import LogitsProcessorList, RepetitionPenaltyLogitsProcessor
 from transformers.generation.streamers import BaseStreamer
 
-from conftest import ARTICLES, EVAL_TEXT, MODEL_VOCAB_SIZE, PAD_ID, TEST_DEVICE, TOKENIZER_VOCAB_SIZE, make_tiny_model
+from conftest import (ARTICLES, EVAL_TEXT, MODEL_VOCAB_SIZE, PAD_ID, TEST_DEVICE, TINY_VOCAB_WORDS,
+                      TOKENIZER_VOCAB_SIZE, make_tiny_model)
 from hf_ralm import Passage, RalmConfig, RetrievalAugmentedModel
 from hf_ralm.configuration_ralm import RALM_FIELDS
 from hf_ralm.generation import RalmLogitsProcessor, ralm_generate
@@ -197,6 +198,49 @@ def test_generate_paths_agree(models, tiny_tokenizer, prompts):
     per_row_tokens = sum(out.ralm_stats["forward_tokens"] for out in alone)
     assert batched.ralm_stats["forward_tokens"] == per_row_tokens
     assert per_row_tokens < rebuilt.ralm_stats["forward_tokens"]
+
+
+class NewPassageEveryStride:
+    """Every row retrieves a passage of its own (ten words) in a stride, and new ones the next stride, so every
+    stride opens a new context in every row."""
+
+    def __init__(self):
+        self.strides = 0
+
+    def retrieve(self, queries, k=1):
+        self.strides += 1
+        return [[Passage(f"s{self.strides}-{row}", "", " ".join(
+            TINY_VOCAB_WORDS[(self.strides * 7 + row * 3 + i) % len(TINY_VOCAB_WORDS)] for i in range(10)), 1.0)]
+            for row in range(len(queries))]
+
+
+def test_a_strides_new_passages_and_their_text_run_batched(models, tiny_tokenizer):
+    """Rows whose prompts have one length, each with a new passage every stride: each stride computes its new passage
+    in one forward for all rows (not one a row), and runs the text after it in one forward for all rows (not one a
+    row); every other step is one batched forward. The tokens and scores are the rebuild loop's."""
+    model = models["llama"]
+    ralm_config_ = ralm_config(4)
+    generator = torch.Generator().manual_seed(1)
+    ids = torch.randint(4, TOKENIZER_VOCAB_SIZE, (3, 12), generator=generator).to(TEST_DEVICE)
+    common = dict(max_new_tokens=12, eos_token_id=None, pad_token_id=PAD_ID, return_dict_in_generate=True,
+                  output_scores=True, attention_mask=torch.ones_like(ids))
+    calls = []
+    hook = model.register_forward_pre_hook(lambda m, args, kwargs: calls.append(tuple(kwargs["input_ids"].shape)),
+                                           with_kwargs=True)
+    try:
+        out = ralm_generate(model, tiny_tokenizer, NewPassageEveryStride(), ralm_config_, ids, **common)
+    finally:
+        hook.remove()
+    rebuilt = ralm_generate(model, tiny_tokenizer, NewPassageEveryStride(), ralm_config_, ids, use_cache=False,
+                            **common)
+    assert torch.equal(out.sequences, rebuilt.sequences)
+    for a, b in zip(out.scores, rebuilt.scores):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+    strides = 12 // 4
+    assert out.ralm_stats["passage_changes"] == 3 * (strides - 1)
+    assert calls.count((1, 10)) == 0 and calls.count((3, 10)) == strides  # the passages: one forward a stride
+    assert all(batch == 3 for batch, _ in calls)  # the text after them, and every step: all rows at once
+    assert len(calls) == strides + 12 and out.ralm_stats["batched_steps"] == 12
 
 
 def test_unbatchable_cache_decodes_row_by_row(models, tiny_tokenizer, prompts):

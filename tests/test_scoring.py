@@ -420,6 +420,22 @@ def test_stacked_rows_equal_each_passage_alone(tiny_models):
         PassageKVCache(model).stacked([rome, rome[:5]], [1, 1])
 
 
+def test_prefill_computes_each_length_in_one_forward_and_counts_as_gets_would(tiny_models):
+    model = copy.deepcopy(tiny_models["llama"])
+    rome, paris, oslo = random_ids(10, seed=1), random_ids(10, seed=2), random_ids(6, seed=3)
+    store = PassageKVCache(model)
+    store.get(oslo)
+    with ForwardRecorder(model) as recorder:
+        got = store.prefill([rome, paris, rome, oslo])
+    assert [(c["batch"], c["input_len"]) for c in recorder.calls] == [(2, 10)]  # rome and paris together
+    assert (store.misses, store.hits) == (3, 2)  # oslo's first get, then: rome, paris missed; rome again, oslo hit
+    for passage, (cache, logits) in zip([rome, paris, rome, oslo], got):
+        alone, alone_logits = PassageKVCache(model).get(passage)
+        torch.testing.assert_close(logits, alone_logits, rtol=1e-5, atol=1e-6)
+        for layer, want in zip(cache.layers, alone.layers):
+            torch.testing.assert_close(layer.keys, want.keys, rtol=1e-5, atol=1e-6)
+
+
 # --------------------------------------------------------------------------------------------------------------
 # Lower precision
 # --------------------------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ Example::
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 import os
 from dataclasses import dataclass
@@ -28,7 +29,15 @@ def model_device(model: torch.nn.Module) -> torch.device:
 
 
 def _accepts_logits_to_keep(model: torch.nn.Module) -> bool:
-    return "logits_to_keep" in inspect.signature(model.forward).parameters
+    forward = model.forward
+    return _takes_logits_to_keep(getattr(forward, "__func__", forward))
+
+
+@functools.lru_cache(maxsize=256)
+def _takes_logits_to_keep(forward) -> bool:
+    # by the forward function (a class's, or one set on an instance), read once: a decoding step calls this, and
+    # inspect.signature costs more than a small model's step on a CPU
+    return "logits_to_keep" in inspect.signature(forward).parameters
 
 
 def one_logit_kwargs(model: torch.nn.Module) -> dict:

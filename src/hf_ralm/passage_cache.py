@@ -81,26 +81,49 @@ class PassageKVCache:
 
     def stacked(self, passages: Sequence[Sequence[int]], repeats: Sequence[int]) -> DynamicCache:
         """One cache of ``sum(repeats)`` rows: the keys/values of each of ``passages`` (all of one length) repeated
-        ``repeats[i]`` times, in order, for inputs with different passages to run in one batch. The passages the
-        store lacks are computed together, in one forward of a row each (one forward per passage would leave a GPU
-        mostly idle, launching small kernels), and stored. Only for a model whose cache :meth:`stacks_rows`; what the
-        store holds is left as it is.
+        ``repeats[i]`` times, in order, for inputs with different passages to run in one batch (the ones the store
+        lacks computed as :meth:`prefill` does). Only for a model whose cache :meth:`stacks_rows`; what the store
+        holds is left as it is.
 
         Example::
 
             past = store.stacked([rome_ids, paris_ids], [3, 2])   # 5 rows: rome's keys/values 3 times, then paris's
         """
-        keys = [tuple(int(i) for i in passage) for passage in passages]
-        if len({len(key) for key in keys}) != 1 or not keys[0]:
+        if len({len(passage) for passage in passages}) != 1 or not passages[0]:
             raise ValueError("stacked() takes non-empty passages of one length (their rows must align).")
-        rows = {key: entry[0] for key in dict.fromkeys(keys) if (entry := self._lookup(key)) is not None}
-        missing = [key for key in dict.fromkeys(keys) if key not in rows]
-        if missing:
-            cache, logits = self._compute(missing)
-            for key, row, row_logits in zip(missing, cache_rows(cache), logits):
-                self._store(key, row, row_logits)
-                rows[key] = row  # kept here even when the store cannot hold it
-        return stack_cache_rows([rows[key] for key in keys], repeats)
+        return stack_cache_rows([cache for cache, _ in self.prefill(passages)], repeats)
+
+    def prefill(self, passages: Sequence[Sequence[int]]) -> list[tuple[DynamicCache, torch.Tensor]]:
+        """Each passage's cache and the logits after it, as :meth:`get` gives them one by one (and counted so), but
+        the passages the store lacks computed together: one forward for those of each length, a row each (one forward
+        a passage leaves a GPU mostly idle, launching small kernels), when the model's cache :meth:`stacks_rows`.
+        The caches returned are the store's own: copy one before extending it.
+
+        Example::
+
+            [(rome_cache, rome_logits), (paris_cache, _)] = store.prefill([rome_ids, paris_ids])   # one forward
+        """
+        keys = [tuple(int(i) for i in passage) for passage in passages]
+        if not all(keys):
+            raise ValueError("An empty passage has no keys/values: start from empty_cache(model) instead.")
+        found: dict[tuple[int, ...], tuple[DynamicCache, torch.Tensor]] = {}
+        missing: dict[int, list[tuple[int, ...]]] = {}
+        for key in keys:
+            if key in found or key in missing.get(len(key), ()):  # a later look-up of it would find it stored
+                self.hits += 1
+                self.reused_tokens += len(key)
+            elif (entry := self._lookup(key)) is not None:
+                found[key] = entry[:2]
+            else:
+                missing.setdefault(len(key), []).append(key)
+        for group in missing.values():
+            batches = [group] if self.stacks_rows() else [[key] for key in group]
+            for batch in batches:
+                cache, logits = self._compute(batch)
+                for key, row, row_logits in zip(batch, cache_rows(cache) if len(batch) > 1 else [cache], logits):
+                    self._store(key, row, row_logits)
+                    found[key] = (row, row_logits)  # kept here even when the store cannot hold it
+        return [found[key] for key in keys]
 
     def stacks_rows(self) -> bool:
         """Whether this model's caches can be stacked row by row (:meth:`stacked`): every layer a dynamic one."""

@@ -76,11 +76,12 @@ a later stride without one (a closed gate, an empty retrieval) that starts it at
 ``a`` the context is unchanged and its cache simply keeps growing; otherwise the context starts from the passage's
 keys/values, taken from a :class:`~hf_ralm.passage_cache.PassageKVCache` (a passage sits at position 0, so its
 keys/values are the same for every stride and row that uses it), and only ``x[a_j:]`` is prefilled. With
-``use_cache=False`` every step runs the whole context instead (the slow reference). A rebuilt context is prefilled
-row by row (each row has its own passage and length); the steps where every row takes one token on a full-attention
-cache are run as one batch, the rows' caches left-padded into one with an attention mask and each row's own
-positions (models with sliding-window or other special cache layers stay row by row). Logits processors, stopping
-criteria and streamers see the whole batch, as in ``transformers``.
+``use_cache=False`` every step runs the whole context instead (the slow reference). The passages a stride's rows lack
+are computed together (one forward per passage length); the steps where every row lacks as many tokens on a
+full-attention cache (one token, or at a stride's start the text after each row's new passage) are run as one batch,
+the rows' caches left-padded into one with an attention mask and each row's own positions (rows of different lengths
+prefill their new contexts one by one; models with sliding-window or other special cache layers stay row by row).
+Logits processors, stopping criteria and streamers see the whole batch, as in ``transformers``.
 
 The decoding loop (:mod:`.utils`) is handed to ``transformers``' ``generate(custom_generate=...)``, so the
 generation config, the logits processors/warpers (temperature, top-k/top-p, repetition penalty, user

@@ -1,10 +1,11 @@
 """Per-row decoding state: the KV-cached contexts ``[passage; x[start:]]`` of each row (what a passage puts in front
 of ``x``, :func:`encode_passage`, and where ``x`` starts, :func:`stride_start`), and the batch that decodes rows
-together while each takes one token per step.
+together while each lacks as many tokens.
 
 A row's context keeps the KV cache of what has been run so far and is only fed the tokens it lacks; when every row
-takes one token on a plain full-attention cache, the rows' caches are left-padded into one and decoded in a single
-forward (:class:`RowBatch`), with an attention mask over the padding and each row's own positions.
+lacks as many tokens on a plain full-attention cache (one a step, or at a stride's start the text after each row's
+new passage), the rows' caches are left-padded into one and run in a single forward (:class:`RowBatch`), with an
+attention mask over the padding and each row's own positions.
 
 Example:
     >>> from hf_ralm.modeling_utils import empty_cache
@@ -108,21 +109,24 @@ class Row:
             source["end"] = end
 
 
-def batchable(row: Row) -> bool:
-    """Whether the row's next step is one token on one plain (full-attention, dynamic) KV cache."""
+def pending_tokens(row: Row) -> int | None:
+    """How many tokens the row's context lacks when its next step can run in a :class:`RowBatch` (one context, on a
+    plain full-attention, dynamic KV cache holding something), else ``None``. One after a step; more when a stride
+    opened a new context (its passage, then the text after it to run)."""
     if len(row.mixture) != 1:
-        return False
+        return None
     context = row.mixture[0][1]
     cache = context.cache
-    return (cache is not None and context.fed == len(row.ids) - 1 and context.start <= context.fed
-            and cache.get_seq_length() > 0
-            and all(type(layer) is DynamicLayer and layer.is_initialized for layer in cache.layers))
+    batchable = (cache is not None and context.start <= context.fed < len(row.ids) and cache.get_seq_length() > 0
+                 and all(type(layer) is DynamicLayer and layer.is_initialized for layer in cache.layers))
+    return len(row.ids) - context.fed if batchable else None
 
 
 class RowBatch:
-    """Rows whose contexts each take one token per step, decoded together: their caches are left-padded into one,
-    with an attention mask over the padding and each row's own positions. While batched, a context's own cache is
-    ``None``; :meth:`dissolve` gives the contexts still in use their cache back."""
+    """Rows whose contexts each lack the same number of tokens, decoded together: their caches are left-padded into
+    one, with an attention mask over the padding and each row's own positions. The first step runs what each context
+    lacks (a new stride's text after its passage, for every row at once), every later step one token a row. While
+    batched, a context's own cache is ``None``; :meth:`dissolve` gives the contexts still in use their cache back."""
 
     def __init__(self, model, rows: list[Row]):
         self.model, self.rows = model, rows
@@ -144,15 +148,18 @@ class RowBatch:
             context.cache = None
 
     def step(self, stats: dict) -> torch.Tensor:
-        """Feed every row its last token; the next-token logits of every row."""
+        """Feed every row what its context lacks (as many tokens for each); the next-token logits of every row."""
         device = self.mask.device
-        tokens = torch.tensor([[row.ids[-1]] for row in self.rows], device=device)
-        self.mask = torch.cat([self.mask, self.mask.new_ones(len(self.rows), 1)], dim=1)
-        logits = self.model(input_ids=tokens, attention_mask=self.mask, position_ids=self.positions[:, None],
+        tokens = torch.tensor([row.ids[context.fed :] for row, context in zip(self.rows, self.contexts)],
+                              device=device)
+        count = tokens.shape[1]
+        self.mask = torch.cat([self.mask, self.mask.new_ones(len(self.rows), count)], dim=1)
+        positions = self.positions[:, None] + torch.arange(count, device=device)
+        logits = self.model(input_ids=tokens, attention_mask=self.mask, position_ids=positions,
                             use_cache=True, **cache_kwargs(self.model, self.cache),
                             **one_logit_kwargs(self.model)).logits[:, -1]
-        self.positions = self.positions + 1
-        stats["forward_tokens"] += len(self.rows)
+        self.positions = self.positions + count
+        stats["forward_tokens"] += tokens.numel()
         stats["batched_steps"] += 1
         for row, context, row_logits in zip(self.rows, self.contexts, logits):
             context.fed, context.logits = len(row.ids), row_logits

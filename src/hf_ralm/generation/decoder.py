@@ -13,6 +13,8 @@ Example::
 
 from __future__ import annotations
 
+import copy
+
 import math
 from typing import Sequence
 
@@ -29,7 +31,7 @@ from ..retrieval.base import Retriever
 from ..selection.policy import PassagePolicy
 from ..selection.strategies import check_generation, reranks
 from ..utils.checks import check_count
-from .contexts import Context, Row, RowBatch, batchable, stride_start
+from .contexts import Context, Row, RowBatch, pending_tokens, stride_start
 from .ranker import StrideRanker, random_key
 
 
@@ -104,14 +106,23 @@ class RalmDecoder:
         """Forget the rows being decoded, before a new generation; the passage cache and the counters stay."""
         self._batch = None
 
-    def _open(self, prefix: tuple[int, ...], start: int) -> Context:
+    def _open(self, prefix: tuple[int, ...], start: int, opened: list[Context]) -> Context:
+        """A new context; one with a passage gets its keys/values from :meth:`_fill` (``opened`` lists it), so that
+        a stride's new passages are computed together."""
         self.stats["contexts_rebuilt"] += 1
         if not self.use_cache:
             return Context(prefix, start, None, None, rebuild=True)
         if not prefix:
             return Context(prefix, start, empty_cache(self.model), None)
-        cache, logits = self.passage_cache.get(prefix)
-        return Context(prefix, start, cache, logits)
+        context = Context(prefix, start, None, None)
+        opened.append(context)
+        return context
+
+    def _fill(self, opened: list[Context]) -> None:
+        """The passages' keys/values of the contexts a stride opened (a copy each: a context extends its own), those
+        the store lacks computed in one forward per passage length."""
+        for context, (cache, logits) in zip(opened, self.passage_cache.prefill([c.prefix for c in opened])):
+            context.cache, context.logits = copy.deepcopy(cache), logits
 
     def _retrieve(self, queries: list[str]) -> list[list[Passage]]:
         """Every row's passages: its top ``num_passages`` or ``ensemble_size``, or with reranking its
@@ -147,7 +158,8 @@ class RalmDecoder:
             choices.append(([passages[i] for i in indices], indices if reranking else [None] * len(indices)))
         return choices
 
-    def _context(self, row: Row, contexts: dict, prefix: tuple[int, ...], start: int) -> Context:
+    def _context(self, row: Row, contexts: dict, prefix: tuple[int, ...], start: int, opened: list[Context]
+                 ) -> Context:
         """The context ``[prefix; x[start:]]`` of a row for the new stride: one of this stride's, the previous
         stride's (kept), the row's last one without a passage (resumed) or a new one."""
         key = (prefix, start)
@@ -161,7 +173,7 @@ class RalmDecoder:
             self.stats["plain_contexts_resumed"] += 1
             self.stats["plain_tokens_reused"] += context.fed - context.start
         else:
-            context = self._open(prefix, start)
+            context = self._open(prefix, start, opened)
         contexts[key] = context
         return context
 
@@ -179,6 +191,7 @@ class RalmDecoder:
         found = self._retrieve(queries)
         choices = self._choose(rows, queries, found, stride_tokens, generated)
         mixing = self.ensemble_size > 1
+        opened: list[Context] = []
         for row, retrieved, (passages, ranks) in zip(rows, found, choices):
             self.stats["strides"] += 1
             self.stats["empty_retrievals"] += not retrieved
@@ -191,7 +204,7 @@ class RalmDecoder:
                 prefix = tuple(context_prefix(self.tokenizer, member, self.config))
                 self.config.check_room(self.max_length, len(prefix))
                 start = stride_start(len(row.ids), stride_tokens, len(prefix), self.max_length)
-                row.mixture.append((weight, self._context(row, contexts, prefix, start)))
+                row.mixture.append((weight, self._context(row, contexts, prefix, start, opened)))
             if not passages and self.use_cache and self.keep_plain_context:
                 row.plain = row.mixture[0][1]
             if row.top_prefix is not None and row.mixture[0][1].prefix != row.top_prefix:
@@ -201,6 +214,7 @@ class RalmDecoder:
             shown = weights if mixing and len(passages) > 1 else [None] * len(passages)
             row.open_sources = [source_record(p, generated, w, rank) for p, w, rank in zip(passages, shown, ranks)]
             row.sources.extend(row.open_sources)
+        self._fill(opened)
         self._dissolve_batch(rows)
 
     def _dissolve_batch(self, rows: Sequence[Row]) -> None:
@@ -210,16 +224,19 @@ class RalmDecoder:
             self._batch = None
 
     def step(self, rows: list[Row]) -> list[torch.Tensor]:
-        """The next-token scores of every row (see :meth:`next_scores`). Rows that each take one token on a plain
-        KV cache are decoded in one batch, kept across steps until a stride starts or a row stops."""
+        """The next-token scores of every row (see :meth:`next_scores`). Rows whose contexts each lack as many tokens
+        on a plain KV cache (one a step; at a stride's start, what each new context lacks) are decoded in one batch,
+        kept across steps until a stride starts or a row stops."""
         batch = self._batch
         if batch is not None and [id(r) for r in batch.rows] != [id(r) for r in rows]:
             if {id(r) for r in rows} <= {id(r) for r in batch.rows}:
                 batch.select(rows)
             else:
                 self._dissolve_batch(batch.rows)
-        if self._batch is None and len(rows) > 1 and all(batchable(r) for r in rows):
-            self._batch = RowBatch(self.model, rows)
+        if self._batch is None and len(rows) > 1:
+            pending = {pending_tokens(r) for r in rows}
+            if len(pending) == 1 and None not in pending:  # every row lacks as many tokens on a plain cache
+                self._batch = RowBatch(self.model, rows)
         if self._batch is not None:
             return list(self._batch.step(self.stats).float())
         return [self.next_scores(row) for row in rows]
