@@ -48,14 +48,19 @@ done
 python benchmarks/make_heldout.py --corpus ../shared/data/wikipedia-2015-sample/articles.jsonl.gz \
   --out-dir "${HF_RALM_CACHE:-$HOME/.cache/hf-ralm}/heldout" >/dev/null
 
+# Every figure runs even when one before it stops (a row that no longer reproduces stops its figure's refill: move
+# it away and run again); the job's status says whether any stopped, and its log which.
 bash benchmarks/long_run.sh figures "$commit" "$runs" -- bash -c '
-  out=$0
+  out=$0 failed=()
   fill() { python "benchmarks/figures/$1.py" "${@:2}" --dtype bfloat16 --fill-intervals --out-dir "$out"; }
-  fill stride --max-eval-tokens 1024 &&
-  fill query_length --max-eval-tokens 1024 --retrievers bm25 &&
-  fill context_length --max-eval-tokens 256 &&
-  python benchmarks/gate_tables.py --max-eval-tokens 1024 --fill-intervals --figures-dir "$out" &&
-  fill retrievers --max-eval-tokens 1024 --corpora whole --retrievers none bm25 lucene &&
-  fill retrievers --max-eval-tokens 1024 --corpora subset --retrievers bm25 lucene dense hybrid &&
-  fill query_length --max-eval-tokens 1024 --retrievers dense &&
-  fill retrievers --max-eval-tokens 1024' "$root/$runs"
+  step() { "$@" || failed+=("$*"); }
+  step fill stride --max-eval-tokens 1024
+  step fill query_length --max-eval-tokens 1024 --retrievers bm25
+  step fill context_length --max-eval-tokens 256
+  step python benchmarks/gate_tables.py --max-eval-tokens 1024 --fill-intervals --figures-dir "$out"
+  step fill retrievers --max-eval-tokens 1024 --corpora whole --retrievers none bm25 lucene
+  step fill retrievers --max-eval-tokens 1024 --corpora subset --retrievers bm25 lucene dense hybrid
+  step fill query_length --max-eval-tokens 1024 --retrievers dense
+  step fill retrievers --max-eval-tokens 1024
+  for f in "${failed[@]}"; do echo "[figures] stopped: $f"; done
+  [ ${#failed[@]} -eq 0 ]' "$root/$runs"
