@@ -59,8 +59,8 @@ forward without passages, at L=1024 and 2048 with a passage in every window, for
 Llama-3.2-1B-sized model, SmolLM2-135M and Gemma-3-270M (real architectures, random weights, built on the GPU in
 bf16 from `benchmarks/gpu_configs/`); fp32 exactness of the batched path against the reference loop; generation
 tokens/s against the rebuild-every-stride loop and plain `generate`; batch size `auto` running out of memory once
-(OPT-6.7B from 1024 windows a batch); a `torch.profiler` summary of OPT-6.7B's batched path. See the module docstring
-of `benchmarks/gpu_suite.py` for how each is measured.
+(OPT-6.7B from 1024 windows a batch); `torch.profiler` summaries of OPT-6.7B's and SmolLM2's batched path and of
+SmolLM2's `ralm_generate`. See the module docstring of `benchmarks/gpu_suite.py` for how each is measured.
 
 Whoever has a GPU lent (the device tool's `status`: `can_start_another` true) runs it first, in one call:
 
@@ -75,8 +75,8 @@ Whoever has a GPU lent (the device tool's `status`: `can_start_another` true) ru
 - It plans its own time: the tests stop at 150 s, and the suite's budget of 360 s from its start (`--budget-s`;
   420 s when run alone) leaves 80 s of the call's 590 s for importing torch and a step that outruns its estimate; a
   step whose estimate would pass the budget is skipped with a note, per-step timings go to stderr, and the JSON is
-  rewritten after every step, so a timeout still brings back what was measured. On an H200 the tests took 60 s and
-  the whole suite 181 s (its Steps table below).
+  rewritten after every step, so a timeout still brings back what was measured. On an H200 the tests took 60-74 s and
+  the whole suite about 180 s in two runs (the Steps table below), before its two profile steps were added.
 - Targets (reported, never the exit status, which fails only on an inexact batched path or a crashed step):
   OPT-6.7B at L=2048 in bf16 at least 40% MFU and 20× the reference loop's scored tokens/s; SmolLM2 30× the
   reference loop; generation 5× the rebuild loop. Where they fall short, the profile in the results is the result
@@ -200,8 +200,10 @@ def batch_size_lines(report: dict) -> list[str]:
 def profile_table(report: dict) -> list[str]:
     lines = ["### Profile"]
     for r in report["profile"]:
-        lines += ["", f"{r['reader']}, batched path, L={r['max_length']}, {r['windows']} windows: wall "
-                  f"{r['wall_ms']:.1f} ms, busy {r['busy_ms']:.1f} ms ({r['time_basis']})", "",
+        what = r.get("what") or f"batched path, L={r['max_length']}, {r['windows']} windows"
+        forwards = f", {r['forwards']} forwards" if "forwards" in r else ""
+        lines += ["", f"{r['reader']}, {what}: wall {r['wall_ms']:.1f} ms, busy {r['busy_ms']:.1f} ms "
+                  f"({r['time_basis']}){forwards}", "",
                   "| op | calls | self ms |", "|---|---|---|",
                   *(f"| `{op['op']}` | {op['calls']} | {op['self_ms']:.2f} |" for op in r["top_ops"])]
     return lines

@@ -16,7 +16,8 @@ estimate would pass ``--budget-s``; the JSON is rewritten after every step, so a
 2. fp32 exactness of the batched path against the reference loop (SmolLM2-sized; relative 1e-5 on NLL sums);
 3. a ``torch.profiler`` summary of OPT-6.7B's batched path (top ops by device time);
 4. SmolLM2's throughput (L=2048 and 1024) and generation tokens/s: ``ralm_generate`` (re-retrieval every s tokens)
-   against its rebuild-every-stride loop (``use_cache=False``) and plain ``generate``;
+   against its rebuild-every-stride loop (``use_cache=False``) and plain ``generate``; profiles of SmolLM2's batched
+   path and of its ``ralm_generate`` (the two furthest from their ceilings in the first GPU run);
 5. batch size ``auto`` running out of memory for real (OPT-6.7B, L=2048, from 1024 windows a batch, halving);
 6. Llama-1B and Gemma throughput, Llama-1B generation, Llama-1B and OPT-6.7B at L=1024.
 
@@ -116,8 +117,8 @@ class Sizes:
         return READERS[reader].windows, READERS[reader].reference_windows
 
     def estimate(self, seconds: float) -> float:
-        """A step's estimated seconds on an H100, model build included (guesses until the suite meets a GPU: then
-        its step timings tell); tiny in --quick."""
+        """A step's estimated seconds, model build included: about 1.5 times its time in the H200 run of
+        docs/gpu_suite.json (the two profile steps added after it: guesses); tiny in --quick."""
         return seconds / 100 if self.quick else seconds
 
 
@@ -359,24 +360,22 @@ def exactness(suite: Suite, reader: str, length: int) -> dict:
             "passed": rel <= EXACT_MAX_REL_DIFF, "paths": {"batched": batched, "reference": reference}}
 
 
-def profile(suite: Suite, reader: str, length: int, windows: int) -> dict:
-    """Where the batched path's time goes over ``windows`` windows: ``torch.profiler``'s top ops by self device time
-    (CPU time on a CPU); busy: the device's kernels' time (an op's self device time is its kernels', not added
-    twice)."""
+def profiled(suite: Suite, model, run: Callable[[], object]) -> dict:
+    """Where ``run``'s time goes (after one warm-up run): ``torch.profiler``'s top ops by self device time (CPU time
+    on a CPU), the forwards of ``model`` it ran, and the wall and busy times (busy: the device's kernels' time; an
+    op's self device time is its kernels', not added twice)."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile as profiler
 
-    model = suite.models.get(reader, suite.dtype)
-    text = suite.text(model, length, windows, suite.args.windows_per_passage)
-    path = eval_paths(model, text, suite.device)["batched"]
     cuda = suite.device.type == "cuda"
     with torch.inference_mode():
-        path.run(text.windows)  # warm-up
+        run()  # warm-up
     synchronize(suite.device)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with profiler(activities=activities) as prof, torch.inference_mode():
+    rows: list[int] = []
+    with record_batch_rows(model, rows), profiler(activities=activities) as prof, torch.inference_mode():
         t0 = time.perf_counter()
-        path.run(text.windows)
+        run()
         synchronize(suite.device)
         wall = time.perf_counter() - t0
     averages = prof.key_averages()
@@ -386,11 +385,31 @@ def profile(suite: Suite, reader: str, length: int, windows: int) -> dict:
 
     top = sorted(averages, key=own, reverse=True)[: suite.args.profile_ops]
     busy_ms = sum(own(e) for e in averages if not cuda or e.device_type == DeviceType.CUDA) / 1e3
-    return {"reader": reader, "max_length": length, "windows": len(text.windows), "path": "batched",
-            "time_basis": "self CUDA time" if cuda else "self CPU time", "wall_ms": wall * 1e3, "busy_ms": busy_ms,
-            "busy_fraction": busy_ms / (wall * 1e3) if cuda else None,
+    return {"time_basis": "self CUDA time" if cuda else "self CPU time", "wall_ms": wall * 1e3, "busy_ms": busy_ms,
+            "busy_fraction": busy_ms / (wall * 1e3) if cuda else None, "forwards": len(rows),
             "top_ops": [{"op": e.key, "calls": e.count, "self_ms": own(e) / 1e3,
                          "self_cpu_ms": e.self_cpu_time_total / 1e3} for e in top]}
+
+
+def profile(suite: Suite, reader: str, length: int, windows: int) -> dict:
+    """Where the batched path's time goes over ``windows`` windows (:func:`profiled`)."""
+    model = suite.models.get(reader, suite.dtype)
+    text = suite.text(model, length, windows, suite.args.windows_per_passage)
+    path = eval_paths(model, text, suite.device)["batched"]
+    return {"reader": reader, "max_length": length, "windows": len(text.windows), "path": "batched",
+            "what": f"batched path, L={length}, {len(text.windows)} windows",
+            **profiled(suite, model, lambda: path.run(text.windows))}
+
+
+def profile_generation(suite: Suite, reader: str) -> dict:
+    """Where ``ralm_generate``'s time goes, on the generation step's prompts and sizes (:func:`profiled`)."""
+    sizes = suite.sizes
+    model = suite.models.get(reader, suite.dtype)
+    prompts = generation_prompts(suite, model)
+    ours = generation_variants(suite, reader, model)["ours"]
+    return {"reader": reader, "max_length": sizes.lengths[0], "path": "ralm_generate",
+            "what": f"ralm_generate, {sizes.prompts} prompts, {sizes.new_tokens} new tokens, L={sizes.lengths[0]}",
+            **profiled(suite, model, lambda: ours(prompts, sizes.new_tokens))}
 
 
 def batch_size_auto(suite: Suite, reader: str, length: int) -> dict:
@@ -504,13 +523,18 @@ def generation_variants(suite: Suite, reader: str, model) -> dict[str, Callable[
             "plain": lambda rows, n: model.generate(rows, **exactly(rows, n))}
 
 
+def generation_prompts(suite: Suite, model) -> torch.Tensor:
+    """The generation step's random prompts, on the device."""
+    generator = torch.Generator().manual_seed(suite.args.seed)
+    return torch.randint(model.config.get_text_config().vocab_size, (suite.sizes.prompts, suite.sizes.prompt_tokens),
+                         generator=generator).to(suite.device)
+
+
 def generation(suite: Suite, reader: str) -> dict:
     """(c) tokens/s of :func:`generation_variants` on the same random prompts."""
     sizes = suite.sizes
     model = suite.models.get(reader, suite.dtype)
-    generator = torch.Generator().manual_seed(suite.args.seed)
-    prompts = torch.randint(model.config.get_text_config().vocab_size, (sizes.prompts, sizes.prompt_tokens),
-                            generator=generator).to(suite.device)
+    prompts = generation_prompts(suite, model)
     warm_tokens = min(sizes.new_tokens, 2 * sizes.stride)
     results, tokens = {}, {}
     for name, fn in generation_variants(suite, reader, model).items():
@@ -538,7 +562,7 @@ def generation(suite: Suite, reader: str) -> dict:
 class Step:
     name: str
     section: str  # where its result goes in the report
-    estimate_s: float  # on an H100, model builds included
+    estimate_s: float  # about 1.5 times what the step took on the H200 (docs/gpu.md), model builds included
     needs: tuple[tuple[str, torch.dtype], ...]
     run: Callable[[Suite], dict]
 
@@ -558,26 +582,28 @@ def plan(sizes: Sizes, dtype: torch.dtype) -> list[Step]:
         return step(f"generation {reader}", "generation", estimate, reader, dtype, lambda s: generation(s, reader))
 
     return [
-        speed("opt-6.7b", long, 60),
-        step(f"exactness smollm2-135m fp32 L={short}", "exactness", 20, "smollm2-135m", torch.float32,
+        speed("opt-6.7b", long, 25),
+        step(f"exactness smollm2-135m fp32 L={short}", "exactness", 5, "smollm2-135m", torch.float32,
              lambda s: exactness(s, "smollm2-135m", short)),
-        step(f"profile opt-6.7b L={long}", "profile", 15, "opt-6.7b", dtype,
+        step(f"profile opt-6.7b L={long}", "profile", 5, "opt-6.7b", dtype,
              lambda s: profile(s, "opt-6.7b", long, sizes.profile_windows)),
-        speed("smollm2-135m", long, 15),
+        speed("smollm2-135m", long, 10),
         speed("smollm2-135m", short, 10),
-        generate("smollm2-135m", 30),
+        generate("smollm2-135m", 90),
         # the small reader, furthest from its ceiling: where its time goes, over the windows the throughput step runs
-        step(f"profile smollm2-135m L={short}", "profile", 15, "smollm2-135m", dtype,
+        step(f"profile smollm2-135m L={short}", "profile", 50, "smollm2-135m", dtype,
              lambda s: profile(s, "smollm2-135m", short, sizes.windows("smollm2-135m")[0])),
+        step("profile generation smollm2-135m", "profile", 60, "smollm2-135m", dtype,
+             lambda s: profile_generation(s, "smollm2-135m")),
         # after the targets' steps: a failure that is no out-of-memory error could leave the device unusable
-        step(f"batch size auto opt-6.7b L={long}", "batch_size_auto", 60, "opt-6.7b", dtype,
+        step(f"batch size auto opt-6.7b L={long}", "batch_size_auto", 20, "opt-6.7b", dtype,
              lambda s: batch_size_auto(s, "opt-6.7b", long)),
-        speed("llama-3.2-1b", long, 25),
-        speed("gemma-3-270m", long, 20),
-        speed("gemma-3-270m", short, 15),
-        generate("llama-3.2-1b", 40),
-        speed("llama-3.2-1b", short, 15),
-        speed("opt-6.7b", short, 40),
+        speed("llama-3.2-1b", long, 10),
+        speed("gemma-3-270m", long, 15),
+        speed("gemma-3-270m", short, 10),
+        generate("llama-3.2-1b", 60),
+        speed("llama-3.2-1b", short, 5),
+        speed("opt-6.7b", short, 10),
     ]
 
 
