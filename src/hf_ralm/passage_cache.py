@@ -76,8 +76,8 @@ class PassageKVCache:
         key = tuple(int(i) for i in passage_ids)
         if not key:
             raise ValueError("An empty passage has no keys/values: start from empty_cache(model) instead.")
-        cache, logits, stored = self._entry(key)
-        return (copy.deepcopy(cache) if stored else cache), logits
+        (cache, logits), = self.prefill([key])
+        return (copy.deepcopy(cache) if key in self._entries else cache), logits  # the store's own: copied
 
     def stacked(self, passages: Sequence[Sequence[int]], repeats: Sequence[int]) -> DynamicCache:
         """One cache of ``sum(repeats)`` rows: the keys/values of each of ``passages`` (all of one length) repeated
@@ -131,14 +131,6 @@ class PassageKVCache:
             self._stacks_rows = stackable_rows(empty_cache(self.model))
         return self._stacks_rows
 
-    def _entry(self, key: tuple[int, ...]) -> tuple[DynamicCache, torch.Tensor, bool]:
-        """The passage's cache (the stored one: not to be changed), its last logits, and whether the store holds it."""
-        entry = self._lookup(key)
-        if entry is not None:
-            return entry[0], entry[1], True
-        cache, logits = self._compute([key])
-        return cache, logits[0], self._store(key, cache, logits[0])
-
     def _lookup(self, key: tuple[int, ...]) -> tuple[DynamicCache, torch.Tensor, int] | None:
         entry = self._entries.get(key)
         if entry is not None:
@@ -157,18 +149,17 @@ class PassageKVCache:
             logits = last_logits(self.model, ids, 1, cache=cache)[:, -1]
         return cache, logits
 
-    def _store(self, key: tuple[int, ...], cache: DynamicCache, logits: torch.Tensor) -> bool:
-        """Keep one passage's cache, least recently used entries evicted to make room; whether it was kept (one
-        larger than the whole store is not)."""
+    def _store(self, key: tuple[int, ...], cache: DynamicCache, logits: torch.Tensor) -> None:
+        """Keep one passage's cache, least recently used entries evicted to make room; one larger than the whole
+        store is not kept."""
         size = cache_nbytes(cache) + logits.numel() * logits.element_size()
         if size > self.max_bytes:
-            return False
+            return
         while self._entries and self.bytes + size > self.max_bytes:
             _, (_, _, freed) = self._entries.popitem(last=False)
             self.bytes -= freed
         self._entries[key] = (cache, logits, size)
         self.bytes += size
-        return True
 
     def clear(self) -> None:
         """Drop every entry (the counters are kept)."""

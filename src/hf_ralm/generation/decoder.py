@@ -14,7 +14,6 @@ Example::
 from __future__ import annotations
 
 import copy
-
 import math
 from typing import Sequence
 
