@@ -23,7 +23,9 @@ Every point also gets its change against no retrieval with a paired 95% interval
 ``vs_none_high``): the same windows under the point's choice and without a passage, blocks of 8 windows resampled
 2,000 times (benchmarks/figures/intervals.py says why blocks); the figure draws it as error bars around each point
 (on the scale of the text's perplexity without retrieval). Rows of an older CSV have none: ``--fill-intervals``
-measures their points again and fills it in, keeping what the row measured once its token perplexity is found again.
+measures their points again and fills it in, keeping what the row measured once its token perplexity is found again;
+an lm gate row whose gate now retrieves in another share of the windows (a saving at the threshold, tipped by another
+code version's bf16 rounding) is measured anew instead.
 
 Every point is one row of ``--figures-dir/gate_results.csv``, written as soon as it is measured (``seconds``: the
 time of the pass it comes from, or of its evaluation; benchmarks/results_csv.py); a rerun skips the points already
@@ -349,7 +351,18 @@ def measure(args, table: Table):
         vs_none = 100 * (measured["token_ppl"] / perplexities(gates, float(none.sum()))["token_ppl"] - 1)
         row = {**measured, "windows": len(run.windows), "vs_none": vs_none, "vs_none_low": low, "vs_none_high": high}
         old = table.row(point)
-        return row if old is None else fill_in(old, row, CHANGE, "token_ppl", REFILL_RTOL)
+        if old is None:
+            return row
+        was, now = float(old["retrieved_fraction"] or 0), row["retrieved_fraction"] or 0
+        if method == "lm gate" and abs(was - now) > 1e-9:
+            # The lm gate retrieves where the passage saves >= t nats of the reader's own bf16 NLL: a window whose
+            # saving sits at t goes either way under another code version's rounding. Its choice changed, not the
+            # data, so the point is measured anew rather than refused (a choice that held must reproduce the row).
+            print(f"[gates] {reader} / {data} / lm gate {setting}: the gate now retrieves in {now:.4f} of the windows, "
+                  f"not {was:.4f}; token perplexity {row['token_ppl']:.6g}, not {float(old['token_ppl']):.6g}: the "
+                  "row is measured anew", file=sys.stderr)
+            return row
+        return fill_in(old, row, CHANGE, "token_ppl", REFILL_RTOL)
 
     return measure_point
 

@@ -570,7 +570,19 @@ def test_gate_rows_without_an_interval_get_it_measured_again_and_keep_the_rest(t
     kept = gate_tables.SETTINGS + gate_tables.CHANGE
     assert [[row[c] for c in kept] for row in filled] == [[row[c] for c in kept] for row in rows]
 
+    # an lm gate row whose gate chose otherwise (a saving at the threshold, tipped by other rounding): measured anew
+    gate = next(row for row in rows if row["method"] == "lm gate")
+    write_old([{**gate, "token_ppl": str(2 * float(gate["token_ppl"])), "seconds": "123.0",
+                "retrieved_fraction": str(float(gate["retrieved_fraction"] or 0) + 0.25)}])
+    assert gate_tables.main(argv + ["--fill-intervals"]) == 0
+    anew = table.row(gate)
+    assert [anew[c] for c in kept + ("retrieved_fraction",)] == [gate[c] for c in kept + ("retrieved_fraction",)]
+    assert anew["seconds"] != "123.0"
+
     always = next(row for row in rows if row["method"] == "always")
     write_old([{**always, "token_ppl": str(2 * float(always["token_ppl"]))}])
+    with pytest.raises(ValueError, match="the row was measured with something else"):
+        gate_tables.main(argv + ["--fill-intervals"])
+    write_old([{**gate, "token_ppl": str(2 * float(gate["token_ppl"]))}])  # the same choice must reproduce the row
     with pytest.raises(ValueError, match="the row was measured with something else"):
         gate_tables.main(argv + ["--fill-intervals"])
