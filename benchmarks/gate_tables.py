@@ -24,8 +24,9 @@ Every point also gets its change against no retrieval with a paired 95% interval
 2,000 times (benchmarks/figures/intervals.py says why blocks); the figure draws it as error bars around each point
 (on the scale of the text's perplexity without retrieval). Rows of an older CSV have none: ``--fill-intervals``
 measures their points again and fills it in, keeping what the row measured once its token perplexity is found again;
-an lm gate row that differs is measured anew instead (a window whose saving sits at the threshold goes either way under
-another code version's bf16 rounding; the same pass's none and always rows vouch for the data).
+a row other than none and always that differs is measured anew instead (an lm gate's window whose saving sits at the
+threshold goes either way under another version's bf16 rounding; the passages below the first may come in another order
+from a rebuilt index): the same pass's none and always rows, refused when they differ, vouch for the data.
 
 Every point is one row of ``--figures-dir/gate_results.csv``, written as soon as it is measured (``seconds``: the
 time of the pass it comes from, or of its evaluation; benchmarks/results_csv.py); a rerun skips the points already
@@ -353,14 +354,14 @@ def measure(args, table: Table):
         old = table.row(point)
         if old is None:
             return row
-        if method == "lm gate" and abs(row["token_ppl"] / float(old["token_ppl"]) - 1) > REFILL_RTOL:
-            # The lm gate retrieves where the passage saves >= t nats of the reader's own bf16 NLL: a window whose
-            # saving sits at t goes either way under another code version's rounding, and one window's choice moves
-            # 1,024 tokens' perplexity by more than REFILL_RTOL. The data are vouched for by the same pass's none and
-            # always rows (measured before it, refused if not reproduced), so the point is measured anew.
-            print(f"[gates] {reader} / {data} / lm gate {setting}: token perplexity {row['token_ppl']:.6g} now, "
-                  f"{float(old['token_ppl']):.6g} before (retrieved in {row['retrieved_fraction'] or 0:.4f} of the "
-                  f"windows, {float(old['retrieved_fraction'] or 0):.4f} before): the row is measured anew",
+        if method not in ("none", "always") and abs(row["token_ppl"] / float(old["token_ppl"]) - 1) > REFILL_RTOL:
+            # The none and always rows (every window's NLL without and with its top passage, measured before the
+            # others and refused when not reproduced) vouch for the text and the reader. The others also depend on
+            # what moves between code and index versions without a change of data: the lm gate's choice of a window
+            # whose saving sits at its threshold (bf16 rounding), the order of the passages below the first (BM25
+            # ties, a rebuilt index). Such a row is measured anew, and says so.
+            print(f"[gates] {reader} / {data} / {method} {setting} {point['options']}: token perplexity "
+                  f"{row['token_ppl']:.6g} now, {float(old['token_ppl']):.6g} before: the row is measured anew",
                   file=sys.stderr)
             return row
         return fill_in(old, row, CHANGE, "token_ppl", REFILL_RTOL)
