@@ -539,8 +539,8 @@ def test_whole_set_rows_resample_articles_and_pair_each_strategy_with_no_retriev
 def test_gate_rows_without_an_interval_get_it_measured_again_and_keep_the_rest(tiny_resources, tiny_llama,
                                                                                tiny_tokenizer, tmp_path, monkeypatch):
     """``gate_tables.py --fill-intervals`` on an older CSV (no paired change columns): every row gains its interval,
-    keeps its times; a none or always row the point does not reproduce is refused rather than overwritten, another
-    row (a choice at a threshold, passages below the first) is measured anew."""
+    keeps its times; a row up to 1% off is measured anew (bf16's arithmetic order), one further off refused rather
+    than overwritten."""
     from benchmarks import gate_tables, table_runs
 
     monkeypatch.setitem(table_runs.SETTINGS, "max_length", 16)
@@ -571,18 +571,13 @@ def test_gate_rows_without_an_interval_get_it_measured_again_and_keep_the_rest(t
     kept = gate_tables.SETTINGS + gate_tables.CHANGE
     assert [[row[c] for c in kept] for row in filled] == [[row[c] for c in kept] for row in rows]
 
-    # an lm gate row whose gate chose otherwise (a saving at the threshold, tipped by other rounding): measured anew;
-    # the same for a row of several passages (their order below the first)
+    # a row 0.5% off (bf16 arithmetic order, an lm gate's choice at its threshold): measured anew
     gate = next(row for row in rows if row["method"] == "lm gate")
-    write_old([{**gate, "token_ppl": str(2 * float(gate["token_ppl"])), "seconds": "123.0"}])
+    write_old([{**gate, "token_ppl": str(1.005 * float(gate["token_ppl"])), "seconds": "123.0"}])
     assert gate_tables.main(argv + ["--fill-intervals"]) == 0
     anew = table.row(gate)
     assert [anew[c] for c in kept + ("token_ppl",)] == [gate[c] for c in kept + ("token_ppl",)]
     assert anew["seconds"] != "123.0"
-    several = next(row for row in rows if row["method"] == "passages" and row["setting"] == "2")
-    write_old([{**several, "token_ppl": str(1.5 * float(several["token_ppl"])), "seconds": "123.0"}])
-    assert gate_tables.main(argv + ["--fill-intervals"]) == 0
-    assert table.row(several)["token_ppl"] == several["token_ppl"]
 
     always = next(row for row in rows if row["method"] == "always")
     write_old([{**always, "token_ppl": str(2 * float(always["token_ppl"]))}])
