@@ -16,7 +16,7 @@ settings, benchmarks/table_runs.py)::
 from __future__ import annotations
 
 import argparse
-import math
+import statistics
 import sys
 
 import torch
@@ -36,7 +36,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def compare(run: Run, batch_size: int) -> dict:
     """Both paths' token perplexity over the evaluated tokens and the per-window differences of their NLL sums."""
-    from hf_ralm import evaluate_perplexity
+    from hf_ralm import evaluate_perplexity, perplexity_from_nll
     from hf_ralm.testing import plain_window_nlls
 
     result = evaluate_perplexity(run.model, run.tokenizer, run.ids, run.retriever, run.config, batch_size=batch_size,
@@ -46,17 +46,14 @@ def compare(run: Run, batch_size: int) -> dict:
     scored = ~torch.isnan(result.token_nlls)
     diffs = [float((plain[w.score_begin : w.end] - result.token_nlls[w.score_begin : w.end]).double().sum())
              for w in result.windows]
-    # the plain loop's perplexity over the library's token count (the paper's, as every table has it)
-    count = float(result.token_nlls[scored].double().sum()) / math.log(result.figures["token_ppl"])
-    mean = sum(diffs) / len(diffs)
-    return {"library": result.figures["token_ppl"], "plain": math.exp(float(plain[scored].double().sum()) / count),
-            "windows": len(diffs), "mean": mean, "sd": math.sqrt(sum((d - mean) ** 2 for d in diffs) / len(diffs)),
+    return {"library": result.figures["token_ppl"],  # both over the text's token count, as every table has it
+            "plain": perplexity_from_nll(float(plain[scored].double().sum()), result.figures["num_tokens"]),
+            "windows": len(diffs), "mean": statistics.fmean(diffs), "sd": statistics.pstdev(diffs),
             "largest": max(diffs, key=abs)}
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    torch.manual_seed(0)
     retrievers = load_retrievers(args)
     print("| reader | data | dtype | library token ppl | plain loop | apart | per-window NLL difference: mean, sd, "
           "largest (nats) |")

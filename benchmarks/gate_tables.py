@@ -356,15 +356,7 @@ def measure(args, table: Table):
         vs_none = 100 * (measured["token_ppl"] / perplexities(gates, float(none.sum()))["token_ppl"] - 1)
         row = {**measured, "windows": len(run.windows), "vs_none": vs_none, "vs_none_low": low, "vs_none_high": high}
         old = table.row(point)
-        if old is None:
-            return row
-        moved = abs(row["token_ppl"] / float(old["token_ppl"]) - 1)
-        if REFILL_RTOL < moved <= REMEASURE_RTOL:
-            print(f"[gates] {reader} / {data} / {method} {setting} {point['options']}: token perplexity "
-                  f"{row['token_ppl']:.6g} now, {float(old['token_ppl']):.6g} before ({moved:.2%}): the row is "
-                  "measured anew", file=sys.stderr)
-            return row
-        return fill_in(old, row, CHANGE, "token_ppl", REFILL_RTOL)
+        return row if old is None else fill_in(old, row, CHANGE, "token_ppl", REFILL_RTOL, REMEASURE_RTOL)
 
     return measure_point
 

@@ -94,10 +94,13 @@ class Table:
         return next((row for row in self.read() if self.key(row) == self.key(point)), None)
 
 
-def fill_in(old: Mapping[str, str], new: Mapping, columns: Sequence[str], check: str, rtol: float) -> dict:
+def fill_in(old: Mapping[str, str], new: Mapping, columns: Sequence[str], check: str, rtol: float,
+            anew_within: float | None = None) -> dict:
     """``old`` (a row measured before ``columns`` existed) with ``columns`` taken from ``new`` (the same point measured
     again): the old row keeps what it measured (its times above all, which a rerun in the background would not
-    reproduce), once ``new`` reproduces its ``check`` column to ``rtol`` (relative).
+    reproduce), once ``new`` reproduces its ``check`` column to ``rtol`` (relative). With ``anew_within``, a ``new``
+    further than ``rtol`` but at most that far from ``old`` replaces it whole (the point measured anew, said on
+    stderr): a figure whose rounding another version of the code changes.
 
     Example:
         >>> fill_in({"ppl": "12.0", "s": "9.5", "low": ""}, {"ppl": 12.0001, "s": 30.1, "low": 11.0}, ["low"], "ppl",
@@ -105,14 +108,18 @@ def fill_in(old: Mapping[str, str], new: Mapping, columns: Sequence[str], check:
         {'ppl': '12.0', 's': '9.5', 'low': 11.0}
 
     Raises:
-        ValueError: ``new`` does not reproduce ``old``'s ``check``.
+        ValueError: ``new`` does not reproduce ``old``'s ``check`` (to ``anew_within``, where given).
     """
     was, now = float(old[check]), float(new[check])
     rel = abs(now - was) / abs(was)
+    if anew_within is not None and rtol < rel <= anew_within:
+        print(f"Measured again, {check} is {now:.6g} against the row's {was:.6g} ({rel:.2%}, within "
+              f"{anew_within:.0%}): the row is measured anew", file=sys.stderr)
+        return dict(new)
     if rel > rtol:
         raise ValueError(f"Measured again, {check} is {now:.6g} against the row's {was:.6g} ({rel:.2g} relative, more "
-                         f"than {rtol:g}): the row was measured with something else (data, index, code). Move the row "
-                         "away to measure it anew.")
+                         f"than {anew_within or rtol:g}): the row was measured with something else (data, index, "
+                         "code). Move the row away to measure it anew.")
     return {**old, **{column: new[column] for column in columns}}
 
 
