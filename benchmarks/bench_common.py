@@ -9,6 +9,8 @@ import time
 
 import torch
 
+from hf_ralm.utils import bfloat16_instructions
+
 
 def available_cores() -> int:
     try:
@@ -47,7 +49,8 @@ def synchronize(device: torch.device) -> None:
 
 
 def environment(command: str, device: torch.device) -> dict:
-    """What every benchmark reports about the run: its command line, versions, threads and device."""
+    """What every benchmark reports about the run: its command line, versions, threads, device and, on a CPU, whether
+    it computes bfloat16 in hardware (:func:`hf_ralm.utils.bfloat16_instructions`; ``None``: cannot be told)."""
     import transformers
 
     return {
@@ -57,6 +60,8 @@ def environment(command: str, device: torch.device) -> dict:
         "transformers": transformers.__version__,
         "threads": torch.get_num_threads(),
         "device": device_name(device),
+        # bfloat16 figures on a CPU depend on it: several times slower, and other roundings, without these instructions
+        "bfloat16_instructions": None if device.type != "cpu" else bfloat16_instructions(),
     }
 
 

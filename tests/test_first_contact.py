@@ -113,6 +113,19 @@ def test_resolve_device_in_python(monkeypatch):
         resolve_device("cuda:2")
 
 
+def test_bfloat16_on_a_slow_cpu_names_the_flag_that_fixes_it(files, capsys, monkeypatch):
+    """The command line says the warning with its own flag (--dtype), and the run goes on in the precision asked."""
+    import platform
+
+    monkeypatch.setattr(platform, "machine", lambda: "x86_64")  # an AVX2 CPU: no bfloat16 instructions
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    main(eval_lm(files, "--dtype", "bfloat16", "--device", "cpu", "--max-eval-tokens", "24"))
+    err = capsys.readouterr().err
+    assert "hf-ralm: warning: the model runs in bfloat16 on a CPU without bfloat16 instructions" in err
+    assert "give --dtype float32 to run faster" in err and "(bfloat16)" in err  # the estimate's line: still bfloat16
+
+
 def test_text_in_one_window_says_no_retrieval_happened(files, capsys, tmp_path):
     """A text that fits in the first window is scored with no retrieval: say so (stderr, the result, a Python
     warning) with how to fix it, instead of printing a perplexity as if retrieval ran."""

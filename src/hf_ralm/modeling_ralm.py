@@ -42,6 +42,7 @@ from .retrieval.registry import retriever_class
 from .runs import RunOptions
 from .selection.rankers import load_reranker
 from .utils.atomic import write_text_atomic
+from .utils.cpus import warn_slow_precision
 from .utils.extras import require
 from .utils.paths import OFFLINE_HINT, missing_local_path
 from .utils.shards import Shard
@@ -324,6 +325,7 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
                 base = _load_base_model(base_name, model_args, kwargs)
                 if device is not None:
                     base.to(device)
+                warn_slow_precision(base.dtype, base.device)
             else:
                 base = _base_model_skeleton(base_name, kwargs)
         base.eval()

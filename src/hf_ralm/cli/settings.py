@@ -42,6 +42,7 @@ FLAGS: dict[str, str] = {
     "eval_points": "--eval-points",
     "n_threads": "--threads",
     "dtype": "--dtype",
+    "encoder_dtype": "--encoder-dtype",
     "device": "--device",
     "device_map": "--device-map",
     "attn_implementation": "--attn-implementation",

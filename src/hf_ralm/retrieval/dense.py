@@ -48,6 +48,7 @@ from ..errors import OutputFolderError, setting
 from ..passages import Passage, passage_text
 from ..records import RecordStore
 from ..runs import ChunkRun, RunOptions
+from ..utils.cpus import warn_slow_precision
 from ..utils.extras import require
 from ..utils.shards import Shard
 from .base import passages_from_table
@@ -137,6 +138,7 @@ class DenseEncoder:
         self.model = SentenceTransformer(self.name, device=device)
         self.model.to(getattr(torch, self.dtype))
         self.model.eval()
+        warn_slow_precision(getattr(torch, self.dtype), self.model.device, "the dense encoder", "encoder_dtype")
         keys = [key for key, module in self.model._modules.items() if isinstance(module, Pooling)]
         if not keys:
             raise ValueError(f"The encoder {self.name!r} has no pooling module; dense retrieval needs one.")

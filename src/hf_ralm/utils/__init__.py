@@ -1,6 +1,7 @@
 """What every layer of hf-ralm may use, and which uses nothing of hf-ralm but its errors: atomic, fsynced writes
-(:mod:`.atomic`), how a run is reproduced (:mod:`.reproduction`), the checks of counts (:mod:`.checks`) and the optional
-packages (:mod:`.extras`: one that is missing is refused with the command that installs it).
+(:mod:`.atomic`), how a run is reproduced (:mod:`.reproduction`), the checks of counts (:mod:`.checks`), the optional
+packages (:mod:`.extras`: one that is missing is refused with the command that installs it) and what the CPUs offer
+(:mod:`.cpus`: how many this process may use, whether they compute bfloat16 in hardware).
 
 The names below are the public ones, for scripts that write results as hf-ralm does (the benchmarks among them).
 
@@ -14,7 +15,8 @@ Example:
 """
 
 from .atomic import write_json_atomic, write_text_atomic
+from .cpus import bfloat16_instructions
 from .extras import require
 from .reproduction import provenance
 
-__all__ = ["provenance", "require", "write_json_atomic", "write_text_atomic"]
+__all__ = ["bfloat16_instructions", "provenance", "require", "write_json_atomic", "write_text_atomic"]
