@@ -302,6 +302,16 @@ def crashed_chunk(folder: Path, start: int, stop: int) -> Path:
     return path
 
 
+def pretend_cpu(monkeypatch, machine: str = "x86_64", avx512_bf16: bool = False, amx: bool = False) -> None:
+    """Make this machine look like another CPU to :func:`hf_ralm.utils.cpus.bfloat16_instructions` (the default: an
+    AVX2-only x86 CPU, where bfloat16 takes a slow path)."""
+    import platform
+
+    monkeypatch.setattr(platform, "machine", lambda: machine)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+
+
 def write_jsonl(path: Path, rows, gz: bool = False) -> Path:
     import gzip
 

@@ -13,7 +13,7 @@ import warnings
 import pytest
 import torch
 
-from conftest import EVAL_TEXT, ON_TEST_DEVICE, fail, write_jsonl
+from conftest import EVAL_TEXT, ON_TEST_DEVICE, fail, pretend_cpu, write_jsonl
 from hf_ralm.cli import main
 from hf_ralm.errors import SettingError
 
@@ -115,11 +115,7 @@ def test_resolve_device_in_python(monkeypatch):
 
 def test_bfloat16_on_a_slow_cpu_names_the_flag_that_fixes_it(files, capsys, monkeypatch):
     """The command line says the warning with its own flag (--dtype), and the run goes on in the precision asked."""
-    import platform
-
-    monkeypatch.setattr(platform, "machine", lambda: "x86_64")  # an AVX2 CPU: no bfloat16 instructions
-    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
-    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    pretend_cpu(monkeypatch)  # an AVX2 CPU: no bfloat16 instructions
     main(eval_lm(files, "--dtype", "bfloat16", "--device", "cpu", "--max-eval-tokens", "24"))
     err = capsys.readouterr().err
     assert "hf-ralm: warning: the model runs in bfloat16 on a CPU without bfloat16 instructions" in err

@@ -11,7 +11,7 @@ import warnings
 import pytest
 import torch
 
-from conftest import BOS_ID, EVAL_TEXT, TEST_DEVICE, make_tiny_model, write_jsonl
+from conftest import BOS_ID, EVAL_TEXT, TEST_DEVICE, make_tiny_model, pretend_cpu, write_jsonl
 from hf_ralm import RalmConfig, RetrievalAugmentedModel, evaluate_perplexity
 from hf_ralm.evaluation import evaluate_retrieval
 from hf_ralm.model_inputs import window_prefixes
@@ -88,20 +88,12 @@ def test_dtype_device_default_follows_the_device(monkeypatch):
         resolve_dtype("half", "cpu")
 
 
-def _cpu_with(monkeypatch, machine: str, avx512_bf16: bool, amx: bool) -> None:
-    """Make this machine look like another CPU to :func:`hf_ralm.utils.cpus.bfloat16_instructions`."""
-    import platform
-
-    monkeypatch.setattr(platform, "machine", lambda: machine)
-    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
-    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
-
-
 def test_bfloat16_on_a_cpu_without_bfloat16_instructions_is_warned_about(tiny_model_dir, monkeypatch):
+    from hf_ralm.cli.common import error_message  # how the command line prints it: hf-ralm index's own flag
     from hf_ralm.errors import RalmWarning
     from hf_ralm.utils.cpus import bfloat16_instructions, warn_slow_precision
 
-    _cpu_with(monkeypatch, "x86_64", avx512_bf16=False, amx=False)  # an AVX2 CPU: bfloat16 takes a slow path
+    pretend_cpu(monkeypatch)  # an AVX2 CPU: bfloat16 takes a slow path
     assert bfloat16_instructions() is False
     with pytest.warns(RalmWarning, match="the model runs in bfloat16 on a CPU without bfloat16 instructions .*: give "
                                          "dtype float32 to run faster"):
@@ -109,15 +101,13 @@ def test_bfloat16_on_a_cpu_without_bfloat16_instructions_is_warned_about(tiny_mo
     assert model.language_model.dtype == torch.bfloat16  # warned, not changed: the user's figures may need it
     with pytest.warns(RalmWarning) as caught:
         warn_slow_precision(torch.bfloat16, "cpu", "the dense encoder", "encoder_dtype")
-    from hf_ralm.cli.common import error_message  # how the command line prints it: hf-ralm index's own flag
-
     assert "give --encoder-dtype float32 to run faster" in error_message(caught[0].message)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # float32, or bfloat16 anywhere it is fast or cannot be told: nothing said
         RetrievalAugmentedModel.from_pretrained(str(tiny_model_dir), dtype="float32", device="cpu")
         warn_slow_precision(torch.bfloat16, "meta")
         for machine, avx512_bf16, amx in (("x86_64", True, False), ("AMD64", False, True), ("arm64", False, False)):
-            _cpu_with(monkeypatch, machine, avx512_bf16, amx)
+            pretend_cpu(monkeypatch, machine, avx512_bf16, amx)
             assert bfloat16_instructions() is (None if machine == "arm64" else True)
             warn_slow_precision(torch.bfloat16, "cpu")
 

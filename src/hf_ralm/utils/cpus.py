@@ -6,8 +6,6 @@ times slower than float32's: a model loaded in bfloat16 on such a CPU is warned 
 Example:
     >>> available_cpus() >= 1
     True
-    >>> bfloat16_instructions() in (True, False, None)
-    True
 """
 
 from __future__ import annotations
