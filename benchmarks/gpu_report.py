@@ -75,8 +75,8 @@ Whoever has a GPU lent (the device tool's `status`: `can_start_another` true) ru
 - It plans its own time: the tests stop at 150 s, and the suite's budget of 360 s from its start (`--budget-s`;
   420 s when run alone) leaves 80 s of the call's 590 s for importing torch and a step that outruns its estimate; a
   step whose estimate would pass the budget is skipped with a note, per-step timings go to stderr, and the JSON is
-  rewritten after every step, so a timeout still brings back what was measured. On an H200 the tests took 60-74 s and
-  the whole suite about 180 s in two runs (the Steps table below), before its two profile steps were added.
+  rewritten after every step, so a timeout still brings back what was measured. On an H200 the tests took 58-74 s
+  in three runs, and the whole suite 331 s with its profile steps (the Steps table below; 184 s before them).
 - Targets (reported, never the exit status, which fails only on an inexact batched path or a crashed step):
   OPT-6.7B at L=2048 in bf16 at least 40% MFU and 20× the reference loop's scored tokens/s; SmolLM2 30× the
   reference loop; generation 5× the rebuild loop. Where they fall short, the profile in the results is the result

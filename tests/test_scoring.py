@@ -19,6 +19,10 @@ from hf_ralm.windows import plan_windows
 
 ATOL = 1e-4
 RTOL_SUM = 1e-4
+# Passages computed together in one forward against each alone: the batch's shape may pick other kernels (cuBLAS
+# chooses by shape), so values agree to rounding, not bit for bit. On an H200 in float32, gemma3's keys differed by
+# up to 2.8e-6 (relative 2.8e-5) with three 10-token passages in one forward (docs/gpu_tests.log, 2026-11-27).
+BATCHED_FORWARD_TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}
 
 # --------------------------------------------------------------------------------------------------------------
 # An independent implementation, written from the spec (no hf_ralm code involved)
@@ -412,7 +416,7 @@ def test_stacked_rows_equal_each_passage_alone(tiny_models):
             for name in ("keys", "values"):
                 want = torch.cat([getattr(a, name).expand(n, *getattr(a, name).shape[1:])
                                   for a, n in zip(alone, (2, 1, 3))])
-                torch.testing.assert_close(getattr(layer, name), want, rtol=1e-6, atol=1e-7)
+                torch.testing.assert_close(getattr(layer, name), want, **BATCHED_FORWARD_TOLERANCE)
         if stored is not None:
             for a, b in zip(stored.layers, store.get(rome)[0].layers):
                 assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
@@ -431,9 +435,9 @@ def test_prefill_computes_each_length_in_one_forward_and_counts_as_gets_would(ti
     assert (store.misses, store.hits) == (3, 2)  # oslo's first get, then: rome, paris missed; rome again, oslo hit
     for passage, (cache, logits) in zip([rome, paris, rome, oslo], got):
         alone, alone_logits = PassageKVCache(model).get(passage)
-        torch.testing.assert_close(logits, alone_logits, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(logits, alone_logits, **BATCHED_FORWARD_TOLERANCE)
         for layer, want in zip(cache.layers, alone.layers):
-            torch.testing.assert_close(layer.keys, want.keys, rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(layer.keys, want.keys, **BATCHED_FORWARD_TOLERANCE)
 
 
 # --------------------------------------------------------------------------------------------------------------
