@@ -7,7 +7,10 @@ Variants (each gets one warm-up before it is timed with ``time.perf_counter`` un
    ``eval_lm.py``);
 2. ``score_windows``, float32, defaults: batching + logits only where a token is scored + shared passage keys/values;
 3. ``score_windows``, float32, ``reuse_prefix_kv=False``: batching + scored-position logits only;
-4. ``score_windows``, bfloat16 (a second copy of the model loaded with ``dtype=torch.bfloat16``), defaults.
+4. ``score_windows``, bfloat16 (a second copy of the model loaded with ``dtype=torch.bfloat16``), defaults;
+5. on a CPU: ``score_windows``, bfloat16, its linear layers widened (a third copy, through
+   ``hf_ralm.utils.widen_bfloat16_matmuls``: products in float32, rounded back to bfloat16), which hf-ralm's own
+   loading does on a CPU without bfloat16 instructions.
 
 It prints scored tokens/s, the speed-up over the reference, token perplexity and its difference from the reference
 (float32 must match it, bfloat16 be within 0.5 %), then a markdown table with the command line, torch version,
@@ -95,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     from hf_ralm.retrieval import BM25Retriever, read_forbidden_titles
     from hf_ralm.testing import reference_window_nlls
-    from hf_ralm.utils import write_json_atomic
+    from hf_ralm.utils import widen_bfloat16_matmuls, write_json_atomic
 
     threads = args.threads or available_cores()
     torch.set_num_threads(threads)
@@ -105,6 +108,10 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     model32 = load_model(args.model, torch.float32, device_arg)
     model16 = load_model(args.model, torch.bfloat16, device_arg)
+    widened16 = None
+    if torch.device(device_arg).type == "cpu":
+        widened16 = load_model(args.model, torch.bfloat16, device_arg)
+        widen_bfloat16_matmuls(widened16)
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(args.model)
@@ -174,6 +181,9 @@ def main(argv: list[str] | None = None) -> int:
         ("score_windows, no KV reuse", "float32", model32, bs, "scored only", False, *ours(model32, False)),
         ("score_windows", "bfloat16", model16, bs, "scored only", True, *ours(model16, True)),
     ]
+    if widened16 is not None:
+        variants.append(("score_windows, widened products", "bfloat16", widened16, bs, "scored only", True,
+                         *ours(widened16, True)))
     results = []
     ref_nll = None
     for name, dtype, model, batch, logits, reuse, fn, warmup in variants:

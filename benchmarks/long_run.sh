@@ -96,11 +96,12 @@ setsid bash -c '
   while kill -0 "$job" 2>/dev/null; do sleep "$every"; commit_chunks; done
   commit_chunks' committer "$repo" "$job" "$name" "${HF_RALM_COMMIT_EVERY:-300}" "${records[@]}" >>"$state/$name.log" 2>&1 </dev/null &
 echo "$name: started from $worktree (log: $state/$name.log)"
-# the project's long runs are bfloat16: on a CPU that does not compute it they go several times slower (docs/results.md,
-# "bfloat16 on a CPU without bfloat16 instructions"), which a session should know at the start, not hours later
+# the project's long runs are bfloat16: on a CPU that does not compute it, code from before widen_bfloat16_matmuls
+# goes several times slower (docs/results.md, "bfloat16 on a CPU without bfloat16 instructions"), which a session
+# should know at the start, not hours later
 bf16=0
 python -c 'import sys; from hf_ralm.utils import bfloat16_instructions; sys.exit(3 * (bfloat16_instructions() is False))' \
   2>/dev/null || bf16=$?
 if [ "$bf16" -eq 3 ]; then
-  echo "$name: note: this CPU has no bfloat16 instructions (AVX512-BF16 or AMX): a bfloat16 job runs several times slower here"
+  echo "$name: note: this CPU has no bfloat16 instructions (AVX512-BF16 or AMX): a bfloat16 job runs several times slower here unless its code widens bfloat16 products to float32 (hf_ralm.utils.widen_bfloat16_matmuls)"
 fi

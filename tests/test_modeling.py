@@ -11,7 +11,7 @@ import warnings
 import pytest
 import torch
 
-from conftest import BOS_ID, EVAL_TEXT, TEST_DEVICE, make_tiny_model, pretend_cpu, write_jsonl
+from conftest import BOS_ID, EVAL_TEXT, MODEL_VOCAB_SIZE, TEST_DEVICE, make_tiny_model, pretend_cpu, write_jsonl
 from hf_ralm import RalmConfig, RetrievalAugmentedModel, evaluate_perplexity
 from hf_ralm.evaluation import evaluate_retrieval
 from hf_ralm.model_inputs import window_prefixes
@@ -88,28 +88,83 @@ def test_dtype_device_default_follows_the_device(monkeypatch):
         resolve_dtype("half", "cpu")
 
 
-def test_bfloat16_on_a_cpu_without_bfloat16_instructions_is_warned_about(tiny_model_dir, monkeypatch):
-    from hf_ralm.cli.common import error_message  # how the command line prints it: hf-ralm index's own flag
-    from hf_ralm.errors import RalmWarning
-    from hf_ralm.utils.cpus import bfloat16_instructions, warn_slow_precision
+def test_bfloat16_on_a_cpu_without_bfloat16_instructions_runs_its_products_in_float32(tiny_model_dir, monkeypatch):
+    """A reader loaded in bfloat16 on an AVX2 CPU gets widened linear layers: still bfloat16, the same figures as
+    PyTorch's own bfloat16 kernels to their rounding; nothing changes where bfloat16 is fast, unknown or not asked, and
+    a model the user gives is left as it is."""
+    from transformers import AutoModelForCausalLM
 
-    pretend_cpu(monkeypatch)  # an AVX2 CPU: bfloat16 takes a slow path
-    assert bfloat16_instructions() is False
-    with pytest.warns(RalmWarning, match="the model runs in bfloat16 on a CPU without bfloat16 instructions .*: give "
-                                         "dtype float32 to run faster"):
-        model = RetrievalAugmentedModel.from_pretrained(str(tiny_model_dir), dtype="bfloat16", device="cpu")
-    assert model.language_model.dtype == torch.bfloat16  # warned, not changed: the user's figures may need it
-    with pytest.warns(RalmWarning) as caught:
-        warn_slow_precision(torch.bfloat16, "cpu", "the dense encoder", "encoder_dtype")
-    assert "give --encoder-dtype float32 to run faster" in error_message(caught[0].message)
+    from hf_ralm.utils.cpus import bfloat16_instructions, slow_bfloat16
+    from hf_ralm.utils.widened_linear import WidenedLinear
+
+    def widened(model) -> list[bool]:
+        return [type(m) is WidenedLinear for m in model.language_model.modules() if isinstance(m, torch.nn.Linear)]
+
+    pretend_cpu(monkeypatch)  # an AVX2 CPU: bfloat16 products take a slow path
+    assert bfloat16_instructions() is False and slow_bfloat16(torch.bfloat16, "cpu")
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # float32, or bfloat16 anywhere it is fast or cannot be told: nothing said
-        RetrievalAugmentedModel.from_pretrained(str(tiny_model_dir), dtype="float32", device="cpu")
-        warn_slow_precision(torch.bfloat16, "meta")
-        for machine, avx512_bf16, amx in (("x86_64", True, False), ("AMD64", False, True), ("arm64", False, False)):
-            pretend_cpu(monkeypatch, machine, avx512_bf16, amx)
-            assert bfloat16_instructions() is (None if machine == "arm64" else True)
-            warn_slow_precision(torch.bfloat16, "cpu")
+        warnings.simplefilter("error")  # nothing to warn about any more
+        model = RetrievalAugmentedModel.from_pretrained(str(tiny_model_dir), dtype="bfloat16", device="cpu")
+    assert widened(model) and all(widened(model)) and model.language_model.dtype == torch.bfloat16
+    given = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.bfloat16).eval()
+    native = RetrievalAugmentedModel.from_pretrained(given)
+    assert not any(widened(native))  # the user's model: PyTorch's own kernels
+    ids = torch.randint(0, MODEL_VOCAB_SIZE, (2, 40), generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        got, want = (m.language_model(ids).logits for m in (model, native))
+    assert got.dtype == torch.bfloat16
+    # both add in float32 and round to bfloat16 once per product; a rounding step (2^-8 relative) may differ, and
+    # carry through the layers
+    torch.testing.assert_close(got.float(), want.float(), rtol=2 ** -6, atol=2 ** -6)
+    torch.testing.assert_close(model.language_model.state_dict(), given.state_dict(), rtol=0, atol=0)
+
+    assert not any(widened(RetrievalAugmentedModel.from_pretrained(str(tiny_model_dir), dtype="float32",
+                                                                   device="cpu")))
+    assert not slow_bfloat16(torch.bfloat16, "meta")
+    for machine, avx512_bf16, amx in (("x86_64", True, False), ("AMD64", False, True), ("arm64", False, False)):
+        pretend_cpu(monkeypatch, machine, avx512_bf16, amx)
+        assert bfloat16_instructions() is (None if machine == "arm64" else True)
+        assert not slow_bfloat16(torch.bfloat16, "cpu")
+        assert not any(widened(RetrievalAugmentedModel.from_pretrained(str(tiny_model_dir), dtype="bfloat16",
+                                                                       device="cpu")))
+
+
+def test_a_widened_linear_layer_is_the_float32_product_rounded_to_bfloat16(monkeypatch):
+    import copy
+    import pickle
+
+    from hf_ralm.utils import widen_bfloat16_matmuls
+    from hf_ralm.utils.widened_linear import WidenedLinear
+
+    torch.manual_seed(0)
+    layer, no_bias = torch.nn.Linear(64, 48).to(torch.bfloat16), torch.nn.Linear(64, 8, bias=False).to(torch.bfloat16)
+
+    class Quantized(torch.nn.Linear):  # a subclass has its own forward: left alone
+        pass
+
+    model = torch.nn.Sequential(layer, torch.nn.Sequential(no_bias), torch.nn.Linear(8, 8), Quantized(8, 8))
+    x = torch.randn(5, 64).to(torch.bfloat16)
+    native = layer(x)
+    assert widen_bfloat16_matmuls(model) == 2  # the float32 layer and the subclass are not widened
+    assert [type(m).__name__ for m in model.modules() if isinstance(m, torch.nn.Linear)] == \
+        ["WidenedLinear", "WidenedLinear", "Linear", "Quantized"]
+    got = layer(x)
+    exact = x.double() @ layer.weight.double().T + layer.bias.double()
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.double(), exact, rtol=2 ** -8, atol=1e-6)  # one bfloat16 rounding of the product
+    torch.testing.assert_close(got, native, rtol=2 ** -7, atol=1e-6)  # PyTorch's own kernel, to that rounding
+    assert no_bias(x).dtype == torch.bfloat16
+
+    seen = []
+    real_linear = torch.nn.functional.linear
+    monkeypatch.setattr(torch.nn.functional, "linear", lambda i, *a: seen.append(i.dtype) or real_linear(i, *a))
+    layer(x)
+    layer.to("meta")(x.to("meta"))  # not on the CPU (a model moved to a GPU): PyTorch's own kernel
+    assert seen == [torch.float32, torch.bfloat16]
+    monkeypatch.undo()
+
+    for copied in (copy.deepcopy(layer), pickle.loads(pickle.dumps(layer))):
+        assert type(copied) is WidenedLinear and copied.weight.dtype == torch.bfloat16
 
 
 @pytest.mark.cpu_only(reason="the defaults of a machine without a GPU: float32 on the CPU")

@@ -42,10 +42,11 @@ from .retrieval.registry import retriever_class
 from .runs import RunOptions
 from .selection.rankers import load_reranker
 from .utils.atomic import write_text_atomic
-from .utils.cpus import warn_slow_precision
+from .utils.cpus import slow_bfloat16
 from .utils.extras import require
 from .utils.paths import OFFLINE_HINT, missing_local_path
 from .utils.shards import Shard
+from .utils.widened_linear import widen_bfloat16_matmuls
 
 
 @dataclass
@@ -278,7 +279,10 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
             device: where a model loaded here goes (default: the GPU when there is one, this rank's under torchrun,
                 else the CPU: :func:`~hf_ralm.placement.default_device`); not with ``device_map``, which places it
                 itself (accelerate's big-model placement, for a model larger than one GPU). A loaded model given
-                here stays where it is.
+                here stays where it is. A model loaded here in bfloat16 on a CPU without bfloat16 instructions gets
+                its linear layers computed in float32 and rounded back to bfloat16, several times faster there
+                (:func:`~hf_ralm.utils.widened_linear.widen_bfloat16_matmuls`); a model given here is left as it
+                is.
             n_threads: the threads of a BM25 or Lucene search (``"bm25"``, ``"lucene"``, ``"hybrid"``'s sparse side;
                 default: the CPUs this process may use, :func:`~hf_ralm.utils.cpus.available_cpus`).
             retriever_options: the retriever backend's options as one mapping, those its ``Options`` declare (a
@@ -325,7 +329,8 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
                 base = _load_base_model(base_name, model_args, kwargs)
                 if device is not None:
                     base.to(device)
-                warn_slow_precision(base.dtype, base.device)
+                if slow_bfloat16(base.dtype, base.device):
+                    widen_bfloat16_matmuls(base)
             else:
                 base = _base_model_skeleton(base_name, kwargs)
         base.eval()

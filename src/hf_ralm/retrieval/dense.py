@@ -48,7 +48,7 @@ from ..errors import OutputFolderError, setting
 from ..passages import Passage, passage_text
 from ..records import RecordStore
 from ..runs import ChunkRun, RunOptions
-from ..utils.cpus import warn_slow_precision
+from ..utils.cpus import slow_bfloat16
 from ..utils.extras import require
 from ..utils.shards import Shard
 from .base import passages_from_table
@@ -113,7 +113,9 @@ class DenseEncoder:
     ``pooling=None`` keeps the model's own (a plain HF encoder then gets mean pooling, sentence-transformers'
     default); ``"mean"`` or ``"cls"`` replaces the pooling module. ``dtype`` is the precision the encoder runs in
     (``"float32"``, the default, ``"bfloat16"`` or ``"float16"``); the embeddings are float32 either way. bfloat16
-    encoded 1.6 times as many passages per second as float32 on a CPU with bf16 instructions (docs/dense.md).
+    encoded 1.6 times as many passages per second as float32 on a CPU with bf16 instructions (docs/dense.md); on a CPU
+    without them its linear layers run in float32, rounded back to bfloat16
+    (:func:`~hf_ralm.utils.widened_linear.widen_bfloat16_matmuls`), where PyTorch's bfloat16 kernels are slower.
 
     Example::
 
@@ -138,7 +140,10 @@ class DenseEncoder:
         self.model = SentenceTransformer(self.name, device=device)
         self.model.to(getattr(torch, self.dtype))
         self.model.eval()
-        warn_slow_precision(getattr(torch, self.dtype), self.model.device, "the dense encoder", "encoder_dtype")
+        if slow_bfloat16(getattr(torch, self.dtype), self.model.device):
+            from ..utils.widened_linear import widen_bfloat16_matmuls
+
+            widen_bfloat16_matmuls(self.model)
         keys = [key for key, module in self.model._modules.items() if isinstance(module, Pooling)]
         if not keys:
             raise ValueError(f"The encoder {self.name!r} has no pooling module; dense retrieval needs one.")

@@ -1,7 +1,8 @@
 """What every layer of hf-ralm may use, and which uses nothing of hf-ralm but its errors: atomic, fsynced writes
 (:mod:`.atomic`), how a run is reproduced (:mod:`.reproduction`), the checks of counts (:mod:`.checks`), the optional
-packages (:mod:`.extras`: one that is missing is refused with the command that installs it) and what the CPUs offer
-(:mod:`.cpus`: how many this process may use, whether they compute bfloat16 in hardware).
+packages (:mod:`.extras`: one that is missing is refused with the command that installs it), what the CPUs offer
+(:mod:`.cpus`: how many this process may use, whether they compute bfloat16 in hardware) and bfloat16 linear layers
+computed in float32 for the CPUs that do not (:mod:`.widened_linear`).
 
 The names below are the public ones, for scripts that write results as hf-ralm does (the benchmarks among them).
 
@@ -18,5 +19,7 @@ from .atomic import write_json_atomic, write_text_atomic
 from .cpus import bfloat16_instructions
 from .extras import require
 from .reproduction import provenance
+from .widened_linear import widen_bfloat16_matmuls
 
-__all__ = ["bfloat16_instructions", "provenance", "require", "write_json_atomic", "write_text_atomic"]
+__all__ = ["bfloat16_instructions", "provenance", "require", "widen_bfloat16_matmuls", "write_json_atomic",
+           "write_text_atomic"]

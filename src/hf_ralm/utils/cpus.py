@@ -1,7 +1,9 @@
 """What this process's CPUs offer: how many it may use (what a search or a build should run on, by default;
 ``os.cpu_count()`` counts the machine's, which a container's CPU quota, a CPU set or a Slurm job may not give this
-process), and whether they compute bfloat16 in hardware (without it PyTorch's bfloat16 runs through a path several
-times slower than float32's: a model loaded in bfloat16 on such a CPU is warned about).
+process), and whether they compute bfloat16 in hardware. Without it, PyTorch's bfloat16 matrix products take a path
+several times slower than float32's, so a model hf-ralm loads in bfloat16 on such a CPU gets its linear layers
+widened (:func:`~hf_ralm.utils.widened_linear.widen_bfloat16_matmuls`): the product computed in float32 and rounded
+back to bfloat16, as the hardware paths do, at float32's speed.
 
 Example:
     >>> available_cpus() >= 1
@@ -13,10 +15,7 @@ from __future__ import annotations
 import math
 import os
 import platform
-import warnings
 from typing import TYPE_CHECKING
-
-from ..errors import RalmWarning, setting
 
 if TYPE_CHECKING:
     import torch
@@ -55,23 +54,16 @@ def bfloat16_instructions() -> bool | None:
     return any(probe() for probe in probes)
 
 
-def warn_slow_precision(dtype: torch.dtype, device: torch.device | str, what: str = "the model",
-                        name: str = "dtype") -> None:
-    """Warn (a :class:`~hf_ralm.errors.RalmWarning`) when ``what`` runs in bfloat16 on an x86 CPU without bfloat16
-    instructions (:func:`bfloat16_instructions`): there PyTorch's bfloat16 matrix products take a slow path
-    (docs/results.md, "bfloat16 on a CPU without bfloat16 instructions"), while bfloat16 is usually chosen for speed.
-    ``name`` is the setting that chose the precision (``dtype``, ``encoder_dtype``).
+def slow_bfloat16(dtype: torch.dtype, device: torch.device | str) -> bool:
+    """Whether ``dtype`` on ``device`` is bfloat16 on an x86 CPU without bfloat16 instructions
+    (:func:`bfloat16_instructions`), where PyTorch's bfloat16 matrix products are several times slower than float32's
+    (docs/results.md, "bfloat16 on a CPU without bfloat16 instructions").
 
     Example:
         >>> import torch
-        >>> warn_slow_precision(torch.float32, "cpu")   # float32: nothing to say
+        >>> slow_bfloat16(torch.float32, "cpu")
+        False
     """
     import torch
 
-    if dtype != torch.bfloat16 or torch.device(device).type != "cpu" or bfloat16_instructions() is not False:
-        return
-    warnings.warn(RalmWarning(
-        f"{what} runs in bfloat16 on a CPU without bfloat16 instructions (neither AVX512-BF16 nor AMX; PyTorch reports "
-        f"{torch.backends.cpu.get_cpu_capability()}), where bfloat16 is several times slower than float32: give "
-        f"{setting(name)} float32 to run faster (its results differ from bfloat16's by rounding), or keep bfloat16 "
-        "to match results measured in it."), stacklevel=3)
+    return dtype == torch.bfloat16 and torch.device(device).type == "cpu" and bfloat16_instructions() is False
