@@ -74,8 +74,8 @@ setsid bash -c '
 echo $! >"$state/$name.pid"
 job=$!
 
-# its committer: every few minutes and once the job ends, the chunks that are complete (never a writer's .tmp- file)
-# and the settings
+# its committer: every few minutes and once the job ends, the chunks that are complete and the settings (never a
+# hidden file: a writer's .tmp- file, the workers' .workers.lock and .worker- markers)
 setsid bash -c '
   echo 19 > /proc/self/autogroup 2>/dev/null || true
   repo="$1" job="$2" name="$3" every="$4"
@@ -83,7 +83,7 @@ setsid bash -c '
   records=("$@")
   commit_chunks() {
     cd "$repo"
-    git add -- "${records[@]}" ":(exclude,glob)benchmarks/runs/**/.tmp-*" 2>/dev/null || return 0
+    git add -- "${records[@]}" ":(exclude,glob)benchmarks/runs/**/.*" 2>/dev/null || return 0
     git diff --cached --quiet -- "${records[@]}" && return 0
     # what this commit adds or changes (a figure job rewrites CSVs rather than adding chunks), and the chunks in all
     files="$(git diff --cached --name-only -- "${records[@]}" | wc -l)"

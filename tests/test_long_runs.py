@@ -1,6 +1,6 @@
 """The long-run scripts (benchmarks/long_run.sh, benchmarks/figure_runs.sh --status), run in a scratch git
 repository: a job runs from a worktree pinned to its commit, its committer commits the records folder's finished
-chunks and nothing else (no writer's temporary file, no other staged change), a running job is not started twice, and
+chunks and nothing else (no writer's temporary file, no workers' lock or marker, no other staged change), a running job is not started twice, and
 the figures' status counts the rows still without an interval."""
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def test_a_job_runs_pinned_and_its_committer_commits_only_finished_chunks(scratc
     git(repo, "add", "notes.txt")  # staged by the foreground: never part of a records commit
     records = repo / "benchmarks" / "runs" / "x"
     job = ("mkdir -p $0 && echo 1 > $0/chunk-00000-00002.json.gz && echo half > $0/.tmp-chunk-00002-00004 "
-           "&& pwd > $0/where")
+           "&& touch $0/.workers.lock $0/.worker-0.host-1 && pwd > $0/where")  # the workers' lock and marker: state
     started = long_run(repo, env, "x", "HEAD", "benchmarks/runs/x", "--", "bash", "-c", job, str(records))
     assert started.returncode == 0, started.stderr
     assert f"run-{commit}" in started.stdout
