@@ -34,8 +34,9 @@ def widen_bfloat16_matmuls(model: torch.nn.Module) -> int:
     and saving unchanged) and return how many. What comes out is bfloat16, as from PyTorch's own bfloat16 kernels,
     which also add in float32 and round once: the two differ by that rounding only (one element in about 10,000, by
     one bfloat16 step, measured on a layer of SmolLM2's size). Subclasses of ``Linear`` (quantized layers and the like)
-    are left as they are, and so are layers that are not ``Linear`` (GPT-2's ``Conv1D``). hf-ralm does this to the models it loads in bfloat16 on a CPU without bfloat16 instructions;
-    call it on a model of your own to do the same."""
+    are left as they are, and so are layers that are not ``Linear`` (GPT-2's ``Conv1D``). hf-ralm does this to the
+    models it loads in bfloat16 on a CPU without bfloat16 instructions; call it on a model of your own to do the
+    same."""
     widened = 0
     for module in model.modules():
         if type(module) is torch.nn.Linear and module.weight.dtype == torch.bfloat16:
