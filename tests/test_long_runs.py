@@ -1,7 +1,7 @@
 """The long-run scripts (benchmarks/long_run.sh, benchmarks/figure_runs.sh --status), run in a scratch git
 repository: a job runs from a worktree pinned to its commit, its committer commits the records folder's finished
-chunks and nothing else (no writer's temporary file, no workers' lock or marker, no other staged change), a running job is not started twice, and
-the figures' status counts the rows still without an interval."""
+chunks and nothing else (no writer's temporary file, no workers' lock or marker, no other staged change), a running
+job is not started twice, and the figures' status counts the rows still without an interval."""
 
 from __future__ import annotations
 
