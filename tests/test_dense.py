@@ -554,6 +554,28 @@ def test_cli_index_and_eval_dense(dense_mod, tiny_model_dir, corpus, tmp_path, c
     assert "was built with encoder" in capsys.readouterr().err
 
 
+def test_a_bfloat16_encoder_on_a_cpu_without_bfloat16_instructions_gets_widened_products(dense_mod, tiny_bert,
+                                                                                         monkeypatch):
+    """As the reader: on an AVX2 CPU the encoder's linear layers compute in float32 and round back to bfloat16, with
+    the embeddings of PyTorch's own bfloat16 kernels to that rounding; float32, or a CPU with the instructions, keeps
+    PyTorch's layers."""
+    from conftest import pretend_cpu
+    from hf_ralm.utils.widened_linear import WidenedLinear
+
+    def widened(encoder) -> list[bool]:
+        return [type(m) is WidenedLinear for m in encoder.model.modules() if isinstance(m, torch.nn.Linear)]
+
+    texts = ["the emperor of rome", "a river in paris"]
+    pretend_cpu(monkeypatch, "x86_64", avx512_bf16=True)
+    native = dense_mod.DenseEncoder(tiny_bert, dtype="bfloat16", device="cpu")
+    assert not any(widened(native))
+    pretend_cpu(monkeypatch)  # AVX2 only
+    encoder = dense_mod.DenseEncoder(tiny_bert, dtype="bfloat16", device="cpu")
+    assert widened(encoder) and all(widened(encoder))
+    assert not any(widened(dense_mod.DenseEncoder(tiny_bert, device="cpu")))  # float32
+    np.testing.assert_allclose(encoder.encode(texts), native.encode(texts), atol=2 ** -6)
+
+
 def test_encoder_dtype_recorded_reused_and_used_for_queries(dense_mod, tiny_bert, corpus, tmp_path, capsys,
                                                             monkeypatch):
     from hf_ralm.cli import main

@@ -119,8 +119,9 @@ def test_bfloat16_on_a_slow_cpu_runs_in_bfloat16_with_float32_products(files, ca
     import hf_ralm.modeling_ralm as modeling
 
     widened = []
-    real = modeling.widen_bfloat16_matmuls
-    monkeypatch.setattr(modeling, "widen_bfloat16_matmuls", lambda model: widened.append(real(model)) or widened[-1])
+    real = modeling.widen_where_bfloat16_is_slow
+    monkeypatch.setattr(modeling, "widen_where_bfloat16_is_slow",
+                        lambda model: widened.append(real(model)) or widened[-1])
     pretend_cpu(monkeypatch)  # an AVX2 CPU: no bfloat16 instructions
     main(eval_lm(files, "--dtype", "bfloat16", "--device", "cpu", "--max-eval-tokens", "24"))
     err = capsys.readouterr().err

@@ -42,11 +42,10 @@ from .retrieval.registry import retriever_class
 from .runs import RunOptions
 from .selection.rankers import load_reranker
 from .utils.atomic import write_text_atomic
-from .utils.cpus import slow_bfloat16
 from .utils.extras import require
 from .utils.paths import OFFLINE_HINT, missing_local_path
 from .utils.shards import Shard
-from .utils.widened_linear import widen_bfloat16_matmuls
+from .utils.widened_linear import widen_where_bfloat16_is_slow
 
 
 @dataclass
@@ -329,8 +328,7 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
                 base = _load_base_model(base_name, model_args, kwargs)
                 if device is not None:
                     base.to(device)
-                if slow_bfloat16(base.dtype, base.device):
-                    widen_bfloat16_matmuls(base)
+                widen_where_bfloat16_is_slow(base)
             else:
                 base = _base_model_skeleton(base_name, kwargs)
         base.eval()

@@ -48,9 +48,9 @@ from ..errors import OutputFolderError, setting
 from ..passages import Passage, passage_text
 from ..records import RecordStore
 from ..runs import ChunkRun, RunOptions
-from ..utils.cpus import slow_bfloat16
 from ..utils.extras import require
 from ..utils.shards import Shard
+from ..utils.widened_linear import widen_where_bfloat16_is_slow
 from .base import passages_from_table
 from .corpus import WORDS_PER_PASSAGE, check_passage_count, corpus_fingerprint, passage_columns
 from .index_folder import INDEX_FILE, announce_build, build_folder, building, check_index, clear_build_folder
@@ -140,10 +140,7 @@ class DenseEncoder:
         self.model = SentenceTransformer(self.name, device=device)
         self.model.to(getattr(torch, self.dtype))
         self.model.eval()
-        if slow_bfloat16(getattr(torch, self.dtype), self.model.device):
-            from ..utils.widened_linear import widen_bfloat16_matmuls
-
-            widen_bfloat16_matmuls(self.model)
+        widen_where_bfloat16_is_slow(self.model)
         keys = [key for key, module in self.model._modules.items() if isinstance(module, Pooling)]
         if not keys:
             raise ValueError(f"The encoder {self.name!r} has no pooling module; dense retrieval needs one.")

@@ -16,6 +16,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .cpus import slow_bfloat16
+
 
 class WidenedLinear(torch.nn.Linear):
     """A bfloat16 ``Linear`` whose product runs in float32 on the CPU: input, weight and bias widened to float32, the
@@ -43,3 +45,13 @@ def widen_bfloat16_matmuls(model: torch.nn.Module) -> int:
             module.__class__ = WidenedLinear
             widened += 1
     return widened
+
+
+def widen_where_bfloat16_is_slow(model: torch.nn.Module) -> int:
+    """:func:`widen_bfloat16_matmuls` when ``model`` (its first parameter) is bfloat16 on a CPU without bfloat16
+    instructions (:func:`~hf_ralm.utils.cpus.slow_bfloat16`), else nothing; returns the number of layers widened.
+    What ``from_pretrained`` and the dense encoder do to the models they load."""
+    first = next(model.parameters(), None)
+    if first is None or not slow_bfloat16(first.dtype, first.device):
+        return 0
+    return widen_bfloat16_matmuls(model)
