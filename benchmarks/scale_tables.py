@@ -6,7 +6,7 @@ Every row comes from the one reader pass of ``eval-lm --compare`` (each window w
 without one; records under benchmarks/runs/scale/<text>/candidates-k1), so the rows are paired: the same windows, the
 same tokens. The intervals are a cluster bootstrap over articles (2,000 resamples of the articles with replacement,
 seed 0, percentile intervals): windows of one article share its topic and whether the corpus holds passages about
-it, so they are not independent draws, while the articles are (60 in WikiText-103 test, 100 held out). A window
+it, so they are not independent draws, while the articles are (62 in WikiText-103 test, 100 held out). A window
 belongs to the article its first scored token lies in; an article starts at its level-1 heading (`` = Title = ``).
 Each resample recomputes the token and word perplexity of every row as the paper defines them (summed NLL over the
 tokens, or the words, of the resampled articles) and each row's change against no retrieval on the same resample.
