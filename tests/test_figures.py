@@ -534,6 +534,9 @@ def test_whole_set_rows_resample_articles_and_pair_each_strategy_with_no_retriev
     assert rows["top1"]["vs_none_low"] == pytest.approx(math.expm1(0.07)) == rows["top1"]["vs_none_high"]
     assert rows["lm-gate"]["vs_none_low"] < rows["lm-gate"]["vs_none"] < rows["lm-gate"]["vs_none_high"]
     assert rows["lm-gate"]["retrieved_fraction"] == 0.18
+    assert rows["top1"]["vs_top1"] == rows["top1"]["vs_top1_low"] == rows["top1"]["vs_top1_high"] == 0
+    assert rows["none"]["vs_top1_low"] == pytest.approx(math.expm1(-0.07)) == rows["none"]["vs_top1_high"]
+    assert rows["lm-gate"]["vs_top1_low"] < rows["lm-gate"]["vs_top1"] < rows["lm-gate"]["vs_top1_high"] < 0
 
 
 def test_gate_rows_without_an_interval_get_it_measured_again_and_keep_the_rest(tiny_resources, tiny_llama,
