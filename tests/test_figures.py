@@ -142,6 +142,19 @@ def test_a_missing_dense_index_is_built_in_bfloat16_and_an_existing_one_kept(tin
     assert "encoder_dtype" not in opened[-1]  # built before: used in the precision it records
 
 
+def test_the_subset_corpus_and_its_index_folders_come_from_bench_retrievers(tiny_resources, tmp_path):
+    """The retrievers figure's lower panels: the subset is bench_retrievers.py's (its held-out titles excluded), and
+    its indexes are where that script builds them (hybrid: the bm25 and dense folders it holds)."""
+    res = tiny_resources
+    res.args.subset_out, res.args.num_articles, res.args.seed = str(tmp_path / "subsets"), 3, 0
+    sub = tmp_path / "subsets" / "subset-3-seed0"
+    assert res.index_dirs("hybrid", res.subset()) == [str(sub / "index" / "hybrid" / "bm25"),
+                                                      str(sub / "index" / "hybrid" / "dense")]
+    assert res.index_dirs("lucene", res.subset()) == [str(sub / "index" / "lucene")]
+    titles = [json.loads(line)["title"] for line in open(res.corpus_file(res.subset()), encoding="utf-8")]
+    assert len(titles) == 3 and "Kingdom" not in titles  # the held-out article is never in the subset
+
+
 def count_forwards(model):
     calls = []
     return calls, model.register_forward_hook(lambda *_: calls.append(1))

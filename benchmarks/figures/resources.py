@@ -104,7 +104,7 @@ class Resources:
     def subset_dir(self) -> str:
         """bench_retrievers.py's subset folder (--subset-out, --num-articles, --seed), its corpus written if missing."""
         if self._subset_dir is None:
-            from bench_retrievers import ensure_subset
+            from benchmarks.bench_retrievers import ensure_subset
 
             _, titles = self._data("held-out Wikipedia")
             a = self.args
@@ -119,7 +119,7 @@ class Resources:
             return self.index_dirs("bm25", corpus) + self.index_dirs("dense", corpus)
         if corpus == WHOLE:
             return [getattr(self.args, "index_dir" if kind == "bm25" else f"{kind}_index_dir")]
-        from bench_retrievers import subset_index_dirs
+        from benchmarks.bench_retrievers import subset_index_dirs
 
         return [subset_index_dirs(self.subset_dir())[kind]]
 
