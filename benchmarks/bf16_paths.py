@@ -4,7 +4,7 @@ exactness tests hold it to (:func:`hf_ralm.testing.plain_window_nlls`: each wind
 it, one full forward at batch 1). In float32 they agree to rounding (the tests); in bfloat16 the same arithmetic in
 another order rounds differently. This prints, per (reader, data), both token perplexities and the per-window
 difference of their NLL sums (mean, standard deviation, largest), which is what a figure measured before and after a
-change of batching can differ by (benchmarks/gate_tables.py's ``REMEASURE_RTOL``). With ``--float32-too`` the same
+change of batching can differ by (benchmarks/results_csv.py's ``REMEASURE_RTOL``). With ``--float32-too`` the same
 weights are also compared in float32 (the bf16 weights, upcast), where the difference should be rounding alone.
 
 Both readers, the first ``--max-eval-tokens`` tokens, L=512, s=4, l=32, BM25 over the whole sample (the gate table's

@@ -24,7 +24,7 @@ Every point also gets its change against no retrieval with a paired 95% interval
 2,000 times (benchmarks/figures/intervals.py says why blocks); the figure draws it as error bars around each point
 (on the scale of the text's perplexity without retrieval). Rows of an older CSV have none: ``--fill-intervals``
 measures their points again and fills it in, keeping what the row measured once its token perplexity is found again;
-one that differs by at most 1% (``REMEASURE_RTOL``: bfloat16's arithmetic order moves these perplexities by up to 0.2%)
+one that differs by at most 1% (results_csv's ``REMEASURE_RTOL``: bfloat16's arithmetic order moves these perplexities)
 is measured anew instead, and one further apart refused.
 
 Every point is one row of ``--figures-dir/gate_results.csv``, written as soon as it is measured (``seconds``: the
@@ -51,7 +51,7 @@ import torch
 
 from benchmarks.bench_setup import READERS
 from benchmarks.figures.intervals import BLOCK_WINDOWS, change_interval
-from benchmarks.results_csv import Table, fill_in, run_points
+from benchmarks.results_csv import REFILL_RTOL, REMEASURE_RTOL, Table, fill_in, run_points
 from benchmarks.table_runs import (
     DATA,
     Run,
@@ -75,12 +75,6 @@ SETTINGS = ("data", "reader", "method", "setting", "options", "tokens")  # a poi
 MEASURES = ("token_ppl", "word_ppl", "retrieved_fraction", "windows", "seconds", "vs_none", "vs_none_low",
             "vs_none_high")
 CHANGE = ("vs_none", "vs_none_low", "vs_none_high")  # added after the first CSV was measured: empty in its rows
-REFILL_RTOL = 1e-3  # a point measured again to fill in its interval must reproduce its token perplexity this closely
-# ... or it is measured anew, up to this far: in bfloat16 two exact paths that differ in arithmetic order alone (batch
-# composition, a cached passage against a full forward) differ by about 0.1 nats a window (sd over 4 tokens), which
-# moves these 1,024-token perplexities by up to 0.2% (docs/results.md, "Retrieval gates"); the lm gate's choices at a
-# threshold flip with it. Further apart, the row was measured with other data and is refused.
-REMEASURE_RTOL = 1e-2
 
 
 def parse_args(argv=None) -> argparse.Namespace:

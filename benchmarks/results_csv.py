@@ -94,6 +94,17 @@ class Table:
         return next((row for row in self.read() if self.key(row) == self.key(point)), None)
 
 
+# A point measured again to fill in its interval (--fill-intervals) must reproduce its row's figure this closely for
+# the row to keep what it measured ...
+REFILL_RTOL = 1e-3
+# ... or, in bfloat16, it is measured anew up to this far: two exact paths that differ in arithmetic order alone
+# (batch composition, a cached passage against a full forward) differ by about 0.1 nats a window (sd over 4 tokens),
+# which moved 1,024-token perplexities by up to 0.54% and NLL sums by up to 0.11% when the figures were measured
+# again (docs/results.md, "Retrieval gates"); an lm gate's choices at a threshold flip with it. Further apart, the
+# row was measured with other data and is refused.
+REMEASURE_RTOL = 1e-2
+
+
 def fill_in(old: Mapping[str, str], new: Mapping, columns: Sequence[str], check: str, rtol: float,
             anew_within: float | None = None) -> dict:
     """``old`` (a row measured before ``columns`` existed) with ``columns`` taken from ``new`` (the same point measured

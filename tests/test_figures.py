@@ -552,6 +552,36 @@ def test_whole_set_rows_resample_articles_and_pair_each_strategy_with_no_retriev
     assert rows["lm-gate"]["vs_top1_low"] < rows["lm-gate"]["vs_top1"] < rows["lm-gate"]["vs_top1_high"] < 0
 
 
+def test_a_bfloat16_point_found_again_within_1_percent_is_measured_anew_and_a_float32_one_is_not(tiny_resources,
+                                                                                                 tmp_path):
+    """--fill-intervals on a figure's row: bfloat16's arithmetic order moves an NLL sum by about 0.1%, so a bfloat16
+    row found again within 1% is replaced by the new measurement; float32 paths agree to 1e-6, so there a row 0.5%
+    off was measured with something else and is refused, as is a bfloat16 one 2% off."""
+    res = tiny_resources
+    path = str(tmp_path / "stride.csv")
+    table, kept = perplexity.table(path), perplexity.records(path)
+    columns = [c for c in table.columns if c not in perplexity.INTERVAL]
+
+    def refill(dtype: str, factor: float) -> dict:
+        res.args.dtype = dtype
+        point = perplexity.point(res, "SmolLM2-135M", DATA, retriever="bm25", stride=4, max_length=16,
+                                 max_doc_tokens=8)
+        measured = perplexity.measure(res, point)
+        measured.pop("token_nlls")
+        old = {**point, **measured, "nll_sum": str(factor * measured["nll_sum"]), "wall_s": "123.0"}
+        write_old_csv(path, columns, [{c: "" if old.get(c) is None else old[c] for c in columns}])
+        sweep.run_points(table, [point], perplexity.keeping(res, table, kept, refill=True), "test",
+                         redo=lambda row: not intervals.bounds(row))
+        return table.row(point), measured
+
+    row, measured = refill("bfloat16", 1.005)
+    assert float(row["nll_sum"]) == pytest.approx(measured["nll_sum"], rel=1e-9) and row["wall_s"] != "123.0"
+    assert intervals.bounds(row) is not None
+    for dtype, factor in (("bfloat16", 1.02), ("float32", 1.005)):
+        with pytest.raises(ValueError, match="the row was measured with something else"):
+            refill(dtype, factor)
+
+
 def test_gate_rows_without_an_interval_get_it_measured_again_and_keep_the_rest(tiny_resources, tiny_llama,
                                                                                tiny_tokenizer, tmp_path, monkeypatch):
     """``gate_tables.py --fill-intervals`` on an older CSV (no paired change columns): every row gains its interval,

@@ -27,7 +27,7 @@ import time
 from typing import Callable
 
 from benchmarks.figures import intervals, sweep
-from benchmarks.results_csv import fill_in
+from benchmarks.results_csv import REFILL_RTOL, REMEASURE_RTOL, fill_in
 from benchmarks.bench_setup import READERS
 from benchmarks.figures.resources import WHOLE, Resources
 
@@ -40,8 +40,6 @@ INTERVAL = ("token_ppl_low", "token_ppl_high")  # added after the first CSVs wer
 RETRIEVAL_ONLY = ("query_length", "max_doc_tokens", "corpus")  # settings a run without retrieval has not (None)
 # the settings that fix which tokens a point counts: points equal in these are paired token by token
 SAME_TOKENS = ("model", "data", "dtype", "bos_every_window", "max_eval_tokens", "context_tokens", "max_length")
-# a remeasured point (--fill-intervals) must reproduce its row's NLL sum this closely for its interval to be the row's
-REFILL_RTOL = 1e-3
 MAX_LENGTH = 512  # L of every figure that does not vary it (the tables')
 
 
@@ -82,7 +80,8 @@ def keeping(res: Resources, tbl: sweep.Table, kept: intervals.TokenRecords,
     """:func:`measure` for :func:`sweep.run_points`: the point's row, its token NLLs kept in ``kept``.
 
     With ``refill`` (``--fill-intervals``), a point that has a row without an interval keeps that row's figures and
-    times and takes only the interval, once its NLL sum is found again (:data:`REFILL_RTOL`). The row may name its
+    times and takes only the interval, once its NLL sum is found again (``REFILL_RTOL``); a bfloat16 row whose NLL sum
+    is found again only within ``REMEASURE_RTOL`` (bfloat16's arithmetic order) is measured anew. The row may name its
     index by an id that an older version of the index metadata gave (``index_id`` hashes that metadata): a row that
     differs from the point in ``index_id`` alone is taken for it, and the NLL sum, which the passages retrieved
     decide, is what shows it is the same retrieval; the row then carries the index's current id.
@@ -105,7 +104,8 @@ def keeping(res: Resources, tbl: sweep.Table, kept: intervals.TokenRecords,
         nlls = row.pop("token_nlls")
         old = earlier({**p, **row})
         if old is not None:
-            filled = fill_in(old, row, ("index_id", *INTERVAL), "nll_sum", REFILL_RTOL)
+            anew_within = REMEASURE_RTOL if old.get("dtype") == "bfloat16" else None  # float32 paths agree to 1e-6
+            filled = fill_in(old, row, ("index_id", *INTERVAL), "nll_sum", REFILL_RTOL, anew_within)
             if tbl.key(old) != tbl.key(filled):  # the old row, re-keyed, then replaced by its filled-in self
                 tbl.put({**old, "index_id": row["index_id"]}, replacing=old)
             row = filled
