@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import os
 import re
 import sys
@@ -33,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.bench_setup import CACHE, MODELS_DIR, READERS, REPO, SHARED
+from benchmarks.bench_setup import CACHE, MODELS_DIR, READERS, REPO, SHARED, WIKIPEDIA
 
 RUNS = REPO / "benchmarks" / "runs" / "scale"
 TEXTS = {  # name: (records folder, rows file)
@@ -145,9 +146,13 @@ def load_pass(name: str, tokenizer, partial: bool) -> TextPass | str:
     if not (records / CandidateRecordWriter.settings_file).is_file():
         return f"no records in {records}: run bash benchmarks/scale_runs.sh"
     if not Path(rows_file).is_file():
+        sample = RUNS / f"{folder}-sample" / "sample.json"  # the settings a held-out text was drawn with
+        if not sample.is_file():
+            return f"{rows_file} is missing (the shared data: see its README)"
+        s = json.loads(sample.read_text(encoding="utf-8"))
         return (f"{rows_file} is missing: make it from the corpus (seconds) with python benchmarks/make_heldout.py "
-                f"--corpus {SHARED}/wikipedia-2015-sample/articles.jsonl.gz --out-dir {Path(rows_file).parent} "
-                "--num-articles 100 --max-words 1200 --seed 0")
+                f"--corpus {WIKIPEDIA} --out-dir {Path(rows_file).parent} --num-articles {s['num_articles']} "
+                f"--min-words {s['min_words']} --max-words {s['max_words']} --seed {s['seed']}")
     settings, _ = CandidateRecordWriter.read_settings(records)
     config = RalmConfig(max_length=settings["max_length"], retrieval_stride=settings["retrieval_stride"],
                         query_length=settings["query_length"], rerank_tokens=settings["rerank_tokens"])

@@ -552,6 +552,15 @@ def test_whole_set_rows_resample_articles_and_pair_each_strategy_with_no_retriev
     assert rows["lm-gate"]["vs_top1_low"] < rows["lm-gate"]["vs_top1"] < rows["lm-gate"]["vs_top1_high"] < 0
 
 
+def test_a_missing_held_out_text_names_the_command_that_makes_it_with_the_committed_settings(monkeypatch, tmp_path):
+    from benchmarks import scale_tables
+
+    monkeypatch.setitem(scale_tables.TEXTS, "held out", ("heldout-100", tmp_path / "rows.jsonl"))
+    message = scale_tables.load_pass("held out", None, False)
+    assert message.startswith(f"{tmp_path / 'rows.jsonl'} is missing") and "benchmarks/make_heldout.py" in message
+    assert f"--out-dir {tmp_path} --num-articles 100 --min-words 1000 --max-words 1200 --seed 0" in message
+
+
 def test_a_bfloat16_point_found_again_within_1_percent_is_measured_anew_and_a_float32_one_is_not(tiny_resources,
                                                                                                  tmp_path):
     """--fill-intervals on a figure's row: bfloat16's arithmetic order moves an NLL sum by about 0.1%, so a bfloat16
