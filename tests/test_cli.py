@@ -245,7 +245,7 @@ RERANK_FLAGS = {"--rerank", "--rerank-candidates", "--rerank-tokens", "--reranke
                 "--rerank-no-passage-margin", "--rerank-seed"}
 BEYOND_FLAGS = {"--retrieval-gate", "--gate-threshold", "--num-passages", "--max-context-doc-tokens", "--ensemble",
                 "--ensemble-temperature"}  # issue 10: gates, several passages, ensembles
-RESUME_FLAGS = ("--chunk-size", "--overwrite", "--repair", "--num-shards", "--shard-id")
+RESUME_FLAGS = ("--chunk-size", "--overwrite", "--repair", "--accept-unverified-chunks", "--num-shards", "--shard-id")
 MODEL_FLAGS = ("--model", "--tokenizer", "--gguf-file", "--dtype", "--device", "--device-map", "--attn-implementation")
 COMMAND_FLAGS = {
     "index": {"--corpus", "--index-dir", "--retriever", "--encoder", "--pooling", "--encoder-dtype", "--faiss-factory",
@@ -271,12 +271,13 @@ COMMAND_FLAGS = {
                 "--use-ctxs", "--add-gold-to-corpus", "--num-docs", "--max-questions", "--questions-name",
                 "--questions-split",
                 "--max-new-tokens", "--max-length", "--num-shards",
-                "--shard-id", "--repair"},
+                "--shard-id", "--repair", "--accept-unverified-chunks"},
     "rerank-data": {*MODEL_FLAGS, "--retriever", "--encoder", "--threads",
                     "--corpus", "--index-dir", "--forbidden-titles", "--stride", "--query-length", "--max-length",
                     "--max-doc-tokens", "--bos-every-window", "--batch-size", "--rerank-candidates", "--rerank-tokens",
                     "--articles", "--exclude-titles", "--num-articles", "--windows-per-article", "--max-windows",
-                    "--output-dir", "--chunk-size", "--overwrite", "--repair", "--num-shards", "--shard-id"},
+                    "--output-dir", "--chunk-size", "--overwrite", "--repair", "--accept-unverified-chunks",
+                    "--num-shards", "--shard-id"},
     "train-reranker": {"--data", "--init", "--output-dir", "--push-to-hub", "--epochs", "--batch-size",
                        "--learning-rate", "--seed", "--eval-fraction", "--no-passage-candidate", "--max-train-windows",
                        "--eval-points", "--bf16", "--attention-dropout", "--articles", "--index-dir"},

@@ -200,11 +200,16 @@ def test_fingerprint_reuse_and_rebuild(pyserini, tmp_path):
     assert (index_dir / "marker").exists() and (index_dir / INDEX_FILE).stat().st_mtime_ns == mtime
     assert len(again) == len(ARTICLES)
 
-    # changed corpus (same path): rebuilt, new fingerprint, new content retrievable
+    # changed corpus (same path): the marker, which hf-ralm did not write, stops the rebuild and is kept; without it,
+    # rebuilt, new fingerprint, new content retrievable
     write_jsonl(corpus, ARTICLES + [{"id": "a6", "title": "Volcano", "text": "lava erupted from the volcano crater"}])
+    with pytest.raises(ValueError, match="holds marker"):
+        LuceneRetriever.build_or_load(str(corpus), str(index_dir))
+    assert (index_dir / "marker").read_text() == "kept"
+    (index_dir / "marker").unlink()
     rebuilt = LuceneRetriever.build_or_load(str(corpus), str(index_dir))
     info2 = json.loads((index_dir / INDEX_FILE).read_text())
-    assert info2["fingerprint"] != info1["fingerprint"] and not (index_dir / "marker").exists()
+    assert info2["fingerprint"] != info1["fingerprint"]
     assert rebuilt.retrieve(["volcano lava"], k=1)[0][0].title == "Volcano"
     assert len(LuceneRetriever.build_or_load(None, str(index_dir))) == len(ARTICLES) + 1
 

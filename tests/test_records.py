@@ -170,12 +170,18 @@ def test_a_reader_refuses_chunks_of_two_settings_digests(tmp_path):
     assert [p.name.split("-", 2)[2] for p in (tmp_path / "a" / "damaged").iterdir()] == [foreign]
 
 
-def test_chunks_of_older_versions_are_read_without_checksum(tmp_path):
+def test_chunks_of_older_versions_are_refused_unless_accepted(tmp_path):
     RecordStore(tmp_path, SETTINGS).close()
     with gzip.open(tmp_path / "chunk-00000000-00000002.json.gz", "wt") as f:  # as hf-ralm wrote them before
         json.dump({"rows": [{"i": 0}, {"i": 1}], "seconds": 1.5, "git_commit": None}, f)
-    assert [row["i"] for row in RecordStore(tmp_path, SETTINGS).rows()] == [0, 1]
-    assert RecordStore.read_rows(tmp_path) == [{"i": 0}, {"i": 1}] and RecordStore.chunk_seconds(tmp_path) == 1.5
+    for read in (lambda: RecordStore(tmp_path, SETTINGS), lambda: RecordStore.read_rows(tmp_path)):
+        with pytest.raises(OutputFolderError, match=r"holds 1 chunk\(s\) without checksum and settings digest"):
+            read()
+    accepted = RecordStore(tmp_path, SETTINGS, accept_unverified=True)
+    assert [row["i"] for row in accepted.rows()] == [0, 1] and accepted.num_unverified == 1
+    accepted.close()
+    assert RecordStore.read_rows(tmp_path, accept_unverified=True) == [{"i": 0}, {"i": 1}]
+    assert RecordStore.chunk_seconds(tmp_path, accept_unverified=True) == 1.5
 
 
 def test_a_folder_with_files_of_others_is_refused_and_never_emptied(tmp_path):

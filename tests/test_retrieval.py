@@ -322,14 +322,18 @@ def test_build_or_load_reuses_and_rebuilds(tmp_path):
     assert (index_dir / INDEX_FILE).stat().st_mtime_ns == mtime
     assert len(again) == len(ARTICLES)
 
-    # a changed corpus (same path): rebuilt, new fingerprint, new content retrievable
+    # a changed corpus (same path): the marker, which hf-ralm did not write, stops the rebuild and is kept; without
+    # it, rebuilt, new fingerprint, new content retrievable
     extra = {"id": "a6", "title": "Volcano", "text": "lava erupted from the volcano crater"}
     write_jsonl(corpus, ARTICLES + [extra])
+    with pytest.raises(IndexFolderError, match="holds marker"):
+        BM25Retriever.build_or_load(str(corpus), str(index_dir))
+    assert (index_dir / "marker").read_text() == "kept"
+    (index_dir / "marker").unlink()
     rebuilt = BM25Retriever.build_or_load(str(corpus), str(index_dir))
     info2 = json.loads((index_dir / INDEX_FILE).read_text())
     assert info2["fingerprint"] != info1["fingerprint"]
     assert info2["fingerprint"] == corpus_fingerprint([str(corpus)], WORDS_PER_PASSAGE)
-    assert not (index_dir / "marker").exists()
     assert len(rebuilt) == len(ARTICLES) + 1
     assert rebuilt.retrieve(["volcano lava"], k=1)[0][0].title == "Volcano"
 

@@ -3,6 +3,7 @@ one validation (:meth:`RalmConfig.validate`)."""
 
 from __future__ import annotations
 
+import string
 from dataclasses import dataclass, fields
 
 from transformers import AutoConfig, PreTrainedConfig
@@ -170,6 +171,7 @@ class RalmConfig(PreTrainedConfig):
             if not isinstance(getattr(self, name), kinds):
                 expected = " or ".join("None" if kind is type(None) else kind.__name__ for kind in kinds)
                 raise ValueError(f"{name} must be {expected}, got {getattr(self, name)!r}.")
+        check_passage_template(self.passage_template)
         check_count("retrieval_stride", self.retrieval_stride)
         check_count("max_doc_tokens", self.max_doc_tokens)
         if self.query_length is not None:
@@ -257,6 +259,37 @@ class RalmConfig(PreTrainedConfig):
     def passage_text(self, title: str | None, text: str) -> str:
         """The text put in context for a passage (``title + "\\n" + text`` by default)."""
         return passage_text(title, text, self.passage_template)
+
+
+TEMPLATE_FIELDS = ("title", "text")
+"""The fields a ``passage_template`` may use: :func:`~hf_ralm.passages.passage_text` fills them with ``str.format``."""
+
+
+def check_passage_template(template: str) -> None:
+    """Raise a :class:`~hf_ralm.errors.SettingError` unless ``template`` is a format string whose fields are only
+    ``{title}`` and ``{text}`` (with a conversion or format spec that a string takes): what
+    :func:`~hf_ralm.passages.passage_text` fills in for every passage, so a wrong template is refused when the config
+    is made or read (a saved ``config.json``), not at the first passage.
+
+    Example:
+        >>> check_passage_template("Title: {title}\\n{text}")
+        >>> check_passage_template("{nope}: {text}")
+        Traceback (most recent call last):
+        ...
+        hf_ralm.errors.SettingError: passage_template '{nope}: {text}' uses the field {nope}: a passage template may \
+use only {title} and {text}, e.g. '{title}\\n{text}'.
+    """
+    try:
+        names = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
+        unknown = next((name for name in names if name not in TEMPLATE_FIELDS), None)
+        problem = f"uses the field {{{unknown}}}" if unknown is not None else None
+        if problem is None:
+            passage_text("Title", "Text", template)  # a format spec a string cannot take ({title:d})
+    except ValueError as error:  # unbalanced braces, a bad format spec
+        problem = f"is no format string that passage_text can fill ({error})"
+    if problem is not None:
+        raise SettingError(f"{setting('passage_template')} {template!r} {problem}: a passage template may use only "
+                           f"{{title}} and {{text}}, e.g. {PASSAGE_TEMPLATE!r}.")
 
 
 def check_ensemble(config: RalmConfig, ensemble_size: int) -> None:

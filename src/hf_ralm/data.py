@@ -12,13 +12,11 @@ Example:
 
 from __future__ import annotations
 
-import gzip
 import json
-import os
-
 from typing import Iterable
 
-from .errors import InputError, MissingFileError, setting, utf8_errors
+from .errors import InputError, MissingFileError, setting
+from .utils.checks import is_input_file, reading
 from .utils.datasets_io import load_hf_dataset
 from .utils.paths import missing_local_path
 
@@ -48,19 +46,17 @@ def load_dataset_text(path: str, name: str | None = None, split: str = "test") -
 
     Raises:
         FileNotFoundError: ``path`` is neither a file nor a dataset ``datasets.load_dataset`` can load.
-        InputError: a JSONL line that is no object with a ``text`` string, or bytes that are not UTF-8; the message
-            names the file and the line.
+        InputError: a JSONL line that is no object with a ``text`` string, or bytes that are not UTF-8 (the message
+            names the file and the line); a damaged gzip file, a FIFO or a device (:func:`~hf_ralm.utils.checks.
+            reading`).
     """
     if missing_local_path(path):  # not the Hub's retries for a mistyped file name
         raise MissingFileError(f"The {setting('dataset_path')} {path!r} does not exist: give a .jsonl/.jsonl.gz file "
                                "of rows with a 'text' field, a text file, or a Hugging Face dataset id (e.g. wikitext "
                                f"with {setting('dataset_name')} wikitext-103-raw-v1).")
-    if os.path.isfile(path):
-        with utf8_errors(path, InputError, "dataset"):
+    if is_input_file(path, "dataset"):  # a folder is a dataset's; a FIFO is refused before anything waits on it
+        with reading(path, InputError, "dataset") as f:
             if path.endswith((".jsonl", ".jsonl.gz")):
-                opener = gzip.open if path.endswith(".gz") else open
-                with opener(path, "rt", encoding="utf-8") as f:
-                    return join_rows(_row_text(path, number, line) for number, line in enumerate(f, 1) if line.strip())
-            with open(path, encoding="utf-8") as f:
-                return f.read()
+                return join_rows(_row_text(path, number, line) for number, line in enumerate(f, 1) if line.strip())
+            return f.read()
     return join_rows(load_hf_dataset(path, name, split)["text"])

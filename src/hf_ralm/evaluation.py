@@ -43,7 +43,14 @@ from .selection.policy import PassagePolicy
 from .selection.rerank import WindowRanker
 from .selection.strategies import future_looking, gates, reader_ranks, reranks
 from .utils.atomic import write_json_atomic
+from .utils.outputs import check_output_file, check_replaceable, json_object_with, json_records_with
 from .windows import Window
+
+
+EVAL_REPORT = json_object_with("settings_digest")
+"""An ``eval.json`` hf-ralm wrote: its JSON, with the digest of the settings of the records beside it."""
+RETRIEVAL_FILE = json_records_with("begin_location", "end_location", "retrieved_docs")
+"""A retrieval file hf-ralm wrote (:meth:`RalmEvalResult.save_retrieval_file`): its JSON list of windows."""
 
 
 @dataclass
@@ -78,12 +85,15 @@ class RalmEvalResult:
                 for found, choice in zip(self.passages, self.chosen)]
 
     def save_retrieval_file(self, path: str, tokenizer) -> None:
-        """Write :meth:`retrieval_records` to ``path`` (atomically): a file ``eval-lm --retrieval-file`` reads.
+        """Write :meth:`retrieval_records` to ``path`` (atomically): a file ``eval-lm --retrieval-file`` reads. A file
+        there is replaced only when it is a retrieval file hf-ralm wrote (else an
+        :class:`~hf_ralm.errors.OutputFolderError`).
 
         Example::
 
             evaluate_retrieval(model, tokenizer, text, retriever, config).save_retrieval_file("r.json", tokenizer)
         """
+        check_replaceable(path, RETRIEVAL_FILE, "retrieval file", "give another path, or move the file away")
         write_json_atomic(path, self.retrieval_records(tokenizer))
 
     def save_retrieval_dataset(self, path: str, tokenizer, *, passage_texts: bool = True, repo_id: str | None = None,
@@ -204,8 +214,11 @@ def evaluate(
     (``num_resumed_windows`` counts the windows it did not compute again). Other settings, model, data or retrieval
     are refused, naming what differs (an :class:`~hf_ralm.errors.OutputFolderError`), unless ``run.overwrite`` (start
     afresh), and so is a damaged chunk, naming it, unless ``run.repair`` (it is moved aside and computed again), and
-    a folder holding files hf-ralm did not write. ``eval.json`` carries the digest of the settings
-    (``settings_digest``), as every chunk does, and ``run.report_extra`` (what else the caller records, e.g. the
+    a folder holding files hf-ralm did not write; chunks of an older version (without checksum and settings digest)
+    are refused too, unless ``run.repair`` or ``run.accept_unverified`` (they are used as they are, and
+    ``eval.json``'s ``accepted_unverified_chunks`` counts them). ``eval.json`` carries the digest of the settings
+    (``settings_digest``), as every chunk does (an ``eval.json`` without it is a user's: refused, never
+    written over), and ``run.report_extra`` (what else the caller records, e.g. the
     command line's arguments; its ``timings`` join the evaluation's). See :mod:`hf_ralm.resume`. Many workers share
     a run through ``run.output_dir`` (``run.num_shards``/``run.shard_id``, or torchrun's, accelerate's or a Slurm
     array's environment): a worker that finds the others' windows missing returns ``complete: False``.
@@ -217,6 +230,8 @@ def evaluate(
         evaluate(model, tokenizer, text, retriever, config, score=False).save_retrieval_file("r.json", tokenizer)
     """
     run.check_output_dir((RECORDS_DIR, EVAL_FILE), "evaluation results")  # before any work
+    if run.output_dir is not None:  # a user's own eval.json is never written over (nor deleted by an overwrite)
+        check_output_file(Path(run.output_dir, EVAL_FILE), setting("output_dir"), EVAL_REPORT, "evaluation report")
     evaluation = _plan(model, tokenizer, text_or_ids, retriever, config, retrieval_file=retrieval_file,
                        max_eval_tokens=max_eval_tokens, reranker=reranker, reuse_prefix_kv=reuse_prefix_kv,
                        scored=score, run=run)
@@ -246,7 +261,8 @@ def evaluate(
         extra = dict(run.report_extra or {})
         extra_timings = extra.pop("timings", {})
         report = {**figures, **extra, "timings": {**extra_timings, **evaluation.timings},
-                  "settings_digest": chunks.store.settings_digest}
+                  "settings_digest": chunks.store.settings_digest,
+                  **({"accepted_unverified_chunks": chunks.store.num_unverified} if run.accept_unverified else {})}
         chunks.finish(lambda: write_json_atomic(os.path.join(run.output_dir, EVAL_FILE), report))
     return result
 

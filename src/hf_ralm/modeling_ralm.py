@@ -20,25 +20,27 @@ from __future__ import annotations
 
 import os
 import tempfile
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationMixin, PreTrainedConfig, PreTrainedModel
-from transformers.utils import ModelOutput
+from transformers.utils import CONFIG_NAME, ModelOutput
 
 from .configuration_ralm import RALM_FIELDS, RalmConfig
 from .compare import DEFAULT_STRATEGIES, Comparison, compare_strategies
 from .model_card import ralm_model_card
 from .evaluation import RalmEvalResult, evaluate
 from .generation import ralm_generate
-from .errors import MissingFileError, SettingError, setting
+from .errors import MissingFileError, SavedFolderError, SettingError, setting
 from .passages import Passage
 from .placement import DEVICE_DEFAULT, default_device, resolve_device, resolve_dtype
 from .retrieval.base import RETRIEVER_CONFIG_FILE, Retriever, read_forbidden_titles
-from .retrieval.factory import load_retriever, load_retriever_from_pretrained, pretrained_folder
-from .retrieval.registry import retriever_class
+from .retrieval.factory import (check_retriever_config, load_retriever, pretrained_folder, read_retriever_config,
+                                retriever_from_folder)
+from .retrieval.index_folder import names_a_local_path, saved_path
 from .runs import RunOptions
 from .selection.rankers import load_reranker
 from .utils.atomic import write_text_atomic
@@ -66,7 +68,8 @@ class RalmCausalLMOutput(ModelOutput):
 def _saved_ralm_config(path: str, hub_kwargs: dict) -> tuple[RalmConfig, dict | None] | None:
     """The RalmConfig stored at ``path`` (folder or Hub id) and the retriever description that config.json held
     before retrievers were saved in their own ``retriever_config.json`` (``None`` in newer folders); ``None`` when
-    ``path`` is a plain model."""
+    ``path`` is a plain model. A saved setting that :meth:`RalmConfig.validate` refuses (a ``passage_template`` with
+    an unknown field, ...) is refused here, naming the file, before anything loads."""
     try:
         config_dict, _ = PreTrainedConfig.get_config_dict(path, **hub_kwargs)
     except (OSError, ValueError):
@@ -74,21 +77,98 @@ def _saved_ralm_config(path: str, hub_kwargs: dict) -> tuple[RalmConfig, dict | 
     if config_dict.get("model_type") != RalmConfig.model_type:
         return None
     old_retriever = config_dict.pop("retriever", None)
-    return RalmConfig.from_dict(config_dict), old_retriever
+    try:
+        return RalmConfig.from_dict(config_dict), old_retriever
+    except (ValueError, TypeError) as error:
+        raise SettingError(f"{os.path.join(path, CONFIG_NAME)}: {getattr(error, 'marked', error)} The saved "
+                           "setting is refused: correct it in that file, or save the RALM again.") from None
+
+
+def _saved_retriever_config(path: str, old_retriever: dict | None, hub_kwargs: dict) -> tuple[str, str, dict] | None:
+    """The retriever saved with the RALM folder ``path`` (a folder or a Hub id, then downloaded), if any: the folder
+    on this machine, the file that describes it (``retriever_config.json``; an older folder's ``config.json``, which
+    held it under ``retriever``, recorded by absolute paths: those need ``index_dir=``) and its description, checked
+    (:func:`~hf_ralm.retrieval.factory.check_retriever_config`)."""
+    folder = pretrained_folder(path, **hub_kwargs)
+    if old_retriever is not None:
+        return folder, CONFIG_NAME, check_retriever_config(old_retriever, folder, CONFIG_NAME, "retriever")
+    if not os.path.isfile(os.path.join(folder, RETRIEVER_CONFIG_FILE)):
+        return None
+    return folder, RETRIEVER_CONFIG_FILE, read_retriever_config(folder)
 
 
 def _saved_retriever(path: str, old_retriever: dict | None, hub_kwargs: dict, **overrides) -> Retriever | None:
-    """The retriever saved with the RALM folder ``path`` (a folder or a Hub id, then downloaded), if any:
-    ``overrides`` replace its saved values (see :meth:`Retriever.from_config`). The paths the folder records are
-    followed only inside it, an older folder's too (its ``config.json`` held the retriever, recorded by absolute
-    paths: those need ``index_dir=``)."""
-    folder = pretrained_folder(path, **hub_kwargs)
-    if old_retriever is not None:
-        return retriever_class(old_retriever["type"]).from_config(old_retriever, base_dir=folder,
-                                                                  config_file="config.json", **overrides)
-    if not os.path.isfile(os.path.join(folder, RETRIEVER_CONFIG_FILE)):
+    """The retriever saved with the RALM folder ``path`` (:func:`_saved_retriever_config`), if any: ``overrides``
+    replace its saved values (see :meth:`Retriever.from_config`). The paths the folder records are followed only
+    inside it (:func:`~hf_ralm.retrieval.factory.retriever_from_folder`)."""
+    saved = _saved_retriever_config(path, old_retriever, hub_kwargs)
+    if saved is None:
         return None
-    return load_retriever_from_pretrained(folder, **overrides)
+    folder, file, config = saved
+    return retriever_from_folder(folder, config, file, **overrides)
+
+
+def saved_ralm_settings(name_or_path: str | os.PathLike, **hub_kwargs) -> tuple[RalmConfig, dict | None] | None:
+    """The settings of the saved RALM ``name_or_path`` (a folder written by
+    :meth:`RetrievalAugmentedModel.save_pretrained`, or a Hub id, then downloaded: ``hub_kwargs`` are ``revision``,
+    ``cache_dir``, ``token``, ``local_files_only``) and its retriever's description (``None``: saved without one),
+    both checked as :meth:`~RetrievalAugmentedModel.from_pretrained` checks them; ``None`` for a plain model. What a
+    front end reads before loading, to tell a saved value from a default (the command line: ``--model SAVED`` keeps
+    the folder's retriever and settings unless a flag is given).
+
+    Example::
+
+        config, retriever = saved_ralm_settings("my-ralm")
+        config.retrieval_stride, retriever["type"]   # (4, 'bm25')
+    """
+    path = str(name_or_path)
+    found = None if missing_local_path(path) else _saved_ralm_config(path, hub_kwargs)
+    if found is None:
+        return None
+    config, old_retriever = found
+    retriever = _saved_retriever_config(path, old_retriever, hub_kwargs)
+    return config, None if retriever is None else retriever[2]
+
+
+_LOADING: ContextVar[tuple[str, ...]] = ContextVar("hf_ralm_saved_ralms_loading", default=())
+"""The saved RALMs whose base model is loading in this context, outermost first (a base model may itself be a saved
+RALM, loaded through ``AutoModelForCausalLM``): what :func:`_loading_base_of` checks a base model against."""
+
+
+def _folder_key(name_or_path: str) -> str:
+    """What tells two names of one model apart from two models: a local folder's real path, else the Hub id."""
+    return os.path.realpath(name_or_path) if os.path.isdir(name_or_path) else name_or_path
+
+
+@contextmanager
+def _loading_base_of(path: str, base_name: str) -> Iterator[None]:
+    """The block that loads the base model ``base_name`` of the saved RALM ``path``. A base model that is that folder
+    itself, or a saved RALM whose base model is loading around it (a chain that comes back to a folder), is refused
+    with one line naming the folder (:class:`~hf_ralm.errors.SavedFolderError`): it would load itself forever."""
+    chain, key = _LOADING.get(), _folder_key(path)
+    base = _folder_key(base_name)
+    if base == key or base in chain:
+        what = (f"is this folder itself ({path!r})" if base == key else
+                f"is the saved RALM {base_name!r}, whose base model is {path!r} (a chain of saved RALMs that comes "
+                "back to a folder)")
+        raise SavedFolderError(f"{os.path.join(path, CONFIG_NAME)}: its base_model_name_or_path {base_name!r} "
+                               f"{what}: loading it would never end. A RALM wraps a causal LM: set "
+                               "base_model_name_or_path to the causal LM's Hub id or folder.")
+    token = _LOADING.set((*chain, key))
+    try:
+        yield
+    finally:
+        _LOADING.reset(token)
+
+
+def _saved_reranker_model(path: str, reranker_model: str, hub_kwargs: dict) -> str:
+    """The ``reranker_model`` saved in the RALM ``path``'s ``config.json``: a Hub id as it is; a local path only
+    inside the folder (joined to it: :func:`~hf_ralm.retrieval.index_folder.saved_path`), one that leads outside
+    refused (the caller gives it instead)."""
+    if not names_a_local_path(reranker_model):
+        return reranker_model
+    return saved_path(reranker_model, pretrained_folder(path, **hub_kwargs), CONFIG_NAME, "reranker_model",
+                      f"give the reranker yourself ({setting('reranker_model')}={reranker_model!r}) to use it.")
 
 
 def _retriever_options(options: Mapping[str, Any] | None, **named) -> dict[str, Any]:
@@ -303,6 +383,13 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
 
         ``AutoModelForCausalLM.from_pretrained(saved_ralm)`` lands here (after ``import hf_ralm``), with the same
         keyword arguments.
+
+        A saved RALM's files are checked before they are used, each refusal one line naming the file and the key:
+        its settings (:meth:`RalmConfig.validate`), its retriever's description
+        (:func:`~hf_ralm.retrieval.factory.check_retriever_config`), a base model that is the folder itself (or a
+        chain of saved RALMs that comes back to it), and every path it names (index folder, corpus, forbidden
+        titles, encoder, ``reranker_model``), followed only inside the folder unless the caller gives that value
+        (:class:`~hf_ralm.errors.SavedFolderError`).
         """
         kwargs, given_config = _from_auto_class(kwargs)
         _check_loading_extras(kwargs)
@@ -323,14 +410,15 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
                 raise ValueError(f"{path} holds a RALM config without base_model_name_or_path.")
             if saved:  # a revision names one of the RALM's repository, not of its base model's
                 kwargs = {k: v for k, v in kwargs.items() if k != "revision"}
-            kwargs, device = _placement(kwargs, device, base_name)
-            if load_weights:
-                base = _load_base_model(base_name, model_args, kwargs)
-                if device is not None:
-                    base.to(device)
-                widen_where_bfloat16_is_slow(base)
-            else:
-                base = _base_model_skeleton(base_name, kwargs)
+            with _loading_base_of(path, base_name) if saved else nullcontext():
+                kwargs, device = _placement(kwargs, device, base_name)
+                if load_weights:
+                    base = _load_base_model(base_name, model_args, kwargs)
+                    if device is not None:
+                        base.to(device)
+                    widen_where_bfloat16_is_slow(base)
+                else:
+                    base = _base_model_skeleton(base_name, kwargs)
         base.eval()
         if tokenizer is None:
             tokenizer_kwargs = {k: kwargs[k] for k in ("gguf_file", "revision", "cache_dir", "token") if k in kwargs}
@@ -339,6 +427,9 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
         fields = (given_config or saved).to_dict() if (given_config or saved) else {}
         fields = {k: v for k, v in fields.items() if k in RALM_FIELDS}
         fields.update(overrides, base_model_name_or_path=base_name)
+        if saved is not None and saved.reranker_model and "reranker_model" not in overrides \
+                and fields.get("reranker_model") == saved.reranker_model:  # the folder's, not the caller's
+            fields["reranker_model"] = _saved_reranker_model(path, saved.reranker_model, hub_kwargs)
         config = RalmConfig(**fields)
         if retriever is None and saved is not None:  # its saved values, replaced by the options given
             options.pop("n_threads", None)  # never given to a saved retriever (a saved dense or hybrid one refuses it)

@@ -21,7 +21,6 @@ Example:
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import re
@@ -30,11 +29,12 @@ import time
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Iterable, Mapping, Sequence
 
-from .errors import SettingError, setting
+from .errors import InputError, SettingError, setting
 from .records import RecordStore, check_output_folder
 from .runs import ChunkRun, RunOptions
 from .retrieval.corpus import WORDS_PER_PASSAGE
 from .utils.atomic import write_json_atomic, write_text_atomic
+from .utils.checks import is_input_file, reading
 from .utils.datasets_io import load_hf_dataset
 from .utils.paths import missing_local_path
 
@@ -170,54 +170,103 @@ def exact_match_score(predictions: Sequence[str], references: Sequence[str | Seq
 # ------------------------------------------------------------------------------------------------------------------
 
 
-def _read_rows(path: str, name: str | None = None, split: str = "validation") -> list[dict]:
-    if not os.path.isfile(path):
+def _read_rows(path: str, name: str | None = None, split: str = "validation") -> list[tuple[str, Any]]:
+    """The rows of a questions file or dataset, each with where it is, for a message: ``FILE:LINE: question N`` in a
+    JSONL file, ``FILE: question N`` in a JSON list or a dataset."""
+    if not is_input_file(path, "questions file"):  # a folder is a dataset's; a FIFO is refused before it is opened
         if missing_local_path(path):
             raise FileNotFoundError(f"Questions file not found: {path!r}.")
-        return list(load_hf_dataset(path, name, split))  # a Hub id (e.g. nq_open) or a dataset folder
-    opener = gzip.open if path.endswith(".gz") else open
-    name = path[:-3] if path.endswith(".gz") else path
-    with opener(path, "rt", encoding="utf-8") as f:
-        if name.endswith(".json"):  # the paper's and DPR's retriever results: one JSON list
-            rows = json.load(f)
+        rows = load_hf_dataset(path, name, split)  # a Hub id (e.g. nq_open) or a dataset folder
+        return [(f"{path}: question {number}", row) for number, row in enumerate(rows, 1)]
+    stem = path[:-3] if path.endswith(".gz") else path
+    with reading(path, InputError, "questions file") as f:
+        if stem.endswith(".json"):  # the paper's and DPR's retriever results: one JSON list
+            try:
+                rows = json.load(f)
+            except json.JSONDecodeError as error:
+                raise InputError(f"{path} is not JSON ({error.msg}: line {error.lineno} column {error.colno}); a "
+                                 ".json questions file holds one list of questions (DPR's retriever results).") \
+                    from None
             if not isinstance(rows, list):
-                raise ValueError(f"{path}: a .json questions file must hold a list of questions.")
-            return rows
-        rows = []
+                raise InputError(f"{path}: a .json questions file must hold a list of questions.")
+            return [(f"{path}: question {number}", row) for number, row in enumerate(rows, 1)]
+        found = []
         for line_number, line in enumerate(f, 1):
             if line.strip():
                 try:
-                    rows.append(json.loads(line))
+                    row = json.loads(line)
                 except json.JSONDecodeError as error:
-                    raise ValueError(f"{path}:{line_number}: not a JSON line ({error}).") from error
-        return rows
+                    raise InputError(f"{path}:{line_number}: not a JSON line ({error}): fix or remove that line.") \
+                        from None
+                found.append((f"{path}:{line_number}: question {len(found) + 1}", row))
+        return found
+
+
+def _shown(value: Any) -> str:
+    """A value as a message shows it: its ``repr``, cut to 60 characters."""
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."
+
+
+def _ctxs_problem(ctxs: Any) -> str | None:
+    """What is wrong with a question's ``ctxs`` (DPR's passages: a list of objects with a ``text`` string and a
+    ``title`` string, or none), or ``None``."""
+    if not isinstance(ctxs, list):
+        return f"'ctxs' is {_shown(ctxs)}, not a list of {{title, text}} passages"
+    for j, ctx in enumerate(ctxs):
+        if not isinstance(ctx, dict):
+            return f"ctxs[{j}] is {_shown(ctx)}, not a {{title, text}} passage"
+        if not isinstance(ctx.get("text"), str):
+            return f"ctxs[{j}] has 'text' {_shown(ctx.get('text'))}, not a string"
+        if ctx.get("title") is not None and not isinstance(ctx["title"], str):
+            return f"ctxs[{j}] has 'title' {_shown(ctx['title'])}, not a string"
+    return None
+
+
+def _question(where: str, row: Any) -> dict:
+    """One question row (``where`` it is: :func:`_read_rows`), checked before anything uses it: ``question`` a
+    string, ``answers`` (or NQ-open's ``answer``) a list of strings or one string, ``ctxs`` (when there) passages
+    (:func:`_ctxs_problem`); as :func:`load_questions` returns it."""
+    fix = "fix or remove that question"
+    if not isinstance(row, dict) or row.get("question") in (None, ""):
+        raise InputError(f"{where} has no 'question' ({_shown(row)}): {fix}.")
+    if not isinstance(row["question"], str) or not row["question"].strip():
+        raise InputError(f"{where}: 'question' is {_shown(row['question'])}, not the question's text: {fix}.")
+    key = "answers" if "answers" in row else "answer"
+    answers = row.get(key)
+    if answers is None:
+        raise InputError(f"{where} has no 'answers' (or 'answer'): {fix}.")
+    if isinstance(answers, str):
+        answers = [answers]
+    if not isinstance(answers, list) or not all(isinstance(answer, str) for answer in answers):
+        raise InputError(f"{where}: {key!r} is {_shown(row[key])}, not a list of strings (the gold answers): {fix}.")
+    example = {"question": row["question"], "answers": answers}
+    if "ctxs" in row:
+        problem = _ctxs_problem(row["ctxs"])
+        if problem:
+            raise InputError(f"{where}: {problem} (DPR's retriever-results format): {fix}.")
+        example["ctxs"] = row["ctxs"]
+    return example
 
 
 def load_questions(path: str, max_questions: int | None = None, name: str | None = None,
                    split: str = "validation") -> list[dict]:
     """Questions from a JSONL(.gz) file (or a JSON list, as DPR's retriever results), or a Hugging Face dataset
     (``path`` a Hub id such as ``nq_open``, or a dataset folder; ``name`` its config, ``split`` its split):
-    ``{"question", "answers", "ctxs"}`` each, ``answers`` a list (NQ-open's ``answer`` key and a single string are
-    accepted), ``ctxs`` (DPR's retrieved passages, ``{"title", "text", ...}``) kept when present. ``max_questions``
-    keeps the first ones."""
+    ``{"question", "answers", "ctxs"}`` each, ``answers`` a list of strings (NQ-open's ``answer`` key and a single
+    string are accepted), ``ctxs`` (DPR's retrieved passages, ``{"title", "text", ...}``) kept when present.
+    ``max_questions`` keeps the first ones.
+
+    Raises:
+        FileNotFoundError: no such file or dataset.
+        InputError: a row that is no JSON, or whose fields are not of those types (checked here, before any is
+            used); bytes that are not UTF-8; a damaged gzip file, a FIFO or a device
+            (:func:`~hf_ralm.utils.checks.reading`). The message names the file, the line (JSONL) and the field.
+    """
     rows = _read_rows(path, name, split)
     if max_questions is not None:
         rows = rows[:max_questions]
-    questions = []
-    for number, row in enumerate(rows, 1):
-        where = f"{path}: question {number}"
-        if not isinstance(row, dict) or not str(row.get("question") or "").strip():
-            raise ValueError(f"{where} has no 'question'.")
-        answers = row.get("answers", row.get("answer"))
-        if answers is None:
-            raise ValueError(f"{where} has no 'answers' (or 'answer').")
-        example = {"question": str(row["question"]), "answers": _as_answers(answers)}
-        if "ctxs" in row:
-            if not isinstance(row["ctxs"], list):
-                raise ValueError(f"{where}: 'ctxs' must be a list of {{title, text}} passages.")
-            example["ctxs"] = row["ctxs"]
-        questions.append(example)
-    return questions
+    return [_question(where, row) for where, row in rows]
 
 
 GOLD_CORPUS_FILE = "gold-passages.jsonl"  # eval-qa --add-gold-to-corpus writes it into --output-dir
@@ -462,6 +511,7 @@ class _QaRun:
     def __init__(self, run: RunOptions, examples: Sequence[dict], settings: dict):
         self.output_dir, self.settings, self.examples = run.output_dir, settings, examples
         self.extra = dict(run.report_extra or {})
+        self.accept_unverified = run.accept_unverified
         self.records: dict[int, QARecord] = {}
         self.sample_prompt = None
         self.store = None
@@ -506,6 +556,8 @@ class _QaRun:
         answered = len(self.records) - self.num_resumed
         extra = {key: value for key, value in self.extra.items() if key != "timings"}
         saved = {"settings_digest": self.store.settings_digest} if self.store is not None else {}
+        if self.store is not None and self.accept_unverified:
+            saved["accepted_unverified_chunks"] = self.store.num_unverified
         return {**qa_figures(self.ordered()), "complete": complete, "num_resumed": self.num_resumed,
                 "num_answered": answered, "settings": self.settings, **saved, "sample_prompt": self.sample_prompt,
                 **extra,

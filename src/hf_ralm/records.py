@@ -30,7 +30,11 @@ checksum and counts, carry the digest of the folder's settings, and hold rows of
 record type, of its type; numbers finite unless the checksum shows they were saved so; a store checks more, e.g. a
 window record's NLLs against the window). A chunk that fails is named in one line (an
 :class:`~hf_ralm.errors.OutputFolderError`), never used; ``repair`` moves it to ``damaged/`` and the run computes its
-records again. Chunks of older versions, without checksum or digest, are read with the other checks.
+records again. A chunk with a checksum but no settings digest, or the other way round, was altered: it is damaged.
+Chunks of older versions, without either, cannot be verified against the folder's settings: they are refused too
+(one line, counting them), unless ``accept_unverified`` takes them as they are, after the other checks (a run
+records how many it took: ``eval.json``'s ``accepted_unverified_chunks``), or :meth:`RecordStore.stamp_older_chunks`
+verifies them once and stamps them.
 
 ``overwrite`` deletes a folder's records (its chunks, temporary files and settings; nothing else, and never
 ``damaged/``). It is refused while a worker computes there: each store holds a shared ``flock`` on
@@ -84,6 +88,7 @@ from typing import Any, ClassVar, Sequence
 from .errors import OutputFolderError, RalmWarning, setting
 from .utils.atomic import file_mode, write_durably, write_json_atomic
 from .utils.checks import check_count
+from .utils.outputs import OUTPUT_FOLDER_PURPOSE, check_replaceable, check_writable, json_object_with
 
 try:
     import fcntl
@@ -110,17 +115,6 @@ _UNREADABLE = (EOFError, OSError, zlib.error, ValueError)
 are no gzip (``OSError``), no JSON (``ValueError``), and the checks' own ``ValueError``."""
 
 
-def _check_can_be_folder(folder: Path, name: str) -> None:
-    """Refuse (an :class:`~hf_ralm.errors.OutputFolderError`) a folder path that is a file, or lies under one: what
-    ``mkdir`` would report as ``[Errno 20] Not a directory``."""
-    for path in (folder, *folder.parents):
-        if path.exists():
-            if not path.is_dir():
-                raise OutputFolderError(f"{path} is a file, where {setting(name)} needs a folder: give the "
-                                        "path of a new or empty folder, where the run keeps its records and results.")
-            return
-
-
 def check_output_folder(folder: str | os.PathLike, own: Sequence[str], what: str, name: str = "output_dir") -> None:
     """Refuse (an :class:`~hf_ralm.errors.OutputFolderError` naming the folder, a few of its entries and the setting
     ``name`` that gave it) a folder that holds anything but ``own`` (glob patterns of what hf-ralm writes there, for
@@ -132,7 +126,7 @@ def check_output_folder(folder: str | os.PathLike, own: Sequence[str], what: str
         >>> check_output_folder(tempfile.mkdtemp(), ("eval.json", "windows"), "evaluation results")  # empty: fine
     """
     folder = Path(folder)
-    _check_can_be_folder(folder, name)
+    check_writable(folder, setting(name), OUTPUT_FOLDER_PURPOSE)  # a file there, or under it; read-only
     if not folder.is_dir():
         return
     others = sorted(name for name in os.listdir(folder)
@@ -152,8 +146,10 @@ class RecordStore:
     back with :meth:`rows`, at :meth:`ranges`); other settings are refused with an
     :class:`~hf_ralm.errors.OutputFolderError` naming the settings that differ, and so is a folder holding files that
     are not the store's (:func:`check_output_folder`), and a damaged chunk (naming it), unless ``repair=True``, which
-    moves the damaged chunks to ``damaged/`` so that the run computes them again. ``overwrite=True`` deletes the
-    folder's chunks and settings first (and nothing else; refused while another worker computes there). The store
+    moves the damaged chunks to ``damaged/`` so that the run computes them again. So are chunks of an older version
+    (without checksum and settings digest), unless ``accept_unverified=True`` takes them as they are
+    (:attr:`num_unverified` counts them). ``overwrite=True`` deletes the folder's chunks and settings first (and
+    nothing else; refused while another worker computes there). The store
     holds the folder's shared lock from its opening to :meth:`close` (or its end), and saves nothing once the folder's
     settings are no longer its own. ``reproduce`` (how the run was started, e.g.
     :func:`~hf_ralm.utils.reproduction.provenance`) is stored beside the settings by the run that creates the folder.
@@ -171,7 +167,8 @@ class RecordStore:
     chunk_suffix: ClassVar[str] = CHUNK_SUFFIX
 
     def __init__(self, folder: str | os.PathLike, settings: Mapping[str, Any], *, chunk_size: int = 1000,
-                 overwrite: bool = False, repair: bool = False, reproduce: Mapping[str, Any] | None = None) -> None:
+                 overwrite: bool = False, repair: bool = False, accept_unverified: bool = False,
+                 reproduce: Mapping[str, Any] | None = None) -> None:
         check_count("chunk_size", chunk_size)
         self.folder = Path(folder)
         self.settings = self.normalise_settings(settings)
@@ -179,6 +176,8 @@ class RecordStore:
             raise ValueError(f"{REPRODUCE_KEY!r} is not a setting: pass how the run was started as reproduce=.")
         self.chunk_size = chunk_size
         self.repair = repair
+        self.accept_unverified = accept_unverified
+        self._unstamped: set[tuple[int, int]] = set()  # the ranges of chunks read without checksum and digest
         self._buffer: list[Any] = []
         self._closed = False
 
@@ -215,6 +214,12 @@ class RecordStore:
     @property
     def num_chunks(self) -> int:
         return len(self._saved)
+
+    @property
+    def num_unverified(self) -> int:
+        """How many of the chunks held are of an older version (no checksum, no settings digest), taken as they are
+        (``accept_unverified``)."""
+        return len(self._unstamped & self._saved.keys())
 
     @functools.cached_property
     def settings_digest(self) -> str:
@@ -254,8 +259,13 @@ class RecordStore:
 
     def read_chunk(self, path: Path) -> Sequence[Any]:
         """The records of a chunk file, checked (:meth:`checked_rows`; a ``ValueError`` says what is wrong), as the
-        store holds them (typed)."""
-        return [self._typed(row) for row in self.checked_rows(self.read_chunk_file(path), self.settings_digest)]
+        store holds them (typed); a chunk of an older version (:func:`_unstamped`) is noted, for :meth:`_read_saved`
+        to refuse or accept."""
+        content = self.read_chunk_file(path)
+        rows = self.checked_rows(content, self.settings_digest)
+        if _unstamped(content):
+            self._unstamped.add(_range_of(path))
+        return [self._typed(row) for row in rows]
 
     def held_rows(self, rows: Sequence[Any], path: Path) -> Sequence[Any]:
         """What the store holds of rows it just saved to ``path`` (typed, without reading the file back)."""
@@ -338,15 +348,50 @@ class RecordStore:
             return
         self.check_unchanged()
         span = (start, start + len(rows))
-        name = f"{span[0]:08d}-{span[1]:08d}{self.chunk_suffix}"
         now = time.perf_counter()
         info = {"seconds": now - self._last_save, "git_commit": self._git_commit,
                 "settings_digest": self.settings_digest, **info}
-        final = self.folder / (CHUNK_PREFIX + name)
-        write_durably(final, lambda path: self.write_chunk(path, rows, info),
-                      self.folder / f"{TMP_PREFIX}{name}.{_WORKER}")
+        final = self._write_chunk_file(span, rows, info)
         self._last_save = now
+        self._unstamped.discard(span)
         self._saved[span] = self.held_rows(rows, final)
+
+    def _write_chunk_file(self, span: tuple[int, int], rows: Sequence[Any], info: Mapping[str, Any]) -> Path:
+        """Writes the chunk of records ``span`` (:meth:`write_chunk`) under this writer's own temporary name,
+        fsynced and renamed (replacing a chunk file there); its path."""
+        final = self._chunk_path(span)
+        write_durably(final, lambda path: self.write_chunk(path, rows, info),
+                      self.folder / f"{TMP_PREFIX}{final.name[len(CHUNK_PREFIX):]}.{_WORKER}")
+        return final
+
+    def _chunk_path(self, span: tuple[int, int]) -> Path:
+        """The path of the complete chunk of records ``span``."""
+        return self.folder / f"{CHUNK_PREFIX}{span[0]:08d}-{span[1]:08d}{self.chunk_suffix}"
+
+    @classmethod
+    def stamp_older_chunks(cls, folder: str | os.PathLike, **options: Any) -> list[Path]:
+        """Verify the chunks of an older version in ``folder`` (without checksum and settings digest) against its
+        settings, with every check a store of this class makes when it opens the folder (each row's schema, the
+        counts, :meth:`check_chunk`: the records of the chunk's range; ``options`` go to the store, e.g. a window
+        store's ``windows=``), then stamp them: each is written again (durably, as :meth:`save` writes) with the same
+        rows, ``seconds`` and ``git_commit``, plus its counts, checksum and the folder's settings digest. When any
+        chunk fails, nothing is stamped: an :class:`~hf_ralm.errors.OutputFolderError` names it. Returns the
+        stamped chunks' paths.
+
+        Example::
+
+            CandidateRecordWriter.stamp_older_chunks("benchmarks/runs/scale/wikitext-103-test/candidates-k1")
+        """
+        settings, _ = cls.read_settings(folder)
+        with cls(folder, settings, accept_unverified=True, **options) as store:
+            stamped = []
+            for span in sorted(store._unstamped & store._saved.keys()):
+                content = cls.read_chunk_file(store._chunk_path(span))
+                rows = content.pop("rows")
+                stamped.append(store._write_chunk_file(span, rows, {**content,
+                                                                    "settings_digest": store.settings_digest}))
+                store._unstamped.discard(span)
+        return stamped
 
     def check_unchanged(self) -> None:
         """Raise an :class:`~hf_ralm.errors.OutputFolderError` when the folder's settings file is no longer the
@@ -394,16 +439,24 @@ class RecordStore:
 
     def _read_saved(self, paths: Sequence[Path]) -> dict[tuple[int, int], Sequence[Any]]:
         """The records of the chunks ``paths``, checked; the damaged ones refused, naming them, or with ``repair``
-        moved aside (:meth:`_set_aside`)."""
-        saved, damaged = {}, {}
+        moved aside (:meth:`_set_aside`); so are those of an older version that pass the checks, unless
+        ``accept_unverified`` (refused in a line of their own when there are no others: :func:`_unverified_error`)."""
+        saved, damaged, unverified = {}, {}, []
         for path in paths:
+            span = _range_of(path)
             try:
                 records = self.read_chunk(path)
-                self.check_chunk(_range_of(path), records)
+                self.check_chunk(span, records)
             except _UNREADABLE as error:
                 damaged[path] = _reason(error)
             else:
-                saved[_range_of(path)] = records
+                if span in self._unstamped and not self.accept_unverified:
+                    unverified.append(path)
+                else:
+                    saved[span] = records
+        if unverified and not damaged and not self.repair:
+            raise _unverified_error(self.folder, unverified)
+        damaged.update((path, UNSTAMPED_REASON) for path in unverified)
         if damaged:
             self._set_aside(damaged)
         return saved
@@ -434,12 +487,17 @@ class RecordStore:
 
     @classmethod
     def checked_rows(cls, content: Any, settings_digest: str | None) -> list[Any]:
-        """The rows of a chunk file's ``content``, checked: its checksum and counts (when it has them: older chunks
-        do not), that it was computed under the settings of digest ``settings_digest`` (unless ``None``), and each
-        row (:meth:`check_row`); a ``ValueError`` says what is wrong."""
+        """The rows of a chunk file's ``content``, checked: its checksum and settings digest (both, or neither: a
+        chunk of an older version, :func:`_unstamped`, which its reader refuses unless told to accept it), that it
+        was computed under the settings of digest ``settings_digest`` (unless ``None``), its counts and each row
+        (:meth:`check_row`); a ``ValueError`` says what is wrong."""
         if not isinstance(content, dict) or not isinstance(content.get("rows"), list):
             raise ValueError("it holds no list of rows")
         rows, verified = content["rows"], "checksum" in content
+        if verified != ("settings_digest" in content):
+            held, lacking = ("a checksum", "settings digest") if verified else ("a settings digest", "checksum")
+            raise ValueError(f"it carries {held} but no {lacking}, as no hf-ralm writes them: it was altered after "
+                             "it was written")
         if verified and content["checksum"] != digest(rows):
             raise ValueError("its rows do not match its checksum: they changed after it was written")
         made_under = content.get("settings_digest", settings_digest)
@@ -476,12 +534,18 @@ class RecordStore:
         return content
 
     @classmethod
-    def _checked_files(cls, folder: str | os.PathLike) -> list[dict[str, Any]]:
+    def _checked_files(cls, folder: str | os.PathLike, accept_unverified: bool = False) -> list[dict[str, Any]]:
         """The contents of a folder's complete chunks, in order, each checked (:meth:`_checked_file`) against the
-        folder's settings."""
+        folder's settings; those of an older version refused (:func:`_unverified_error`) unless
+        ``accept_unverified``."""
         settings = Path(folder) / cls.settings_file
         settings_digest = digest(cls.read_settings(folder)[0]) if settings.is_file() else None
-        return [cls._checked_file(path, settings_digest) for path in cls.complete_chunks(folder)]
+        paths = cls.complete_chunks(folder)
+        contents = [cls._checked_file(path, settings_digest) for path in paths]
+        unverified = [path for path, content in zip(paths, contents) if _unstamped(content)]
+        if unverified and not accept_unverified:
+            raise _unverified_error(Path(folder), unverified)
+        return contents
 
     @classmethod
     def complete_chunks(cls, folder: str | os.PathLike) -> list[Path]:
@@ -509,15 +573,17 @@ class RecordStore:
         return sum(stop - start for start, stop in map(_range_of, cls.complete_chunks(folder)))
 
     @classmethod
-    def read_rows(cls, folder: str | os.PathLike) -> list[dict[str, Any]]:
+    def read_rows(cls, folder: str | os.PathLike, *, accept_unverified: bool = False) -> list[dict[str, Any]]:
         """The records of a folder's complete chunks, in order, as saved and checked (without opening the folder for
-        writing); an :class:`~hf_ralm.errors.OutputFolderError` naming a damaged chunk."""
-        return [row for content in cls._checked_files(folder) for row in content["rows"]]
+        writing); an :class:`~hf_ralm.errors.OutputFolderError` naming a damaged chunk, or counting the chunks of
+        an older version unless ``accept_unverified``."""
+        return [row for content in cls._checked_files(folder, accept_unverified) for row in content["rows"]]
 
     @classmethod
-    def chunk_seconds(cls, folder: str | os.PathLike) -> float:
-        """The summed ``seconds`` of a folder's complete chunks: what its records took to compute, across resumes."""
-        return sum(content["seconds"] for content in cls._checked_files(folder))
+    def chunk_seconds(cls, folder: str | os.PathLike, *, accept_unverified: bool = False) -> float:
+        """The summed ``seconds`` of a folder's complete chunks: what its records took to compute, across resumes
+        (checked as :meth:`read_rows` checks them)."""
+        return sum(content["seconds"] for content in cls._checked_files(folder, accept_unverified))
 
     @classmethod
     def read_settings(cls, folder: str | os.PathLike) -> tuple[dict[str, Any], dict[str, Any] | None]:
@@ -530,11 +596,14 @@ class RecordStore:
     def remove(cls, folder: str | os.PathLike) -> None:
         """Deletes what a store put in ``folder`` (its chunks, temporary files and settings; not ``damaged/``), under
         the folder's exclusive lock; an :class:`~hf_ralm.errors.OutputFolderError` while a worker computes there
-        (naming it), or when the folder holds files that are not the store's (nothing is deleted then)."""
+        (naming it), or when the folder holds files that are not the store's, its settings file included (nothing is
+        deleted then)."""
         folder = Path(folder)
         if not folder.is_dir():
             return
         check_output_folder(folder, cls.own_entries(), cls.what)
+        check_replaceable(folder / cls.settings_file, json_object_with(), f"settings file of {cls.what}",
+                          "move it away, or write to another folder")
         lock = _WorkerLock(folder).acquire(exclusive=True)
         try:
             busy = _live_writers(folder)  # writers without the lock: older versions
@@ -659,6 +728,26 @@ def _check_count(span: tuple[int, int], records: Sequence[Any]) -> None:
 def _reason(error: BaseException) -> str:
     """What was wrong with a chunk, from the error reading it raised."""
     return str(error) or type(error).__name__
+
+
+UNSTAMPED_REASON = "it carries no checksum and no settings digest (an older hf-ralm wrote it)"
+"""What a repair says of a chunk of an older version it moves aside."""
+
+
+def _unstamped(content: Mapping[str, Any]) -> bool:
+    """Whether a chunk file's ``content`` (checked: :meth:`RecordStore.checked_rows`) is of an older version,
+    without checksum and settings digest: nothing shows it was computed under its folder's settings."""
+    return "checksum" not in content and "settings_digest" not in content
+
+
+def _unverified_error(folder: Path, paths: Sequence[Path]) -> OutputFolderError:
+    """The one line that refuses the chunks ``paths`` of an older version in ``folder``, and says both ways out."""
+    shown = ", ".join(path.name for path in paths[:2]) + (f" and {len(paths) - 2} more" if len(paths) > 2 else "")
+    return OutputFolderError(
+        f"{folder} holds {len(paths)} chunk(s) without checksum and settings digest, written by an older hf-ralm "
+        f"({shown}): nothing shows they were computed under its settings; rerun with --repair to compute them again, "
+        "or with --accept-unverified-chunks to use them as they are (recorded in eval.json; in the library: "
+        "repair=True, accept_unverified=True).")
 
 
 def _owner(path: Path) -> tuple[str, int] | None:

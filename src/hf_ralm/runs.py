@@ -48,7 +48,10 @@ class RunOptions:
         output_dir: where the run keeps its records and results (``None``: in memory, nothing resumed).
         chunk_size: positions per chunk, what an interrupted run loses at most (``None``: the run's own default).
         overwrite: delete the folder's records (and final files) first; refused while a worker computes there.
-        repair: move damaged chunks aside and compute them again, instead of refusing them.
+        repair: move damaged chunks aside and compute them again, instead of refusing them (and the chunks of an
+            older version, without checksum and settings digest).
+        accept_unverified: use the chunks of an older version as they are (after their other checks) instead of
+            refusing them; ``eval.json`` records how many (``accepted_unverified_chunks``).
         num_shards: how many workers share the run (``None``: from torchrun, accelerate or a Slurm array, else 1).
         shard_id: which of them this process is (0 to ``num_shards - 1``).
         batch_size: inputs per forward pass, or ``"auto"`` (:class:`~hf_ralm.batching.BatchSize`).
@@ -67,6 +70,7 @@ class RunOptions:
     chunk_size: int | None = None
     overwrite: bool = False
     repair: bool = False
+    accept_unverified: bool = False
     num_shards: int | None = None
     shard_id: int | None = None
     batch_size: int | str = 8
@@ -145,7 +149,8 @@ class ChunkRun:
                 Path(path).unlink(missing_ok=True)
         distributed_barrier()
         self.store = store_type(folder, settings, chunk_size=self.chunk_size, repair=self.options.repair,
-                                reproduce=reproduce, **store_options)
+                                accept_unverified=self.options.accept_unverified, reproduce=reproduce,
+                                **store_options)
         self.num_resumed = self.store.num_done
         return self.store
 

@@ -33,7 +33,7 @@ from typing import Iterator
 from ..errors import RalmWarning
 from ..utils.shards import Shard
 from . import eval_lm, eval_qa, generate, index, lm_eval, rerank_data, retrieve, train_reranker
-from .common import DEBUG_HELP, Parser, error_message, fail
+from .common import DEBUG_HELP, Parser, error_message, fail, use_saved_settings
 from .settings import FLAGS, add_ralm_arguments, ralm_settings
 
 __all__ = ["main", "build_parser", "error_message", "FLAGS", "add_ralm_arguments", "ralm_settings"]
@@ -130,9 +130,10 @@ def _main(argv: list[str] | None) -> None:
     args = build_parser().parse_args(argv)
     args.command_line = shlex.join(["hf-ralm", *argv])  # what reproduces a run
     command = COMMANDS[args.command]
-    if args.command in SHARDED:
-        _start_workers(args)
-    try:
+    try:  # everything that may raise hf-ralm's errors, the workers' start too (--num-shards 0, --shard-id 5)
+        if args.command in SHARDED:
+            _start_workers(args)
+        use_saved_settings(args)  # --model SAVED_RALM: the flags not given take the folder's values
         command.show(command.run(args), args)
     except (ValueError, OSError, ImportError) as error:  # bad input: the library's message names the file or setting
         if args.debug:

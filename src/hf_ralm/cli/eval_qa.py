@@ -7,8 +7,10 @@ import os
 import sys
 import time
 
-from ..qa import GOLD_CORPUS_FILE, MAX_NEW_TOKENS
+from ..qa import EVAL_FILE, GOLD_CORPUS_FILE, MAX_NEW_TOKENS
+from ..utils.outputs import jsonl_records
 from .common import FLAG_GROUPS, check_args, fail, load_model, parent, print_json, run_options
+from .outputs import check_outputs
 from .settings import FLAGS
 
 NAME = "eval-qa"
@@ -43,17 +45,25 @@ def add_parser(sub) -> None:
     group.add_argument(FLAGS["max_length"], type=int,
                        help="prompt and answer length in tokens; longer prompts lose their start (default: the "
                             "model's maximum)")
-    parser.add_argument_group("resuming").add_argument("--repair", **FLAG_GROUPS["resuming"]["--repair"])
+    resuming = parser.add_argument_group("resuming")
+    for flag in ("--repair", "--accept-unverified-chunks"):
+        resuming.add_argument(flag, **FLAG_GROUPS["resuming"][flag])
 
 
 def run(args: argparse.Namespace) -> dict:
     """Answer the questions and write ``predictions.jsonl`` and ``eval.json``; the figures."""
-    from ..qa import check_qa_output_dir, default_num_docs, evaluate_qa, load_questions, qa_run_settings, \
-        write_gold_corpus
+    from ..evaluation import EVAL_REPORT
+    from ..qa import PREDICTIONS_FILE, check_qa_output_dir, default_num_docs, evaluate_qa, load_questions, \
+        qa_run_settings, write_gold_corpus
 
     check_args(args, "model", "questions")
     if args.output_dir:  # before the gold passages are written there
         check_qa_output_dir(args.output_dir)
+    check_outputs(args, folders=[("--output-dir", args.output_dir, {
+        EVAL_FILE: (EVAL_REPORT, "QA report"),
+        PREDICTIONS_FILE: (jsonl_records(lambda row: isinstance(row, dict) and "prediction" in row), "QA predictions"),
+        GOLD_CORPUS_FILE: (jsonl_records(lambda row: isinstance(row, dict) and str(row.get("id")).startswith(
+            "nq-gold-")), "gold passages file")})])
     if args.use_ctxs and args.retriever != "none":
         fail("--use-ctxs takes the passages from the questions file: drop --retriever (or drop --use-ctxs).")
     num_docs = default_num_docs(args.num_docs, args.use_ctxs, args.retriever != "none")

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 
 from ..configuration_ralm import RalmConfig
 from ..selection.strategies import check_generation
 from ..utils.atomic import write_json_atomic
+from ..utils.checks import is_input_file
+from ..utils.outputs import json_records_with
 from .common import check_args, fail, load_model, parent
+from .outputs import check_outputs
 from .settings import FLAGS, ralm_settings
 
 NAME = "generate"
@@ -42,7 +44,7 @@ def add_parser(sub) -> None:
 
 def _read_prompts(args: argparse.Namespace) -> list[str]:
     if args.prompts_file:
-        if not os.path.isfile(args.prompts_file):
+        if not is_input_file(args.prompts_file, "--prompts-file"):  # a FIFO is refused, not waited on
             fail(f"prompts file not found: {args.prompts_file}")
         with open(args.prompts_file, encoding="utf-8") as f:
             prompts = [line.rstrip("\r\n") for line in f if line.strip()]
@@ -57,12 +59,14 @@ def run(args: argparse.Namespace) -> tuple[list, object]:
     """Per prompt a :class:`~hf_ralm.generation.texts.GeneratedText`, and the tokenizer."""
     import torch
 
-    from ..generation.texts import generate_texts_in_batches
+    from ..generation.texts import GeneratedText, generate_texts_in_batches
 
     check_args(args, "model")
     settings = ralm_settings(args)
     check_generation(RalmConfig(**settings))
     prompts = _read_prompts(args)
+    generated = json_records_with(*(field.name for field in dataclasses.fields(GeneratedText)))
+    check_outputs(args, files=[("--output-json", args.output_json, generated, "generation output")])
     model = load_model(args, settings, args.retriever)
     if args.seed is not None:
         torch.manual_seed(args.seed)

@@ -6,7 +6,7 @@ import argparse
 from dataclasses import asdict
 
 from ..retrieval.building import build_index
-from ..retrieval.corpus import WORDS_PER_PASSAGE
+from ..retrieval.corpus import WORDS_PER_PASSAGE, check_words_per_passage
 from ..retrieval.dense import DEFAULT_FACTORY, ENCODER_DTYPES
 from ..retrieval.registry import RETRIEVER_NAMES
 from .common import ENCODER_HELP, parent, print_json
@@ -34,6 +34,7 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> dict:
     """Build (or reuse) the index in ``--index-dir`` (default: hf-ralm's cache); its folder and size."""
+    check_words_per_passage(args.words_per_passage)  # before a build is announced and its folder made
     return asdict(build_index(args.retriever, args.corpus, args.index_dir, words_per_passage=args.words_per_passage,
                               encoder=args.encoder, pooling=args.pooling, faiss_factory=args.faiss_factory,
                               encoder_dtype=args.encoder_dtype, num_shards=args.num_shards, shard_id=args.shard_id))

@@ -9,6 +9,7 @@ import os
 from ..reranker_training import TrainingTitles, articles_source, collect_rerank_data, training_articles
 from ..reranker_training.collect import CHUNK_SIZE
 from .common import FLAG_GROUPS, check_args, fail, library_default, load_model, parent, print_json, run_options
+from .outputs import check_outputs
 from .settings import FLAGS, add_ralm_arguments, ralm_settings
 
 NAME = "rerank-data"
@@ -47,7 +48,8 @@ def add_parser(sub) -> None:
                        help="windows per saved chunk: what a crash can lose at most (default %(default)s)")
     group.add_argument("--overwrite", action="store_true",
                        help="delete the folder's data first when it was made with other settings")
-    group.add_argument("--repair", **FLAG_GROUPS["resuming"]["--repair"])
+    for flag in ("--repair", "--accept-unverified-chunks"):
+        group.add_argument(flag, **FLAG_GROUPS["resuming"][flag])
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -58,6 +60,7 @@ def run(args: argparse.Namespace) -> dict:
     for path in [args.articles, *(args.exclude_titles or [])]:
         if not os.path.isfile(path):
             fail(f"file not found: {path}")
+    check_outputs(args, folders=[("--output-dir", args.output_dir, {})])
     settings = ralm_settings(args)
     titles = TrainingTitles.from_files(args.exclude_titles or [], args.forbidden_titles)
     model = load_model(args, settings, args.retriever, forbidden_titles=titles.forbidden)  # never retrieved either

@@ -11,6 +11,7 @@ from ..configuration_ralm import RalmConfig
 from ..selection.strategies import reader_ranks
 from ..utils.shards import is_writer
 from .common import add_flags, fail, parent, print_json, run_options, text_and_model
+from .outputs import check_outputs, evaluation_output_dir
 from .settings import ralm_settings
 
 NAME = "retrieve"
@@ -49,7 +50,7 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> dict:
     """The retrievals written to ``--save-retrieval-file`` (JSON) and/or ``--save-retrieval-dataset`` (a Hugging Face
     dataset folder, published with ``--push-to-hub``); the run's figures."""
-    from ..evaluation import evaluate
+    from ..evaluation import RETRIEVAL_FILE, evaluate
     from ..retrieval.dataset import check_dataset_folder, push_retrieval_dataset
 
     if not args.save_retrieval_file and not args.save_retrieval_dataset:
@@ -63,6 +64,8 @@ def run(args: argparse.Namespace) -> dict:
     for flag, given in (("--no-passage-texts", args.no_passage_texts), ("--push-to-hub", args.push_to_hub)):
         if given and not args.save_retrieval_dataset:
             fail(f"{flag} is about the dataset of --save-retrieval-dataset DIR: give one.")
+    check_outputs(args, files=[("--save-retrieval-file", args.save_retrieval_file, RETRIEVAL_FILE, "retrieval file")],
+                  folders=[("--save-retrieval-dataset", args.save_retrieval_dataset, {}), evaluation_output_dir(args)])
     # the reader's weights only when it ranks: retrieval itself needs its tokenizer and maximum length
     text, model, load_s = text_and_model(args, args.retriever, reader_ranks(RalmConfig(**ralm_settings(args))))
     result = evaluate(model.language_model, model.tokenizer, text, model.retriever, model.config,

@@ -50,6 +50,7 @@ FLAGS: dict[str, str] = {
     "shard_id": "--shard-id",
     "output_dir": "--output-dir",
     "forbidden_titles": "--forbidden-titles",
+    "corpus": "--corpus",
     "exclude_titles": "--exclude-titles",
     "model": "--model",
     "dataset_path": "--dataset-path",
@@ -60,6 +61,7 @@ FLAGS: dict[str, str] = {
     "tokenizer": "--tokenizer",
     "save_retrieval_dataset": "--save-retrieval-dataset",
     "allow_long_run": "--allow-long-run",
+    "words_per_passage": "--words-per-passage",
 }
 """The one place where Python argument names (:class:`RalmConfig` fields, from
 :data:`~hf_ralm.configuration_ralm.SETTING_FLAGS`, and the evaluation functions' arguments) become flags: the flag of
@@ -69,6 +71,11 @@ at least 1`` is printed as ``--stride must be at least 1``). A flag's ``args`` n
 RALM_GROUPS: tuple[str, ...] = tuple(dict.fromkeys(flag.group for flag in SETTING_FLAGS.values()))
 """The groups the RALM settings are listed under, in order: ``RALM settings``, ``passages in context``,
 ``reranking``, ``retrieval gate``, ``several passages``."""
+
+RALM_SETTING = "ralm_setting"
+"""The attribute by which a flag that :func:`add_ralm_arguments` made names the :class:`RalmConfig` setting it gives
+(a command's own flag of the same ``args`` name, such as ``eval-qa``'s ``--max-length``, has none): the flags a saved
+RALM's settings stand in for (:func:`hf_ralm.cli.common.use_saved_settings`)."""
 
 _KINDS = {"int": int, "float": float}  # the types a setting's flag converts to (a str needs none)
 _DEFAULT_CLAUSE = re.compile(r"\(default\b[^()]*\)")  # "(default: the model's maximum)", "(default 2, chosen ...)"
@@ -174,7 +181,7 @@ def add_ralm_arguments(
             options["type"] = _KINDS[kind]
         if flag.stage is not None:
             options["choices"] = strategy_names(flag.stage)
-        group.add_argument(flag.flag, **options)
+        setattr(group.add_argument(flag.flag, **options), RALM_SETTING, name)
 
 
 def ralm_settings(args: argparse.Namespace) -> dict[str, Any]:

@@ -225,6 +225,7 @@ def collect_rerank_data(
     return {"output_dir": str(output_dir), "rows_written": written, "rows_resumed": chunks.num_resumed,
             "rows_total": writer.num_done, "complete": chunks.complete(position),
             "articles_read": articles_read, "seconds": seconds, "windows_per_s": written / seconds if seconds else 0.0,
+            **({"accepted_unverified_chunks": writer.num_unverified} if run.accept_unverified else {}),
             **({"shard": chunks.shard.description} if chunks.shard.count > 1 else {})}
 
 

@@ -31,6 +31,7 @@ from ..errors import InputError, MissingFileError, SettingError, setting, utf8_e
 from ..passages import Passage
 from ..records import titles_fingerprint
 from ..utils.atomic import write_json_atomic
+from ..utils.checks import is_input_file
 
 RETRIEVER_CONFIG_FILE = "retriever_config.json"
 SAVED_INDEX_DIR = "index"  # where save_pretrained(dir, save_index=True) puts a local index inside dir
@@ -199,7 +200,9 @@ class Retriever(ABC):
                     **overrides) -> "Retriever":
         """The retriever a :meth:`config` describes. ``base_dir`` is the folder the config was read from (its file
         ``config_file``; ``None``: a description the caller gives, whose paths are the caller's): the paths it
-        records are relative to that folder and followed only inside it (:meth:`_saved_settings`). ``overrides``
+        records are relative to that folder and followed only inside it (:meth:`_saved_settings`; a saved folder is
+        read through :func:`~hf_ralm.retrieval.factory.retriever_from_folder`, which checks the description and its
+        corpus and forbidden-titles files first). ``overrides``
         replace saved values (``forbidden_titles``, ``index_dir``, the backend's options) or add ``corpus``, which
         rebuilds a stale index; ``None`` keeps the saved value.
 
@@ -283,7 +286,7 @@ def read_forbidden_titles(path: str | None, name: str = "forbidden_titles") -> f
         return frozenset()
     if path in PACKAGED_TITLES and not os.path.exists(path):
         path = os.path.join(os.path.dirname(os.path.dirname(__file__)), "resources", PACKAGED_TITLES[path])
-    if not os.path.isfile(path):
+    if not is_input_file(path, f"{setting(name)} file"):  # a FIFO is refused, not waited on
         raise MissingFileError(f"The {setting(name)} file {path!r} does not exist: give a text file with one article "
                                "title per line, or the name of a list shipped with hf-ralm "
                                f"({', '.join(PACKAGED_TITLES)}).")

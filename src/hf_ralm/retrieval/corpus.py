@@ -14,21 +14,22 @@ Example:
 from __future__ import annotations
 
 import csv
-import gzip
 import hashlib
 import json
 import os
+import sys
 from typing import Iterable, Iterator, Sequence
 
-from ..errors import CorpusError, utf8_errors
+from ..errors import CorpusError
+from ..utils.checks import check_count, is_input_file, reading
 from ..utils.datasets_io import load_hf_dataset
 
 WORDS_PER_PASSAGE = 100
 """The words of a passage cut from an article (:func:`split_passages`): DPR's passage size, the paper's corpus."""
 
-
-def _open_text(path: str):
-    return gzip.open(path, "rt", encoding="utf-8") if path.endswith(".gz") else open(path, encoding="utf-8")
+TSV_FIELD_LIMIT = min(sys.maxsize, 2**31 - 1)
+"""The longest field a TSV corpus may hold, in characters: any (the ``csv`` module's default, 131,072, is shorter
+than some Wikipedia articles); the largest value ``csv.field_size_limit`` takes everywhere (a C ``long``)."""
 
 
 HUB_PREFIX = "hf:"
@@ -61,13 +62,20 @@ def _hub_rows(spec: str) -> Iterator[dict]:
         yield {"id": str(row["id"]) if has_id else str(number), "title": row["title"] or "", "text": row["text"]}
 
 
+def is_corpus_file(path: str) -> bool:
+    """Whether a ``--corpus`` names a file that is there (not an ``hf:`` dataset); a FIFO or a device is refused
+    (:class:`~hf_ralm.errors.CorpusError`, :func:`~hf_ralm.utils.checks.is_input_file`) before anything opens it."""
+    return not is_hub_corpus(path) and is_input_file(path, "corpus", CorpusError)
+
+
 def read_corpus(path: str) -> Iterator[dict]:
     """Yield ``{"id", "title", "text"}`` rows from a JSONL(.gz) or TSV(.gz) file, or a Hugging Face dataset named
     ``hf:DATASET[:CONFIG]`` (:func:`load_hub_corpus`), read row by row.
 
     Raises:
-        CorpusError: a line that is no JSON object with a ``text`` string (JSONL), a TSV without ``id`` and ``text``
-            columns, or bytes that are not UTF-8; the message names the file and the line.
+        CorpusError: a line that is no JSON object with a ``text`` string (and a ``title`` string, when it has one)
+            (JSONL), a TSV without ``id`` and ``text`` columns, or bytes that are not UTF-8, the message naming the
+            file and the line; a damaged gzip file, a FIFO or a device (:func:`~hf_ralm.utils.checks.reading`).
     """
     for row, _ in _rows_and_bytes(path):
         yield row
@@ -80,13 +88,13 @@ def _rows_and_bytes(path: str) -> Iterator[tuple[dict, int | None]]:
         for row in _hub_rows(path):
             yield row, None
         return
-    if not os.path.isfile(path):
+    if not is_corpus_file(path):
         raise FileNotFoundError(
             f"Corpus file not found: {path!r}. Give --corpus a JSONL/JSONL.gz file with id, title and text fields, "
             "or a DPR-style TSV with id, text and title columns."
         )
     name = path[:-3] if path.endswith(".gz") else path
-    with utf8_errors(path, CorpusError, "corpus"), _open_text(path) as f:
+    with reading(path, CorpusError, "corpus") as f:
         raw = getattr(f.buffer, "fileobj", f.buffer)  # gzip's compressed file, or the plain file's buffer
         rows = _tsv_rows(path, f) if name.endswith(".tsv") else (
             _jsonl_row(path, line_number, line) for line_number, line in enumerate(f, 1) if line.strip())
@@ -130,10 +138,14 @@ def _jsonl_row(path: str, line_number: int, line: str) -> dict:
     if not isinstance(row["text"], str):
         raise CorpusError(f"{path}:{line_number}: the row's 'text' is {row['text']!r}, not a string: give it the "
                           "article text, or remove that line.")
+    if row.get("title") is not None and not isinstance(row["title"], str):
+        raise CorpusError(f"{path}:{line_number}: the row's 'title' is {row['title']!r}, not a string: give it the "
+                          "article's title as a string (or null, or no 'title': no title).")
     return {"id": str(row.get("id", line_number - 1)), "title": row.get("title") or "", "text": row["text"]}
 
 
 def _tsv_rows(path: str, f) -> Iterator[dict]:
+    csv.field_size_limit(TSV_FIELD_LIMIT)  # a whole article in one field
     reader = csv.DictReader(f, delimiter="\t")
     missing = [column for column in ("id", "text") if column not in (reader.fieldnames or [])]
     if missing:
@@ -146,9 +158,23 @@ def _tsv_rows(path: str, f) -> Iterator[dict]:
         yield {"id": str(row["id"]), "title": row.get("title") or "", "text": row["text"]}
 
 
+def check_words_per_passage(words_per_passage: int) -> None:
+    """Raise a :class:`~hf_ralm.errors.SettingError` naming ``words_per_passage`` unless it is a number of words, or 0
+    (the rows are the passages): checked before a corpus is read, which a negative size would cut into nothing.
+
+    Example:
+        >>> check_words_per_passage(-5)
+        Traceback (most recent call last):
+        ...
+        hf_ralm.errors.SettingError: words_per_passage must be at least 0, got -5.
+    """
+    check_count("words_per_passage", words_per_passage, minimum=0)
+
+
 def split_passages(articles: Iterable[dict], words_per_passage: int = WORDS_PER_PASSAGE) -> Iterator[dict]:
     """Cut each article's text into consecutive, non-overlapping passages of ``words_per_passage`` words (the last
     one shorter), keeping the title and the article's id as ``source_id``, as DPR did for Wikipedia."""
+    check_count("words_per_passage", words_per_passage)  # 0 keeps the rows: passage_rows
     for article in articles:
         words = article["text"].split()
         for start in range(0, len(words), words_per_passage):
@@ -162,6 +188,7 @@ def split_passages(articles: Iterable[dict], words_per_passage: int = WORDS_PER_
 def passage_rows(articles: Iterable[dict], words_per_passage: int = WORDS_PER_PASSAGE) -> Iterator[dict]:
     """The passages every backend indexes, in this order (their ids are these row numbers):
     :func:`split_passages`, or with ``words_per_passage=0`` the rows as they are (already passages)."""
+    check_words_per_passage(words_per_passage)  # now, not when the first row is read
     if words_per_passage:
         return split_passages(articles, words_per_passage)
     return (
@@ -195,6 +222,7 @@ def check_passage_count(num_passages: int, paths: Sequence[str] | None) -> None:
 def corpus_fingerprint(paths: Iterable[str], words_per_passage: int) -> str:
     """A hash of the corpus files' bytes (of a Hugging Face dataset, ``hf:...``: its ``datasets`` fingerprint, a hash
     of its data) and the passage size: an index is reused only for the same fingerprint."""
+    check_words_per_passage(words_per_passage)
     digest = hashlib.sha256(f"words_per_passage={words_per_passage}".encode())
     for path in paths:
         if is_hub_corpus(path):

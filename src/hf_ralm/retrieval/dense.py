@@ -20,7 +20,7 @@ Building encodes the passages chunk by chunk (``chunk_size`` passages) into ``<i
 (:class:`EmbeddingChunks`): a crash loses at most the chunk being encoded, and rerunning the same build (same corpus,
 encoder and settings) encodes only the passages no chunk holds. Workers share a build (``hf-ralm index --retriever
 dense --num-shards N --shard-id I``, or under torchrun or a Slurm array: :func:`build_dense_index`), each encoding its
-chunks; the chunks are merged into one ``embeddings.npy`` and one FAISS index, and the folder is renamed to
+chunks; the chunks are merged into one ``embeddings.npy`` and one FAISS index, and the folder is moved to
 ``index_dir`` only when complete.
 
 Example::
@@ -387,7 +387,7 @@ def build_dense_index(
 ) -> DenseBuild:
     """Encode the corpus's passages into ``<index_dir>.tmp`` chunk by chunk (:class:`EmbeddingChunks`; a crash
     loses at most the chunk being encoded, and a rerun encodes only the passages no chunk holds), then merge the chunks
-    into one ``embeddings.npy`` and one FAISS index and rename the folder to ``index_dir``.
+    into one ``embeddings.npy`` and one FAISS index and move the folder to ``index_dir``.
 
     Many workers share a build through ``shard`` (:class:`~hf_ralm.utils.shards.Shard`; one process when ``None``):
     worker I encodes chunks I, I+N, ...; the worker that finds every chunk in merges them (under torch.distributed,
@@ -423,7 +423,7 @@ def build_dense_index(
         return done
     if show_progress:
         announce_build(f"dense ({enc.name})", paths, index_dir)
-    tmp_dir = build_folder(index_dir)
+    tmp_dir = build_folder(index_dir, DenseRetriever.name)  # refused before encoding when no folder to build in
     store = _embedding_chunks(chunks, os.path.join(tmp_dir, CHUNKS_DIR), state)
 
     def encode(begin: int, end: int) -> np.ndarray:

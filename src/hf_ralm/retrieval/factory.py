@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Iterable
+from typing import Any, Iterable
 
-from .base import RETRIEVER_CONFIG_FILE, Retriever
+from ..errors import SavedFolderError, setting
+from .base import PACKAGED_TITLES, RETRIEVER_CONFIG_FILE, Retriever
+from .corpus import is_hub_corpus
+from .index_folder import saved_path
 from .registry import retriever_class, retriever_names
 
 
@@ -74,14 +77,137 @@ def load_retriever_from_pretrained(
 ) -> Retriever:
     """The retriever saved by :meth:`Retriever.save_pretrained` in a folder (or a Hub repository, fetched with
     :func:`pretrained_folder`). ``forbidden_titles`` replaces the saved ones when given; ``corpus`` rebuilds a stale
-    index; ``overrides`` (``index_dir``, the backend's options) replace saved values."""
+    index; ``overrides`` (``index_dir``, the backend's options) replace saved values. The saved description is checked
+    first (:func:`read_retriever_config`), and the paths it records are followed only inside the folder
+    (:func:`retriever_from_folder`)."""
     directory = pretrained_folder(name_or_path)
     path = os.path.join(directory, RETRIEVER_CONFIG_FILE)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"No {RETRIEVER_CONFIG_FILE} in {directory!r}: save a retriever there with "
                                 "retriever.save_pretrained(dir) (or RetrievalAugmentedModel.save_pretrained).")
-    with open(path, encoding="utf-8") as f:
-        config = json.load(f)
     titles = None if forbidden_titles is None else sorted(forbidden_titles)
-    return retriever_class(config["type"]).from_config(config, base_dir=directory, forbidden_titles=titles,
-                                                       corpus=corpus, **overrides)
+    return retriever_from_folder(directory, read_retriever_config(directory), forbidden_titles=titles, corpus=corpus,
+                                 **overrides)
+
+
+def read_retriever_config(folder: str) -> dict:
+    """The retriever description a saved folder holds in its ``retriever_config.json``, checked
+    (:func:`check_retriever_config`); a file that is no JSON raises :class:`~hf_ralm.errors.SavedFolderError` naming
+    it.
+
+    Example::
+
+        read_retriever_config("my-ralm")   # {'type': 'bm25', 'index_dir': 'index', 'forbidden_titles': []}
+    """
+    path = os.path.join(folder, RETRIEVER_CONFIG_FILE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            config = json.load(f)
+    except ValueError as error:  # not JSON, or not UTF-8
+        raise SavedFolderError(f"{path}: is not a JSON file ({error}): save the retriever again with "
+                               "save_pretrained(dir).") from None
+    return check_retriever_config(config, folder, RETRIEVER_CONFIG_FILE)
+
+
+def check_retriever_config(config: Any, folder: str, file: str, key: str | None = None) -> dict:
+    """``config``, a retriever description read from ``file`` in the saved ``folder`` (under ``key`` when the file
+    holds more: an older RALM's ``config.json`` kept it under ``retriever``), once checked against what every
+    description needs: a JSON object whose ``type`` names a registered retriever (a hybrid one's ``sparse`` and
+    ``dense`` sides too), and whose paths are strings (``index_dir``, ``encoder``, ``prebuilt``) or strings and lists
+    of them (``corpus``, ``forbidden_titles``). Anything else raises :class:`~hf_ralm.errors.SavedFolderError` naming
+    the file and the key, before any of it is used.
+
+    Example::
+
+        check_retriever_config(["bm25"], "my-ralm", "retriever_config.json")
+        # SavedFolderError: my-ralm/retriever_config.json: it holds a list, not a JSON object describing the ...
+    """
+    where = os.path.join(folder, file)
+    names = ", ".join(retriever_names()[1:])
+
+    def refuse(problem: str) -> SavedFolderError:
+        return SavedFolderError(f"{where}: {problem}; a retriever description is a JSON object such as "
+                                f'{{"type": "bm25", "index_dir": "index"}} (type: one of {names}): save the retriever '
+                                "again with save_pretrained(dir).")
+
+    name = f"its {key}" if key else "it"
+    if not isinstance(config, dict):
+        raise refuse(f"{name} holds {_kind(config)}, not a JSON object describing the retriever")
+    kind = config.get("type")
+    if "type" not in config:
+        raise refuse(f"{name} has no 'type' key (the retriever's kind)")
+    if not isinstance(kind, str) or kind == "none" or kind not in retriever_names():
+        raise refuse(f"its {key + '.' if key else ''}type {kind!r} is no retriever hf-ralm knows (a backend from "
+                     "outside hf-ralm is registered first, with register_retriever)")
+    for option, types in _PATH_TYPES.items():
+        if option in config and config[option] is not None and not _has_types(config[option], types):
+            raise refuse(f"its {key + '.' if key else ''}{option} is {_kind(config[option])}, not "
+                         f"{' or '.join(_TYPE_NAMES[t] for t in types)}")
+    if kind == "hybrid":
+        for side in ("sparse", "dense"):
+            if side in config:
+                check_retriever_config(config[side], folder, file, f"{key}.{side}" if key else side)
+    return config
+
+
+_PATH_TYPES = {"index_dir": ("str",), "encoder": ("str",), "prebuilt": ("str",), "corpus": ("str", "list"),
+               "forbidden_titles": ("str", "list")}
+"""The options of a saved description that name paths, and what they may be: a string, or a list of strings."""
+_TYPE_NAMES = {"str": "a string", "list": "a list of strings"}
+
+
+def _has_types(value: Any, types: tuple[str, ...]) -> bool:
+    return (isinstance(value, str) and "str" in types) or (
+        "list" in types and isinstance(value, list) and all(isinstance(item, str) for item in value))
+
+
+def _kind(value: Any) -> str:
+    """How an error names a JSON value's kind."""
+    kinds = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number",
+             float: "a number", type(None): "null"}
+    return kinds.get(type(value), type(value).__name__)
+
+
+def retriever_from_folder(folder: str, config: dict, config_file: str = RETRIEVER_CONFIG_FILE, **overrides
+                          ) -> Retriever:
+    """The retriever that ``config`` (checked by :func:`check_retriever_config`), read from ``config_file`` in the
+    saved or downloaded ``folder``, describes; ``overrides`` (``None``: not given) replace its values. Every path it
+    records is followed only inside ``folder``: its corpus files and forbidden-titles file here
+    (:func:`_saved_paths`), its index folder and encoder where the backend reads them
+    (:meth:`Retriever._saved_settings`); one that leads outside is refused
+    (:class:`~hf_ralm.errors.SavedFolderError`, naming the file and the key) unless the caller gives that value.
+
+    Example::
+
+        retriever_from_folder("my-ralm", {"type": "bm25", "index_dir": "index"}, forbidden_titles=["Nero"])
+    """
+    config = _saved_paths(config, folder, config_file, {k for k, v in overrides.items() if v is not None})
+    return retriever_class(config["type"]).from_config(config, base_dir=folder, config_file=config_file, **overrides)
+
+
+def _saved_paths(config: dict, folder: str, config_file: str, given: set[str]) -> dict:
+    """``config`` with the corpus files and the forbidden-titles file it names (at any depth: a hybrid retriever's
+    sides too) joined to ``folder`` (:func:`~hf_ralm.retrieval.index_folder.saved_path`, which refuses one that leads
+    outside it), but for those the caller gives (``given``: they replace the saved ones), a Hub corpus
+    (``hf:DATASET``) and a list shipped with hf-ralm named by its name (``wikitext-103``): neither is a path."""
+    def inside(path: str, key: str, fix: str) -> str:
+        return saved_path(path, folder, config_file, key, fix)
+
+    checked = {}
+    for key, value in config.items():
+        if key in given:
+            checked[key] = value
+        elif isinstance(value, dict):
+            checked[key] = _saved_paths(value, folder, config_file, given)
+        elif key == "corpus" and value is not None:
+            fix = f"give the corpus yourself ({setting('corpus')}=...) to use it."
+            paths = [value] if isinstance(value, str) else value
+            paths = [path if is_hub_corpus(path) else inside(path, key, fix) for path in paths]
+            checked[key] = paths[0] if isinstance(value, str) else paths
+        elif key == "forbidden_titles" and isinstance(value, str):  # a file (a list holds the titles themselves)
+            shipped = value in PACKAGED_TITLES and not os.path.exists(os.path.join(folder, value))
+            checked[key] = value if shipped else inside(
+                value, key, f"give the titles yourself ({setting('forbidden_titles')}=...) to use them.")
+        else:
+            checked[key] = value
+    return checked

@@ -18,13 +18,13 @@ A file written with a retrieval gate (``--retrieval-gate score|lm``) records the
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..errors import RetrievalFileError, setting, utf8_errors
+from ..errors import RetrievalFileError, setting
 from ..passages import NO_PASSAGE, Passage
 from ..utils.atomic import write_json_atomic
+from ..utils.checks import is_input_file, reading
 from ..windows import Window, plan_settings
 
 
@@ -116,13 +116,14 @@ def read_retrieval_items(path: str) -> list[dict]:
     Raises:
         FileNotFoundError: no such file.
         RetrievalFileError: not UTF-8, not JSON, not a list, or an item without its fields; the message names the
-            file (and the item) and says what a retrieval file holds.
+            file (and the item) and says what a retrieval file holds. A FIFO or a device, refused before it is opened
+            (:func:`~hf_ralm.utils.checks.reading`).
     """
-    if not os.path.isfile(path):
+    if not is_input_file(path, "retrieval file", RetrievalFileError):
         raise FileNotFoundError(f"Retrieval file not found: {path!r}. Write one with hf-ralm retrieve "
                                 f"--save-retrieval-file {path} (or eval-lm --save-retrieval-file); a retrieval "
                                 "dataset is named by its folder, or hf:REPO_ID on the Hub.")
-    with utf8_errors(path, RetrievalFileError, "retrieval file"), open(path, encoding="utf-8") as f:
+    with reading(path, RetrievalFileError, "retrieval file") as f:
         try:
             items = json.load(f)
         except json.JSONDecodeError as error:

@@ -3,20 +3,27 @@ reuses.
 
 A folder holds the backend's own files beside ``hf_ralm_index.json``, which records the retriever, the corpus files,
 their fingerprint (:func:`~hf_ralm.retrieval.corpus.corpus_fingerprint`), the passage size, the number of passages,
-the backend's settings and the size of every file. A build writes everything under ``<index_dir>.tmp`` and renames
-it over ``index_dir`` only when complete, so an interrupted build leaves no half-index behind, and builds of one
-folder take turns (:func:`building`: the first builds, the others wait and then reuse its index).
+the backend's settings and the size of every file. A build writes everything under ``<index_dir>.tmp`` and moves it
+to ``index_dir`` only when complete (``hf_ralm_index.json`` last), so an interrupted build leaves no half-index
+behind, and builds of one folder take turns (:func:`building`: the first builds, the others wait and then reuse its
+index).
 
-An index is built only into a missing or empty folder, or over an hf-ralm index (:func:`check_build_folder`): any
-other folder is refused, with what it holds, and nothing hf-ralm did not make is ever removed: an index folder is
-replaced only when it holds ``hf_ralm_index.json``, a temporary build folder only when it holds
-:data:`BUILD_MARKER`, written when hf-ralm makes it (:func:`build_folder`).
+What hf-ralm deletes, by name only: an index is built into a missing or empty folder, or over an hf-ralm index
+(:func:`check_build_folder`), and a (re)build removes exactly the files that index's ``hf_ralm_index.json`` lists
+as written by hf-ralm, the ``hf_ralm_index.json`` itself and the sub-folders those files leave empty
+(:func:`folder_contents`), never the folder. A manifest alone does not make a folder hf-ralm's: it must be valid
+(:func:`read_manifest`) and every file it lists must be there, with the size it records (for an index built before
+sizes were recorded: the backend's own files must be there, and hf-ralm wrote the entries that hold them).
+Any other entry (a user's notes, a corpus kept inside the folder, a folder a stray ``hf_ralm_index.json`` was copied
+into) stops the build with one line naming it, and nothing is changed. A temporary build folder is emptied or
+removed only when it holds :data:`BUILD_MARKER`, written when hf-ralm makes it (:func:`build_folder`).
 
 Before an index is used, :func:`index_problem` checks that it is whole (every recorded file there, with its size; for
 an index built before sizes were recorded, the backend's own files), that it is the backend's and that it records
 what this version reads. An index that fails is rebuilt when the corpus is given (:func:`reusable_index_info`, which
-logs a warning) and otherwise refused with the command that rebuilds it (:func:`check_index`); another backend's
-index is never built over.
+logs a warning), if it is hf-ralm's by the rule above (a damaged or incomplete one is not: the user removes it), and
+otherwise refused with the command that rebuilds it (:func:`check_index`); another backend's index is never built
+over.
 
 Without a folder, an index goes to ``<cache>/indexes/<backend>-<corpus fingerprint[:16]>``
 (:func:`default_index_dir`, ``<cache>`` from :func:`hf_ralm_cache_dir`). A retriever saved with ``save_pretrained``
@@ -41,16 +48,16 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
+import uuid
 from contextlib import contextmanager
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Iterator, NamedTuple, Sequence
 
 from transformers.utils import logging
 
 from ..errors import IndexFolderError, SavedFolderError
 from ..utils.locks import file_lock
 from ..utils.paths import looks_local
-from .corpus import corpus_bytes, corpus_fingerprint, is_hub_corpus, read_corpora
+from .corpus import corpus_bytes, corpus_fingerprint, is_corpus_file, is_hub_corpus, read_corpora
 
 logger = logging.get_logger(__name__)
 
@@ -60,45 +67,183 @@ BUILD_MARKER = ".hf_ralm_build"
 folder is ever emptied or removed (a user's folder of that name is refused)."""
 
 
-def read_index_info(index_dir: str) -> dict | None:
-    """The ``hf_ralm_index.json`` of an index folder, or ``None`` if the folder holds no finished index; an unreadable
-    one raises :class:`~hf_ralm.errors.IndexFolderError`."""
+class Manifest(NamedTuple):
+    """An index folder's ``hf_ralm_index.json`` as :func:`read_manifest` read it: ``info`` (``None`` when there is
+    none or it is invalid) and ``problem``, why it is invalid (``None`` when it is not), as :func:`index_problem`
+    words it ("is damaged: ...")."""
+
+    info: dict | None
+    problem: str | None
+
+
+MANIFEST_SCHEMA: dict[str, tuple[tuple[type, ...], str]] = {
+    "retriever": ((str,), "a retriever's name"),
+    "corpus": ((list, type(None)), "a list of corpus files or null"),
+    "fingerprint": ((str, type(None)), "a hash or null"),
+    "words_per_passage": ((int,), "a whole number"),
+    "num_passages": ((int,), "a whole number"),
+    "files": ((dict,), "an object of file names and their sizes"),
+}
+"""The types of the keys of ``hf_ralm_index.json`` that hf-ralm itself reads (a backend's settings are checked by
+what they must equal, :func:`index_problem`); a key may be missing (an older index), not of another type."""
+
+
+def _schema_problem(info) -> str | None:
+    """What makes the parsed ``hf_ralm_index.json`` ``info`` unusable, or ``None``: it is no JSON object, or a key
+    that hf-ralm reads has another type (:data:`MANIFEST_SCHEMA`; ``corpus`` a list of paths, ``files`` an object of
+    file names and sizes in bytes)."""
+    if not isinstance(info, dict):
+        return "is not a JSON object"
+    for key, (types, wanted) in MANIFEST_SCHEMA.items():
+        value = info.get(key)
+        if key in info and (not isinstance(value, types) or isinstance(value, bool)):
+            return f"records {key!r} as {json.dumps(value)[:40]}, not {wanted}"
+    if any(not isinstance(path, str) for path in info.get("corpus") or []):
+        return "records 'corpus' with an entry that is no path"
+    for name, size in (info.get("files") or {}).items():
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            return f"records the size of {name!r} as {json.dumps(size)[:40]}, not a number of bytes"
+    return None
+
+
+def read_manifest(index_dir: str) -> Manifest:
+    """The ``hf_ralm_index.json`` of an index folder, checked (:func:`_schema_problem`) before anything reads it."""
     path = os.path.join(index_dir, INDEX_FILE)
     if not os.path.isfile(path):
-        return None
+        return Manifest(None, None)
     try:
         with open(path, encoding="utf-8") as f:
             info = json.load(f)
     except ValueError:
         info = None
-    if not isinstance(info, dict):
-        raise IndexFolderError(f"The index in {index_dir!r} is damaged: its {INDEX_FILE} is not a JSON object. "
-                               f"Rebuild it: `hf-ralm index --retriever NAME --corpus FILE --index-dir {index_dir}`, "
-                               "or pass the corpus where the index is used (--corpus, corpus=).")
+    problem = _schema_problem(info)
+    return Manifest(None, f"is damaged: its {INDEX_FILE} {problem}") if problem else Manifest(info, None)
+
+
+def read_index_info(index_dir: str) -> dict | None:
+    """The ``hf_ralm_index.json`` of an index folder, or ``None`` if the folder holds no finished index; an unreadable
+    or invalid one (:func:`read_manifest`) raises :class:`~hf_ralm.errors.IndexFolderError` naming it."""
+    info, problem = read_manifest(index_dir)
+    if problem is not None:
+        raise IndexFolderError(f"The index in {index_dir!r} {problem} ({os.path.join(index_dir, INDEX_FILE)}). "
+                               f"Rebuild it: {rebuild_hint(index_dir, 'NAME')}.")
     return info
 
 
 def rebuild_hint(index_dir: str, retriever: str) -> str:
     """How to (re)build the index of ``index_dir``: the ``hf-ralm index`` command (with the corpus files its
     ``hf_ralm_index.json`` records, else ``FILE``), or the corpus passed where the index is used, which rebuilds it
-    there."""
-    try:
-        recorded = (read_index_info(index_dir) or {}).get("corpus") if os.path.isdir(index_dir) else None
-    except IndexFolderError:
-        recorded = None
-    corpus = " ".join(f"--corpus {path}" for path in recorded or ["FILE"])
-    return (f"`hf-ralm index --retriever {retriever} {corpus} --index-dir {index_dir}`, or pass the corpus where the "
+    there; once the user has deleted the folder when it holds an ``hf_ralm_index.json`` that does not make it
+    hf-ralm's (a damaged or incomplete index: :func:`folder_contents`), which hf-ralm does not remove itself."""
+    info, _ = read_manifest(index_dir) if os.path.isdir(index_dir) else Manifest(None, None)
+    corpus = " ".join(f"--corpus {path}" for path in (info or {}).get("corpus") or ["FILE"])
+    hint = (f"`hf-ralm index --retriever {retriever} {corpus} --index-dir {index_dir}`, or pass the corpus where the "
             "index is used (--corpus, corpus=), which rebuilds it there")
+    if os.path.isdir(index_dir) and folder_contents(index_dir).problem is not None:
+        hint += (f", once you have deleted {index_dir!r} (hf-ralm removes only an index whose files are all there as "
+                 "it wrote them)")
+    return hint
+
+
+def _files_under(folder: str, prefix: str = "") -> list[str]:
+    """Every entry under ``folder`` that is no folder (files, links), by path relative to it (``/``-separated, after
+    ``prefix``)."""
+    found = []
+    for root, dirs, names in os.walk(folder):
+        links = [name for name in dirs if os.path.islink(os.path.join(root, name))]  # not walked into: entries
+        for name in [*names, *links]:
+            relative = os.path.relpath(os.path.join(root, name), folder).replace(os.sep, "/")
+            found.append(prefix + relative)
+    return found
 
 
 def _file_sizes(folder: str) -> dict[str, int]:
     """The size of every file under ``folder``, by path relative to it (``/``-separated)."""
-    sizes = {}
-    for root, _, names in os.walk(folder):
-        for name in names:
-            path = os.path.join(root, name)
-            sizes[os.path.relpath(path, folder).replace(os.sep, "/")] = os.path.getsize(path)
-    return sizes
+    return {name: os.path.getsize(os.path.join(folder, name)) for name in _files_under(folder)}
+
+
+def _written_files(index_dir: str, info: dict, files: Sequence[str]) -> tuple[list[str] | None, str | None]:
+    """``(written, problem)``: the files the valid ``hf_ralm_index.json`` ``info`` of ``index_dir`` says hf-ralm wrote
+    there, when they are: every file it lists, there with the size it records; for an index built before sizes were
+    recorded, every file under the entries that hold the backend's own ``files`` (glob patterns), when each pattern
+    finds one. Otherwise ``(None, problem)``, as :func:`index_problem` words it."""
+    recorded = info.get("files")
+    if recorded is None:
+        missing = [pattern for pattern in files if not glob.glob(os.path.join(index_dir, pattern))]
+        if missing:
+            return None, f"is incomplete: {missing[0]} is missing"
+        entries = sorted({os.path.basename(path) for pattern in files
+                          for path in glob.glob(os.path.join(index_dir, pattern.split("/")[0]))})
+        written = []
+        for entry in entries:  # the backend's own entries: its files, and the folders its files lie in, whole
+            path = os.path.join(index_dir, entry)
+            written += _files_under(path, entry + "/") if os.path.isdir(path) and not os.path.islink(path) else [entry]
+        return written, None
+    for name, size in recorded.items():
+        if leads_outside(name, index_dir, follow_last=False):  # a Hub download's files are links to its blobs
+            return None, f"is damaged: its {INDEX_FILE} lists {name!r}, which leads outside the folder"
+        path = os.path.join(index_dir, name)
+        if not os.path.isfile(path):
+            return None, f"is incomplete: {name} is missing"
+        if os.path.getsize(path) != size:
+            return None, f"is truncated or damaged: {name} holds {os.path.getsize(path)} bytes, {size} were written"
+    return list(recorded), None
+
+
+def _backend_files(retriever) -> tuple[str, ...]:
+    """The ``index_files`` (glob patterns) of the backend ``retriever`` names, ``()`` for none that is here."""
+    from .registry import retriever_class
+
+    try:
+        return tuple(getattr(retriever_class(retriever), "index_files", ())) if isinstance(retriever, str) else ()
+    except (ValueError, ImportError):  # an unknown name, a backend whose packages are missing
+        return ()
+
+
+class FolderContents(NamedTuple):
+    """What an existing index folder holds, as :func:`folder_contents` sorts it."""
+
+    written: tuple[str, ...]
+    """The files hf-ralm wrote there, which a build may remove (``hf_ralm_index.json`` last); ``()`` when the folder
+    is no hf-ralm index."""
+    others: tuple[str, ...]
+    """The entries hf-ralm did not write (top-level names; paths inside a folder of the index's): every entry of a
+    folder that is no hf-ralm index."""
+    problem: str | None
+    """Why the ``hf_ralm_index.json`` there does not make the folder hf-ralm's (:func:`index_problem`'s words), or
+    ``None``."""
+
+
+def folder_contents(index_dir: str) -> FolderContents:
+    """Which entries of the existing folder ``index_dir`` hf-ralm wrote (and a build may remove) and which it did not:
+    the one place that decides it. The folder is an hf-ralm index only when its ``hf_ralm_index.json`` is valid
+    (:func:`read_manifest`) and every file it lists is there with its recorded size (:func:`_written_files`; an older
+    index's: the files of its backend's own entries); then hf-ralm wrote those files and the ``hf_ralm_index.json``,
+    and nothing else (a folder inside the index that holds none of them is not the index's either).
+
+    Example::
+
+        folder_contents("wiki-bm25")
+        # FolderContents(written=('bm25s/params.index.json', ..., 'hf_ralm_index.json'), others=('notes.txt',),
+        #                problem=None)
+    """
+    names = sorted(os.listdir(index_dir))
+    info, problem = read_manifest(index_dir)
+    written = None
+    if info is not None:
+        files = () if "files" in info else _backend_files(info.get("retriever"))
+        written, problem = _written_files(index_dir, info, files)
+    if written is None:
+        return FolderContents((), tuple(names), problem)
+    written = sorted(set(written) - {INDEX_FILE}) + [INDEX_FILE]
+    others = []
+    for name in names:
+        path = os.path.join(index_dir, name)
+        if os.path.isdir(path) and not os.path.islink(path) and any(w.startswith(name + "/") for w in written):
+            others += [entry for entry in _files_under(path, name + "/") if entry not in written]
+        elif name not in written:
+            others.append(name)
+    return FolderContents(tuple(written), tuple(others), None)
 
 
 def index_problem(index_dir: str, retriever: str, files: Sequence[str] = (), keys: Sequence[str] = (),
@@ -106,10 +251,10 @@ def index_problem(index_dir: str, retriever: str, files: Sequence[str] = (), key
     """Why the folder ``index_dir`` holds no usable finished index of ``retriever``, or ``None`` when it does.
 
     Checked before anything is loaded (whose index it is, :func:`check_kind`, first): the folder and its
-    ``hf_ralm_index.json`` exist and are readable, it records ``retriever``, ``keys`` and ``settings`` (an index
-    built by an older hf-ralm may not), with the values of ``settings``, and its files are all there: each with the
-    size recorded when it was built (a copy that stopped short, a disk that filled up) or, for an index built before
-    sizes were recorded, the backend's own ``files`` (glob patterns relative to the folder).
+    ``hf_ralm_index.json`` exist and are valid (:func:`read_manifest`), it records ``retriever``, ``keys`` and
+    ``settings`` (an index built by an older hf-ralm may not), with the values of ``settings``, and its files are all
+    there: each with the size recorded when it was built (a copy that stopped short, a disk that filled up) or, for an
+    index built before sizes were recorded, the backend's own ``files`` (glob patterns relative to the folder).
 
     Example::
 
@@ -118,10 +263,9 @@ def index_problem(index_dir: str, retriever: str, files: Sequence[str] = (), key
     """
     if not os.path.isdir(index_dir):
         return "does not exist"
-    try:
-        info = read_index_info(index_dir)
-    except IndexFolderError:
-        return f"is damaged: its {INDEX_FILE} is not a JSON object"
+    info, problem = read_manifest(index_dir)
+    if problem is not None:
+        return problem
     if info is None:
         return f"holds no finished index (no {INDEX_FILE})"
     unrecorded = [key for key in ["retriever", *keys, *(settings or {})] if key not in info]
@@ -130,37 +274,23 @@ def index_problem(index_dir: str, retriever: str, files: Sequence[str] = (), key
     other = {key: info[key] for key, value in (settings or {}).items() if info[key] != value}
     if other:
         return f"was built with other settings ({other}, now {({key: settings[key] for key in other})})"
-    recorded = info.get("files")
-    if recorded is None:  # built before the sizes were recorded: the backend's own files must be there
-        missing = [pattern for pattern in files if not glob.glob(os.path.join(index_dir, pattern))]
-        return f"is incomplete: {missing[0]} is missing" if missing else None
-    for name, size in recorded.items():
-        if leads_outside(name, index_dir, follow_last=False):  # a Hub download's files are links to its blobs
-            return f"is damaged: its {INDEX_FILE} lists {name!r}, which leads outside the folder"
-        path = os.path.join(index_dir, name)
-        if not os.path.isfile(path):
-            return f"is incomplete: {name} is missing"
-        if os.path.getsize(path) != size:
-            return f"is truncated or damaged: {name} holds {os.path.getsize(path)} bytes, {size} were written"
-    return None
+    return _written_files(index_dir, info, files)[1]
 
 
 def check_kind(index_dir: str, retriever: str) -> None:
     """Raise :class:`~hf_ralm.errors.IndexFolderError` when ``index_dir`` holds another backend's index: one index
     folder per retriever, and no build overwrites another backend's index."""
-    try:
-        kind = (read_index_info(index_dir) or {}).get("retriever", retriever) if os.path.isdir(index_dir) else None
-    except IndexFolderError:
-        return  # damaged: index_problem says so
-    if kind not in (None, retriever):
+    info = read_manifest(index_dir).info if os.path.isdir(index_dir) else None  # a damaged one: index_problem says
+    kind = (info or {}).get("retriever", retriever)
+    if kind != retriever:
         raise IndexFolderError(f"{index_dir!r} holds a {kind!r} index, not a {retriever} one: give each retriever its "
                                "own --index-dir.")
 
 
-def _made_by_hf_ralm(folder: str) -> bool:
-    """Whether ``folder`` is one hf-ralm made, and may replace or remove: an index (``hf_ralm_index.json``) or a
-    temporary build folder (:data:`BUILD_MARKER`)."""
-    return any(os.path.isfile(os.path.join(folder, name)) for name in (INDEX_FILE, BUILD_MARKER))
+def _is_build_folder(folder: str) -> bool:
+    """Whether ``folder`` is a temporary build folder hf-ralm made (:data:`BUILD_MARKER`), which it may empty or
+    remove."""
+    return os.path.isfile(os.path.join(folder, BUILD_MARKER))
 
 
 def _entries(names: Sequence[str]) -> str:
@@ -169,11 +299,15 @@ def _entries(names: Sequence[str]) -> str:
     return f"{shown} ({len(names)} entr{'y' if len(names) == 1 else 'ies'})"
 
 
-def check_build_folder(index_dir: str, retriever: str | None = None, parts: Sequence[str] = ()) -> None:
+def check_build_folder(index_dir: str, retriever: str | None = None, parts: Sequence[str] = ()) -> tuple[str, ...]:
     """Raise :class:`~hf_ralm.errors.IndexFolderError` unless an index may be built into ``index_dir``: a missing or
-    empty folder, or one that holds an hf-ralm index (of ``retriever`` when given: :func:`check_kind`), or one that
-    holds only ``parts`` (a hybrid folder: its sides' folders, which their own builds check). Anything else (a
-    mistyped ``--index-dir`` naming the corpus's folder, the working folder) is the user's: refused, untouched.
+    empty folder, or an hf-ralm index (of ``retriever`` when given: :func:`check_kind`) that holds nothing hf-ralm
+    did not write (:func:`folder_contents`), or one that holds only ``parts`` (a hybrid folder: its sides' folders,
+    which their own builds check). Anything else (a mistyped ``--index-dir`` naming the corpus's folder, the working
+    folder, a user's file or a corpus put inside an index, a damaged or incomplete index) is refused, untouched.
+
+    Returns:
+        The files there that hf-ralm wrote, which the build replaces (:attr:`FolderContents.written`).
 
     Example::
 
@@ -184,17 +318,30 @@ def check_build_folder(index_dir: str, retriever: str | None = None, parts: Sequ
     if retriever is not None:
         check_kind(index_dir, retriever)
     if not os.path.lexists(index_dir):
-        return
+        return ()
     if not os.path.isdir(index_dir):
         raise IndexFolderError(f"{index_dir!r} is a file, not a folder: choose a new or empty --index-dir.")
-    others = [name for name in os.listdir(index_dir) if name not in parts]
-    if others and not _made_by_hf_ralm(index_dir):
+    contents = folder_contents(index_dir)
+    others = [name for name in contents.others if name not in parts]
+    if others and contents.problem is not None:
+        raise IndexFolderError(
+            f"{index_dir!r} holds {INDEX_FILE} but no whole hf-ralm index: the index {contents.problem}. hf-ralm "
+            f"removes only files it wrote, all there as its {INDEX_FILE} lists them, so nothing there was changed: "
+            f"it holds {_entries(others)}; delete the folder yourself if none of it is yours, or choose a new or "
+            "empty --index-dir.")
+    if others and not contents.written:
         raise IndexFolderError(f"{index_dir!r} is not an hf-ralm index folder and is not empty: it holds "
                                f"{_entries(others)}. An index is built only into a new or empty folder or over an "
                                "hf-ralm index, and nothing there was changed: choose a new or empty --index-dir.")
-    if os.path.realpath(index_dir) == os.path.realpath(os.getcwd()):  # an index is renamed into place: not this one
+    if others:
+        raise IndexFolderError(f"{index_dir!r} holds {_entries(others)} that hf-ralm did not write: a build replaces "
+                               f"only the files its {INDEX_FILE} lists, and nothing there was changed: move "
+                               f"{'it' if len(others) == 1 else 'them'} out of the folder, or choose another "
+                               "--index-dir.")
+    if os.path.realpath(index_dir) == os.path.realpath(os.getcwd()):  # an index is moved into place: not this one
         raise IndexFolderError(f"{index_dir!r} is the working folder: an index needs a folder of its own; choose a "
                                "new or empty --index-dir.")
+    return contents.written
 
 
 def check_index(index_dir: str, retriever: str, files: Sequence[str] = (), keys: Sequence[str] = (),
@@ -221,14 +368,16 @@ def reusable_index_info(index_dir: str, retriever: str, files: Sequence[str] = (
                         settings: dict | None = None) -> dict | None:
     """For ``build_or_load`` with a corpus: the ``hf_ralm_index.json`` of the index in ``index_dir`` when it is
     usable (:func:`index_problem`), else ``None``, and the index is (re)built there, which a logged warning says
-    when the folder held an index that cannot be used. Another backend's index, or a folder that is no index, is
-    never built over (:func:`check_build_folder`)."""
-    check_build_folder(index_dir, retriever)
+    when the folder held an index that cannot be used. Another backend's index, a folder that is no whole hf-ralm
+    index, or one that holds anything hf-ralm did not write, is never built over (:func:`check_build_folder`); a
+    usable index is reused whatever lies beside it (reading it changes nothing)."""
+    check_kind(index_dir, retriever)
     problem = index_problem(index_dir, retriever, files, keys, settings)
     if problem is None:
         return read_index_info(index_dir)
+    check_build_folder(index_dir)
     if os.path.isfile(os.path.join(index_dir, INDEX_FILE)):
-        # a warning: the folder the user named is replaced
+        # a warning: the index in the folder the user named is replaced
         logger.warning("hf-ralm: rebuilding the %s index in %s: it %s.", retriever, index_dir, problem)
     return None
 
@@ -267,7 +416,7 @@ def corpus_paths_and_articles(
 def check_corpus_files(paths: Iterable[str]) -> None:
     """Raise :class:`FileNotFoundError` for the first corpus file that does not exist."""
     for path in paths:
-        if not is_hub_corpus(path) and not os.path.isfile(path):
+        if not is_hub_corpus(path) and not is_corpus_file(path):  # a FIFO is refused, not "not found"
             raise FileNotFoundError(f"Corpus file not found: {path!r}.")
 
 
@@ -319,26 +468,29 @@ def announce_build(retriever: str, paths: Sequence[str] | None, index_dir: str) 
                 index_dir, estimate)
 
 
-def build_folder(index_dir: str) -> str:
-    """``<index_dir>.tmp``, where a build of ``index_dir`` is written before it is renamed: made when missing (or
+def build_folder(index_dir: str, retriever: str | None = None) -> str:
+    """``<index_dir>.tmp``, where a build of ``index_dir`` is written before it is moved there: made when missing (or
     empty), with :data:`BUILD_MARKER` in it, at once (a folder prepared beside it, then renamed, so that the workers
-    of a shared build all find the marker); one that hf-ralm did not make is the user's, and refused.
+    of a shared build all find the marker); one that hf-ralm did not make is the user's, and refused. Refused before
+    anything is written when ``index_dir`` is no folder to build a ``retriever`` index into
+    (:func:`check_build_folder`). Made as any folder is, with the permissions the umask leaves.
 
     Example::
 
         build_folder("wiki-dense")   # '/home/me/wiki-dense.tmp'
     """
+    check_build_folder(index_dir, retriever)
     tmp_dir = os.path.abspath(index_dir) + ".tmp"
-    if not _made_by_hf_ralm(tmp_dir):
-        parent = os.path.dirname(tmp_dir)
-        os.makedirs(parent, exist_ok=True)
-        staged = tempfile.mkdtemp(prefix=os.path.basename(tmp_dir) + ".", dir=parent)
+    if not _is_build_folder(tmp_dir):
+        os.makedirs(os.path.dirname(tmp_dir), exist_ok=True)
+        staged = f"{tmp_dir}.{uuid.uuid4().hex[:12]}"  # a name of its own, as tempfile's, but not private (0o700)
+        os.mkdir(staged)
         open(os.path.join(staged, BUILD_MARKER), "w").close()
         try:
             os.rename(staged, tmp_dir)  # replaces only a missing or empty folder
         except OSError:  # something is there: another worker's build folder, or the user's
             shutil.rmtree(staged)
-    if not _made_by_hf_ralm(tmp_dir):
+    if not _is_build_folder(tmp_dir):
         raise IndexFolderError(f"{tmp_dir!r}, where the build of {index_dir!r} is written, was not made by hf-ralm "
                                f"(no {BUILD_MARKER} in it), so it is neither used nor removed: move it away or choose "
                                "another --index-dir.")
@@ -356,13 +508,11 @@ def clear_build_folder(tmp_dir: str, keep: Sequence[str] = ()) -> None:
 
 @contextlib.contextmanager
 def new_build(index_dir: str, retriever: str | None = None) -> Iterator[str]:
-    """An empty build folder for ``index_dir`` (:func:`build_folder`; what an interrupted build left there is removed)
-    to build a ``retriever`` index into, removed again when the build fails or is interrupted (a bad corpus row, no
-    passages, Ctrl-C), so no half-written build is left behind; :func:`finish_build`, inside, renames it to
-    ``index_dir``. Refused before anything is written when ``index_dir`` is no folder to build into
-    (:func:`check_build_folder`)."""
-    check_build_folder(index_dir, retriever)
-    tmp_dir = build_folder(index_dir)
+    """An empty build folder for ``index_dir`` (:func:`build_folder`, which first checks that a ``retriever`` index
+    may be built there; what an interrupted build left is removed) to build into, removed again when the build fails
+    or is interrupted (a bad corpus row, no passages, Ctrl-C), so no half-written build is left behind;
+    :func:`finish_build`, inside, moves it to ``index_dir``."""
+    tmp_dir = build_folder(index_dir, retriever)
     clear_build_folder(tmp_dir)
     try:
         yield tmp_dir
@@ -372,13 +522,29 @@ def new_build(index_dir: str, retriever: str | None = None) -> Iterator[str]:
 
 
 def _install(tmp_dir: str, index_dir: str) -> None:
-    """Rename the filled build folder ``tmp_dir`` to ``index_dir``, replacing what is there only when it is an hf-ralm
-    index or an empty folder (checked again: something may have been put there while the build ran)."""
-    check_build_folder(index_dir)
+    """Move the filled build folder ``tmp_dir`` to ``index_dir``: renamed there when it is missing; otherwise the
+    files hf-ralm wrote there are removed, by name, with the sub-folders they leave empty (checked again, since
+    something may have been put there while the build ran: :func:`check_build_folder` refuses a folder that holds
+    anything else), and the build's entries are moved in, its ``hf_ralm_index.json`` last, so that the index is
+    whole only once all of it is there. The folder itself stays, with its permissions."""
+    written = check_build_folder(index_dir)
     os.remove(os.path.join(tmp_dir, BUILD_MARKER))  # an index now (its hf_ralm_index.json says so)
-    if os.path.isdir(index_dir):
-        shutil.rmtree(index_dir) if _made_by_hf_ralm(index_dir) else os.rmdir(index_dir)  # rmdir: only if empty
-    os.replace(tmp_dir, index_dir)
+    if not os.path.lexists(index_dir):
+        os.replace(tmp_dir, index_dir)
+        return
+    for name in written:  # hf_ralm_index.json last: a folder a crash left half-emptied still says what was hf-ralm's
+        os.remove(os.path.join(index_dir, name))
+    for entry in sorted({name.split("/")[0] for name in written if "/" in name}):
+        for folder, _, _ in os.walk(os.path.join(index_dir, entry), topdown=False):
+            os.rmdir(folder)  # emptied: every file under it was hf-ralm's (a folder of the user's there is refused)
+    entries = sorted(os.listdir(tmp_dir), key=lambda name: name == INDEX_FILE)
+    for name in entries:
+        target = os.path.join(index_dir, name)
+        if os.path.lexists(target):  # put there since the check: never replaced
+            raise IndexFolderError(f"{target!r} appeared while the index was built in {index_dir!r}: hf-ralm did not "
+                                   "write it, so it was left as it is; move it away and build again.")
+        os.replace(os.path.join(tmp_dir, name), target)
+    os.rmdir(tmp_dir)
 
 
 def finish_build(
@@ -390,7 +556,8 @@ def finish_build(
     num_passages: int,
     settings: dict,
 ) -> None:
-    """Write ``hf_ralm_index.json`` into the filled ``tmp_dir`` and rename ``tmp_dir`` over ``index_dir``."""
+    """Write ``hf_ralm_index.json`` into the filled ``tmp_dir`` and move ``tmp_dir`` to ``index_dir``
+    (:func:`_install`)."""
     files = _file_sizes(tmp_dir)  # what index_problem checks before the index is used
     del files[BUILD_MARKER]  # removed when the build folder becomes the index
     info = {
@@ -508,9 +675,9 @@ def saved_path(path: str, folder: str, file: str, key: str, fix: str) -> str:
 
 
 def copy_index(index_dir: str, target: str) -> str:
-    """Copy the index folder ``index_dir`` to ``target`` (replacing only an hf-ralm index or an empty folder there,
-    through ``<target>.tmp`` so an interrupted copy leaves no half index) unless it is already there; returns
-    ``target``."""
+    """Copy the index folder ``index_dir`` to ``target`` (into a missing or empty folder or over an hf-ralm index
+    there that holds nothing else, :func:`check_build_folder`; through ``<target>.tmp`` so an interrupted copy leaves
+    no half index) unless it is already there; returns ``target``."""
     if os.path.realpath(index_dir) != os.path.realpath(target):
         with new_build(target) as tmp_dir:
             shutil.copytree(index_dir, tmp_dir, dirs_exist_ok=True)

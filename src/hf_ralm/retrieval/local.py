@@ -4,10 +4,10 @@ one build-or-load for all of them, :class:`LocalIndexRetriever`, and the options
 
 :meth:`LocalIndexRetriever.build_or_load` (the template) finds the folder (``index_dir``, or one in hf-ralm's cache
 named by the corpus fingerprint), takes the folder's build lock, reuses a whole index built from the same corpus
-files with the same settings, and otherwise builds one into ``<index_dir>.tmp`` and renames it over ``index_dir``,
+files with the same settings, and otherwise builds one into ``<index_dir>.tmp`` and moves it to ``index_dir``,
 with the messages and the safety rules of :mod:`hf_ralm.retrieval.index_folder` (a build goes only into a missing or
-empty folder or over an hf-ralm index of the same backend; nothing hf-ralm did not make is removed). A backend fills
-in only what is its own:
+empty folder or over a whole hf-ralm index of the same backend that holds nothing else; it removes only the files
+that index lists as hf-ralm's, never the folder). A backend fills in only what is its own:
 
 * ``Options`` (its options: an :class:`IndexOptions` dataclass), ``index_files`` (its files, checked in an index that
   records no file sizes), ``index_keys`` (what opening reads from ``hf_ralm_index.json``) and ``index_settings``
@@ -109,11 +109,12 @@ class LocalIndexRetriever(Retriever):
     ) -> "LocalIndexRetriever":
         """Index a corpus (file path(s), or rows/``datasets.Dataset`` with ``id``, ``title``, ``text``) into
         ``index_dir`` and open it, without looking for an index already there. Passages are numbered in corpus order
-        (ids ``"0"``, ``"1"``...). The folder is written under a temporary name and renamed when complete, so an
-        interrupted build leaves no half-index behind; an existing ``index_dir`` is replaced only if it holds an
-        hf-ralm index of this backend or nothing. ``words_per_passage=0`` keeps the rows as they are (already
-        passages); ``options`` are the backend's own (its ``Options``; the dense backend's ``encoder`` may also be a
-        loaded :class:`~hf_ralm.retrieval.dense.DenseEncoder`).
+        (ids ``"0"``, ``"1"``...). The folder is written under a temporary name and moved into place when complete,
+        so an interrupted build leaves no half-index behind; in an existing ``index_dir``, only the files of a whole
+        hf-ralm index of this backend are replaced, and only when it holds nothing else (or nothing).
+        ``words_per_passage=0`` keeps the rows as they are (already passages); ``options`` are the backend's own (its
+        ``Options``; the dense backend's ``encoder`` may also be a loaded
+        :class:`~hf_ralm.retrieval.dense.DenseEncoder`).
 
         Example::
 
@@ -165,7 +166,7 @@ class LocalIndexRetriever(Retriever):
                show_progress: bool = True) -> "LocalIndexRetriever":
         """Build the index of ``corpus`` into ``index_dir`` (announced when ``show_progress``), through a temporary
         folder that :func:`~hf_ralm.retrieval.index_folder.new_build` removes if the build fails and
-        :func:`~hf_ralm.retrieval.index_folder.finish_build` renames into place, then open it. The backend writes its
+        :func:`~hf_ralm.retrieval.index_folder.finish_build` moves into place, then open it. The backend writes its
         files (:meth:`_write_index`); one with a build of its own overrides this."""
         paths, articles = corpus_paths_and_articles(corpus, show_progress)
         if show_progress:

@@ -1,5 +1,6 @@
 """Writing files atomically, for every file hf-ralm writes (retrieval files, configs, reports, record chunks) and the
-benchmarks' CSVs: a crash leaves the old file or the new one, never a part.
+benchmarks' CSVs: a crash leaves the old file or the new one, never a part. An OS error while writing (a full disk,
+a read-only folder) names the file being written, not only the temporary one (or nothing: ``fsync`` names no file).
 
 Example:
     >>> import os, tempfile
@@ -15,8 +16,12 @@ import json
 import os
 import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Iterator
+
+TMP_PREFIX = ".tmp-"
+"""How the temporary files of an atomic write begin, beside the file they become."""
 
 
 def _read_umask() -> int:
@@ -39,35 +44,73 @@ def write_text_atomic(path: str, text: str, suffix: str = ".tmp") -> None:
     crash leaves either the old file or the new one, never a truncated one. The file gets the permissions a plain
     ``open(path, "w")`` would (:func:`file_mode`)."""
     directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=suffix)
-    try:
-        os.fchmod(fd, file_mode())
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    with naming_errors(path):
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=TMP_PREFIX, suffix=suffix)
+        try:
+            os.fchmod(fd, file_mode())
+            with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+
+
+def json_text(data: Any) -> str:
+    """What :func:`write_json_atomic` writes of ``data``: strict JSON (a NaN or infinity is refused, a
+    ``ValueError``, rather than written as the bare ``NaN`` that strict parsers reject), indented, UTF-8 as it is, a
+    newline at the end. Its exact form also tells a file hf-ralm wrote (:mod:`hf_ralm.utils.outputs`).
+
+    Example:
+        >>> json_text({"em": 0.5, "title": "Zürich"})
+        '{\\n  "em": 0.5,\\n  "title": "Zürich"\\n}\\n'
+    """
+    return json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
 def write_json_atomic(path: str, data) -> None:
-    """Write JSON atomically (:func:`write_text_atomic`). Strict JSON: a NaN or infinity is refused (a ``ValueError``)
-    rather than written as the bare ``NaN`` that strict parsers reject."""
-    write_text_atomic(path, json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n", suffix=".json")
+    """Write :func:`json_text` of ``data`` atomically (:func:`write_text_atomic`)."""
+    write_text_atomic(path, json_text(data), suffix=".json")
+
+
+@contextmanager
+def naming_errors(path: str | os.PathLike) -> Iterator[None]:
+    """Re-raise an ``OSError`` raised while writing ``path`` that names no file, or only a temporary one (a full
+    disk's ``fsync``, a temporary file that cannot be made), as one naming ``path``: the one-line error of the command
+    line then says which file could not be written.
+
+    Example:
+        >>> import errno
+        >>> with naming_errors("out/eval.json"):
+        ...     raise OSError(errno.ENOSPC, "No space left on device")
+        Traceback (most recent call last):
+        ...
+        OSError: [Errno 28] No space left on device: 'out/eval.json'
+    """
+    try:
+        yield
+    except OSError as error:
+        named = error.filename is not None and not os.path.basename(os.fspath(error.filename)).startswith(TMP_PREFIX)
+        if named:
+            raise
+        if error.errno is None:  # pyarrow's errors carry only a message
+            raise OSError(f"{os.fspath(path)}: {error}") from error
+        raise OSError(error.errno, error.strerror, os.fspath(path)) from error
 
 
 def write_durably(final: Path, write: Callable[[Path], None], tmp: Path) -> None:
     """``write(tmp)`` (a file or a folder), then fsync what it wrote and rename it to ``final``: after a crash
     ``final`` is either missing or complete, never a part."""
     try:
-        write(tmp)
-        for path in [tmp] if tmp.is_file() else [p for p in tmp.rglob("*") if p.is_file()]:
-            with open(path, "rb+") as f:
-                os.fsync(f.fileno())
-        os.replace(tmp, final)
+        with naming_errors(final):
+            write(tmp)
+            for path in [tmp] if tmp.is_file() else [p for p in tmp.rglob("*") if p.is_file()]:
+                with open(path, "rb+") as f:
+                    os.fsync(f.fileno())
+            os.replace(tmp, final)
     except BaseException:
         if tmp.is_dir():
             shutil.rmtree(tmp)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from ..errors import SettingError, setting
 from .checks import check_count
@@ -83,16 +83,38 @@ class Shard:
                 raise SettingError(f"{setting('shard_id')} must be from 0 to {count - 1} ({setting('num_shards')}="
                                    f"{count}), got {index}.")
             return cls(index, count, "arguments")
+        number = _environment_numbers(environ)
         if "WORLD_SIZE" in environ and "RANK" in environ:
             local = environ.get("LOCAL_RANK")
-            return cls(int(environ["RANK"]), int(environ["WORLD_SIZE"]), "torchrun",
-                       None if local is None else int(local))
-        if "SLURM_ARRAY_TASK_ID" in environ and "SLURM_ARRAY_TASK_COUNT" in environ and \
+            shard = cls(number("RANK"), number("WORLD_SIZE"), "torchrun",
+                        None if local is None else number("LOCAL_RANK"))
+            where = "torchrun's RANK and WORLD_SIZE"
+        elif "SLURM_ARRAY_TASK_ID" in environ and "SLURM_ARRAY_TASK_COUNT" in environ and \
                 environ.get("HF_RALM_IGNORE_SLURM", "") in ("", "0"):
-            first = int(environ.get("SLURM_ARRAY_TASK_MIN", "0"))
-            return cls(int(environ["SLURM_ARRAY_TASK_ID"]) - first, int(environ["SLURM_ARRAY_TASK_COUNT"]),
-                       "slurm array")
-        return cls()
+            first = number("SLURM_ARRAY_TASK_MIN") if "SLURM_ARRAY_TASK_MIN" in environ else 0
+            shard = cls(number("SLURM_ARRAY_TASK_ID") - first, number("SLURM_ARRAY_TASK_COUNT"), "slurm array")
+            where = "the Slurm array's SLURM_ARRAY_TASK_ID (less SLURM_ARRAY_TASK_MIN) and SLURM_ARRAY_TASK_COUNT"
+        else:
+            return cls()
+        if not 0 <= shard.index < shard.count:
+            raise SettingError(f"{where} make this process worker {shard.index} of {shard.count} workers, but a "
+                               "worker's number is at least 0 and below the count: fix the launcher's variables, or "
+                               f"give {setting('num_shards')} and {setting('shard_id')}.")
+        return shard
+
+
+def _environment_numbers(environ: Mapping[str, str]) -> Callable[[str], int]:
+    """``number(name)``: the integer the environment variable ``name`` holds, or a
+    :class:`~hf_ralm.errors.SettingError` that names the variable and its value."""
+    def number(name: str) -> int:
+        try:
+            return int(environ[name])
+        except ValueError:
+            raise SettingError(f"The environment variable {name}={environ[name]!r} is not an integer: a launcher "
+                               "(torchrun, accelerate, Slurm) sets it to a worker's number or count; unset it, or give "
+                               f"{setting('num_shards')} and {setting('shard_id')}.") from None
+
+    return number
 
 
 def uncovered(start: int, stop: int, ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
