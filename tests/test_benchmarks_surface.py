@@ -143,3 +143,14 @@ def test_faces_import_their_optional_backends_only_when_used():
     assert result.returncode == 0, result.stderr
     assert result.stdout.split("\n")[:2] == [
         "[]", "['hf_ralm.retrieval.lucene_compat', 'hf_ralm.retrieval.hybrid']"]
+
+
+def test_the_benchmarks_index_lists_every_script():
+    """benchmarks/README.md is the index a newcomer reads to know what to run: every script and helper module of
+    benchmarks/ (but the run records and package markers) is named there."""
+    index = (BENCHMARKS / "README.md").read_text(encoding="utf-8")
+    scripts = [p for p in [*BENCHMARKS.rglob("*.py"), *BENCHMARKS.rglob("*.sh")]
+               if "runs" not in p.relative_to(BENCHMARKS).parts and p.name != "__init__.py"]
+    unlisted = [str(p.relative_to(BENCHMARKS)) for p in sorted(scripts)
+                if f"`{p.relative_to(BENCHMARKS).as_posix()}`" not in index and f"`{p.name}`" not in index]
+    assert not unlisted, f"benchmarks/README.md does not list {unlisted}"
