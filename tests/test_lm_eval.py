@@ -4,12 +4,14 @@ offline, on the local tasks of tests/lm_eval_tasks (the tiny tokenizer's words) 
 
 * loglikelihood_rolling is eval-lm: each document's log-likelihood is -(eval-lm's nll_sum on it) plus its first token
   given the prefix token, exactly, with real BM25 retrieval; with the prefix token in the window and no retriever it
-  is lm-eval's own hf model where their windows coincide;
+  is lm-eval's own hf model where their windows coincide, and on lm-eval's own windows (rolling_windows=lm-eval) it is
+  hf's on multi-window documents, with SmolLM2 and Gemma;
 * loglikelihood scores each continuation with the context's passage in front (and equals hf without a retriever),
   retrieving with what retrieval_query says, through the gates;
 * generate_until is the library's generation, cut at lm-eval's stop strings (and equals hf without a retriever);
 * the results' config block holds the RALM's settings and the index's fingerprint; ``hf-ralm lm-eval`` is lm-eval's
-  command line with ralm; ``import hf_ralm`` registers ralm lazily and works without lm-eval.
+  command line with ralm; ``import hf_ralm`` registers ralm lazily and works without lm-eval; the distribution
+  declares ralm in lm-eval's entry-point group for model plugins.
 
 They skip when lm-eval (or accelerate, which lm-eval's hf model imports) is missing, unless
 ``HF_RALM_REQUIRE_LM_EVAL=1`` (CI sets it), where they fail.
@@ -165,6 +167,41 @@ def test_rolling_with_the_prefix_token_in_the_window_is_lm_evals_hf(lm_eval, tas
     assert ralm[3][0] != pytest.approx(hf[3][0], rel=1e-6)  # 41 tokens: its last window starts elsewhere
 
 
+LIGHTHOUSE = ("The lighthouse at the northern end of the island was built in 1874 from granite quarried on the "
+              "mainland and carried across the strait by barge. Its keepers lived in two cottages beside the tower,"
+              " and for almost a century they trimmed the wicks, wound the clockwork that turned the lens, and "
+              "logged every ship that passed. In winter storms the spray reached the lantern room, sixty metres "
+              "above the sea, and the keepers sometimes went weeks without news from the harbour town. The light "
+              "was automated in 1968, the cottages were sold, and the lens, a first-order Fresnel lens made in "
+              "Paris, now stands in the maritime museum, where visitors can still see the scratches left by a "
+              "hundred years of polishing.")
+"""A document of about 150 tokens: three windows of lm-eval's at max_length 64, the last with a full context."""
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("name", ["smollm2-135m-instruct", "gemma-3-270m"])
+def test_rolling_on_lm_evals_windows_is_lm_evals_hf(lm_eval, real_model_dir, name):
+    """rolling_windows=lm-eval: lm-eval's hf model's log-likelihood of multi-window documents, with SmolLM2 (no BOS
+    added) and Gemma (whose tokenizer adds BOS: hf scores [BOS, BOS, text])."""
+    require("accelerate")
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.huggingface import HFLM
+
+    from hf_ralm.integrations.lm_eval import RalmLM
+
+    folder = str(real_model_dir(name))
+    documents = [LIGHTHOUSE, LIGHTHOUSE[:300]]
+    requests = [Instance(request_type="loglikelihood_rolling", doc={}, arguments=(text,), idx=i)
+                for i, text in enumerate(documents)]
+    hf = HFLM(pretrained=folder, max_length=64, dtype="float32", device=TEST_DEVICE, batch_size=4)
+    expected = hf.loglikelihood_rolling(requests, disable_tqdm=True)
+    ralm = RalmLM(folder, retriever="none", rolling_windows="lm-eval", max_length=65, dtype="float32",
+                  device=TEST_DEVICE, batch_size=4)
+    assert ralm.loglikelihood_rolling(requests, disable_tqdm=True) == pytest.approx(expected, rel=1e-6, abs=0)
+    assert ralm.stats.rolling_windows == 3  # windows after each document's first: 2 and 1
+    assert (hf.tok_encode(LIGHTHOUSE)[0] == hf.prefix_token_id) == (name == "gemma-3-270m")
+
+
 # ------------------------------------------------------------------------------------------------------------------
 # loglikelihood
 # ------------------------------------------------------------------------------------------------------------------
@@ -314,6 +351,10 @@ def test_model_args_are_checked(lm_eval, tiny_model_dir, built):
         RalmLM(built(), retrieval_query="question")
     with pytest.raises(SettingError, match="oracle"):
         RalmLM(built(rerank="oracle"))
+    with pytest.raises(SettingError, match="rolling_windows must be one of ralm, lm-eval"):
+        RalmLM(built(), rolling_windows="hf")
+    with pytest.raises(SettingError, match="rolling_windows=lm-eval .* leave no room for a passage"):
+        RalmLM(built(), rolling_windows="lm-eval")
     # model_args' device wins over the evaluator's (the command line's default --device)
     lm = RalmLM.create_from_arg_string(f"pretrained={tiny_model_dir},device=cpu,retrieval_stride=8",
                                        {"device": "cuda:0", "batch_size": "auto:4", "max_batch_size": None})
@@ -360,6 +401,26 @@ def test_import_registers_ralm_without_loading_lm_evals_evaluator(lm_eval):
         "print(get_model('ralm').__module__)\n")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "hf_ralm.integrations.lm_eval"
+
+
+def test_the_distribution_declares_ralm_in_lm_evals_plugin_group(lm_eval):
+    """lm-eval's entry-point group for model plugins (``lm_eval.models``, read by the releases after 0.4.13) names
+    the ralm model, so that ``lm-eval run --model ralm`` finds it without ``import hf_ralm``; loaded without that
+    import, it is the model class."""
+    import importlib.metadata
+
+    from hf_ralm import LM_EVAL_MODEL
+
+    [entry] = [entry for entry in importlib.metadata.entry_points(group="lm_eval.models") if entry.name == "ralm"]
+    assert entry.value == LM_EVAL_MODEL
+    done = run_python("import importlib.metadata, sys\n"
+                      "[entry] = importlib.metadata.entry_points(group='lm_eval.models', name='ralm')\n"
+                      "assert 'hf_ralm' not in sys.modules\n"
+                      "model = entry.load()\n"
+                      "from lm_eval.api.model import LM\n"
+                      "print(model.__module__, model.__name__, issubclass(model, LM))\n")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["hf_ralm.integrations.lm_eval", "RalmLM", "True"]
 
 
 def test_without_lm_eval_import_works_and_the_command_names_the_extra():

@@ -2,7 +2,8 @@
 
 ``import hf_ralm`` registers the name ``ralm`` with lm-eval when lm-eval is installed (``pip install
 "hf-ralm[lm-eval]"``; lm-eval 0.4.13 discovers no plugins, so the import does it, lazily: this module is loaded only
-when lm-eval asks for ``ralm``). Then::
+when lm-eval asks for ``ralm``; the releases after lm-eval's pull request #4013 find it without the import, in the
+``lm_eval.models`` entry point of hf-ralm's metadata). Then::
 
     import hf_ralm, lm_eval
     lm_eval.simple_evaluate(model="ralm", tasks=["wikitext"], model_args="pretrained=HuggingFaceTB/SmolLM2-135M,"
@@ -23,7 +24,9 @@ What each of lm-eval's requests is under In-Context RALM:
   ``-(eval-lm's nll_sum on the document) + log p(first token | prefix token)``. With ``prefix_token_in_window=True``
   the prefix token is instead token 0 of the windowed ids, so that the whole first window sees it, as lm-eval's
   ``hf`` model scores (the windows are then ``hf``'s with ``retrieval_stride`` = its ``max_length`` and
-  ``max_length`` one more).
+  ``max_length`` one more, for a document that fits in one window or fills its windows exactly, and a tokenizer that
+  adds no BOS). With ``rolling_windows="lm-eval"`` and no retriever the document is scored on lm-eval's own windows,
+  as its ``hf`` model scores it (with ``max_length`` one more than ``hf``'s).
 * ``loglikelihood(context, continuation)`` (multiple choice, lambada): the context retrieves once (its decoded last
   ``query_length`` tokens; ``retrieval_query="context"``: the whole context; ``"doc:FIELD"``: a field of the task's
   document, e.g. ``doc:question``), its passages are chosen as generation chooses them at its first stride (gates,
@@ -59,7 +62,7 @@ try:
     from lm_eval.models.utils import (Collator, handle_stop_sequences, normalize_gen_kwargs,
                                       postprocess_generated_text)
     from lm_eval.models.utils_hf import stop_sequences_criteria
-    from lm_eval.utils import simple_parse_args_string
+    from lm_eval.utils import get_rolling_token_windows, make_disjoint_window, simple_parse_args_string
 except ImportError:
     require("lm_eval", "lm-eval", "The ralm model of lm-evaluation-harness")  # one line naming the extra
     raise
@@ -87,6 +90,10 @@ MODEL_NAME = "ralm"
 QUERY_SOURCES = ("tokens", "context", "doc:FIELD")
 """What a ``loglikelihood`` request retrieves with (``retrieval_query``): its context's decoded last ``query_length``
 tokens (the paper's query), the whole context, or a field of the task's document."""
+
+ROLLING_WINDOWS = ("ralm", "lm-eval")
+"""How ``loglikelihood_rolling`` cuts a document (``rolling_windows``): In-Context RALM's sliding windows, retrieving
+every ``retrieval_stride`` tokens, or lm-eval's own (its ``hf`` model's disjoint windows, without retrieval)."""
 
 LOADING_ARGS = ("revision", "attn_implementation", "gguf_file", "device_map", "trust_remote_code")
 """Arguments of the base model's loading that ``model_args`` may give (passed to ``from_pretrained``)."""
@@ -139,6 +146,8 @@ class RalmLM(TemplateLM):
             ``doc:question``: the question alone, without a few-shot prompt's examples).
         prefix_token_in_window: ``loglikelihood_rolling`` puts lm-eval's prefix token at the start of the windowed
             ids (lm-eval's ``hf`` convention) instead of scoring the first token apart (eval-lm's windows).
+        rolling_windows: ``"ralm"`` (In-Context RALM's sliding windows) or ``"lm-eval"``: ``loglikelihood_rolling``
+            on lm-eval's own windows, as its ``hf`` model with ``max_length`` one less scores them (no retriever).
         prefix_token_id: the token lm-eval's requests are conditioned on when they have no context (default: BOS,
             else EOS, as lm-eval's ``hf`` model).
         max_gen_toks: new tokens of a generation whose task does not say (256, as lm-eval's ``hf`` model).
@@ -169,6 +178,7 @@ class RalmLM(TemplateLM):
         max_batch_size: int | None = None,
         retrieval_query: str = "tokens",
         prefix_token_in_window: bool = False,
+        rolling_windows: str = "ralm",
         prefix_token_id: int | None = None,
         max_gen_toks: int = 256,
         **settings: Any,
@@ -178,8 +188,8 @@ class RalmLM(TemplateLM):
         if unknown:
             raise SettingError(f"The {MODEL_NAME} model does not take {', '.join(map(repr, unknown))}: give "
                                "pretrained, retriever, corpus, index_dir, forbidden_titles, dtype, device, "
-                               "batch_size, retrieval_query, prefix_token_in_window, RalmConfig fields "
-                               f"(retrieval_stride, query_length, max_length, max_doc_tokens, ...) or "
+                               "batch_size, retrieval_query, prefix_token_in_window, rolling_windows, RalmConfig "
+                               f"fields (retrieval_stride, query_length, max_length, max_doc_tokens, ...) or "
                                f"{', '.join(LOADING_ARGS)}.")
         if max_batch_size is not None:
             raise SettingError(f"The {MODEL_NAME} model has no max_batch_size: batch_size=auto starts at 64 on a GPU "
@@ -213,6 +223,7 @@ class RalmLM(TemplateLM):
         self.tokenizer = self.ralm.tokenizer
         self.retrieval_query = _check_query_source(retrieval_query)
         self.prefix_token_in_window = bool(prefix_token_in_window)
+        self.rolling_windows = _check_rolling_windows(rolling_windows, self.ralm.retriever is not None)
         self._prefix_token_id = prefix_token_id
         self._max_gen_toks = int(max_gen_toks)
         self.batches = BatchSize(_batch_size(batch_size), model_device(self.ralm.language_model))
@@ -301,6 +312,7 @@ class RalmLM(TemplateLM):
                 "retriever": None if retriever is None else retriever_identity(retriever),
                 "retrieval_query": self.retrieval_query,
                 "prefix_token_in_window": self.prefix_token_in_window,
+                "rolling_windows": self.rolling_windows,
                 "prefix_token_id": self.prefix_token_id,
                 "requests": asdict(self.stats),
             },
@@ -313,7 +325,10 @@ class RalmLM(TemplateLM):
     def loglikelihood_rolling(self, requests: list, disable_tqdm: bool = False) -> list[float]:
         """Each document's log-likelihood under In-Context RALM (see the module docstring): its tokens evaluated as
         ``hf-ralm eval-lm`` evaluates a text, plus its first token given the prefix token (or with
-        ``prefix_token_in_window``, the prefix token put first in the windowed ids)."""
+        ``prefix_token_in_window``, the prefix token put first in the windowed ids); with ``rolling_windows="lm-eval"``,
+        lm-eval's own windows (:meth:`_lm_eval_rolling`)."""
+        if self.rolling_windows == "lm-eval":
+            return self._lm_eval_rolling(requests)
         texts = [request.args[0] for request in requests]
         documents = [self.tok_encode(text, add_special_tokens=False) for text in texts]
         firsts = [0.0] * len(documents) if self.prefix_token_in_window else self._first_token_logprobs(documents)
@@ -338,6 +353,35 @@ class RalmLM(TemplateLM):
             bar.update(len(ids))
         bar.close()
         _warn_once(found, len(documents))
+        return results
+
+    def _lm_eval_rolling(self, requests: list) -> list[float]:
+        """Each document's log-likelihood on lm-eval's own windows, as lm-eval's ``hf`` model computes it with a
+        ``max_length`` one less (``hf``'s counts a window's input tokens, ours its tokens: one more, the last scored
+        one): the document encoded as ``hf`` encodes it (the tokenizer's default special tokens: Gemma's BOS, after
+        the prefix token too), cut by lm-eval's ``get_rolling_token_windows`` into disjoint spans of at most
+        ``max_length - 1`` tokens, the first scored after the prefix token, each later one after the tokens before it
+        that fill the window (one, but for the last span). No retrieval: the spans fill the windows."""
+        texts = [request.args[0] for request in requests]
+        inputs, owners = [], []
+        for i, text in enumerate(texts):
+            # lm-eval's hf model adds no special tokens to a text that already starts with the prefix token's text
+            starts = text.startswith(self.tokenizer.decode([self.prefix_token_id]))
+            ids = self.tok_encode(text, add_special_tokens=False if starts else None)
+            spans = get_rolling_token_windows(ids, self.prefix_token_id, self.max_length - 1, context_len=1)
+            pairs = [make_disjoint_window(span) for span in spans]
+            for context, continuation in pairs:
+                tokens = [*context, *continuation]
+                inputs.append(ScoredInput(tokens, 0, len(tokens), (), len(context)))
+            owners += [i] * len(pairs)
+            self.stats.rolling_documents += 1
+            self.stats.rolling_windows += max(0, len(pairs) - 1)
+        scores = self.batches.run(lambda size: score_continuations(self.ralm.language_model, inputs, size))
+        results = [0.0] * len(texts)
+        for i, (logprob, _) in zip(owners, scores):
+            results[i] += logprob
+        for text, result in zip(texts, results):
+            self.cache_hook.add_partial("loglikelihood_rolling", (text,), result)
         return results
 
     def _first_token_logprobs(self, documents: Sequence[list[int]]) -> list[float]:
@@ -482,6 +526,17 @@ def _check_query_source(value: str) -> str:
         return value
     raise SettingError(f"retrieval_query must be one of {', '.join(QUERY_SOURCES)} (e.g. doc:question), got "
                        f"{value!r}.")
+
+
+def _check_rolling_windows(value: str, retrieves: bool) -> str:
+    if value not in ROLLING_WINDOWS:
+        raise SettingError(f"rolling_windows must be one of {', '.join(ROLLING_WINDOWS)}, got {value!r}.")
+    if value == "lm-eval" and retrieves:
+        raise SettingError("rolling_windows=lm-eval scores lm-eval's own windows, which fill max_length with the "
+                           "tokens they score and leave no room for a passage: give retriever=none, or "
+                           "rolling_windows=ralm (In-Context RALM's windows, retrieving every retrieval_stride "
+                           "tokens).")
+    return value
 
 
 def _batch_size(value: int | str) -> int | str:
