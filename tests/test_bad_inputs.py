@@ -478,6 +478,8 @@ def test_saved_ralm_naming_an_index_outside_it_is_refused(files, tiny_index, tmp
         (saved / "retriever_config.json").unlink()
         config = json.loads((saved / "config.json").read_text())
         (saved / "config.json").write_text(json.dumps({**config, "retriever": ralm.retriever.config()}))
+    else:  # as saved before the index's identity was recorded (with it, it is followed: test_saved_folders.py)
+        (saved / "retriever_config.json").write_text(json.dumps(ralm.retriever.config()))
     recorded = os.path.abspath(tiny_index["index_dir"])
     with pytest.raises(SavedFolderError) as info:
         RetrievalAugmentedModel.from_pretrained(str(saved), **ON_TEST_DEVICE)

@@ -14,6 +14,7 @@ from conftest import EVAL_TEXT, ON_TEST_DEVICE
 from hf_ralm import RetrievalAugmentedModel
 
 REPO_ID = "someone/tiny-ralm"
+HUB_BASE = "someone/tiny-llama"  # the base model's Hub id, which a RALM over a local folder is pushed with
 
 
 @pytest.fixture()
@@ -53,7 +54,7 @@ def files_in(folder: Path) -> set[str]:
 
 
 def test_push_with_the_index_uploads_config_index_and_card(ralm, uploads, tiny_index):
-    url = ralm.push_to_hub(REPO_ID, push_index=True)
+    url = ralm.push_to_hub(REPO_ID, push_index=True, base_model=HUB_BASE)
     assert url == f"https://huggingface.co/{REPO_ID}/commit/0123"
     assert uploads["created"] == [(REPO_ID, None, True)]
     (upload,) = uploads["folders"]
@@ -64,7 +65,7 @@ def test_push_with_the_index_uploads_config_index_and_card(ralm, uploads, tiny_i
     card = (folder / "README.md").read_text()
     metadata = huggingface_hub.ModelCard(card).data
     assert metadata.library_name == "hf-ralm" and metadata.pipeline_tag == "text-generation"
-    assert metadata.base_model is None  # a local folder: no Hub model to link to (test_the_card_links_a_hub_base)
+    assert metadata.base_model == HUB_BASE  # the Hub id given, not the local folder (test_the_card_links_a_hub_base)
     assert metadata.tags == ["retrieval-augmented-generation", "in-context-ralm"]
     from hf_ralm.retrieval.base import retriever_identity
 
@@ -76,7 +77,7 @@ def test_push_with_the_index_uploads_config_index_and_card(ralm, uploads, tiny_i
 
 
 def test_push_without_the_index_says_where_it_must_be(ralm, uploads):
-    ralm.push_to_hub(REPO_ID)
+    ralm.push_to_hub(REPO_ID, base_model=HUB_BASE)
     folder = uploads["folders"][0]["folder"]
     assert not any(name.startswith("index/") for name in files_in(folder))
     assert "- index: not included" in (folder / "README.md").read_text()
@@ -84,16 +85,21 @@ def test_push_without_the_index_says_where_it_must_be(ralm, uploads):
 
 def test_the_card_shows_measured_figures(ralm, uploads):
     comparison = ralm.compare_strategies(EVAL_TEXT, ["none", "top1"], show_progress=False)
-    ralm.push_to_hub(REPO_ID, push_index=True, comparison=comparison)
+    ralm.push_to_hub(REPO_ID, push_index=True, comparison=comparison, base_model=HUB_BASE)
     card = (uploads["folders"][0]["folder"] / "README.md").read_text()
     assert "## Measured" in card and comparison.to_markdown() in card
 
 
-def test_a_pushed_ralm_loads_from_the_hub_cache_offline(ralm, uploads, tmp_path):
-    """The uploaded folder, laid out as huggingface_hub lays out a downloaded snapshot, loads by its repository id
-    without a network (``local_files_only``) and evaluates as the original: same passages, same perplexity."""
-    ralm.push_to_hub(REPO_ID, push_index=True)
+def test_a_pushed_ralm_loads_from_the_hub_cache_offline(ralm, uploads, tmp_path, tiny_model_dir):
+    """The uploaded folder, laid out as huggingface_hub lays out a downloaded snapshot (its base model too, under the
+    Hub id it was pushed with), loads by its repository id without a network (``local_files_only``) and evaluates as
+    the original: same passages, same perplexity."""
+    ralm.push_to_hub(REPO_ID, push_index=True, base_model=HUB_BASE)
     cache = tmp_path / "hub-cache"
+    base = cache / f"models--{HUB_BASE.replace('/', '--')}"
+    shutil.copytree(tiny_model_dir, base / "snapshots" / "0123abcd")
+    (base / "refs").mkdir()
+    (base / "refs" / "main").write_text("0123abcd")
     repo = cache / f"models--{REPO_ID.replace('/', '--')}"
     shutil.copytree(uploads["folders"][0]["folder"], repo / "snapshots" / "0123abcd")
     (repo / "refs").mkdir()
@@ -102,8 +108,8 @@ def test_a_pushed_ralm_loads_from_the_hub_cache_offline(ralm, uploads, tmp_path)
                                                      **ON_TEST_DEVICE)
     assert Path(loaded.retriever.index_dir).resolve() == (repo / "snapshots" / "0123abcd" / "index").resolve()
     assert loaded.retriever.forbidden_titles == ralm.retriever.forbidden_titles
-    assert loaded.config.to_dict() == {**ralm.config.to_dict(), "transformers_version":
-                                       loaded.config.to_dict().get("transformers_version")}
+    assert loaded.config.to_dict() == {**ralm.config.to_dict(), "base_model_name_or_path": HUB_BASE,
+                                       "transformers_version": loaded.config.to_dict().get("transformers_version")}
     expected = ralm.evaluate_perplexity(EVAL_TEXT, show_progress=False)
     got = loaded.evaluate_perplexity(EVAL_TEXT, show_progress=False)
     assert [[p.id for p in w] for w in got.passages] == [[p.id for p in w] for w in expected.passages]
@@ -115,7 +121,7 @@ def test_push_to_hub_takes_transformers_keyword_arguments(ralm, uploads):
         ralm.push_to_hub(REPO_ID, True)  # push_index, like every argument after repo_id, is keyword-only
     url = ralm.push_to_hub(REPO_ID, push_index=False, private=True, token="hf_token", create_pr=True,
                            commit_message="A RALM", commit_description="over the tiny corpus", revision="dev",
-                           tags=["wikipedia", "in-context-ralm"])
+                           tags=["wikipedia", "in-context-ralm"], base_model=HUB_BASE)
     assert url == f"https://huggingface.co/{REPO_ID}/discussions/1"  # a pull request's address
     assert uploads["created"] == [(REPO_ID, True, True)]
     (upload,) = uploads["folders"]
@@ -128,7 +134,7 @@ def test_push_to_hub_takes_transformers_keyword_arguments(ralm, uploads):
 
 def test_the_card_carries_the_measured_figures_as_model_index(ralm, uploads):
     comparison = ralm.compare_strategies(EVAL_TEXT, ["none", "top1"], show_progress=False)
-    ralm.push_to_hub(REPO_ID, comparison=comparison, dataset="wikitext")
+    ralm.push_to_hub(REPO_ID, comparison=comparison, dataset="wikitext", base_model=HUB_BASE)
     card = huggingface_hub.ModelCard.load(uploads["folders"][0]["folder"] / "README.md")
     results = card.data.eval_results
     assert card.data.model_name == REPO_ID

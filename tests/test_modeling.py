@@ -431,8 +431,8 @@ def test_save_and_reload(tiny_model_dir, tiny_index, tmp_path):
     assert written_retriever["index_dir"] == first.retriever.config()["index_dir"]  # outside the folder: absolute
     assert (written["retrieval_stride"], written["query_length"], written["max_length"]) == (4, 8, 16)
 
-    with pytest.raises(ValueError, match="its index_dir .* leads outside"):  # followed only when given
-        RetrievalAugmentedModel.from_pretrained(str(saved))
+    # followed on this machine, where it is still the index it was saved with (tests/test_saved_folders.py)
+    assert RetrievalAugmentedModel.from_pretrained(str(saved)).retriever.config() == first.retriever.config()
     again = RetrievalAugmentedModel.from_pretrained(str(saved), index_dir=tiny_index["index_dir"])
     assert isinstance(again.retriever, BM25Retriever)
     assert again.retriever.config() == first.retriever.config()
@@ -506,7 +506,8 @@ def test_folder_saved_with_the_retriever_in_config_json(tiny_model_dir, tiny_ind
     assert again(ids).loss.item() == pytest.approx(first(ids).loss.item(), abs=1e-6)
     again.save_pretrained(saved)  # saved again: the new form
     assert "retriever" not in json.loads((saved / "config.json").read_text())
-    assert json.loads((saved / "retriever_config.json").read_text()) == first.retriever.config()
+    written = json.loads((saved / "retriever_config.json").read_text())  # and its outside index's identity
+    assert {k: v for k, v in written.items() if k != "index_identity"} == first.retriever.config()
 
 
 def test_save_without_retriever_removes_a_stale_retriever_config(tiny_llama, tiny_tokenizer, tiny_index, tmp_path):

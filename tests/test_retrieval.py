@@ -264,8 +264,12 @@ def test_bm25_config(tiny_index):
 def test_bm25_save_pretrained_round_trip(tiny_index, tmp_path):
     tiny_index["retriever"].save_pretrained(str(tmp_path))
     with open(tmp_path / "retriever_config.json") as f:
-        assert json.load(f) == tiny_index["retriever"].config()  # an index outside the folder: its absolute path
-    with pytest.raises(SavedFolderError, match="leads outside"):  # which loading follows only when given
+        written = json.load(f)  # an index outside the folder: its absolute path and identity
+    assert {k: v for k, v in written.items() if k != "index_identity"} == tiny_index["retriever"].config()
+    assert load_retriever_from_pretrained(str(tmp_path)).config() == tiny_index["retriever"].config()  # read there
+    with open(tmp_path / "retriever_config.json", "w") as f:
+        json.dump(tiny_index["retriever"].config(), f)  # no identity (an older save): followed only when given
+    with pytest.raises(SavedFolderError, match="leads outside"):
         load_retriever_from_pretrained(str(tmp_path))
     again = load_retriever_from_pretrained(str(tmp_path), forbidden_titles=["Kingdom"],
                                            index_dir=tiny_index["index_dir"])

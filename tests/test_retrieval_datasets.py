@@ -235,7 +235,7 @@ def test_the_fingerprint_and_the_card(made, tiny_tokenizer):
                                   "data_files": [{"split": "train", "path": "data/*.parquet"}]}]
     assert card.data.to_dict()["hf_ralm"]["fingerprint"] == info["fingerprint_digest"]
     for text in ("# In-Context RALM retrievals (bm25)", "--max-length 16 --stride 4 --query-length 8 "
-                 "--retrieval-file path/to/this/folder", f"Digest `{info['fingerprint_digest']}`",
+                 "--max-doc-tokens 8 --retrieval-file path/to/this/folder", f"Digest `{info['fingerprint_digest']}`",
                  f"| corpus fingerprint | `{fingerprint['retriever']['corpus_fingerprint']}` |",
                  "| stride s | 4 |", "the passages with their texts",
                  "`window`, `begin_location`, `end_location`, `query`, `future`, `passage_ids`, `titles`, `texts`, "

@@ -307,6 +307,23 @@ def gate_settings(config: RalmConfig) -> dict:
     return settings
 
 
+def check_retrieval_dataset(model, tokenizer, text_or_ids: str | Sequence[int], retriever: Retriever | None,
+                            config: RalmConfig, retrieval_file: str, *, max_eval_tokens: int | None = None) -> None:
+    """Refuse, before anything is measured or scored, a run that the retrieval dataset ``retrieval_file`` was not
+    made for (:meth:`~hf_ralm.retrieval.dataset.RetrievalDataset.check_run`): what :func:`evaluate` checks when it
+    opens the dataset, for a front end that first times a window (``hf-ralm eval-lm``'s estimate).
+
+    Example::
+
+        check_retrieval_dataset(model, tokenizer, text, bm25, config, "retrievals")
+        # RetrievalFileError: retrievals was made with passages cut to 8 tokens and this run has passages cut to 256 ...
+    """
+    plan = prepare(text_or_ids, tokenizer, config, retriever, max_length=window_length(model, config),
+                   max_eval_tokens=max_eval_tokens)
+    RetrievalDataset.open(retrieval_file).check_run(RetrievalFingerprint.of(tokenizer, plan.ids, retrieval_settings(
+        config, retriever, window_length=plan.max_length)))
+
+
 def check_file_choices(retrievals: Retrievals, config: RalmConfig, path: str) -> None:
     """Raise a ``ValueError`` when a retrieval file's recorded choices clash with ``config``: a file that records
     choices (reranked or gated) is evaluated as it is, and an ensemble mixes retrieval's top passages, not a

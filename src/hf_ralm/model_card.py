@@ -80,7 +80,8 @@ def ralm_model_card(config: RalmConfig, retriever: Retriever | None, *, repo_id:
         identity = retriever.identity()
         info = identity["index"]
         where = ("included under `index/`" if index_included else
-                 "not included: pass its folder to `from_pretrained` (`index_dir=`; with `corpus=`, built there)"
+                 "not included: pass its folder to `from_pretrained` (`index_dir=`; with `corpus=`, built there); on "
+                 "the machine where this folder was saved, the index it records is read there while unchanged"
                  if local_index else f"the {retriever.name} backend's own, not a local folder")
         lines += ["## Retriever", "", f"- kind: `{retriever.name}`",
                   f"- corpus fingerprint: `{identity['corpus_fingerprint']}`",

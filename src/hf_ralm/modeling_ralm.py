@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import copy
 import os
 import tempfile
 from contextlib import contextmanager, nullcontext
@@ -389,7 +390,10 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
         (:func:`~hf_ralm.retrieval.factory.check_retriever_config`), a base model that is the folder itself (or a
         chain of saved RALMs that comes back to it), and every path it names (index folder, corpus, forbidden
         titles, encoder, ``reranker_model``), followed only inside the folder unless the caller gives that value
-        (:class:`~hf_ralm.errors.SavedFolderError`).
+        (:class:`~hf_ralm.errors.SavedFolderError`); the one exception, read only, is an index that
+        :meth:`save_pretrained` recorded outside a folder saved on this machine, opened there while it is still that
+        index (never from a Hub download, never built there:
+        :func:`~hf_ralm.retrieval.index_folder.saved_index_dir`).
         """
         kwargs, given_config = _from_auto_class(kwargs)
         _check_loading_extras(kwargs)
@@ -447,47 +451,76 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
         base model, retriever and corpus, settings, and ``comparison``'s figures when given, also as the card's
         ``model-index`` results on ``dataset``; ``tags`` join the card's own); the base model stays where it is. With
         ``save_index`` the retriever's index is copied into ``save_directory/index``, so the folder works on its own
-        once moved or uploaded to the Hub (:meth:`push_to_hub`). A retriever that is no :class:`Retriever` is not
-        saved."""
+        once moved or uploaded to the Hub (:meth:`push_to_hub`); without it, an index outside the folder is recorded
+        by its path and identity, and the folder loads on this machine while that index is unchanged. A retriever that
+        is no :class:`Retriever` is not saved."""
+        self._write_folder(save_directory, self.config, save_index=save_index, comparison=comparison,
+                           repo_id=repo_id, dataset=dataset, tags=tags, **kwargs)
+
+    def _write_folder(self, save_directory: str | os.PathLike, config: RalmConfig, *, save_index: bool,
+                      comparison: Comparison | None, repo_id: str | None, dataset: str | None, tags: Sequence[str],
+                      **kwargs) -> None:
+        """:meth:`save_pretrained` with ``config`` as the folder's RALM config (:meth:`push_to_hub`'s names its base
+        model by its Hub id)."""
         os.makedirs(save_directory, exist_ok=True)
-        self.config.save_pretrained(save_directory, **kwargs)
+        config.save_pretrained(save_directory, **kwargs)
         retriever_file = os.path.join(save_directory, RETRIEVER_CONFIG_FILE)
         if isinstance(self.retriever, Retriever):
             self.retriever.save_pretrained(save_directory, save_index=save_index)
         elif os.path.exists(retriever_file):  # left by an earlier save here: it does not describe this model
             os.remove(retriever_file)
-        card = ralm_model_card(self.config, self.retriever, repo_id=repo_id, index_included=save_index,
+        card = ralm_model_card(config, self.retriever, repo_id=repo_id, index_included=save_index,
                                comparison=comparison, dataset=dataset, tags=tags)
         write_text_atomic(os.path.join(save_directory, "README.md"), str(card), suffix=".md")
+
+    def _hub_config(self, base_model: str | None) -> RalmConfig:
+        """The RALM config :meth:`push_to_hub` uploads: its base model named by ``base_model`` (a Hub id) when given;
+        a base model that is a folder on this machine (or none) without it is refused in one line
+        (:class:`~hf_ralm.errors.SavedFolderError`): the repository would load nowhere else."""
+        base = base_model or self.config.base_model_name_or_path
+        if base_model is not None and names_a_local_path(base_model):
+            raise SavedFolderError(f"base_model={base_model!r} is a local path: give the base model's Hub id (such as "
+                                   "HuggingFaceTB/SmolLM2-135M), which the pushed repository names.")
+        if not base or names_a_local_path(base):
+            what = f"is the local folder {base!r}" if base else "is not known"
+            raise SavedFolderError(f"This RALM's base model {what}, which a Hub repository cannot load elsewhere: "
+                                   "give its Hub id, push_to_hub(..., base_model='OWNER/NAME').")
+        config = copy.deepcopy(self.config)
+        config.base_model_name_or_path = base
+        return config
 
     def push_to_hub(self, repo_id: str, *, push_index: bool = False, comparison: Comparison | None = None,
                     dataset: str | None = None, commit_message: str | None = None,
                     commit_description: str | None = None, private: bool | None = None,
                     token: str | bool | None = None, revision: str | None = None, create_pr: bool = False,
-                    tags: Sequence[str] | None = None) -> str:
+                    tags: Sequence[str] | None = None, base_model: str | None = None) -> str:
         """Upload what :meth:`save_pretrained` writes (config, retriever config, model card; with ``push_index`` the
         index under ``index/``) to the Hub repository ``repo_id`` (created when missing), so that
         ``RetrievalAugmentedModel.from_pretrained(repo_id)`` downloads and rebuilds the RALM. The base model is
-        referred to, not uploaded. Keyword arguments after ``repo_id``, as transformers' ``push_to_hub``: ``private``
-        for a new repository, ``token``, ``revision`` (the branch), ``create_pr`` (a pull request instead of a
-        commit), ``commit_message``/``commit_description``, ``tags`` (added to the card's); ``comparison`` and
+        referred to, not uploaded: by ``base_model``, its Hub id, when given (needed when this RALM's base model is a
+        local folder, which is refused in one line otherwise; the RALM itself keeps its own), else by this RALM's
+        ``base_model_name_or_path``. Keyword arguments after ``repo_id``, as transformers' ``push_to_hub``:
+        ``private`` for a new repository, ``token``, ``revision`` (the branch), ``create_pr`` (a pull request instead
+        of a commit), ``commit_message``/``commit_description``, ``tags`` (added to the card's); ``comparison`` and
         ``dataset`` put measured figures on the card (its ``model-index``). Returns the commit's URL (the pull
         request's with ``create_pr``).
 
         Example::
 
-            model.push_to_hub("me/smollm2-ralm-wiki", push_index=True, comparison=comparison, dataset="wikitext")
+            model.push_to_hub("me/smollm2-ralm-wiki", push_index=True, comparison=comparison, dataset="wikitext",
+                              base_model="HuggingFaceTB/SmolLM2-135M")   # the base model was loaded from a folder
         """
         from huggingface_hub import HfApi
 
+        config = self._hub_config(base_model)  # refused before the repository is created
         api = HfApi(token=token)
         api.create_repo(repo_id, private=private, exist_ok=True)
         with tempfile.TemporaryDirectory() as folder:
-            self.save_pretrained(folder, save_index=push_index, comparison=comparison, repo_id=repo_id,
-                                 dataset=dataset, tags=tags or ())
+            self._write_folder(folder, config, save_index=push_index, comparison=comparison, repo_id=repo_id,
+                               dataset=dataset, tags=tags or ())
             info = api.upload_folder(repo_id=repo_id, folder_path=folder, revision=revision, create_pr=create_pr,
                                      commit_message=commit_message or f"Upload In-Context RALM over "
-                                                                      f"{self.config.base_model_name_or_path}",
+                                                                      f"{config.base_model_name_or_path}",
                                      commit_description=commit_description)
         url = getattr(info, "pr_url", None) if create_pr else None
         return str(url or getattr(info, "commit_url", info))

@@ -32,6 +32,7 @@ from ..passages import Passage
 from ..records import titles_fingerprint
 from ..utils.atomic import write_json_atomic
 from ..utils.checks import is_input_file
+from .index_folder import SAVED_INDEX_IDENTITY
 
 RETRIEVER_CONFIG_FILE = "retriever_config.json"
 SAVED_INDEX_DIR = "index"  # where save_pretrained(dir, save_index=True) puts a local index inside dir
@@ -218,6 +219,8 @@ class Retriever(ABC):
         settings = {key: value for key, value in config.items() if key != "type"}
         if base_dir is not None:
             settings = cls._saved_settings(settings, base_dir, config_file, overrides)
+        # how a saved folder recognises its index outside it (read by _saved_settings), not an option
+        settings = {key: value for key, value in settings.items() if key != SAVED_INDEX_IDENTITY}
         return cls.from_options(**{**settings, **overrides})
 
     @classmethod
@@ -232,8 +235,11 @@ class Retriever(ABC):
         :func:`~hf_ralm.retrieval.load_retriever_from_pretrained` reads back. With ``save_index``, a local index
         folder is first copied into ``save_directory/index`` (a backend without one has nothing to copy). An index
         inside ``save_directory`` is recorded relative to it, so the folder keeps working when moved or pushed to the
-        Hub; one outside by its absolute path, which loading does not follow (a saved folder's paths are followed
-        only inside it): it then needs the index folder given (``index_dir=``)."""
+        Hub; one outside by its absolute path and its identity (corpus fingerprint and files,
+        :func:`~hf_ralm.retrieval.index_folder.recorded_index_dir`): loading opens it there, read only, on this
+        machine while it is still that index, never from a folder downloaded from the Hub nor with a corpus that would
+        build there (:func:`~hf_ralm.retrieval.index_folder.saved_index_dir`); elsewhere the folder needs the index
+        given (``index_dir=``)."""
         save_directory = str(save_directory)
         os.makedirs(save_directory, exist_ok=True)
         config = self._saved_config(save_directory, SAVED_INDEX_DIR if save_index else None)

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..configuration_ralm import RalmConfig
+from ..configuration_ralm import SETTING_FLAGS, RalmConfig
 from ..errors import RetrievalFileError, setting, utf8_errors
 from ..records import check_output_folder, digest, ids_fingerprint
 from ..utils.atomic import write_durably, write_json_atomic, write_text_atomic
@@ -99,7 +99,8 @@ def vocabulary_fingerprint(tokenizer) -> str:
 def retrieval_settings(config: RalmConfig, retriever, *, window_length: int, reader: dict | None = None) -> dict:
     """What the passages a run retrieves (and the choices it makes among them) depend on besides its text and
     tokenizer: the retriever (:func:`~hf_ralm.retrieval.base.retriever_identity`; ``None`` without one), the window
-    length, ``s``, ``ℓ``, ``k`` (:attr:`RalmConfig.num_retrieved`) and, for a run that reranks or gates, the settings
+    length, ``s``, ``ℓ``, the passage length cap ``max_doc_tokens`` (what the window must hold besides a stride), ``k``
+    (:attr:`RalmConfig.num_retrieved`) and, for a run that reranks or gates, the settings
     that choose (with ``reader``, the identity of the LM that ranked, and the settings of its inputs).
 
     Example::
@@ -113,7 +114,7 @@ def retrieval_settings(config: RalmConfig, retriever, *, window_length: int, rea
             selection["reader"] = {**reader, **{name: getattr(config, name) for name in READER_INPUT_FIELDS}}
     return {"retriever": None if retriever is None else retriever_identity(retriever), "window_length": window_length,
             "retrieval_stride": config.retrieval_stride, "query_length": config.query_length_for(retriever),
-            "k": config.num_retrieved, "selection": selection}
+            "max_doc_tokens": config.max_doc_tokens, "k": config.num_retrieved, "selection": selection}
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,8 @@ class RetrievalFingerprint:
     query_length: int
     k: int
     selection: dict
+    max_doc_tokens: int | None = None
+    """``None``: a dataset written before the passage length cap was recorded (then not compared: any run's)."""
 
     @classmethod
     def of(cls, tokenizer, ids: Sequence[int], settings: dict) -> "RetrievalFingerprint":
@@ -149,7 +152,10 @@ class RetrievalFingerprint:
 
     @classmethod
     def from_dict(cls, values: dict) -> "RetrievalFingerprint":
-        return cls(**{field.name: values[field.name] for field in dataclasses.fields(cls)})
+        """The fingerprint a ``retrieval_fingerprint.json`` records (one written before ``max_doc_tokens`` was
+        recorded has none: ``None``)."""
+        return cls(**{field.name: values[field.name] if field.default is dataclasses.MISSING
+                      else values.get(field.name, field.default) for field in dataclasses.fields(cls)})
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -168,8 +174,9 @@ class RetrievalFingerprint:
         a sentence that says how to match it), or ``None``. The tokenizer is compared by its vocabulary (not its name:
         a Hub id and its local copy are the same tokenizer); ``k`` only when the run chooses the passages itself
         (retrievals that record choices are evaluated with them); the retriever only when the run has one."""
-        windows = [(theirs != ours, f"was made with {what.format(theirs)} and this run has {what.format(ours)}: "
-                                    f"evaluate with {setting(name)}={theirs}")
+        windows = [(theirs is not None and theirs != ours,
+                    f"was made with {what.format(theirs)} and this run has {what.format(ours)}: "
+                    f"evaluate with {setting(name)}={theirs}")
                    for field, (name, what) in _WINDOW_SETTINGS.items()
                    for theirs, ours in [(getattr(self, field), getattr(run, field))]]
         checks = [
@@ -205,8 +212,29 @@ class RetrievalFingerprint:
 
 _WINDOW_SETTINGS = {"window_length": ("max_length", "windows of {} tokens"),
                     "retrieval_stride": ("retrieval_stride", "a retrieval every {} tokens"),
-                    "query_length": ("query_length", "queries of {} tokens")}
-"""The fingerprint's window settings: the setting that gives each, and how a message says it."""
+                    "query_length": ("query_length", "queries of {} tokens"),
+                    "max_doc_tokens": ("max_doc_tokens", "passages cut to {} tokens")}
+"""The fingerprint's window settings: the setting that gives each, and how a message says it; a run must have the
+same (what the card's command gives: :func:`run_flags`). One not recorded (``None``: an older dataset) is not
+compared."""
+
+
+def run_flags(fingerprint: RetrievalFingerprint) -> str:
+    """The ``eval-lm`` flags a run needs to match ``fingerprint`` (what :meth:`RetrievalFingerprint.mismatch`
+    compares): each window setting's flag with its value (one not recorded left out) and, when the retrievals record
+    no choices and hold more than one passage per window, ``--num-passages``.
+
+    Example:
+        >>> run_flags(RetrievalFingerprint(text="t", tokenizer=None, vocabulary="v", retriever=None, window_length=16,
+        ...           retrieval_stride=4, query_length=8, k=1, selection={"rerank": "none",
+        ...           "retrieval_gate": "always"}, max_doc_tokens=8))
+        '--max-length 16 --stride 4 --query-length 8 --max-doc-tokens 8'
+    """
+    values = {name: getattr(fingerprint, field) for field, (name, _) in _WINDOW_SETTINGS.items()}
+    flags = [f"{SETTING_FLAGS[name].flag} {value}" for name, value in values.items() if value is not None]
+    if not fingerprint.records_choices and fingerprint.k != 1:
+        flags.append(f"--num-passages {fingerprint.k}")
+    return " ".join(flags)
 
 
 def _short(fingerprint: str | None) -> str:
@@ -336,13 +364,15 @@ def retrieval_dataset_card(info: dict, repo_id: str | None = None):
             ("retriever", f"`{kind}`"), ("corpus fingerprint", f"`{retriever.get('corpus_fingerprint')}`"),
             ("index settings", _index_settings(retriever)), ("forbidden titles", retriever.get("forbidden_titles")),
             ("window length L", fingerprint.window_length), ("stride s", fingerprint.retrieval_stride),
-            ("query length ℓ", fingerprint.query_length), ("passages per window k", fingerprint.k),
+            ("query length ℓ", fingerprint.query_length),
+            ("passage length cap",
+             "not recorded" if fingerprint.max_doc_tokens is None else fingerprint.max_doc_tokens),
+            ("passages per window k", fingerprint.k),
             ("choices", ", ".join(f"{key}={value}" for key, value in fingerprint.selection.items()))]
     texts = ("with their texts" if info["passage_texts"] else
              "without their texts: evaluating fetches them by id from the index it was made with (`--retriever "
              f"{kind} --index-dir ...`)")
     command = (info.get("reproduce") or {}).get("command")
-    k_flag = "" if fingerprint.records_choices or fingerprint.k == 1 else f" --num-passages {fingerprint.k}"
     body = [
         f"# In-Context RALM retrievals ({kind})", "",
         f"What a `{kind}` retriever found for each of the {info['num_windows']:,} evaluation windows of one text under "
@@ -354,9 +384,8 @@ def retrieval_dataset_card(info: dict, repo_id: str | None = None):
         "same tokens, as the fingerprint's digest checks) with them instead of retrieving; a run whose text, "
         "tokenizer or settings differ from those below is refused, naming what differs:", "",
         "```bash",
-        f"hf-ralm eval-lm --model MODEL --dataset-path TEXT --max-length {fingerprint.window_length} "
-        f"--stride {fingerprint.retrieval_stride} --query-length {fingerprint.query_length}{k_flag} "
-        f"--retrieval-file {where}" + ("" if info["passage_texts"] else f" --retriever {kind} --index-dir INDEX"),
+        f"hf-ralm eval-lm --model MODEL --dataset-path TEXT {run_flags(fingerprint)} --retrieval-file {where}"
+        + ("" if info["passage_texts"] else f" --retriever {kind} --index-dir INDEX"),
         "```", "", "or read the rows:", "", "```python", "from datasets import load_dataset", "",
         f'rows = load_dataset("{repo_id or "path/to/this/folder"}", split="train")', "```", "",
         "## Fingerprint", "",
@@ -456,16 +485,22 @@ class RetrievalDataset:
         """The digest of the data files' bytes: what a resumable run records of the retrievals it reads."""
         return digest("".join(digest(file.read_bytes()) for file in self.data_files()).encode("utf-8"))
 
+    def check_run(self, run: RetrievalFingerprint) -> None:
+        """Refuse a run whose fingerprint is ``run`` when this dataset was not made for it: a
+        :class:`~hf_ralm.errors.RetrievalFileError`, one line naming what differs and how to match it
+        (:meth:`RetrievalFingerprint.mismatch`)."""
+        problem = self.fingerprint.mismatch(run)
+        if problem is not None:
+            raise RetrievalFileError(f"{self.name} {problem}; or write a retrieval dataset for this run with hf-ralm "
+                                     "retrieve --save-retrieval-dataset.")
+
     def retrievals(self, windows: Sequence[Window], run: RetrievalFingerprint, retriever=None) -> Retrievals:
         """The passages (and recorded choices) per window for a run with the fingerprint ``run`` over ``windows``,
         the passages' texts fetched by id from ``retriever`` when the dataset holds none. Raises
         :class:`~hf_ralm.errors.RetrievalFileError` (one line naming what differs and how to match it) when the
         dataset was made for another text, tokenizer, settings or index, or holds no texts and there is no
         retriever."""
-        problem = self.fingerprint.mismatch(run)
-        if problem is not None:
-            raise RetrievalFileError(f"{self.name} {problem}; or write a retrieval dataset for this run with hf-ralm "
-                                     "retrieve --save-retrieval-dataset.")
+        self.check_run(run)
         rows = load_hf_dataset(self.folder).to_dict()
         try:
             items = dataset_items(rows)

@@ -175,7 +175,9 @@ def retriever_from_folder(folder: str, config: dict, config_file: str = RETRIEVE
     records is followed only inside ``folder``: its corpus files and forbidden-titles file here
     (:func:`_saved_paths`), its index folder and encoder where the backend reads them
     (:meth:`Retriever._saved_settings`); one that leads outside is refused
-    (:class:`~hf_ralm.errors.SavedFolderError`, naming the file and the key) unless the caller gives that value.
+    (:class:`~hf_ralm.errors.SavedFolderError`, naming the file and the key) unless the caller gives that value, but
+    for an index saved outside a folder on this machine, read there while it is still that index
+    (:func:`~hf_ralm.retrieval.index_folder.saved_index_dir`).
 
     Example::
 

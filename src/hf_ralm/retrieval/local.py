@@ -43,8 +43,8 @@ from ..errors import setting
 from .base import Retriever, RetrieverOptions
 from .corpus import WORDS_PER_PASSAGE, passage_rows
 from .index_folder import announce_build, building, copy_index, corpus_files, corpus_paths_and_articles
-from .index_folder import default_index_dir, finish_build, index_matches, new_build, path_for_folder
-from .index_folder import read_index_info, reusable_index_info, saved_path
+from .index_folder import SAVED_INDEX_IDENTITY, default_index_dir, finish_build, index_matches, new_build
+from .index_folder import read_index_info, recorded_index_dir, reusable_index_info, saved_index_dir
 
 
 @dataclass(frozen=True)
@@ -210,17 +210,19 @@ class LocalIndexRetriever(Retriever):
     def _saved_settings(cls, settings: dict, folder: str, config_file: str, overrides: dict) -> dict:
         """``settings`` read from ``config_file`` in the saved (or downloaded) ``folder``, with the index folder they
         record joined to ``folder`` unless ``overrides`` give one: a path that leads outside ``folder`` is refused
-        (:func:`~hf_ralm.retrieval.index_folder.saved_path`; a folder from elsewhere must not make hf-ralm open,
-        build or delete an index elsewhere), and so is a missing index unless ``corpus`` rebuilds it. A backend that
-        reads other paths from a saved folder checks them here too."""
+        (a folder from elsewhere must not make hf-ralm open, build or delete an index elsewhere), but for the index
+        this folder was saved with on this machine, opened there and never built there
+        (:func:`~hf_ralm.retrieval.index_folder.saved_index_dir`), and so is a missing index unless ``corpus``
+        rebuilds it. A backend that reads other paths from a saved folder checks them here too."""
         if "index_dir" not in settings or "index_dir" in overrides:
             return settings
         recorded = settings["index_dir"]
         where = os.path.normpath(os.path.join(folder, recorded))
-        index_dir = saved_path(recorded, folder, config_file, "index_dir",
-                               f"give the index folder yourself ({setting('index_dir')}={where!r}) to use it, or save "
-                               "the retriever with save_pretrained(dir, save_index=True) so that its index travels "
-                               "inside the folder.")
+        index_dir = saved_index_dir(
+            recorded, settings.get(SAVED_INDEX_IDENTITY), folder, config_file,
+            f"give the index folder yourself ({setting('index_dir')}={where!r}) to use it, or save the retriever with "
+            "save_pretrained(dir, save_index=True) so that its index travels inside the folder.",
+            may_follow="corpus" not in overrides and not settings.get("corpus"))  # a corpus would build there
         if "corpus" not in overrides and not os.path.exists(index_dir):
             raise FileNotFoundError(
                 f"The {cls.name} retriever saved in {folder!r} uses the index {index_dir!r}, which does not exist "
@@ -231,8 +233,9 @@ class LocalIndexRetriever(Retriever):
 
     def _saved_config(self, save_directory: str, index_copy: str | None) -> dict:
         """:meth:`config` as saved in ``save_directory``: the index first copied to ``save_directory/index_copy``
-        when that is given, its folder recorded relative to ``save_directory`` when inside it."""
+        when that is given, its folder recorded relative to ``save_directory`` when inside it (by its absolute path
+        and identity otherwise)."""
         index_dir = self.index_dir
         if index_copy is not None:
             index_dir = copy_index(index_dir, os.path.join(save_directory, index_copy))
-        return {**self.config(), "index_dir": path_for_folder(index_dir, save_directory)}
+        return {**self.config(), **recorded_index_dir(index_dir, save_directory)}
