@@ -21,35 +21,88 @@ Example::
     perplexity_figures(float(nll[1:].sum()), len(plan.ids), scored, plan.num_words)["token_ppl"]
 """
 
-from .batching import BatchSize
-from .compare import strategy_choices
-from .configuration_ralm import RalmConfig, default_query_length
-from .data import join_rows, load_dataset_text
-from .ensemble import ensemble_member_nlls, mix_window_nlls
-from .errors import InputError
-from .evaluation import RalmEvalResult, evaluate, evaluate_perplexity, evaluate_retrieval
-from .generation import RalmGenerateOutput, RalmLogitsProcessor
-from .model_inputs import passage_prefix, window_prefixes
-from .modeling_ralm import RalmCausalLMOutput, RetrievalAugmentedModel
-from .modeling_utils import model_device, model_identity, resolve_max_length
-from .passage_cache import PassageKVCache
-from .perplexity import count_words, perplexity_figures, perplexity_from_nll
-from .plan import prepare, tokenize_text
-from .qa import MAX_NEW_TOKENS, evaluate_qa, load_questions, write_gold_corpus
-from .records import RecordStore, digest
-from .runs import ChunkRun, RunOptions
-from .retrieval import (
-    RETRIEVER_NAMES,
-    BM25Retriever,
-    Retriever,
-    load_retriever,
-    load_retriever_from_pretrained,
-    register_retriever,
-    retriever_class,
-)
-from .passages import Passage, passage_text
-from .scoring import score_windows
-from .windows import Window, plan_windows
+import importlib
+import importlib.abc
+import sys
+import threading
+from typing import TYPE_CHECKING, Any
+
+from .utils.lazy import lazy_exports
+
+LAZY_EXPORTS = {
+    "batching": ("BatchSize",),
+    "compare": ("strategy_choices",),
+    "configuration_ralm": ("RalmConfig", "default_query_length"),
+    "data": ("join_rows", "load_dataset_text"),
+    "ensemble": ("ensemble_member_nlls", "mix_window_nlls"),
+    "errors": ("InputError",),
+    "evaluation": ("RalmEvalResult", "evaluate", "evaluate_perplexity", "evaluate_retrieval"),
+    "generation": ("RalmGenerateOutput", "RalmLogitsProcessor"),
+    "model_inputs": ("passage_prefix", "window_prefixes"),
+    "modeling_ralm": ("RalmCausalLMOutput", "RetrievalAugmentedModel"),
+    "modeling_utils": ("model_device", "model_identity", "resolve_max_length"),
+    "passage_cache": ("PassageKVCache",),
+    "perplexity": ("count_words", "perplexity_figures", "perplexity_from_nll"),
+    "plan": ("prepare", "tokenize_text"),
+    "qa": ("MAX_NEW_TOKENS", "evaluate_qa", "load_questions", "write_gold_corpus"),
+    "records": ("RecordStore", "digest"),
+    "runs": ("ChunkRun", "RunOptions"),
+    "retrieval": ("RETRIEVER_NAMES", "BM25Retriever", "Retriever", "load_retriever", "load_retriever_from_pretrained",
+                  "register_retriever", "retriever_class"),
+    "passages": ("Passage", "passage_text"),
+    "scoring": ("score_windows",),
+    "windows": ("Window", "plan_windows"),
+}
+"""The package's public names, by the module that defines them: imported when first used (PEP 562), so that
+``import hf_ralm`` (and ``hf-ralm --help``, whose package this is) loads neither torch nor transformers."""
+
+SUBPACKAGES = ("cli", "generation", "integrations", "metrics", "reranker_training", "reranking", "retrieval",
+               "selection", "testing", "utils")
+"""The subpackages reachable as attributes (``hf_ralm.retrieval.BM25Retriever``) without importing them first."""
+
+if TYPE_CHECKING:  # what type checkers and the API reference read; at run time, LAZY_EXPORTS
+    from .batching import BatchSize
+    from .compare import strategy_choices
+    from .configuration_ralm import RalmConfig, default_query_length
+    from .data import join_rows, load_dataset_text
+    from .ensemble import ensemble_member_nlls, mix_window_nlls
+    from .errors import InputError
+    from .evaluation import RalmEvalResult, evaluate, evaluate_perplexity, evaluate_retrieval
+    from .generation import RalmGenerateOutput, RalmLogitsProcessor
+    from .model_inputs import passage_prefix, window_prefixes
+    from .modeling_ralm import RalmCausalLMOutput, RetrievalAugmentedModel
+    from .modeling_utils import model_device, model_identity, resolve_max_length
+    from .passage_cache import PassageKVCache
+    from .perplexity import count_words, perplexity_figures, perplexity_from_nll
+    from .plan import prepare, tokenize_text
+    from .qa import MAX_NEW_TOKENS, evaluate_qa, load_questions, write_gold_corpus
+    from .records import RecordStore, digest
+    from .runs import ChunkRun, RunOptions
+    from .retrieval import (
+        RETRIEVER_NAMES,
+        BM25Retriever,
+        Retriever,
+        load_retriever,
+        load_retriever_from_pretrained,
+        register_retriever,
+        retriever_class,
+    )
+    from .passages import Passage, passage_text
+    from .scoring import score_windows
+    from .windows import Window, plan_windows
+
+_export, _exported = lazy_exports(__name__, LAZY_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in SUBPACKAGES:
+        return importlib.import_module(f"{__name__}.{name}")
+    return _export(name)
+
+
+def __dir__() -> list[str]:
+    return sorted({*_exported(), *SUBPACKAGES})
+
 
 __version__ = "0.1.0"
 
@@ -57,13 +110,13 @@ __version__ = "0.1.0"
 def _register_metrics() -> None:
     """Make ``evaluate.load("ralm_perplexity")`` resolve offline (see :mod:`hf_ralm.metrics`); an unwritable cache
     folder must never make ``import hf_ralm`` fail."""
-    from transformers.utils import logging
-
     from .metrics import register_metrics
 
     try:
         register_metrics()
     except OSError as error:
+        from transformers.utils import logging  # only then: transformers is no part of ``import hf_ralm``
+
         logging.get_logger(__name__).debug("Could not register the metrics in evaluate's module cache: %s", error)
 
 
@@ -74,9 +127,11 @@ LM_EVAL_MODEL = "hf_ralm.integrations.lm_eval:RalmLM"
 
 
 def _register_lm_eval() -> None:
-    """Register the ``ralm`` model with lm-evaluation-harness when it is installed (lm-eval 0.4.13 discovers no
-    plugins). Only lm-eval's registry is imported here (a few milliseconds), neither its evaluator nor
-    :mod:`hf_ralm.integrations.lm_eval`; without lm-eval nothing happens."""
+    """Register the ``ralm`` model with lm-evaluation-harness when it is installed: lm-eval 0.4.13 reads no entry
+    points (the releases after its pull request #4013 find ``ralm`` in the ``lm_eval.models`` entry point that
+    pyproject.toml declares, and a name already there is left as it is). Only lm-eval's registry is imported here (a
+    few milliseconds), neither its evaluator nor :mod:`hf_ralm.integrations.lm_eval`; without lm-eval nothing
+    happens."""
     try:
         from lm_eval.api.registry import model_registry
     except ImportError:
@@ -86,6 +141,57 @@ def _register_lm_eval() -> None:
 
 
 _register_lm_eval()
+
+AUTO_CLASS_MODULES = {"transformers.models.auto.configuration_auto": "configuration_ralm",
+                      "transformers.models.auto.modeling_auto": "modeling_ralm"}
+"""transformers' Auto classes' modules, and the module of hf-ralm's that registers the RALM with them on import
+(``AutoConfig``: :class:`RalmConfig`; ``AutoModelForCausalLM``: :class:`RetrievalAugmentedModel`)."""
+
+
+class _AutoClassRegistration(importlib.abc.MetaPathFinder):
+    """After ``import hf_ralm`` the Auto classes load a saved RALM, as when the import loaded everything, while
+    ``import hf_ralm`` itself loads no transformers: once an Auto module of :data:`AUTO_CLASS_MODULES` is loaded, the
+    hf-ralm module that registers the RALM with it is imported, as soon as no module of transformers' or hf-ralm's is
+    half-imported (it would import them: ``tokenization_auto`` loads ``modeling_auto`` halfway through)."""
+
+    def __init__(self) -> None:
+        self._depth = threading.local()  # this thread's transformers and hf-ralm modules being imported
+
+    def find_spec(self, name: str, path=None, target=None):
+        if name.partition(".")[0] not in ("transformers", __name__):
+            return None
+        later = sys.meta_path[sys.meta_path.index(self) + 1:] if self in sys.meta_path else ()
+        spec = next((found for finder in later if hasattr(finder, "find_spec")
+                     for found in [finder.find_spec(name, path, target)] if found is not None), None)
+        if spec is not None and hasattr(spec.loader, "exec_module"):
+            exec_module = spec.loader.exec_module
+
+            def exec_then_register(module) -> None:
+                self._depth.value = getattr(self._depth, "value", 0) + 1
+                try:
+                    exec_module(module)
+                finally:
+                    self._depth.value -= 1
+                if not self._depth.value:
+                    _register_with_auto_classes()
+
+            spec.loader.exec_module = exec_then_register  # this spec's loader only
+        return spec
+
+
+def _register_with_auto_classes() -> None:
+    """Import the hf-ralm modules that register the RALM with the Auto modules loaded so far (each once); when both
+    are, the import hook is no longer needed."""
+    for auto_module, module in AUTO_CLASS_MODULES.items():
+        if auto_module in sys.modules and f"{__name__}.{module}" not in sys.modules:
+            importlib.import_module(f"{__name__}.{module}")
+    if all(f"{__name__}.{module}" in sys.modules for module in AUTO_CLASS_MODULES.values()):
+        sys.meta_path[:] = [finder for finder in sys.meta_path if not isinstance(finder, _AutoClassRegistration)]
+
+
+if not any(isinstance(finder, _AutoClassRegistration) for finder in sys.meta_path):
+    sys.meta_path.insert(0, _AutoClassRegistration())
+_register_with_auto_classes()
 
 __all__ = [
     "RalmConfig",

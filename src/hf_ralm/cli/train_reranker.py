@@ -8,16 +8,19 @@ import os
 import sys
 from contextlib import redirect_stdout
 
-from ..reranker_training import train_reranker
 from .common import check_args, fail, library_default, print_json
-from .settings import FLAGS
 
 NAME = "train-reranker"
 
+HELP = "train the predictive reranker on rerank-data's folder"
+
 
 def add_parser(sub) -> None:
+    from ..reranker_training import train_reranker
+    from .settings import FLAGS
+
     parser = sub.add_parser(
-        NAME, help="train the predictive reranker on rerank-data's folder",
+        NAME, help=HELP,
         description="Fine-tune a cross-encoder with the loss of Eq. 9 on the windows of hf-ralm rerank-data (their "
                     "texts read back from the articles, index and tokenizer the collection recorded), hold out the "
                     "windows of about --eval-fraction of the articles, and save a cross-encoder folder with its model "
@@ -52,6 +55,8 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> dict:
     """The trained reranker in ``--output-dir``; its figures."""
+    from ..reranker_training import train_reranker
+
     check_args(args, "data", "output_dir")
     if not os.path.isdir(args.data):
         fail(f"--data {args.data}: no such folder; write one with hf-ralm rerank-data --output-dir {args.data}.")

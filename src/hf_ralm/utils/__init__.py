@@ -18,8 +18,11 @@ Example:
 from .atomic import write_json_atomic, write_text_atomic
 from .cpus import bfloat16_instructions
 from .extras import require
+from .lazy import lazy_exports
 from .reproduction import provenance
-from .widened_linear import widen_bfloat16_matmuls
+
+# imported when first used: it imports torch, which nothing else here needs (``hf-ralm --help`` imports this package)
+__getattr__, __dir__ = lazy_exports(__name__, {"widened_linear": ("widen_bfloat16_matmuls",)})
 
 __all__ = ["bfloat16_instructions", "provenance", "require", "widen_bfloat16_matmuls", "write_json_atomic",
            "write_text_atomic"]
