@@ -84,6 +84,21 @@ def test_another_retriever_given_replaces_the_saved_one_and_says_so(files, capsy
     assert report["num_retrievals"] == 0 and report["max_length"] == 16
 
 
+@pytest.mark.parametrize("flag,value,expected", [
+    ("--stride", "0", "--stride must be at least 1, got 0"),
+    ("--ensemble-temperature", "0", "--ensemble-temperature must be a positive number"),
+])
+def test_a_value_wrong_whatever_the_folder_holds_is_refused_before_the_folder_is_looked_up(
+        files, capsys, monkeypatch, flag, value, expected):
+    """A Hub id's lookup (whether it is a saved RALM) waits on the network: a usage error must not wait for it."""
+    def looked_up(*args, **kwargs):
+        raise AssertionError("the saved folder was looked up before the flags were checked")
+
+    monkeypatch.setattr("hf_ralm.modeling_ralm.saved_ralm_settings", looked_up)
+    fail(capsys, files, ["eval-lm", "--model", "someone/some-model", "--dataset-path", files["dataset"], flag, value],
+         expected)
+
+
 def test_retrieve_on_a_saved_ralm_uses_its_retriever(files, capsys, saved_ralm):
     """The other commands that take --model get the folder's retriever through the same code."""
     path = files["tmp"] / "retrieved.json"

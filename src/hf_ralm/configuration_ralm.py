@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import string
 from dataclasses import dataclass, fields
+from typing import Any, Callable, Mapping
 
 from transformers import AutoConfig, PreTrainedConfig
 
@@ -167,17 +168,8 @@ class RalmConfig(PreTrainedConfig):
             hf_ralm.errors.SettingError: max_doc_tokens must be at least 1, got 0.
         """
         super().validate()
-        for name, kinds in TYPED_FIELDS.items():
-            if not isinstance(getattr(self, name), kinds):
-                expected = " or ".join("None" if kind is type(None) else kind.__name__ for kind in kinds)
-                raise ValueError(f"{name} must be {expected}, got {getattr(self, name)!r}.")
-        check_passage_template(self.passage_template)
-        check_count("retrieval_stride", self.retrieval_stride)
-        check_count("max_doc_tokens", self.max_doc_tokens)
-        if self.query_length is not None:
-            check_count("query_length", self.query_length)
+        check_setting_values({name: getattr(self, name) for name in VALUE_CHECKS})
         if self.max_length is not None:
-            check_count("max_length", self.max_length)
             check_window_overlap(self.max_length, self.retrieval_stride, "retrieval_stride")
         self._validate_rerank()
         self._validate_passages()
@@ -212,13 +204,6 @@ class RalmConfig(PreTrainedConfig):
         return most if self.max_context_doc_tokens is None else min(self.max_context_doc_tokens, most)
 
     def _validate_rerank(self) -> None:
-        get_strategy(RERANK, self.rerank)  # an unknown strategy before its settings
-        check_count("rerank_candidates", self.rerank_candidates)
-        check_count("rerank_tokens", self.rerank_tokens)
-        check_count("rerank_seed", self.rerank_seed, minimum=0)
-        if not is_finite_number(self.rerank_no_passage_margin):
-            raise SettingError(f"{setting('rerank_no_passage_margin')} must be a finite number of nats, got "
-                               f"{self.rerank_no_passage_margin!r}.")
         if self.rerank_no_passage_margin != 0 and not self.rerank_allow_no_passage:
             raise SettingError(f"{setting('rerank_no_passage_margin')} is how much a passage must beat the no-passage "
                                f"candidate of {setting('rerank_allow_no_passage')}: set "
@@ -226,13 +211,6 @@ class RalmConfig(PreTrainedConfig):
         check_strategy(self, RERANK)  # the settings only some strategies take, and the strategy's own checks
 
     def _validate_passages(self) -> None:
-        check_count("num_passages", self.num_passages)
-        if self.max_context_doc_tokens is not None:
-            check_count("max_context_doc_tokens", self.max_context_doc_tokens)
-        check_count("ensemble_size", self.ensemble_size)
-        if not is_number(self.ensemble_temperature) or not self.ensemble_temperature > 0:
-            raise SettingError(f"{setting('ensemble_temperature')} must be a positive number, got "
-                               f"{self.ensemble_temperature!r}.")
         check_ensemble(self, self.ensemble_size)
 
     def _validate_gate(self) -> None:
@@ -290,6 +268,75 @@ use only {title} and {text}, e.g. '{title}\\n{text}'.
     if problem is not None:
         raise SettingError(f"{setting('passage_template')} {template!r} {problem}: a passage template may use only "
                            f"{{title}} and {{text}}, e.g. {PASSAGE_TEMPLATE!r}.")
+
+
+def _check_type(name: str, kinds: tuple[type, ...]) -> Callable[[Any], None]:
+    """The check that a setting ``name`` is of one of ``kinds`` (:data:`TYPED_FIELDS`)."""
+    def check(value: Any) -> None:
+        if not isinstance(value, kinds):
+            expected = " or ".join("None" if kind is type(None) else kind.__name__ for kind in kinds)
+            raise ValueError(f"{name} must be {expected}, got {value!r}.")
+
+    return check
+
+
+def _count(name: str, minimum: int = 1, optional: bool = False) -> Callable[[Any], None]:
+    """The check that a setting ``name`` is a count of at least ``minimum`` (or ``None`` when ``optional``)."""
+    return lambda value: None if optional and value is None else check_count(name, value, minimum=minimum)
+
+
+def _check_template(value: Any) -> None:
+    _check_type("passage_template", TYPED_FIELDS["passage_template"])(value)
+    check_passage_template(value)
+
+
+def _check_margin(value: Any) -> None:
+    if not is_finite_number(value):
+        raise SettingError(f"{setting('rerank_no_passage_margin')} must be a finite number of nats, got {value!r}.")
+
+
+def _check_temperature(value: Any) -> None:
+    if not is_number(value) or not value > 0:
+        raise SettingError(f"{setting('ensemble_temperature')} must be a positive number, got {value!r}.")
+
+
+VALUE_CHECKS: dict[str, Callable[[Any], None]] = {
+    **{name: _check_type(name, kinds) for name, kinds in TYPED_FIELDS.items() if name != "passage_template"},
+    "passage_template": _check_template,
+    "retrieval_stride": _count("retrieval_stride"),
+    "max_doc_tokens": _count("max_doc_tokens"),
+    "query_length": _count("query_length", optional=True),
+    "max_length": _count("max_length", optional=True),
+    "rerank": lambda value: get_strategy(RERANK, value),  # an unknown strategy before its settings
+    "rerank_candidates": _count("rerank_candidates"),
+    "rerank_tokens": _count("rerank_tokens"),
+    "rerank_seed": _count("rerank_seed", minimum=0),
+    "rerank_no_passage_margin": _check_margin,
+    "num_passages": _count("num_passages"),
+    "max_context_doc_tokens": _count("max_context_doc_tokens", optional=True),
+    "ensemble_size": _count("ensemble_size"),
+    "ensemble_temperature": _check_temperature,
+}
+"""Each setting's check of its own value, whatever the others are (a count at least 1, a type, a known strategy):
+what :meth:`RalmConfig.validate` checks first, in this order, before the checks that relate settings to each other
+(the window, a strategy's own settings, an ensemble's companions)."""
+
+
+def check_setting_values(values: Mapping[str, Any]) -> None:
+    """Check each of ``values`` (setting → value) on its own (:data:`VALUE_CHECKS`; a setting without such a check
+    passes): what a front end can refuse before it knows the other settings, e.g. the command line before it looks up
+    whether ``--model`` is a saved RALM whose settings the flags not given take.
+
+    Example:
+        >>> check_setting_values({"retrieval_stride": 8, "max_length": None})
+        >>> check_setting_values({"retrieval_stride": 0})
+        Traceback (most recent call last):
+        ...
+        hf_ralm.errors.SettingError: retrieval_stride must be at least 1, got 0.
+    """
+    for name, check in VALUE_CHECKS.items():
+        if name in values:
+            check(values[name])
 
 
 def check_ensemble(config: RalmConfig, ensemble_size: int) -> None:

@@ -259,10 +259,14 @@ def use_saved_settings(args: argparse.Namespace) -> None:
         use_saved_settings(args)  # hf-ralm: warning: --stride 8 overrides the saved folder's retrieval_stride 4
         args.retriever, args.stride, args.max_length   # ('bm25', 8, 512): the folder's retriever and window length
     """
+    from ..configuration_ralm import check_setting_values
     from ..modeling_ralm import saved_ralm_settings
     from .settings import FLAGS
 
     flags = vars(args).pop(COMMAND_FLAGS, None)
+    if flags is not None:  # a value wrong whatever the folder holds (--stride 0) is refused before it is looked up
+        check_setting_values({name: getattr(args, arg) for arg, name in flags["settings"].items()
+                              if arg in flags["given"]})
     saved = saved_ralm_settings(args.model) if flags is not None and getattr(args, "model", None) else None
     if saved is None:
         return
