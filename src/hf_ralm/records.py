@@ -86,7 +86,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Sequence
 
 from .errors import OutputFolderError, RalmWarning, setting
-from .utils.atomic import file_mode, write_durably, write_json_atomic
+from .utils.atomic import TMP_PREFIX as ATOMIC_TMP_PREFIX, file_mode, write_durably, write_json_atomic
 from .utils.checks import check_count
 from .utils.outputs import OUTPUT_FOLDER_PURPOSE, check_replaceable, check_writable, json_object_with
 
@@ -96,7 +96,7 @@ except ImportError:  # Windows: no flock; an overwrite there sees only the worke
     fcntl = None
 
 CHUNK_PREFIX = "chunk-"
-TMP_PREFIX = ".tmp-chunk-"
+TMP_PREFIX = ATOMIC_TMP_PREFIX + CHUNK_PREFIX
 CHUNK_SUFFIX = ".json.gz"
 CHUNK_SUFFIXES = (CHUNK_SUFFIX, ".npy")
 """The chunk files' suffixes: the JSON records of the stores, and arrays (a store of embeddings)."""
@@ -130,7 +130,7 @@ def check_output_folder(folder: str | os.PathLike, own: Sequence[str], what: str
     if not folder.is_dir():
         return
     others = sorted(name for name in os.listdir(folder)
-                    if not any(fnmatch.fnmatchcase(name, pattern) for pattern in (*own, ".tmp-*")))
+                    if not any(fnmatch.fnmatchcase(name, pattern) for pattern in (*own, ATOMIC_TMP_PREFIX + "*")))
     if others:
         shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
         raise OutputFolderError(

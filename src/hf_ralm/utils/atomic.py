@@ -78,9 +78,9 @@ def write_json_atomic(path: str, data) -> None:
 
 @contextmanager
 def naming_errors(path: str | os.PathLike) -> Iterator[None]:
-    """Re-raise an ``OSError`` raised while writing ``path`` that names no file, or only a temporary one (a full
-    disk's ``fsync``, a temporary file that cannot be made), as one naming ``path``: the one-line error of the command
-    line then says which file could not be written.
+    """Re-raise an ``OSError`` raised while writing (or reading) ``path`` that names no file, or only a temporary one
+    (a full disk's ``fsync``, a temporary file that cannot be made, a disk's I/O error), as one naming ``path``: the
+    one-line error of the command line then says which file could not be written or read.
 
     Example:
         >>> import errno

@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from typing import Iterator, TextIO
 
 from ..errors import InputError, SettingError, setting, utf8_errors
+from .atomic import naming_errors
 
 
 def check_count(name: str, value: int, minimum: int = 1) -> None:
@@ -86,7 +87,7 @@ def reading(path: str, error: type[InputError] = InputError, what: str = "file")
     """``path`` open for reading as UTF-8 text (decompressed when its name ends in ``.gz``), once it is known to be no
     FIFO or device (:func:`is_input_file`); the errors of reading it name it: bytes that are not UTF-8 (``error``
     with the line: :func:`~hf_ralm.errors.utf8_errors`), a damaged or truncated gzip file (``error``), and an OS
-    error that names no file (a disk's I/O error: its ``filename`` set to ``path``).
+    error that names no file (a disk's I/O error: :func:`~hf_ralm.utils.atomic.naming_errors`).
 
     Example::
 
@@ -95,14 +96,11 @@ def reading(path: str, error: type[InputError] = InputError, what: str = "file")
     """
     is_input_file(path, what, error)
     opener = gzip.open if path.endswith(".gz") else open
-    try:
-        with utf8_errors(path, error, what), opener(path, "rt", encoding="utf-8") as f:
-            yield f
-    except _GZIP_ERRORS as damaged:
-        raise error(f"{path}: the {what} is not a whole gzip file ({damaged}): it was cut short or damaged, e.g. by "
-                    "an interrupted download; fetch or write it again (or give it uncompressed, without .gz).") \
-            from None
-    except OSError as caught:
-        if caught.filename is None:  # the command line prints it: it must say which file
-            caught.filename = path
-        raise
+    with naming_errors(path):  # outside: a damaged gzip file (an OSError too) is told apart first
+        try:
+            with utf8_errors(path, error, what), opener(path, "rt", encoding="utf-8") as f:
+                yield f
+        except _GZIP_ERRORS as damaged:
+            raise error(f"{path}: the {what} is not a whole gzip file ({damaged}): it was cut short or damaged, e.g. "
+                        "by an interrupted download; fetch or write it again (or give it uncompressed, without .gz).") \
+                from None
