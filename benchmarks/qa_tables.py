@@ -43,8 +43,8 @@ def read_questions(path: str) -> list[dict]:
 
 def qa_corpus(out: str, questions: str, rows: list[dict], index_dir: str | None = None) -> tuple[str, str, dict]:
     """``(gold corpus file, index folder, gold passages' stats)``: the questions' gold passages written as a corpus
-    under ``out`` (:func:`hf_ralm.qa.write_gold_corpus`), and the folder of the BM25 index of the Wikipedia sample
-    plus them (``index_dir``, default ``out/index-wiki-plus-nq-gold``)."""
+    under ``out`` (:func:`hf_ralm.evaluation.qa.write_gold_corpus`), and the folder of the BM25 index of the Wikipedia
+    sample plus them (``index_dir``, default ``out/index-wiki-plus-nq-gold``)."""
     name = os.path.basename(questions).removesuffix(".gz").removesuffix(".jsonl")
     gold_corpus = os.path.join(out, f"{name}-passages.jsonl")
     gold = write_gold_corpus(rows, gold_corpus)

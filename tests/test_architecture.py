@@ -102,16 +102,18 @@ def test_modules_import_only_their_layer_and_below():
 
 def test_the_check_catches_an_upward_import():
     """An import from a higher layer is caught, also one inside a function."""
-    path = PACKAGE / "windows.py"
-    leaking = path.read_text(encoding="utf-8") + "\n\ndef _leak():\n    from .evaluation import evaluate_perplexity\n"
+    path = PACKAGE / "config" / "windows.py"
+    leaking = path.read_text(encoding="utf-8") + "\n\ndef _leak():\n    from ..evaluation.pipeline import evaluate\n"
     assert upward_imports(path, layers()) == []
     assert [problem.split(" (")[0] for problem in upward_imports(path, layers(), leaking)] == [
-        f"windows.py:{len(leaking.splitlines())} imports evaluation"]
+        f"config/windows.py:{len(leaking.splitlines())} imports evaluation/pipeline"]
 
 
-@pytest.mark.parametrize("lower, higher", [("windows", "plan"), ("plan", "selection/policy"),
-                                           ("selection/policy", "evaluation"), ("evaluation", "cli"),
-                                           ("records", "retrieval/base"), ("selection/rules", "reranking/training")])
+@pytest.mark.parametrize("lower, higher", [("config/windows", "core/plan"), ("core/plan", "selection/policy"),
+                                           ("selection/policy", "evaluation/pipeline"),
+                                           ("evaluation/pipeline", "cli/eval_lm"), ("runs/store", "retrieval/base"),
+                                           ("retrieval/base", "core/scoring"),
+                                           ("config/rules", "reranker_training/training")])
 def test_the_flow_goes_one_way(lower, higher):
     """Spot checks of the order the document states: values, plan, selection, evaluation, front ends."""
     table = layers()
@@ -129,6 +131,7 @@ def test_lazy_faces_import_only_their_own_layer_and_below():
             if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["LAZY_EXPORTS"]:
                 own = f"{face}/__init__" if face else "__init__"  # the package's own face too (hf_ralm)
                 for submodule in ast.literal_eval(node.value):
+                    submodule = submodule.replace(".", "/")
                     target = f"{face}/{submodule}" if face else submodule
                     target = target if (PACKAGE / f"{target}.py").is_file() else f"{target}/__init__"  # a package
                     assert (PACKAGE / f"{target}.py").is_file(), f"{own}.py: no module {target}"
@@ -137,3 +140,71 @@ def test_lazy_faces_import_only_their_own_layer_and_below():
                         f"{layer_of(own, table)})")
                     checked += 1
     assert checked >= 3, "no lazy face was found"
+
+
+def top_level(module: str) -> str:
+    """The package (or the module directly under hf_ralm) a module path belongs to."""
+    return module.split("/")[0]
+
+
+def test_each_package_is_one_layer():
+    """A folder is a layer: every module of a top-level package is in the same layer of the document's table."""
+    table = layers()
+    by_package: dict[str, set[int]] = {}
+    for module in module_names():
+        if module != "__init__":
+            by_package.setdefault(top_level(module), set()).add(layer_of(module, table))
+    spanning = {package: sorted(found) for package, found in by_package.items() if len(found) > 1}
+    assert not spanning, f"packages spanning several layers: {spanning}"
+
+
+def package_imports() -> dict[str, set[str]]:
+    """``{top-level package: the top-level packages its modules import}``, counting every import (at the top, inside
+    functions and under ``TYPE_CHECKING`` alike); the package's face (``hf_ralm/__init__.py``) is no package."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path == PACKAGE / "__init__.py":
+            continue
+        here = top_level("/".join(path.relative_to(PACKAGE).with_suffix("").parts))
+        graph.setdefault(here, set()).update(
+            top_level(target) for _, target in imported_modules(path) if top_level(target) not in (here, "__init__"))
+    return graph
+
+
+def cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One import cycle of ``graph`` (its packages in order, the first repeated at the end), or ``[]``."""
+    state: dict[str, int] = {}  # 1: on the path being followed, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str]:
+        state[node] = 1
+        path.append(node)
+        for after in sorted(graph.get(node, ())):
+            if state.get(after) == 1:
+                return path[path.index(after):] + [after]
+            if after not in state and (found := visit(after)):
+                return found
+        state[node] = 2
+        path.pop()
+        return []
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return []
+
+
+def test_no_import_cycle_between_packages():
+    assert cycle(package_imports()) == []
+
+
+def test_the_cycle_check_finds_a_cycle():
+    assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert cycle({"a": {"b"}, "b": set()}) == []
+
+
+def test_few_modules_at_the_top():
+    """The package's top holds its face, its errors and the transformers-style model files; every other module lives in
+    the folder of its layer."""
+    top = sorted(path.name for path in PACKAGE.glob("*.py") if path.name != "__init__.py")
+    assert len(top) <= 10, top

@@ -17,8 +17,9 @@ import pytest
 from conftest import TEST_DEVICE_ARGS, fail
 from hf_ralm.cli import main
 from hf_ralm.errors import OutputFolderError
-from hf_ralm.records import RecordStore, digest
-from hf_ralm.resume import WindowRecordWriter
+from hf_ralm.runs.store import RecordStore
+from hf_ralm.runs.fingerprints import digest
+from hf_ralm.evaluation.window_records import WindowRecordWriter
 
 FIRST_CHUNK = "chunk-00000000-00000004.json.gz"
 

@@ -17,7 +17,7 @@ import pytest
 
 from conftest import ARTICLES, TEST_DEVICE_ARGS, fail, write_jsonl
 from hf_ralm.cli import main
-from hf_ralm.utils.shards import Shard
+from hf_ralm.runs.shards import Shard
 
 
 @contextmanager

@@ -19,7 +19,7 @@ from conftest import REPO_ROOT
 
 BENCHMARKS = REPO_ROOT / "benchmarks"
 SOURCE = REPO_ROOT / "src" / "hf_ralm"
-FACES = ("hf_ralm", "hf_ralm.retrieval", "hf_ralm.selection", "hf_ralm.selection.strategies", "hf_ralm.generation",
+FACES = ("hf_ralm", "hf_ralm.retrieval", "hf_ralm.selection", "hf_ralm.config.strategies", "hf_ralm.generation",
          "hf_ralm.reranker_training", "hf_ralm.metrics", "hf_ralm.integrations", "hf_ralm.testing", "hf_ralm.utils",
          "hf_ralm.cli")
 """The public faces a benchmark may import from (docs/architecture.md)."""
@@ -92,14 +92,14 @@ def test_the_check_names_the_file_and_line_of_each_internal_import():
     source = ("from hf_ralm import RalmConfig\n"
               "from hf_ralm.selection import rerank_windows, WindowRanker\n"
               "def main():\n"
-              "    from hf_ralm.scoring import score_windows\n"
+              "    from hf_ralm.core.scoring import score_windows\n"
               "    import hf_ralm.retrieval.bm25\n"
               "CHILD = '''\n"
               "from hf_ralm.utils.atomic import write_json_atomic\n"
               "'''\n")
     assert [problem.split(",")[0] for problem in surface_problems(path, source)] == [
         "benchmarks/bench_speed.py:2: imports WindowRanker from hf_ralm.selection",
-        "benchmarks/bench_speed.py:4: imports hf_ralm.scoring",
+        "benchmarks/bench_speed.py:4: imports hf_ralm.core.scoring",
         "benchmarks/bench_speed.py:5: imports hf_ralm.retrieval.bm25",
         "benchmarks/bench_speed.py:7: imports hf_ralm.utils.atomic",
     ]

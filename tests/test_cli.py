@@ -11,9 +11,9 @@ import pytest
 from conftest import ARTICLES, EVAL_TEXT, TEST_DEVICE_ARGS, write_jsonl
 from hf_ralm.cli import FLAGS, build_parser, error_message, main
 from hf_ralm.errors import SettingError
-from hf_ralm.configuration_ralm import RALM_FIELDS, RalmConfig
-from hf_ralm.data import join_rows, load_dataset_text
-from hf_ralm.perplexity import count_words
+from hf_ralm.config.configuration_ralm import RALM_FIELDS, RalmConfig
+from hf_ralm.core.data import join_rows, load_dataset_text
+from hf_ralm.core.perplexity import count_words
 
 FIGURE_KEYS = {"nll_sum", "num_tokens", "num_scored", "num_words", "token_ppl", "word_ppl"}
 

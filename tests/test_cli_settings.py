@@ -12,9 +12,9 @@ import torch
 from conftest import ARTICLES, EVAL_TEXT, write_jsonl
 from hf_ralm.cli import FLAGS, build_parser
 from hf_ralm.cli.settings import RALM_GROUPS, add_ralm_arguments, dest, ralm_settings, setting_help
-from hf_ralm.configuration_ralm import RALM_FIELDS, SETTING_FLAGS, RalmConfig
+from hf_ralm.config.configuration_ralm import RALM_FIELDS, SETTING_FLAGS, RalmConfig
 from hf_ralm.errors import SettingError
-from hf_ralm.selection.strategies import reader_inputs_per_window
+from hf_ralm.config.strategies import reader_inputs_per_window
 
 NOT_FLAGS = {"base_model_name_or_path", "passage_template"}  # --model names the first; the template is Python's
 
@@ -116,8 +116,8 @@ def test_a_sweep_takes_one_or_more_values_of_a_setting():
 
 
 def test_the_run_estimate_is_callable_from_python(tiny_llama, tiny_tokenizer, monkeypatch):
-    from hf_ralm import run_cost
-    from hf_ralm.run_cost import RunEstimate, check_run_length, describe_run, estimate_run
+    from hf_ralm.evaluation import run_cost
+    from hf_ralm.evaluation.run_cost import RunEstimate, check_run_length, describe_run, estimate_run
 
     config = RalmConfig(max_length=16, max_doc_tokens=8, rerank="lm", rerank_candidates=3)
     estimate = estimate_run(tiny_llama, tiny_tokenizer, EVAL_TEXT, config, max_eval_tokens=40)
@@ -152,7 +152,7 @@ def test_build_index_is_what_the_index_command_runs(tmp_path):
 
 
 def test_training_titles_join_the_excluded_and_the_forbidden(tmp_path):
-    from hf_ralm.records import titles_fingerprint
+    from hf_ralm.runs.fingerprints import titles_fingerprint
     from hf_ralm.reranker_training import TrainingTitles, articles_source
 
     (tmp_path / "a.txt").write_text("Rome\n")
@@ -168,7 +168,7 @@ def test_training_titles_join_the_excluded_and_the_forbidden(tmp_path):
 
 
 def test_qa_run_settings_name_what_a_resumed_run_must_share():
-    from hf_ralm.qa import qa_run_settings
+    from hf_ralm.evaluation.qa import qa_run_settings
 
     settings = qa_run_settings(model="m", dtype=torch.bfloat16, num_docs=1, retriever="bm25", corpus=["c.jsonl"])
     assert settings == {"model": "m", "tokenizer": None, "gguf_file": None, "retriever": "bm25", "corpus": ["c.jsonl"],

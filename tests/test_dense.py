@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from conftest import ARTICLES, TEST_DEVICE_ARGS, TINY_VOCAB_WORDS, require_dense, write_jsonl
-from hf_ralm.passages import Passage
+from hf_ralm.config.passages import Passage
 from hf_ralm.retrieval.corpus import corpus_fingerprint
 from hf_ralm.retrieval.hybrid import HybridRetriever, rrf_fuse
 
@@ -225,7 +225,7 @@ def test_a_sharded_build_equals_one_process(dense_mod, tiny_bert, corpus, tmp_pa
     """Worker 0 of 2 encodes chunks 0, 2 (passages 0-2, 6-8), worker 1 chunks 1, 3; the one that finds all chunks in
     merges them into the index one process builds; a worker started after that finds the index and encodes
     nothing."""
-    from hf_ralm.utils.shards import Shard
+    from hf_ralm.runs.shards import Shard
 
     one = dense_mod.DenseRetriever.build(corpus, str(tmp_path / "one"), words_per_passage=WPP, encoder=tiny_bert,
                                          chunk_size=3, show_progress=False)

@@ -9,7 +9,7 @@ import warnings
 import torch
 
 from conftest import deprecations_from_hf_ralm
-from hf_ralm.modeling_utils import cache_kwargs, empty_cache, last_logits
+from hf_ralm.core.modeling_utils import cache_kwargs, empty_cache, last_logits
 
 
 def test_the_guard_notes_a_deprecation_raised_under_hf_ralm_code_only(tiny_llama):
@@ -49,8 +49,8 @@ def test_cache_goes_by_the_name_the_forward_takes(tiny_llama):
 
 def test_the_kv_paths_raise_no_deprecation(tiny_llama):
     """Scoring with a passage's keys/values reused, which passes a cache to every forward, raises no FutureWarning."""
-    from hf_ralm.scoring import score_windows
-    from hf_ralm.windows import plan_windows
+    from hf_ralm.core.scoring import score_windows
+    from hf_ralm.config.windows import plan_windows
 
     ids = list(range(4, 44))
     windows = plan_windows(len(ids), 16, 4)

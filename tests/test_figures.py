@@ -199,7 +199,7 @@ def test_the_scripts_list_their_points_model_by_model(tiny_resources):
 
 def test_a_point_equals_the_library_evaluation(tiny_resources, tiny_llama, tiny_tokenizer):
     from hf_ralm import RalmConfig
-    from hf_ralm.evaluation import evaluate_perplexity
+    from hf_ralm.evaluation.pipeline import evaluate_perplexity
 
     res = tiny_resources
     p = perplexity.point(res, "SmolLM2-135M", DATA, stride=4, max_length=16, max_doc_tokens=8)
@@ -235,7 +235,7 @@ def test_context_points_score_the_same_tokens_each_with_a_full_window(tiny_resou
 
 
 def test_eval_slice_counts_the_same_tokens_whatever_the_window_length():
-    from hf_ralm.windows import plan_windows
+    from hf_ralm.config.windows import plan_windows
 
     for length in (8, 16, 32):
         start, end, first = perplexity.eval_slice(context_tokens=32, max_length=length, num_tokens=20)
@@ -510,7 +510,7 @@ def test_gate_points_pair_with_no_retrieval_window_by_window():
     from types import SimpleNamespace
 
     from benchmarks import gate_tables, table_runs
-    from hf_ralm.windows import plan_windows
+    from hf_ralm.config.windows import plan_windows
 
     run = SimpleNamespace(windows=plan_windows(40, max_length=16, stride=4))
     rng = np.random.default_rng(0)

@@ -101,7 +101,7 @@ def test_interrupted_index_build_leaves_nothing(files, capsys, monkeypatch):
 
 
 def test_resolve_device_in_python(monkeypatch):
-    from hf_ralm.placement import resolve_device
+    from hf_ralm.core.placement import resolve_device
 
     assert resolve_device("cpu") == torch.device("cpu")
     with pytest.raises(SettingError, match="is not a PyTorch device name"):
@@ -196,7 +196,7 @@ def test_missing_local_files_fail_at_once(files, capsys, monkeypatch):
 
 
 def test_hub_failures_say_how_to_stay_offline(tmp_path, monkeypatch):
-    from hf_ralm.data import load_dataset_text
+    from hf_ralm.core.data import load_dataset_text
 
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     with pytest.raises(FileNotFoundError, match="Set HF_HUB_OFFLINE=1 to use only what is in the local cache"):
@@ -319,8 +319,8 @@ def test_texts_and_questions_from_hugging_face_datasets(tmp_path):
     give."""
     import datasets
 
-    from hf_ralm.data import load_dataset_text
-    from hf_ralm.qa import load_questions
+    from hf_ralm.core.data import load_dataset_text
+    from hf_ralm.evaluation.qa import load_questions
 
     rows = [{"text": " = Rome = \n"}, {"text": ""}, {"text": " Rome was the city . \n"}]
     jsonl = write_jsonl(tmp_path / "rows.jsonl", rows)
@@ -388,7 +388,7 @@ def test_the_plan_is_printed_and_a_run_of_hours_on_a_cpu_needs_a_flag(files, cap
     """No --max-eval-tokens and no --max-length evaluated a whole dataset at the model's maximum length (weeks on a
     CPU) without a word: the plan and an estimate from one window are printed first, and a CPU run estimated beyond
     an hour is refused unless --allow-long-run."""
-    import hf_ralm.run_cost as run_cost
+    import hf_ralm.evaluation.run_cost as run_cost
 
     main(eval_lm(files, "--output-dir", str(tmp_path / "run")))
     err = capsys.readouterr().err

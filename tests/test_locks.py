@@ -1,4 +1,4 @@
-"""The build lock (``hf_ralm.utils.locks.file_lock``, taken by ``index_folder.building``): a waiter says who holds it
+"""The build lock (``hf_ralm.runs.locks.file_lock``, taken by ``index_folder.building``): a waiter says who holds it
 and gives up after a timeout (a stopped holder blocks no one forever), and no lock file is left in the user's
 folders."""
 
@@ -18,7 +18,7 @@ import pytest
 
 from conftest import ARTICLES, write_jsonl
 from hf_ralm.cli import main
-from hf_ralm.utils import locks
+from hf_ralm.runs import locks
 
 # The holder: a process that takes the lock and says so. locks.py is loaded from its file (it imports only the
 # standard library), so the process starts in a fraction of a second.

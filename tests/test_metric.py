@@ -16,7 +16,7 @@ import hf_ralm.metrics
 from conftest import EVAL_TEXT
 from hf_ralm import RetrievalAugmentedModel
 from hf_ralm.metrics.compute import compute_ralm_perplexity
-from hf_ralm.data import join_rows
+from hf_ralm.core.data import join_rows
 
 KEYS = ("nll_sum", "num_tokens", "num_scored", "num_words", "token_ppl", "word_ppl")
 ROWS = [" = Rome = \n", ""] + [" " + s.strip() + " .\n" for s in EVAL_TEXT.split(" . ") if s.strip(" .")]

@@ -13,17 +13,17 @@ import torch
 
 from conftest import BOS_ID, EVAL_TEXT, MODEL_VOCAB_SIZE, TEST_DEVICE, make_tiny_model, pretend_cpu, write_jsonl
 from hf_ralm import RalmConfig, RetrievalAugmentedModel, evaluate_perplexity
-from hf_ralm.evaluation import evaluate_retrieval
-from hf_ralm.model_inputs import window_prefixes
+from hf_ralm.evaluation.pipeline import evaluate_retrieval
+from hf_ralm.core.model_inputs import window_prefixes
 
-from hf_ralm.plan import prepare, tokenize_text, window_queries
+from hf_ralm.core.plan import prepare, tokenize_text, window_queries
 from hf_ralm.errors import SettingError
-from hf_ralm.modeling_utils import resolve_max_length
+from hf_ralm.core.modeling_utils import resolve_max_length
 from hf_ralm.testing import reference_window_nlls
 from hf_ralm.retrieval import BM25Retriever
-from hf_ralm.passages import Passage
-from hf_ralm.windows import plan_windows
-from hf_ralm.perplexity import count_words
+from hf_ralm.config.passages import Passage
+from hf_ralm.config.windows import plan_windows
+from hf_ralm.core.perplexity import count_words
 
 SETTINGS = dict(retrieval_stride=4, query_length=8, max_length=16, max_doc_tokens=12)  # L holds a passage and s
 
@@ -75,7 +75,7 @@ def test_from_pretrained_with_loaded_model(ralm, tiny_llama, tiny_tokenizer, tin
 
 def test_dtype_device_default_follows_the_device(monkeypatch):
     from hf_ralm.errors import SettingError
-    from hf_ralm.placement import resolve_dtype
+    from hf_ralm.core.placement import resolve_dtype
 
     assert resolve_dtype("device-default", "cpu") == torch.float32 and resolve_dtype("float16", "cpu") == torch.float16
     assert resolve_dtype("auto", "cpu") == "auto"  # transformers' word: the checkpoint's own, read while loading

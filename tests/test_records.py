@@ -1,4 +1,4 @@
-"""The one record store (hf_ralm.records), as several workers of one run use it: chunks saved at any position and
+"""The one record store (hf_ralm.runs.store), as several workers of one run use it: chunks saved at any position and
 read back in order with their gaps, each writer's temporary files its own, the settings file made once and always
 compared, and no overwrite under a live writer."""
 
@@ -17,7 +17,8 @@ import pytest
 
 from conftest import crashed_chunk
 from hf_ralm.errors import OutputFolderError, RalmWarning
-from hf_ralm.records import RecordStore, digest
+from hf_ralm.runs.store import RecordStore
+from hf_ralm.runs.fingerprints import digest
 
 SETTINGS = {"k": 16, "stride": 4}
 
@@ -74,7 +75,7 @@ def test_each_writer_cleans_only_the_leftovers_of_finished_writers(tmp_path):
 
 
 def test_two_processes_racing_to_create_a_folder_make_one_settings_file(tmp_path):
-    script = ("import sys; from hf_ralm.records import RecordStore; "
+    script = ("import sys; from hf_ralm.runs.store import RecordStore; "
               "RecordStore(sys.argv[1], {'k': int(sys.argv[2])}).save(int(sys.argv[3]), [{'w': sys.argv[3]}])")
     procs = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "run"), "16", str(start)],
                               stderr=subprocess.PIPE) for start in (0, 1)]
@@ -115,7 +116,7 @@ def test_overwrite_is_refused_while_a_worker_computes_and_names_it(tmp_path):
 
 
 def test_a_killed_worker_never_blocks_an_overwrite(tmp_path):
-    script = ("import sys, time; from hf_ralm.records import RecordStore; "
+    script = ("import sys, time; from hf_ralm.runs.store import RecordStore; "
               "store = RecordStore(sys.argv[1], {'k': 16}); print('open', flush=True); time.sleep(60)")
     worker = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], stdout=subprocess.PIPE, text=True)
     try:

@@ -23,16 +23,16 @@ from conftest import ARTICLES, EVAL_TEXT, TEST_DEVICE_ARGS, crashed_chunk, write
 from hf_ralm import RalmConfig, RunOptions
 from hf_ralm.cli import main
 from hf_ralm.errors import SettingError
-from hf_ralm.reranking import collect_rerank_data, load_rerank_data
-from hf_ralm.reranking.collect import retrieve_excluding_title, spread_windows
-from hf_ralm.reranking.data import read_rerank_records, rerank_data_summary
-from hf_ralm.selection.rules import rank_correlation
-from hf_ralm.selection.rules import ranking_span
+from hf_ralm.reranker_training import collect_rerank_data, load_rerank_data
+from hf_ralm.reranker_training.collect import retrieve_excluding_title, spread_windows
+from hf_ralm.reranker_training.data import read_rerank_records, rerank_data_summary
+from hf_ralm.config.rules import rank_correlation
+from hf_ralm.config.rules import ranking_span
 from hf_ralm.retrieval.analysis import ANALYSIS
-from hf_ralm.passages import Passage
+from hf_ralm.config.passages import Passage
 from hf_ralm.retrieval.bm25 import BM25Retriever
 from hf_ralm.testing import full_nlls
-from hf_ralm.windows import place_passage, plan_windows
+from hf_ralm.config.windows import place_passage, plan_windows
 from test_predictive_reranker import tiny_init  # noqa: F401 - a fixture: the tiny cross-encoder to start from
 
 # Articles mixing two topics, so that a window's query finds passages of other articles too.
@@ -222,7 +222,7 @@ def test_resumed_collection_gives_the_uninterrupted_records(collected, setup, ti
     def no_computing(*args, **kwargs):
         raise AssertionError("a complete folder must be resumed without running the reader")
 
-    monkeypatch.setattr("hf_ralm.reranking.collect.rerank_windows", no_computing)
+    monkeypatch.setattr("hf_ralm.reranker_training.collect.rerank_windows", no_computing)
     again = collect(setup, tiny_llama, tiny_tokenizer, clone)
     assert (again["rows_written"], again["rows_resumed"]) == (0, len(collected["records"]))
 

@@ -12,12 +12,13 @@ import socket
 import pytest
 import torch
 
-import hf_ralm.evaluation as evaluation
-import hf_ralm.records as records
+import hf_ralm.evaluation.pipeline as evaluation
+import hf_ralm.runs.store as records
 from conftest import EVAL_TEXT, crashed_chunk, make_tiny_model, write_jsonl
 from hf_ralm import RalmConfig
-from hf_ralm.records import TMP_PREFIX, digest
-from hf_ralm.resume import WindowRecordWriter
+from hf_ralm.runs.store import TMP_PREFIX
+from hf_ralm.runs.fingerprints import digest
+from hf_ralm.evaluation.window_records import WindowRecordWriter
 from hf_ralm.cli import main
 from hf_ralm.errors import OutputFolderError
 
@@ -298,8 +299,8 @@ def test_progress_within_a_chunk_is_shown_per_batch_of_windows(monkeypatch, tiny
     run's, advancing with every batch, and vanishing with the chunk (``leave=None``: nested bars leave no trace)."""
     import tqdm.auto
 
-    import hf_ralm.runs as runs
-    import hf_ralm.scoring as scoring
+    import hf_ralm.runs.harness as runs
+    import hf_ralm.core.scoring as scoring
 
     bars = []
 

@@ -206,7 +206,7 @@ def test_the_fingerprint_and_the_card(made, tiny_tokenizer):
     import pyarrow.parquet as pq
     from huggingface_hub import DatasetCard
 
-    from hf_ralm.records import ids_fingerprint
+    from hf_ralm.runs.fingerprints import ids_fingerprint
     from hf_ralm.retrieval.base import retriever_identity
     from hf_ralm.retrieval.bm25 import BM25Retriever
 

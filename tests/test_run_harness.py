@@ -1,5 +1,5 @@
-"""The run harness (:mod:`hf_ralm.runs`): one chunk driver owns a run's shards, record store, barrier and final file,
-whatever the step computes. A toy step (squares of positions) stands for a run's chunk; the long runs that use the
+"""The run harness (:mod:`hf_ralm.runs.harness`): one chunk driver owns a run's shards, record store, barrier and final
+file, whatever the step computes. A toy step (squares of positions) stands for a run's chunk; the long runs that use the
 driver (eval-lm, retrieve, rerank-data, eval-qa, --compare, the dense encoding) have their own tests."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import textwrap
 
 import pytest
 
-import hf_ralm.runs as runs
+import hf_ralm.runs.harness as runs
 from hf_ralm.errors import OutputFolderError, SettingError
-from hf_ralm.records import RecordStore
-from hf_ralm.runs import ChunkRun, RunOptions
+from hf_ralm.runs.store import RecordStore
+from hf_ralm.runs.harness import ChunkRun, RunOptions
 
 SETTINGS = {"task": "squares"}
 TOTAL = 10
@@ -73,8 +73,8 @@ def test_without_a_folder_the_records_stay_in_memory_and_shards_are_refused(tmp_
 
 KILLED_WORKER = textwrap.dedent("""
     import os, signal, sys
-    from hf_ralm.records import RecordStore
-    from hf_ralm.runs import ChunkRun, RunOptions
+    from hf_ralm.runs.store import RecordStore
+    from hf_ralm.runs.harness import ChunkRun, RunOptions
 
     def step(start, stop):
         if start == 6:  # killed in the middle of its third chunk, as by the OOM killer or a preemption

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-import hf_ralm.evaluation as evaluation
+import hf_ralm.evaluation.pipeline as evaluation
 from conftest import EVAL_TEXT, TEST_DEVICE_ARGS, write_jsonl
 from hf_ralm import RalmConfig
 from hf_ralm.errors import OutputFolderError
-from hf_ralm.records import RecordStore
+from hf_ralm.runs.store import RecordStore
 
 CHUNK = 3  # windows per chunk: the tiny text's 15 windows make 5 chunks, so 2 workers take 3 and 2
 SETTINGS = {"retrieval_stride": 4, "query_length": 8, "max_length": 32, "max_doc_tokens": 12}
@@ -131,7 +131,7 @@ def test_torchrun_two_ranks(one_process_cli, tiny_model_dir, tiny_index, tmp_pat
 
 
 SLOW_WORKER = """import sys, time
-import hf_ralm.evaluation as evaluation
+import hf_ralm.evaluation.pipeline as evaluation
 from hf_ralm.cli import main
 real = evaluation._Evaluation.chunk_records
 def slow(*args, **kwargs):  # the tiny model is quick: a chunk that takes a while, so the kill lands between chunks

@@ -1,4 +1,4 @@
-"""The strategy registry (:mod:`hf_ralm.selection.strategies`): a strategy registered from outside the package is a
+"""The strategy registry (:mod:`hf_ralm.config.strategies`): a strategy registered from outside the package is a
 value of ``--rerank`` everywhere at once, in ``RalmConfig``, ``eval-lm``, ``--compare`` and ``generate``, and chooses
 there exactly as a plain loop over the retriever's scores does; the built-in strategies are entries of the same
 table, with the costs and properties the run-cost estimate and the refusals read.
@@ -15,10 +15,10 @@ import pytest
 from conftest import EVAL_TEXT, TEST_DEVICE_ARGS, write_jsonl
 from hf_ralm import RalmConfig
 from hf_ralm.cli import build_parser, main
-from hf_ralm.compare import STRATEGIES as COMPARE_ROWS
+from hf_ralm.evaluation.compare import STRATEGIES as COMPARE_ROWS
 from hf_ralm.errors import SettingError
-from hf_ralm.passages import NO_PASSAGE
-from hf_ralm.selection.strategies import (
+from hf_ralm.config.passages import NO_PASSAGE
+from hf_ralm.config.strategies import (
     GATE,
     RERANK,
     RETRIEVAL_SCORES,

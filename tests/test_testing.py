@@ -11,9 +11,9 @@ import sys
 import pytest
 
 from conftest import BOS_ID, REPO_ROOT, SPECIAL_TOKENS, TINY_VOCAB_WORDS, device_problem
-from hf_ralm import RalmConfig, testing
-from hf_ralm.model_inputs import context_prefix, passage_prefix
-from hf_ralm.passages import Passage
+from hf_ralm import RalmConfig
+from hf_ralm.core.model_inputs import context_prefix, passage_prefix
+from hf_ralm.config.passages import Passage
 from hf_ralm.testing import spec_passage_ids, spec_prefix
 from test_architecture import PACKAGE, imported_modules
 
@@ -70,7 +70,7 @@ def test_several_passages_are_capped_most_relevant_first(tiny_tokenizer):
     dict(max_doc_tokens=4, num_passages=2, bos_every_window=True, passage_template="{title} , {text}"),
 ])
 def test_the_library_puts_what_the_spec_says(bos, settings, tiny_tokenizer, tiny_bos_tokenizer, monkeypatch):
-    monkeypatch.setattr("hf_ralm.model_inputs.PASSAGE_SEPARATOR", ". ,")
+    monkeypatch.setattr("hf_ralm.core.model_inputs.PASSAGE_SEPARATOR", ". ,")
     tokenizer = tiny_bos_tokenizer if bos else tiny_tokenizer
     config = RalmConfig(**settings)
     for passage in (ROME, BAND, KING, None):
@@ -79,28 +79,17 @@ def test_the_library_puts_what_the_spec_says(bos, settings, tiny_tokenizer, tiny
         assert context_prefix(tokenizer, passages, config) == spec_prefix(tokenizer, passages, config, ". ,")
 
 
-CHECKED = {"model_inputs", "scoring", "ensemble", "passage_cache", "batching", "reference"}
+CHECKED = {"core/model_inputs", "core/scoring", "core/ensemble", "core/passage_cache", "core/batching"}
 """What the plain loops check (with every module of selection/ and generation/): they import none of it."""
 
 
 def test_the_spec_imports_no_code_it_checks():
     """Only values and arithmetic (windows, passages, settings) and where a model's inputs go."""
-    allowed = {"configuration_ralm", "modeling_utils", "passages", "windows"}
+    allowed = {"config/configuration_ralm", "core/modeling_utils", "config/passages", "config/windows"}
     for path in sorted((PACKAGE / "testing").glob("*.py")):
         imported = {module for _, module in imported_modules(path) if not module.startswith("testing/")}
         assert imported <= allowed, f"{path.name} imports {sorted(imported - allowed)}"
         assert not imported & CHECKED and not any(m.startswith(("selection/", "generation/")) for m in imported)
-
-
-def test_the_old_home_warns_and_hands_over_the_same_loops():
-    import hf_ralm.reference as old
-
-    with pytest.warns(FutureWarning, match="hf_ralm.reference.reference_window_nlls moved to hf_ralm.testing"):
-        assert old.reference_window_nlls is testing.reference_window_nlls
-    with pytest.warns(FutureWarning, match="reference_rerank_nlls moved"):
-        assert old.reference_rerank_nlls is testing.reference_rerank_nlls
-    with pytest.raises(AttributeError, match="has no attribute 'plain_rerank'"):
-        old.plain_rerank
 
 
 @pytest.mark.parametrize("name,problem", [

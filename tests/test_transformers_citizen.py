@@ -266,7 +266,7 @@ def test_index_announcements_are_logged_and_the_command_line_shows_them(files, t
 
 
 def test_default_device_takes_an_intel_or_apple_gpu(monkeypatch, caplog):
-    from hf_ralm.placement import default_device
+    from hf_ralm.core.placement import default_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.xpu, "is_available", lambda: True)
@@ -285,7 +285,7 @@ def test_default_device_takes_an_intel_or_apple_gpu(monkeypatch, caplog):
 
 
 def test_resolve_device_knows_intel_gpus(monkeypatch):
-    from hf_ralm.placement import resolve_device
+    from hf_ralm.core.placement import resolve_device
 
     monkeypatch.setattr(torch.xpu, "is_available", lambda: False)
     with pytest.raises(SettingError, match=r"device 'xpu': PyTorch sees no Intel GPU \(XPU\) here"):

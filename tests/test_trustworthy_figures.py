@@ -14,8 +14,8 @@ import torch
 from conftest import ARTICLES, EVAL_TEXT, ON_TEST_DEVICE, TEST_DEVICE_ARGS, fail, make_tiny_model, write_jsonl
 from hf_ralm.cli import main
 from hf_ralm.errors import NonFiniteError, SettingError
-from hf_ralm.placement import resolve_dtype
-from hf_ralm.scoring import ScoredInput, check_finite
+from hf_ralm.core.placement import resolve_dtype
+from hf_ralm.core.scoring import ScoredInput, check_finite
 from hf_ralm.utils.atomic import write_json_atomic
 
 
@@ -170,7 +170,7 @@ def test_a_max_length_beyond_the_model_is_refused(files, capsys):
 
 def test_a_text_of_whitespace_is_scored_with_a_warning():
     from hf_ralm.errors import RalmWarning
-    from hf_ralm.plan import tokenize_text
+    from hf_ralm.core.plan import tokenize_text
 
     class Characters:  # a tokenizer with a token per character, spaces included (as byte-level BPEs have)
         def __call__(self, text, add_special_tokens=False):

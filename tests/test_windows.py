@@ -1,4 +1,5 @@
-"""Exhaustive tests of the window arithmetic (hf_ralm.windows), checked against the paper's ``eval_lm.py`` loop."""
+"""Exhaustive tests of the window arithmetic (hf_ralm.config.windows), checked against the paper's ``eval_lm.py``
+loop."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ import re
 
 import pytest
 
-from hf_ralm.windows import Window, place_passage, plan_windows, query_span
+from hf_ralm.config.windows import Window, place_passage, plan_windows, query_span
 from hf_ralm.utils.checks import check_count
-from hf_ralm.perplexity import count_words, perplexity_figures
-from hf_ralm.data import join_rows
+from hf_ralm.core.perplexity import count_words, perplexity_figures
+from hf_ralm.core.data import join_rows
 
 
 def reference_loop(n: int, max_length: int, stride: int) -> list[tuple[int, int, int]]:

@@ -30,54 +30,56 @@ from typing import TYPE_CHECKING, Any
 from .utils.lazy import lazy_exports
 
 LAZY_EXPORTS = {
-    "batching": ("BatchSize",),
-    "compare": ("strategy_choices",),
-    "configuration_ralm": ("RalmConfig", "default_query_length"),
-    "data": ("join_rows", "load_dataset_text"),
-    "ensemble": ("ensemble_member_nlls", "mix_window_nlls"),
+    "core.batching": ("BatchSize",),
+    "evaluation.compare": ("strategy_choices",),
+    "config.configuration_ralm": ("RalmConfig", "default_query_length"),
+    "core.data": ("join_rows", "load_dataset_text"),
+    "core.ensemble": ("ensemble_member_nlls", "mix_window_nlls"),
     "errors": ("InputError",),
-    "evaluation": ("RalmEvalResult", "evaluate", "evaluate_perplexity", "evaluate_retrieval"),
+    "evaluation.pipeline": ("RalmEvalResult", "evaluate", "evaluate_perplexity", "evaluate_retrieval"),
     "generation": ("RalmGenerateOutput", "RalmLogitsProcessor"),
-    "model_inputs": ("passage_prefix", "window_prefixes"),
+    "core.model_inputs": ("passage_prefix", "window_prefixes"),
     "modeling_ralm": ("RalmCausalLMOutput", "RetrievalAugmentedModel"),
-    "modeling_utils": ("model_device", "model_identity", "resolve_max_length"),
-    "passage_cache": ("PassageKVCache",),
-    "perplexity": ("count_words", "perplexity_figures", "perplexity_from_nll"),
-    "plan": ("prepare", "tokenize_text"),
-    "qa": ("MAX_NEW_TOKENS", "evaluate_qa", "load_questions", "write_gold_corpus"),
-    "records": ("RecordStore", "digest"),
-    "runs": ("ChunkRun", "RunOptions"),
+    "core.modeling_utils": ("model_device", "model_identity", "resolve_max_length"),
+    "core.passage_cache": ("PassageKVCache",),
+    "core.perplexity": ("count_words", "perplexity_figures", "perplexity_from_nll"),
+    "core.plan": ("prepare", "tokenize_text"),
+    "evaluation.qa": ("MAX_NEW_TOKENS", "evaluate_qa", "load_questions", "write_gold_corpus"),
+    "runs.store": ("RecordStore",),
+    "runs.fingerprints": ("digest",),
+    "runs.harness": ("ChunkRun", "RunOptions"),
     "retrieval": ("RETRIEVER_NAMES", "BM25Retriever", "Retriever", "load_retriever", "load_retriever_from_pretrained",
                   "register_retriever", "retriever_class"),
-    "passages": ("Passage", "passage_text"),
-    "scoring": ("score_windows",),
-    "windows": ("Window", "plan_windows"),
+    "config.passages": ("Passage", "passage_text"),
+    "core.scoring": ("score_windows",),
+    "config.windows": ("Window", "plan_windows"),
 }
 """The package's public names, by the module that defines them: imported when first used (PEP 562), so that
 ``import hf_ralm`` (and ``hf-ralm --help``, whose package this is) loads neither torch nor transformers."""
 
-SUBPACKAGES = ("cli", "generation", "integrations", "metrics", "reranker_training", "reranking", "retrieval",
-               "selection", "testing", "utils")
+SUBPACKAGES = ("cli", "config", "core", "evaluation", "generation", "integrations", "metrics", "reranker_training",
+               "retrieval", "runs", "selection", "testing", "utils")
 """The subpackages reachable as attributes (``hf_ralm.retrieval.BM25Retriever``) without importing them first."""
 
 if TYPE_CHECKING:  # what type checkers and the API reference read; at run time, LAZY_EXPORTS
-    from .batching import BatchSize
-    from .compare import strategy_choices
-    from .configuration_ralm import RalmConfig, default_query_length
-    from .data import join_rows, load_dataset_text
-    from .ensemble import ensemble_member_nlls, mix_window_nlls
+    from .core.batching import BatchSize
+    from .evaluation.compare import strategy_choices
+    from .config.configuration_ralm import RalmConfig, default_query_length
+    from .core.data import join_rows, load_dataset_text
+    from .core.ensemble import ensemble_member_nlls, mix_window_nlls
     from .errors import InputError
-    from .evaluation import RalmEvalResult, evaluate, evaluate_perplexity, evaluate_retrieval
+    from .evaluation.pipeline import RalmEvalResult, evaluate, evaluate_perplexity, evaluate_retrieval
     from .generation import RalmGenerateOutput, RalmLogitsProcessor
-    from .model_inputs import passage_prefix, window_prefixes
+    from .core.model_inputs import passage_prefix, window_prefixes
     from .modeling_ralm import RalmCausalLMOutput, RetrievalAugmentedModel
-    from .modeling_utils import model_device, model_identity, resolve_max_length
-    from .passage_cache import PassageKVCache
-    from .perplexity import count_words, perplexity_figures, perplexity_from_nll
-    from .plan import prepare, tokenize_text
-    from .qa import MAX_NEW_TOKENS, evaluate_qa, load_questions, write_gold_corpus
-    from .records import RecordStore, digest
-    from .runs import ChunkRun, RunOptions
+    from .core.modeling_utils import model_device, model_identity, resolve_max_length
+    from .core.passage_cache import PassageKVCache
+    from .core.perplexity import count_words, perplexity_figures, perplexity_from_nll
+    from .core.plan import prepare, tokenize_text
+    from .evaluation.qa import MAX_NEW_TOKENS, evaluate_qa, load_questions, write_gold_corpus
+    from .runs.store import RecordStore
+    from .runs.fingerprints import digest
+    from .runs.harness import ChunkRun, RunOptions
     from .retrieval import (
         RETRIEVER_NAMES,
         BM25Retriever,
@@ -87,9 +89,9 @@ if TYPE_CHECKING:  # what type checkers and the API reference read; at run time,
         register_retriever,
         retriever_class,
     )
-    from .passages import Passage, passage_text
-    from .scoring import score_windows
-    from .windows import Window, plan_windows
+    from .config.passages import Passage, passage_text
+    from .core.scoring import score_windows
+    from .config.windows import Window, plan_windows
 
 _export, _exported = lazy_exports(__name__, LAZY_EXPORTS)
 
@@ -142,7 +144,7 @@ def _register_lm_eval() -> None:
 
 _register_lm_eval()
 
-AUTO_CLASS_MODULES = {"transformers.models.auto.configuration_auto": "configuration_ralm",
+AUTO_CLASS_MODULES = {"transformers.models.auto.configuration_auto": "config.configuration_ralm",
                       "transformers.models.auto.modeling_auto": "modeling_ralm"}
 """transformers' Auto classes' modules, and the module of hf-ralm's that registers the RALM with them on import
 (``AutoConfig``: :class:`RalmConfig`; ``AutoModelForCausalLM``: :class:`RetrievalAugmentedModel`)."""

@@ -18,8 +18,8 @@ from typing import Sequence
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from .compare import Comparison
-from .configuration_ralm import RALM_FIELDS, RalmConfig
+from .evaluation.compare import Comparison
+from .config.configuration_ralm import RALM_FIELDS, RalmConfig
 from .retrieval.base import Retriever
 from .retrieval.local import LocalIndexRetriever
 from .utils.paths import looks_local

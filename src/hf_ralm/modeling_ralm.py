@@ -30,24 +30,24 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationMixin, PreTrainedConfig, PreTrainedModel
 from transformers.utils import CONFIG_NAME, ModelOutput
 
-from .configuration_ralm import RALM_FIELDS, RalmConfig
-from .compare import DEFAULT_STRATEGIES, Comparison, compare_strategies
+from .config.configuration_ralm import RALM_FIELDS, RalmConfig
+from .evaluation.compare import DEFAULT_STRATEGIES, Comparison, compare_strategies
 from .model_card import ralm_model_card
-from .evaluation import RalmEvalResult, evaluate
+from .evaluation.pipeline import RalmEvalResult, evaluate
 from .generation import ralm_generate
 from .errors import MissingFileError, SavedFolderError, SettingError, setting
-from .passages import Passage
-from .placement import DEVICE_DEFAULT, default_device, resolve_device, resolve_dtype
+from .config.passages import Passage
+from .core.placement import DEVICE_DEFAULT, default_device, resolve_device, resolve_dtype
 from .retrieval.base import RETRIEVER_CONFIG_FILE, Retriever, read_forbidden_titles
 from .retrieval.factory import (check_retriever_config, load_retriever, pretrained_folder, read_retriever_config,
                                 retriever_from_folder)
 from .retrieval.index_folder import names_a_local_path, saved_path
-from .runs import RunOptions
+from .runs.harness import RunOptions
 from .selection.rankers import load_reranker
 from .utils.atomic import write_text_atomic
 from .utils.extras import require
 from .utils.paths import OFFLINE_HINT, missing_local_path
-from .utils.shards import Shard
+from .runs.shards import Shard
 from .utils.widened_linear import widen_where_bfloat16_is_slow
 
 
@@ -357,7 +357,7 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
             encoder: the dense retriever's encoder (``"dense"``, ``"hybrid"``); ``query_length`` then defaults to
                 64 (the paper's best for dense retrieval) instead of 32 unless given.
             device: where a model loaded here goes (default: the GPU when there is one, this rank's under torchrun,
-                else the CPU: :func:`~hf_ralm.placement.default_device`); not with ``device_map``, which places it
+                else the CPU: :func:`~hf_ralm.core.placement.default_device`); not with ``device_map``, which places it
                 itself (accelerate's big-model placement, for a model larger than one GPU). A loaded model given
                 here stays where it is. A model loaded here in bfloat16 on a CPU without bfloat16 instructions gets
                 its linear layers computed in float32 and rounded back to bfloat16, several times faster there
@@ -378,7 +378,7 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
                 base model's loading. ``dtype`` (or ``torch_dtype``): ``"auto"`` is transformers' (the checkpoint's
                 own precision); not given, ``"device-default"``, hf-ralm's choice for the device: bfloat16 on a GPU
                 that has it, float16 on another GPU (float32 for the families that overflow in float16: Gemma, T5)
-                and float32 elsewhere (:func:`~hf_ralm.placement.resolve_dtype`; the command line's
+                and float32 elsewhere (:func:`~hf_ralm.core.placement.resolve_dtype`; the command line's
                 ``--dtype auto``); a name or a ``torch.dtype`` is used as it is. For a saved RALM, ``revision``
                 names one of its repository, and the base model loads at its own default.
 
@@ -534,10 +534,11 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
         return self._reranker
 
     def evaluate_perplexity(self, text_or_ids: str | Sequence[int], **kwargs) -> RalmEvalResult:
-        """In-Context RALM perplexity of a text under the paper's conventions: :func:`hf_ralm.evaluation.evaluate`
-        with this model's retriever, config and reranker; the keyword arguments are its own and the run options
-        (``run=``, a :class:`~hf_ralm.runs.RunOptions`, or its fields as keywords: ``output_dir=`` saves the progress
-        chunk by chunk, and a rerun resumes it).
+        """In-Context RALM perplexity of a text under the paper's conventions:
+        :func:`hf_ralm.evaluation.pipeline.evaluate` with this model's retriever, config and reranker; the keyword
+        arguments are its own and the run options
+        (``run=``, a :class:`~hf_ralm.runs.harness.RunOptions`, or its fields as keywords: ``output_dir=`` saves the
+        progress chunk by chunk, and a rerun resumes it).
 
         Example::
 
@@ -553,9 +554,9 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
                            **kwargs) -> Comparison:
         """Several passage-selection strategies (``"none"``, ``"top1"``, ``"lm-gate"``, ``"zero-shot"``,
         ``"oracle"``, ...) on the same windows of a text, from one reader pass; see
-        :func:`hf_ralm.compare.compare_strategies` for the keyword arguments (``run=``, a
-        :class:`~hf_ralm.runs.RunOptions`, or its fields as keywords, as :meth:`evaluate_perplexity` takes them).
-
+        :func:`hf_ralm.evaluation.compare.compare_strategies` for the keyword arguments (``run=``, a
+        :class:`~hf_ralm.runs.harness.RunOptions`, or its fields as keywords, as :meth:`evaluate_perplexity` takes
+        them).
         Example::
 
             comparison = model.compare_strategies(text, ["none", "top1", "lm-gate"], max_eval_tokens=1024)

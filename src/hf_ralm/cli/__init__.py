@@ -6,7 +6,8 @@
 The command line only parses: each command is one module here (its parser, then parse → one library call → print),
 built from the flag groups it uses (argparse parent parsers: model, retriever, RALM settings, passages, dataset,
 batching, output, :mod:`hf_ralm.cli.common`), so ``--help`` lists exactly what a command takes. The RALM settings'
-flags are generated from :class:`~hf_ralm.configuration_ralm.RalmConfig` (:mod:`hf_ralm.cli.settings`: their defaults,
+flags are generated from :class:`~hf_ralm.config.configuration_ralm.RalmConfig` (:mod:`hf_ralm.cli.settings`: their
+defaults,
 types and help have one source); the checks live in the library, and :data:`FLAGS` names their arguments as flags.
 Every usage error ends with one line ``hf-ralm: error: ...`` and exit status 2: the library's errors for bad input (a
 ``ValueError`` such as :class:`~hf_ralm.errors.InputError`, an ``OSError``) name the file or the setting, and
@@ -34,7 +35,7 @@ from typing import Callable, Iterator
 
 from ..errors import RalmWarning
 from ..utils.lazy import lazy_exports
-from ..utils.shards import Shard
+from ..runs.shards import Shard
 from . import eval_lm, eval_qa, generate, index, lm_eval, rerank_data, retrieve, train_reranker
 from .common import DEBUG_HELP, Parser, error_message, fail, use_saved_settings
 
@@ -149,7 +150,7 @@ def _library_messages() -> Iterator[None]:
 
 
 def _start_workers(args: argparse.Namespace) -> Shard:
-    """This process's shard of the run (:class:`~hf_ralm.utils.shards.Shard`), announced on stderr before any work
+    """This process's shard of the run (:class:`~hf_ralm.runs.shards.Shard`), announced on stderr before any work
     when the environment set it; under torchrun or accelerate with more than one rank, the process group is started
     here (NCCL on GPUs, gloo on CPUs), so the ranks can meet before rank 0 writes the merged results."""
     shard = Shard.resolve(getattr(args, "num_shards", None), getattr(args, "shard_id", None))

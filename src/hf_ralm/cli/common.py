@@ -17,7 +17,7 @@ from ..errors import CorpusError, NamesSettings
 from ..utils.checks import check_count, is_input_file
 
 if TYPE_CHECKING:
-    from ..runs import RunOptions
+    from ..runs.harness import RunOptions
 
 # What ``hf-ralm --help``, ``--version`` and the top-level usage errors need is imported here; the flag groups' values
 # (RalmConfig's defaults, the registries' names), which import transformers and torch, when a command's parser is made.
@@ -35,7 +35,7 @@ COUNTS = {"batch_size": 1, "max_eval_tokens": 2, "max_new_tokens": 1, "max_quest
 
 def count_or_auto(value: str) -> int | str:
     """``--batch-size``: a count, or ``auto``."""
-    from ..batching import parse_batch_size
+    from ..core.batching import parse_batch_size
 
     try:
         return parse_batch_size(value)
@@ -71,8 +71,8 @@ def fail(message: str) -> None:
 
 class Parser(argparse.ArgumentParser):
     """Reports usage errors as ``hf-ralm: error: ...`` (a subcommand's too), resolves ``--query-length`` when it
-    is not given: the retriever's default (:func:`~hf_ralm.configuration_ralm.default_query_length`), and takes flags
-    only by their full names (argparse's prefix matching would read ``--strid 4`` as ``--stride 4``, and a flag
+    is not given: the retriever's default (:func:`~hf_ralm.config.configuration_ralm.default_query_length`), and takes
+    flags only by their full names (argparse's prefix matching would read ``--strid 4`` as ``--stride 4``, and a flag
     added later could change what an abbreviation in a user's script means)."""
 
     def __init__(self, *args, **kwargs):
@@ -82,7 +82,7 @@ class Parser(argparse.ArgumentParser):
     def parse_known_args(self, args=None, namespace=None):
         namespace, extras = super().parse_known_args(args, namespace)
         if "query_length" in vars(namespace) and namespace.query_length is None:
-            from ..configuration_ralm import default_query_length
+            from ..config.configuration_ralm import default_query_length
 
             namespace.query_length = default_query_length(namespace.retriever)
         if "--model" in self._option_string_actions:  # a command's parser: what use_saved_settings needs to know
@@ -129,8 +129,8 @@ def flag_groups() -> dict[str, dict[str, dict]]:
     """The flags the commands share besides the RALM settings, by group; each group is a parent parser that a command
     takes whole or not at all (``retrieve``: model, retriever, RALM settings, dataset, output). Made when first asked
     for: their defaults and choices come from the library (``--retriever``'s from its registry)."""
-    from ..placement import COMMAND_LINE_DTYPES
-    from ..resume import CHUNK_SIZE
+    from ..core.placement import COMMAND_LINE_DTYPES
+    from ..evaluation.window_records import CHUNK_SIZE
     from ..retrieval.registry import RETRIEVER_NAMES
     from .settings import FLAGS
 
@@ -259,7 +259,7 @@ def use_saved_settings(args: argparse.Namespace) -> None:
         use_saved_settings(args)  # hf-ralm: warning: --stride 8 overrides the saved folder's retrieval_stride 4
         args.retriever, args.stride, args.max_length   # ('bm25', 8, 512): the folder's retriever and window length
     """
-    from ..configuration_ralm import check_setting_values
+    from ..config.configuration_ralm import check_setting_values
     from ..modeling_ralm import saved_ralm_settings
     from .settings import FLAGS
 
@@ -302,7 +302,7 @@ def load_model(args, settings: dict, retriever: str, forbidden_titles=None, load
     ``--retriever`` :func:`use_saved_settings` resolved), that saved retriever, the retriever flags given replacing
     its values."""
     from ..modeling_ralm import RetrievalAugmentedModel, saved_ralm_settings
-    from ..placement import COMMAND_LINE_DTYPES
+    from ..core.placement import COMMAND_LINE_DTYPES
 
     model_kwargs = {"dtype": COMMAND_LINE_DTYPES[args.dtype]}  # --dtype auto: hf-ralm's choice for the device
     for name in ("gguf_file", "device_map", "attn_implementation"):
@@ -328,7 +328,7 @@ def load_model(args, settings: dict, retriever: str, forbidden_titles=None, load
 
 def text_and_model(args, retriever: str, load_weights: bool = True):
     """The evaluation text, the model and its loading time of ``retrieve`` and ``eval-lm``, after their checks."""
-    from ..data import load_dataset_text
+    from ..core.data import load_dataset_text
     from .settings import ralm_settings
 
     check_args(args, "model", "dataset_path")
@@ -349,14 +349,15 @@ def report_extra(args, load_s: float) -> dict:
 
 RUN_FLAGS = ("output_dir", "chunk_size", "overwrite", "repair", "accept_unverified", "num_shards", "shard_id",
              "batch_size")
-"""The :class:`~hf_ralm.runs.RunOptions` fields a command may take as flags (``--output-dir`` ... ``--batch-size``)."""
+"""The :class:`~hf_ralm.runs.harness.RunOptions` fields a command may take as flags (``--output-dir`` ...
+``--batch-size``)."""
 
 
 def run_options(args, load_s: float | None = None) -> RunOptions:
-    """A command's :class:`~hf_ralm.runs.RunOptions`: where it keeps its progress, how, which part of the run this
-    worker does and its batch size, from those of :data:`RUN_FLAGS` the command has (the others keep their
+    """A command's :class:`~hf_ralm.runs.harness.RunOptions`: where it keeps its progress, how, which part of the run
+    this worker does and its batch size, from those of :data:`RUN_FLAGS` the command has (the others keep their
     defaults); with ``load_s``, its arguments and the model's load time for its report (``eval.json``)."""
-    from ..runs import RunOptions
+    from ..runs.harness import RunOptions
 
     extra = None if load_s is None else report_extra(args, load_s)
     return RunOptions(**{name: getattr(args, name) for name in RUN_FLAGS if hasattr(args, name)}, report_extra=extra)

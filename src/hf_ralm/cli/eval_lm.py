@@ -1,7 +1,7 @@
 """``hf-ralm eval-lm``: In-Context RALM perplexity (:meth:`~hf_ralm.RetrievalAugmentedModel.evaluate_perplexity`), or
 several passage-selection strategies side by side (``--compare``:
 :meth:`~hf_ralm.RetrievalAugmentedModel.compare_strategies`), after the run's plan and estimate
-(:mod:`hf_ralm.run_cost`)."""
+(:mod:`hf_ralm.evaluation.run_cost`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import dataclasses
 import sys
 
 from ..utils.outputs import json_object_with, text_starting_with
-from ..utils.shards import is_writer
+from ..runs.shards import is_writer
 from .common import fail, parent, print_json, run_options, text_and_model
 from .outputs import check_outputs, evaluation_output_dir
 from .retrieve import GROUPS
@@ -26,7 +26,7 @@ EVAL_LM_KEYS = ("token_ppl", "word_ppl", "nll_sum", "num_tokens", "num_scored", 
 
 
 def add_parser(sub) -> None:
-    from ..compare import STRATEGIES as COMPARE_STRATEGIES
+    from ..evaluation.compare import STRATEGIES as COMPARE_STRATEGIES
 
     parser = sub.add_parser(NAME, help=HELP, parents=[parent(title) for title in GROUPS])
     parser.add_argument("--allow-long-run", action="store_true",
@@ -45,9 +45,10 @@ def add_parser(sub) -> None:
 
 
 def plan_or_refuse(args: argparse.Namespace, model, text: str, compare_k: int | None = None) -> None:
-    """Say on stderr what the run will do and how long one window took here (:func:`~hf_ralm.run_cost.estimate_run`);
+    """Say on stderr what the run will do and how long one window took here
+    (:func:`~hf_ralm.evaluation.run_cost.estimate_run`);
     a CPU run estimated beyond an hour is refused unless ``--allow-long-run``."""
-    from ..run_cost import check_run_length, describe_run, estimate_run
+    from ..evaluation.run_cost import check_run_length, describe_run, estimate_run
 
     estimate = estimate_run(model.language_model, model.tokenizer, text, model.config,
                             retrieving=args.retriever != "none" or bool(args.retrieval_file),
@@ -59,10 +60,10 @@ def plan_or_refuse(args: argparse.Namespace, model, text: str, compare_k: int | 
 
 def run(args: argparse.Namespace):
     """The figures of the evaluation, with passages retrieved as it goes or read from ``--retrieval-file``; with
-    ``--compare``, the strategies' :class:`~hf_ralm.compare.Comparison`."""
+    ``--compare``, the strategies' :class:`~hf_ralm.evaluation.compare.Comparison`."""
     if args.compare is not None:
         return _compare(args)
-    from ..evaluation import RETRIEVAL_FILE
+    from ..evaluation.pipeline import RETRIEVAL_FILE
     from ..retrieval.dataset import is_retrieval_dataset
 
     check_outputs(args, files=[("--save-retrieval-file", args.save_retrieval_file, RETRIEVAL_FILE, "retrieval file")],
@@ -75,7 +76,7 @@ def run(args: argparse.Namespace):
     # forbidden titles), which also fetches the texts of a dataset that holds only ids
     text, model, load_s = text_and_model(args, "none" if args.retrieval_file and not dataset else args.retriever)
     if dataset:  # a run it was not made for is refused before a window is timed
-        from ..evaluation import check_retrieval_dataset
+        from ..evaluation.pipeline import check_retrieval_dataset
 
         check_retrieval_dataset(model.language_model, model.tokenizer, text, model.retriever, model.config,
                                 args.retrieval_file, max_eval_tokens=args.max_eval_tokens)
@@ -90,7 +91,7 @@ def run(args: argparse.Namespace):
 
 def _compare(args: argparse.Namespace):
     """``eval-lm --compare``: the strategies' table, written to ``--output-dir``'s compare.json and compare.csv."""
-    from ..compare import COMPARE_CSV, COMPARE_FILE, StrategyFigures, candidates_per_window, check_strategies
+    from ..evaluation.compare import COMPARE_CSV, COMPARE_FILE, StrategyFigures, candidates_per_window, check_strategies
 
     strategies = check_strategies([name.strip() for name in args.compare.split(",") if name.strip()])
     for flag, given in (("--retrieval-file", args.retrieval_file), ("--save-retrieval-file", args.save_retrieval_file)):

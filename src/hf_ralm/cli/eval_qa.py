@@ -1,4 +1,4 @@
-"""``hf-ralm eval-qa``: open-domain QA exact match, the paper's §7 (:func:`hf_ralm.qa.evaluate_qa`)."""
+"""``hf-ralm eval-qa``: open-domain QA exact match, the paper's §7 (:func:`hf_ralm.evaluation.qa.evaluate_qa`)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ HELP = "open-domain QA exact match (the paper's §7)"
 
 
 def add_parser(sub) -> None:
-    from ..qa import GOLD_CORPUS_FILE, MAX_NEW_TOKENS
+    from ..evaluation.qa import GOLD_CORPUS_FILE, MAX_NEW_TOKENS
     from .settings import FLAGS
 
     parser = sub.add_parser(
@@ -55,9 +55,18 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> dict:
     """Answer the questions and write ``predictions.jsonl`` and ``eval.json``; the figures."""
-    from ..evaluation import EVAL_REPORT
-    from ..qa import EVAL_FILE, GOLD_CORPUS_FILE, PREDICTIONS_FILE, check_qa_output_dir, default_num_docs, \
-        evaluate_qa, load_questions, qa_run_settings, write_gold_corpus
+    from ..evaluation.pipeline import EVAL_REPORT
+    from ..evaluation.qa import (
+        EVAL_FILE,
+        GOLD_CORPUS_FILE,
+        PREDICTIONS_FILE,
+        check_qa_output_dir,
+        default_num_docs,
+        evaluate_qa,
+        load_questions,
+        qa_run_settings,
+        write_gold_corpus,
+    )
 
     check_args(args, "model", "questions")
     if args.output_dir:  # before the gold passages are written there

@@ -60,9 +60,9 @@ def run(args: argparse.Namespace) -> tuple[list, object]:
     """Per prompt a :class:`~hf_ralm.generation.texts.GeneratedText`, and the tokenizer."""
     import torch
 
-    from ..configuration_ralm import RalmConfig
+    from ..config.configuration_ralm import RalmConfig
     from ..generation.texts import GeneratedText, generate_texts_in_batches
-    from ..selection.strategies import check_generation
+    from ..config.strategies import check_generation
     from .settings import ralm_settings
 
     check_args(args, "model")

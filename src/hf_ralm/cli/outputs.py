@@ -55,7 +55,7 @@ def check_outputs(args: argparse.Namespace, *, files: Sequence[tuple[str, str | 
 
 def evaluation_output_dir(args: argparse.Namespace) -> tuple[str, str | None, FinalFiles]:
     """``--output-dir`` of ``retrieve`` and ``eval-lm`` for :func:`check_outputs`: its final ``eval.json``."""
-    from ..evaluation import EVAL_REPORT
-    from ..resume import EVAL_FILE
+    from ..evaluation.pipeline import EVAL_REPORT
+    from ..evaluation.window_records import EVAL_FILE
 
     return "--output-dir", args.output_dir, {EVAL_FILE: (EVAL_REPORT, "evaluation report")}

@@ -1,5 +1,5 @@
 """``hf-ralm retrieve``: every evaluation window's retrieved passages (and, reranked or gated, the choices) as a
-retrieval file or a Hugging Face dataset (:func:`hf_ralm.evaluation.evaluate` without scoring)."""
+retrieval file or a Hugging Face dataset (:func:`hf_ralm.evaluation.pipeline.evaluate` without scoring)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import argparse
 import shlex
 import sys
 
-from ..utils.shards import is_writer
+from ..runs.shards import is_writer
 from .common import add_flags, fail, parent, print_json, run_options, text_and_model
 from .outputs import check_outputs, evaluation_output_dir
 
@@ -48,10 +48,10 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> dict:
     """The retrievals written to ``--save-retrieval-file`` (JSON) and/or ``--save-retrieval-dataset`` (a Hugging Face
     dataset folder, published with ``--push-to-hub``); the run's figures."""
-    from ..configuration_ralm import RalmConfig
-    from ..evaluation import RETRIEVAL_FILE, evaluate
+    from ..config.configuration_ralm import RalmConfig
+    from ..evaluation.pipeline import RETRIEVAL_FILE, evaluate
     from ..retrieval.dataset import check_dataset_folder, push_retrieval_dataset
-    from ..selection.strategies import reader_ranks
+    from ..config.strategies import reader_ranks
     from .settings import ralm_settings
 
     if not args.save_retrieval_file and not args.save_retrieval_dataset:

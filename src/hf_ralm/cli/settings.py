@@ -1,6 +1,7 @@
-"""The RALM settings as command-line flags, generated from :data:`~hf_ralm.configuration_ralm.SETTING_FLAGS` (each
-setting's flag, group and help) and :class:`~hf_ralm.configuration_ralm.RalmConfig` (its default and type): one source
-for ``hf-ralm`` and for any script that takes the same settings (the benchmarks).
+"""The RALM settings as command-line flags, generated from :data:`~hf_ralm.config.configuration_ralm.SETTING_FLAGS`
+(each
+setting's flag, group and help) and :class:`~hf_ralm.config.configuration_ralm.RalmConfig` (its default and type): one
+source for ``hf-ralm`` and for any script that takes the same settings (the benchmarks).
 
 Example::
 
@@ -22,9 +23,9 @@ import re
 from dataclasses import fields
 from typing import Any, Collection, Mapping, Sequence
 
-from ..configuration_ralm import RALM_FIELDS, SETTING_FLAGS, RalmConfig
+from ..config.configuration_ralm import RALM_FIELDS, SETTING_FLAGS, RalmConfig
 from ..errors import name_settings
-from ..selection.strategies import strategies_help, strategy_names
+from ..config.strategies import strategies_help, strategy_names
 
 FLAGS: dict[str, str] = {
     **{name: flag.flag for name, flag in SETTING_FLAGS.items()},
@@ -64,7 +65,8 @@ FLAGS: dict[str, str] = {
     "words_per_passage": "--words-per-passage",
 }
 """The one place where Python argument names (:class:`RalmConfig` fields, from
-:data:`~hf_ralm.configuration_ralm.SETTING_FLAGS`, and the evaluation functions' arguments) become flags: the flag of
+:data:`~hf_ralm.config.configuration_ralm.SETTING_FLAGS`, and the evaluation functions' arguments) become flags: the
+flag of
 each, for the RALM settings a command passes on and for the errors of the checks it runs (``retrieval_stride must be
 at least 1`` is printed as ``--stride must be at least 1``). A flag's ``args`` name is the flag without ``--``."""
 

@@ -8,7 +8,7 @@ new passage), the rows' caches are left-padded into one and run in a single forw
 attention mask over the padding and each row's own positions.
 
 Example:
-    >>> from hf_ralm.modeling_utils import empty_cache
+    >>> from hf_ralm.core.modeling_utils import empty_cache
     >>> row = Row([5, 6, 7])
     >>> context = Context((), 0, empty_cache(model), None)                        # doctest: +SKIP
     >>> context.next_logits(model, row.ids, stats).shape   # runs [5, 6, 7]      # doctest: +SKIP
@@ -24,10 +24,10 @@ import torch.nn.functional as F
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
-from ..configuration_ralm import RalmConfig
-from ..model_inputs import passage_prefix
-from ..modeling_utils import cache_kwargs, last_logits, model_device, one_logit_kwargs
-from ..passages import Passage
+from ..config.configuration_ralm import RalmConfig
+from ..core.model_inputs import passage_prefix
+from ..core.modeling_utils import cache_kwargs, last_logits, model_device, one_logit_kwargs
+from ..config.passages import Passage
 
 
 def encode_passage(tokenizer, passage: Passage | None, config: RalmConfig) -> list[int]:

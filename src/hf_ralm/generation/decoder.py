@@ -19,16 +19,16 @@ from typing import Sequence
 
 import torch
 
-from ..configuration_ralm import RalmConfig, check_ensemble
-from ..ensemble import ensemble_log_weights
+from ..config.configuration_ralm import RalmConfig, check_ensemble
+from ..core.ensemble import ensemble_log_weights
 from ..errors import SettingError, setting
-from ..model_inputs import context_indices, context_prefix, window_length
-from ..modeling_utils import empty_cache
-from ..passage_cache import DEFAULT_MAX_BYTES, PassageKVCache
-from ..passages import Passage
+from ..core.model_inputs import context_indices, context_prefix, window_length
+from ..core.modeling_utils import empty_cache
+from ..core.passage_cache import DEFAULT_MAX_BYTES, PassageKVCache
+from ..config.passages import Passage
 from ..retrieval.base import Retriever
 from ..selection.policy import PassagePolicy
-from ..selection.strategies import check_generation, reranks
+from ..config.strategies import check_generation, reranks
 from ..utils.checks import check_count
 from .contexts import Context, Row, RowBatch, pending_tokens, stride_start
 from .ranker import StrideRanker, random_key
@@ -36,7 +36,7 @@ from .ranker import StrideRanker, random_key
 
 def retrieval_weights(passages: Sequence[Passage], temperature: float = 1.0) -> list[float]:
     """The mixture weights of a row's passages: the softmax of their retrieval scores divided by ``temperature``
-    (the evaluation's, :func:`~hf_ralm.ensemble.ensemble_log_weights`), ``[1.0]`` for one or none."""
+    (the evaluation's, :func:`~hf_ralm.core.ensemble.ensemble_log_weights`), ``[1.0]`` for one or none."""
     if len(passages) <= 1:
         return [1.0]
     return ensemble_log_weights([p.score for p in passages], temperature).exp().tolist()

@@ -13,8 +13,8 @@ from __future__ import annotations
 import torch
 from transformers import LogitsProcessor
 
-from ..configuration_ralm import RalmConfig
-from ..passage_cache import DEFAULT_MAX_BYTES, PassageKVCache
+from ..config.configuration_ralm import RalmConfig
+from ..core.passage_cache import DEFAULT_MAX_BYTES, PassageKVCache
 from ..retrieval.base import Retriever
 from .contexts import Row
 from .decoder import RalmDecoder
@@ -33,7 +33,7 @@ class RalmLogitsProcessor(LogitsProcessor):
             1 puts the top passage(s) in context (``config.num_passages`` of them; with ``config.rerank`` the chosen
             one first); ``n > 1`` mixes the top ``n`` passages, one context each, weighted by the softmax of the
             retriever's scores over ``config.ensemble_temperature`` (REPLUG-style; not combined with reranking). The
-            per-token probabilities equal those of the evaluation's ensemble (:mod:`hf_ralm.ensemble`) on the same
+            per-token probabilities equal those of the evaluation's ensemble (:mod:`hf_ralm.core.ensemble`) on the same
             passages.
         reranker, rerank_batch_size: as for :func:`~hf_ralm.generation.ralm_generate`.
 

@@ -2,7 +2,7 @@
 context is the selection policy's choice (:class:`~hf_ralm.selection.policy.PassagePolicy`, with the registry's
 strategies, as in evaluation; :mod:`hf_ralm.generation` states the rules); what is generation's own is how an LM
 ranks a stride's options (:class:`StrideRanker`): the ranking inputs are scored by the evaluation's scorer
-(:func:`~hf_ralm.scoring.score_inputs`) and, for another LM, built as the evaluation builds them
+(:func:`~hf_ralm.core.scoring.score_inputs`) and, for another LM, built as the evaluation builds them
 (:meth:`~hf_ralm.selection.rankers.LMReranker.inputs`), and what a random choice is keyed on (:func:`random_key`).
 
 Example:
@@ -19,10 +19,10 @@ from __future__ import annotations
 import zlib
 from typing import Sequence
 
-from ..configuration_ralm import RalmConfig
-from ..passage_cache import PassageKVCache
-from ..passages import Passage
-from ..scoring import ScoredInput, score_inputs
+from ..config.configuration_ralm import RalmConfig
+from ..core.passage_cache import PassageKVCache
+from ..config.passages import Passage
+from ..core.scoring import ScoredInput, score_inputs
 from ..selection.rankers import LMReranker
 from .contexts import Row, encode_passage, stride_start
 
@@ -35,7 +35,7 @@ def ranking_start(num_tokens: int, rerank_tokens: int, starts: Sequence[int]) ->
 
 
 def random_key(prompt_ids: Sequence[int], stride_index: int) -> int:
-    """The key of :func:`~hf_ralm.selection.rules.random_choice` for stride ``j = stride_index`` of a row:
+    """The key of :func:`~hf_ralm.config.rules.random_choice` for stride ``j = stride_index`` of a row:
     ``crc32(prompt) · 2**32 + j``, the CRC-32 of the prompt's token ids written in decimal and joined by spaces. A
     row's choices depend on its prompt and the stride only, whatever the batch, its padding or its order.
 
@@ -50,7 +50,7 @@ class StrideRanker:
     """Ranks options for the rows of a stride (generation's :class:`~hf_ralm.selection.policy.Ranker`): each row's
     option ``d_i`` as the stride's context ``[d_i; x[a_i:]]``, ranked on the last ``rerank_tokens`` tokens of ``x``
     (:func:`ranking_start`) by the reader, or by another LM in text. The inputs of all rows run in one
-    :func:`~hf_ralm.scoring.score_inputs` call (with ``reuse_prefix_kv``, passages' keys/values shared through
+    :func:`~hf_ralm.core.scoring.score_inputs` call (with ``reuse_prefix_kv``, passages' keys/values shared through
     ``passage_cache``, and another LM's through ``lm_caches``, kept across strides).
 
     Example::

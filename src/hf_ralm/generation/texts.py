@@ -14,9 +14,9 @@ import json
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..batching import BatchSize
-from ..configuration_ralm import RalmConfig
-from ..modeling_utils import left_pad, model_device, padding_id
+from ..core.batching import BatchSize
+from ..config.configuration_ralm import RalmConfig
+from ..core.modeling_utils import left_pad, model_device, padding_id
 from ..retrieval.base import Retriever
 from .utils import ralm_generate
 
@@ -85,7 +85,7 @@ class GeneratedText:
 
 def generate_texts(model, tokenizer, retriever: Retriever | None, config: RalmConfig, prompts: Sequence[str],
                    reranker=None, **kwargs) -> list[GeneratedText]:
-    """Generate from ``prompts`` (one left-padded batch, :func:`~hf_ralm.modeling_utils.left_pad`) with
+    """Generate from ``prompts`` (one left-padded batch, :func:`~hf_ralm.core.modeling_utils.left_pad`) with
     :func:`~hf_ralm.generation.ralm_generate` (``kwargs``: what ``generate`` takes, e.g. ``max_new_tokens``,
     ``do_sample``); per prompt a :class:`GeneratedText`, its output cut after the first end-of-sequence token (the
     model's or the tokenizer's)."""
@@ -110,8 +110,8 @@ def generate_texts_in_batches(model, tokenizer, retriever: Retriever | None, con
                               prompts: Sequence[str], reranker=None, *, batch_size: int | str = 8,
                               show_progress: bool = True, **kwargs) -> list[GeneratedText]:
     """:func:`generate_texts` over any number of ``prompts``, ``batch_size`` at a time (``"auto"``: from 64 on a GPU,
-    the batch run again at half the size after an out-of-memory error, :class:`~hf_ralm.batching.BatchSize`), with a
-    bar over the prompts when they take more than one batch. What ``hf-ralm generate`` runs.
+    the batch run again at half the size after an out-of-memory error, :class:`~hf_ralm.core.batching.BatchSize`), with
+    a bar over the prompts when they take more than one batch. What ``hf-ralm generate`` runs.
 
     Example::
 

@@ -20,9 +20,9 @@ from transformers.generation.configuration_utils import GenerationMode
 from transformers.generation.stopping_criteria import StopStringCriteria
 from transformers.utils import logging
 
-from ..configuration_ralm import RalmConfig
-from ..modeling_utils import left_pad, model_device
-from ..passage_cache import DEFAULT_MAX_BYTES, PassageKVCache
+from ..config.configuration_ralm import RalmConfig
+from ..core.modeling_utils import left_pad, model_device
+from ..core.passage_cache import DEFAULT_MAX_BYTES, PassageKVCache
 from ..retrieval.base import Retriever
 from ..utils.progress import tqdm
 from .contexts import Row
@@ -184,7 +184,7 @@ def ralm_generate(
     per-row ``sources`` when ``return_dict_in_generate=True``.
 
     Args:
-        passage_cache: a :class:`~hf_ralm.passage_cache.PassageKVCache` of ``model`` to reuse passages' keys/values
+        passage_cache: a :class:`~hf_ralm.core.passage_cache.PassageKVCache` of ``model`` to reuse passages' keys/values
             across calls; by default each call has its own, bounded by ``max_cache_bytes``.
         reranker: what ranks the candidates when ``config.rerank`` does not let the reader rank: the
             :class:`~hf_ralm.selection.rankers.LMReranker` of ``"lm"`` with a ``reranker_model``, or the

@@ -67,19 +67,19 @@ except ImportError:
     require("lm_eval", "lm-eval", "The ralm model of lm-evaluation-harness")  # one line naming the extra
     raise
 
-from ..batching import AUTO, BatchSize, parse_batch_size
-from ..configuration_ralm import RALM_FIELDS
+from ..core.batching import AUTO, BatchSize, parse_batch_size
+from ..config.configuration_ralm import RALM_FIELDS
 from ..errors import RalmWarning, SettingError, setting
 from ..generation.contexts import Row, stride_start
 from ..generation.decoder import RalmDecoder
 from ..modeling_ralm import RetrievalAugmentedModel
-from ..model_inputs import window_length
-from ..modeling_utils import left_pad, model_device, model_identity
-from ..passage_cache import PassageKVCache
-from ..placement import default_device
+from ..core.model_inputs import window_length
+from ..core.modeling_utils import left_pad, model_device, model_identity
+from ..core.passage_cache import PassageKVCache
+from ..core.placement import default_device
 from ..retrieval.base import retriever_identity
-from ..scoring import ScoredInput, score_continuations
-from ..selection.strategies import future_looking
+from ..core.scoring import ScoredInput, score_continuations
+from ..config.strategies import future_looking
 from ..utils.progress import tqdm
 
 __all__ = ["RalmLM", "RalmRequestStats", "cli_main"]
@@ -452,7 +452,7 @@ class RalmLM(TemplateLM):
                         ) -> dict[int, tuple[float, bool]]:
         """Retrieve and choose the passages of ``contexts`` (as generation's first stride does: one
         :class:`~hf_ralm.generation.decoder.RalmDecoder` call for them all), then score every continuation of each on
-        ``[passages; context]`` (:func:`~hf_ralm.scoring.score_continuations`, the passages' keys/values computed
+        ``[passages; context]`` (:func:`~hf_ralm.core.scoring.score_continuations`, the passages' keys/values computed
         once); by request index."""
         model, config = self.ralm.language_model, self.ralm.config
         decoder = RalmDecoder(model, self.tokenizer, self.ralm.retriever, config, passage_cache=self._passage_cache,

@@ -6,10 +6,10 @@ import math
 import warnings
 from typing import Sequence
 
-from ..configuration_ralm import RalmConfig
-from ..data import join_rows
+from ..config.configuration_ralm import RalmConfig
+from ..core.data import join_rows
 from ..errors import RalmWarning, setting
-from ..plan import tokenize_text
+from ..core.plan import tokenize_text
 
 JOINED_KEYS = ("nll_sum", "num_tokens", "num_scored", "num_words", "token_ppl", "word_ppl")
 """The figures of the predictions joined into one text, as ``hf-ralm eval-lm`` reports them."""

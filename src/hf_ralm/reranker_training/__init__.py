@@ -5,7 +5,6 @@ generation time, this reranker's use included, is :mod:`hf_ralm.selection`'s (th
 (:class:`RerankDataWriter`; :func:`load_rerank_data` gives back their texts, :func:`rerank_data_summary` counts
 them), :func:`train_reranker` trains it with the loss of Eq. 9, and :class:`PredictiveReranker` uses it. Training and
 using it need the ``rerank`` extra (``pip install "hf-ralm[rerank]"``); sentence-transformers is imported only then.
-(``hf_ralm.reranking``, this package's earlier name, still imports it.)
 
 Example::
 

@@ -8,7 +8,7 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ..records import titles_fingerprint
+from ..runs.fingerprints import titles_fingerprint
 from ..retrieval.base import read_forbidden_titles
 from .data import file_fingerprint
 

@@ -3,7 +3,7 @@
 For each training article (``{"id", "title", "text"}``, in the given order):
 
 1. its tokens are cut into the evaluation windows of the config (stride ``s``, window length ``L``), exactly as
-   evaluation cuts a text (:func:`~hf_ralm.windows.plan_windows`);
+   evaluation cuts a text (:func:`~hf_ralm.config.windows.plan_windows`);
 2. up to ``windows_per_article`` windows after window 0 are kept, spread evenly over the article
    (:func:`spread_windows`);
 3. each kept window's query (the last ``ℓ`` tokens before its first scored token) retrieves ``k``
@@ -26,7 +26,7 @@ computes only the windows no chunk holds (the saved records are checked to be th
 identify articles, so an article without a title, or whose id or title came before, is skipped); a rerun with other
 settings is refused, naming the setting, unless ``overwrite``, and a damaged chunk by its name, unless ``repair`` (moved
 aside and computed again). Many workers share a run (``num_shards`` and ``shard_id``, or the environment of torchrun,
-accelerate or a Slurm array: :class:`~hf_ralm.utils.shards.Shard`): each walks the plan (tokenizing and retrieving,
+accelerate or a Slurm array: :class:`~hf_ralm.runs.shards.Shard`): each walks the plan (tokenizing and retrieving,
 which is cheap beside the reader) and worker I scores chunks I, I + N, ...; together their chunks are one training set,
 the same as one process writes.
 
@@ -53,21 +53,21 @@ from typing import Any
 
 from transformers.utils import logging
 
-from ..configuration_ralm import RALM_FIELDS, RalmConfig
+from ..config.configuration_ralm import RALM_FIELDS, RalmConfig
 from ..errors import SettingError
-from ..model_inputs import window_length
-from ..batching import BatchSize
-from ..modeling_utils import model_device, model_identity, model_path
-from ..passages import Passage
-from ..plan import WindowPlan, prepare
+from ..core.model_inputs import window_length
+from ..core.batching import BatchSize
+from ..core.modeling_utils import model_device, model_identity, model_path
+from ..config.passages import Passage
+from ..core.plan import WindowPlan, prepare
 from ..retrieval.base import retriever_identity
 from ..retrieval.corpus import read_corpus
 from ..retrieval.local import LocalIndexRetriever
-from ..runs import ChunkRun, RunOptions
+from ..runs.harness import ChunkRun, RunOptions
 from ..selection.rerank import rerank_windows
 from ..utils.checks import check_count
 from ..utils.reproduction import provenance
-from ..windows import Window, query_span
+from ..config.windows import Window, query_span
 from .data import RerankDataWriter
 
 logger = logging.get_logger(__name__)
@@ -95,10 +95,10 @@ def collect_rerank_data(
     ``config`` gives the RALM settings (``retrieval_stride``, ``max_length``, ``query_length``, ``max_doc_tokens``,
     ``bos_every_window``, ``passage_template``, ``rerank_candidates`` as ``k``, ``rerank_tokens`` as ``s'``); its
     reranking strategy is not used: every candidate is scored. Collection stops after ``max_windows`` windows
-    (resumed ones included; ``None``: all articles). ``run`` (:class:`~hf_ralm.runs.RunOptions`; its
+    (resumed ones included; ``None``: all articles). ``run`` (:class:`~hf_ralm.runs.harness.RunOptions`; its
     ``output_dir`` is ``output_dir``) says how the run is kept: ``run.chunk_size`` windows a chunk (:data:`CHUNK_SIZE`
     when ``None``), ``run.overwrite``, ``run.repair``, progress; ``run.batch_size`` counts the reader's inputs (one per
-    candidate) per forward pass (``"auto"``: :class:`~hf_ralm.batching.BatchSize`). ``metadata`` adds settings the
+    candidate) per forward pass (``"auto"``: :class:`~hf_ralm.core.batching.BatchSize`). ``metadata`` adds settings the
     records depend on that this function cannot see, above all which articles they come from (e.g.
     ``{"articles_fingerprint": file_fingerprint(path),
     "num_articles": 1000}``: :func:`load_rerank_data` checks that fingerprint), and ``reproduce`` what reruns it

@@ -10,7 +10,7 @@ numbers and ids only, never texts, so that a long collection can be committed to
      "ranking_nlls": [40.1, ..., 41.7],  # the reader's NLL of the s' tokens before the target: zero-shot ranking
      "target_nlls": [9.8, ..., 10.4]}    # -log p(y | [d_i; x]) of the window's next stride y; both: no passage last
 
-A data folder (a :class:`~hf_ralm.records.RecordStore` folder)::
+A data folder (a :class:`~hf_ralm.runs.store.RecordStore` folder)::
 
     DATA_DIR/
       rerank_data.json          the settings (reader, k, s, ℓ, s', corpus and articles fingerprints, ...) and, under
@@ -46,8 +46,8 @@ from typing import Any
 import datasets
 
 from ..errors import SettingError, setting
-from ..records import RecordStore
-from ..selection.rules import choose_lowest, rank_correlation
+from ..runs.store import RecordStore
+from ..config.rules import choose_lowest, rank_correlation
 
 METADATA_FILE = "rerank_data.json"
 
@@ -177,7 +177,7 @@ def rerank_data_summary(folder: str | os.PathLike, max_records: int | None = Non
     ``candidates`` (passages in all), ``no_passage_best`` (share of windows whose lowest target NLL is without a
     passage), ``top1_is_oracle`` (share whose best passage is retrieval's first), ``zero_shot_is_oracle`` (share
     whose best passage is also the reader's lowest ranking NLL: zero-shot reranking's hit rate),
-    ``ranking_target_correlation`` (the mean over windows of :func:`~hf_ralm.selection.rules.rank_correlation`
+    ``ranking_target_correlation`` (the mean over windows of :func:`~hf_ralm.config.rules.rank_correlation`
     between the passages' ranking and target NLLs), ``target_nll_by_rank`` (the mean target NLL of the passage at each
     retrieval rank, over the windows that have one there) and ``target_nll_no_passage`` (without a passage): what
     each candidate position is worth on average, the part of the choice a reranker needs no text for; and ``seconds``
@@ -246,7 +246,7 @@ def load_rerank_data(
         dataset, settings = load_rerank_data("data/rerank", index_dir="~/indexes/wiki-bm25")
         dataset[0]["prefix"], dataset[0]["no_passage_logprob"]
     """
-    from ..passages import passage_text
+    from ..config.passages import passage_text
     from ..retrieval.corpus import read_corpus
     from ..retrieval.factory import load_retriever
     from ..retrieval.index_folder import read_index_info

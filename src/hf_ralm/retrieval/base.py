@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping, Sequence
 
 from ..errors import InputError, MissingFileError, SettingError, setting, utf8_errors
-from ..passages import Passage
-from ..records import titles_fingerprint
+from ..config.passages import Passage
+from ..runs.fingerprints import titles_fingerprint
 from ..utils.atomic import write_json_atomic
 from ..utils.checks import is_input_file
 from .index_folder import SAVED_INDEX_IDENTITY

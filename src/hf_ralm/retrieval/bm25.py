@@ -26,7 +26,7 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from ..passages import Passage, passage_text
+from ..config.passages import Passage, passage_text
 from ..utils.cpus import available_cpus
 from .analysis import ANALYSIS, analyze_texts, iter_analyzed
 from .base import passages_from_table

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 from ..errors import SettingError
-from ..utils.shards import Shard
+from ..runs.shards import Shard
 from .corpus import WORDS_PER_PASSAGE
 from .index_folder import default_index_dir
 from .registry import retriever_class

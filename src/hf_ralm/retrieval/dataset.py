@@ -36,14 +36,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..configuration_ralm import SETTING_FLAGS, RalmConfig
+from ..config.configuration_ralm import SETTING_FLAGS, RalmConfig
 from ..errors import RetrievalFileError, setting, utf8_errors
-from ..records import check_output_folder, digest, ids_fingerprint
+from ..runs.store import check_output_folder
+from ..runs.fingerprints import digest, ids_fingerprint
 from ..utils.atomic import write_durably, write_json_atomic, write_text_atomic
 from ..utils.datasets_io import load_hf_dataset
 from ..utils.paths import OFFLINE_HINT
 from ..utils.reproduction import provenance
-from ..windows import Window
+from ..config.windows import Window
 from .base import retriever_identity
 from .corpus import HUB_PREFIX
 from .factory import pretrained_folder

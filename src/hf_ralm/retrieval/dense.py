@@ -45,11 +45,11 @@ import numpy as np
 from transformers.utils import logging
 
 from ..errors import OutputFolderError, setting
-from ..passages import Passage, passage_text
-from ..records import RecordStore
-from ..runs import ChunkRun, RunOptions
+from ..config.passages import Passage, passage_text
+from ..runs.store import RecordStore
+from ..runs.harness import ChunkRun, RunOptions
 from ..utils.extras import require
-from ..utils.shards import Shard
+from ..runs.shards import Shard
 from ..utils.widened_linear import widen_where_bfloat16_is_slow
 from .base import passages_from_table
 from .corpus import WORDS_PER_PASSAGE, check_passage_count, corpus_fingerprint, passage_columns
@@ -389,7 +389,7 @@ def build_dense_index(
     loses at most the chunk being encoded, and a rerun encodes only the passages no chunk holds), then merge the chunks
     into one ``embeddings.npy`` and one FAISS index and move the folder to ``index_dir``.
 
-    Many workers share a build through ``shard`` (:class:`~hf_ralm.utils.shards.Shard`; one process when ``None``):
+    Many workers share a build through ``shard`` (:class:`~hf_ralm.runs.shards.Shard`; one process when ``None``):
     worker I encodes chunks I, I+N, ...; the worker that finds every chunk in merges them (under torch.distributed,
     rank 0 after a barrier; among independent workers, the first to take the folder's build lock, the others then
     find the index built), and the same build run once more without shards merges too. A build of other settings is

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..errors import RetrievalFileError, setting
-from ..passages import NO_PASSAGE, Passage
+from ..config.passages import NO_PASSAGE, Passage
 from ..utils.atomic import write_json_atomic
 from ..utils.checks import is_input_file, reading
-from ..windows import Window, plan_settings
+from ..config.windows import Window, plan_settings
 
 
 @dataclass
@@ -140,7 +140,7 @@ def read_retrieval_items(path: str) -> list[dict]:
 
 
 def _describe_plan(plan: tuple[int | None, int | None, int] | None) -> str:
-    """What :func:`~hf_ralm.windows.plan_settings` found out about some windows, for a message."""
+    """What :func:`~hf_ralm.config.windows.plan_settings` found out about some windows, for a message."""
     if plan is None:
         return f"no sliding windows of any {setting('retrieval_stride')} and {setting('max_length')}"
     stride, max_length, num_tokens = plan
@@ -152,7 +152,7 @@ def _describe_plan(plan: tuple[int | None, int | None, int] | None) -> str:
 def check_window_locations(path: str, items: Sequence[dict], windows: Sequence[Window]) -> None:
     """Raise :class:`~hf_ralm.errors.RetrievalFileError` unless the items of the retrieval file ``path`` are the
     evaluation's ``windows`` (same ``begin_location``/``end_location``); the message says which settings the file
-    was made with (inferred from its locations: :func:`~hf_ralm.windows.plan_settings`) and how to match them."""
+    was made with (inferred from its locations: :func:`~hf_ralm.config.windows.plan_settings`) and how to match them."""
     found = [(item["begin_location"], item["end_location"]) for item in items]
     wanted = [(w.prev_end, w.end) for w in windows]
     if found == wanted:
@@ -198,7 +198,7 @@ hand-made files have) are not checked."""
 
 def load_retrieval_file(path: str, windows: Sequence[Window], futures: Sequence[str] | None = None) -> Retrievals:
     """Passages (and a reranked file's choices) per window from a retrieval file, checked against the windows being
-    evaluated and, with ``futures`` (each window's decoded tokens: :func:`~hf_ralm.plan.window_futures`), against
+    evaluated and, with ``futures`` (each window's decoded tokens: :func:`~hf_ralm.core.plan.window_futures`), against
     the text (:func:`check_window_texts`)."""
     return retrievals_from_items(path, read_retrieval_items(path), windows, futures)
 

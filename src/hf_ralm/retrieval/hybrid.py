@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..passages import Passage
+from ..config.passages import Passage
 from .base import RETRIEVER_CONFIG_FILE, Retriever
 from .index_folder import check_build_folder
 from .local import IndexOptions, LocalIndexRetriever

@@ -56,7 +56,7 @@ from typing import Iterable, Iterator, NamedTuple, Sequence
 from transformers.utils import logging
 
 from ..errors import IndexFolderError, SavedFolderError
-from ..utils.locks import file_lock
+from ..runs.locks import file_lock
 from ..utils.paths import looks_local
 from .corpus import corpus_bytes, corpus_fingerprint, is_corpus_file, is_hub_corpus, read_corpora
 
@@ -432,7 +432,7 @@ def building(index_dir: str):
     """The lock of the builds of ``index_dir``: held while a process checks whether the index is there and builds it
     when not, so that concurrent builds (the ranks of a torchrun job, the tasks of a Slurm array) never write one
     folder at once; the others wait, then find the index built (a waiter says who holds the lock and gives up after
-    a timeout: :mod:`hf_ralm.utils.locks`).
+    a timeout: :mod:`hf_ralm.runs.locks`).
 
     The lock file lies in hf-ralm's cache, ``<cache>/locks/<name>-<hash of the folder's real path>.lock``
     (:func:`hf_ralm_cache_dir`), not beside the folder: no lock file is left in the user's folders. The processes

@@ -33,7 +33,7 @@ from typing import Iterable, Iterator, Sequence
 from transformers.utils import logging
 
 from ..errors import setting
-from ..passages import Passage, passage_text
+from ..config.passages import Passage, passage_text
 from ..utils.cpus import available_cpus
 from .base import RETRIEVER_CONFIG_FILE
 from .corpus import check_passage_count

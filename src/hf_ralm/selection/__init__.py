@@ -1,13 +1,13 @@
-"""Which retrieved passages a window (evaluation) or a stride (generation) puts in context: selection-time reranking
-and retrieval gates, in one home. The strategies, one file each, and their registry (:mod:`.strategies`); the one
-policy that applies them (:mod:`.policy`), computing what each needs; the retrieval gates' scores (:mod:`.gates`);
-how the reader ranks a text's windows (:mod:`.rerank`) and what ranks when it does not (:mod:`.rankers`: another LM;
-:mod:`.predictive`: a trained cross-encoder); the exact rules they share (:mod:`.rules`); and every window's
-candidates scored in one pass (:mod:`.candidates`), from which any strategy's choices follow. The predictive
-reranker's training lives apart, in :mod:`hf_ralm.reranker_training`.
+"""Which retrieved passages a window (evaluation) or a stride (generation) puts in context, computed with the
+reader: the one policy that applies the selection strategies (:mod:`.policy`; the strategies themselves, one file
+each, and the exact rules they share are values in :mod:`hf_ralm.config.strategies` and :mod:`hf_ralm.config.rules`),
+computing what each needs; the retrieval gates' scores (:mod:`.gates`); how the reader ranks a text's windows
+(:mod:`.rerank`) and what ranks when it does not (:mod:`.rankers`: another LM; :mod:`.predictive`: a trained
+cross-encoder); and every window's candidates scored in one pass (:mod:`.candidates`), from which any strategy's
+choices follow. The predictive reranker's training lives apart, in :mod:`hf_ralm.reranker_training`.
 
-The names below are this package's public face, imported from their module when first used (its strategies are
-imported by :class:`~hf_ralm.RalmConfig`, long before the scorer the other modules need).
+The names below are this package's public face, imported from their module when first used (the scorer they need
+imports torch).
 
 Example::
 
@@ -25,7 +25,6 @@ LAZY_EXPORTS = {
     "predictive": ("NO_PASSAGE_TEXT", "PredictiveReranker", "argmax_first"),
     "rankers": ("LMReranker",),
     "rerank": ("rerank_windows",),
-    "rules": ("rank_correlation",),
 }
 """The public names, by the module that defines them."""
 

@@ -12,7 +12,7 @@ the no-passage option. The perplexity of any choice per window is then the sum o
 and the choices of any strategy that needs no more than these numbers are the selection policy's own, read from them
 (:func:`choose_from_scores`: what ``eval-lm --compare`` and the benchmarks' tables compute).
 
-With ``output_dir`` the records are saved in gzip'd chunks of windows (:class:`~hf_ralm.records.RecordStore`;
+With ``output_dir`` the records are saved in gzip'd chunks of windows (:class:`~hf_ralm.runs.store.RecordStore`;
 numbers and passage ids only), with settings that identify the model, the text, the retrieval (by the corpus
 fingerprint, not a path) and the RALM settings: a rerun, here or from a copy of the folder elsewhere, resumes after
 the saved chunks, and a rerun with other settings is refused.
@@ -29,19 +29,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from ..configuration_ralm import RALM_FIELDS, RalmConfig
+from ..config.configuration_ralm import RALM_FIELDS, RalmConfig
 from ..errors import SettingError, setting
-from ..model_inputs import window_length
-from ..passages import NO_PASSAGE, Passage
-from ..records import RecordStore
-from ..runs import ChunkRun, RunOptions
+from ..core.model_inputs import window_length
+from ..config.passages import NO_PASSAGE, Passage
+from ..runs.store import RecordStore
+from ..runs.harness import ChunkRun, RunOptions
 from ..utils.checks import check_count
-from ..utils.shards import Shard
-from ..windows import Window
+from ..runs.shards import Shard
+from ..config.windows import Window
 from .policy import PassagePolicy
 from .rankers import LMReranker
 from .rerank import rerank_windows
-from .strategies import ranks_target
+from ..config.strategies import ranks_target
 
 
 @dataclass
@@ -93,16 +93,17 @@ def score_candidates(
     ``config.rerank_candidates`` are scored), or ``candidates`` is a function that retrieves them for a chunk of
     windows (a list per window): then only the windows this call computes are retrieved, not those read back or left
     to other workers. ``config`` gives the RALM settings and ``rerank_tokens`` (s'). ``run``
-    (:class:`~hf_ralm.runs.RunOptions`) gives the reader's ``batch_size`` (a count) and how the pass is kept: with
-    ``run.output_dir``, the records are saved there every ``run.chunk_size`` windows (:data:`CHUNK_SIZE` when
+    (:class:`~hf_ralm.runs.harness.RunOptions`) gives the reader's ``batch_size`` (a count) and how the pass is kept:
+    with ``run.output_dir``, the records are saved there every ``run.chunk_size`` windows (:data:`CHUNK_SIZE` when
     ``None``) and a rerun resumes after them (``run.overwrite`` starts afresh, and ``run.repair`` computes again those
-    of chunks that fail their checks, moved aside: :mod:`hf_ralm.records`);
+    of chunks that fail their checks, moved aside: :mod:`hf_ralm.runs.store`);
     ``settings`` adds what the records depend on that this function cannot see (e.g. the retriever's identity,
-    :func:`~hf_ralm.resume.retriever_identity`, or the text's name), ``reproduce`` what reruns the pass (the command,
-    paths); the settings always record the model (:func:`~hf_ralm.resume.model_identity`), a digest of ``ids``, the
-    RALM settings, the window length and ``batch_size`` (it changes results in their last digits).
+    :func:`~hf_ralm.evaluation.window_records.retriever_identity`, or the text's name), ``reproduce`` what reruns the
+    pass (the command, paths); the settings always record the model
+    (:func:`~hf_ralm.evaluation.window_records.model_identity`), a digest
+    of ``ids``, the RALM settings, the window length and ``batch_size`` (it changes results in their last digits).
 
-    With ``shard`` (:class:`~hf_ralm.utils.shards.Shard`, needs ``run.output_dir``; by default ``run``'s when it
+    With ``shard`` (:class:`~hf_ralm.runs.shards.Shard`, needs ``run.output_dir``; by default ``run``'s when it
     names ``num_shards``/``shard_id``, else one process), this worker computes the chunks
     ``shard.index, shard.index + shard.count, ...`` and returns the records saved so far in window order: every
     window's once the other workers' chunks are in too (check ``len(result) == len(windows)``).
@@ -114,8 +115,8 @@ def score_candidates(
                                   settings={"data": "WikiText-103 test", **retriever_identity(retriever)})
     """
     from ..utils.reproduction import provenance
-    from ..modeling_utils import model_identity, model_path
-    from ..records import digest
+    from ..core.modeling_utils import model_identity, model_path
+    from ..runs.fingerprints import digest
 
     batch_size, output_dir = run.batch_size, run.output_dir
     check_count("batch_size", batch_size)
@@ -193,7 +194,7 @@ def choose_from_scores(scores: Sequence[CandidateScores], config: RalmConfig, *,
     option ``config``'s strategies choose (:class:`~hf_ralm.selection.policy.PassagePolicy` over the pass's numbers,
     :class:`ScoredRanker`): an index into the window's options, its candidates then no passage (``no_passage``).
     These are the choices a run of ``config`` makes on the same candidates, for every strategy that needs no more than
-    the pass holds (:data:`~hf_ralm.selection.strategies.SCORED_PASS`); a gate that normalises scores asks
+    the pass holds (:data:`~hf_ralm.config.strategies.SCORED_PASS`); a gate that normalises scores asks
     ``retriever``, with the queries (``queries[w]``: window ``w``'s).
 
     Example::

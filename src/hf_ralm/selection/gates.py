@@ -1,5 +1,5 @@
 """Retrieval gates: whether a window (or a generation stride) retrieves at all (``RalmConfig.retrieval_gate``). The
-gates are strategies of the registry (:mod:`hf_ralm.selection.strategies`: ``gate_always.py``, ``gate_score.py``,
+gates are strategies of the registry (:mod:`hf_ralm.config.strategies`: ``gate_always.py``, ``gate_score.py``,
 ``gate_lm.py``); this module computes what they decide on.
 
 * ``"always"``: every window after the first puts retrieval's passage in context (the paper).
@@ -10,7 +10,7 @@ gates are strategies of the registry (:mod:`hf_ralm.selection.strategies`: ``gat
   as strongly as it can be). The gate score is that fraction.
 * ``"lm"``: the reader decides, zero-shot. It *is* LM reranking with two candidates, the window's passage and no
   passage (:func:`lm_gate_config`: ``rerank="lm"``, ``rerank_candidates=1``, ``rerank_allow_no_passage=True``), ranked
-  on the same ranking tokens (the last ``rerank_tokens`` prefix tokens, :mod:`hf_ralm.selection.rules`): the passage
+  on the same ranking tokens (the last ``rerank_tokens`` prefix tokens, :mod:`hf_ralm.config.rules`): the passage
   stays when it saves at least ``gate_threshold`` nats of their NLL (``None``: :data:`LM_GATE_MARGIN`, 2 nats,
   chosen on validation data; 0 keeps it whenever its ranking NLL is not higher than without it; ties keep it, as
   reranking's ties go to the better rank). The gate score is
@@ -35,13 +35,13 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..configuration_ralm import RalmConfig
+from ..config.configuration_ralm import RalmConfig
 from ..errors import SettingError, setting
-from ..model_inputs import context_indices
-from ..passages import Passage
-from ..windows import Window
-from .strategies import GATE, GateStrategy, get_strategy
-from .strategies.gate_lm import LM_GATE_MARGIN  # noqa: F401  (documented here too: the lm gate's default margin)
+from ..core.model_inputs import context_indices
+from ..config.passages import Passage
+from ..config.windows import Window
+from ..config.strategies import GATE, GateStrategy, get_strategy
+from ..config.strategies.gate_lm import LM_GATE_MARGIN  # noqa: F401  (documented here too: the lm gate's margin)
 
 
 def normalized_top_scores(retriever, queries: Sequence[str | None],
@@ -74,7 +74,7 @@ def normalized_top_scores(retriever, queries: Sequence[str | None],
 
 def gate_ranking_config(config: RalmConfig, gate: GateStrategy) -> RalmConfig:
     """The config a gate that decides after reranking ranks under: ``config`` with the gate's ranking settings
-    (:meth:`~hf_ralm.selection.strategies.GateStrategy.ranking_settings`; the lm gate's: the reader ranks one passage
+    (:meth:`~hf_ralm.config.strategies.GateStrategy.ranking_settings`; the lm gate's: the reader ranks one passage
     against none on the last ``rerank_tokens`` prefix tokens, the passage needing its ``gate_threshold`` nats)."""
     return RalmConfig(**{**config.to_dict(), **gate.ranking_settings(config)})
 
@@ -95,7 +95,7 @@ def retrieved_fraction(windows: Sequence[Window], passages: Sequence[Sequence[Pa
     """The share of the windows after the first that had a passage in context (``None`` for a text of one window).
 
     Example:
-        >>> from hf_ralm.windows import plan_windows
+        >>> from hf_ralm.config.windows import plan_windows
         >>> retrieved_fraction(plan_windows(10, 6, 2), [[], ["a"], ["b"]], [-1, 0, -1])
         0.5
     """

@@ -1,6 +1,6 @@
 """One passage-selection policy for evaluation (per window) and generation (per stride): a gate that decides before
 reranking, the reranking strategy of ``config.rerank``, a gate that decides after it. The strategies are the
-registry's (:mod:`hf_ralm.selection.strategies`): the policy computes what each one needs and lets it choose, so a
+registry's (:mod:`hf_ralm.config.strategies`): the policy computes what each one needs and lets it choose, so a
 strategy registered from outside the package is chosen here as the built-in ones are, in evaluation and generation.
 
 What differs between evaluation and generation is only how an LM ranks a set of options (a window's input, or a
@@ -31,15 +31,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
-from ..configuration_ralm import RalmConfig
+from ..config.configuration_ralm import RalmConfig
 from ..errors import SettingError, setting
-from ..passages import NO_PASSAGE, Passage
+from ..config.passages import NO_PASSAGE, Passage
 from .gates import gate_ranking_config, normalized_top_scores
 from .predictive import choose_predictive
 from .rankers import LMReranker
-from .rules import rerank_options
-from .strategies import AFTER, BEFORE, CROSS_ENCODER, GATE, NORMALIZED_SCORES, RANKING_NLLS, RERANK, TARGET_NLLS
-from .strategies import Candidates, Strategy, get_strategy
+from ..config.rules import rerank_options
+from ..config.strategies import AFTER, BEFORE, CROSS_ENCODER, GATE, NORMALIZED_SCORES, RANKING_NLLS, RERANK, TARGET_NLLS
+from ..config.strategies import Candidates, Strategy, get_strategy
 
 
 class Ranker(Protocol):
@@ -49,7 +49,7 @@ class Ranker(Protocol):
              lm: LMReranker | None) -> list[list[float] | None]:
         """Per item (an index into the caller's windows or rows), the summed ranking NLL of each of its
         ``options`` (``None``: no passage) on the tokens ``config`` ranks on (``rerank_tokens`` before the target,
-        or the target itself when its strategy needs target NLLs, :func:`~hf_ralm.selection.strategies.ranks_target`:
+        or the target itself when its strategy needs target NLLs, :func:`~hf_ralm.config.strategies.ranks_target`:
         the oracle), by the reader (``lm=None``) or another LM; ``None`` for an item with nothing to rank on. An item
         whose only option is no passage may be left unranked (``None``)."""
 
@@ -57,8 +57,8 @@ class Ranker(Protocol):
 @dataclass
 class Selection:
     """What the policy chose, per item: ``chosen`` (the index of the passage put in context first among the item's
-    passages, :data:`~hf_ralm.passages.NO_PASSAGE` for none), ``ranking_nlls`` (the reranker's, one per option, no
-    passage last when it was one; ``None`` where no LM ranked), ``gate_scores`` (what a gate decided on, or ``None``
+    passages, :data:`~hf_ralm.config.passages.NO_PASSAGE` for none), ``ranking_nlls`` (the reranker's, one per option,
+    no passage last when it was one; ``None`` where no LM ranked), ``gate_scores`` (what a gate decided on, or ``None``
     without a gate), ``reranked`` (the item had candidates to rerank, after the score gate), ``none_chosen``
     (the reranker chose no passage) and ``gated`` (a gate closed the item)."""
 
@@ -124,7 +124,7 @@ class PassagePolicy:
 
     def candidates(self, strategy: Strategy, queries: Sequence[str], pools: Sequence[list[Passage]],
                    random_keys: Sequence[int], ranker: Ranker, config: RalmConfig, lm) -> list[Candidates]:
-        """Each item's :class:`~hf_ralm.selection.strategies.Candidates` with what ``strategy`` needs, computed under
+        """Each item's :class:`~hf_ralm.config.strategies.Candidates` with what ``strategy`` needs, computed under
         ``config``: an LM's NLLs through ``ranker`` (``lm``, or the reader) for every item, one without passages
         included (the reader's pass then scores it too), the cross-encoder's choices, the normalised top scores."""
         options = [rerank_options(pool, config) for pool in pools]

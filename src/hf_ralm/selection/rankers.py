@@ -11,19 +11,19 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..configuration_ralm import RalmConfig
-from ..model_inputs import passage_prefix
-from ..modeling_utils import model_max_length, resolve_max_length
-from ..passages import Passage
-from ..placement import working_device
-from ..scoring import ScoredInput
-from .rules import fit_reranker_input
-from .strategies import CROSS_ENCODER, RANKING_NLLS, RERANK, get_strategy
+from ..config.configuration_ralm import RalmConfig
+from ..core.model_inputs import passage_prefix
+from ..core.modeling_utils import model_max_length, resolve_max_length
+from ..config.passages import Passage
+from ..core.placement import working_device
+from ..core.scoring import ScoredInput
+from ..config.rules import fit_reranker_input
+from ..config.strategies import CROSS_ENCODER, RANKING_NLLS, RERANK, get_strategy
 
 
 class LMReranker:
     """Another causal LM that ranks candidates for the reader (e.g. a small LM for a large one), in text: see
-    :func:`~hf_ralm.selection.rules.fit_reranker_input` for how its input is built from its own tokens."""
+    :func:`~hf_ralm.config.rules.fit_reranker_input` for how its input is built from its own tokens."""
 
     def __init__(self, model, tokenizer, max_length: int | None = None):
         self.model, self.tokenizer = model, tokenizer

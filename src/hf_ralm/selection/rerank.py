@@ -1,16 +1,16 @@
 """Reranking a text's windows (the paper's §6), exactly: the evaluation's :class:`~hf_ralm.selection.policy.Ranker`.
 
-Strategies (``RalmConfig.rerank``: the registry's, :mod:`hf_ralm.selection.strategies`, chosen by
+Strategies (``RalmConfig.rerank``: the registry's, :mod:`hf_ralm.config.strategies`, chosen by
 :class:`~hf_ralm.selection.policy.PassagePolicy`): ``"none"`` (retrieval's top passage), ``"lm"`` (zero-shot: the
-candidate under which an LM finds the ranking tokens likeliest, :mod:`hf_ralm.selection.rules`), ``"oracle"`` (the
+candidate under which an LM finds the ranking tokens likeliest, :mod:`hf_ralm.config.rules`), ``"oracle"`` (the
 reader's own NLL of the window's target tokens: it looks at the future, an upper bound), ``"random"`` (a seeded
 uniform choice: a floor) and ``"predictive"`` (a trained cross-encoder,
 :class:`~hf_ralm.selection.predictive.PredictiveReranker`). With ``rerank_allow_no_passage`` the window without a
 passage is one more candidate (``"lm"``, ``"oracle"``, ``"predictive"``), chosen unless a passage saves
-``rerank_no_passage_margin`` nats over it (:func:`~hf_ralm.selection.rules.choose_ranked`).
+``rerank_no_passage_margin`` nats over it (:func:`~hf_ralm.config.rules.choose_ranked`).
 
 When the reader ranks (``"lm"`` without a reranker LM, ``"oracle"``), every candidate's input runs once through
-:func:`~hf_ralm.scoring.score_inputs` and yields both its ranking NLLs and its target NLLs (the ranking tokens come
+:func:`~hf_ralm.core.scoring.score_inputs` and yields both its ranking NLLs and its target NLLs (the ranking tokens come
 just before the target and attention is causal), so the chosen candidate's target NLLs need no second pass
 (:meth:`WindowRanker.window_nlls`). Inputs are batched across windows and a passage's keys/values are computed once
 for every window that has it as a candidate (consecutive windows' candidate sets overlap).
@@ -29,20 +29,20 @@ from typing import Sequence
 import torch
 from ..utils.progress import tqdm
 
-from ..configuration_ralm import RalmConfig
-from ..passage_cache import PassageKVCache
-from ..passages import NO_PASSAGE, Passage
-from ..scoring import WINDOWS_PER_CHUNK, reader_nlls, score_inputs
-from ..windows import Window
+from ..config.configuration_ralm import RalmConfig
+from ..core.passage_cache import PassageKVCache
+from ..config.passages import NO_PASSAGE, Passage
+from ..core.scoring import WINDOWS_PER_CHUNK, reader_nlls, score_inputs
+from ..config.windows import Window
 from .policy import PassagePolicy
 from .rankers import LMReranker
-from .rules import oracle_span, ranking_span, rerank_options
-from .strategies import RANKING_NLLS, RERANK, TARGET_NLLS, get_strategy, ranks_target
+from ..config.rules import oracle_span, ranking_span, rerank_options
+from ..config.strategies import RANKING_NLLS, RERANK, TARGET_NLLS, get_strategy, ranks_target
 
 
 @dataclass
 class RerankOutcome:
-    """Per window: ``chosen`` (index into its candidates, :data:`~hf_ralm.passages.NO_PASSAGE` for none) and
+    """Per window: ``chosen`` (index into its candidates, :data:`~hf_ralm.config.passages.NO_PASSAGE` for none) and
     ``ranking_nlls`` (one per candidate, the no-passage candidate last when allowed; ``None`` where no LM ranked).
     When the reader ranked: ``target_nlls`` (per window, the reader's summed NLL of the window's scored tokens under
     each candidate, in the same order: what the oracle ranks on, and ``-log p(y | [d_i; x])`` for the predictive
@@ -57,7 +57,7 @@ class RerankOutcome:
 
 class WindowRanker:
     """Ranks options for windows of one text (the evaluation's :class:`~hf_ralm.selection.policy.Ranker`): the
-    reader on each option written over the window's start (:func:`~hf_ralm.scoring.reader_nlls`: batched, with
+    reader on each option written over the window's start (:func:`~hf_ralm.core.scoring.reader_nlls`: batched, with
     ``reuse_prefix_kv`` a passage's keys/values computed once in ``passage_cache``), or another LM in text. Every
     window asked about is run, also one whose only option is no passage, so that the reader's passes give the NLLs of
     the tokens every window scores (:meth:`window_nlls`).

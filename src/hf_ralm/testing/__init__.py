@@ -5,7 +5,7 @@ against.
 
 They are independent of the code they check: the passage encoding, the passages' context, the ranking tokens, the
 ties, the no-passage margin, the random choice and the lm gate's default are written here from the documented
-rules (:mod:`hf_ralm.testing.spec`), never imported from :mod:`hf_ralm.model_inputs`, :mod:`hf_ralm.scoring`,
+rules (:mod:`hf_ralm.testing.spec`), never imported from :mod:`hf_ralm.core.model_inputs`, :mod:`hf_ralm.core.scoring`,
 :mod:`hf_ralm.selection` or :mod:`hf_ralm.generation` (tests/test_testing.py checks the imports). They put their
 inputs on the model's device, so the same exactness tests run on a GPU (``HF_RALM_TEST_DEVICE=cuda``), and return
 float64 CPU NLLs.
@@ -13,7 +13,7 @@ float64 CPU NLLs.
 Example::
 
     from hf_ralm.testing import reference_window_nlls
-    from hf_ralm.scoring import score_windows
+    from hf_ralm.core.scoring import score_windows
 
     windows = plan_windows(len(ids), 1024, 4)
     fast = score_windows(model, ids, windows, prefixes)

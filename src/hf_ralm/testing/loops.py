@@ -2,7 +2,7 @@
 written from the paper and docs/conventions.md with the rules of :mod:`hf_ralm.testing.spec`. Slow by design: the
 tests hold the fast paths to them (fp32, 1e-4) and the benchmarks time against them.
 
-Every loop puts its inputs on the model's device (:func:`~hf_ralm.modeling_utils.model_device`), so the same tests
+Every loop puts its inputs on the model's device (:func:`~hf_ralm.core.modeling_utils.model_device`), so the same tests
 run on a GPU, and returns per-token NLLs as float64 CPU tensors of the text's length, NaN where a token is not
 scored (token 0 always): index ``t`` holds the NLL of ``ids[t]``.
 """
@@ -14,10 +14,10 @@ from typing import Mapping, Sequence, Union
 
 import torch
 
-from ..configuration_ralm import RalmConfig
-from ..modeling_utils import model_device
-from ..passages import NO_PASSAGE, Passage
-from ..windows import Window
+from ..config.configuration_ralm import RalmConfig
+from ..core.modeling_utils import model_device
+from ..config.passages import NO_PASSAGE, Passage
+from ..config.windows import Window
 from .spec import (
     PASSAGE_SEPARATOR, ranking_positions, spec_choice, spec_passage_ids, spec_prefix, spec_random_choice,
     target_positions, write_over,
@@ -189,7 +189,7 @@ def plain_rerank(model, tokenizer, ids: Sequence[int], windows: Sequence[Window]
     (and no passage last, with ``rerank_allow_no_passage``), each written over the window as the chosen passage will
     be and ranked by :func:`ranking_nll` (``"lm"``; with ``reranker``, :func:`other_lm_ranking_nll`) or by the NLL of
     the window's own scored tokens (``"oracle"``), or one of them drawn (``"random"``); the window is then scored
-    with the choice. Returns the choice per window (:data:`~hf_ralm.passages.NO_PASSAGE` for none) and the NLL of
+    with the choice. Returns the choice per window (:data:`~hf_ralm.config.passages.NO_PASSAGE` for none) and the NLL of
     every token.
 
     Example::

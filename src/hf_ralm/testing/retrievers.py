@@ -7,7 +7,7 @@ import random
 import zlib
 from typing import Sequence
 
-from ..passages import Passage
+from ..config.passages import Passage
 
 
 class ScoredRetriever:

@@ -1,11 +1,12 @@
 """The rules of docs/conventions.md written out plainly, one small function each, for the plain loops of
 :mod:`hf_ralm.testing`. None of them comes from the code they check: the passage encoding here is its own, not
-:func:`hf_ralm.model_inputs.passage_prefix`; the ranking span, the ties, the no-passage margin and the random
-choice are not :mod:`hf_ralm.selection`'s. Only values and arithmetic are shared (:class:`~hf_ralm.passages.Passage`,
-:class:`~hf_ralm.windows.Window`, :class:`~hf_ralm.configuration_ralm.RalmConfig`'s settings).
+:func:`hf_ralm.core.model_inputs.passage_prefix`; the ranking span, the ties, the no-passage margin and the random
+choice are not :mod:`hf_ralm.selection`'s. Only values and arithmetic are shared
+(:class:`~hf_ralm.config.passages.Passage`,
+:class:`~hf_ralm.config.windows.Window`, :class:`~hf_ralm.config.configuration_ralm.RalmConfig`'s settings).
 
 Example:
-    >>> from hf_ralm.windows import plan_windows
+    >>> from hf_ralm.config.windows import plan_windows
     >>> window = plan_windows(100, max_length=32, stride=4)[3]   # tokens [12, 44), scores [40, 44)
     >>> ranking_positions(window, 16), ranking_positions(window, 50), target_positions(window)
     (range(24, 40), range(13, 40), range(40, 44))
@@ -19,9 +20,9 @@ from typing import Sequence
 
 import numpy as np
 
-from ..configuration_ralm import RalmConfig
-from ..passages import Passage
-from ..windows import Window
+from ..config.configuration_ralm import RalmConfig
+from ..config.passages import Passage
+from ..config.windows import Window
 
 PASSAGE_SEPARATOR = "\n\n"
 """Between two passages in one context: the tokens of a blank line, encoded without special tokens."""

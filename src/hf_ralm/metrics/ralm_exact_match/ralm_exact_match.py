@@ -14,7 +14,7 @@ import datasets
 import evaluate
 
 from hf_ralm.metrics import metric_info
-from hf_ralm.qa import exact_match_score
+from hf_ralm.evaluation.qa import exact_match_score
 
 _DESCRIPTION = """Exact match for open-domain QA (Ram et al., 2023, §7): a prediction counts when its SQuAD
 normalization (lower case, punctuation removed, articles a/an/the removed, white space collapsed) equals that of any

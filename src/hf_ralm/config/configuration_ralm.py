@@ -1,0 +1,451 @@
+"""``RalmConfig``: the few settings In-Context RALM adds on top of a frozen causal LM, with their defaults and their
+one validation (:meth:`RalmConfig.validate`)."""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass, fields
+from typing import Any, Callable, Mapping
+
+from transformers import AutoConfig, PreTrainedConfig
+
+from ..errors import SettingError, setting
+from .passages import PASSAGE_TEMPLATE, passage_text
+from .strategies import GATE, RERANK, check_strategy, get_strategy, reranks, strategy_names
+from ..utils.checks import check_count, is_finite_number, is_number
+from .windows import check_prefix_room, check_window_overlap
+
+SPARSE_QUERY_LENGTH = 32
+"""The paper's best query length ℓ for sparse retrieval (BM25), and the default for every retriever not listed in
+:data:`QUERY_LENGTHS` (and for none)."""
+
+QUERY_LENGTHS = {"dense": 64, "hybrid": 64}
+"""The paper's best query length ℓ per retriever kind (a retriever's ``name``), where it differs from 32."""
+
+TYPED_FIELDS = {"base_model_name_or_path": (str, type(None)), "passage_template": (str,), "bos_every_window": (bool,),
+                "reranker_model": (str, type(None)), "rerank_allow_no_passage": (bool,)}
+"""The settings that are no token counts, and the types they take (checked by :meth:`RalmConfig.validate`)."""
+
+DROPPED_KEYS = frozenset({"num_docs"})
+"""Keys that configs saved by earlier versions may hold and that are no longer settings: dropped on loading."""
+
+
+def __getattr__(name: str) -> tuple[str, ...]:
+    """``RERANK_STRATEGIES`` and ``RETRIEVAL_GATES``, the values ``rerank`` and ``retrieval_gate`` take, as earlier
+    versions named them: now the registered strategies' names (:mod:`hf_ralm.config.strategies`), read when asked
+    for, so that they include strategies registered since."""
+    stages = {"RERANK_STRATEGIES": RERANK, "RETRIEVAL_GATES": GATE}
+    if name in stages:
+        return strategy_names(stages[name])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def default_query_length(retriever: str | None) -> int:
+    """The query length ℓ a retriever kind gets when ``query_length`` is not set: 64 tokens for ``"dense"`` and
+    ``"hybrid"``, 32 for any other (sparse) retriever and for none.
+
+    Example:
+        >>> default_query_length("dense"), default_query_length("bm25"), default_query_length(None)
+        (64, 32, 32)
+    """
+    return QUERY_LENGTHS.get(retriever, SPARSE_QUERY_LENGTH)
+
+
+class RalmConfig(PreTrainedConfig):
+    """Settings of In-Context RALM (Ram et al., 2023); the defaults are the paper's.
+
+    Args:
+        base_model_name_or_path: Hub id or folder of the wrapped causal LM (its weights are never copied).
+        retrieval_stride: ``s``, retrieve every this many tokens (the paper's best trade-off: 4).
+        query_length: ``ℓ``, the retrieval query is the last this many tokens of the prefix; ``None`` means the
+            retriever's default (:meth:`query_length_for`: 32 for sparse retrieval, 64 for dense and hybrid).
+        max_doc_tokens: a passage is cut to this many tokens before it is put in context.
+        max_length: window length ``L``; ``None`` means the base model's maximum (a larger value is capped there).
+            Must hold a passage and a stride, ``max_doc_tokens + retrieval_stride <= L``, or the settings are
+            refused (here, and against the model's maximum when a model uses them:
+            :func:`~hf_ralm.core.model_inputs.window_length`): a passage then never covers a token evaluation scores,
+            nor crowds the text out of a generation context.
+        passage_template: how a passage with a title becomes text; a passage without a title is its text alone.
+        bos_every_window: put the tokenizer's BOS at the start of *every* window, retrieved or not. The reference
+            (default ``False``) gives only windows with a passage a BOS (the passage is encoded with special tokens),
+            which flatters retrieval for BOS-sensitive models such as Gemma.
+        rerank: how each window's passage is chosen among its ``rerank_candidates`` retrieved passages: ``"none"``
+            (retrieval's top one), ``"lm"`` (zero-shot: the passage under which an LM finds the last
+            ``rerank_tokens`` tokens of the prefix likeliest), ``"predictive"`` (a trained cross-encoder,
+            ``reranker_model``), ``"oracle"`` (the reader's NLL of the window's own target tokens: an upper bound
+            that looks at the future) or ``"random"`` (a floor); or a strategy registered since
+            (:mod:`hf_ralm.config.strategies`).
+        rerank_candidates: ``k``, the retrieved passages a reranker chooses among (16).
+        rerank_tokens: ``s'``, the prefix tokens ``"lm"`` ranks on (16).
+        reranker_model: the LM that ranks for ``"lm"`` (default: the reader itself; another model works in text, see
+            :mod:`hf_ralm.config.rules`), or the cross-encoder of ``"predictive"`` (a folder or Hub id).
+        rerank_allow_no_passage: with ``"lm"``, ``"oracle"`` or ``"predictive"``, the window without a passage is one
+            more candidate (the predictive reranker reads it as the empty passage).
+        rerank_no_passage_margin: with ``rerank_allow_no_passage``, the nats of ranking NLL the best passage must save
+            over no passage to be chosen (0.0: the lowest NLL wins; a positive margin keeps a passage out of the
+            context unless the LM finds clear evidence that it helps).
+        rerank_seed: the seed of ``"random"`` (a choice per window, whatever the batching).
+        retrieval_gate: whether a window (a generation stride) retrieves at all: ``"always"`` (the paper),
+            ``"score"`` (only when its top passage's retrieval score, divided by the query's maximum attainable
+            score, reaches ``gate_threshold``) or ``"lm"`` (only when the passage lowers the reader's NLL of the last
+            ``rerank_tokens`` prefix tokens, compared with no passage, by at least ``gate_threshold`` nats). With
+            ``rerank``, the score gate decides before reranking (on retrieval's top passage) and the lm gate after it
+            (on the chosen passage); see :mod:`hf_ralm.selection.gates`.
+        gate_threshold: the ``"score"`` gate's threshold, a fraction of the query's maximum attainable score
+            (0: always retrieve, 1: never with BM25); the ``"lm"`` gate's, in nats saved on the ranking tokens
+            (``None``: 2.0, chosen on validation data, :data:`hf_ralm.selection.gates.LM_GATE_MARGIN`; 0 keeps the
+            passage whenever it does not raise their NLL).
+        num_passages: ``n``, the passages put in front of the text: the top ``n`` (with ``rerank``, the chosen
+            one first, then the others in retrieval order), the most relevant nearest the text, each cut to
+            ``max_doc_tokens``. 1 is the paper.
+        max_context_doc_tokens: a cap on the tokens of all the passages in front of the text, separators included
+            (``None``, and at most: ``num_passages × max_doc_tokens``, :attr:`context_doc_tokens`). At the cap,
+            passages are kept from the most relevant on and the first one that does not fit whole is cut to the
+            room left (keeping its beginning, as ``max_doc_tokens`` cuts); the rest are left out
+            (:func:`hf_ralm.core.model_inputs.context_prefix`). With several passages, ``L`` must hold them and a stride
+            as it must hold one passage (:meth:`check_room`, for the passages actually put in context).
+        ensemble_size: ``n > 1`` mixes the next-token probabilities of the top ``n`` passages, one passage in
+            context each, weighted by the softmax of their retrieval scores divided by ``ensemble_temperature``
+            (REPLUG-style), in evaluation and generation; 1 puts the passages in one context.
+        ensemble_temperature: ``τ`` of the ensemble's weights (1.0).
+
+    Every config is checked by :meth:`validate` when it is made (and when it is saved).
+
+    Example:
+        >>> config = RalmConfig(base_model_name_or_path="facebook/opt-125m", retrieval_stride=8)
+        >>> config.query_length_for("bm25"), config.query_length_for("dense")
+        (32, 64)
+        >>> RalmConfig(retrieval_stride=0)
+        Traceback (most recent call last):
+        ...
+        hf_ralm.errors.SettingError: retrieval_stride must be at least 1, got 0.
+    """
+
+    model_type = "ralm"
+
+    base_model_name_or_path: str | None = None
+    retrieval_stride: int = 4
+    query_length: int | None = None
+    max_doc_tokens: int = 256
+    max_length: int | None = None
+    passage_template: str = PASSAGE_TEMPLATE
+    bos_every_window: bool = False
+    rerank: str = "none"
+    rerank_candidates: int = 16
+    rerank_tokens: int = 16
+    reranker_model: str | None = None
+    rerank_allow_no_passage: bool = False
+    rerank_no_passage_margin: float = 0.0
+    rerank_seed: int = 0
+    retrieval_gate: str = "always"
+    gate_threshold: float | None = None
+    num_passages: int = 1
+    max_context_doc_tokens: int | None = None
+    ensemble_size: int = 1
+    ensemble_temperature: float = 1.0
+
+    def __post_init__(self, **kwargs) -> None:
+        super().__post_init__(**kwargs)
+        self.validate()
+
+    @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs):
+        """Like :meth:`PreTrainedConfig.from_dict`; keys that are no longer settings (:data:`DROPPED_KEYS`, e.g. the
+        ``num_docs`` of older saved configs) are dropped, so every saved config still loads."""
+        config_dict = {key: value for key, value in config_dict.items() if key not in DROPPED_KEYS}
+        return super().from_dict(config_dict, **kwargs)
+
+    def validate(self) -> None:
+        """Check every setting; a ``ValueError`` names the argument that is wrong (``retrieval_stride``, ...).
+
+        Example:
+            >>> RalmConfig().validate()
+            >>> config = RalmConfig()
+            >>> config.max_doc_tokens = 0
+            >>> config.validate()
+            Traceback (most recent call last):
+            ...
+            hf_ralm.errors.SettingError: max_doc_tokens must be at least 1, got 0.
+        """
+        super().validate()
+        check_setting_values({name: getattr(self, name) for name in VALUE_CHECKS})
+        if self.max_length is not None:
+            check_window_overlap(self.max_length, self.retrieval_stride, "retrieval_stride")
+        self._validate_rerank()
+        self._validate_passages()
+        self._validate_gate()
+
+    def check_room(self, max_length: int, prefix_length: int) -> None:
+        """Raise a :class:`~hf_ralm.errors.SettingError` unless a window of ``max_length`` tokens (the window length
+        in use) holds a prefix of ``prefix_length`` tokens (the passages actually put in front of the text, cut at
+        ``max_doc_tokens`` and, with several, at :attr:`context_doc_tokens`) and a stride
+        (:func:`~hf_ralm.config.windows.check_prefix_room`). Checked for each prefix as it is made, so that a run
+        without retrieval, or whose passages are all short enough, is not refused for a passage length it never meets.
+
+        Example:
+            >>> RalmConfig(max_length=300, num_passages=3, max_doc_tokens=100).check_room(300, 298)
+            Traceback (most recent call last):
+            ...
+            hf_ralm.errors.SettingError: max_length (300) cannot hold the passages of 298 tokens \
+(max_context_doc_tokens: 300) and the retrieval_stride (4) tokens after it: lower max_context_doc_tokens to at most \
+296 or raise max_length to at least 302.
+        """
+        several = self.num_passages > 1
+        model_max = max_length if self.max_length is None or self.max_length > max_length else None
+        check_prefix_room(max_length, prefix_length, self.retrieval_stride,
+                          "max_context_doc_tokens" if several else "max_doc_tokens",
+                          self.context_doc_tokens if several else self.max_doc_tokens, model_max)
+
+    @property
+    def context_doc_tokens(self) -> int:
+        """The most tokens the passages in front of the text take, separators included: ``max_context_doc_tokens``
+        up to ``num_passages × max_doc_tokens`` (the default)."""
+        most = self.num_passages * self.max_doc_tokens
+        return most if self.max_context_doc_tokens is None else min(self.max_context_doc_tokens, most)
+
+    def _validate_rerank(self) -> None:
+        if self.rerank_no_passage_margin != 0 and not self.rerank_allow_no_passage:
+            raise SettingError(f"{setting('rerank_no_passage_margin')} is how much a passage must beat the no-passage "
+                               f"candidate of {setting('rerank_allow_no_passage')}: set "
+                               f"{setting('rerank_allow_no_passage')}=True, or drop the margin.")
+        check_strategy(self, RERANK)  # the settings only some strategies take, and the strategy's own checks
+
+    def _validate_passages(self) -> None:
+        check_ensemble(self, self.ensemble_size)
+
+    def _validate_gate(self) -> None:
+        check_strategy(self, GATE)
+
+    @property
+    def num_retrieved(self) -> int:
+        """Passages retrieved per window: the reranker's candidates, or the ones put in context (or mixed)."""
+        return self.rerank_candidates if reranks(self.rerank) else max(self.num_passages, self.ensemble_size)
+
+    def query_length_for(self, retriever) -> int:
+        """``query_length``, or when it is ``None`` the default of ``retriever`` (a kind such as ``"dense"``, a
+        retriever with a ``name``, or ``None``): see :func:`default_query_length`.
+
+        Example:
+            >>> RalmConfig().query_length_for("hybrid"), RalmConfig(query_length=8).query_length_for("hybrid")
+            (64, 8)
+        """
+        if self.query_length is not None:
+            return self.query_length
+        kind = retriever if retriever is None or isinstance(retriever, str) else getattr(retriever, "name", None)
+        return default_query_length(kind)
+
+    def passage_text(self, title: str | None, text: str) -> str:
+        """The text put in context for a passage (``title + "\\n" + text`` by default)."""
+        return passage_text(title, text, self.passage_template)
+
+
+TEMPLATE_FIELDS = ("title", "text")
+"""The fields a ``passage_template`` may use: :func:`~hf_ralm.config.passages.passage_text` fills them with
+``str.format``."""
+
+
+def check_passage_template(template: str) -> None:
+    """Raise a :class:`~hf_ralm.errors.SettingError` unless ``template`` is a format string whose fields are only
+    ``{title}`` and ``{text}`` (with a conversion or format spec that a string takes): what
+    :func:`~hf_ralm.config.passages.passage_text` fills in for every passage, so a wrong template is refused when the
+    config is made or read (a saved ``config.json``), not at the first passage.
+
+    Example:
+        >>> check_passage_template("Title: {title}\\n{text}")
+        >>> check_passage_template("{nope}: {text}")
+        Traceback (most recent call last):
+        ...
+        hf_ralm.errors.SettingError: passage_template '{nope}: {text}' uses the field {nope}: a passage template may \
+use only {title} and {text}, e.g. '{title}\\n{text}'.
+    """
+    try:
+        names = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
+        unknown = next((name for name in names if name not in TEMPLATE_FIELDS), None)
+        problem = f"uses the field {{{unknown}}}" if unknown is not None else None
+        if problem is None:
+            passage_text("Title", "Text", template)  # a format spec a string cannot take ({title:d})
+    except ValueError as error:  # unbalanced braces, a bad format spec
+        problem = f"is no format string that passage_text can fill ({error})"
+    if problem is not None:
+        raise SettingError(f"{setting('passage_template')} {template!r} {problem}: a passage template may use only "
+                           f"{{title}} and {{text}}, e.g. {PASSAGE_TEMPLATE!r}.")
+
+
+def _check_type(name: str, kinds: tuple[type, ...]) -> Callable[[Any], None]:
+    """The check that a setting ``name`` is of one of ``kinds`` (:data:`TYPED_FIELDS`)."""
+    def check(value: Any) -> None:
+        if not isinstance(value, kinds):
+            expected = " or ".join("None" if kind is type(None) else kind.__name__ for kind in kinds)
+            raise ValueError(f"{name} must be {expected}, got {value!r}.")
+
+    return check
+
+
+def _count(name: str, minimum: int = 1, optional: bool = False) -> Callable[[Any], None]:
+    """The check that a setting ``name`` is a count of at least ``minimum`` (or ``None`` when ``optional``)."""
+    return lambda value: None if optional and value is None else check_count(name, value, minimum=minimum)
+
+
+def _check_template(value: Any) -> None:
+    _check_type("passage_template", TYPED_FIELDS["passage_template"])(value)
+    check_passage_template(value)
+
+
+def _check_margin(value: Any) -> None:
+    if not is_finite_number(value):
+        raise SettingError(f"{setting('rerank_no_passage_margin')} must be a finite number of nats, got {value!r}.")
+
+
+def _check_temperature(value: Any) -> None:
+    if not is_number(value) or not value > 0:
+        raise SettingError(f"{setting('ensemble_temperature')} must be a positive number, got {value!r}.")
+
+
+VALUE_CHECKS: dict[str, Callable[[Any], None]] = {
+    **{name: _check_type(name, kinds) for name, kinds in TYPED_FIELDS.items() if name != "passage_template"},
+    "passage_template": _check_template,
+    "retrieval_stride": _count("retrieval_stride"),
+    "max_doc_tokens": _count("max_doc_tokens"),
+    "query_length": _count("query_length", optional=True),
+    "max_length": _count("max_length", optional=True),
+    "rerank": lambda value: get_strategy(RERANK, value),  # an unknown strategy before its settings
+    "rerank_candidates": _count("rerank_candidates"),
+    "rerank_tokens": _count("rerank_tokens"),
+    "rerank_seed": _count("rerank_seed", minimum=0),
+    "rerank_no_passage_margin": _check_margin,
+    "num_passages": _count("num_passages"),
+    "max_context_doc_tokens": _count("max_context_doc_tokens", optional=True),
+    "ensemble_size": _count("ensemble_size"),
+    "ensemble_temperature": _check_temperature,
+}
+"""Each setting's check of its own value, whatever the others are (a count at least 1, a type, a known strategy):
+what :meth:`RalmConfig.validate` checks first, in this order, before the checks that relate settings to each other
+(the window, a strategy's own settings, an ensemble's companions)."""
+
+
+def check_setting_values(values: Mapping[str, Any]) -> None:
+    """Check each of ``values`` (setting → value) on its own (:data:`VALUE_CHECKS`; a setting without such a check
+    passes): what a front end can refuse before it knows the other settings, e.g. the command line before it looks up
+    whether ``--model`` is a saved RALM whose settings the flags not given take.
+
+    Example:
+        >>> check_setting_values({"retrieval_stride": 8, "max_length": None})
+        >>> check_setting_values({"retrieval_stride": 0})
+        Traceback (most recent call last):
+        ...
+        hf_ralm.errors.SettingError: retrieval_stride must be at least 1, got 0.
+    """
+    for name, check in VALUE_CHECKS.items():
+        if name in values:
+            check(values[name])
+
+
+def check_ensemble(config: RalmConfig, ensemble_size: int) -> None:
+    """Raise a ``ValueError`` unless ``config`` can mix ``ensemble_size`` passages: an ensemble puts one passage in
+    each of its contexts, so it is not combined with reranking (which chooses one passage), with several passages in
+    one context, or with the lm gate (which weighs one passage against none).
+
+    Example:
+        >>> check_ensemble(RalmConfig(), 4)
+        >>> check_ensemble(RalmConfig(num_passages=2), 4)   # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        hf_ralm.errors.SettingError: ensemble_size=4 mixes the top passages, one in each context; num_passages=2 ...
+    """
+    if ensemble_size <= 1:
+        return
+    if reranks(config.rerank):
+        raise SettingError(f"{setting('ensemble_size')}={ensemble_size} mixes the top passages of each window or "
+                           f"stride, while {setting('rerank')}={config.rerank!r} puts one chosen passage in context; "
+                           f"the two are not combined: use {setting('ensemble_size')}=1 to rerank, or "
+                           f"{setting('rerank')}='none' to mix.")
+    if config.num_passages > 1:
+        raise SettingError(f"{setting('ensemble_size')}={ensemble_size} mixes the top passages, one in each context; "
+                           f"{setting('num_passages')}={config.num_passages} puts several in one context: use one or "
+                           "the other.")
+    if get_strategy(GATE, config.retrieval_gate).one_passage:
+        raise SettingError(f"{setting('ensemble_size')}={ensemble_size} mixes several passages, while "
+                           f"{setting('retrieval_gate')}={config.retrieval_gate!r} weighs one passage against none: "
+                           f"use {setting('retrieval_gate')}='score' with an ensemble.")
+
+
+AutoConfig.register("ralm", RalmConfig)
+
+RALM_FIELDS = frozenset(f.name for f in fields(RalmConfig)) - frozenset(f.name for f in fields(PreTrainedConfig))
+"""The settings :class:`RalmConfig` adds to ``PreTrainedConfig`` (``retrieval_stride``, ``query_length``, ...)."""
+
+
+@dataclass(frozen=True)
+class SettingFlag:
+    """How a front end offers one :class:`RalmConfig` setting: its command-line ``flag``, the ``group`` it is listed
+    under and its ``help`` (other settings named with :func:`~hf_ralm.errors.setting`, so that each front end names
+    them its own way; ``%(default)s``: the setting's default, :class:`RalmConfig`'s). The settings ``rerank`` and
+    ``retrieval_gate`` pick a strategy of ``stage``: their choices are the registered strategies and ``{strategies}``
+    in ``help`` lists them, both read when a parser is built (a plugin may register one later).
+
+    Example:
+        >>> SETTING_FLAGS["retrieval_stride"].flag, SETTING_FLAGS["retrieval_stride"].group
+        ('--stride', 'RALM settings')
+    """
+
+    flag: str
+    group: str
+    help: str
+    stage: str | None = None
+
+
+SETTING_FLAGS: dict[str, SettingFlag] = {
+    "retrieval_stride": SettingFlag("--stride", "RALM settings",
+                                    "retrieval stride s: retrieve every s tokens (default %(default)s)"),
+    "query_length": SettingFlag("--query-length", "RALM settings",
+                                "query length ℓ in tokens (default: the retriever's, 32; 64 for --retriever "
+                                "dense/hybrid)"),
+    "max_length": SettingFlag("--max-length", "RALM settings", "window length L (default: the model's maximum)"),
+    "max_doc_tokens": SettingFlag("--max-doc-tokens", "passages in context",
+                                  "passage length cap in tokens (default %(default)s)"),
+    "bos_every_window": SettingFlag("--bos-every-window", "passages in context",
+                                    "put BOS at the start of every window (fair baseline for BOS-sensitive models)"),
+    "rerank": SettingFlag("--rerank", "reranking", f"how each window's passage is chosen among "
+                                                   f"{setting('rerank_candidates')} retrieved ones: {{strategies}}",
+                          stage=RERANK),
+    "rerank_candidates": SettingFlag("--rerank-candidates", "reranking",
+                                     "k: retrieved passages to choose among (default %(default)s)"),
+    "rerank_tokens": SettingFlag("--rerank-tokens", "reranking",
+                                 f"s': prefix tokens {setting('rerank')} lm ranks on (default %(default)s)"),
+    "reranker_model": SettingFlag("--reranker-model", "reranking",
+                                  f"the LM that ranks for {setting('rerank')} lm (default: the model itself), or the "
+                                  f"trained reranker of {setting('rerank')} predictive (folder or Hub id)"),
+    "rerank_allow_no_passage": SettingFlag("--rerank-allow-no-passage", "reranking",
+                                           f"with {setting('rerank')} lm/oracle/predictive, no passage is one more "
+                                           "candidate"),
+    "rerank_no_passage_margin": SettingFlag("--rerank-no-passage-margin", "reranking",
+                                            f"with {setting('rerank_allow_no_passage')}, the nats of ranking NLL a "
+                                            "passage must save over no passage to be chosen (default %(default)s)"),
+    "rerank_seed": SettingFlag("--rerank-seed", "reranking",
+                               f"seed of {setting('rerank')} random (default %(default)s)"),
+    "retrieval_gate": SettingFlag("--retrieval-gate", "retrieval gate",
+                                  f"whether a window retrieves at all: {{strategies}}; with {setting('rerank')} the "
+                                  "score gate decides before it, the lm gate after it", stage=GATE),
+    "gate_threshold": SettingFlag("--gate-threshold", "retrieval gate",
+                                  "the score gate's threshold, a fraction (0 to 1) of the query's maximum attainable "
+                                  "score; the lm gate's, the nats the passage must save on the "
+                                  f"{setting('rerank_tokens')} tokens (default 2, chosen on validation data)"),
+    "num_passages": SettingFlag("--num-passages", "several passages",
+                                "n: passages put in front of the text, the most relevant nearest it, each cut to "
+                                f"{setting('max_doc_tokens')} (default %(default)s; with {setting('rerank')} the "
+                                "chosen one first, then retrieval order)"),
+    "max_context_doc_tokens": SettingFlag("--max-context-doc-tokens", "several passages",
+                                          "cap on the tokens of all the passages in context, separators included; at "
+                                          "the cap the least relevant give way (default and at most: n × "
+                                          f"{setting('max_doc_tokens')})"),
+    "ensemble_size": SettingFlag("--ensemble", "several passages",
+                                 "n > 1: mix the next-token probabilities of the top n passages, one in context each, "
+                                 "weighted by softmax(retrieval score / "
+                                 f"{setting('ensemble_temperature')}) (default %(default)s: no ensemble)"),
+    "ensemble_temperature": SettingFlag("--ensemble-temperature", "several passages",
+                                        "τ of the ensemble's weights (default %(default)s)"),
+}
+"""The :class:`RalmConfig` settings a front end offers, in the order it lists them: each one's flag, group and help
+(its default is the field's own). The command line's flags are generated from it
+(:func:`hf_ralm.cli.settings.add_ralm_arguments`); ``base_model_name_or_path`` (``--model``) and ``passage_template``
+are not listed."""

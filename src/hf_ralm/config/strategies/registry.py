@@ -1,0 +1,400 @@
+"""The registry of passage-selection strategies (peft's register line, bm25s's table of scorers).
+
+Every way of choosing what a window (evaluation) or a generation stride puts in context is one object, in one file of
+:mod:`hf_ralm.config.strategies`, registered with :func:`register_strategy`. It declares its ``name``, the stage it
+belongs to, the settings it owns (:attr:`Strategy.fields`) and their checks (:meth:`Strategy.validate`), what it needs
+(:attr:`Strategy.needs`), its cost per window in reader inputs (:meth:`Strategy.reader_inputs`), whether it looks at
+the future (:attr:`Strategy.looks_at_future`), the rows it offers ``--compare`` (:meth:`Strategy.comparisons`) and
+its choice. Two stages, each named by the :class:`~hf_ralm.config.configuration_ralm.RalmConfig` setting that picks its
+strategy:
+
+* :data:`RERANK` (``rerank``, :class:`RerankStrategy`): which of a window's retrieved candidates goes in context
+  first (:meth:`RerankStrategy.choose`);
+* :data:`GATE` (``retrieval_gate``, :class:`GateStrategy`): whether a window keeps a passage at all
+  (:meth:`GateStrategy.opens`), deciding before reranking (on retrieval's passages) or after it (on the chosen one).
+
+A strategy chooses from numbers alone (:class:`Candidates`): the selection policy
+(:class:`~hf_ralm.selection.policy.PassagePolicy`) computes what it needs, for evaluation and generation alike, and
+``--compare`` reads the same numbers from one scored pass (:func:`~hf_ralm.selection.candidates.choose_from_scores`).
+So whatever reads a setting's strategies (:meth:`RalmConfig.validate
+<hf_ralm.config.configuration_ralm.RalmConfig.validate>`,
+the policy, ``--compare``, the run-cost estimate, generation, the command line's choices and help, the benchmarks)
+reads this table, and a strategy registered from outside the package is everywhere at once.
+
+Example:
+    >>> strategy_names(RERANK), strategy_names(GATE)
+    (('none', 'lm', 'predictive', 'oracle', 'random'), ('always', 'score', 'lm'))
+    >>> get_strategy(RERANK, "oracle").looks_at_future, get_strategy(RERANK, "lm").needs == {RANKING_NLLS}
+    (True, True)
+    >>> get_strategy(GATE, "sometimes")
+    Traceback (most recent call last):
+    ...
+    hf_ralm.errors.SettingError: retrieval_gate must be one of always, score, lm, got 'sometimes'.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Sequence
+
+from ...errors import SettingError, setting
+from ..passages import Passage
+
+if TYPE_CHECKING:  # the config asks this table, so the table never imports the config
+    from ..configuration_ralm import RalmConfig
+
+RERANK = "rerank"
+"""The reranking stage, named by the setting that picks its strategy."""
+
+GATE = "retrieval_gate"
+"""The retrieval-gate stage, named by the setting that picks its strategy."""
+
+RETRIEVAL_SCORES = "retrieval scores"
+"""A need: the retriever's scores of the candidates (``Passage.score``, always at hand)."""
+
+NORMALIZED_SCORES = "normalized scores"
+"""A need: the top passage's score over its query's maximum attainable score (the retriever's ``max_scores``)."""
+
+RANKING_NLLS = "ranking NLLs"
+"""A need: per option, an LM's summed NLL of the ranking tokens (the last ``rerank_tokens`` tokens before the window's
+target): the reader's, or the ``reranker_model`` LM's."""
+
+TARGET_NLLS = "target NLLs"
+"""A need: per option, the reader's summed NLL of the window's own target tokens: it looks at the future."""
+
+CROSS_ENCODER = "cross-encoder"
+"""A need: the choice of the trained cross-encoder ``reranker_model`` (the predictive reranker)."""
+
+NEEDS = frozenset({RETRIEVAL_SCORES, NORMALIZED_SCORES, RANKING_NLLS, TARGET_NLLS, CROSS_ENCODER})
+
+SCORED_PASS = frozenset({RETRIEVAL_SCORES, NORMALIZED_SCORES, RANKING_NLLS, TARGET_NLLS})
+"""What one scored pass gives (:func:`~hf_ralm.selection.candidates.score_candidates`: the reader on every candidate
+and on no passage, the retriever at hand): a strategy that needs no more has a ``--compare`` row."""
+
+BEFORE, AFTER = "before reranking", "after reranking"
+"""Where a gate decides: on retrieval's passages before reranking, or on the chosen passage after it."""
+
+EXCLUSIVE_FIELDS = {"reranker_model": (RERANK, None, "the ranking model"),
+                    "rerank_allow_no_passage": (RERANK, False, "the no-passage candidate"),
+                    "gate_threshold": (GATE, None, "the threshold")}
+"""Settings that only the strategies owning them take (in their :attr:`~Strategy.fields`): ``field: (stage, value
+when not given, what it is)``. Given under a strategy that does not own it, a setting is refused rather than ignored."""
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """What a strategy chooses from for one window (or generation stride): its ``passages`` in retrieval order (for
+    reranking, the first ``rerank_candidates`` retrieved, after a gate that decides before; for a gate that decides
+    after reranking, the chosen passage), the ``options`` ranked among them (the passages, then ``None`` for no
+    passage with ``rerank_allow_no_passage``), its ``query`` and ``key`` (what a random choice is keyed on: the
+    window's index, or a generation row's prompt and stride), and what the strategy :attr:`~Strategy.needs`, one
+    value per option where it is per option (``None`` when not needed, or nothing could be ranked):
+    ``ranking_nlls``, ``target_nlls``, ``predicted`` (the cross-encoder's choice, -1 for none) and
+    ``normalized_score`` (the top passage's).
+
+    Example:
+        >>> rome = Passage("1", "Rome", "rome was the city", 7.5)
+        >>> Candidates([rome], "the emperor of", 3, options=[rome, None], ranking_nlls=[10.0, 12.5]).no_passage
+        1
+    """
+
+    passages: Sequence[Passage]
+    query: str | None
+    key: int
+    options: Sequence[Passage | None] = field(default_factory=list)
+    ranking_nlls: Sequence[float] | None = None
+    target_nlls: Sequence[float] | None = None
+    predicted: int | None = None
+    normalized_score: float | None = None
+
+    @property
+    def no_passage(self) -> int:
+        """The index of the no-passage option (after the passages)."""
+        return len(self.passages)
+
+
+@dataclass(frozen=True)
+class ComparisonRow:
+    """A row ``--compare`` offers: its ``name``, ``what`` it chooses, and the ``settings`` of the separate ``eval-lm``
+    run whose figures it gives, from the run's config (``None``: no passage in any window, the baseline). Settings not
+    given are the paper's (no reranking, no gate) over the pass's candidates."""
+
+    name: str
+    what: str
+    settings: Callable[[RalmConfig], dict] | None
+
+
+NO_RETRIEVAL = ComparisonRow("none", "no passage", None)
+"""The baseline row of every comparison: no retrieval."""
+
+
+class Strategy:
+    """A passage-selection strategy: one object, one file, registered with :func:`register_strategy`. Subclass
+    :class:`RerankStrategy` or :class:`GateStrategy`, set the class attributes and override what differs.
+
+    Attributes:
+        stage: :data:`RERANK` or :data:`GATE`, the setting whose value names it.
+        name: that value (``"lm"``, ``"score"``, ...).
+        help: one line for ``--help`` (settings marked with :func:`~hf_ralm.errors.setting`, named by their flags).
+        fields: the settings it reads; those of :data:`EXCLUSIVE_FIELDS` are refused under a strategy not owning them.
+        needs: what the policy computes for it (:data:`NEEDS`: at most one of :data:`RANKING_NLLS` and
+            :data:`TARGET_NLLS`).
+        chooses: whether it changes what retrieval's order puts in context (all but the paper's ``"none"`` and
+            ``"always"``).
+    """
+
+    stage: str
+    name: str
+    help: str = ""
+    fields: tuple[str, ...] = ()
+    needs: frozenset[str] = frozenset()
+    chooses: bool = True
+
+    @property
+    def looks_at_future(self) -> bool:
+        """Whether it chooses by the tokens being scored (the oracle: an upper bound, not a method). Such a strategy
+        is refused in generation and lm-eval, and every evaluation under it says so (``oracle_looks_at_future``)."""
+        return TARGET_NLLS in self.needs
+
+    def validate(self, config: RalmConfig) -> None:
+        """Raise a :class:`~hf_ralm.errors.SettingError` unless ``config``'s settings fit this strategy (after the
+        generic checks: the settings' own ranges, :data:`EXCLUSIVE_FIELDS`)."""
+
+    def reader_inputs(self, config: RalmConfig) -> int:
+        """The reader inputs a window with retrieval runs to choose under ``config`` (0: the reader does not run to
+        choose; the chosen passage's own input is not counted)."""
+        return 0
+
+    def comparisons(self) -> list[ComparisonRow]:
+        """The rows it offers ``--compare``: by default one, under its name, when one scored pass gives what it
+        needs (:data:`SCORED_PASS`) and it chooses."""
+        if not self.chooses or not self.needs <= SCORED_PASS:
+            return []
+        return [ComparisonRow(self.name, self.help, lambda config: {self.stage: self.name})]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.stage}={self.name!r})"
+
+
+class RerankStrategy(Strategy):
+    """A reranking strategy (``rerank=name``): which of a window's candidates goes in context first."""
+
+    stage = RERANK
+
+    def choose(self, candidates: Candidates, config: RalmConfig) -> int:
+        """The index of the chosen passage among ``candidates.passages`` (never empty), or
+        :data:`~hf_ralm.config.passages.NO_PASSAGE` for none."""
+        raise NotImplementedError
+
+
+class GateStrategy(Strategy):
+    """A retrieval gate (``retrieval_gate=name``): whether a window keeps a passage. ``position``: :data:`BEFORE`
+    (it decides on retrieval's passages, before reranking), :data:`AFTER` (on the chosen passage, ranked against no
+    passage under :meth:`ranking_settings`) or ``None`` (it never closes); ``one_passage``: it weighs one passage
+    against none, so it is not combined with several passages in context or an ensemble."""
+
+    stage = GATE
+    position: str | None = None
+    one_passage: bool = False
+
+    def opens(self, candidates: Candidates, config: RalmConfig) -> bool:
+        """Whether the window keeps its passages (``config``: for a gate after reranking, its ranking config)."""
+        return True
+
+    def score(self, candidates: Candidates) -> float | None:
+        """What the gate decided on, recorded per window (``gate_score``); ``None`` where it decided on nothing."""
+        return None
+
+    def ranking_settings(self, config: RalmConfig) -> dict:
+        """For a gate after reranking: the settings it ranks the chosen passage against no passage under (on top of
+        ``config``'s)."""
+        return {}
+
+
+_STRATEGIES: dict[tuple[str, str], Strategy] = {}
+
+
+def register_strategy(strategy: Strategy) -> Strategy:
+    """Add ``strategy`` to the table: its name becomes a value of its stage's setting (``RalmConfig(rerank=name)``,
+    ``hf-ralm ... --rerank name``), in evaluation, generation, the run-cost estimate and, when one scored pass gives
+    what it needs, ``--compare``. Returns it. A name already registered in the stage, or a ``--compare`` row name
+    already taken, is refused.
+
+    Example::
+
+        register_strategy(ScoreMargin())   # a RerankStrategy named "bm25-margin"
+        RalmConfig(rerank="bm25-margin")
+    """
+    if strategy.stage not in (RERANK, GATE) or not isinstance(strategy, (RerankStrategy, GateStrategy)):
+        raise TypeError(f"A strategy is a RerankStrategy or a GateStrategy, got {strategy!r}.")
+    if not isinstance(getattr(strategy, "name", None), str) or not strategy.name:
+        raise ValueError(f"{type(strategy).__name__} needs a name: the value of {strategy.stage} that picks it.")
+    if (strategy.stage, strategy.name) in _STRATEGIES:
+        raise ValueError(f"{strategy.stage}={strategy.name!r} is registered already "
+                         f"({_STRATEGIES[strategy.stage, strategy.name]!r}): give the strategy another name.")
+    unknown = set(strategy.needs) - NEEDS
+    if unknown or {RANKING_NLLS, TARGET_NLLS} <= set(strategy.needs):
+        raise ValueError(f"{strategy!r} needs {sorted(strategy.needs)}: each must be one of {sorted(NEEDS)}, and at "
+                         f"most one of {RANKING_NLLS!r} and {TARGET_NLLS!r} (what an LM ranks on).")
+    taken = set(comparison_rows()) & {row.name for row in strategy.comparisons()}
+    if taken:
+        raise ValueError(f"{strategy!r} offers --compare rows {sorted(taken)}, which other strategies offer already.")
+    _STRATEGIES[strategy.stage, strategy.name] = strategy
+    return strategy
+
+
+def strategies(stage: str) -> list[Strategy]:
+    """The registered strategies of ``stage``, in the order they were registered."""
+    return [strategy for (of, _), strategy in _STRATEGIES.items() if of == stage]
+
+
+def strategy_names(stage: str) -> tuple[str, ...]:
+    """The values ``stage``'s setting takes (the command line's choices)."""
+    return tuple(strategy.name for strategy in strategies(stage))
+
+
+def get_strategy(stage: str, name: str) -> Strategy:
+    """The strategy ``name`` of ``stage``; an unknown one is refused, listing those registered."""
+    strategy = _STRATEGIES.get((stage, name))
+    if strategy is None:
+        raise SettingError(f"{setting(stage)} must be one of {', '.join(strategy_names(stage))}, got {name!r}.")
+    return strategy
+
+
+def _chooses(stage: str, name: str | None) -> bool:
+    if name is None:
+        return False
+    strategy = _STRATEGIES.get((stage, name))
+    return strategy is None or strategy.chooses  # a strategy this process does not know (a file's) chose something
+
+
+def reranks(name: str | None) -> bool:
+    """Whether the reranking strategy ``name`` chooses among the retrieved candidates (every one but ``"none"``);
+    ``None``, a file that records no reranking, does not; a name not registered here (read from another process's
+    file) does.
+
+    Example:
+        >>> reranks("lm"), reranks("none"), reranks(None)
+        (True, False, False)
+    """
+    return _chooses(RERANK, name)
+
+
+def gates(name: str | None) -> bool:
+    """Whether the retrieval gate ``name`` can close a window (every one but ``"always"``), as :func:`reranks`."""
+    return _chooses(GATE, name)
+
+
+def future_looking(rerank: str | None, retrieval_gate: str | None = None) -> list[Strategy]:
+    """The strategies among these (registered ones) that look at the future (:attr:`Strategy.looks_at_future`).
+
+    Example:
+        >>> future_looking("oracle", "always"), future_looking("lm", "lm")
+        ([OracleReranking(rerank='oracle')], [])
+    """
+    chosen = [_STRATEGIES.get((RERANK, rerank)), _STRATEGIES.get((GATE, retrieval_gate))]
+    return [strategy for strategy in chosen if strategy is not None and strategy.looks_at_future]
+
+
+def ranks_target(config: RalmConfig) -> bool:
+    """Whether an LM ranking under ``config`` ranks on the window's target tokens (the strategy needs
+    :data:`TARGET_NLLS`) rather than on the ranking tokens before it."""
+    return TARGET_NLLS in get_strategy(RERANK, config.rerank).needs
+
+
+def check_strategy(config: RalmConfig, stage: str) -> Strategy:
+    """The strategy ``config`` picks for ``stage``, after the checks of its settings: an unknown name, a setting of
+    :data:`EXCLUSIVE_FIELDS` it does not own, several passages under a gate that weighs one, and its own
+    :meth:`~Strategy.validate` (:meth:`RalmConfig.validate <hf_ralm.config.configuration_ralm.RalmConfig.validate>`
+    runs this for both stages)."""
+    strategy = get_strategy(stage, getattr(config, stage))
+    for name, (of, unset, what) in EXCLUSIVE_FIELDS.items():
+        if of == stage and getattr(config, name) != unset and name not in strategy.fields:
+            owners = either([s.name for s in strategies(stage) if name in s.fields])
+            raise SettingError(f"{setting(name)} is {what} of {setting(stage)}={owners}; "
+                               f"{setting(stage)}={strategy.name!r} uses none: drop {setting(name)}.")
+    if getattr(strategy, "one_passage", False) and config.num_passages > 1:
+        raise SettingError(f"{setting(stage)}={strategy.name!r} weighs one passage against none; "
+                           f"{setting('num_passages')}={config.num_passages} puts several in context: use "
+                           f"{setting(GATE)}='score' with several passages, or {setting('num_passages')}=1.")
+    strategy.validate(config)
+    return strategy
+
+
+def check_generation(config: RalmConfig) -> None:
+    """Raise a :class:`~hf_ralm.errors.SettingError` unless generation can choose as ``config`` asks: a strategy that
+    looks at the future ranks on tokens not generated yet. (An ensemble with reranking is refused by the config
+    itself, :func:`~hf_ralm.config.configuration_ralm.check_ensemble`.)
+
+    Example:
+        >>> from hf_ralm.config.configuration_ralm import RalmConfig
+        >>> check_generation(RalmConfig(rerank="oracle"))   # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        hf_ralm.errors.SettingError: rerank='oracle' ranks the candidates on the very tokens they are to predict, ...
+    """
+    for strategy in future_looking(config.rerank, config.retrieval_gate):
+        others = [s.name for s in strategies(strategy.stage) if s.chooses and not s.looks_at_future]
+        raise SettingError(f"{setting(strategy.stage)}={strategy.name!r} ranks the candidates on the very tokens "
+                           "they are to predict, which generation has not produced yet: generate with "
+                           f"{setting(strategy.stage)}={either(others)} (a strategy that looks at the future is for "
+                           "evaluation).")
+
+
+def reader_inputs_per_window(config: RalmConfig) -> int:
+    """How many reader inputs a window with retrieval costs under ``config``: what its reranking runs to choose, else
+    what its gate runs, else one per passage mixed (an ensemble) or one. The run-cost estimate multiplies it.
+
+    Example:
+        >>> from hf_ralm.config.configuration_ralm import RalmConfig
+        >>> [reader_inputs_per_window(RalmConfig(**settings)) for settings in
+        ...  ({}, {"rerank": "lm", "rerank_candidates": 8}, {"retrieval_gate": "lm"}, {"ensemble_size": 4})]
+        [1, 8, 2, 4]
+    """
+    for stage in (RERANK, GATE):
+        inputs = get_strategy(stage, getattr(config, stage)).reader_inputs(config)
+        if inputs:
+            return inputs
+    return max(1, config.ensemble_size)
+
+
+def reader_ranks(config: RalmConfig) -> bool:
+    """Whether choosing passages under ``config`` runs the reader (its own LM reranking, the oracle, the lm gate).
+    Otherwise retrieval needs only the reader's tokenizer and maximum length.
+
+    Example:
+        >>> from hf_ralm.config.configuration_ralm import RalmConfig
+        >>> reader_ranks(RalmConfig(rerank="predictive", reranker_model="me/reranker")), reader_ranks(RalmConfig())
+        (False, False)
+        >>> reader_ranks(RalmConfig(rerank="lm")), reader_ranks(RalmConfig(retrieval_gate="lm"))
+        (True, True)
+    """
+    return any(get_strategy(stage, getattr(config, stage)).reader_inputs(config) for stage in (RERANK, GATE))
+
+
+def comparison_rows() -> dict[str, ComparisonRow]:
+    """Every row ``--compare`` offers, by name: no retrieval, then the registered strategies' rows in the order they
+    were registered."""
+    rows = [NO_RETRIEVAL] + [row for strategy in _STRATEGIES.values() for row in strategy.comparisons()]
+    return {row.name: row for row in rows}
+
+
+def strategies_help(stage: str) -> str:
+    """``stage``'s strategies for ``--help``: ``name (help)``, listed.
+
+    Example:
+        >>> strategies_help(GATE).split(" (")[0]
+        'always'
+    """
+    return either([f"{strategy.name} ({strategy.help})" for strategy in strategies(stage)], quote=False)
+
+
+def either(names: Sequence[str], quote: bool = True) -> str:
+    """``'a', 'b' or 'c'``.
+
+    Example:
+        >>> either(["lm", "oracle", "predictive"]), either(["a"], quote=False)
+        ("'lm', 'oracle' or 'predictive'", 'a')
+    """
+    shown = [repr(name) if quote else name for name in names]
+    return " or ".join(filter(None, [", ".join(shown[:-1]), shown[-1]])) if shown else ""

@@ -1,0 +1,165 @@
+"""The arithmetic of In-Context RALM evaluation, as pure functions over token counts and id lists.
+
+Everything here follows the paper's reference evaluation (``eval_lm.py`` of In-Context RALM):
+
+* a text of ``n`` tokens is cut into windows that start every ``stride`` tokens and hold at most ``max_length``
+  tokens; each window scores only the tokens the previous window did not reach, so every token but the first is
+  scored exactly once;
+* window 0 is evaluated without retrieval; every later window's query is the last ``query_length`` tokens before
+  the first token it scores;
+* a retrieved passage overwrites the first positions of the window, so the input keeps its length.
+
+Example:
+    >>> [(w.begin, w.end, w.score_begin) for w in plan_windows(10, max_length=6, stride=2)]
+    [(0, 6, 1), (2, 8, 6), (4, 10, 8)]
+    >>> query_span(plan_windows(10, max_length=6, stride=2)[1], query_length=4)
+    (2, 6)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from ..errors import SettingError, setting
+from ..utils.checks import check_count
+
+
+@dataclass(frozen=True)
+class Window:
+    """One evaluation window: input tokens ``[begin, end)``, scored tokens ``[score_begin, end)``.
+
+    ``prev_end`` is the previous window's ``end`` (0 for the first window); it is the reference's
+    ``begin_location``. Token 0 has no left context and is never scored, hence ``score_begin = max(prev_end, 1)``.
+    """
+
+    index: int
+    begin: int
+    end: int
+    prev_end: int
+
+    @property
+    def length(self) -> int:
+        return self.end - self.begin
+
+    @property
+    def score_begin(self) -> int:
+        return max(self.prev_end, 1)
+
+    @property
+    def num_scored(self) -> int:
+        return self.end - self.score_begin
+
+    @property
+    def has_retrieval(self) -> bool:
+        """Window 0 is evaluated on the text alone, as in the paper."""
+        return self.index > 0
+
+
+def check_window_overlap(max_length: int, stride: int, stride_name: str = "stride") -> None:
+    """Raise a :class:`~hf_ralm.errors.SettingError` unless windows of ``max_length`` tokens that start every
+    ``stride`` tokens overlap (``max_length > stride``); otherwise tokens between two windows would never be scored.
+    ``stride_name`` is the setting the caller calls its stride."""
+    if max_length <= stride:
+        raise SettingError(
+            f"{setting('max_length')} ({max_length}) must be larger than {setting(stride_name)} ({stride}), or windows "
+            f"would skip tokens: lower {setting(stride_name)} or raise {setting('max_length')}."
+        )
+
+
+def check_prefix_room(max_length: int, prefix_length: int, stride: int, bound: str, bound_value: int,
+                      model_max: int | None = None) -> None:
+    """Raise a :class:`~hf_ralm.errors.SettingError` unless a window of ``max_length`` tokens holds a passage prefix
+    of ``prefix_length`` tokens and the ``stride`` tokens after it (``prefix_length + stride <= max_length``). Then a
+    passage never covers a scored token in evaluation (every window with retrieval holds ``max_length - stride``
+    tokens before its scored ones) and leaves room in every generation context for the stride being generated.
+    ``bound``: the setting that cut the prefix (``"max_doc_tokens"``, or ``"max_context_doc_tokens"`` for several
+    passages), at ``bound_value``; ``model_max``: the model's maximum length, when that is what ``max_length`` is
+    (the fix is then a shorter passage).
+
+    Example:
+        >>> check_prefix_room(512, 256, 4, "max_doc_tokens", 256)
+        >>> check_prefix_room(16, 40, 4, "max_doc_tokens", 256)
+        Traceback (most recent call last):
+        ...
+        hf_ralm.errors.SettingError: max_length (16) cannot hold a passage of 40 tokens (max_doc_tokens: 256) and the \
+retrieval_stride (4) tokens after it: lower max_doc_tokens to at most 12 or raise max_length to at least 44.
+    """
+    if prefix_length + stride <= max_length:
+        return
+    shorter = f"lower {setting(bound)} to at most {max_length - stride}"
+    if model_max is None:
+        where = f"{setting('max_length')} ({max_length})"
+        fix = f"{shorter} or raise {setting('max_length')} to at least {prefix_length + stride}"
+    else:
+        where, fix = f"The model's maximum length ({model_max})", shorter
+    what = "a passage" if bound == "max_doc_tokens" else "the passages"
+    raise SettingError(f"{where} cannot hold {what} of {prefix_length} tokens ({setting(bound)}: {bound_value}) and "
+                       f"the {setting('retrieval_stride')} ({stride}) tokens after it: {fix}.")
+
+
+def plan_windows(num_tokens: int, max_length: int, stride: int) -> list[Window]:
+    """Cut ``num_tokens`` tokens into the reference's sliding windows.
+
+    For ``begin`` in ``0, stride, 2*stride, ...``: ``end = min(begin + max_length, num_tokens)`` and the window
+    scores ``[prev_end, end)``; planning stops after the window that reaches ``num_tokens``. ``max_length`` is the
+    window length actually used (a config's ``max_length`` capped at the model's maximum), hence the checks.
+    """
+    check_count("stride", stride)
+    check_count("max_length", max_length)
+    check_window_overlap(max_length, stride)
+    if num_tokens < 2:
+        raise ValueError(f"Need at least 2 tokens to score anything, got {num_tokens}. Is the dataset empty?")
+    windows: list[Window] = []
+    prev_end = 0
+    for begin in range(0, num_tokens, stride):
+        end = min(begin + max_length, num_tokens)
+        windows.append(Window(index=len(windows), begin=begin, end=end, prev_end=prev_end))
+        prev_end = end
+        if end == num_tokens:
+            break
+    return windows
+
+
+def plan_settings(ends: Sequence[int]) -> tuple[int | None, int | None, int] | None:
+    """``(stride, max_length, num_tokens)`` of the :func:`plan_windows` whose windows end at ``ends`` (in order), as
+    far as they tell: one window leaves the stride and length open (``None``), two the stride. ``None`` when no
+    plan gives these ends (they are not sliding windows). How a retrieval file says what it was made with.
+
+    Example:
+        >>> plan_settings([w.end for w in plan_windows(30, max_length=10, stride=4)])
+        (4, 10, 30)
+        >>> plan_settings([10, 30]), plan_settings([5, 3])
+        ((None, 10, 30), None)
+    """
+    if not ends:
+        return None
+    num_tokens = ends[-1]
+    if len(ends) == 1:
+        return None, None, num_tokens
+    max_length = ends[0]
+    if len(ends) == 2:
+        return (None, max_length, num_tokens) if 0 < max_length < num_tokens else None
+    stride = ends[1] - ends[0]
+    if not 0 < stride < max_length or num_tokens < 2:
+        return None
+    planned = [w.end for w in plan_windows(num_tokens, max_length, stride)]
+    return (stride, max_length, num_tokens) if planned == list(ends) else None
+
+
+def query_span(window: Window, query_length: int) -> tuple[int, int] | None:
+    """Token span ``[start, stop)`` of the window's retrieval query, or ``None`` for window 0 (no retrieval)."""
+    check_count("query_length", query_length)
+    if not window.has_retrieval:
+        return None
+    return max(0, window.prev_end - query_length), window.prev_end
+
+
+def place_passage(window_ids: Sequence[int], passage_ids: Sequence[int]) -> list[int]:
+    """Overwrite the first positions of a window with the passage, keeping the window's length.
+
+    A passage longer than the window would fill the whole window; evaluation never gives one, since its window
+    length holds a passage and a stride (:func:`check_prefix_room`).
+    """
+    width = min(len(passage_ids), len(window_ids))
+    return list(passage_ids[:width]) + list(window_ids[width:])

@@ -1,0 +1,230 @@
+"""Small helpers around a causal LM and its KV cache, shared by the scorer, the passage cache and generation.
+
+Example::
+
+    ids = torch.tensor([[5, 6, 7]], device=model_device(model))
+    cache = empty_cache(model)
+    last_logits(model, ids, 1, cache=cache).shape   # torch.Size([1, 1, 49152])
+    cache_nbytes(cache)   # 276480
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import inspect
+import os
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
+from ..errors import SettingError, setting
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """Where the model's inputs go (the input embeddings' device, which also works with ``device_map``)."""
+    return model.get_input_embeddings().weight.device
+
+
+def _accepts_logits_to_keep(model: torch.nn.Module) -> bool:
+    forward = model.forward
+    return _takes_logits_to_keep(getattr(forward, "__func__", forward))
+
+
+@functools.lru_cache(maxsize=256)
+def _takes_logits_to_keep(forward) -> bool:
+    # by the forward function (a class's, or one set on an instance), read once: a decoding step calls this, and
+    # inspect.signature costs more than a small model's step on a CPU
+    return "logits_to_keep" in inspect.signature(forward).parameters
+
+
+def one_logit_kwargs(model: torch.nn.Module) -> dict:
+    """Keyword arguments that make ``model`` compute the LM head at the last position only, when it can."""
+    return {"logits_to_keep": 1} if _accepts_logits_to_keep(model) else {}
+
+
+def cache_kwargs(model: torch.nn.Module, cache: DynamicCache | None) -> dict:
+    """The keyword argument that hands ``cache`` to ``model``'s forward, under the name its transformers version uses.
+
+    transformers renamed ``past_key_values`` to ``cache`` (the old name warns from 5.24 on and goes in 5.40); the
+    oldest versions we support know only the old name, so the forward's own signature decides.
+    """
+    if cache is None:
+        return {}
+    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    return {name: cache}
+
+
+def last_logits(model: torch.nn.Module, input_ids: torch.Tensor, keep: int, cache: DynamicCache | None = None
+                ) -> torch.Tensor:
+    """Logits of the last ``keep`` positions, computing the LM head only there when the model allows it.
+
+    ``cache`` (a KV cache) is extended in place with ``input_ids``' keys/values.
+    """
+    kwargs: dict = {"use_cache": cache is not None, **cache_kwargs(model, cache)}
+    if _accepts_logits_to_keep(model):
+        kwargs["logits_to_keep"] = keep
+    return model(input_ids=input_ids, **kwargs).logits[:, -keep:]
+
+
+def empty_cache(model: torch.nn.Module) -> DynamicCache:
+    """A fresh cache laid out for ``model`` (sliding-window layers included)."""
+    return DynamicCache(config=model.config)
+
+
+def stackable_rows(cache: DynamicCache) -> bool:
+    """Whether :func:`cache_rows` and :func:`stack_cache_rows` can take caches of ``cache``'s kind apart and put them
+    together row by row: every layer a dynamic one (full attention or sliding window), whose state is its keys/values
+    and counts of tokens that rows of equal length share."""
+    return bool(cache.layers) and all(type(layer) in (DynamicLayer, DynamicSlidingWindowLayer)
+                                      for layer in cache.layers)
+
+
+def _with_tensors(cache: DynamicCache, tensors: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> DynamicCache:
+    """A copy of ``cache``'s structure (its layers' token counts) holding ``tensors`` as each layer's keys/values."""
+    new = copy.copy(cache)
+    new.layers = []
+    for layer, (keys, values) in zip(cache.layers, tensors):
+        layer = copy.copy(layer)
+        layer.keys, layer.values = keys, values
+        new.layers.append(layer)
+    return new
+
+
+def cache_rows(cache: DynamicCache) -> list[DynamicCache]:
+    """Each row of a batched cache (:func:`stackable_rows`) as a cache of its own, its tensors copied out of the
+    batch's (so the batch's memory goes with it)."""
+    return [_with_tensors(cache, [(layer.keys[i : i + 1].clone(), layer.values[i : i + 1].clone())
+                                  for layer in cache.layers])
+            for i in range(cache.layers[0].keys.shape[0])]
+
+
+def stack_cache_rows(caches: Sequence[DynamicCache], repeats: Sequence[int]) -> DynamicCache:
+    """One cache whose rows are each of ``caches`` (one row each, all of one length; :func:`stackable_rows`) repeated
+    ``repeats[i]`` times, in order: inputs with different passages of one length run in one batch. The caches given
+    are left as they are.
+
+    Example::
+
+        batch = stack_cache_rows([rome_cache, paris_cache], [3, 2])   # 5 rows: rome's keys/values 3 times, then paris's
+    """
+    def stacked(name: str, i: int) -> torch.Tensor:
+        return torch.cat([getattr(c.layers[i], name).expand(n, *getattr(c.layers[i], name).shape[1:])
+                          for c, n in zip(caches, repeats)])
+
+    return _with_tensors(caches[0], [(stacked("keys", i), stacked("values", i)) for i in range(len(caches[0].layers))])
+
+
+def cache_nbytes(cache: DynamicCache) -> int:
+    """Bytes held by the key/value tensors of a cache."""
+    total = 0
+    for layer in getattr(cache, "layers", ()):
+        for name in ("keys", "values"):
+            tensor = getattr(layer, name, None)
+            if isinstance(tensor, torch.Tensor):
+                total += tensor.numel() * tensor.element_size()
+    return total
+
+
+def model_max_length(model) -> int | None:
+    """The longest input ``model``'s config allows (``max_position_embeddings``, or GPT-2's ``n_positions``), or
+    ``None`` when its config does not say."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    model_max = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    return int(model_max) if model_max else None
+
+
+def resolve_max_length(model, max_length: int | None) -> int:
+    """``max_length``, or the model's maximum context when ``None``. A ``max_length`` beyond the model's maximum is
+    refused (a :class:`~hf_ralm.errors.SettingError`), not capped: a run at another length than its settings say
+    would report figures of a configuration nobody asked for."""
+    model_max = model_max_length(model)
+    if max_length is None:
+        if model_max is None:
+            raise SettingError(f"The model's maximum length is unknown: pass {setting('max_length')}.")
+        return model_max
+    if model_max is not None and int(max_length) > model_max:
+        raise SettingError(f"{setting('max_length')} {max_length} exceeds the {model_max} positions this model has "
+                           f"(its config's maximum): give at most {model_max}, or leave {setting('max_length')} out to "
+                           "use them all.")
+    return int(max_length)
+
+
+def padding_id(tokenizer) -> int:
+    """The id that left-pads a batch of prompts (generation, QA): the tokenizer's pad token, else its EOS, else 0.
+
+    A tokenizer needs no pad token for hf-ralm: padded positions are masked out by the attention mask and never
+    scored or generated from, so any id works there (and evaluation batches windows of equal length, with no padding
+    at all).
+
+    Example::
+
+        padding_id(tokenizer)   # 0: a tokenizer without a pad token gives its EOS
+    """
+    return next((t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id) if t is not None), 0)
+
+
+@dataclass
+class PromptBatch:
+    """Text prompts as one left-padded batch: ``input_ids`` and ``attention_mask`` (tensors), and per prompt its
+    ``lengths`` (tokens kept) and whether it was ``truncated``. ``width`` is the padded length: a row's generated
+    tokens start there."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    lengths: list[int]
+    truncated: list[bool]
+
+    @property
+    def width(self) -> int:
+        return self.input_ids.shape[1]
+
+
+def left_pad(tokenizer, prompts: Sequence[str], budget: int | None = None) -> PromptBatch:
+    """Prompts tokenized with the tokenizer's default special tokens, each cut from the left to ``budget`` tokens
+    (keeping a leading BOS; ``None``: no cut), left-padded with :func:`padding_id` into one batch: how generation and
+    QA batch prompts.
+
+    Example::
+
+        batch = left_pad(tokenizer, ["the emperor of rome", "rome"])
+        batch.lengths, batch.attention_mask[1].tolist()   # ([4, 1], [0, 0, 0, 1])
+    """
+    encoded, truncated = [], []
+    bos = tokenizer.bos_token_id
+    for prompt in prompts:
+        ids = list(tokenizer(prompt)["input_ids"])
+        cut = budget is not None and len(ids) > budget
+        if cut:
+            ids = [ids[0]] + ids[len(ids) - budget + 1 :] if bos is not None and ids[0] == bos else ids[-budget:]
+        encoded.append(ids)
+        truncated.append(cut)
+    width, pad = max(len(ids) for ids in encoded), padding_id(tokenizer)
+    return PromptBatch(torch.tensor([[pad] * (width - len(ids)) + ids for ids in encoded]),
+                       torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in encoded]),
+                       [len(ids) for ids in encoded], truncated)
+
+
+def model_identity(model) -> dict[str, Any]:
+    """What identifies a model in settings that must compare equal on another machine: its name (a local folder's
+    name, not its path; a Hub id as it is; the class name when it has neither), class, parameter count and dtype.
+
+    Example::
+
+        model_identity(model)
+        # {'reader': 'smollm2-135m-instruct', 'reader_class': 'LlamaForCausalLM', 'reader_parameters': 134515008,
+        #  'dtype': 'bfloat16'}
+    """
+    name = getattr(model.config, "name_or_path", None) or type(model).__name__
+    return {"reader": os.path.basename(os.path.normpath(name)) if os.path.isdir(name) else name,
+            "reader_class": type(model).__name__,
+            "reader_parameters": sum(p.numel() for p in model.parameters()),
+            "dtype": str(model.dtype).removeprefix("torch.")}
+
+
+def model_path(model) -> str:
+    """Where a model was loaded from (a local folder's absolute path, else its name): what ``reproduce`` records."""
+    name = getattr(model.config, "name_or_path", None) or type(model).__name__
+    return os.path.abspath(name) if os.path.isdir(name) else name

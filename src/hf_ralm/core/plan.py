@@ -1,0 +1,149 @@
+"""The plan of an evaluation, the one place text becomes windows: text → token ids → windows → queries → retrieved
+candidates. Evaluation (``eval-lm``, ``retrieve``), the reranker's training data, the reranking tables and every
+benchmark plan their windows here, so they all score the same tokens, ask the same queries and count the same words.
+
+Example:
+    >>> from hf_ralm import RalmConfig
+    >>> class Characters:   # a tokenizer with one token per character
+    ...     def __call__(self, text, add_special_tokens=False): return {"input_ids": [ord(c) for c in text]}
+    ...     def decode(self, ids): return "".join(map(chr, ids))
+    >>> plan = prepare("the emperor of rome ruled", Characters(), RalmConfig(retrieval_stride=4, query_length=8),
+    ...                max_length=12)
+    >>> len(plan.windows), plan.num_words, plan.queries[1], [len(chunk) for chunk in plan.chunks(2)]
+    (5, 4, 'emperor ', [2, 2, 1])
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence
+
+from ..utils.progress import tqdm
+
+from ..config.configuration_ralm import RalmConfig
+from ..errors import RalmWarning
+from ..config.passages import Passage
+from .perplexity import count_words
+from ..utils.checks import check_count
+from ..config.windows import Window, plan_windows, query_span
+
+
+@dataclass
+class WindowPlan:
+    """A text's windows and their queries, and the passages retrieved for them (on demand, once per window).
+
+    ``ids`` are the evaluated token ids, ``num_words`` the reference's word count of the evaluated text (of the
+    decoded ids when they were given or cut), ``windows`` the sliding windows of ``max_length`` tokens every
+    ``stride``, ``queries[w]`` window ``w``'s query (the decoded last ``query_length`` tokens before its first scored
+    token; ``None`` for window 0) and ``retriever`` what :meth:`candidates` retrieves with (``None``: nothing).
+    """
+
+    ids: list[int]
+    num_words: int
+    windows: list[Window]
+    queries: list[str | None]
+    max_length: int
+    query_length: int
+    retriever: object | None = None
+    _found: dict[int, list[Passage]] = field(default_factory=dict, repr=False)
+    _depth: int = field(default=0, repr=False)
+
+    def chunks(self, chunk_size: int, start: int = 0) -> Iterator[list[Window]]:
+        """The windows from window ``start`` on, ``chunk_size`` at a time."""
+        check_count("chunk_size", chunk_size)
+        for first in range(start, len(self.windows), chunk_size):
+            yield self.windows[first : first + chunk_size]
+
+    def candidates(self, windows: Sequence[Window], k: int, show_progress: bool = False) -> list[list[Passage]]:
+        """The top ``k`` passages of each of ``windows`` (``[]`` for window 0 and without a retriever), retrieved in
+        one batched call for the windows not retrieved before at that depth."""
+        check_count("k", k)
+        if self.retriever is None:
+            return [[] for _ in windows]
+        if k != self._depth:
+            self._found, self._depth = {}, k
+        todo = [w.index for w in windows if w.index not in self._found and self.queries[w.index] is not None]
+        for i, found in zip(todo, retrieve(self.retriever, [self.queries[i] for i in todo], k, show_progress)):
+            self._found[i] = found
+        return [self._found.get(w.index, []) for w in windows]
+
+
+def window_futures(tokenizer, ids: Sequence[int], windows: Sequence[Window]) -> list[str]:
+    """Each window's ``future`` as a retrieval file records it: its tokens after the previous window's end, decoded
+    (what identifies the text a retrieval file was made for)."""
+    return [tokenizer.decode(list(ids[w.prev_end : w.end])) for w in windows]
+
+
+def prepare(text_or_ids: str | Sequence[int], tokenizer, config: RalmConfig, retriever=None, *, max_length: int,
+            max_eval_tokens: int | None = None) -> WindowPlan:
+    """The plan of ``text_or_ids`` (a text, tokenized without special tokens as the reference does, or token ids)
+    under ``config`` (its stride, and its query length for ``retriever``), with windows of ``max_length`` tokens (the
+    window length ``L``: :func:`~hf_ralm.core.model_inputs.window_length` of the model) and at most ``max_eval_tokens``
+    tokens.
+
+    Example::
+
+        plan = prepare(text, tokenizer, config, retriever, max_length=window_length(model, config))
+        for chunk in plan.chunks(256):
+            passages = plan.candidates(chunk, k=16)
+    """
+    ids, text = evaluation_tokens(tokenizer, text_or_ids, max_eval_tokens)
+    windows = plan_windows(len(ids), max_length, config.retrieval_stride)
+    query_length = config.query_length_for(retriever)
+    return WindowPlan(ids, count_words(text), windows, window_queries(tokenizer, ids, windows, query_length),
+                      max_length, query_length, retriever)
+
+
+def evaluation_tokens(tokenizer, text_or_ids: str | Sequence[int],
+                      max_eval_tokens: int | None) -> tuple[list[int], str]:
+    """The token ids evaluated and the text their words are counted in (the decoded ids when ids are given or
+    ``max_eval_tokens`` cuts the text)."""
+    if max_eval_tokens is not None:
+        check_count("max_eval_tokens", max_eval_tokens, minimum=2)  # token 0 is never scored
+    if not isinstance(text_or_ids, str):
+        ids = first_tokens(text_or_ids, max_eval_tokens)
+        return ids, tokenizer.decode(ids)
+    ids = tokenize_text(tokenizer, text_or_ids, max_eval_tokens)
+    return ids, tokenizer.decode(ids) if max_eval_tokens and len(ids) == max_eval_tokens else text_or_ids
+
+
+def tokenize_text(tokenizer, text: str, max_eval_tokens: int | None = None) -> list[int]:
+    """Token ids of the whole text, without special tokens (as the reference), optionally cut to the first
+    ``max_eval_tokens``."""
+    if not text:
+        raise ValueError("The dataset is empty: there is no text to evaluate.")
+    if not text.strip():  # the command line refuses it; a Python caller may have read the wrong file
+        warnings.warn(RalmWarning(f"the text holds only whitespace ({len(text)} characters): its perplexity measures "
+                                  "the model's guesses of spacing, not of any words. Check what was read."),
+                      stacklevel=3)
+    return first_tokens(tokenizer(text, add_special_tokens=False)["input_ids"], max_eval_tokens)
+
+
+def first_tokens(ids: Sequence[int], max_eval_tokens: int | None = None) -> list[int]:
+    """The first ``max_eval_tokens`` ids (all of them when ``None``).
+
+    Example:
+        >>> first_tokens([5, 6, 7], 2)
+        [5, 6]
+    """
+    if max_eval_tokens is None:
+        return list(ids)
+    check_count("max_eval_tokens", max_eval_tokens)
+    return list(ids[:max_eval_tokens])
+
+
+def window_queries(tokenizer, ids: Sequence[int], windows: Sequence[Window], query_length: int) -> list[str | None]:
+    """The decoded query of every window (``None`` for window 0, which gets no retrieval)."""
+    spans = [query_span(w, query_length) for w in windows]
+    return [None if span is None else tokenizer.decode(ids[span[0] : span[1]]) for span in spans]
+
+
+def retrieve(retriever, queries: Sequence[str], k: int, show_progress: bool = False,
+             batch_size: int = 512) -> list[list[Passage]]:
+    """The top ``k`` passages of each query, ``batch_size`` queries per call of ``retriever.retrieve``."""
+    found: list[list[Passage]] = []
+    for start in tqdm(range(0, len(queries), batch_size), desc="Retrieving", unit="batch",
+                      disable=not show_progress or len(queries) <= batch_size):
+        found.extend(list(passages) for passages in retriever.retrieve(list(queries[start : start + batch_size]), k=k))
+    return found

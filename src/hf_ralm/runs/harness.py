@@ -1,0 +1,244 @@
+"""One run harness for every long run (datatrove's executor shape): :class:`RunOptions`, how a run is kept and shared
+(its output folder, chunk size, overwrite, repair, shards, batch size, progress), and :class:`ChunkRun`, the driver
+that owns this worker's chunks of the run, its :class:`~hf_ralm.runs.store.RecordStore` (opened, resumed, overwritten,
+repaired), skipping what is saved, the barrier of a sharded run and the final file, written once, by the right
+worker. The steps stay plain: a function that computes the records of positions ``[start, stop)``.
+
+Every run cuts its positions (windows, questions, passages) into a fixed grid of ``chunk_size``: worker ``I`` of
+``N`` computes the chunks ``I, I + N, ...`` (:class:`~hf_ralm.runs.shards.Shard`), each minus what the store holds
+already (a run resumed with another chunk size saved parts of it: :func:`~hf_ralm.runs.shards.uncovered`), so a
+chunk never depends on what was resumed, and an interrupted run goes on where it stopped with the same figures.
+
+Example:
+    >>> import tempfile
+    >>> from hf_ralm.runs.store import RecordStore
+    >>> options = RunOptions(output_dir=tempfile.mkdtemp(), chunk_size=2, show_progress=False)
+    >>> run = ChunkRun(options)
+    >>> store = run.open(RecordStore, options.output_dir, {"task": "squares"})
+    >>> run.run(5, lambda start, stop: [{"n": n * n} for n in range(start, stop)], desc="Squaring", unit="n")
+    >>> [row["n"] for row in run.rows()], run.complete(5), run.computed
+    ([0, 1, 4, 9, 16], True, [(0, 2), (2, 4), (4, 5)])
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
+
+from ..errors import SettingError, setting
+from .store import RecordStore, check_output_folder
+from ..utils.checks import check_count
+from ..utils.progress import tqdm
+from .shards import Shard, distributed_barrier, is_writer, uncovered
+
+Store = TypeVar("Store", bound=RecordStore)
+Step = Callable[[int, int], Sequence[Any]]
+"""A run's step: the records of positions ``[start, stop)``, in order."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+    """How a long run is kept and shared, the same for every run (``eval-lm``, ``retrieve``, ``rerank-data``,
+    ``eval-qa``, ``--compare``, the dense index's encoding).
+
+    Args:
+        output_dir: where the run keeps its records and results (``None``: in memory, nothing resumed).
+        chunk_size: positions per chunk, what an interrupted run loses at most (``None``: the run's own default).
+        overwrite: delete the folder's records (and final files) first; refused while a worker computes there.
+        repair: move damaged chunks aside and compute them again, instead of refusing them (and the chunks of an
+            older version, without checksum and settings digest).
+        accept_unverified: use the chunks of an older version as they are (after their other checks) instead of
+            refusing them; ``eval.json`` records how many (``accepted_unverified_chunks``).
+        num_shards: how many workers share the run (``None``: from torchrun, accelerate or a Slurm array, else 1).
+        shard_id: which of them this process is (0 to ``num_shards - 1``).
+        batch_size: inputs per forward pass, or ``"auto"`` (:class:`~hf_ralm.core.batching.BatchSize`).
+        show_progress: show progress bars.
+        report_extra: what else the caller records in the run's report (``eval.json``), e.g. its arguments.
+
+    Example:
+        >>> RunOptions(output_dir="runs/bm25", num_shards=4, shard_id=1).shard.description
+        '1 of 4 (arguments)'
+        >>> options, rest = RunOptions.split({"chunk_size": 64, "max_eval_tokens": 512})
+        >>> options.chunk_size, rest
+        (64, {'max_eval_tokens': 512})
+    """
+
+    output_dir: str | os.PathLike | None = None
+    chunk_size: int | None = None
+    overwrite: bool = False
+    repair: bool = False
+    accept_unverified: bool = False
+    num_shards: int | None = None
+    shard_id: int | None = None
+    batch_size: int | str = 8
+    show_progress: bool = True
+    report_extra: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.chunk_size is not None:
+            check_count("chunk_size", self.chunk_size)
+
+    @property
+    def shard(self) -> Shard:
+        """This worker's part of the run: of ``num_shards``/``shard_id`` when given, else of the environment."""
+        return Shard.resolve(self.num_shards, self.shard_id)
+
+    @classmethod
+    def split(cls, kwargs: Mapping[str, Any]) -> tuple[RunOptions, dict[str, Any]]:
+        """The run options among keyword arguments (over ``kwargs["run"]`` when given), and the other arguments: what
+        the flat keyword form (``model.evaluate_perplexity(text, output_dir=..., chunk_size=...)``) passes."""
+        names = {field.name for field in dataclasses.fields(cls)}
+        given = {key: value for key, value in kwargs.items() if key in names}
+        rest = {key: value for key, value in kwargs.items() if key not in names and key != "run"}
+        return dataclasses.replace(kwargs.get("run") or cls(), **given), rest
+
+    def check_output_dir(self, own: Sequence[str], what: str) -> None:
+        """Refuse, before any work, an ``output_dir`` that holds anything but ``own`` (glob patterns of the run's
+        files: :func:`~hf_ralm.runs.store.check_output_folder`)."""
+        if self.output_dir is not None:
+            check_output_folder(self.output_dir, own, what)
+
+
+class ChunkRun:
+    """This worker's part of a chunked run (see the module docstring): the chunks it computes, its record store (or,
+    without ``options.output_dir``, the records in memory), the progress bar, the barrier and the final file.
+
+    ``chunk_size`` defaults to ``options.chunk_size``; ``what`` names the run in messages; ``shard`` defaults to
+    ``options.shard``. Many workers need an output folder (the store they share): refused otherwise.
+
+    Example::
+
+        run = ChunkRun(RunOptions(output_dir="out", chunk_size=256), what="run")
+        run.open(WindowRecordWriter, "out/windows", settings, windows=plan.windows)
+        run.run(len(plan.windows), lambda start, stop: score(plan.windows[start:stop]), desc="Evaluating", unit="win")
+        run.gather()                               # the other workers' chunks
+        if run.complete(len(plan.windows)):
+            run.finish(lambda: write_json_atomic("out/eval.json", figures))   # once, by the writer
+    """
+
+    def __init__(self, options: RunOptions, *, chunk_size: int | None = None, what: str = "run",
+                 shard: Shard | None = None) -> None:
+        self.options = options
+        self.chunk_size = options.chunk_size if chunk_size is None else chunk_size
+        check_count("chunk_size", self.chunk_size)
+        self.shard = options.shard if shard is None else shard
+        if self.shard.count > 1 and options.output_dir is None:
+            raise SettingError(f"{self.shard.count} workers ({self.shard.launcher}) share a {what} through its "
+                               f"{setting('output_dir')}: give one.")
+        self.store: RecordStore | None = None
+        self.num_resumed = 0
+        self.computed: list[tuple[int, int]] = []
+        """The ``[start, stop)`` of the records this process computed, in order."""
+        self.bar: tqdm | None = None
+        self._held: dict[tuple[int, int], list[Any]] = {}  # the records, without a store
+
+    # the store ---------------------------------------------------------------------------------------------------
+
+    def open(self, store_type: type[Store], folder: str | os.PathLike, settings: Mapping[str, Any], *,
+             reproduce: Mapping[str, Any] | None = None, overwrite: bool | None = None,
+             final: Sequence[str | os.PathLike] = (), **store_options: Any) -> Store:
+        """Open (resume) the run's store of ``store_type`` in ``folder``. With ``overwrite`` (by default the
+        options'), the writing worker deletes its records and the ``final`` files first, and every worker waits for
+        it (under torch.distributed) before it opens the folder; ``store_options`` go to the store."""
+        if (self.options.overwrite if overwrite is None else overwrite) and is_writer():
+            store_type.remove(folder)  # the records first: refused while a worker computes them
+            for path in final:
+                Path(path).unlink(missing_ok=True)
+        distributed_barrier()
+        self.store = store_type(folder, settings, chunk_size=self.chunk_size, repair=self.options.repair,
+                                accept_unverified=self.options.accept_unverified, reproduce=reproduce,
+                                **store_options)
+        self.num_resumed = self.store.num_done
+        return self.store
+
+    # the loop ----------------------------------------------------------------------------------------------------
+
+    @contextmanager
+    def progress(self, total: int | None, *, desc: str, unit: str, initial: int | None = None) -> Iterator[tqdm]:
+        """The run's progress bar (``total`` positions, ``initial``: the resumed ones by default) while chunks are
+        computed in it; the store is closed (its lock let go) at the end, its buffered records saved."""
+        with self.store or nullcontext(), tqdm(total=total, initial=self.num_done if initial is None else initial,
+                                               desc=desc, unit=unit, disable=not self.options.show_progress) as bar:
+            self.bar = bar
+            try:
+                yield bar
+            finally:
+                self.bar = None
+
+    def compute(self, start: int, stop: int, step: Step, *, info: Callable[[], Mapping[str, Any]] | None = None,
+                after: Callable[[int, Sequence[Any]], None] | None = None) -> None:
+        """Chunk ``[start, stop)`` of the grid, when it is this worker's: ``step``'s records of each of its runs of
+        positions the store does not hold, saved (with ``info()`` in the chunk file) or kept, then ``after(start,
+        records)``."""
+        if not self.shard.takes(start // self.chunk_size):
+            return
+        for begin, end in uncovered(start, stop, self.ranges()):
+            records = step(begin, end)
+            if self.store is None:
+                self._held[begin, end] = list(records)
+            else:
+                self.store.save(begin, records, **(info() if info else {}))
+            self.computed.append((begin, end))
+            if self.bar is not None:
+                self.bar.update(end - begin)
+            if after is not None:
+                after(begin, records)
+
+    def run(self, total: int, step: Step, *, desc: str, unit: str, initial: int | None = None, **hooks: Any) -> None:
+        """Every chunk of ``total`` positions this worker computes (:meth:`compute`, with its ``info`` and ``after``
+        hooks), under a progress bar (:meth:`progress`)."""
+        with self.progress(total, desc=desc, unit=unit, initial=initial):
+            for start in range(0, total, self.chunk_size):
+                self.compute(start, min(start + self.chunk_size, total), step, **hooks)
+
+    def gather(self) -> None:
+        """With many workers: wait for the others (under torch.distributed) and read the chunks they saved."""
+        if self.shard.count > 1:
+            distributed_barrier()
+            self.store.refresh()
+
+    # what is done ------------------------------------------------------------------------------------------------
+
+    def ranges(self) -> list[tuple[int, int]]:
+        """The ``[start, stop)`` of every chunk held (saved, or computed in memory), in order."""
+        return self.store.ranges() if self.store is not None else sorted(self._held)
+
+    def items(self) -> list[tuple[tuple[int, int], list[Any]]]:
+        """Every chunk held: its ``[start, stop)`` and records, in order."""
+        return self.store.items() if self.store is not None else [(span, self._held[span]) for span in self.ranges()]
+
+    def rows(self) -> list[Any]:
+        """Every record held, in order of position."""
+        return [row for _, rows in self.items() for row in rows]
+
+    @property
+    def num_done(self) -> int:
+        return sum(stop - start for start, stop in self.ranges())
+
+    @property
+    def num_computed(self) -> int:
+        """The records this process computed."""
+        return sum(stop - start for start, stop in self.computed)
+
+    def complete(self, total: int) -> bool:
+        """Whether the records of every position ``[0, total)`` are held."""
+        return not uncovered(0, total, self.ranges())
+
+    # the final files ---------------------------------------------------------------------------------------------
+
+    def write(self, write: Callable[[], None], *, check: bool = True) -> None:
+        """``write()`` what the run derives from its records (a report), by the writing worker alone, once the store
+        is found unchanged (never from records another run replaced meanwhile; ``check=False``: ``write`` checks
+        itself, e.g. under a lock of its own); nothing without a store."""
+        if self.store is not None and is_writer():
+            if check:
+                self.store.check_unchanged()
+            write()
+
+    def finish(self, write: Callable[[], None], *, check: bool = True) -> None:
+        """:meth:`write` the final files, then wait (under torch.distributed) until every worker may read them."""
+        self.write(write, check=check)
+        distributed_barrier()
