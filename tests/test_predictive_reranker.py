@@ -26,8 +26,8 @@ from hf_ralm.selection.predictive import NO_PASSAGE_TEXT, argmax_first, choose_p
 from hf_ralm.reranker_training.training import CURVE_FILE, default_init, split_by_article
 from hf_ralm.config.passages import Passage
 
-METADATA = {"reader": "tiny-llama", "k": 4, "stride": 4, "query_length": 32, "rerank_tokens": 16,
-            "max_length": 128, "max_doc_tokens": 64, "corpus": "synthetic"}
+METADATA = {"reader": "tiny-llama", "rerank_candidates": 4, "retrieval_stride": 4, "query_length": 32,
+            "rerank_tokens": 16, "window_length": 128, "max_doc_tokens": 64, "corpus": "synthetic"}
 REPO_ID = "someone/tiny-predictive-reranker"
 
 
@@ -137,8 +137,8 @@ def test_settings_mismatch_is_refused_unless_overwriting(tmp_path):
     folder = tmp_path / "data"
     with RerankDataWriter(folder, METADATA, chunk_size=2, reproduce={"command": "first"}) as writer:
         writer.add([make_record(i) for i in range(3)])
-    other = {**METADATA, "k": 16}
-    with pytest.raises(ValueError, match=r"'k': stored 4, given 16.*overwrite=True"):
+    other = {**METADATA, "rerank_candidates": 16}
+    with pytest.raises(ValueError, match=r"'rerank_candidates': stored 4, given 16.*overwrite=True"):
         RerankDataWriter(folder, other)
     # how a run was started is never compared, and a resumed run keeps the first record of it
     RerankDataWriter(folder, METADATA, reproduce={"command": "second"}).close()
@@ -147,7 +147,7 @@ def test_settings_mismatch_is_refused_unless_overwriting(tmp_path):
     assert fresh.num_done == 0 and fresh.num_chunks == 0
     fresh.close()  # (and with it the folder's lock)
     assert sorted(p.name for p in folder.iterdir()) == [METADATA_FILE]
-    assert json.loads((folder / METADATA_FILE).read_text())["k"] == 16
+    assert json.loads((folder / METADATA_FILE).read_text())["rerank_candidates"] == 16
 
 
 def test_writer_rejects_bad_records_and_settings(tmp_path):

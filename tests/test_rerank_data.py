@@ -19,13 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ARTICLES, EVAL_TEXT, TEST_DEVICE_ARGS, crashed_chunk, write_jsonl
+from conftest import ARTICLES, EVAL_TEXT, REPO_ROOT, TEST_DEVICE_ARGS, crashed_chunk, write_jsonl
 from hf_ralm import RalmConfig, RunOptions
 from hf_ralm.cli import main
 from hf_ralm.errors import SettingError
 from hf_ralm.reranker_training import collect_rerank_data, load_rerank_data
 from hf_ralm.reranker_training.collect import retrieve_excluding_title, spread_windows
 from hf_ralm.reranker_training.data import read_rerank_records, rerank_data_summary
+from hf_ralm.config.configuration_ralm import RALM_FIELDS
 from hf_ralm.config.rules import rank_correlation
 from hf_ralm.config.rules import ranking_span
 from hf_ralm.retrieval.analysis import ANALYSIS
@@ -107,13 +108,18 @@ def test_nlls_are_the_readers_from_a_plain_forward(collected, setup, tiny_llama,
     keys = [(order.index(r["article"]), r["window"]) for r in records]
     assert keys == sorted(keys) and len(set(keys)) == len(keys)
     metadata = collected["metadata"]
+    # the run's identity (every RALM setting of the scoring pass under its own name, as every command records it),
+    # the index's identity and the collection's own setting
+    scoring = RalmConfig(**{**SETTINGS, "rerank": "lm", "rerank_allow_no_passage": True,
+                            "rerank_no_passage_margin": 0.0})
     assert metadata == {
         "reader": "LlamaForCausalLM", "reader_class": "LlamaForCausalLM",
-        "reader_parameters": metadata["reader_parameters"],
-        "dtype": "float32", "k": 3, "stride": 4, "query_length": 8, "rerank_tokens": 16, "max_length": 16,
-        "max_doc_tokens": 8, "bos_every_window": False, "passage_template": "{title}\n{text}", "retriever": "bm25",
-        "corpus_fingerprint": metadata["corpus_fingerprint"], "forbidden_titles": metadata["forbidden_titles"],
-        "index": metadata["index"], "windows_per_article": WINDOWS_PER_ARTICLE}
+        "reader_parameters": metadata["reader_parameters"], "dtype": "float32",
+        **{name: getattr(scoring, name) for name in RALM_FIELDS}, "window_length": 16,
+        "retriever": "bm25", "corpus_fingerprint": metadata["corpus_fingerprint"],
+        "forbidden_titles": metadata["forbidden_titles"], "index": metadata["index"],
+        "windows_per_article": WINDOWS_PER_ARTICLE}
+    assert (metadata["rerank_candidates"], metadata["retrieval_stride"], metadata["query_length"]) == (3, 4, 8)
     # the corpus fingerprint and the index's own record (analysis) identify the data; its paths and sizes do not
     assert {key: metadata["index"][key] for key in ANALYSIS} == ANALYSIS and "files" not in metadata["index"]
     assert len(metadata["corpus_fingerprint"]) == 64 and setup["index"] not in json.dumps(metadata)
@@ -207,7 +213,7 @@ def test_resumed_collection_gives_the_uninterrupted_records(collected, setup, ti
     second = collect(setup, tiny_llama, tiny_tokenizer, folder, max_windows=7, chunk_size=2)
     assert (second["rows_resumed"], second["rows_written"]) == (2, 5)
     # a fresh clone elsewhere: the folder copied, nothing else kept; the run resumes there
-    clone = tmp_path / "clone" / "benchmarks" / "runs" / "resumed"
+    clone = tmp_path / "clone" / "results" / "resumed"
     shutil.copytree(folder, clone)
     shutil.rmtree(folder)
     third = collect(setup, tiny_llama, tiny_tokenizer, clone, chunk_size=2)
@@ -260,13 +266,13 @@ def test_other_settings_are_refused_unless_overwriting(setup, tiny_llama, tiny_t
     folder = tmp_path / "data"
     collect(setup, tiny_llama, tiny_tokenizer, folder, max_windows=2)
     other = RalmConfig(**{**SETTINGS, "retrieval_stride": 2})
-    with pytest.raises(ValueError, match="'stride': stored 4, given 2"):
+    with pytest.raises(ValueError, match="'retrieval_stride': stored 4, given 2"):
         collect(setup, tiny_llama, tiny_tokenizer, folder, config=other)
     with pytest.raises(ValueError, match="'windows_per_article': stored 4, given 2"):
         collect(setup, tiny_llama, tiny_tokenizer, folder, windows_per_article=2)
     summary = collect(setup, tiny_llama, tiny_tokenizer, folder, config=other, overwrite=True, max_windows=3)
     assert (summary["rows_resumed"], summary["rows_total"]) == (0, 3)
-    assert read_rerank_records(folder)[1]["stride"] == 2
+    assert read_rerank_records(folder)[1]["retrieval_stride"] == 2
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -385,3 +391,16 @@ def test_commands_collect_train_and_rerank(setup, tiny_model_dir, tiny_init, tmp
 def test_usage_errors_end_with_one_hf_ralm_line(capsys, tmp_path, argv, message):
     err = fail(capsys, [arg.replace("{tmp}", str(tmp_path)) for arg in argv])
     assert message.replace("{tmp}", str(tmp_path)) in err
+
+
+def test_a_folder_of_the_first_collections_reads_under_todays_names():
+    """The committed rerank data (results/rerank-data-smollm2) was collected when rerank-data named three settings its
+    own way (``k``, ``stride``, ``max_length`` for the window length): its settings read under the names every run's
+    identity uses now, its values as they were."""
+    folder = REPO_ROOT / "results" / "rerank-data-smollm2"
+    stored = json.loads((folder / "rerank_data.json").read_text())
+    records, settings, _ = read_rerank_records(folder)
+    assert records and "k" in stored and "rerank_candidates" not in stored
+    assert (settings["rerank_candidates"], settings["retrieval_stride"], settings["window_length"]) == (
+        stored["k"], stored["stride"], stored["max_length"])
+    assert not {"k", "stride", "max_length"} & set(settings)

@@ -1,5 +1,6 @@
 """What retrieved passages put in front of the text: the token ids written over the first positions of a window
-(evaluation) or of a context (generation), and the window length that must hold them. One rule serves both, so
+(evaluation) or of a context (generation), within the window length the plan resolved
+(:func:`~hf_ralm.core.plan.window_length`). One rule serves both, so
 evaluation and generation see the same inputs.
 
 Which of a window's retrieved passages go in context is :func:`context_indices` (``num_passages`` of them, the chosen
@@ -18,22 +19,8 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..config.configuration_ralm import RalmConfig
-from .modeling_utils import resolve_max_length
 from ..config.passages import Passage
 from ..config.windows import Window
-
-
-def window_length(model, config: RalmConfig) -> int:
-    """The window length ``L`` of ``model`` under ``config``: ``config.max_length`` capped at the model's maximum
-    (the model's maximum when ``None``). Evaluation, generation and ``rerank-data`` all take ``L`` from here, and
-    check each passage prefix they make against it (:meth:`~hf_ralm.config.configuration_ralm.RalmConfig.check_room`),
-    so none puts a passage where the text it scores or generates should be.
-
-    Example::
-
-        window_length(model, RalmConfig(max_length=512))   # 512
-    """
-    return resolve_max_length(model, config.max_length)
 
 
 PASSAGE_SEPARATOR = "\n\n"

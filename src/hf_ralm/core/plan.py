@@ -24,6 +24,7 @@ from ..utils.progress import tqdm
 from ..config.configuration_ralm import RalmConfig
 from ..errors import RalmWarning
 from ..config.passages import Passage
+from .modeling_utils import resolve_max_length
 from .perplexity import count_words
 from ..utils.checks import check_count
 from ..config.windows import Window, plan_windows, query_span
@@ -75,19 +76,40 @@ def window_futures(tokenizer, ids: Sequence[int], windows: Sequence[Window]) -> 
     return [tokenizer.decode(list(ids[w.prev_end : w.end])) for w in windows]
 
 
-def prepare(text_or_ids: str | Sequence[int], tokenizer, config: RalmConfig, retriever=None, *, max_length: int,
-            max_eval_tokens: int | None = None) -> WindowPlan:
-    """The plan of ``text_or_ids`` (a text, tokenized without special tokens as the reference does, or token ids)
-    under ``config`` (its stride, and its query length for ``retriever``), with windows of ``max_length`` tokens (the
-    window length ``L``: :func:`~hf_ralm.core.model_inputs.window_length` of the model) and at most ``max_eval_tokens``
-    tokens.
+def window_length(model, config: RalmConfig) -> int:
+    """The window length ``L`` of ``model`` under ``config``: ``config.max_length`` capped at the model's maximum
+    (the model's maximum when ``None``). The one place it is resolved: :func:`prepare` for a text's plan (every
+    evaluation, ``--compare`` and ``rerank-data`` read the plan's ``max_length``), and generation and the lm-eval model
+    once for their contexts; each passage prefix is checked against it
+    (:meth:`~hf_ralm.config.configuration_ralm.RalmConfig.check_room`), so none puts a passage where the text it scores
+    or generates should be.
 
     Example::
 
-        plan = prepare(text, tokenizer, config, retriever, max_length=window_length(model, config))
+        window_length(model, RalmConfig(max_length=512))   # 512
+    """
+    return resolve_max_length(model, config.max_length)
+
+
+def prepare(text_or_ids: str | Sequence[int], tokenizer, config: RalmConfig, retriever=None, *, model=None,
+            max_length: int | None = None, max_eval_tokens: int | None = None) -> WindowPlan:
+    """The plan of ``text_or_ids`` (a text, tokenized without special tokens as the reference does, or token ids)
+    under ``config`` (its stride, and its query length for ``retriever``), with at most ``max_eval_tokens`` tokens.
+    The windows are as long as ``model`` (the reader) allows under ``config`` (:func:`window_length`, resolved here
+    once and kept as the plan's ``max_length``), or ``max_length`` tokens for a plan made without a reader (one of
+    the two is given).
+
+    Example::
+
+        plan = prepare(text, tokenizer, config, retriever, model=model)
         for chunk in plan.chunks(256):
             passages = plan.candidates(chunk, k=16)
     """
+    if (model is None) == (max_length is None):
+        raise TypeError("prepare() takes the reader (model=...), whose window length the plan resolves, or the "
+                        "window length itself (max_length=...): exactly one of them.")
+    if max_length is None:
+        max_length = window_length(model, config)
     ids, text = evaluation_tokens(tokenizer, text_or_ids, max_eval_tokens)
     windows = plan_windows(len(ids), max_length, config.retrieval_stride)
     query_length = config.query_length_for(retriever)

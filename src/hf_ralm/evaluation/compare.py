@@ -38,7 +38,6 @@ from ..core.batching import BatchSize
 from ..config.configuration_ralm import RalmConfig
 from ..errors import SettingError, setting
 from .pipeline import text_in_passage
-from ..core.model_inputs import window_length
 from ..core.modeling_utils import model_device
 from ..core.perplexity import perplexity_figures
 from ..core.plan import prepare
@@ -266,15 +265,15 @@ def compare_strategies(
     k = candidates_per_window(names, config)
     scoring = RalmConfig(**{**config.to_dict(), "rerank": "lm", "rerank_candidates": k, "reranker_model": None,
                             "retrieval_gate": "always", "gate_threshold": None})
-    plan = prepare(text_or_ids, tokenizer, scoring, retriever, max_length=window_length(model, config),
-                   max_eval_tokens=max_eval_tokens)
+    plan = prepare(text_or_ids, tokenizer, scoring, retriever, model=model, max_eval_tokens=max_eval_tokens)
     size = BatchSize(run.batch_size, model_device(model)).size
     records = None if output_dir is None else os.path.join(output_dir, CANDIDATES_DIR.format(k=k))
     resumed = RecordStore.num_saved(records) if records and not overwrite else 0
     start = time.perf_counter()
     scores = score_candidates(model, tokenizer, plan.ids, plan.windows, lambda chunk: plan.candidates(chunk, k),
                               scoring, run=dataclasses.replace(run, output_dir=records, batch_size=size),
-                              settings=retriever_identity(retriever), shard=shard)
+                              settings=retriever_identity(retriever), shard=shard,
+                              max_length=plan.max_length)
     seconds = time.perf_counter() - start
     if len(scores) < len(plan.windows):  # a worker of a sharded pass, before the others are done
         return Comparison([], len(plan.ids), 0, plan.num_words, len(plan.windows), k, seconds, resumed,

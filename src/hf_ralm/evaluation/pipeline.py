@@ -25,7 +25,7 @@ from ..core.batching import BatchSize
 from ..config.configuration_ralm import RalmConfig
 from ..core.ensemble import ensemble_member_nlls, mix_window_nlls
 from ..errors import RalmWarning, SettingError, setting
-from ..core.model_inputs import context_indices, window_length, window_prefixes
+from ..core.model_inputs import context_indices, window_prefixes
 from ..core.modeling_utils import model_device, model_identity
 from ..core.passage_cache import PassageKVCache
 from ..config.passages import Passage, quotes_query
@@ -325,8 +325,7 @@ def check_retrieval_dataset(model, tokenizer, text_or_ids: str | Sequence[int], 
         check_retrieval_dataset(model, tokenizer, text, bm25, config, "retrievals")
         # RetrievalFileError: retrievals was made with passages cut to 8 tokens and this run has passages cut to 256 ...
     """
-    plan = prepare(text_or_ids, tokenizer, config, retriever, max_length=window_length(model, config),
-                   max_eval_tokens=max_eval_tokens)
+    plan = prepare(text_or_ids, tokenizer, config, retriever, model=model, max_eval_tokens=max_eval_tokens)
     RetrievalDataset.open(retrieval_file).check_run(RetrievalFingerprint.of(tokenizer, plan.ids, retrieval_settings(
         config, retriever, window_length=plan.max_length)))
 
@@ -354,8 +353,7 @@ def _plan(model, tokenizer, text_or_ids, retriever, config: RalmConfig, *, retri
     """The evaluation's fixed parts: the window plan, the retrieval file's passages (and choices) when given, the
     policy that chooses otherwise, the batching."""
     t0 = time.perf_counter()
-    plan = prepare(text_or_ids, tokenizer, config, retriever, max_length=window_length(model, config),
-                   max_eval_tokens=max_eval_tokens)
+    plan = prepare(text_or_ids, tokenizer, config, retriever, model=model, max_eval_tokens=max_eval_tokens)
     timings = {"tokenize_s": time.perf_counter() - t0, "retrieval_s": 0.0, "rerank_s": 0.0, "scoring_s": 0.0}
     t0 = time.perf_counter()
     retrievals, source = None, retrieval_file

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from ..core.batching import BatchSize
 from ..config.configuration_ralm import RalmConfig
 from ..errors import SettingError, setting
-from ..core.model_inputs import window_length
 from ..core.modeling_utils import model_device
 from ..core.plan import prepare
 from ..core.scoring import ScoredInput, score_inputs
@@ -88,8 +87,7 @@ def estimate_run(language_model, tokenizer, text: str, config: RalmConfig, *, re
         estimate = estimate_run(model.language_model, model.tokenizer, text, model.config, max_eval_tokens=2048)
         print(f"{estimate.seconds / 60:.0f} min on {estimate.device}")
     """
-    plan = prepare(text, tokenizer, config, None, max_length=window_length(language_model, config),
-                   max_eval_tokens=max_eval_tokens)
+    plan = prepare(text, tokenizer, config, None, model=language_model, max_eval_tokens=max_eval_tokens)
     later = sum(1 for w in plan.windows if w.has_retrieval) if retrieving else 0
     inputs = reader_inputs if reader_inputs is not None else reader_inputs_per_window(config)
     device = model_device(language_model)

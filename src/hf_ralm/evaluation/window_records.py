@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..config.configuration_ralm import RALM_FIELDS, RalmConfig
-from ..core.modeling_utils import model_identity
+from ..config.configuration_ralm import RalmConfig
+from ..core.identity import run_identity
 from ..config.passages import Passage
 from ..runs.store import RecordStore
 from ..runs.fingerprints import ids_fingerprint
@@ -65,19 +65,17 @@ def run_settings(*, model, tokenizer, ids: Sequence[int], retriever, config: Ral
                      retrieval_file=None, max_length=512, batch_size=8, reuse_prefix_kv=True, scored=True,
                      chunk_size=256)["window_length"]   # 512
     """
-    return {
-        **model_identity(model),
-        "tokenizer": getattr(tokenizer, "name_or_path", None),
-        "data": ids_fingerprint(ids),
-        "retriever": None if retriever is None else retriever_identity(retriever),
-        "retrieval_file": None if retrieval_file is None else retrieval_source_digest(retrieval_file),
-        **{name: getattr(config, name) for name in sorted(RALM_FIELDS)},
-        "window_length": max_length,
-        "batch_size": batch_size,
-        "reuse_prefix_kv": reuse_prefix_kv,
-        "scored": scored,
-        "chunk_size": chunk_size,
-    }
+    return run_identity(
+        model, config, window_length=max_length,
+        tokenizer=getattr(tokenizer, "name_or_path", None),
+        data=ids_fingerprint(ids),
+        retriever=None if retriever is None else retriever_identity(retriever),
+        retrieval_file=None if retrieval_file is None else retrieval_source_digest(retrieval_file),
+        batch_size=batch_size,
+        reuse_prefix_kv=reuse_prefix_kv,
+        scored=scored,
+        chunk_size=chunk_size,
+    )
 
 
 @dataclass

@@ -22,7 +22,8 @@ import torch
 from ..config.configuration_ralm import RalmConfig, check_ensemble
 from ..core.ensemble import ensemble_log_weights
 from ..errors import SettingError, setting
-from ..core.model_inputs import context_indices, context_prefix, window_length
+from ..core.model_inputs import context_indices, context_prefix
+from ..core.plan import window_length
 from ..core.modeling_utils import empty_cache
 from ..core.passage_cache import DEFAULT_MAX_BYTES, PassageKVCache
 from ..config.passages import Passage

@@ -73,7 +73,7 @@ from ..errors import RalmWarning, SettingError, setting
 from ..generation.contexts import Row, stride_start
 from ..generation.decoder import RalmDecoder
 from ..modeling_ralm import RetrievalAugmentedModel
-from ..core.model_inputs import window_length
+from ..core.plan import window_length
 from ..core.modeling_utils import left_pad, model_device, model_identity
 from ..core.passage_cache import PassageKVCache
 from ..core.placement import default_device

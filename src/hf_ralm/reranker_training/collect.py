@@ -55,11 +55,11 @@ from transformers.utils import logging
 
 from ..config.configuration_ralm import RALM_FIELDS, RalmConfig
 from ..errors import SettingError
-from ..core.model_inputs import window_length
 from ..core.batching import BatchSize
-from ..core.modeling_utils import model_device, model_identity, model_path
+from ..core.modeling_utils import model_device, model_path
 from ..config.passages import Passage
-from ..core.plan import WindowPlan, prepare
+from ..core.identity import run_identity
+from ..core.plan import WindowPlan, prepare, window_length
 from ..retrieval.base import retriever_identity
 from ..retrieval.corpus import read_corpus
 from ..retrieval.local import LocalIndexRetriever
@@ -102,10 +102,10 @@ def collect_rerank_data(
     records depend on that this function cannot see, above all which articles they come from (e.g.
     ``{"articles_fingerprint": file_fingerprint(path),
     "num_articles": 1000}``: :func:`load_rerank_data` checks that fingerprint), and ``reproduce`` what reruns it
-    (e.g. ``{"articles": path}``, which :func:`load_rerank_data` reads the texts from); the settings also record the
-    reader, ``k``, the stride, ``query_length``, ``rerank_tokens``, ``max_length``, ``max_doc_tokens``, the index's
-    corpus fingerprint and ``windows_per_article``, and ``reproduce`` the command, git commit, reader and index
-    paths (``rerank_data.json``).
+    (e.g. ``{"articles": path}``, which :func:`load_rerank_data` reads the texts from); the settings are the run's
+    identity (:func:`~hf_ralm.core.identity.run_identity`: the reader, every RALM setting of the scoring pass under its
+    own name, ``query_length`` as used, and the window length), the index's identity and ``windows_per_article``,
+    and ``reproduce`` the command, git commit, reader and index paths (``rerank_data.json``).
 
     ``run.num_shards``/``run.shard_id`` make this one of many workers (see the module docstring).
 
@@ -127,25 +127,13 @@ def collect_rerank_data(
     if max_windows is not None:
         check_count("max_windows", max_windows)
     # The reader ranks every candidate and no passage: one pass gives the ranking and the target NLLs of each.
+    # (the query length is the plan's, the retriever's default when not set: recorded with the data as it was used)
     scoring = RalmConfig(**{**{name: getattr(config, name) for name in RALM_FIELDS}, "rerank": "lm",
                             "reranker_model": None, "rerank_allow_no_passage": True,
-                            "rerank_no_passage_margin": 0.0})
+                            "rerank_no_passage_margin": 0.0, "query_length": config.query_length_for(retriever)})
     max_length = window_length(model, config)
-    query_length = config.query_length_for(retriever)  # the plan's, recorded with the data
-    settings = {
-        **model_identity(model),
-        "k": config.rerank_candidates,
-        "stride": config.retrieval_stride,
-        "query_length": query_length,
-        "rerank_tokens": config.rerank_tokens,
-        "max_length": max_length,
-        "max_doc_tokens": config.max_doc_tokens,
-        "bos_every_window": config.bos_every_window,
-        "passage_template": config.passage_template,
-        **retriever_identity(retriever),
-        "windows_per_article": windows_per_article,
-        **(metadata or {}),
-    }
+    settings = run_identity(model, scoring, window_length=max_length, **retriever_identity(retriever),
+                            windows_per_article=windows_per_article, **(metadata or {}))
     rerun = {**provenance(), "reader_path": model_path(model),
              "index_dir": os.path.abspath(retriever.index_dir) if isinstance(retriever, LocalIndexRetriever) else None,
              **(reproduce or {})}
@@ -176,7 +164,7 @@ def collect_rerank_data(
                 model, tokenizer, plan.ids, [item.window for item in group], plan.queries, pools, scoring,
                 batch_size=size, reuse_prefix_kv=False, show_progress=False))  # again, smaller, on OOM
             rows += [{"article": item.article, "window": item.window.index,
-                      "query": list(query_span(item.window, query_length)),
+                      "query": list(query_span(item.window, scoring.query_length)),
                       "passage_ids": [p.id for p in item.pool], "retrieval_scores": [p.score for p in item.pool],
                       "ranking_nlls": ranking, "target_nlls": targets}
                      for item, ranking, targets in zip(group, outcome.ranking_nlls, outcome.target_nlls)]

@@ -55,7 +55,10 @@ RECORD_KEYS = ("article", "window", "query", "passage_ids", "retrieval_scores", 
 
 # The settings the model card reports (reader, k, s, ℓ, s'); without them a trained reranker could not say what it
 # was trained for. Other keys (max_length, max_doc_tokens, corpus, ...) are kept as given.
-REQUIRED_METADATA = ("reader", "k", "stride", "query_length", "rerank_tokens")
+REQUIRED_METADATA = ("reader", "rerank_candidates", "retrieval_stride", "query_length", "rerank_tokens")
+OLDER_NAMES = {"k": "rerank_candidates", "stride": "retrieval_stride", "max_length": "window_length"}
+"""What the first rerank data folders (this repository's results/ among them) called settings that every run now
+records under the setting's own name: read under the new name."""
 
 FEATURES = datasets.Features(
     {
@@ -84,7 +87,8 @@ class RerankDataWriter(RecordStore):
 
     Example::
 
-        settings = {"reader": "gpt2", "k": 2, "stride": 4, "query_length": 32, "rerank_tokens": 16}
+        settings = {"reader": "gpt2", "rerank_candidates": 2, "retrieval_stride": 4, "query_length": 32,
+                    "rerank_tokens": 16}
         with RerankDataWriter("data/rerank", settings, chunk_size=64) as writer:
             writer.add([{"article": "7", "window": 3, "query": [0, 32], "passage_ids": ["10", "4"],
                          "retrieval_scores": [7.5, 3.1], "ranking_nlls": [30.2, 33.0, 31.5],
@@ -166,6 +170,8 @@ def read_rerank_records(folder: str | os.PathLike) -> tuple[list[dict[str, Any]]
         raise FileNotFoundError(f"{folder} holds no complete chunk (chunk-00000000-...json.gz): a "
                                 "collection saves its records every chunk of windows and when it ends.")
     settings, reproduce = RerankDataWriter.read_settings(folder)
+    if "rerank_candidates" not in settings:  # a folder of the first collections: its settings under today's names
+        settings = {OLDER_NAMES.get(name, name): value for name, value in settings.items()}
     # each record checked as it is read (a damaged chunk named), and here made a plain dict of lists and floats
     records = [validate_record(record) for record in RerankDataWriter.read_rows(folder)]
     return records, settings, reproduce or {}
@@ -185,7 +191,7 @@ def rerank_data_summary(folder: str | os.PathLike, max_records: int | None = Non
 
     Example::
 
-        rerank_data_summary("benchmarks/runs/rerank-data-smollm2")["windows"]
+        rerank_data_summary("results/rerank-data-smollm2")["windows"]
     """
     records = read_rerank_records(folder)[0][:max_records]
     best = [min(range(len(r["target_nlls"])), key=r["target_nlls"].__getitem__) for r in records]

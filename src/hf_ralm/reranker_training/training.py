@@ -262,7 +262,7 @@ def train_reranker(
     attention probabilities while training (``None``: the initial model's own, 0.1 for all-MiniLM-L6-v2; a
     BERT/RoBERTa-like model's ``attention_probs_dropout_prob``). On a CPU, PyTorch's fused attention kernels take no
     dropout: with it, attention runs the plain path, so 0 trains faster there (``docs/results.md``,
-    ``benchmarks/bench_reranker_training.py``). ``push_to_hub=REPO_ID`` then uploads the folder (see
+    ``benchmarks/speed/bench_reranker_training.py``). ``push_to_hub=REPO_ID`` then uploads the folder (see
     :func:`push_reranker`).
 
     Example::
@@ -567,11 +567,11 @@ def _eval_loss(scores: list[list[float]], target_logprobs: list[list[float]]) ->
 
 _SETTINGS = (  # (metadata key, what the card calls it)
     ("reader", "reader LM (frozen) p_θ"),
-    ("k", "candidates per window k"),
-    ("stride", "stride s (tokens of y)"),
+    ("rerank_candidates", "candidates per window k"),
+    ("retrieval_stride", "stride s (tokens of y)"),
     ("query_length", "retrieval query length ℓ"),
     ("rerank_tokens", "zero-shot ranking tokens s' (recorded; the cross-encoder reads the query)"),
-    ("max_length", "reader window length L"),
+    ("window_length", "reader window length L"),
     ("max_doc_tokens", "passage tokens kept (max_doc_tokens)"),
     ("corpus", "retrieval corpus"),
 )

@@ -31,7 +31,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..config.configuration_ralm import RALM_FIELDS, RalmConfig
 from ..errors import SettingError, setting
-from ..core.model_inputs import window_length
+from ..core.identity import run_identity
+from ..core.plan import window_length
 from ..config.passages import NO_PASSAGE, Passage
 from ..runs.store import RecordStore
 from ..runs.harness import ChunkRun, RunOptions
@@ -85,6 +86,7 @@ def score_candidates(
     settings: Mapping[str, Any] | None = None,
     reproduce: Mapping[str, Any] | None = None,
     shard: Shard | None = None,
+    max_length: int | None = None,
 ) -> list[CandidateScores]:
     """Every window's options scored by the reader (see the module docstring), in the order of ``windows`` (all of a
     text's windows, from window 0).
@@ -98,10 +100,11 @@ def score_candidates(
     ``None``) and a rerun resumes after them (``run.overwrite`` starts afresh, and ``run.repair`` computes again those
     of chunks that fail their checks, moved aside: :mod:`hf_ralm.runs.store`);
     ``settings`` adds what the records depend on that this function cannot see (e.g. the retriever's identity,
-    :func:`~hf_ralm.evaluation.window_records.retriever_identity`, or the text's name), ``reproduce`` what reruns the
-    pass (the command, paths); the settings always record the model
-    (:func:`~hf_ralm.evaluation.window_records.model_identity`), a digest
-    of ``ids``, the RALM settings, the window length and ``batch_size`` (it changes results in their last digits).
+    :func:`~hf_ralm.retrieval.base.retriever_identity`, or the text's name), ``reproduce`` what reruns the pass (the
+    command, paths); the settings are the run's identity (:func:`~hf_ralm.core.identity.run_identity`: the model, the
+    RALM settings, the window length) with a digest of ``ids`` and ``batch_size`` (it changes results in their last
+    digits). ``max_length`` is the window length the windows were planned with (the plan's ``max_length``; ``None``:
+    the model's under ``config``).
 
     With ``shard`` (:class:`~hf_ralm.runs.shards.Shard`, needs ``run.output_dir``; by default ``run``'s when it
     names ``num_shards``/``shard_id``, else one process), this worker computes the chunks
@@ -115,8 +118,8 @@ def score_candidates(
                                   settings={"data": "WikiText-103 test", **retriever_identity(retriever)})
     """
     from ..utils.reproduction import provenance
-    from ..core.modeling_utils import model_identity, model_path
-    from ..runs.fingerprints import digest
+    from ..core.modeling_utils import model_path
+    from ..runs.fingerprints import ids_fingerprint
 
     batch_size, output_dir = run.batch_size, run.output_dir
     check_count("batch_size", batch_size)
@@ -127,9 +130,8 @@ def score_candidates(
                             "reranker_model": None, "rerank_allow_no_passage": True,
                             "rerank_no_passage_margin": 0.0})
     if output_dir is not None:
-        stored = {**model_identity(model), "tokens": f"{len(ids)} tokens, {digest(list(ids))}",
-                  **{name: getattr(scoring, name) for name in sorted(RALM_FIELDS)},
-                  "window_length": window_length(model, config), "batch_size": batch_size, **(settings or {})}
+        stored = run_identity(model, scoring, window_length=max_length or window_length(model, config),
+                              tokens=ids_fingerprint(ids), batch_size=batch_size, **(settings or {}))
         writer = chunks.open(CandidateRecordWriter, output_dir, stored,
                              reproduce={**provenance(), "model_path": model_path(model), **(reproduce or {})})
         for (start, stop), rows in writer.items():
