@@ -15,12 +15,13 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"
+RESULTS = REPO / "results"  # the committed run records (results/README.md)
 CACHE = Path.home() / ".cache" / "hf-ralm"
 MODELS_DIR = Path(os.environ.get("HF_RALM_MODELS", CACHE / "models"))
 WIKIPEDIA = SHARED / "wikipedia-2015-sample" / "articles.jsonl.gz"
 BM25_INDEX = CACHE / "index" / "wikipedia-2015-sample-bm25"
-HELDOUT_DIR = CACHE / "heldout"  # benchmarks/make_heldout.py writes it
-HELDOUT_COMMAND = (f"python benchmarks/make_heldout.py --corpus {WIKIPEDIA} --out-dir {HELDOUT_DIR}")
+HELDOUT_DIR = CACHE / "heldout"  # benchmarks/data/make_heldout.py writes it
+HELDOUT_COMMAND = (f"python benchmarks/data/make_heldout.py --corpus {WIKIPEDIA} --out-dir {HELDOUT_DIR}")
 DEFAULT_SETTINGS = {"retrieval_stride": 4, "query_length": 32, "max_length": 512, "max_doc_tokens": 256,
                     "rerank_candidates": 16, "rerank_tokens": 16}
 """The defaults of the benchmarks' RALM settings flags (``add_ralm_arguments(parser, settings=...,
@@ -46,7 +47,7 @@ READERS = {
 
 def eval_sets(heldout_dir: str | os.PathLike) -> dict[str, tuple[str, str]]:
     """``{name: (rows file, forbidden titles file)}`` of the two evaluation texts: held-out Wikipedia articles
-    (benchmarks/make_heldout.py; their own titles are forbidden) and WikiText-103 test (the paper's forbidden
+    (benchmarks/data/make_heldout.py; their own titles are forbidden) and WikiText-103 test (the paper's forbidden
     titles)."""
     return {
         "held-out Wikipedia": (os.path.join(heldout_dir, "rows.jsonl"), os.path.join(heldout_dir, "titles.txt")),

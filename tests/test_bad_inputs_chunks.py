@@ -140,9 +140,9 @@ def test_the_stamp_tool_stamps_verified_older_chunks_and_refuses_others(files, c
 
 
 def test_stamp_runs_stamps_the_committed_folders_by_their_stores(tmp_path, capsys):
-    """``python -m benchmarks.stamp_runs`` stamps each runs folder's older chunks with the store that wrote it, and
-    names a folder no store is known for (exit 1)."""
-    from benchmarks import stamp_runs
+    """``python -m benchmarks.long_runs.stamp_runs`` stamps each runs folder's older chunks with the store that wrote
+    it, and names a folder no store is known for (exit 1)."""
+    from benchmarks.long_runs import stamp_runs
 
     folder = tmp_path / "rerank-tables" / "SmolLM2-135M.WikiText-103_test.1024" / "predictive"
     RecordStore(folder, {"ranker": "sha"}).close()

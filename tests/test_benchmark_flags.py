@@ -1,6 +1,6 @@
 """The benchmarks take the RALM settings' flags from the command line's generator
 (:func:`hf_ralm.cli.add_ralm_arguments`): no benchmark declares one by hand, so a flag's name, type and help have one
-source, while each benchmark keeps its own defaults (its figures depend on them; scripts in docs/ and benchmarks/*.sh
+source, while each benchmark keeps its own defaults (its figures depend on them; scripts in docs/ and benchmarks/*/*.sh
 call it with them)."""
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from test_benchmarks_surface import BENCHMARKS, benchmark_files
 SETTING_OF_FLAG = {flag.flag: name for name, flag in SETTING_FLAGS.items()}
 
 OTHER_MEANINGS = {
-    ("bench_encoder_dtype.py", "--num-passages"): "the passages encoded per measurement, not the passages in context",
+    ("speed/bench_encoder_dtype.py", "--num-passages"):
+        "the passages encoded per measurement, not the passages in context",
     ("figures/retrievers.py", "--query-length"): "KIND=ℓ, given once per retriever kind: a query length for each",
 }
 """The benchmark flags spelt like a RALM setting's flag that are another thing (a contract: kept as they are)."""
@@ -50,14 +51,14 @@ INF = float("inf")
 
 
 @pytest.mark.parametrize("script, argv, defaults", [
-    ("bench_speed", [], {"max_length": 512, "stride": 4, "query_length": 32, "max_doc_tokens": 256}),
-    ("bench_generate", [], {"max_length": 512, "stride": 4, "query_length": 32, "max_doc_tokens": 256,
-                            "gate_threshold": 0.25}),
-    ("bench_rerank", [], {"max_length": 512, "stride": 4, "query_length": 32, "rerank_candidates": 16,
-                          "rerank_tokens": 16}),
-    ("bench_lucene_parity", [], {"max_length": 512, "stride": 4, "query_length": 32}),
-    ("bench_shards", ["--workers", "2"], {"max_length": 512, "max_doc_tokens": 256}),
-    ("gate_tables", [], {"max_context_doc_tokens": 384, "ensemble_temperature": [1.0, 4.0, 16.0, INF]}),
+    ("speed.bench_speed", [], {"max_length": 512, "stride": 4, "query_length": 32, "max_doc_tokens": 256}),
+    ("speed.bench_generate", [], {"max_length": 512, "stride": 4, "query_length": 32, "max_doc_tokens": 256,
+                                  "gate_threshold": 0.25}),
+    ("speed.bench_rerank", [], {"max_length": 512, "stride": 4, "query_length": 32, "rerank_candidates": 16,
+                                "rerank_tokens": 16}),
+    ("speed.bench_lucene_parity", [], {"max_length": 512, "stride": 4, "query_length": 32}),
+    ("speed.bench_shards", ["--workers", "2"], {"max_length": 512, "max_doc_tokens": 256}),
+    ("tables.gate_tables", [], {"max_context_doc_tokens": 384, "ensemble_temperature": [1.0, 4.0, 16.0, INF]}),
 ])
 def test_a_benchmark_keeps_its_flags_and_defaults(script, argv, defaults):
     """Given nothing, each setting is the benchmark's own default; given, each flag (spelt as before) converts to the

@@ -9,6 +9,7 @@ import ast
 import functools
 import importlib
 import inspect
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,15 +20,15 @@ from conftest import REPO_ROOT
 
 BENCHMARKS = REPO_ROOT / "benchmarks"
 SOURCE = REPO_ROOT / "src" / "hf_ralm"
-FACES = ("hf_ralm", "hf_ralm.retrieval", "hf_ralm.selection", "hf_ralm.config.strategies", "hf_ralm.generation",
-         "hf_ralm.reranker_training", "hf_ralm.metrics", "hf_ralm.integrations", "hf_ralm.testing", "hf_ralm.utils",
-         "hf_ralm.cli")
+FACES = ("hf_ralm", "hf_ralm.retrieval", "hf_ralm.selection", "hf_ralm.config", "hf_ralm.config.strategies",
+         "hf_ralm.generation", "hf_ralm.reranker_training", "hf_ralm.metrics", "hf_ralm.integrations",
+         "hf_ralm.testing", "hf_ralm.utils", "hf_ralm.cli")
 """The public faces a benchmark may import from (docs/architecture.md)."""
 
 
 def benchmark_files() -> list[Path]:
-    """Every Python file of benchmarks/ but the committed run records."""
-    return sorted(p for p in BENCHMARKS.rglob("*.py") if "runs" not in p.relative_to(BENCHMARKS).parts)
+    """Every Python file of benchmarks/ (the committed run records are under results/)."""
+    return sorted(BENCHMARKS.rglob("*.py"))
 
 
 def hf_ralm_imports(source: str, first_line: int = 1) -> list[tuple[int, str, str | None]]:
@@ -88,7 +89,7 @@ def test_benchmarks_import_only_public_names():
 def test_the_check_names_the_file_and_line_of_each_internal_import():
     """Internal modules, names missing from a face's ``__all__`` and a child script's imports are all caught; the
     faces' public names pass."""
-    path = BENCHMARKS / "bench_speed.py"
+    path = BENCHMARKS / "speed" / "bench_speed.py"
     source = ("from hf_ralm import RalmConfig\n"
               "from hf_ralm.selection import rerank_windows, WindowRanker\n"
               "def main():\n"
@@ -98,10 +99,10 @@ def test_the_check_names_the_file_and_line_of_each_internal_import():
               "from hf_ralm.utils.atomic import write_json_atomic\n"
               "'''\n")
     assert [problem.split(",")[0] for problem in surface_problems(path, source)] == [
-        "benchmarks/bench_speed.py:2: imports WindowRanker from hf_ralm.selection",
-        "benchmarks/bench_speed.py:4: imports hf_ralm.core.scoring",
-        "benchmarks/bench_speed.py:5: imports hf_ralm.retrieval.bm25",
-        "benchmarks/bench_speed.py:7: imports hf_ralm.utils.atomic",
+        "benchmarks/speed/bench_speed.py:2: imports WindowRanker from hf_ralm.selection",
+        "benchmarks/speed/bench_speed.py:4: imports hf_ralm.core.scoring",
+        "benchmarks/speed/bench_speed.py:5: imports hf_ralm.retrieval.bm25",
+        "benchmarks/speed/bench_speed.py:7: imports hf_ralm.utils.atomic",
     ]
 
 
@@ -147,10 +148,23 @@ def test_faces_import_their_optional_backends_only_when_used():
 
 def test_the_benchmarks_index_lists_every_script():
     """benchmarks/README.md is the index a newcomer reads to know what to run: every script and helper module of
-    benchmarks/ (but the run records and package markers) is named there."""
+    benchmarks/ (but the package markers) is named there by its path in its folder (``speed/bench_speed.py``), and
+    every path the index names in a folder is there (a script moved or removed leaves no stale row)."""
     index = (BENCHMARKS / "README.md").read_text(encoding="utf-8")
-    scripts = [p for p in [*BENCHMARKS.rglob("*.py"), *BENCHMARKS.rglob("*.sh")]
-               if "runs" not in p.relative_to(BENCHMARKS).parts and p.name != "__init__.py"]
-    unlisted = [str(p.relative_to(BENCHMARKS)) for p in sorted(scripts)
-                if f"`{p.relative_to(BENCHMARKS).as_posix()}`" not in index and f"`{p.name}`" not in index]
+    scripts = [p.relative_to(BENCHMARKS).as_posix() for p in [*BENCHMARKS.rglob("*.py"), *BENCHMARKS.rglob("*.sh")]
+               if p.name != "__init__.py"]
+    unlisted = [path for path in sorted(scripts) if f"`{path}`" not in index]
     assert not unlisted, f"benchmarks/README.md does not list {unlisted}"
+    named = re.findall(r"`([\w/]+/[\w.]+\.(?:py|sh))`", index)
+    missing = [path for path in named if not (BENCHMARKS / path).is_file()]
+    assert named and not missing, f"benchmarks/README.md names scripts that are not there: {missing}"
+
+
+@pytest.mark.parametrize("doc", ["README.md", "benchmarks/README.md", "results/README.md", *sorted(
+    p.relative_to(REPO_ROOT).as_posix() for p in (REPO_ROOT / "docs").rglob("*.md"))])
+def test_every_script_a_doc_names_is_there(doc):
+    """The commands the docs give name scripts that exist (``python benchmarks/tables/scale_tables.py``,
+    ``bash .ci/check_floors.sh``): a script moved to another folder leaves no command behind."""
+    text = (REPO_ROOT / doc).read_text(encoding="utf-8")
+    named = set(re.findall(r"(?<![\w/.])((?:benchmarks|\.ci)/[\w/]+\.(?:py|sh))\b", text))
+    assert not [path for path in sorted(named) if not (REPO_ROOT / path).is_file()]

@@ -1,7 +1,7 @@
 """``hf-ralm`` starts fast: ``--help``, ``--version`` and the top-level usage errors are answered before torch or
 transformers is imported (``import hf_ralm`` imports neither, while the Auto classes still load a saved RALM after
 it); and a long pass shows its progress per batch of windows, not per chunk. The times are measured by
-``benchmarks/bench_cli_start.py``."""
+``benchmarks/speed/bench_cli_start.py``."""
 
 from __future__ import annotations
 

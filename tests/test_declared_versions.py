@@ -1,4 +1,4 @@
-"""Declared versions are true: every dependency has a floor the code works with (benchmarks/check_floors.sh runs the
+"""Declared versions are true: every dependency has a floor the code works with (.ci/check_floors.sh runs the
 tests on those floors), the libraries whose internals hf-ralm touches have a ceiling, this environment is inside what
 pyproject.toml declares, and an optional package that is missing is refused in one line naming its extra."""
 

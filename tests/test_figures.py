@@ -509,7 +509,7 @@ def test_gate_points_pair_with_no_retrieval_window_by_window():
     per-token evaluation's and no retrieval's line up, and add up to what the perplexity divides."""
     from types import SimpleNamespace
 
-    from benchmarks import gate_tables, table_runs
+    from benchmarks.tables import gate_tables, table_runs
     from hf_ralm.config.windows import plan_windows
 
     run = SimpleNamespace(windows=plan_windows(40, max_length=16, stride=4))
@@ -530,7 +530,7 @@ def test_gate_points_pair_with_no_retrieval_window_by_window():
 
 
 def test_whole_set_rows_resample_articles_and_pair_each_strategy_with_no_retrieval():
-    from benchmarks import scale_tables
+    from benchmarks.tables import scale_tables
 
     rng = np.random.default_rng(0)
     tokens = rng.integers(2000, 6000, 40).astype(float)
@@ -553,11 +553,11 @@ def test_whole_set_rows_resample_articles_and_pair_each_strategy_with_no_retriev
 
 
 def test_a_missing_held_out_text_names_the_command_that_makes_it_with_the_committed_settings(monkeypatch, tmp_path):
-    from benchmarks import scale_tables
+    from benchmarks.tables import scale_tables
 
     monkeypatch.setitem(scale_tables.TEXTS, "held out", ("heldout-100", tmp_path / "rows.jsonl"))
     message = scale_tables.load_pass("held out", None, False)
-    assert message.startswith(f"{tmp_path / 'rows.jsonl'} is missing") and "benchmarks/make_heldout.py" in message
+    assert message.startswith(f"{tmp_path / 'rows.jsonl'} is missing") and "benchmarks/data/make_heldout.py" in message
     assert f"--out-dir {tmp_path} --num-articles 100 --min-words 1000 --max-words 1200 --seed 0" in message
 
 
@@ -596,7 +596,7 @@ def test_gate_rows_without_an_interval_get_it_measured_again_and_keep_the_rest(t
     """``gate_tables.py --fill-intervals`` on an older CSV (no paired change columns): every row gains its interval,
     keeps its times; a row up to 1% off is measured anew (bf16's arithmetic order), one further off refused rather
     than overwritten."""
-    from benchmarks import gate_tables, table_runs
+    from benchmarks.tables import gate_tables, table_runs
 
     monkeypatch.setitem(table_runs.SETTINGS, "max_length", 16)
     monkeypatch.setitem(table_runs.SETTINGS, "query_length", 8)

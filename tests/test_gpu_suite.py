@@ -1,4 +1,4 @@
-"""The GPU suite (benchmarks/gpu_suite.sh) before it meets a GPU: its quick mode runs every step on the CPU, its
+"""The GPU suite (benchmarks/gpu/gpu_suite.sh) before it meets a GPU: its quick mode runs every step on the CPU, its
 report and page are complete, and its full-size readers and FLOP counts are what the issue names."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks import gpu_report, gpu_suite
-from benchmarks.gpu_flops import FlopCounter, Span, keys_attended
-from benchmarks.gpu_report import SECTIONS
+from benchmarks.gpu import gpu_report, gpu_suite
+from benchmarks.gpu.gpu_flops import FlopCounter, Span, keys_attended
+from benchmarks.gpu.gpu_report import SECTIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,9 +24,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def quick_report(tmp_path_factory) -> tuple[Path, dict]:
     """One quick run of the shell script, as the GPU machine runs it (tiny readers, the CPU)."""
     out = tmp_path_factory.mktemp("gpu_suite") / "gpu_suite.json"
-    done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_suite.sh"), "--device", "cpu", "--quick", "--out",
-                           str(out)], env={**os.environ, "PYTHON": sys.executable}, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu" / "gpu_suite.sh"), "--device", "cpu", "--quick",
+                           "--out", str(out)], env={**os.environ, "PYTHON": sys.executable}, capture_output=True,
+                          text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-4000:]
     return out, json.loads(out.read_text(encoding="utf-8"))
 
@@ -65,17 +65,17 @@ def test_render_writes_the_tables(quick_report, tmp_path):
     assert "| reader | L | path | batch size (windows a forward) | windows | scored tok/s |" in text
     assert "### Targets" in text and "Not GPU figures" in text
     assert "| target | at least | measured | ceiling | met | within the ceiling |" in text
-    assert "benchmarks/gpu_suite.sh --budget-s 360 --out" in text
-    assert "bash benchmarks/gpu_tests.sh > $OUT/gpu_tests.log" in text and "## Tests on the GPU" in text
+    assert "benchmarks/gpu/gpu_suite.sh --budget-s 360 --out" in text
+    assert "bash .ci/gpu_tests.sh > $OUT/gpu_tests.log" in text and "## Tests on the GPU" in text
     gpu_suite.main(["--render", "--md", str(page)])
     assert "has not met a GPU yet" in page.read_text(encoding="utf-8")
 
 
 def test_the_gpu_tests_script_runs_here_and_its_outcome_reaches_the_page(quick_report, tmp_path):
-    """benchmarks/gpu_tests.sh on the CPU, narrowed to two tests (one made to fail), and its log rendered."""
+    """.ci/gpu_tests.sh on the CPU, narrowed to two tests (one made to fail), and its log rendered."""
     failing = tmp_path / "test_fails.py"
     failing.write_text("def test_fails():\n    assert 1 == 2\n", encoding="utf-8")
-    done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_tests.sh"), str(failing), "-k",
+    done = subprocess.run(["bash", str(ROOT / ".ci" / "gpu_tests.sh"), str(failing), "-k",
                            "test_the_guard_notes or test_fails"],
                           env={**os.environ, "PYTHON": sys.executable, "HF_RALM_TEST_DEVICE": "cpu"},
                           capture_output=True, text=True, timeout=300)
@@ -85,7 +85,7 @@ def test_the_gpu_tests_script_runs_here_and_its_outcome_reaches_the_page(quick_r
     page = tmp_path / "gpu.md"
     assert gpu_suite.main(["--render", str(quick_report[0]), "--md", str(page), "--tests-log", str(log)]) == 0
     text = page.read_text(encoding="utf-8")
-    assert "`benchmarks/gpu_tests.sh` with HF_RALM_TEST_DEVICE=cpu: 1 failed, 1 passed" in text
+    assert "`.ci/gpu_tests.sh` with HF_RALM_TEST_DEVICE=cpu: 1 failed, 1 passed" in text
     assert re.search(r"^- failed: `\S*::test_fails`$", text, re.M)  # the id as pytest names a file outside the repo
     with pytest.raises(SystemExit):  # a log that is not there is named, not rendered as "no summary"
         gpu_suite.main(["--render", str(quick_report[0]), "--md", str(page), "--tests-log", str(tmp_path / "no")])

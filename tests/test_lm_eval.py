@@ -1,5 +1,5 @@
 """lm-evaluation-harness's ``ralm`` model (hf_ralm.integrations.lm_eval), run through lm-eval's real evaluator,
-offline, on the local tasks of tests/lm_eval_tasks (the tiny tokenizer's words) and benchmarks/lm_eval_tasks
+offline, on the local tasks of tests/lm_eval_tasks (the tiny tokenizer's words) and benchmarks/data/lm_eval_tasks
 (NQ-open from ../shared/data):
 
 * loglikelihood_rolling is eval-lm: each document's log-likelihood is -(eval-lm's nll_sum on it) plus its first token
@@ -33,7 +33,7 @@ import torch
 from conftest import REPO_ROOT, SHARED_DATA, TEST_DEVICE, require_shared_file, write_jsonl
 
 TASKS = REPO_ROOT / "tests" / "lm_eval_tasks"
-BENCHMARK_TASKS = REPO_ROOT / "benchmarks" / "lm_eval_tasks"
+BENCHMARK_TASKS = REPO_ROOT / "benchmarks" / "data" / "lm_eval_tasks"
 WINDOWS = {"max_length": 24, "max_doc_tokens": 16, "retrieval_stride": 4, "query_length": 8}
 """The RALM settings of the tests with retrieval: documents of 32 to 87 tokens get 2 to 16 windows with a passage."""
 
@@ -322,7 +322,7 @@ def test_generation_is_ralm_generation_cut_at_the_stop_strings(lm_eval, tasks, b
 
 
 def test_nq_open_generation_without_retrieval_is_lm_evals_hf(lm_eval, tasks, tiny_model_dir, hf_model):
-    """The NQ-open-style task of benchmarks/lm_eval_tasks, on the shared data's questions, offline."""
+    """The NQ-open-style task of benchmarks/data/lm_eval_tasks, on the shared data's questions, offline."""
     require_shared_file(SHARED_DATA / "nq-open" / "nq-open-gold-2000.jsonl.gz")
     ralm = evaluate(lm_eval, tasks, "ralm", ["ralm_nq_open_local"], model_args=model_args(tiny_model_dir), limit=3)
     hf = evaluate(lm_eval, tasks, hf_model(), ["ralm_nq_open_local"], limit=3)

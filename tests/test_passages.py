@@ -161,7 +161,7 @@ def test_ensemble_equals_the_plain_mixture(arch, n, temperature, threshold, tiny
 
 def test_smaller_ensembles_and_other_temperatures_from_one_pass(tiny_llama, tiny_tokenizer):
     """The first n members of an ensemble of 4, mixed at any τ, are the ensemble of n at that τ (what
-    benchmarks/gate_tables.py measures every n and τ with)."""
+    benchmarks/tables/gate_tables.py measures every n and τ with)."""
     ids = make_text(tiny_tokenizer, 60, seed=4)
     windows = plan_windows(len(ids), 32, 3)
     retriever = ScoredRetriever(WORDS, seed=4)

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from benchmarks import rerank_tables, reranker_scores, train_rerankers
+from benchmarks.tables import rerank_tables, reranker_scores, train_rerankers
 from hf_ralm.runs.store import RecordStore
 
 
@@ -61,7 +61,7 @@ def test_a_record_without_its_model_is_kept_and_said(tmp_path, capsys):
 
 
 def test_the_paired_interval_against_top1_resamples_blocks_of_windows_and_keeps_the_first():
-    from benchmarks.rerank_tables import paired_interval
+    from benchmarks.tables.rerank_tables import paired_interval
     from hf_ralm.config.windows import plan_windows
 
     windows = plan_windows(160, max_length=32, stride=4)  # window 0 scores 31 tokens, then 32 windows of 4

@@ -182,7 +182,7 @@ def test_the_registry_takes_a_backend_once_per_name():
 
 
 def test_identity_is_what_the_index_records_key_for_key(tiny_index):
-    """The identity runs record (benchmarks/runs/*/settings.json): kind, corpus fingerprint, the index's own record
+    """The identity runs record (results/*/settings.json): kind, corpus fingerprint, the index's own record
     without its files and corpus paths, forbidden titles; in this order, so that its JSON is the same too."""
     retriever = BM25Retriever.load(tiny_index["index_dir"], forbidden_titles={"Rome"})
     info = read_index_info(tiny_index["index_dir"])

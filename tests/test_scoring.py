@@ -21,7 +21,7 @@ ATOL = 1e-4
 RTOL_SUM = 1e-4
 # Passages computed together in one forward against each alone: the batch's shape may pick other kernels (cuBLAS
 # chooses by shape), so values agree to rounding, not bit for bit. On an H200 in float32, gemma3's keys differed by
-# up to 2.8e-6 (relative 2.8e-5) with three 10-token passages in one forward (docs/gpu_tests.log, 2026-11-27).
+# up to 2.8e-6 (relative 2.8e-5) with three 10-token passages in one forward (benchmarks/gpu/gpu_tests.log, 2026-11-27).
 BATCHED_FORWARD_TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}
 
 # --------------------------------------------------------------------------------------------------------------

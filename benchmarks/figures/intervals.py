@@ -1,8 +1,8 @@
 """95% intervals for the perplexity figures' points, from the token NLLs each point keeps beside its CSV.
 
 A point is one slice of one text (the first 1,024 tokens of one article, say), so there are no articles to resample
-as in the whole-set runs (benchmarks/scale_tables.py). The interval resamples the point's own scored tokens instead,
-in contiguous blocks of :data:`BLOCK_TOKENS`: the NLLs of neighbouring tokens are not independent (the same
+as in the whole-set runs (benchmarks/tables/scale_tables.py). The interval resamples the point's own scored tokens
+instead, in contiguous blocks of :data:`BLOCK_TOKENS`: the NLLs of neighbouring tokens are not independent (the same
 sentence, and the same retrieved passage for the consecutive windows of s=4 that retrieve it), and resampling single
 tokens would understate the spread. 32 tokens is 8 windows at s=4, longer than a passage usually stays in context.
 It is a block bootstrap (:data:`DRAWS` resamples of the blocks with replacement, seed 0, percentile intervals): it
@@ -118,14 +118,14 @@ class TokenRecords:
 
     def get(self, point: Mapping) -> np.ndarray | None:
         """The point's token NLLs, or None when it has none kept (measured before the records existed)."""
-        from benchmarks.results_csv import point_key
+        from benchmarks.tables.results_csv import point_key
 
         encoded = self._read().get(point_key(self.settings, point))
         return None if encoded is None else np.frombuffer(base64.b64decode(encoded), dtype="<f4").astype(np.float64)
 
     def put(self, point: Mapping, nlls: np.ndarray) -> None:
         """Keep the point's token NLLs (in place of any kept before)."""
-        from benchmarks.results_csv import point_key
+        from benchmarks.tables.results_csv import point_key
         from hf_ralm.utils import write_text_atomic
 
         kept = self._read()

@@ -27,7 +27,7 @@ import time
 from typing import Callable
 
 from benchmarks.figures import intervals, sweep
-from benchmarks.results_csv import REFILL_RTOL, REMEASURE_RTOL, fill_in
+from benchmarks.tables.results_csv import REFILL_RTOL, REMEASURE_RTOL, fill_in
 from benchmarks.bench_setup import READERS
 from benchmarks.figures.resources import WHOLE, Resources
 

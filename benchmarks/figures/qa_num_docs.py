@@ -1,6 +1,6 @@
 """The paper's Figure 8 on our data: exact match on the 2,000 NQ-open questions against the number of passages in the
 prompt, k ∈ {0, 1, 2, 3, 4, 6, 8, 10} (0: closed book), both models, and has_answer (a gold answer occurs in the k
-passages) for the same k. As benchmarks/qa_tables.py (whose k=0 and k=2 runs these points repeat): BM25 over the
+passages) for the same k. As benchmarks/tables/qa_tables.py (whose k=0 and k=2 runs these points repeat): BM25 over the
 Wikipedia sample plus the questions' gold passages (the same corpus file and index folder, built once, ~95 s), the
 paper's prompts, greedy, 10 new tokens, bfloat16 by default.
 

@@ -6,8 +6,8 @@ Retrievers and their index folders, by corpus:
 
 * ``"whole sample"``: the Wikipedia sample (--corpus), indexed in --index-dir (bm25s), --lucene-index-dir and
   --dense-index-dir (MiniLM, mean pooling); ``hybrid`` fuses the bm25 and dense ones (RRF).
-* ``"1,000-article subset"`` (:meth:`Resources.subset`, the subset of benchmarks/bench_retrievers.py, --num-articles
-  and --seed): its corpus and indexes in that script's layout, written there when missing.
+* ``"1,000-article subset"`` (:meth:`Resources.subset`, the subset of benchmarks/speed/bench_retrievers.py,
+  --num-articles and --seed): its corpus and indexes in that script's layout, written there when missing.
 
 A missing or stale index is built from the corpus (``build_or_load``); a missing dense one is encoded in bfloat16
 (``hf-ralm index --encoder-dtype bfloat16``), which takes about 3 hours for the whole sample on a 2-core CPU (about 5
@@ -104,7 +104,7 @@ class Resources:
     def subset_dir(self) -> str:
         """bench_retrievers.py's subset folder (--subset-out, --num-articles, --seed), its corpus written if missing."""
         if self._subset_dir is None:
-            from benchmarks.bench_retrievers import ensure_subset
+            from benchmarks.speed.bench_retrievers import ensure_subset
 
             _, titles = self._data("held-out Wikipedia")
             a = self.args
@@ -119,7 +119,7 @@ class Resources:
             return self.index_dirs("bm25", corpus) + self.index_dirs("dense", corpus)
         if corpus == WHOLE:
             return [getattr(self.args, "index_dir" if kind == "bm25" else f"{kind}_index_dir")]
-        from benchmarks.bench_retrievers import subset_index_dirs
+        from benchmarks.speed.bench_retrievers import subset_index_dirs
 
         return [subset_index_dirs(self.subset_dir())[kind]]
 

@@ -1,8 +1,8 @@
 """The paper's Figure 3 on our data: perplexity with no retrieval, bm25s (``bm25``), Lucene, dense (all-MiniLM-L6-v2,
 mean pooling, exact inner product) and hybrid (RRF of bm25s and dense) retrieval, each at its best query length ℓ
 from query_length.py's CSV, over the WHOLE Wikipedia sample (upper panels) and over the 1,000-article subset of
-benchmarks/bench_retrievers.py (lower panels); L=512, s=4, both models (Gemma with a BOS in every window), held-out
-Wikipedia and WikiText-103 test, the first --max-eval-tokens tokens. The paper: BM25 is the best retriever.
+benchmarks/speed/bench_retrievers.py (lower panels); L=512, s=4, both models (Gemma with a BOS in every window),
+held-out Wikipedia and WikiText-103 test, the first --max-eval-tokens tokens. The paper: BM25 is the best retriever.
 
 Query lengths: Lucene takes BM25's best ℓ and hybrid dense's, for the same model, data and --max-eval-tokens; where
 query_length.csv has no such points, the paper's defaults (32 sparse, 64 dense and hybrid); --query-length KIND=ℓ

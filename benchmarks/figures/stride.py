@@ -6,7 +6,7 @@ retrieval (at s=4) is the dotted line. The paper: the smaller s, the better.
 Cost (the lower panels): the wall time of each point's evaluation (retrieval and scoring, one run, no warm-up, on
 whatever else the machine runs) and its retrievals (one per window but the first, so about --max-eval-tokens / s).
 
-    python benchmarks/make_heldout.py --corpus ../shared/data/wikipedia-2015-sample/articles.jsonl.gz \\
+    python benchmarks/data/make_heldout.py --corpus ../shared/data/wikipedia-2015-sample/articles.jsonl.gz \\
         --out-dir ~/.cache/hf-ralm/heldout                    # once
     python benchmarks/figures/stride.py                       # docs/figures/stride.{csv,png}; resumable
     python benchmarks/figures/stride.py --plot-only           # redraw the PNG from the CSV

@@ -19,7 +19,7 @@ import sys
 from typing import Callable, Iterable, Optional
 
 from benchmarks.bench_setup import CACHE, HELDOUT_DIR, MODELS_DIR, READERS, REPO, eval_sets
-from benchmarks.results_csv import Table, run_points  # noqa: F401  (the figure scripts use them as sweep.Table, ...)
+from benchmarks.tables.results_csv import Table, run_points  # noqa: F401  (the figure scripts: sweep.Table, ...)
 
 FIGURES_DIR = REPO / "docs" / "figures"
 
@@ -63,7 +63,7 @@ def parser(doc: str, texts: bool = True, dtype: Optional[str] = None) -> argpars
     if texts:
         p.add_argument("--datasets", nargs="+", choices=list(eval_sets(HELDOUT_DIR)),
                        default=list(eval_sets(HELDOUT_DIR)))
-        p.add_argument("--heldout-dir", default=str(HELDOUT_DIR), help="benchmarks/make_heldout.py's output")
+        p.add_argument("--heldout-dir", default=str(HELDOUT_DIR), help="benchmarks/data/make_heldout.py's output")
         p.add_argument("--max-eval-tokens", type=int, default=2048,
                        help="tokens evaluated per text (default 2048; 1024 where a CPU run cannot fit: the CSV "
                             "records which)")

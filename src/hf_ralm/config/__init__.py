@@ -13,3 +13,13 @@ Example::
 
     windows = plan_windows(1_000, max_length=512, stride=RalmConfig().retrieval_stride)
 """
+
+from ..utils.lazy import lazy_exports
+
+LAZY_EXPORTS = {
+    "rules": ("rank_correlation",),
+}
+"""The public names, by the module that defines them (imported when first used: the settings import transformers)."""
+
+__getattr__, __dir__ = lazy_exports(__name__, LAZY_EXPORTS)
+__all__ = [name for names in LAZY_EXPORTS.values() for name in names]

@@ -65,7 +65,7 @@ class BatchSize:
     """The batch size of a run: ``value`` (a count, or ``"auto"``: :data:`AUTO_START` for ``device``'s type, halved
     on out-of-memory); :attr:`size` is the one in use, :attr:`setting` what the run's settings record.
 
-    ``start``: where ``"auto"`` starts instead of :data:`AUTO_START` (benchmarks/gpu_suite.py starts high to run out
+    ``start``: where ``"auto"`` starts instead of :data:`AUTO_START` (benchmarks/gpu/gpu_suite.py starts high to run out
     of memory once); a fixed ``value`` ignores it.
 
     Example:

@@ -193,7 +193,7 @@ def ralm_generate(
         rerank_batch_size: ranking inputs (rows × candidates of a stride) per forward when an LM ranks.
         keep_plain_context: a stride without a passage (a closed retrieval gate, an empty retrieval) resumes the
             row's last context without one, whose cache then takes only the tokens generated since; ``False``
-            rebuilds it (what benchmarks/bench_generate.py compares).
+            rebuilds it (what benchmarks/speed/bench_generate.py compares).
         use_cache: ``False`` runs the whole ``[passage; x[a_j:]]`` at every step (the slow reference).
         show_progress: a progress bar over the new tokens (what ``hf-ralm generate`` shows).
         sources_out: a list that receives every row's ``sources`` (in row order) whatever

@@ -371,7 +371,7 @@ class RecordStore:
 
         Example::
 
-            CandidateRecordWriter.stamp_older_chunks("benchmarks/runs/scale/wikitext-103-test/candidates-k1")
+            CandidateRecordWriter.stamp_older_chunks("results/scale/wikitext-103-test/candidates-k1")
         """
         settings, _ = cls.read_settings(folder)
         with cls(folder, settings, accept_unverified=True, **options) as store:

@@ -24,7 +24,7 @@ from .registry import AFTER, RANKING_NLLS, Candidates, ComparisonRow, GateStrate
 LM_GATE_MARGIN = 2.0
 """The lm gate's default margin in nats (``gate_threshold=None``): chosen on WikiText-103 valid and held-out
 Wikipedia validation articles, as the margin with the lowest geometric mean of their token perplexities, and then
-checked on test (``benchmarks/gate_margin.py``; docs/results.md)."""
+checked on test (``benchmarks/tables/gate_margin.py``; docs/results.md)."""
 
 
 class LMGate(GateStrategy):

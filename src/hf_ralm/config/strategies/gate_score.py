@@ -44,7 +44,7 @@ class ScoreGate(GateStrategy):
         return candidates.normalized_score
 
     def comparisons(self) -> list[ComparisonRow]:
-        return []  # its threshold is a fraction of a score, no default: benchmarks/gate_tables.py sweeps it
+        return []  # its threshold is a fraction of a score, no default: benchmarks/tables/gate_tables.py sweeps it
 
 
 register_strategy(ScoreGate())
