@@ -31,6 +31,8 @@ from __future__ import annotations
 import functools
 import itertools
 import re
+import signal
+import sys
 from typing import Iterable, Iterator
 
 import regex
@@ -241,19 +243,89 @@ def analyze_texts(texts: Iterable[str], show_progress: bool = False) -> list[lis
     return list(iter_analyzed(tqdm(texts, desc="Analyze", unit=" texts", disable=not show_progress)))
 
 
-def iter_analyzed(texts: Iterable[str], cache_size: int = 1_000_000) -> Iterator[list[str]]:
-    """:func:`analyze` of each text, one at a time (a corpus streamed through, none of it kept); a token's term is
-    computed once and remembered, for up to ``cache_size`` distinct tokens at a time."""
-    terms = _Terms()
-    for text in texts:
-        if len(terms) > cache_size:  # bounded: a 21M-passage corpus has tens of millions of distinct tokens
-            terms.clear()
-        yield [term for term in map(terms.__getitem__, words(text)) if term]
+BATCH_TEXTS = 1000
+"""Texts a worker process analyses per task (:func:`iter_analyzed`): enough that sending them and their terms costs
+little beside their analysis (some 0.1 s for 1000 Wikipedia passages), few enough to keep every worker busy."""
+BATCHES_PER_PROCESS = 4
+"""Batches per worker process sent ahead of the one being used (:func:`iter_analyzed`): no worker waits for work, and
+memory holds only these, whatever the corpus's size."""
+
+
+def iter_analyzed(texts: Iterable[str], cache_size: int = 1_000_000, processes: int = 1,
+                  batch_size: int = BATCH_TEXTS) -> Iterator[list[str]]:
+    """:func:`analyze` of each text, in order, one at a time (a corpus streamed through, none of it kept); a token's
+    term is computed once and remembered, for up to ``cache_size`` distinct tokens at a time (all processes together).
+
+    With ``processes`` > 1, that many worker processes analyse the texts, ``batch_size`` at a time, while this one
+    reads the next texts and uses the terms; at most :data:`BATCHES_PER_PROCESS` batches per worker are sent ahead,
+    so memory stays bounded. The terms, and their order, are the same as with one process.
+
+    Example::
+
+        iter_analyzed(passage_texts, processes=available_cpus())   # yields each passage's terms, in order
+    """
+    if processes <= 1:
+        terms = _Terms(cache_size)
+        for text in texts:
+            yield terms.analyze(text)
+    else:
+        yield from _analyzed_in_pool(iter(texts), cache_size, processes, batch_size)
 
 
 class _Terms(dict):
-    """token -> :func:`word_term` (``""`` for a stop word), computed the first time a token is looked up."""
+    """token -> :func:`word_term` (``""`` for a stop word), computed the first time a token is looked up, for up to
+    ``cache_size`` distinct tokens at a time."""
+
+    def __init__(self, cache_size: int):
+        super().__init__()
+        self.cache_size = cache_size
 
     def __missing__(self, token: str) -> str:
         term = self[token] = word_term(token)
         return term
+
+    def analyze(self, text: str) -> list[str]:
+        """:func:`analyze` of ``text``, through this cache."""
+        if len(self) > self.cache_size:  # bounded: a 21M-passage corpus has tens of millions of distinct tokens
+            self.clear()
+        return [term for term in map(self.__getitem__, words(text)) if term]
+
+
+def _analyzed_in_pool(texts: Iterator[str], cache_size: int, processes: int, batch_size: int) -> Iterator[list[str]]:
+    """:func:`iter_analyzed` by a pool of ``processes`` workers, each with its share of the ``cache_size``: batches
+    are sent as they are read, and their terms yielded in the order they were sent."""
+    import multiprocessing
+    from collections import deque
+
+    batch = list(itertools.islice(texts, batch_size))
+    if len(batch) < batch_size:  # the texts fit in one batch: analysed here, sooner than workers would start
+        yield from iter_analyzed(batch, cache_size)
+        return
+    _patterns()  # built here once, before the workers fork, so that they inherit it
+    # fork on Linux: a worker starts at once, and a script that builds an index needs no `if __name__ == "__main__"`
+    # guard (a spawned worker runs the script again and, unguarded, starts workers of its own). Safe here although
+    # PyTorch or tqdm may run threads: a worker runs only this module's pure-Python analysis, no lock those threads
+    # could hold. Elsewhere (macOS, Windows) fork is unsafe or missing: spawn, whose workers import hf-ralm (~2 s).
+    context = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
+    with context.Pool(processes, initializer=_start_worker, initargs=(cache_size // processes,)) as pool:
+        pending: deque = deque()
+        while batch:
+            pending.append(pool.apply_async(_analyze_batch, (batch,)))
+            if len(pending) > BATCHES_PER_PROCESS * processes:
+                yield from pending.popleft().get()
+            batch = list(itertools.islice(texts, batch_size))
+        while pending:
+            yield from pending.popleft().get()
+
+
+_worker_terms: _Terms | None = None  # a worker process's term cache (:func:`_start_worker`), kept between batches
+
+
+def _start_worker(cache_size: int) -> None:
+    global _worker_terms
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the main process, which ends the workers quietly
+    _worker_terms = _Terms(cache_size)
+
+
+def _analyze_batch(texts: list[str]) -> list[list[str]]:
+    return [_worker_terms.analyze(text) for text in texts]

@@ -56,42 +56,40 @@ class TermCounts:
 def count_terms(analysed: Iterable[list[str]], batch_docs: int = BATCH_DOCS) -> TermCounts:
     """The :class:`TermCounts` of passages given as their analysed terms (read once, one at a time)."""
     counts = TermCounts()
-    vocab = counts.vocab
+    vocab = _Vocabulary()
     ids: list[int] = []
-    num_terms: list[int] = []
     lengths: list[int] = []
 
     def close_batch() -> None:
-        term_ids, term_counts, distinct = [], [], []
-        start = 0
-        for length in lengths:
-            unique, repeats = np.unique(np.asarray(ids[start : start + length], dtype=np.int32), return_counts=True)
-            term_ids.append(unique)
-            term_counts.append(repeats)
-            distinct.append(len(unique))
-            start += length
-        merged = np.concatenate(term_counts) if term_counts else np.zeros(0, dtype=np.int64)
-        counts.term_ids.append(np.concatenate(term_ids) if term_ids else np.zeros(0, dtype=np.int32))
+        # each (passage, term id) pair as one int64 key, passage in the high half: np.unique sorts the keys, so each
+        # passage's distinct terms come out together, passage after passage, ids ascending within a passage
+        docs = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+        keys, repeats = np.unique((docs << 32) | np.asarray(ids, dtype=np.int64), return_counts=True)
+        counts.term_ids.append((keys & 0xFFFFFFFF).astype(np.int32))
         # 2 bytes a count; a passage repeating a term 65,536 times or more (a whole book as one row) keeps 4
-        counts.counts.append(merged.astype(np.uint16 if merged.size == 0 or merged.max() < 2**16 else np.uint32))
-        counts.num_terms.append(np.asarray(distinct, dtype=np.int32))
+        counts.counts.append(repeats.astype(np.uint16 if repeats.size == 0 or repeats.max() < 2**16 else np.uint32))
+        counts.num_terms.append(np.bincount(keys >> 32, minlength=len(lengths)).astype(np.int32))
         counts.lengths.append(np.asarray(lengths, dtype=np.int32))
         ids.clear()
-        num_terms.clear()
         lengths.clear()
 
     for terms in analysed:
-        for term in terms:
-            term_id = vocab.get(term)
-            if term_id is None:
-                term_id = vocab[term] = len(vocab)
-            ids.append(term_id)
+        ids.extend(map(vocab.__getitem__, terms))  # a new term gets the next id (_Vocabulary.__missing__)
         lengths.append(len(terms))
         if len(lengths) == batch_docs:
             close_batch()
     if lengths:
         close_batch()
+    counts.vocab = dict(vocab)  # a plain dict: looking up a term not in it must not add it
     return counts
+
+
+class _Vocabulary(dict):
+    """term -> id, numbered by first appearance: a term not yet seen gets the next id when looked up."""
+
+    def __missing__(self, term: str) -> int:
+        term_id = self[term] = len(self)
+        return term_id
 
 
 def bm25_matrix(counts: TermCounts, k1: float, b: float) -> dict:

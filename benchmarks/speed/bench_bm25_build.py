@@ -14,7 +14,7 @@ part plus a part per term from the two streamed builds. The pairs grow with the 
 here); the vocabulary grows more slowly, as Heaps' law ``V = K n^β`` fitted to the vocabulary measured at several
 fractions of this corpus.
 
-    python -m benchmarks.bench_bm25_build --json-out ~/.cache/hf-ralm/bench/bm25_build.json
+    python -m benchmarks.speed.bench_bm25_build --json-out ~/.cache/hf-ralm/bench/bm25_build.json
 
 The whole Wikipedia sample (666k passages) takes about 15 minutes on 2 CPU cores for the three processes.
 """
@@ -32,9 +32,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
+from benchmarks.bench_setup import SHARED
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 PAPER_PASSAGES = 21_015_324  # the DPR Wikipedia corpus (psgs_w100.tsv) the paper retrieves from
 QUERIES = ["the emperor of rome", "the battle of hastings", "a comet seen through the telescope", "jazz musicians",
            "the river flows into the sea", "world war ii aircraft carrier", "the first president of the united states"]
@@ -152,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     per_term = (rest[1] - rest[0]) / (vocab - small["vocab"])
     fixed = rest[1] - per_term * vocab
     projected = imports["peak_mb"] + (PAPER_PASSAGES * pairs_per_passage * 14 + fixed + per_term * vocab_21m) / 2**20
-    command = shlex.join(["python", "-m", "benchmarks.bench_bm25_build", *(sys.argv[1:] if argv is None else argv)])
+    command = shlex.join(["python", "-m", "benchmarks.speed.bench_bm25_build",
+                          *(sys.argv[1:] if argv is None else argv)])
     print(f"\n| build | peak memory (MB) | seconds |\n|---|---:|---:|\n"
           f"| imports only (torch, transformers, datasets, bm25s) | {imports['peak_mb']:.0f} | "
           f"{imports['seconds']:.1f} |\n"
