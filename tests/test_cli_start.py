@@ -1,10 +1,11 @@
-"""``hf-ralm`` starts fast: ``--help``, ``--version`` and the top-level usage errors are answered before torch or
-transformers is imported (``import hf_ralm`` imports neither, while the Auto classes still load a saved RALM after
-it); and a long pass shows its progress per batch of windows, not per chunk. The times are measured by
+"""``hf-ralm`` starts fast: ``--help``, ``--version``, every command's ``--help`` and usage errors are answered before
+torch or transformers is imported (``import hf_ralm`` imports neither, while the Auto classes still load a saved RALM
+after it); and a long pass shows its progress per batch of windows, not per chunk. The times are measured by
 ``benchmarks/speed/bench_cli_start.py``."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -14,7 +15,7 @@ import pytest
 
 import hf_ralm
 from conftest import EVAL_TEXT, ON_TEST_DEVICE
-from hf_ralm.cli import build_parser
+from hf_ralm.cli import build_parser, main
 
 PROBE = """
 import json, sys
@@ -64,6 +65,90 @@ def test_top_level_usage_errors_are_one_line_without_torch_or_transformers(argv)
     assert ended == {"code": 2, "torch": False, "transformers": False}, (argv, ended, err)
     assert not out and "Traceback" not in err
     assert err.splitlines()[-1].startswith("hf-ralm: error: ") and err.count("hf-ralm: error:") == 1
+
+
+def command_help(name: str) -> str:
+    """``hf-ralm NAME --help`` as the full parser (:func:`~hf_ralm.cli.build_parser`, torch loaded) formats it."""
+    parser = build_parser()
+    commands = next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
+    return commands.choices[name].format_help()
+
+
+@pytest.mark.parametrize("command", ["index", "retrieve", "eval-lm", "generate", "eval-qa", "rerank-data",
+                                     "train-reranker"])
+def test_a_commands_help_is_the_full_parsers_and_imports_neither_torch_nor_transformers(command, monkeypatch):
+    """Every flag's default and choices (the model's dtypes, the retrievers, the chunk sizes, the dense index's
+    options, the reranker's training defaults) come from plain-Python modules of the library. (``lm-eval --help`` is
+    lm-eval's own parser, which imports them.)"""
+    monkeypatch.setenv("COLUMNS", "120")
+    ended, out, err = run_fresh(command, "--help")
+    assert ended == {"code": 0, "torch": False, "transformers": False}, (command, ended, err)
+    assert out == command_help(command) and not err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["eval-lm", "--stride", "x"], "argument --stride: invalid int value: 'x'"),  # argparse's
+    (["eval-lm", "--model", "M", "--dataset-path", "D", "--stride", "0"], "--stride must be at least 1, got 0."),
+    (["eval-lm", "--nope"], "unrecognized arguments: --nope"),
+    (["eval-lm"], "--model is required."),  # a flag the command cannot run without
+    (["retrieve", "--model", "M"], "--dataset-path is required."),
+    (["generate"], "--model is required."),
+    (["eval-qa", "--model", "M"], "--questions is required."),
+    (["rerank-data", "--model", "M", "--articles", "a.jsonl"], "--output-dir is required."),
+    (["train-reranker"], "--data is required."),
+])
+def test_a_commands_usage_errors_are_one_line_without_torch_or_transformers(argv, message, capsys):
+    """The same line as when they are loaded (the command run in this process)."""
+    ended, out, err = run_fresh(*argv)
+    assert ended == {"code": 2, "torch": False, "transformers": False}, (argv, ended, err)
+    assert not out and err.splitlines()[-1] == f"hf-ralm: error: {message}" and err.count("hf-ralm: error:") == 1
+    with pytest.raises(SystemExit) as end:
+        main(argv)
+    assert end.value.code == 2 and capsys.readouterr().err.splitlines()[-1] == err.splitlines()[-1]
+
+
+SETTINGS_PROBE = """
+import json, sys
+from hf_ralm.cli.common import Parser, error_message, use_saved_settings
+from hf_ralm.cli.settings import add_ralm_arguments
+
+parser = Parser(prog="hf-ralm eval-lm")
+parser.add_argument("--model")
+parser.add_argument("--retriever", default="none")
+add_ralm_arguments(parser)
+args = parser.parse_args(["--model", "no-such-model", "--stride", "0"])
+try:
+    use_saved_settings(args)
+    refused = None
+except ValueError as error:
+    refused = error_message(error)
+print(json.dumps({"help": parser.format_help(), "refused": refused, "torch": "torch" in sys.modules,
+                  "transformers": "transformers" in sys.modules}))
+"""
+"""Makes every RALM setting's flag (:func:`~hf_ralm.cli.settings.add_ralm_arguments`, all groups), formats their
+help, and refuses ``--stride 0`` as a command does before it looks up ``--model``; prints what it got and whether
+torch and transformers were imported."""
+
+
+def test_the_ralm_settings_flags_and_their_value_checks_import_neither_torch_nor_transformers(monkeypatch):
+    """What every command's RALM flags and their usage errors need (defaults, types, help, the checks of one value)
+    is plain Python: the same help and the same one-line error as with RalmConfig loaded."""
+    monkeypatch.setenv("COLUMNS", "120")
+    proc = subprocess.run([sys.executable, "-c", SETTINGS_PROBE], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "COLUMNS": "120"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout)
+    assert (got["torch"], got["transformers"]) == (False, False)
+    assert got["refused"] == "--stride must be at least 1, got 0."
+    from hf_ralm.cli.common import Parser
+    from hf_ralm.cli.settings import add_ralm_arguments
+
+    parser = Parser(prog="hf-ralm eval-lm")
+    parser.add_argument("--model")
+    parser.add_argument("--retriever", default="none")
+    add_ralm_arguments(parser)
+    assert got["help"] == parser.format_help()
+    assert "--stride STRIDE" in got["help"] and "(default 4)" in got["help"]
 
 
 def test_import_hf_ralm_loads_no_torch_and_the_auto_classes_still_load_a_saved_ralm(tiny_model_dir, tmp_path):

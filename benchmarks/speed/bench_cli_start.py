@@ -1,7 +1,8 @@
-"""How fast ``hf-ralm`` answers before any work: ``--help``, ``--version``, a command's ``--help`` and a usage error
-(``eval-lm --stride 0``), each the wall time of a fresh process (the interpreter's start-up included, as a user waits
-for it), the median of --runs, the commands run in turn so that a busy machine slows them alike; with, for scale, a
-fresh interpreter that imports torch and transformers and one that does nothing. Prints the machine (CPUs, load).
+"""How fast ``hf-ralm`` answers before any work: ``--help``, ``--version``, every command's ``--help`` (but
+``lm-eval``'s, which is lm-eval's own parser) and usage errors of each kind (argparse's ``--stride x``, an unknown flag,
+a value check's ``--stride 0``), each the wall time of a fresh process (the interpreter's start-up included, as a user
+waits for it), the median of --runs, the commands run in turn so that a busy machine slows them alike; with, for scale,
+a fresh interpreter that imports torch and transformers and one that does nothing. Prints the machine (CPUs, load).
 
     python benchmarks/speed/bench_cli_start.py --runs 7
 """
@@ -17,14 +18,20 @@ import subprocess
 import sys
 import time
 
+HELPED = ("index", "retrieve", "eval-lm", "generate", "eval-qa", "rerank-data", "train-reranker")
+"""The commands whose ``--help`` is timed: all of hf-ralm's own."""
+
+USAGE_ERRORS = (["eval-lm", "--stride", "x"], ["eval-lm", "--nope"],
+                ["eval-lm", "--model", "M", "--dataset-path", "D", "--stride", "0"])
+"""The usage errors timed (exit status 2): argparse's, an unknown flag, a value check."""
+
 COMMANDS = {
     "hf-ralm --help": ["--help"],
     "hf-ralm --version": ["--version"],
-    "hf-ralm eval-lm --help": ["eval-lm", "--help"],
-    "hf-ralm eval-lm --model M --dataset-path D --stride 0":
-        ["eval-lm", "--model", "M", "--dataset-path", "D", "--stride", "0"],
+    **{f"hf-ralm {name} --help": [name, "--help"] for name in HELPED},
+    **{f"hf-ralm {' '.join(argv)}": argv for argv in USAGE_ERRORS},
 }
-"""What is timed: each line's ``hf-ralm`` arguments (the last one is a usage error, exit status 2)."""
+"""What is timed: each line's ``hf-ralm`` arguments."""
 
 REFERENCES = {
     "python -c 'import torch, transformers'": [sys.executable, "-c", "import torch, transformers"],

@@ -6,9 +6,9 @@
 The command line only parses: each command is one module here (its parser, then parse → one library call → print),
 built from the flag groups it uses (argparse parent parsers: model, retriever, RALM settings, passages, dataset,
 batching, output, :mod:`hf_ralm.cli.common`), so ``--help`` lists exactly what a command takes. The RALM settings'
-flags are generated from :class:`~hf_ralm.config.configuration_ralm.RalmConfig` (:mod:`hf_ralm.cli.settings`: their
-defaults,
-types and help have one source); the checks live in the library, and :data:`FLAGS` names their arguments as flags.
+flags are generated from :mod:`hf_ralm.config.settings` (:mod:`hf_ralm.cli.settings`: their defaults, types and
+help have one source with :class:`~hf_ralm.config.configuration_ralm.RalmConfig`, read without transformers); the
+checks live in the library, and :data:`FLAGS` names their arguments as flags.
 Every usage error ends with one line ``hf-ralm: error: ...`` and exit status 2: the library's errors for bad input (a
 ``ValueError`` such as :class:`~hf_ralm.errors.InputError`, an ``OSError``) name the file or the setting, and
 :func:`main` prints them, naming settings by their flags (:func:`error_message`); ``--debug`` (before or after the
@@ -37,9 +37,9 @@ from ..errors import RalmWarning
 from ..utils.lazy import lazy_exports
 from ..runs.shards import Shard
 from . import eval_lm, eval_qa, generate, index, lm_eval, rerank_data, retrieve, train_reranker
-from .common import DEBUG_HELP, Parser, error_message, fail, use_saved_settings
+from .common import DEBUG_HELP, Parser, check_args, error_message, fail, use_saved_settings
 
-# the RALM settings' flags come from RalmConfig (transformers): imported when first used, not by ``hf-ralm --help``
+# the RALM settings' flags (the strategies' registry, numpy): imported when first used, not by ``hf-ralm --help``
 __getattr__, __dir__ = lazy_exports(__name__, {"settings": ("FLAGS", "add_ralm_arguments", "ralm_settings")})
 
 __all__ = ["main", "build_parser", "error_message", "FLAGS", "add_ralm_arguments", "ralm_settings"]
@@ -84,7 +84,7 @@ def _commands_parser(full: str | None = None) -> argparse.ArgumentParser:
     """The ``hf-ralm`` parser with the commands' names and help but none of their flags, except those of the command
     ``full``. Without ``full``, what :func:`main` parses first: it answers ``--help``, ``--version`` and a missing or
     unknown command exactly as :func:`build_parser` does, before any command's flags (whose defaults and choices
-    import transformers and torch) are made, and names the command; with it, what parses that command's flags, as
+    are read from the library) are made, and names the command; with it, what parses that command's flags, as
     :func:`build_parser` would, without importing what the other commands' flags need.
 
     Example:
@@ -174,6 +174,8 @@ def _main(argv: list[str] | None) -> None:
     args.command_line = shlex.join(["hf-ralm", *argv])  # what reproduces a run
     command = COMMANDS[args.command]
     try:  # everything that may raise hf-ralm's errors, the workers' start too (--num-shards 0, --shard-id 5)
+        if command.REQUIRED:  # before anything loads: a missing flag is a usage error, and counts, corpus files
+            check_args(args, *command.REQUIRED)
         if args.command in SHARDED:
             _start_workers(args)
         use_saved_settings(args)  # --model SAVED_RALM: the flags not given take the folder's values

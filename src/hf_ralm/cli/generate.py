@@ -9,10 +9,12 @@ import dataclasses
 from ..utils.atomic import write_json_atomic
 from ..utils.checks import is_input_file
 from ..utils.outputs import json_records_with
-from .common import check_args, fail, load_model, parent
+from .common import fail, load_model, parent
 from .outputs import check_outputs
 
 NAME = "generate"
+REQUIRED: tuple[str, ...] = ("model",)
+"""The flags this command cannot run without (checked before anything loads)."""
 
 HELP = "generate text, retrieving every --stride tokens"
 
@@ -65,7 +67,6 @@ def run(args: argparse.Namespace) -> tuple[list, object]:
     from ..config.strategies import check_generation
     from .settings import ralm_settings
 
-    check_args(args, "model")
     settings = ralm_settings(args)
     check_generation(RalmConfig(**settings))
     prompts = _read_prompts(args)

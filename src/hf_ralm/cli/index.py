@@ -8,13 +8,15 @@ from dataclasses import asdict
 from .common import ENCODER_HELP, parent, print_json
 
 NAME = "index"
+REQUIRED: tuple[str, ...] = ()
+"""The flags this command cannot run without (checked before anything loads)."""
 
 HELP = "build a BM25, Lucene, dense or hybrid index from a corpus"
 
 
 def add_parser(sub) -> None:
     from ..retrieval.corpus import WORDS_PER_PASSAGE
-    from ..retrieval.dense import DEFAULT_FACTORY, ENCODER_DTYPES
+    from ..retrieval.dense_options import DEFAULT_FACTORY, ENCODER_DTYPES, POOLINGS
     from ..retrieval.registry import RETRIEVER_NAMES
 
     parser = sub.add_parser(NAME, help=HELP, parents=[parent("workers")])  # the workers of a dense index's encoding
@@ -22,7 +24,7 @@ def add_parser(sub) -> None:
     parser.add_argument("--index-dir", help="where the index goes (default: a folder in hf-ralm's cache, printed)")
     parser.add_argument("--retriever", default="bm25", choices=RETRIEVER_NAMES[1:])
     parser.add_argument("--encoder", help=ENCODER_HELP)
-    parser.add_argument("--pooling", choices=["mean", "cls"], help="dense pooling (default: the encoder's own)")
+    parser.add_argument("--pooling", choices=POOLINGS, help="dense pooling (default: the encoder's own)")
     parser.add_argument("--encoder-dtype", choices=list(ENCODER_DTYPES),
                         help="the dense encoder's precision, recorded in the index and used for its queries (default: "
                              "an existing index's own, else float32); bfloat16 encoded 1.6x faster on a CPU with bf16 "

@@ -6,17 +6,18 @@ from __future__ import annotations
 import argparse
 import os
 
-from .common import check_args, fail, flag_groups, library_default, load_model, parent, print_json, run_options
+from .common import fail, flag_groups, load_model, parent, print_json, run_options
 from .outputs import check_outputs
 
 NAME = "rerank-data"
+REQUIRED: tuple[str, ...] = ("model", "articles", "output_dir")
+"""The flags this command cannot run without (checked before anything loads)."""
 
 HELP = "collect the predictive reranker's training data with the reader"
 
 
 def add_parser(sub) -> None:
-    from ..reranker_training import collect_rerank_data
-    from ..reranker_training.collect import CHUNK_SIZE
+    from ..reranker_training.defaults import CHUNK_SIZE, WINDOWS_PER_ARTICLE
     from .settings import FLAGS, add_ralm_arguments
 
     parser = sub.add_parser(
@@ -41,7 +42,7 @@ def add_parser(sub) -> None:
     group.add_argument(FLAGS["num_articles"], type=int,
                        help="use only the first N articles left after --exclude-titles (default: all)")
     group.add_argument(FLAGS["windows_per_article"], type=int,
-                       default=library_default(collect_rerank_data, "windows_per_article"),
+                       default=WINDOWS_PER_ARTICLE,
                        help="windows per article, spread evenly over it (default %(default)s)")
     group.add_argument(FLAGS["max_windows"], type=int,
                        help="stop once the folder holds this many windows (default: all articles)")
@@ -60,7 +61,6 @@ def run(args: argparse.Namespace) -> dict:
     from ..reranker_training import TrainingTitles, articles_source, collect_rerank_data, training_articles
     from .settings import ralm_settings
 
-    check_args(args, "model", "articles", "output_dir")
     if args.retriever == "none":
         fail("rerank-data ranks retrieved passages: give --retriever (with --index-dir and/or --corpus).")
     for path in [args.articles, *(args.exclude_titles or [])]:

@@ -12,6 +12,8 @@ from .common import add_flags, fail, parent, print_json, run_options, text_and_m
 from .outputs import check_outputs, evaluation_output_dir
 
 NAME = "retrieve"
+REQUIRED: tuple[str, ...] = ("model", "dataset_path")
+"""The flags this command cannot run without (checked before anything loads)."""
 
 HELP = ("write a retrieval file or dataset (with --rerank or --retrieval-gate: also the choices, ranking NLLs and gate "
         "scores)")

@@ -1,7 +1,8 @@
-"""The RALM settings as command-line flags, generated from :data:`~hf_ralm.config.configuration_ralm.SETTING_FLAGS`
-(each
-setting's flag, group and help) and :class:`~hf_ralm.config.configuration_ralm.RalmConfig` (its default and type): one
-source for ``hf-ralm`` and for any script that takes the same settings (the benchmarks).
+"""The RALM settings as command-line flags, generated from :data:`~hf_ralm.config.settings.SETTING_FLAGS` (each
+setting's flag, group and help) and :class:`~hf_ralm.config.settings.RalmSettings` (its default and type, those of
+:class:`~hf_ralm.config.configuration_ralm.RalmConfig`): one source for ``hf-ralm`` and for any script that takes the
+same settings (the benchmarks). Neither torch nor transformers is imported until :func:`ralm_settings` checks the
+values read back, so that a command answers ``--help`` and its usage errors without them.
 
 Example::
 
@@ -23,7 +24,7 @@ import re
 from dataclasses import fields
 from typing import Any, Collection, Mapping, Sequence
 
-from ..config.configuration_ralm import RALM_FIELDS, SETTING_FLAGS, RalmConfig
+from ..config.settings import RALM_FIELDS, SETTING_FLAGS, RalmSettings
 from ..errors import name_settings
 from ..config.strategies import strategies_help, strategy_names
 
@@ -64,9 +65,8 @@ FLAGS: dict[str, str] = {
     "allow_long_run": "--allow-long-run",
     "words_per_passage": "--words-per-passage",
 }
-"""The one place where Python argument names (:class:`RalmConfig` fields, from
-:data:`~hf_ralm.config.configuration_ralm.SETTING_FLAGS`, and the evaluation functions' arguments) become flags: the
-flag of
+"""The one place where Python argument names (RALM settings, from
+:data:`~hf_ralm.config.settings.SETTING_FLAGS`, and the evaluation functions' arguments) become flags: the flag of
 each, for the RALM settings a command passes on and for the errors of the checks it runs (``retrieval_stride must be
 at least 1`` is printed as ``--stride must be at least 1``). A flag's ``args`` name is the flag without ``--``."""
 
@@ -75,7 +75,7 @@ RALM_GROUPS: tuple[str, ...] = tuple(dict.fromkeys(flag.group for flag in SETTIN
 ``reranking``, ``retrieval gate``, ``several passages``."""
 
 RALM_SETTING = "ralm_setting"
-"""The attribute by which a flag that :func:`add_ralm_arguments` made names the :class:`RalmConfig` setting it gives
+"""The attribute by which a flag that :func:`add_ralm_arguments` made names the RALM setting it gives
 (a command's own flag of the same ``args`` name, such as ``eval-qa``'s ``--max-length``, has none): the flags a saved
 RALM's settings stand in for (:func:`hf_ralm.cli.common.use_saved_settings`)."""
 
@@ -109,7 +109,7 @@ def setting_help(name: str) -> str:
 
 
 def _own_default_help(text: str) -> str:
-    """A setting's help for a script whose default is not :class:`RalmConfig`'s: the help's default clause (the
+    """A setting's help for a script whose default is not :class:`RalmSettings`': the help's default clause (the
     first ``(default ...)``) becomes ``(default %(default)s)``, or is added, unless the help already shows the value.
 
     Example:
@@ -134,11 +134,11 @@ def add_ralm_arguments(
     sweeps: Collection[str] = (),
 ) -> None:
     """Add the flags of the RALM settings to ``parser``, each under its group's title: those of ``groups`` (titles of
-    :data:`RALM_GROUPS`; default: all), or only the named ``settings``. A flag's default is :class:`RalmConfig`'s
+    :data:`RALM_GROUPS`; default: all), or only the named ``settings``. A flag's default is :class:`RalmSettings`'
     (``defaults`` overrides some: a script's own, which their help then states), its type the field's, a ``bool``
     setting is a switch, and a strategy setting's choices are the registered strategies; ``helps`` replaces the help
     of some (``%(default)s`` allowed). The settings named in ``sweeps`` take one or more values, for a script that
-    measures each: a list (default: the list in ``defaults``, else one value, RalmConfig's). Read single values back
+    measures each: a list (default: the list in ``defaults``, else one value, RalmSettings'). Read single values back
     with :func:`ralm_settings`.
 
     Example:
@@ -160,7 +160,7 @@ def add_ralm_arguments(
                          f"settings are {', '.join(SETTING_FLAGS)}.")
     chosen = [name for name, flag in SETTING_FLAGS.items()
               if (name in settings if settings is not None else groups is None or flag.group in groups)]
-    field_of = {field.name: field for field in fields(RalmConfig)}
+    field_of = {field.name: field for field in fields(RalmSettings)}
     switches = {name for name in chosen if field_of[name].type.startswith("bool")}
     not_swept = sorted(set(sweeps) - (set(chosen) - switches))
     if not_swept:
@@ -187,8 +187,9 @@ def add_ralm_arguments(
 
 
 def ralm_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """The :class:`RalmConfig` settings the parsed flags of :func:`add_ralm_arguments` hold, checked by
-    :meth:`RalmConfig.validate` (a ``SettingError`` names the setting: the command line shows it as its flag).
+    """The RALM settings the parsed flags of :func:`add_ralm_arguments` hold, checked by
+    :meth:`~hf_ralm.config.configuration_ralm.RalmConfig.validate` (a ``SettingError`` names the setting: the command
+    line shows it as its flag).
 
     Example:
         >>> import argparse
@@ -197,6 +198,8 @@ def ralm_settings(args: argparse.Namespace) -> dict[str, Any]:
         >>> ralm_settings(parser.parse_args(["--stride", "8"]))
         {'retrieval_stride': 8, 'query_length': None, 'max_length': None}
     """
+    from ..config.configuration_ralm import RalmConfig  # transformers: only once a command runs
+
     settings = {name: getattr(args, dest(name)) for name in FLAGS if name in RALM_FIELDS and dest(name) in vars(args)}
     RalmConfig(**settings)
     return settings

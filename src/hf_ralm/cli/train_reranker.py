@@ -8,15 +8,17 @@ import os
 import sys
 from contextlib import redirect_stdout
 
-from .common import check_args, fail, library_default, print_json
+from .common import fail, print_json
 
 NAME = "train-reranker"
+REQUIRED: tuple[str, ...] = ("data", "output_dir")
+"""The flags this command cannot run without (checked before anything loads)."""
 
 HELP = "train the predictive reranker on rerank-data's folder"
 
 
 def add_parser(sub) -> None:
-    from ..reranker_training import train_reranker
+    from ..reranker_training.defaults import TRAINING_DEFAULTS
     from .settings import FLAGS
 
     parser = sub.add_parser(
@@ -39,7 +41,7 @@ def add_parser(sub) -> None:
                              ("--learning-rate", float, "learning rate"), ("--seed", int, "seed"),
                              (FLAGS["eval_fraction"], float, "share of the articles whose windows are held out"),
                              (FLAGS["eval_points"], int, "points of the learning curve")):
-        group.add_argument(flag, type=kind, default=library_default(train_reranker, flag[2:].replace("-", "_")),
+        group.add_argument(flag, type=kind, default=TRAINING_DEFAULTS[flag[2:].replace("-", "_")],
                            help=f"{what} (default %(default)s)")
     group.add_argument(FLAGS["max_train_windows"], type=int,
                        help="train on the first N windows of the training articles (default: all of them)")
@@ -57,7 +59,6 @@ def run(args: argparse.Namespace) -> dict:
     """The trained reranker in ``--output-dir``; its figures."""
     from ..reranker_training import train_reranker
 
-    check_args(args, "data", "output_dir")
     if not os.path.isdir(args.data):
         fail(f"--data {args.data}: no such folder; write one with hf-ralm rerank-data --output-dir {args.data}.")
     # the trainer writes its logs to stdout: they go to stderr, and stdout holds only the figures

@@ -24,21 +24,10 @@ import torch
 from transformers.utils import logging
 
 from ..errors import RalmWarning, SettingError, setting
+from .dtypes import COMMAND_LINE_DTYPES, DEVICE_DEFAULT, DTYPES  # noqa: F401 (public here too, as before)
 from .modeling_utils import model_device
 
 logger = logging.get_logger(__name__)
-
-DEVICE_DEFAULT = "device-default"
-"""hf-ralm's precision for the device the model runs on (:func:`resolve_dtype`): what ``from_pretrained`` loads in
-when no ``dtype`` is given, and what the command line's ``--dtype auto`` means (:data:`COMMAND_LINE_DTYPES`)."""
-
-DTYPES = ("auto", DEVICE_DEFAULT, "bfloat16", "float16", "float32")
-"""The precisions a model may be loaded in: ``"auto"`` is transformers' (the checkpoint's own, its config's
-``dtype``), ``"device-default"`` hf-ralm's choice for the device."""
-
-COMMAND_LINE_DTYPES = {"auto": DEVICE_DEFAULT, "bfloat16": "bfloat16", "float16": "float16", "float32": "float32"}
-"""``--dtype`` of the command line and the ``dtype`` it loads with: its ``auto`` is hf-ralm's choice for the device
-(as it was before the library's ``"auto"`` took transformers' meaning), the others are the precision they name."""
 
 INDEXED_DEVICES = {"cuda": "CUDA GPU", "xpu": "Intel GPU (XPU)"}
 """The device types PyTorch numbers (``cuda:1``, ``xpu:1``; one per rank under torchrun, indices checked), in the

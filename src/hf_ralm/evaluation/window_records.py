@@ -42,12 +42,10 @@ from ..runs.fingerprints import ids_fingerprint
 from ..retrieval.base import retriever_identity
 from ..retrieval.dataset import retrieval_source_digest
 from ..config.windows import Window
+from .defaults import CHUNK_SIZE  # noqa: F401 (the pipeline's default, importable from here as before)
 
 RECORDS_DIR = "windows"
 EVAL_FILE = "eval.json"
-CHUNK_SIZE = 256
-"""Windows per chunk by default (1,024 tokens at s=4): what an interrupted run can lose at most, and how many windows
-are retrieved, ranked and scored together."""
 
 
 def run_settings(*, model, tokenizer, ids: Sequence[int], retriever, config: RalmConfig, retrieval_file: str | None,

@@ -14,20 +14,20 @@ Example::
     PredictiveReranker("models/reranker").choose(["the emperor of"], [["Rome\\nrome was", "Music\\nthe band"]])
 """
 
-from ..selection.predictive import PredictiveReranker
-from .articles import TrainingTitles, articles_source
-from .collect import collect_rerank_data, training_articles
-from .data import RerankDataWriter, file_fingerprint, load_rerank_data, rerank_data_summary
-from .training import (
-    CURVE_FILE,
-    PredictiveRerankLoss,
-    predictive_loss,
-    push_reranker,
-    rerank_metrics,
-    split_by_article,
-    train_reranker,
-    training_steps,
-)
+from ..utils.lazy import lazy_exports
+
+LAZY_EXPORTS = {
+    "articles": ("TrainingTitles", "articles_source"),
+    "collect": ("collect_rerank_data", "training_articles"),
+    "data": ("RerankDataWriter", "file_fingerprint", "load_rerank_data", "rerank_data_summary"),
+    # PredictiveReranker is hf_ralm.selection's (the reranker in use), public here as the model the training makes
+    "training": ("CURVE_FILE", "PredictiveReranker", "PredictiveRerankLoss", "predictive_loss", "push_reranker",
+                 "rerank_metrics", "split_by_article", "train_reranker", "training_steps"),
+}
+"""The public names, by the module they are imported from when first used (torch, datasets): so that the command
+line reads the training's defaults (:mod:`.defaults`) without them."""
+
+__getattr__, __dir__ = lazy_exports(__name__, LAZY_EXPORTS)
 
 __all__ = [
     "collect_rerank_data",

@@ -69,11 +69,9 @@ from ..utils.checks import check_count
 from ..utils.reproduction import provenance
 from ..config.windows import Window, query_span
 from .data import RerankDataWriter
+from .defaults import CHUNK_SIZE, WINDOWS_PER_ARTICLE
 
 logger = logging.get_logger(__name__)
-
-CHUNK_SIZE = 64
-"""Windows a chunk of rerank data when ``run.chunk_size`` is ``None`` (``rerank-data --chunk-size``'s default)."""
 
 
 def collect_rerank_data(
@@ -84,7 +82,7 @@ def collect_rerank_data(
     config: RalmConfig,
     output_dir: str | os.PathLike,
     *,
-    windows_per_article: int = 8,
+    windows_per_article: int = WINDOWS_PER_ARTICLE,
     max_windows: int | None = None,
     metadata: Mapping[str, Any] | None = None,
     reproduce: Mapping[str, Any] | None = None,

@@ -36,6 +36,7 @@ from ..utils.atomic import write_json_atomic
 from ..utils.extras import require
 from ..selection.predictive import NO_PASSAGE_TEXT, PredictiveReranker, argmax_first
 from .data import candidate_counts, load_rerank_data, text_rows
+from .defaults import TRAINING_DEFAULTS
 
 if TYPE_CHECKING:
     import datasets
@@ -222,13 +223,13 @@ def train_reranker(
     *,
     output_dir: str | os.PathLike,
     no_passage_candidate: bool = False,
-    eval_fraction: float = 0.1,
+    eval_fraction: float = TRAINING_DEFAULTS["eval_fraction"],
     max_train_windows: int | None = None,
-    epochs: float = 1.0,
-    batch_size: int = 8,
-    learning_rate: float = 2e-5,
-    seed: int = 42,
-    eval_points: int = 10,
+    epochs: float = TRAINING_DEFAULTS["epochs"],
+    batch_size: int = TRAINING_DEFAULTS["batch_size"],
+    learning_rate: float = TRAINING_DEFAULTS["learning_rate"],
+    seed: int = TRAINING_DEFAULTS["seed"],
+    eval_points: int = TRAINING_DEFAULTS["eval_points"],
     bf16: bool = False,
     attention_dropout: float | None = None,
     push_to_hub: str | None = None,

@@ -1,8 +1,9 @@
 """Retrievers: the :class:`Retriever` contract (its options, its identity), the build-or-load of the backends with a
 local index (:class:`LocalIndexRetriever`), the registry of backends (``bm25``, ``lucene``, ``dense``, ``hybrid``, and
 those added with :func:`register_retriever`), loading and saving, corpus tools, retrieval files and retrieval
-datasets. The backends that need optional extras (``lucene``, ``dense``, ``hybrid``) and Lucene's JVM helpers are
-imported when their names are first used, as the registry imports them.
+datasets. Every name is imported from its module when first used (:data:`LAZY_EXPORTS`), as the registry imports the
+backends: the ones that need optional extras (``lucene``, ``dense``, ``hybrid``) only then, and nothing here imports
+torch or transformers before a name that needs them is asked for (``hf-ralm --help``).
 
 Example:
     >>> from hf_ralm.retrieval import analyze, split_passages
@@ -13,20 +14,25 @@ Example:
 """
 
 from ..utils.lazy import lazy_exports
-from .analysis import ANALYSIS, analyze, analyze_texts, iter_analyzed, word_term, words
-from .base import RETRIEVER_CONFIG_FILE, Retriever, RetrieverOptions, read_forbidden_titles, retriever_identity
-from .bm25 import BM25_PARAMS, BM25Retriever
-from .building import IndexSummary, build_index
-from .corpus import WORDS_PER_PASSAGE, passage_columns, passage_rows, read_corpus, split_passages
-from .dataset import RetrievalDataset, RetrievalFingerprint, push_retrieval_dataset
-from .factory import load_retriever, load_retriever_from_pretrained, pretrained_folder
-from .index_folder import hf_ralm_cache_dir, read_index_info
-from .local import IndexOptions, LocalIndexRetriever
-from .registry import RETRIEVER_NAMES, register_retriever, retriever_class, retriever_names
 
-LAZY_EXPORTS = {"dense": ("DenseEncoder",), "hybrid": ("HybridRetriever",), "lucene": ("LuceneRetriever",),
-                "lucene_compat": ("java_class", "start_jvm")}
-"""The public names of the backends with optional extras, by module, imported when first used."""
+LAZY_EXPORTS = {
+    "analysis": ("ANALYSIS", "analyze", "analyze_texts", "iter_analyzed", "word_term", "words"),
+    "base": ("RETRIEVER_CONFIG_FILE", "Retriever", "RetrieverOptions", "read_forbidden_titles", "retriever_identity"),
+    "bm25": ("BM25_PARAMS", "BM25Retriever"),
+    "building": ("IndexSummary", "build_index"),
+    "corpus": ("WORDS_PER_PASSAGE", "passage_columns", "passage_rows", "read_corpus", "split_passages"),
+    "dataset": ("RetrievalDataset", "RetrievalFingerprint", "push_retrieval_dataset"),
+    "dense": ("DenseEncoder",),
+    "factory": ("load_retriever", "load_retriever_from_pretrained", "pretrained_folder"),
+    "hybrid": ("HybridRetriever",),
+    "index_folder": ("hf_ralm_cache_dir", "read_index_info"),
+    "local": ("IndexOptions", "LocalIndexRetriever"),
+    "lucene": ("LuceneRetriever",),
+    "lucene_compat": ("java_class", "start_jvm"),
+    "registry": ("RETRIEVER_NAMES", "register_retriever", "retriever_class", "retriever_names"),
+}
+"""The public names, by the module that defines them: each imported when first used, so that importing one module of
+the package (the registry's names, the corpus's passage length) imports only what that module needs."""
 
 __getattr__, __dir__ = lazy_exports(__name__, LAZY_EXPORTS)
 

@@ -52,6 +52,7 @@ from ..utils.extras import require
 from ..runs.shards import Shard
 from ..utils.widened_linear import widen_where_bfloat16_is_slow
 from .base import passages_from_table
+from .dense_options import DEFAULT_ENCODER_DTYPE, DEFAULT_FACTORY, ENCODER_DTYPES, POOLINGS
 from .corpus import WORDS_PER_PASSAGE, check_passage_count, corpus_fingerprint, passage_columns
 from .index_folder import INDEX_FILE, announce_build, build_folder, building, check_index, clear_build_folder
 from .index_folder import corpus_files, corpus_paths_and_articles, finish_build, names_a_local_path
@@ -60,15 +61,11 @@ from .local import IndexOptions, LocalIndexRetriever
 
 logger = logging.get_logger(__name__)
 
-DEFAULT_FACTORY = "Flat"  # exact inner-product search (IndexFlatIP)
 DEFAULT_CHUNK_SIZE = 10_000  # passages encoded and written per chunk (a crash loses at most this many)
 EMBEDDINGS_FILE = "embeddings.npy"
 FAISS_FILE = "faiss.index"
 CHUNKS_DIR = "embedding-chunks"  # in <index_dir>.tmp while the passages are encoded
 INDEX_NAME = "embeddings"  # the name of the FAISS index on the passages Dataset
-POOLINGS = ("mean", "cls")
-ENCODER_DTYPES = ("float32", "bfloat16", "float16")  # the encoder's precision; embeddings are always float32
-DEFAULT_ENCODER_DTYPE = ENCODER_DTYPES[0]  # also the precision of indexes from before the dtype was recorded
 MAX_TRAIN_VECTORS = 1_000_000  # IVF/PQ indexes are trained on at most this many vectors
 DENSE_FILES = (EMBEDDINGS_FILE, FAISS_FILE, "passages/state.json", "passages/*.arrow")
 """The files of an index folder (beside hf_ralm_index.json), checked when the index records no file sizes."""

@@ -13,8 +13,10 @@ Example:
 from __future__ import annotations
 
 from importlib import import_module
+from typing import TYPE_CHECKING
 
-from .base import Retriever
+if TYPE_CHECKING:  # the contract imports transformers' logging: the names below are read without it (hf-ralm --help)
+    from .base import Retriever
 
 _BACKENDS: dict[str, tuple[str, str] | type[Retriever]] = {  # name -> (module of hf_ralm.retrieval, class) or class
     "bm25": ("bm25", "BM25Retriever"),
@@ -46,6 +48,8 @@ def register_retriever(cls: type[Retriever]) -> type[Retriever]:
         RetrievalAugmentedModel.from_pretrained("HuggingFaceTB/SmolLM2-135M", retriever="search-service",
                                                 retriever_options={"url": "http://localhost:9200"})
     """
+    from .base import Retriever
+
     if not (isinstance(cls, type) and issubclass(cls, Retriever)):
         raise TypeError(f"register_retriever takes a Retriever subclass, got {cls!r}.")
     name = getattr(cls, "name", None)

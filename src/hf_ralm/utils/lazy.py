@@ -1,7 +1,7 @@
-"""Package faces whose names are imported when first used (PEP 562), for faces that would otherwise drag heavy or
-circular imports into their package's import: :mod:`hf_ralm.selection` (its layer-1 strategies are imported by
-:class:`~hf_ralm.RalmConfig`, long before the scorer its other modules need) and :mod:`hf_ralm.integrations` (each
-module imports its tool).
+"""Package faces whose names are imported when first used (PEP 562), for faces that would otherwise drag heavy
+imports into their package's import: ``hf_ralm`` itself, :mod:`hf_ralm.config`, :mod:`hf_ralm.retrieval`,
+:mod:`hf_ralm.selection`, :mod:`hf_ralm.reranker_training` and :mod:`hf_ralm.integrations` (each module imports its
+tool), so that ``import hf_ralm`` and a command's ``--help`` load neither torch nor transformers.
 
 Example:
     >>> getattr_, dir_ = lazy_exports("json", {"decoder": ("JSONDecodeError",)})
