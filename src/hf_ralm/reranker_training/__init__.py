@@ -14,6 +14,8 @@ Example::
     PredictiveReranker("models/reranker").choose(["the emperor of"], [["Rome\\nrome was", "Music\\nthe band"]])
 """
 
+from typing import TYPE_CHECKING
+
 from ..utils.lazy import lazy_exports
 
 LAZY_EXPORTS = {
@@ -26,6 +28,22 @@ LAZY_EXPORTS = {
 }
 """The public names, by the module they are imported from when first used (torch, datasets): so that the command
 line reads the training's defaults (:mod:`.defaults`) without them."""
+
+if TYPE_CHECKING:  # what type checkers and the API reference read; at run time, LAZY_EXPORTS
+    from .articles import TrainingTitles, articles_source
+    from .collect import collect_rerank_data, training_articles
+    from .data import RerankDataWriter, file_fingerprint, load_rerank_data, rerank_data_summary
+    from .training import (
+        CURVE_FILE,
+        PredictiveReranker,
+        PredictiveRerankLoss,
+        predictive_loss,
+        push_reranker,
+        rerank_metrics,
+        split_by_article,
+        train_reranker,
+        training_steps,
+    )
 
 __getattr__, __dir__ = lazy_exports(__name__, LAZY_EXPORTS)
 

@@ -13,6 +13,8 @@ Example:
     ['emperor', 'armi']
 """
 
+from typing import TYPE_CHECKING
+
 from ..utils.lazy import lazy_exports
 
 LAZY_EXPORTS = {
@@ -33,6 +35,22 @@ LAZY_EXPORTS = {
 }
 """The public names, by the module that defines them: each imported when first used, so that importing one module of
 the package (the registry's names, the corpus's passage length) imports only what that module needs."""
+
+if TYPE_CHECKING:  # what type checkers and the API reference read; at run time, LAZY_EXPORTS
+    from .analysis import ANALYSIS, analyze, analyze_texts, iter_analyzed, word_term, words
+    from .base import RETRIEVER_CONFIG_FILE, Retriever, RetrieverOptions, read_forbidden_titles, retriever_identity
+    from .bm25 import BM25_PARAMS, BM25Retriever
+    from .building import IndexSummary, build_index
+    from .corpus import WORDS_PER_PASSAGE, passage_columns, passage_rows, read_corpus, split_passages
+    from .dataset import RetrievalDataset, RetrievalFingerprint, push_retrieval_dataset
+    from .dense import DenseEncoder
+    from .factory import load_retriever, load_retriever_from_pretrained, pretrained_folder
+    from .hybrid import HybridRetriever
+    from .index_folder import hf_ralm_cache_dir, read_index_info
+    from .local import IndexOptions, LocalIndexRetriever
+    from .lucene import LuceneRetriever
+    from .lucene_compat import java_class, start_jvm
+    from .registry import RETRIEVER_NAMES, register_retriever, retriever_class, retriever_names
 
 __getattr__, __dir__ = lazy_exports(__name__, LAZY_EXPORTS)
 
