@@ -85,3 +85,25 @@ def test_parallel_analysis_keeps_every_text_in_order(num_texts):
     got = list(iter_analyzed(iter(texts), processes=2, batch_size=3))
     assert got == [analyze(text) for text in texts]
     assert got == list(iter_analyzed(texts))
+
+
+SCRIPT = """from hf_ralm.retrieval.analysis import iter_analyzed
+{guard}print(len(list(iter_analyzed(["the emperor of rome ruled"] * 10, processes=2, batch_size=3))))
+"""
+
+
+@pytest.mark.parametrize("guarded", [True, False])
+def test_workers_are_spawned_and_an_unguarded_script_gets_one_line(guarded, tmp_path):
+    """The workers are spawned (a forked one can hang on a lock of another thread, pyarrow's or a JVM's), so they
+    import the script that started them: under the `__main__` guard it runs; without it, one line says what to do,
+    rather than workers restarted for ever."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "build.py"
+    script.write_text(SCRIPT.format(guard='if __name__ == "__main__":\n    ' if guarded else ""), encoding="utf-8")
+    ended = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    if guarded:
+        assert ended.returncode == 0 and ended.stdout.strip() == "10", ended.stderr
+    else:
+        assert ended.returncode == 1 and 'must run its code under `if __name__ == "__main__":`' in ended.stderr

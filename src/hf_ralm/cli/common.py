@@ -152,8 +152,9 @@ def flag_groups() -> dict[str, dict[str, dict]]:
             "--index-dir": {"help": "index folder: built there from --corpus if missing, reused if built from it "
                                     "(default: the retriever's own folder for --corpus)"},
             "--forbidden-titles": {"help": "file of article titles never to retrieve (contamination)"},
-            FLAGS["n_threads"]: {"type": int, "help": "threads of the BM25/Lucene search (default: the CPUs this "
-                                                      "process may use: its CPU set, cgroup quota, Slurm allocation)"},
+            FLAGS["n_threads"]: {"type": int, "help": "threads of the BM25/Lucene search, and processes of the bm25 "
+                                                      "build's analysis (default: the CPUs this process may use: its "
+                                                      "CPU set, cgroup quota, Slurm allocation)"},
         },
         "dataset": {
             "--dataset-path": {"help": "rows with a 'text' field (.jsonl), a plain text file, or a HF dataset"},

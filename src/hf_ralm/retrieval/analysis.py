@@ -32,7 +32,6 @@ import functools
 import itertools
 import re
 import signal
-import sys
 from typing import Iterable, Iterator
 
 import regex
@@ -292,30 +291,38 @@ class _Terms(dict):
 
 
 def _analyzed_in_pool(texts: Iterator[str], cache_size: int, processes: int, batch_size: int) -> Iterator[list[str]]:
-    """:func:`iter_analyzed` by a pool of ``processes`` workers, each with its share of the ``cache_size``: batches
+    """:func:`iter_analyzed` by ``processes`` worker processes, each with its share of the ``cache_size``: batches
     are sent as they are read, and their terms yielded in the order they were sent."""
     import multiprocessing
     from collections import deque
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
 
     batch = list(itertools.islice(texts, batch_size))
     if len(batch) < batch_size:  # the texts fit in one batch: analysed here, sooner than workers would start
         yield from iter_analyzed(batch, cache_size)
         return
-    _patterns()  # built here once, before the workers fork, so that they inherit it
-    # fork on Linux: a worker starts at once, and a script that builds an index needs no `if __name__ == "__main__"`
-    # guard (a spawned worker runs the script again and, unguarded, starts workers of its own). Safe here although
-    # PyTorch or tqdm may run threads: a worker runs only this module's pure-Python analysis, no lock those threads
-    # could hold. Elsewhere (macOS, Windows) fork is unsafe or missing: spawn, whose workers import hf-ralm (~2 s).
-    context = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
-    with context.Pool(processes, initializer=_start_worker, initargs=(cache_size // processes,)) as pool:
-        pending: deque = deque()
+    # spawned, never forked: a forked worker inherits the locks of the threads this process runs (pyarrow's allocator,
+    # a JVM's, PyTorch's) and can wait on one forever; a spawned one starts afresh, and imports this module (and, as
+    # every spawned process does, a script that started it: hence the `if __name__ == "__main__":` guard)
+    executor = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=_start_worker, initargs=(cache_size // processes,))
+    pending: deque = deque()
+    try:
         while batch:
-            pending.append(pool.apply_async(_analyze_batch, (batch,)))
+            pending.append(executor.submit(_analyze_batch, batch))
             if len(pending) > BATCHES_PER_PROCESS * processes:
-                yield from pending.popleft().get()
+                yield from pending.popleft().result()
             batch = list(itertools.islice(texts, batch_size))
         while pending:
-            yield from pending.popleft().get()
+            yield from pending.popleft().result()
+    except BrokenProcessPool:
+        raise RuntimeError(
+            "The text analysis's worker processes stopped before they were done. A script that builds a bm25 index "
+            "in several processes must run its code under `if __name__ == \"__main__\":` (each worker starts by "
+            "importing it); or build in one process (n_threads=1, --threads 1).") from None
+    finally:
+        executor.shutdown(wait=True, cancel_futures=True)
 
 
 _worker_terms: _Terms | None = None  # a worker process's term cache (:func:`_start_worker`), kept between batches
