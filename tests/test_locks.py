@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,11 @@ def holder(tmp_path):
     try:
         assert process.stdout.readline() == "locked\n"
         os.kill(process.pid, signal.SIGSTOP)
+        # the signal is delivered when the kernel next schedules the holder: on a busy machine the first report could
+        # come before it is stopped, so the test starts waiting once /proc says it is
+        deadline = time.monotonic() + 30
+        while not locks._is_stopped(process.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
         yield {"path": path, "pid": process.pid}
     finally:
         process.kill()
