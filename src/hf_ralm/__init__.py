@@ -52,6 +52,7 @@ LAZY_EXPORTS = {
                   "register_retriever", "retriever_class"),
     "config.passages": ("Passage", "passage_text"),
     "core.scoring": ("score_windows",),
+    "core.vllm_reader": ("VllmOptions", "VllmReader"),
     "config.windows": ("Window", "plan_windows"),
 }
 """The package's public names, by the module that defines them: imported when first used (PEP 562), so that
@@ -91,6 +92,7 @@ if TYPE_CHECKING:  # what type checkers and the API reference read; at run time,
     )
     from .config.passages import Passage, passage_text
     from .core.scoring import score_windows
+    from .core.vllm_reader import VllmOptions, VllmReader
     from .config.windows import Window, plan_windows
 
 _export, _exported = lazy_exports(__name__, LAZY_EXPORTS)
@@ -207,6 +209,8 @@ __all__ = [
     "RunOptions",
     "RalmGenerateOutput",
     "RalmLogitsProcessor",
+    "VllmReader",
+    "VllmOptions",
     "BM25Retriever",
     "Passage",
     "Retriever",

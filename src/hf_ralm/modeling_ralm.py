@@ -37,7 +37,9 @@ from .evaluation.pipeline import RalmEvalResult, evaluate
 from .generation import ralm_generate
 from .errors import MissingFileError, SavedFolderError, SettingError, setting
 from .config.passages import Passage
+from .core.modeling_utils import is_engine_reader
 from .core.placement import DEVICE_DEFAULT, default_device, resolve_device, resolve_dtype
+from .core.vllm_reader import ENGINE, VllmOptions, VllmReader, check_engine
 from .retrieval.base import RETRIEVER_CONFIG_FILE, Retriever, read_forbidden_titles
 from .retrieval.factory import (check_retriever_config, load_retriever, pretrained_folder, read_retriever_config,
                                 retriever_from_folder)
@@ -45,6 +47,7 @@ from .retrieval.index_folder import names_a_local_path, saved_path
 from .runs.harness import RunOptions
 from .selection.rankers import load_reranker
 from .utils.atomic import write_text_atomic
+from .utils.checks import with_named_options
 from .utils.extras import require
 from .utils.paths import OFFLINE_HINT, missing_local_path
 from .runs.shards import Shard
@@ -176,13 +179,7 @@ def _retriever_options(options: Mapping[str, Any] | None, **named) -> dict[str, 
     """``from_pretrained``'s retriever options as one mapping: ``options`` (its ``retriever_options``) with the entries
     given by name (``index_dir=``, ``corpus=``, ...; ``None``: not given) added, one given both ways refused; forbidden
     titles given as a file are read at once, so that a bad file fails before anything loads."""
-    options = dict(options or {})
-    named = {key: value for key, value in named.items() if value is not None}
-    twice = sorted(set(named) & set(options))
-    if twice:
-        raise SettingError(f"{', '.join(twice)}: given both by name and in {setting('retriever_options')}; give "
-                           "each retriever option once.")
-    options.update(named)
+    options = with_named_options(dict(options or {}), named, "retriever_options")
     if isinstance(options.get("forbidden_titles"), (str, os.PathLike)):
         options["forbidden_titles"] = read_forbidden_titles(str(options["forbidden_titles"]))
     return options
@@ -271,6 +268,33 @@ def check_model_path(name_or_path: str) -> None:
                                "config.json), a GGUF file's folder, or a Hub id such as HuggingFaceTB/SmolLM2-135M.")
 
 
+VLLM_LOADING_ARGS = ("dtype", "torch_dtype", "revision", "trust_remote_code")
+"""The base model's loading arguments the vllm engine takes (the others place or build a transformers model)."""
+
+
+def _vllm_reader(name_or_path: str, engine_options: Mapping[str, Any] | None, kwargs: dict,
+                 device: str | torch.device | None, load_weights: bool) -> VllmReader:
+    """The reader on the vllm engine: ``engine_options`` (:class:`~hf_ralm.core.vllm_reader.VllmOptions`) with the
+    precision :func:`_placement` would give a transformers model on this machine's default device (``"auto"``: the
+    checkpoint's own), unless the options name one. What places or builds a transformers model (``device``,
+    ``device_map``, ``load_weights=False``, ``attn_implementation``, ...) is refused in one line."""
+    refused = sorted(k for k, v in kwargs.items() if k not in VLLM_LOADING_ARGS and v is not None)
+    refused += [name for name, given in (("device", device is not None), ("load_weights", not load_weights)) if given]
+    if refused:
+        raise SettingError(f"{', '.join(setting(name) for name in refused)}: not taken by {setting('engine')} vllm, "
+                           f"which places and loads the model itself; drop {'it' if len(refused) == 1 else 'them'}, "
+                           f"or use {setting('engine')} transformers.")
+    options = VllmOptions.entries(engine_options)
+    if "dtype" in kwargs or "torch_dtype" in kwargs or "dtype" not in options:
+        placed, _ = _placement({k: v for k, v in kwargs.items() if k in ("dtype", "torch_dtype")}, None, name_or_path)
+        dtype = placed["dtype"]
+        named = {"dtype": dtype if isinstance(dtype, str) else str(dtype).removeprefix("torch.")}
+    else:
+        named = {}
+    return VllmReader(name_or_path, VllmOptions.of(options, **named), revision=kwargs.get("revision"),
+                      trust_remote_code=bool(kwargs.get("trust_remote_code", False)))
+
+
 def _load_base_model(name_or_path: str, model_args: Sequence, model_kwargs: dict):
     try:
         return AutoModelForCausalLM.from_pretrained(name_or_path, *model_args, **model_kwargs)
@@ -288,7 +312,10 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
     A ``transformers`` causal LM where one is expected: ``generate`` decodes with retrieval every
     ``retrieval_stride`` tokens, so ``pipeline("text-generation", model=ralm, tokenizer=ralm.tokenizer)`` works
     (:meth:`collect_sources` gives the passages behind its text), and after ``import hf_ralm``
-    ``AutoModelForCausalLM.from_pretrained(folder_or_hub_id)`` loads a saved RALM as this class.
+    ``AutoModelForCausalLM.from_pretrained(folder_or_hub_id)`` loads a saved RALM as this class. Its reader
+    (``language_model``) is a transformers model, or with ``from_pretrained(..., engine="vllm")`` a
+    :class:`~hf_ralm.core.vllm_reader.VllmReader` (no torch module: its weights live in the engine's processes), on
+    which evaluation, :meth:`compare_strategies` and :meth:`forward` run and generation is refused in one line.
 
     Example::
 
@@ -304,8 +331,8 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
     base_model_prefix = "language_model"
     _no_split_modules: list[str] = []
 
-    def __init__(self, config: RalmConfig, language_model: PreTrainedModel, retriever: Retriever | None = None,
-                 tokenizer=None, reranker=None):
+    def __init__(self, config: RalmConfig, language_model: PreTrainedModel | VllmReader,
+                 retriever: Retriever | None = None, tokenizer=None, reranker=None):
         super().__init__(config)
         self.language_model = language_model
         self.retriever = retriever
@@ -340,6 +367,8 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
         load_weights: bool = True,
         n_threads: int | None = None,
         retriever_options: Mapping[str, Any] | None = None,
+        engine: str = "transformers",
+        engine_options: Mapping[str, Any] | None = None,
         **kwargs,
     ) -> "RetrievalAugmentedModel":
         """Wrap a causal LM given as a Hub id, a local folder or a loaded model, or rebuild a saved RALM folder.
@@ -373,6 +402,15 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
             load_weights: ``False`` builds the base model from its config on PyTorch's ``meta`` device, without
                 weights: its class, size, dtype and maximum length are there, and nothing can run through it. Enough
                 to retrieve (``hf-ralm retrieve`` without a reader that ranks), in seconds and no memory.
+            engine: what runs the reader: ``"transformers"`` (a model in this process, the default) or ``"vllm"``
+                (a :class:`~hf_ralm.core.vllm_reader.VllmReader`, the engine's own processes, tensor or pipeline
+                parallel across GPUs: evaluation, ``compare_strategies``, reranking and ``forward`` run on it,
+                exactly as on transformers; generation is not supported yet and is refused in one line). vLLM
+                places the model itself (no ``device``/``device_map``); ``dtype`` is resolved as for transformers.
+            engine_options: the vllm engine's options (:class:`~hf_ralm.core.vllm_reader.VllmOptions`:
+                ``tensor_parallel_size``, ``pipeline_parallel_size``, ``gpu_memory_utilization``,
+                ``max_model_len``, ``enforce_eager``, ``kv_cache_memory_bytes``, ... and any other ``vllm.LLM``
+                argument); only with ``engine="vllm"``.
             kwargs: :class:`RalmConfig` fields (``retrieval_stride``, ``query_length``, ``max_length``, ...); the
                 rest (``dtype``, ``device_map``, ``attn_implementation``, ``gguf_file``, ``revision``, ...) go to the
                 base model's loading. ``dtype`` (or ``torch_dtype``): ``"auto"`` is transformers' (the checkpoint's
@@ -402,7 +440,11 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
                                      forbidden_titles=forbidden_titles, encoder=encoder, n_threads=n_threads)
         hub_kwargs = {k: kwargs[k] for k in ("revision", "cache_dir", "token", "local_files_only") if k in kwargs}
         saved, old_retriever = None, None
+        engine = check_engine(engine, engine_options)
         if isinstance(pretrained_model_name_or_path, PreTrainedModel):
+            if engine == ENGINE:
+                raise SettingError(f"{setting('engine')} vllm loads the reader in its own processes: give the model's "
+                                   "Hub id or folder, not a loaded model.")
             base = pretrained_model_name_or_path
             base_name = base.config.name_or_path or None
         else:
@@ -415,15 +457,19 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
             if saved:  # a revision names one of the RALM's repository, not of its base model's
                 kwargs = {k: v for k, v in kwargs.items() if k != "revision"}
             with _loading_base_of(path, base_name) if saved else nullcontext():
-                kwargs, device = _placement(kwargs, device, base_name)
-                if load_weights:
-                    base = _load_base_model(base_name, model_args, kwargs)
-                    if device is not None:
-                        base.to(device)
-                    widen_where_bfloat16_is_slow(base)
+                if engine == ENGINE:
+                    base = _vllm_reader(base_name, engine_options, kwargs, device, load_weights)
                 else:
-                    base = _base_model_skeleton(base_name, kwargs)
-        base.eval()
+                    kwargs, device = _placement(kwargs, device, base_name)
+                    if load_weights:
+                        base = _load_base_model(base_name, model_args, kwargs)
+                        if device is not None:
+                            base.to(device)
+                        widen_where_bfloat16_is_slow(base)
+                    else:
+                        base = _base_model_skeleton(base_name, kwargs)
+        if not is_engine_reader(base):
+            base.eval()
         if tokenizer is None:
             tokenizer_kwargs = {k: kwargs[k] for k in ("gguf_file", "revision", "cache_dir", "token") if k in kwargs}
             tokenizer = AutoTokenizer.from_pretrained(base_name, **tokenizer_kwargs)

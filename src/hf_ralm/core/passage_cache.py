@@ -27,6 +27,7 @@ from .modeling_utils import (
     cache_nbytes,
     cache_rows,
     empty_cache,
+    is_engine_reader,
     last_logits,
     model_device,
     stack_cache_rows,
@@ -59,13 +60,20 @@ class PassageKVCache:
 
     @classmethod
     def for_model(cls, model, passage_cache: PassageKVCache | None = None,
-                  max_bytes: int = DEFAULT_MAX_BYTES) -> PassageKVCache:
-        """``passage_cache`` once checked to hold ``model``'s keys/values, or (``None``) a new store for ``model``.
+                  max_bytes: int = DEFAULT_MAX_BYTES) -> PassageKVCache | None:
+        """``passage_cache`` once checked to hold ``model``'s keys/values, or (``None``) a new store for ``model``;
+        ``None`` for an engine reader (:func:`~hf_ralm.core.modeling_utils.is_engine_reader`), whose keys/values stay
+        in its engine.
 
         Example::
 
             store = PassageKVCache.for_model(model, None, max_bytes=64 * 2**20)
         """
+        if is_engine_reader(model):
+            if passage_cache is not None:
+                raise ValueError("passage_cache holds keys/values computed in this process: a reader run by an "
+                                 "engine keeps its own.")
+            return None
         if passage_cache is None:
             return cls(model, max_bytes)
         if passage_cache.model is not model:

@@ -31,7 +31,7 @@ from ..utils.progress import tqdm
 from ..config.configuration_ralm import RalmConfig
 from ..errors import NonFiniteError, setting
 from .model_inputs import passage_prefix
-from .modeling_utils import last_logits, model_device
+from .modeling_utils import is_engine_reader, last_logits, model_device
 from .passage_cache import PassageKVCache
 from ..config.passages import Passage
 from ..config.windows import Window, place_passage
@@ -118,8 +118,14 @@ def score_inputs(
     only where a token is scored. With ``reuse_prefix_kv``, inputs that share a prefix are grouped by prefix: its
     keys/values come from ``passage_cache`` (computed once per distinct prefix) and only the rest is run; an input
     whose prefix no other input shares (and the store does not hold) runs whole, batched with the other such inputs
-    of its shape.
+    of its shape. An engine reader (:func:`~hf_ralm.core.modeling_utils.is_engine_reader`, e.g. vLLM's) gets all the
+    inputs in one call and batches them itself.
     """
+    if is_engine_reader(model):
+        nlls = model.score_inputs(inputs)
+        if progress is not None:
+            progress.update(len(inputs))
+        return nlls
     nlls: list[torch.Tensor | None] = [None] * len(inputs)
     for members, batch_nll, _, _ in _scored_batches(model, inputs, batch_size, reuse_prefix_kv, passage_cache):
         for i, row in zip(members, batch_nll):
@@ -133,12 +139,15 @@ def score_continuations(model, inputs: Sequence[ScoredInput], batch_size: int = 
                         passage_cache: PassageKVCache | None = None) -> list[tuple[float, bool]]:
     """Per input, the summed log-probability of its scored tokens and whether each of them is the model's most
     likely next token there (greedy decoding would produce them): lm-evaluation-harness's ``(logprob, is_greedy)``.
-    Batched and computed as :func:`score_inputs` computes the NLLs (the same batches, passages' keys/values reused).
+    Batched and computed as :func:`score_inputs` computes the NLLs (the same batches, passages' keys/values reused;
+    an engine reader's all in one call).
 
     Example::
 
         score_continuations(model, [ScoredInput(ids, 0, len(ids), (), len(context_ids))])   # [(-7.9, False)]
     """
+    if is_engine_reader(model):
+        return model.score_continuations(inputs)
     scores: list[tuple[float, bool] | None] = [None] * len(inputs)
     for members, batch_nll, logits, targets in _scored_batches(model, inputs, batch_size, reuse_prefix_kv,
                                                                passage_cache):

@@ -24,7 +24,7 @@ from ..core.ensemble import ensemble_log_weights
 from ..errors import SettingError, setting
 from ..core.model_inputs import context_indices, context_prefix
 from ..core.plan import window_length
-from ..core.modeling_utils import empty_cache
+from ..core.modeling_utils import empty_cache, is_engine_reader
 from ..core.passage_cache import DEFAULT_MAX_BYTES, PassageKVCache
 from ..config.passages import Passage
 from ..retrieval.base import Retriever
@@ -88,7 +88,9 @@ class RalmDecoder:
         check_generation(config)
         self.model, self.tokenizer, self.retriever, self.config = model, tokenizer, retriever, config
         self.max_length = window_length(model, config)
-        self.use_cache = use_cache
+        # an engine reader's contexts never run here (it does not generate yet): the decoder only retrieves and
+        # chooses their passages (lm-eval's loglikelihood), so no keys/values are computed for them
+        self.use_cache = use_cache and not is_engine_reader(model)
         self.keep_plain_context = keep_plain_context
         self.ensemble_size = ensemble_size
         self.passage_cache = PassageKVCache.for_model(model, passage_cache, max_cache_bytes)
@@ -121,6 +123,8 @@ class RalmDecoder:
     def _fill(self, opened: list[Context]) -> None:
         """The passages' keys/values of the contexts a stride opened (a copy each: a context extends its own), those
         the store lacks computed in one forward per passage length."""
+        if not opened:  # none without use_cache (an engine reader's decoder has no store)
+            return
         for context, (cache, logits) in zip(opened, self.passage_cache.prefill([c.prefix for c in opened])):
             context.cache, context.logits = copy.deepcopy(cache), logits
 

@@ -40,6 +40,11 @@ What each of lm-eval's requests is under In-Context RALM:
 Requests run batched (``batch_size``: windows, continuations or prompts per forward; ``auto`` halves on
 out-of-memory), and the results' ``config`` block carries the RALM's settings, the retriever and its index's
 fingerprint, and how many windows, contexts and generations had a passage (:meth:`RalmLM.get_model_info`).
+
+With ``engine=vllm`` in ``model_args`` (and the engine's options: ``tensor_parallel_size=2,max_model_len=4096``, ...)
+the reader runs on vLLM (:class:`~hf_ralm.core.vllm_reader.VllmReader`): ``loglikelihood`` and
+``loglikelihood_rolling`` compute what they compute on transformers, all of a batch's inputs in one engine call;
+``generate_until`` is refused (generation is not supported yet on vllm).
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ import re
 import sys
 import warnings
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any, Sequence
 
 from transformers import AutoTokenizer, PreTrainedModel
@@ -76,6 +81,7 @@ from ..modeling_ralm import RetrievalAugmentedModel
 from ..core.plan import window_length
 from ..core.modeling_utils import left_pad, model_device, model_identity
 from ..core.passage_cache import PassageKVCache
+from ..core.vllm_reader import VllmOptions
 from ..core.placement import default_device
 from ..retrieval.base import retriever_identity
 from ..core.scoring import ScoredInput, score_continuations
@@ -97,6 +103,10 @@ every ``retrieval_stride`` tokens, or lm-eval's own (its ``hf`` model's disjoint
 
 LOADING_ARGS = ("revision", "attn_implementation", "gguf_file", "device_map", "trust_remote_code")
 """Arguments of the base model's loading that ``model_args`` may give (passed to ``from_pretrained``)."""
+
+ENGINE_ARGS = tuple(f.name for f in fields(VllmOptions) if f.name not in ("extra", "dtype"))
+"""The vllm engine's options that ``model_args`` may give with ``engine=vllm`` (its ``engine_options``; ``dtype`` is
+the model's own argument)."""
 
 CONTEXTS_PER_CHUNK = 256
 """Distinct contexts whose retrievals, choices and continuations run together (bounds the inputs held at once)."""
@@ -151,6 +161,11 @@ class RalmLM(TemplateLM):
         prefix_token_id: the token lm-eval's requests are conditioned on when they have no context (default: BOS,
             else EOS, as lm-eval's ``hf`` model).
         max_gen_toks: new tokens of a generation whose task does not say (256, as lm-eval's ``hf`` model).
+        engine: what runs the reader, as :meth:`RetrievalAugmentedModel.from_pretrained` takes it: ``transformers``
+            (the default) or ``vllm`` (with its options among ``settings``: ``tensor_parallel_size``,
+            ``gpu_memory_utilization``, ``max_model_len``, ``enforce_eager``, ... of :data:`ENGINE_ARGS`). On vllm,
+            ``loglikelihood`` and ``loglikelihood_rolling`` run as on transformers; ``generate_until`` is refused
+            (generation is not supported yet on vllm), and so is ``device`` (the engine places the model).
         settings: :class:`~hf_ralm.RalmConfig` fields (``retrieval_stride``, ``query_length``, ``max_length``,
             ``max_doc_tokens``, ``num_passages``, ``rerank``, ``retrieval_gate``, ...) and the base model's
             loading arguments of :data:`LOADING_ARGS`.
@@ -181,23 +196,25 @@ class RalmLM(TemplateLM):
         rolling_windows: str = "ralm",
         prefix_token_id: int | None = None,
         max_gen_toks: int = 256,
+        engine: str | None = None,
         **settings: Any,
     ):
         super().__init__()
+        engine_options = {name: settings.pop(name) for name in list(settings) if name in ENGINE_ARGS}
         unknown = sorted(set(settings) - (RALM_FIELDS - {"base_model_name_or_path"}) - set(LOADING_ARGS))
         if unknown:
             raise SettingError(f"The {MODEL_NAME} model does not take {', '.join(map(repr, unknown))}: give "
                                "pretrained, retriever, corpus, index_dir, forbidden_titles, dtype, device, "
-                               "batch_size, retrieval_query, prefix_token_in_window, rolling_windows, RalmConfig "
-                               f"fields (retrieval_stride, query_length, max_length, max_doc_tokens, ...) or "
-                               f"{', '.join(LOADING_ARGS)}.")
+                               "batch_size, retrieval_query, prefix_token_in_window, rolling_windows, engine, "
+                               "RalmConfig fields (retrieval_stride, query_length, max_length, max_doc_tokens, ...), "
+                               f"{', '.join(LOADING_ARGS)} or the vllm engine's {', '.join(ENGINE_ARGS)}.")
         if max_batch_size is not None:
             raise SettingError(f"The {MODEL_NAME} model has no max_batch_size: batch_size=auto starts at 64 on a GPU "
                                "and halves on out-of-memory.")
         if isinstance(pretrained, RetrievalAugmentedModel):
             given = {"retriever": retriever, "corpus": corpus, "index_dir": index_dir, "forbidden_titles":
                      forbidden_titles, "encoder": encoder, "tokenizer": tokenizer, "device": device,
-                     "n_threads": n_threads, "dtype": dtype, **settings}
+                     "n_threads": n_threads, "dtype": dtype, "engine": engine, **engine_options, **settings}
             given = sorted(name for name, value in given.items() if value is not None)
             if given:
                 raise SettingError(f"An already built RetrievalAugmentedModel comes with its retriever, settings, "
@@ -211,7 +228,8 @@ class RalmLM(TemplateLM):
             self.ralm = RetrievalAugmentedModel.from_pretrained(
                 pretrained, retriever=retriever, corpus=corpus, index_dir=index_dir,
                 forbidden_titles=forbidden_titles, encoder=encoder, n_threads=n_threads, device=device,
-                tokenizer=AutoTokenizer.from_pretrained(tokenizer) if tokenizer else None, **precision, **settings)
+                tokenizer=AutoTokenizer.from_pretrained(tokenizer) if tokenizer else None,
+                engine=engine or "transformers", engine_options=engine_options or None, **precision, **settings)
         if self.ralm.tokenizer is None:
             raise SettingError("The RetrievalAugmentedModel has no tokenizer: build it with tokenizer=.")
         config = self.ralm.config
@@ -240,9 +258,12 @@ class RalmLM(TemplateLM):
     def create_from_arg_obj(cls, arg_dict: dict, additional_config: dict | None = None) -> "RalmLM":
         """``cls(**arg_dict)`` with the evaluator's ``batch_size`` and ``device`` where ``model_args`` does not give
         them: a ``device=`` in ``model_args`` wins over the command line's default ``--device``, instead of the
-        clash of two values lm-eval's base class would raise."""
+        clash of two values lm-eval's base class would raise; with ``engine=vllm`` the evaluator's device is not
+        given (the engine places the model)."""
         extra = {key: value for key, value in (additional_config or {}).items()
                  if value is not None and key not in arg_dict}
+        if arg_dict.get("engine") == "vllm":  # the evaluator's default device: the engine places the model itself
+            extra.pop("device", None)
         return cls(**arg_dict, **extra)
 
     # --------------------------------------------------------------------------------------------------------------

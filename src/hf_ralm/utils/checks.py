@@ -20,7 +20,7 @@ import os
 import stat
 import zlib
 from contextlib import contextmanager
-from typing import Iterator, TextIO
+from typing import Any, Iterator, Mapping, TextIO
 
 from ..errors import InputError, SettingError, setting, utf8_errors
 from .atomic import naming_errors
@@ -40,6 +40,21 @@ def check_count(name: str, value: int, minimum: int = 1) -> None:
         raise SettingError(f"{setting(name)} must be an integer, got {value!r}.")
     if value < minimum:
         raise SettingError(f"{setting(name)} must be at least {minimum}, got {value}.")
+
+
+def with_named_options(options: Mapping[str, Any], named: Mapping[str, Any], what: str) -> dict[str, Any]:
+    """``options`` (a mapping, e.g. ``retriever_options``) with the options also given by name added (``None``: not
+    given); one given both ways is refused in one line naming ``what`` the mapping is.
+
+    Example:
+        >>> with_named_options({"k1": 0.9}, {"b": 0.4, "n_threads": None}, "retriever_options")
+        {'k1': 0.9, 'b': 0.4}
+    """
+    named = {key: value for key, value in named.items() if value is not None}
+    twice = sorted(set(named) & set(options))
+    if twice:
+        raise SettingError(f"{', '.join(twice)}: given both by name and in {setting(what)}; give each option once.")
+    return {**options, **named}
 
 
 def is_number(value) -> bool:
