@@ -247,6 +247,8 @@ BEYOND_FLAGS = {"--retrieval-gate", "--gate-threshold", "--num-passages", "--max
                 "--ensemble-temperature"}  # issue 10: gates, several passages, ensembles
 RESUME_FLAGS = ("--chunk-size", "--overwrite", "--repair", "--accept-unverified-chunks", "--num-shards", "--shard-id")
 MODEL_FLAGS = ("--model", "--tokenizer", "--gguf-file", "--dtype", "--device", "--device-map", "--attn-implementation")
+ENGINE_FLAGS = ("--engine", "--tensor-parallel-size", "--pipeline-parallel-size", "--gpu-memory-utilization",
+                "--max-model-len", "--kv-cache-memory-bytes", "--enforce-eager")  # the commands that run a reader
 COMMAND_FLAGS = {
     "index": {"--corpus", "--index-dir", "--retriever", "--encoder", "--pooling", "--encoder-dtype", "--faiss-factory",
               "--words-per-passage", "--num-shards", "--shard-id"},
@@ -261,25 +263,24 @@ COMMAND_FLAGS = {
                 "--max-doc-tokens", "--bos-every-window", "--dataset-path", "--dataset-name", "--dataset-split",
                 "--max-eval-tokens", "--batch-size", "--output-dir", "--retrieval-file", "--save-retrieval-file",
                 "--no-prefix-kv-reuse", "--compare", "--allow-long-run", *RERANK_FLAGS, *BEYOND_FLAGS, *RESUME_FLAGS,
-                "--engine", "--tensor-parallel-size", "--pipeline-parallel-size", "--gpu-memory-utilization",
-                "--max-model-len", "--kv-cache-memory-bytes", "--enforce-eager"},
+                *ENGINE_FLAGS},
     "generate": {*MODEL_FLAGS, "--retriever", "--encoder", "--threads",
                  "--corpus", "--index-dir", "--forbidden-titles", "--stride", "--query-length", "--max-length",
                  "--max-doc-tokens", "--bos-every-window", "--batch-size", "--prompt", "--prompts-file",
                  "--max-new-tokens", "--show-sources", "--output-json", "--do-sample", "--temperature", "--top-k",
-                 "--top-p", "--seed", *RERANK_FLAGS, *BEYOND_FLAGS},
+                 "--top-p", "--seed", *RERANK_FLAGS, *BEYOND_FLAGS, *ENGINE_FLAGS},
     "eval-qa": {*MODEL_FLAGS, "--retriever", "--encoder", "--threads",
                 "--corpus", "--index-dir", "--forbidden-titles", "--batch-size", "--output-dir", "--questions",
                 "--use-ctxs", "--add-gold-to-corpus", "--num-docs", "--max-questions", "--questions-name",
                 "--questions-split",
                 "--max-new-tokens", "--max-length", "--num-shards",
-                "--shard-id", "--repair", "--accept-unverified-chunks"},
+                "--shard-id", "--repair", "--accept-unverified-chunks", *ENGINE_FLAGS},
     "rerank-data": {*MODEL_FLAGS, "--retriever", "--encoder", "--threads",
                     "--corpus", "--index-dir", "--forbidden-titles", "--stride", "--query-length", "--max-length",
                     "--max-doc-tokens", "--bos-every-window", "--batch-size", "--rerank-candidates", "--rerank-tokens",
                     "--articles", "--exclude-titles", "--num-articles", "--windows-per-article", "--max-windows",
                     "--output-dir", "--chunk-size", "--overwrite", "--repair", "--accept-unverified-chunks",
-                    "--num-shards", "--shard-id"},
+                    "--num-shards", "--shard-id", *ENGINE_FLAGS},
     "train-reranker": {"--data", "--init", "--output-dir", "--push-to-hub", "--epochs", "--batch-size",
                        "--learning-rate", "--seed", "--eval-fraction", "--no-passage-candidate", "--max-train-windows",
                        "--eval-points", "--bf16", "--attention-dropout", "--articles", "--index-dir"},

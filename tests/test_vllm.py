@@ -20,7 +20,7 @@ import sys
 import pytest
 import torch
 
-from conftest import EVAL_TEXT, SHARED_DATA, require_shared_file
+from conftest import EVAL_TEXT, PAD_ID, SHARED_DATA, require_shared_file
 from hf_ralm import RalmConfig, RunOptions
 from hf_ralm.core.modeling_utils import model_identity
 from hf_ralm.core.scoring import ScoredInput, score_continuations, score_inputs
@@ -119,6 +119,37 @@ class FakeEngine:
     def identity(self):
         return {**model_identity(self.model), "engine": self.engine}
 
+    @property
+    def generation_config(self):
+        return self.model.generation_config
+
+    def continue_prompts(self, continuations, sampling):
+        """Each continuation by a plain loop (a full forward a token, greedy or sampled from the softmax at the
+        sampling's temperature with a generator seeded by the continuation's seed), stopped after an EOS id."""
+        from hf_ralm.testing import next_token_logits
+
+        self.calls.append(("continue_prompts", [(len(c.prompt), c.max_tokens, c.seed) for c in continuations]))
+        outputs = []
+        for continuation in continuations:
+            tokens, new = list(continuation.prompt), []
+            generator = torch.Generator().manual_seed(continuation.seed) if sampling.do_sample else None
+            while len(new) < continuation.max_tokens and not (new and new[-1] in sampling.eos_token_ids):
+                logits = next_token_logits(self.model, tokens).cpu()
+                if sampling.do_sample:
+                    probabilities = torch.softmax(logits / sampling.temperature, -1)
+                    token = int(torch.multinomial(probabilities, 1, generator=generator))
+                else:
+                    token = int(logits.argmax())
+                tokens.append(token)
+                new.append(token)
+            outputs.append(new)
+        return outputs
+
+    def generate(self, *args, **kwargs):
+        from hf_ralm.core.engine_generation import generate_on_engine
+
+        return generate_on_engine(self, *args, **kwargs)
+
 
 def test_the_scorer_hands_an_engine_reader_all_its_inputs_in_one_call(tiny_llama):
     engine = FakeEngine(tiny_llama, 64)
@@ -177,6 +208,142 @@ def test_a_ralm_holds_an_engine_reader(tiny_llama, tiny_tokenizer, tiny_index):
     assert float(on_engine(ids).loss) == pytest.approx(float(plain(ids).loss), rel=1e-12)
 
 
+# ------------------------------------------------------------------------------------------------------------------
+# Generation on an engine reader (no vLLM: FakeEngine continues prompts by a plain loop)
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def engine_ralm(model, tokenizer, retriever, config):
+    """A RALM whose reader is a :class:`FakeEngine` of ``model``."""
+    from hf_ralm import RetrievalAugmentedModel
+
+    return RetrievalAugmentedModel(config, FakeEngine(model, 128), retriever, tokenizer)
+
+
+@pytest.mark.parametrize("stride", [3, 4])
+def test_generation_on_an_engine_reader_matches_the_plain_loop(tiny_llama, tiny_tokenizer, stride):
+    """One engine call per stride for every row still going, each row's prompt ``[d_j; x[a_j:]]``: the tokens and
+    sources of the spec's loop (tests/test_generation.py), rows of different lengths, one stopping at its EOS in the
+    middle of a stride and retrieving no more."""
+    from test_generation import (NEW_TOKENS, HashRetriever, expected_sources, generated_rows, left_pad, ralm_config,
+                                 spec_generate)
+
+    ids = tiny_tokenizer(EVAL_TEXT)["input_ids"]
+    prompts, config, retriever = [ids[:5], ids[10:30], ids[30:75]], ralm_config(stride), HashRetriever()
+    first, _, _ = spec_generate(tiny_llama, tiny_tokenizer, retriever, config, prompts[0], NEW_TOKENS)
+    stop = next(i for i in range(4, NEW_TOKENS) if i % stride != stride - 1 and first[i] not in first[:i])
+    eos = first[stop]
+    ralm = engine_ralm(tiny_llama, tiny_tokenizer, retriever, config)
+    batch, mask = left_pad(prompts)
+    out = ralm.generate(batch, attention_mask=mask, max_new_tokens=NEW_TOKENS, eos_token_id=eos, pad_token_id=PAD_ID,
+                        return_dict_in_generate=True)
+    got = generated_rows(out.sequences, batch.shape[1], eos=eos)
+    assert got[0] == first[: stop + 1]
+    for b, prompt in enumerate(prompts):
+        expected, strides, _ = spec_generate(tiny_llama, tiny_tokenizer, retriever, config, prompt, NEW_TOKENS,
+                                             eos=eos)
+        assert got[b] == expected
+        assert out.sequences[b, batch.shape[1] + len(expected) :].eq(PAD_ID).all()
+        assert out.sources[b] == expected_sources(strides, len(expected), stride)
+    calls = [rows for name, rows in ralm.language_model.calls if name == "continue_prompts"]
+    assert len(calls) == -(-NEW_TOKENS // stride) and len(calls[0]) == 3
+    assert all(length <= config.max_length and seed is None for rows in calls for length, _, seed in rows)
+    assert len(calls[-1]) < 3  # row 0 stopped: it is no longer continued
+    assert out.ralm_stats["strides"] == sum(len(rows) for rows in calls) and out.ralm_stats["passage_cache"] is None
+
+
+def test_a_row_on_an_engine_reader_stops_at_the_token_that_completes_a_stop_string(tiny_llama, tiny_tokenizer):
+    """A stop string (here two words, the second one's token completing it) ends its row there, the others go on;
+    the tokens before are those of the run without it. (The tiny word-level tokenizer does not suit transformers'
+    StopStringCriteria; the engine's test holds SmolLM2's stop strings to transformers'.)"""
+    from test_generation import HashRetriever, left_pad, ralm_config
+
+    ids = tiny_tokenizer(EVAL_TEXT)["input_ids"]
+    prompts, config = [ids[:5], ids[10:30]], ralm_config(4)
+    ralm = engine_ralm(tiny_llama, tiny_tokenizer, HashRetriever(), config)
+    batch, mask = left_pad(prompts)
+    width = batch.shape[1]
+    free = ralm.generate(batch, attention_mask=mask, max_new_tokens=12, eos_token_id=None, pad_token_id=PAD_ID)
+    new = free[0, width:].tolist()
+    stop = next(i for i in range(3, 12) if i % 4 != 3
+                and tiny_tokenizer.decode(new[i - 1 : i + 1]) not in tiny_tokenizer.decode(new[:i])
+                and tiny_tokenizer.decode(new[i - 1 : i + 1]) not in tiny_tokenizer.decode(free[1, width:].tolist()))
+    out = ralm.generate(batch, attention_mask=mask, max_new_tokens=12, eos_token_id=None, pad_token_id=PAD_ID,
+                        stop_strings=[tiny_tokenizer.decode(new[stop - 1 : stop + 1])], return_dict_in_generate=True)
+    assert out.sequences[0, width : width + stop + 1].tolist() == new[: stop + 1]
+    assert out.sequences[0, width + stop + 1 :].eq(PAD_ID).all()
+    assert out.sequences[1].tolist() == free[1].tolist()
+    assert out.sources[0] and all(source["end"] <= stop + 1 for source in out.sources[0])
+
+
+def test_sampling_on_an_engine_reader_is_reproducible_per_row(tiny_llama, tiny_tokenizer):
+    """Each row's stride is drawn with a seed of its own, made from torch's seed, the row's prompt and the stride:
+    the same seed gives the same text, alone or beside other rows, and another seed another text."""
+    from test_generation import HashRetriever, ralm_config
+
+    ids = tiny_tokenizer(EVAL_TEXT)["input_ids"]
+    ralm = engine_ralm(tiny_llama, tiny_tokenizer, HashRetriever(), ralm_config(4))
+
+    def sample(prompts, seed):
+        torch.manual_seed(seed)
+        return ralm.generate(torch.tensor(prompts), max_new_tokens=10, do_sample=True, temperature=1.5,
+                             eos_token_id=None).tolist()
+
+    pair = [ids[:20], ids[20:40]]
+    first = sample(pair, 0)
+    assert sample(pair, 0) == first and sample(pair[1:], 0) == first[1:]
+    assert sample(pair, 1) != first
+    seeds = [seed for name, rows in ralm.language_model.calls if name == "continue_prompts" for _, _, seed in rows]
+    assert None not in seeds
+    greedy = ralm.generate(torch.tensor(pair), max_new_tokens=10, eos_token_id=None).tolist()
+    assert greedy != first  # the temperature made a difference: the draws were not greedy
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"repetition_penalty": 1.3}, "^repetition_penalty is not applied by an engine reader"),
+    ({"num_beams": 2}, "^num_beams is not applied by an engine reader"),
+    ({"output_scores": True}, "^output_scores is not applied by an engine reader"),
+    ({"logits_processor": [lambda ids, scores: scores]}, "^logits_processor: not taken by generation on engine vllm"),
+    ({"ensemble_size": 2}, r"^An ensemble of passages \(ensemble_size 2\) mixes next-token distributions"),
+    ({"max_new_tokens": None, "max_length": 2}, r"^max_new_tokens must be at least 1 \(or max_length above the "),
+])
+def test_what_an_engine_does_not_apply_is_refused_in_one_line(tiny_llama, tiny_tokenizer, kwargs, message):
+    from test_generation import HashRetriever, ralm_config
+
+    ensemble = {"ensemble_size": kwargs.pop("ensemble_size")} if "ensemble_size" in kwargs else {}
+    ralm = engine_ralm(tiny_llama, tiny_tokenizer, HashRetriever(), ralm_config(4, **ensemble))
+    with pytest.raises(SettingError, match=message) as info:
+        ralm.generate("rome was", **{"max_new_tokens": 4, **kwargs})
+    assert "\n" not in str(info.value)
+
+
+def test_the_readers_own_generate_and_generate_texts_run_on_the_engine(tiny_llama, tiny_tokenizer):
+    """The reader's generate (eval-qa's answers: the prompts whole, no retrieval) gives what transformers' gives;
+    generate_texts and a pipeline run RALM generation on the engine as on transformers."""
+    from transformers import pipeline
+
+    from hf_ralm.core.modeling_utils import left_pad as pad_prompts
+    from test_generation import HashRetriever, ralm_config, wrap
+
+    engine = FakeEngine(tiny_llama, 128)
+    batch = pad_prompts(tiny_tokenizer, ["rome was the city", "the emperor and the senate ruled the"])
+    got = engine.generate(input_ids=batch.input_ids, attention_mask=batch.attention_mask, max_new_tokens=6,
+                          pad_token_id=PAD_ID)
+    expected = [tiny_llama.generate(torch.tensor([ids[len(ids) - n :]]), max_new_tokens=6, do_sample=False,
+                                    pad_token_id=PAD_ID)[0, n:].tolist()
+                for ids, n in zip(batch.input_ids.tolist(), batch.lengths)]
+    assert [row[batch.width :][: len(e)] for row, e in zip(got.tolist(), expected)] == expected
+    config, retriever = ralm_config(4), HashRetriever()
+    on_engine = engine_ralm(tiny_llama, tiny_tokenizer, retriever, config)
+    plain = wrap(tiny_llama, tiny_tokenizer, retriever, config)
+    texts = [ralm.generate_texts(["rome was the city", "the army"], max_new_tokens=9) for ralm in (on_engine, plain)]
+    assert [(t.output_ids, t.sources) for t in texts[0]] == [(t.output_ids, t.sources) for t in texts[1]]
+    # greedy: a text-generation pipeline samples by default
+    generators = [pipeline("text-generation", model=ralm, tokenizer=tiny_tokenizer) for ralm in (on_engine, plain)]
+    generated = [generator("rome was", max_new_tokens=8, do_sample=False) for generator in generators]
+    assert generated[0] == generated[1]
+
+
 def test_lm_evals_model_args_take_the_engine(tiny_model_dir, monkeypatch):
     pytest.importorskip("lm_eval", reason="lm-eval is not installed (pip install \"hf-ralm[lm-eval]\")")
     from hf_ralm.integrations.lm_eval import RalmLM
@@ -208,14 +375,61 @@ def test_the_command_line_takes_the_engine(files, capsys, monkeypatch):
          f"The reader on engine vllm needs vllm, which is not installed: {INSTALL}")
 
 
-def test_generation_on_vllm_is_refused_in_one_line():
+def engine_command(files, command: str) -> list[str]:
+    """A run of ``command`` of the tiny model that gets as far as loading it (no ``--device``: the engine's refuses
+    it)."""
+    from conftest import write_jsonl
+
+    questions = write_jsonl(files["tmp"] / "questions.jsonl", [{"question": "who ruled rome", "answers": ["nero"]}])
+    return {
+        "generate": ["generate", "--model", files["model"], "--prompt", "the emperor", "--max-new-tokens", "2"],
+        "eval-qa": ["eval-qa", "--model", files["model"], "--questions", str(questions), "--max-new-tokens", "2",
+                    "--output-dir", str(files["out"])],
+        "rerank-data": ["rerank-data", "--model", files["model"], "--retriever", "bm25", "--corpus", files["corpus"],
+                        "--index-dir", files["index"], "--articles", files["corpus"], "--max-length", "16",
+                        "--stride", "4", "--query-length", "8", "--max-doc-tokens", "8", "--rerank-candidates", "2",
+                        "--output-dir", str(files["out"])],
+    }[command]
+
+
+@pytest.mark.parametrize("command", ["generate", "eval-qa", "rerank-data"])
+def test_the_reader_commands_take_the_engine(files, capsys, monkeypatch, command):
+    """``generate``, ``eval-qa`` and ``rerank-data`` take ``--engine vllm`` and its flags as ``eval-lm`` does: every
+    flag reaches the engine (here: one line naming the missing extra), an engine flag without it and ``--device`` or
+    ``--gguf-file`` with it are refused in one line naming them."""
+    from conftest import fail
+
+    monkeypatch.setitem(sys.modules, "vllm", None)
+    run = engine_command(files, command)
+    fail(capsys, files, [*run, "--max-model-len", "64"], "--max-model-len: options of --engine vllm; give it")
+    fail(capsys, files, [*run, "--engine", "vllm", "--device", "cpu"], "--device: not taken by --engine vllm")
+    fail(capsys, files, [*run, "--engine", "vllm", "--gguf-file", "m.gguf"], "--gguf-file: not taken by --engine vllm")
+    fail(capsys, files, [*run, "--engine", "vllm", "--tensor-parallel-size", "1", "--pipeline-parallel-size", "1",
+                         "--gpu-memory-utilization", "0.5", "--max-model-len", "64", "--kv-cache-memory-bytes",
+                         str(2**28), "--enforce-eager"],
+         f"The reader on engine vllm needs vllm, which is not installed: {INSTALL}")
+
+
+def test_eval_qa_runs_name_their_engine(tiny_llama):
+    """A QA run on an engine reader records the engine and the options its answers depend on; a transformers run's
+    settings are those it always had (its runs still resume)."""
+    from hf_ralm.evaluation.qa import qa_run_settings
+
+    named = {"model": "m", "dtype": torch.float32, "num_docs": 1, "retriever": "bm25", "corpus": ["c.jsonl"]}
+    assert qa_run_settings(**named, reader_identity=model_identity(tiny_llama)) == qa_run_settings(**named)
+    reader = object.__new__(VllmReader)  # its identity, without an engine
+    reader.name_or_path, reader.reader_class, reader.num_parameters = "m", "LlamaForCausalLM", 10
+    reader.dtype, reader.options = torch.float32, VllmOptions(tensor_parallel_size=2, max_model_len=64)
+    settings = qa_run_settings(**named, reader_identity=model_identity(reader))
+    assert settings == {**qa_run_settings(**named), "engine": "vllm", "engine_options": reader.options.identity()}
+    assert settings["engine_options"]["tensor_parallel_size"] == 2
+
+
+def test_a_forward_call_on_vllm_is_refused_in_one_line():
     reader = object.__new__(VllmReader)  # no engine needed: the reader refuses before it asks one
-    with pytest.raises(SettingError) as info:
-        reader.generate(torch.tensor([[1, 2, 3]]), max_new_tokens=4)
-    assert str(info.value).startswith("Generation is not supported yet on engine vllm: generate with engine "
-                                      "transformers")
-    with pytest.raises(SettingError, match="runs no forward pass in this process"):
+    with pytest.raises(SettingError, match="runs no forward pass in this process") as info:
         reader(torch.tensor([[1, 2, 3]]))
+    assert "\n" not in str(info.value)
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -356,16 +570,53 @@ def test_lm_eval_likelihoods_equal_the_transformers_engine(readers, wikitext):
     assert [s[0] for s in scores] == pytest.approx([s[0] for s in expected], rel=REL, abs=0)
     assert [s[1] for s in scores] == [s[1] for s in expected]
     assert on_vllm.get_model_info()["ralm"]["reader"]["engine"] == "vllm"
-    until = [Instance(request_type="generate_until", doc={}, arguments=(pairs[0][0], {"until": ["\n"]}), idx=0)]
-    with pytest.raises(SettingError, match="^Generation is not supported yet on engine vllm"):
-        on_vllm.generate_until(until, disable_tqdm=True)
+    settings = {"until": [".", "\n"], "max_gen_toks": 24}
+    until = [Instance(request_type="generate_until", doc={}, arguments=(context, settings), idx=i)
+             for i, context in enumerate([wikitext[:400], wikitext[900:1300], "The capital of France is"])]
+    texts = [lm.generate_until(until, disable_tqdm=True) for lm in (on_vllm, on_transformers)]
+    assert texts[0] == texts[1] and all(texts[0])
 
 
-def test_generation_is_refused_on_the_engine(readers):
+def prompts_of(wikitext, tokenizer, count: int, length: int = 24) -> list[str]:
+    """``count`` prompts of about ``length`` tokens, from different places of the text."""
+    ids = tokenizer(wikitext, add_special_tokens=False)["input_ids"]
+    return [tokenizer.decode(ids[i * 50 : i * 50 + length]) for i in range(count)]
+
+
+def test_greedy_generation_is_token_identical_to_the_transformers_engine(readers, wikitext):
+    """20 prompts, 32 new tokens each, retrieving every 8: the same tokens and the same sources on both engines."""
+    prompts = prompts_of(wikitext, readers["vllm"].tokenizer, 20)
+    on_vllm, on_transformers = both(readers, lambda ralm: ralm.generate_texts(prompts, max_new_tokens=32))
+    assert [t.output_ids for t in on_vllm] == [t.output_ids for t in on_transformers]
+    assert [t.sources for t in on_vllm] == [t.sources for t in on_transformers]
+    assert sum(len(t.output_ids) for t in on_vllm) > 20 * 16 and any(t.sources for t in on_vllm)
+
+
+def test_stop_strings_and_the_readers_own_generate_as_on_transformers(readers, wikitext):
+    """Rows stop at their first stop string as transformers' stop_strings stop them; the reader's generate (eval-qa's
+    answers, no retrieval) gives transformers' tokens."""
+    tokenizer = readers["vllm"].tokenizer
+    prompts = prompts_of(wikitext, tokenizer, 4)
+    stopped = both(readers, lambda ralm: [t.output_ids for t in ralm.generate_texts(
+        prompts, max_new_tokens=32, stop_strings=[",", "."])])
+    assert stopped[0] == stopped[1] and any(len(ids) < 32 for ids in stopped[0])
+    batch = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left")
+    plain = both(readers, lambda ralm: ralm.language_model.generate(
+        input_ids=batch.input_ids, attention_mask=batch.attention_mask, max_new_tokens=12, do_sample=False,
+        pad_token_id=tokenizer.pad_token_id).tolist())
+    assert plain[0] == plain[1]
+
+
+def test_sampling_on_the_engine_is_reproducible(readers, wikitext):
+    """torch's seed fixes every row's draws, whatever the rows beside it; another seed draws other tokens."""
     ralm = readers["vllm"]
-    for generate in (lambda: ralm.generate("The tower is", max_new_tokens=4),
-                     lambda: ralm.generate_texts(["The tower is"], max_new_tokens=4)):
-        with pytest.raises(SettingError) as info:
-            generate()
-        assert str(info.value).startswith("Generation is not supported yet on engine vllm")
-        assert "\n" not in str(info.value)
+    prompts = prompts_of(wikitext, ralm.tokenizer, 3)
+
+    def sample(rows, seed):
+        torch.manual_seed(seed)
+        return [t.output_ids for t in ralm.generate_texts(rows, max_new_tokens=16, do_sample=True, temperature=1.0,
+                                                          top_p=0.95)]
+
+    first = sample(prompts, 0)
+    assert sample(prompts, 0) == first and sample(prompts[1:2], 0) == first[1:2]
+    assert sample(prompts, 1) != first

@@ -344,6 +344,14 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
         self.generation_config = getattr(language_model, "generation_config", None) or self.generation_config
         # no post_init(): it would re-initialise the wrapped model's weights
 
+    @property
+    def device(self) -> torch.device:
+        """Where the RALM's inputs go: the reader's device, or on an engine reader this process's memory (the engine
+        takes token ids from here; its GPUs are its own processes'), so that a ``pipeline`` keeps its inputs there."""
+        if is_engine_reader(self.language_model):
+            return torch.device("cpu")
+        return super().device
+
     def __getattr__(self, name: str) -> Any:
         try:
             return super().__getattr__(name)
@@ -405,7 +413,7 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
             engine: what runs the reader: ``"transformers"`` (a model in this process, the default) or ``"vllm"``
                 (a :class:`~hf_ralm.core.vllm_reader.VllmReader`, the engine's own processes, tensor or pipeline
                 parallel across GPUs: evaluation, ``compare_strategies``, reranking and ``forward`` run on it,
-                exactly as on transformers; generation is not supported yet and is refused in one line). vLLM
+                exactly as on transformers, and generation one engine call per stride; docs/vllm.md). vLLM
                 places the model itself (no ``device``/``device_map``); ``dtype`` is resolved as for transformers.
             engine_options: the vllm engine's options (:class:`~hf_ralm.core.vllm_reader.VllmOptions`:
                 ``tensor_parallel_size``, ``pipeline_parallel_size``, ``gpu_memory_utilization``,

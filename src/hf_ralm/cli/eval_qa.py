@@ -24,7 +24,7 @@ def add_parser(sub) -> None:
 
     parser = sub.add_parser(
         NAME, help=HELP,
-        parents=[parent(title) for title in ("model", "retriever", "batching", "output", "workers")],
+        parents=[parent(title) for title in ("model", "retriever", "batching", "output", "workers", "engine")],
         description="Open-domain QA as in the paper's §7 and appendix C: --num-docs passages (retrieved with the "
                     "question as the query, or the questions' own 'ctxs' with --use-ctxs) in the prompt, greedy "
                     "answers of --max-new-tokens tokens (first line), exact match.")
@@ -57,6 +57,7 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> dict:
     """Answer the questions and write ``predictions.jsonl`` and ``eval.json``; the figures."""
+    from ..core.modeling_utils import model_identity
     from ..evaluation.pipeline import EVAL_REPORT
     from ..evaluation.qa import (
         EVAL_FILE,
@@ -107,7 +108,8 @@ def run(args: argparse.Namespace) -> dict:
     load_s = time.perf_counter() - t0
     settings = qa_run_settings(model=args.model, dtype=model.language_model.dtype, num_docs=num_docs,
                                retriever=args.retriever, tokenizer=args.tokenizer, gguf_file=args.gguf_file,
-                               corpus=args.corpus, index_dir=args.index_dir, forbidden_titles=args.forbidden_titles)
+                               corpus=args.corpus, index_dir=args.index_dir, forbidden_titles=args.forbidden_titles,
+                               reader_identity=model_identity(model.language_model))  # an engine reader: its options
     return evaluate_qa(model.language_model, model.tokenizer, examples, retriever=model.retriever,
                        num_docs=num_docs, use_ctxs=args.use_ctxs, max_new_tokens=args.max_new_tokens,
                        max_length=args.max_length, settings=settings,

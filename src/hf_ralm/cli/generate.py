@@ -25,7 +25,8 @@ def add_parser(sub) -> None:
     parser = sub.add_parser(NAME, help=HELP,
                             parents=[parent(title) for title in ("model", "retriever", "RALM settings",
                                                                  "passages in context", "several passages",
-                                                                 "reranking", "retrieval gate", "batching")],
+                                                                 "reranking", "retrieval gate", "batching",
+                                                                 "engine")],
                             description="Generate with In-Context RALM: every --stride new tokens the last "
                                         "--query-length tokens retrieve a passage that is put in front of the text "
                                         "(with --rerank: the one chosen among --rerank-candidates retrieved).")

@@ -23,7 +23,7 @@ def add_parser(sub) -> None:
     parser = sub.add_parser(
         NAME, help=HELP,
         parents=[parent(title) for title in ("model", "retriever", "RALM settings", "passages in context", "batching",
-                                             "workers")],
+                                             "workers", "engine")],
         description="For training articles, the reader's log-probability of each window's next --stride tokens "
                     "under each of its --rerank-candidates retrieved passages (the article's own passages "
                     "excluded): the predictive reranker's training data (hf-ralm train-reranker). A rerun with the "

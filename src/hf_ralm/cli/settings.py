@@ -61,6 +61,7 @@ FLAGS: dict[str, str] = {
     "retriever": "--retriever",
     "index_dir": "--index-dir",
     "tokenizer": "--tokenizer",
+    "gguf_file": "--gguf-file",
     "save_retrieval_dataset": "--save-retrieval-dataset",
     "allow_long_run": "--allow-long-run",
     "words_per_passage": "--words-per-passage",

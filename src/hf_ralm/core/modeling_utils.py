@@ -202,6 +202,19 @@ class PromptBatch:
         return self.input_ids.shape[1]
 
 
+def prompt_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> list[list[int]]:
+    """Each row's prompt ids, its padding (where ``attention_mask`` is 0, left or right) left out: what generation
+    continues.
+
+    Example:
+        >>> prompt_rows(torch.tensor([[0, 5, 6], [7, 8, 9]]), torch.tensor([[0, 1, 1], [1, 1, 1]]))
+        [[5, 6], [7, 8, 9]]
+    """
+    if attention_mask is None:
+        return input_ids.tolist()
+    return [[t for t, m in zip(ids, mask) if m] for ids, mask in zip(input_ids.tolist(), attention_mask.tolist())]
+
+
 def left_pad(tokenizer, prompts: Sequence[str], budget: int | None = None) -> PromptBatch:
     """Prompts tokenized with the tokenizer's default special tokens, each cut from the left to ``budget`` tokens
     (keeping a leading BOS; ``None``: no cut), left-padded with :func:`padding_id` into one batch: how generation and
@@ -242,10 +255,22 @@ def model_identity(model) -> dict[str, Any]:
     if is_engine_reader(model):  # the same keys, and the engine and the options its figures depend on
         return model.identity()
     name = getattr(model.config, "name_or_path", None) or type(model).__name__
-    return {"reader": os.path.basename(os.path.normpath(name)) if os.path.isdir(name) else name,
-            "reader_class": type(model).__name__,
-            "reader_parameters": sum(p.numel() for p in model.parameters()),
-            "dtype": str(model.dtype).removeprefix("torch.")}
+    return reader_identity(name, type(model).__name__, sum(p.numel() for p in model.parameters()), model.dtype)
+
+
+def reader_identity(name_or_path: str, reader_class: str, parameters: int, dtype: torch.dtype | str
+                    ) -> dict[str, Any]:
+    """The keys of :func:`model_identity` every reader has, whatever runs it: its name (a local folder's name, not
+    its path; a Hub id as it is), class, parameter count and dtype.
+
+    Example:
+        >>> reader_identity("HuggingFaceTB/SmolLM2-135M", "LlamaForCausalLM", 134515008, torch.bfloat16)
+        {'reader': 'HuggingFaceTB/SmolLM2-135M', 'reader_class': 'LlamaForCausalLM', 'reader_parameters': 134515008, \
+'dtype': 'bfloat16'}
+    """
+    name = os.path.basename(os.path.normpath(name_or_path)) if os.path.isdir(name_or_path) else name_or_path
+    return {"reader": name, "reader_class": reader_class, "reader_parameters": parameters,
+            "dtype": str(dtype).removeprefix("torch.")}
 
 
 def model_path(model) -> str:

@@ -8,8 +8,10 @@ the NLLs of its scored tokens are read from the prompt's log-probabilities, all 
 :func:`~hf_ralm.core.scoring.score_continuations` hand their inputs to it, so every strategy that needs only NLLs of
 given tokens (top-1, several passages, zero-shot and predictive reranking, the oracle, the lm and score gates,
 ensembles of passages, which mix the NLLs of the scored tokens) and lm-eval's likelihood requests run on it unchanged.
-Generation is not supported yet on this engine: its :meth:`VllmReader.generate` (and a forward call) refuses in one
-line. The engine keeps no passages' keys/values for hf-ralm to reuse (its own prefix caching is its business).
+Generation runs on it too: :meth:`VllmReader.continue_prompts` continues every row of a call in one engine call
+(:mod:`.engine_generation`), which In-Context RALM's stride loop and the reader's own :meth:`VllmReader.generate`
+use; a forward call (the logits in this process) is refused in one line. The engine keeps no passages' keys/values
+for hf-ralm to reuse (its own prefix caching is its business).
 
 Example::
 
@@ -28,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from ..errors import SettingError, setting
 from ..utils.checks import check_count, is_finite_number, with_named_options
 from ..utils.extras import require
+from .engine_generation import Continuation, EngineSampling, generate_on_engine
 
 if TYPE_CHECKING:  # torch is imported where the reader runs: the command line's flags read this module without it
     import torch
@@ -197,12 +200,15 @@ def parameter_count(config) -> tuple[str, int]:
 
 
 class VllmReader:
-    """A causal LM run by a vLLM engine, as hf-ralm's reader for evaluation (see the module docstring).
+    """A causal LM run by a vLLM engine, as hf-ralm's reader for evaluation and generation (see the module
+    docstring).
 
     What hf-ralm reads of a reader: :attr:`config` (the model's transformers config), :attr:`name_or_path`,
     :attr:`dtype`, :attr:`device`, :attr:`max_input_length` (the longest input: the engine's ``max_model_len``
-    less the one token each of its requests generates), :meth:`score_inputs`, :meth:`score_continuations` and
-    :meth:`identity`. :meth:`close` (or a ``with`` block) shuts the engine's processes down.
+    less the one token each of its requests generates), :attr:`generation_config` (the checkpoint's),
+    :meth:`score_inputs`, :meth:`score_continuations`, :meth:`continue_prompts` (generation) and :meth:`identity`;
+    :meth:`generate` is transformers' ``generate`` without retrieval. :meth:`close` (or a ``with`` block) shuts the
+    engine's processes down.
 
     Args:
         name_or_path: the model's Hub id or folder.
@@ -228,7 +234,10 @@ class VllmReader:
         self.name_or_path = str(name_or_path)
         hub = {"revision": revision} if revision is not None else {}
         self.config = AutoConfig.from_pretrained(self.name_or_path, trust_remote_code=trust_remote_code, **hub)
-        self.generation_config = GenerationConfig.from_model_config(self.config)
+        try:  # the checkpoint's generation settings (EOS ids, sampling defaults), as transformers loads them
+            self.generation_config = GenerationConfig.from_pretrained(self.name_or_path, **hub)
+        except OSError:
+            self.generation_config = GenerationConfig.from_model_config(self.config)
         self.reader_class, self.num_parameters = parameter_count(self.config)
         self._llm = vllm.LLM(model=self.name_or_path, skip_tokenizer_init=True, trust_remote_code=trust_remote_code,
                              **hub, **self.options.llm_kwargs())
@@ -295,21 +304,47 @@ class VllmReader:
         return rows
 
     # ----------------------------------------------------------------------------------------------------------------
-    # What needs the model's logits in this process: not supported yet on this engine
+    # Generation: the engine continues token prompts
     # ----------------------------------------------------------------------------------------------------------------
 
-    def generate(self, *args, **kwargs):
-        """Refused: generation (``generate``, ``pipeline``, ``hf-ralm generate``, eval-qa, lm-eval's
-        ``generate_until``) is not supported yet on engine vllm; every one of them reaches the reader here."""
-        raise SettingError(f"Generation is not supported yet on {setting('engine')} vllm: generate with "
-                           f"{setting('engine')} transformers (evaluation, --compare, reranking and lm-eval's "
-                           "loglikelihood requests run on vllm).")
+    def continue_prompts(self, continuations: Sequence[Continuation], sampling: EngineSampling) -> list[list[int]]:
+        """Per :class:`~hf_ralm.core.engine_generation.Continuation`, the new token ids the engine draws after its
+        prompt (at most its ``max_tokens``; greedy, or sampled with its seed as ``sampling`` says; a row stops
+        after an end-of-sequence id of ``sampling``, which it keeps), all rows in one engine call. Stop strings are
+        the caller's (:func:`~hf_ralm.core.engine_generation.cut_at_stop`): the engine reads no text."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        if not continuations:
+            return []
+        shared = {"stop_token_ids": list(sampling.eos_token_ids), "ignore_eos": True, "detokenize": False}
+        if sampling.do_sample:
+            shared.update(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p,
+                          min_p=sampling.min_p)
+        else:
+            shared.update(temperature=0.0)
+        params = [SamplingParams(max_tokens=c.max_tokens, seed=c.seed if sampling.do_sample else None, **shared)
+                  for c in continuations]
+        outputs = self._llm.generate([TokensPrompt(prompt_token_ids=list(c.prompt)) for c in continuations], params,
+                                     use_tqdm=False)
+        return [list(output.outputs[0].token_ids) for output in outputs]
+
+    def generate(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
+                 generation_config=None, **kwargs) -> torch.Tensor:
+        """Generate as transformers' ``generate`` does for a causal LM (no retrieval: the prompts are given whole), on
+        the engine: :func:`~hf_ralm.core.engine_generation.generate_on_engine`. What eval-qa's answers run on.
+
+        Example::
+
+            reader.generate(input_ids=torch.tensor([ids]), max_new_tokens=10)   # tensor([[...ids, ...10 new]])
+        """
+        return generate_on_engine(self, input_ids, attention_mask, generation_config, **kwargs)
 
     def __call__(self, *args, **kwargs):
         """Refused: a forward call (the next-token logits in this process) is not supported on engine vllm."""
         raise SettingError(f"The reader on {setting('engine')} vllm runs no forward pass in this process (its "
-                           "logits stay in the engine): what needs them, such as generation, is not supported yet "
-                           f"on vllm; use {setting('engine')} transformers for it.")
+                           "logits stay in the engine): score with evaluate_perplexity or score_inputs, generate with "
+                           f"generate, or use {setting('engine')} transformers for the logits.")
 
     # ----------------------------------------------------------------------------------------------------------------
     # Identity and life
@@ -327,11 +362,10 @@ class VllmReader:
             # {'reader': 'smollm2-135m-instruct', 'reader_class': 'LlamaForCausalLM', 'reader_parameters': 134515008,
             #  'dtype': 'float32', 'engine': 'vllm', 'engine_options': {'tensor_parallel_size': 1, ...}}
         """
-        name = self.name_or_path
-        return {"reader": os.path.basename(os.path.normpath(name)) if os.path.isdir(name) else name,
-                "reader_class": self.reader_class, "reader_parameters": self.num_parameters,
-                "dtype": str(self.dtype).removeprefix("torch."), "engine": self.engine,
-                "engine_options": self.options.identity()}
+        from .modeling_utils import reader_identity  # torch's helpers: the command line's flags read this module
+
+        return {**reader_identity(self.name_or_path, self.reader_class, self.num_parameters, self.dtype),
+                "engine": self.engine, "engine_options": self.options.identity()}
 
     def close(self) -> None:
         """Shut the engine down (its worker processes end); the reader scores nothing after it. Called again, it

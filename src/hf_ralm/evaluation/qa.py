@@ -663,21 +663,30 @@ def evaluate_qa(
 
 def qa_run_settings(*, model: str, dtype, num_docs: int, retriever: str = "none", tokenizer: str | None = None,
                     gguf_file: str | None = None, corpus: Sequence[str] | None = None, index_dir: str | None = None,
-                    forbidden_titles: str | None = None) -> dict:
+                    forbidden_titles: str | None = None, reader_identity: Mapping[str, Any] | None = None) -> dict:
     """The identity of a QA run's model and retrieval, which :func:`evaluate_qa`'s ``settings`` takes: a run is only
     resumed with the same ones. ``model``, ``tokenizer`` and ``gguf_file`` as the model was named; ``dtype``: the
     precision the model was loaded in (a ``torch.dtype``: what ``dtype="auto"`` chose); closed book (``num_docs`` 0)
-    retrieves nothing, whatever ``retriever`` was given.
+    retrieves nothing, whatever ``retriever`` was given. ``reader_identity``: the reader's
+    :func:`~hf_ralm.core.modeling_utils.model_identity`, whose ``engine`` and ``engine_options`` (an engine reader's:
+    the answers depend on them) are recorded; a transformers model's names no engine, and adds nothing, so its runs'
+    settings stay as they were.
 
     Example:
         >>> import torch
         >>> qa_run_settings(model="gpt2", dtype=torch.float32, num_docs=0, retriever="bm25")
         {'model': 'gpt2', 'tokenizer': None, 'gguf_file': None, 'retriever': 'none', 'corpus': None, \
 'index_dir': None, 'forbidden_titles': None, 'dtype': 'float32'}
+        >>> engine = {"reader": "gpt2", "engine": "vllm", "engine_options": {"tensor_parallel_size": 2}}
+        >>> settings = qa_run_settings(model="gpt2", dtype=torch.float32, num_docs=0, reader_identity=engine)
+        >>> settings["engine"], settings["engine_options"], "reader" in settings
+        ('vllm', {'tensor_parallel_size': 2}, False)
     """
     settings = {"model": model, "tokenizer": tokenizer, "gguf_file": gguf_file, "retriever": retriever,
                 "corpus": corpus, "index_dir": index_dir, "forbidden_titles": forbidden_titles,
                 "dtype": str(dtype).removeprefix("torch.")}
     if not num_docs:
         settings["retriever"] = "none"
+    settings.update({key: value for key, value in (reader_identity or {}).items()
+                     if key in ("engine", "engine_options")})
     return settings

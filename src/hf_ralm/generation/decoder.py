@@ -259,4 +259,6 @@ class RalmDecoder:
         had a passage in context (``retrieved_fraction``) and the passage cache's counters."""
         strides = self.stats["strides"]
         fraction = self.stats["strides_with_passage"] / strides if strides else None
-        return {**self.stats, "retrieved_fraction": fraction, "passage_cache": self.passage_cache.stats()}
+        # an engine reader keeps no passages' keys/values here: no store, no counters
+        cache = self.passage_cache.stats() if self.passage_cache is not None else None
+        return {**self.stats, "retrieved_fraction": fraction, "passage_cache": cache}

@@ -21,12 +21,15 @@ from transformers.generation.stopping_criteria import StopStringCriteria
 from transformers.utils import logging
 
 from ..config.configuration_ralm import RalmConfig
-from ..core.modeling_utils import left_pad, model_device
+from ..core.engine_generation import EngineSampling
+from ..core.modeling_utils import is_engine_reader, left_pad, model_device, prompt_rows
+from ..errors import SettingError, setting
 from ..core.passage_cache import DEFAULT_MAX_BYTES, PassageKVCache
 from ..retrieval.base import Retriever
 from ..utils.progress import tqdm
 from .contexts import Row
 from .decoder import RalmDecoder
+from .engine import generate_on_engine_reader
 
 logger = logging.get_logger(__name__)
 
@@ -52,12 +55,6 @@ class RalmGenerateOutput(GenerateDecoderOnlyOutput):
     ralm_stats: dict | None = None
 
 
-def _row_ids(input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> list[list[int]]:
-    if attention_mask is None:
-        return input_ids.tolist()
-    return [[t for t, m in zip(ids, mask) if m] for ids, mask in zip(input_ids.tolist(), attention_mask.tolist())]
-
-
 _SUPPORTED_MODES = (GenerationMode.GREEDY_SEARCH, GenerationMode.SAMPLE)
 
 
@@ -78,7 +75,7 @@ def _decode(model, input_ids, logits_processor: LogitsProcessorList, stopping_cr
         logger.warning_once("RALM generation returns no attentions or hidden states (each row has its own context).")
     decoder.use_cache = decoder.use_cache and model_kwargs.get("use_cache", True) is not False
     batch_size, prompt_length = input_ids.shape
-    rows = [Row(ids) for ids in _row_ids(input_ids, model_kwargs.get("attention_mask"))]
+    rows = [Row(ids) for ids in prompt_rows(input_ids, model_kwargs.get("attention_mask"))]
     total = generation_config.max_length - prompt_length
     stride = decoder.config.retrieval_stride
     pad_token_id = generation_config._pad_token_tensor
@@ -140,6 +137,33 @@ def _decode(model, input_ids, logits_processor: LogitsProcessorList, stopping_cr
         return input_ids
     return RalmGenerateOutput(sequences=input_ids, scores=scores, logits=raw_logits,
                               sources=[row.sources for row in rows], ralm_stats=decoder.report())
+
+
+def _generate_on_engine(model, tokenizer, retriever: Retriever | None, config: RalmConfig, inputs,
+                        generation_config: GenerationConfig | None, ignored: dict[str, Any], kwargs: dict, *,
+                        reranker, rerank_batch_size: int, show_progress: bool, sources_out: list | None):
+    """:func:`ralm_generate` on an engine reader (:mod:`.engine`): what acts in this process between tokens
+    (``ignored``: logits processors, stopping criteria, a streamer, a passage store) refused in one line."""
+    given = sorted(name for name, value in ignored.items() if value)
+    if given:
+        raise SettingError(f"{', '.join(given)}: not taken by generation on {setting('engine')} vllm, which draws a "
+                           "stride's tokens in the engine (stop with eos_token_id or stop_strings); drop "
+                           f"{'it' if len(given) == 1 else 'them'}, or use {setting('engine')} transformers.")
+    input_ids = kwargs.pop("input_ids", None) if inputs is None else inputs
+    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
+        raise ValueError("RALM generation takes text prompts or input_ids, a 2-D tensor of token ids (a row per "
+                         "prompt).")
+    attention_mask = kwargs.pop("attention_mask", None)
+    sampling, _ = EngineSampling.of(model, generation_config, kwargs, input_ids.shape[1])
+    generated = generate_on_engine_reader(model, tokenizer, retriever, config, input_ids, attention_mask, sampling,
+                                          reranker=reranker, rerank_batch_size=rerank_batch_size,
+                                          show_progress=show_progress)
+    if sources_out is not None:
+        sources_out.extend(generated.sources)
+    if not sampling.return_dict_in_generate:
+        return generated.sequences
+    return RalmGenerateOutput(sequences=generated.sequences, sources=generated.sources,
+                              ralm_stats=generated.ralm_stats)
 
 
 def _encode_prompts(tokenizer, prompts: str | Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -208,6 +232,12 @@ def ralm_generate(
     elif _is_text(kwargs.get("input_ids")):
         kwargs["input_ids"], mask = _encode_prompts(tokenizer, kwargs["input_ids"])
         kwargs.setdefault("attention_mask", mask)
+    if is_engine_reader(model):
+        ignored = {"logits_processor": logits_processor, "stopping_criteria": stopping_criteria, "streamer": streamer,
+                   "passage_cache": passage_cache}
+        return _generate_on_engine(model, tokenizer, retriever, config, inputs, generation_config, ignored, kwargs,
+                                   reranker=reranker, rerank_batch_size=rerank_batch_size,
+                                   show_progress=show_progress, sources_out=sources_out)
     # prompts on the model's device: the loop's next-token logits then never travel to the host and back
     device = model_device(model)
     if isinstance(inputs, torch.Tensor):

@@ -43,8 +43,9 @@ fingerprint, and how many windows, contexts and generations had a passage (:meth
 
 With ``engine=vllm`` in ``model_args`` (and the engine's options: ``tensor_parallel_size=2,max_model_len=4096``, ...)
 the reader runs on vLLM (:class:`~hf_ralm.core.vllm_reader.VllmReader`): ``loglikelihood`` and
-``loglikelihood_rolling`` compute what they compute on transformers, all of a batch's inputs in one engine call;
-``generate_until`` is refused (generation is not supported yet on vllm).
+``loglikelihood_rolling`` compute what they compute on transformers, all of a batch's inputs in one engine call, and
+``generate_until`` generates a batch's prompts one engine call per stride, each row stopped at its first ``until``
+string (the text lm-eval keeps is the same: it cuts there).
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ from ..generation.contexts import Row, stride_start
 from ..generation.decoder import RalmDecoder
 from ..modeling_ralm import RetrievalAugmentedModel
 from ..core.plan import window_length
-from ..core.modeling_utils import left_pad, model_device, model_identity
+from ..core.modeling_utils import is_engine_reader, left_pad, model_device, model_identity
 from ..core.passage_cache import PassageKVCache
 from ..core.vllm_reader import VllmOptions
 from ..core.placement import default_device
@@ -164,8 +165,7 @@ class RalmLM(TemplateLM):
         engine: what runs the reader, as :meth:`RetrievalAugmentedModel.from_pretrained` takes it: ``transformers``
             (the default) or ``vllm`` (with its options among ``settings``: ``tensor_parallel_size``,
             ``gpu_memory_utilization``, ``max_model_len``, ``enforce_eager``, ... of :data:`ENGINE_ARGS`). On vllm,
-            ``loglikelihood`` and ``loglikelihood_rolling`` run as on transformers; ``generate_until`` is refused
-            (generation is not supported yet on vllm), and so is ``device`` (the engine places the model).
+            every request runs as on transformers; ``device`` is refused (the engine places the model).
         settings: :class:`~hf_ralm.RalmConfig` fields (``retrieval_stride``, ``query_length``, ``max_length``,
             ``max_doc_tokens``, ``num_passages``, ``rerank``, ``retrieval_gate``, ...) and the base model's
             loading arguments of :data:`LOADING_ARGS`.
@@ -529,10 +529,14 @@ class RalmLM(TemplateLM):
         settings["max_new_tokens"] = settings.pop("max_gen_toks")
         if not settings["do_sample"]:
             settings.pop("temperature", None)  # greedy: a temperature would only make transformers warn
-        # lm-eval's own stop criteria (the hf model's): the batch stops once every row holds a stop string
-        width = left_pad(self.tokenizer, prompts).input_ids.shape[1]
-        stop = stop_sequences_criteria(self.tokenizer, until, width, len(prompts))
-        generated = self.ralm.generate_texts(list(prompts), stopping_criteria=stop, **settings)
+        if is_engine_reader(self.ralm.language_model):
+            # no stopping criteria run between the engine's tokens: each row stops at its first stop string, and
+            # lm-eval keeps the text before it, as it keeps it from a batch stopped by its own criteria
+            stop = {"stop_strings": until} if until else {}
+        else:  # lm-eval's own stop criteria (the hf model's): the batch stops once every row holds a stop string
+            width = left_pad(self.tokenizer, prompts).input_ids.shape[1]
+            stop = {"stopping_criteria": stop_sequences_criteria(self.tokenizer, until, width, len(prompts))}
+        generated = self.ralm.generate_texts(list(prompts), **stop, **settings)
         stride = self.ralm.config.retrieval_stride
         for text in generated:
             self.stats.generation_prompts += 1
