@@ -396,10 +396,12 @@ def engine_command(files, command: str) -> list[str]:
 def test_the_reader_commands_take_the_engine(files, capsys, monkeypatch, command):
     """``generate``, ``eval-qa`` and ``rerank-data`` take ``--engine vllm`` and its flags as ``eval-lm`` does: every
     flag reaches the engine (here: one line naming the missing extra), an engine flag without it and ``--device`` or
-    ``--gguf-file`` with it are refused in one line naming them."""
+    ``--gguf-file`` with it are refused in one line naming them (also where gguf is not installed, as in the vLLM
+    environment: the engine's refusal comes before the extra's)."""
     from conftest import fail
 
     monkeypatch.setitem(sys.modules, "vllm", None)
+    monkeypatch.setitem(sys.modules, "gguf", None)
     run = engine_command(files, command)
     fail(capsys, files, [*run, "--max-model-len", "64"], "--max-model-len: options of --engine vllm; give it")
     fail(capsys, files, [*run, "--engine", "vllm", "--device", "cpu"], "--device: not taken by --engine vllm")

@@ -442,13 +442,14 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
         :func:`~hf_ralm.retrieval.index_folder.saved_index_dir`).
         """
         kwargs, given_config = _from_auto_class(kwargs)
-        _check_loading_extras(kwargs)
+        engine = check_engine(engine, engine_options)
+        if engine != ENGINE:  # the vllm engine refuses these loading arguments whatever is installed
+            _check_loading_extras(kwargs)
         overrides = {k: kwargs.pop(k) for k in list(kwargs) if k in RALM_FIELDS}
         options = _retriever_options(retriever_options, index_dir=index_dir, corpus=corpus,
                                      forbidden_titles=forbidden_titles, encoder=encoder, n_threads=n_threads)
         hub_kwargs = {k: kwargs[k] for k in ("revision", "cache_dir", "token", "local_files_only") if k in kwargs}
         saved, old_retriever = None, None
-        engine = check_engine(engine, engine_options)
         if isinstance(pretrained_model_name_or_path, PreTrainedModel):
             if engine == ENGINE:
                 raise SettingError(f"{setting('engine')} vllm loads the reader in its own processes: give the model's "
