@@ -23,8 +23,8 @@ from transformers.utils import logging
 from ..config.configuration_ralm import RalmConfig
 from ..core.engine_generation import EngineSampling
 from ..core.modeling_utils import is_engine_reader, left_pad, model_device, prompt_rows
-from ..errors import SettingError, setting
 from ..core.passage_cache import DEFAULT_MAX_BYTES, PassageKVCache
+from ..errors import SettingError, setting
 from ..retrieval.base import Retriever
 from ..utils.progress import tqdm
 from .contexts import Row
@@ -140,11 +140,11 @@ def _decode(model, input_ids, logits_processor: LogitsProcessorList, stopping_cr
 
 
 def _generate_on_engine(model, tokenizer, retriever: Retriever | None, config: RalmConfig, inputs,
-                        generation_config: GenerationConfig | None, ignored: dict[str, Any], kwargs: dict, *,
+                        generation_config: GenerationConfig | None, in_process: dict[str, Any], kwargs: dict, *,
                         reranker, rerank_batch_size: int, show_progress: bool, sources_out: list | None):
     """:func:`ralm_generate` on an engine reader (:mod:`.engine`): what acts in this process between tokens
-    (``ignored``: logits processors, stopping criteria, a streamer, a passage store) refused in one line."""
-    given = sorted(name for name, value in ignored.items() if value)
+    (``in_process``: logits processors, stopping criteria, a streamer, a passage store) refused in one line."""
+    given = sorted(name for name, value in in_process.items() if value)
     if given:
         raise SettingError(f"{', '.join(given)}: not taken by generation on {setting('engine')} vllm, which draws a "
                            "stride's tokens in the engine (stop with eos_token_id or stop_strings); drop "
@@ -233,9 +233,9 @@ def ralm_generate(
         kwargs["input_ids"], mask = _encode_prompts(tokenizer, kwargs["input_ids"])
         kwargs.setdefault("attention_mask", mask)
     if is_engine_reader(model):
-        ignored = {"logits_processor": logits_processor, "stopping_criteria": stopping_criteria, "streamer": streamer,
-                   "passage_cache": passage_cache}
-        return _generate_on_engine(model, tokenizer, retriever, config, inputs, generation_config, ignored, kwargs,
+        in_process = {"logits_processor": logits_processor, "stopping_criteria": stopping_criteria,
+                      "streamer": streamer, "passage_cache": passage_cache}
+        return _generate_on_engine(model, tokenizer, retriever, config, inputs, generation_config, in_process, kwargs,
                                    reranker=reranker, rerank_batch_size=rerank_batch_size,
                                    show_progress=show_progress, sources_out=sources_out)
     # prompts on the model's device: the loop's next-token logits then never travel to the host and back
