@@ -10,7 +10,7 @@ import importlib
 
 import pytest
 
-from hf_ralm.config.configuration_ralm import SETTING_FLAGS
+from hf_ralm.config.settings import SETTING_FLAGS
 from test_benchmarks_surface import BENCHMARKS, benchmark_files
 
 SETTING_OF_FLAG = {flag.flag: name for name, flag in SETTING_FLAGS.items()}

@@ -11,7 +11,8 @@ import pytest
 from conftest import ARTICLES, EVAL_TEXT, TEST_DEVICE_ARGS, write_jsonl
 from hf_ralm.cli import FLAGS, build_parser, error_message, main
 from hf_ralm.errors import SettingError
-from hf_ralm.config.configuration_ralm import RALM_FIELDS, RalmConfig
+from hf_ralm.config.configuration_ralm import RalmConfig
+from hf_ralm.config.settings import RALM_FIELDS
 from hf_ralm.core.data import join_rows, load_dataset_text
 from hf_ralm.core.perplexity import count_words
 

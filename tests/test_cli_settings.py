@@ -1,4 +1,4 @@
-"""The RALM settings' flags are generated from one source (``configuration_ralm.SETTING_FLAGS`` and ``RalmConfig``'s
+"""The RALM settings' flags are generated from one source (``config.settings.SETTING_FLAGS`` and ``RalmConfig``'s
 fields), and what the command line used to compute itself is a library function Python users can call."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import torch
 from conftest import ARTICLES, EVAL_TEXT, write_jsonl
 from hf_ralm.cli import FLAGS, build_parser
 from hf_ralm.cli.settings import RALM_GROUPS, add_ralm_arguments, dest, ralm_settings, setting_help
-from hf_ralm.config.configuration_ralm import RALM_FIELDS, SETTING_FLAGS, RalmConfig
+from hf_ralm.config.configuration_ralm import RalmConfig
+from hf_ralm.config.settings import RALM_FIELDS, SETTING_FLAGS
 from hf_ralm.errors import SettingError
 from hf_ralm.config.strategies import reader_inputs_per_window
 

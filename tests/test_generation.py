@@ -15,7 +15,7 @@ from transformers.generation.streamers import BaseStreamer
 from conftest import (ARTICLES, EVAL_TEXT, MODEL_VOCAB_SIZE, PAD_ID, TEST_DEVICE, TINY_VOCAB_WORDS,
                       TOKENIZER_VOCAB_SIZE, make_tiny_model)
 from hf_ralm import Passage, RalmConfig, RetrievalAugmentedModel
-from hf_ralm.config.configuration_ralm import RALM_FIELDS
+from hf_ralm.config.settings import RALM_FIELDS
 from hf_ralm.generation import RalmLogitsProcessor, ralm_generate
 from hf_ralm.core.passage_cache import PassageKVCache
 from hf_ralm.selection.predictive import NO_PASSAGE_TEXT

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from hf_ralm import RalmConfig, RunOptions
-from hf_ralm.config.configuration_ralm import RALM_FIELDS
+from hf_ralm.config.settings import RALM_FIELDS
 from hf_ralm.config.windows import plan_windows
 from hf_ralm.core.identity import run_identity
 from hf_ralm.core.modeling_utils import model_identity

@@ -26,7 +26,7 @@ from hf_ralm.errors import SettingError
 from hf_ralm.reranker_training import collect_rerank_data, load_rerank_data
 from hf_ralm.reranker_training.collect import retrieve_excluding_title, spread_windows
 from hf_ralm.reranker_training.data import read_rerank_records, rerank_data_summary
-from hf_ralm.config.configuration_ralm import RALM_FIELDS
+from hf_ralm.config.settings import RALM_FIELDS
 from hf_ralm.config.rules import rank_correlation
 from hf_ralm.config.rules import ranking_span
 from hf_ralm.retrieval.analysis import ANALYSIS

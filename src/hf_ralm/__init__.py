@@ -32,7 +32,8 @@ from .utils.lazy import lazy_exports
 LAZY_EXPORTS = {
     "core.batching": ("BatchSize",),
     "evaluation.compare": ("strategy_choices",),
-    "config.configuration_ralm": ("RalmConfig", "default_query_length"),
+    "config.configuration_ralm": ("RalmConfig",),
+    "config.settings": ("default_query_length",),
     "core.data": ("join_rows", "load_dataset_text"),
     "core.ensemble": ("ensemble_member_nlls", "mix_window_nlls"),
     "errors": ("InputError",),
@@ -65,7 +66,8 @@ SUBPACKAGES = ("cli", "config", "core", "evaluation", "generation", "integration
 if TYPE_CHECKING:  # what type checkers and the API reference read; at run time, LAZY_EXPORTS
     from .core.batching import BatchSize
     from .evaluation.compare import strategy_choices
-    from .config.configuration_ralm import RalmConfig, default_query_length
+    from .config.configuration_ralm import RalmConfig
+    from .config.settings import default_query_length
     from .core.data import join_rows, load_dataset_text
     from .core.ensemble import ensemble_member_nlls, mix_window_nlls
     from .errors import InputError

@@ -19,7 +19,8 @@ from typing import Sequence
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from .evaluation.compare import Comparison
-from .config.configuration_ralm import RALM_FIELDS, RalmConfig
+from .config.configuration_ralm import RalmConfig
+from .config.settings import RALM_FIELDS
 from .retrieval.base import Retriever
 from .retrieval.local import LocalIndexRetriever
 from .utils.paths import looks_local

@@ -30,7 +30,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationMixin, PreTrainedConfig, PreTrainedModel
 from transformers.utils import CONFIG_NAME, ModelOutput
 
-from .config.configuration_ralm import RALM_FIELDS, RalmConfig
+from .config.configuration_ralm import RalmConfig
+from .config.settings import RALM_FIELDS
 from .evaluation.compare import DEFAULT_STRATEGIES, Comparison, compare_strategies
 from .model_card import ralm_model_card
 from .evaluation.pipeline import RalmEvalResult, evaluate
@@ -38,7 +39,8 @@ from .generation import ralm_generate
 from .errors import MissingFileError, SavedFolderError, SettingError, setting
 from .config.passages import Passage
 from .core.modeling_utils import is_engine_reader
-from .core.placement import DEVICE_DEFAULT, default_device, resolve_device, resolve_dtype
+from .core.dtypes import DEVICE_DEFAULT
+from .core.placement import default_device, resolve_device, resolve_dtype
 from .core.vllm_reader import ENGINE, VllmOptions, VllmReader, check_engine
 from .retrieval.base import RETRIEVER_CONFIG_FILE, Retriever, read_forbidden_titles
 from .retrieval.factory import (check_retriever_config, load_retriever, pretrained_folder, read_retriever_config,

@@ -66,7 +66,7 @@ def fail(message: str) -> None:
 
 class Parser(argparse.ArgumentParser):
     """Reports usage errors as ``hf-ralm: error: ...`` (a subcommand's too), resolves ``--query-length`` when it
-    is not given: the retriever's default (:func:`~hf_ralm.config.configuration_ralm.default_query_length`), and takes
+    is not given: the retriever's default (:func:`~hf_ralm.config.settings.default_query_length`), and takes
     flags only by their full names (argparse's prefix matching would read ``--strid 4`` as ``--stride 4``, and a flag
     added later could change what an abbreviation in a user's script means)."""
 

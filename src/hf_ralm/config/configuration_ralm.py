@@ -9,13 +9,10 @@ from transformers import AutoConfig, PreTrainedConfig
 
 from ..errors import SettingError, setting
 from .passages import passage_text
-from .settings import VALUE_CHECKS, RalmSettings, check_setting_values
+from .settings import VALUE_CHECKS, RalmSettings, check_setting_values, default_query_length
 from .strategies import GATE, RERANK, check_strategy, get_strategy, reranks, strategy_names
 from .windows import check_prefix_room, check_window_overlap
 
-# their home before the RALM settings' plain-Python module (hf_ralm.config.settings): still importable from here
-from .settings import (QUERY_LENGTHS, RALM_FIELDS, SETTING_FLAGS, SPARSE_QUERY_LENGTH, TEMPLATE_FIELDS,  # noqa: F401
-                       TYPED_FIELDS, SettingFlag, check_passage_template, default_query_length)
 
 DROPPED_KEYS = frozenset({"num_docs"})
 """Keys that configs saved by earlier versions may hold and that are no longer settings: dropped on loading."""
@@ -183,7 +180,7 @@ class RalmConfig(RalmSettings, PreTrainedConfig):
 
     def query_length_for(self, retriever) -> int:
         """``query_length``, or when it is ``None`` the default of ``retriever`` (a kind such as ``"dense"``, a
-        retriever with a ``name``, or ``None``): see :func:`default_query_length`.
+        retriever with a ``name``, or ``None``): see :func:`~hf_ralm.config.settings.default_query_length`.
 
         Example:
             >>> RalmConfig().query_length_for("hybrid"), RalmConfig(query_length=8).query_length_for("hybrid")

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..config.configuration_ralm import RALM_FIELDS, RalmConfig
+from ..config.configuration_ralm import RalmConfig
+from ..config.settings import RALM_FIELDS
 from .modeling_utils import model_identity
 
 
 def run_identity(model, config: RalmConfig, *, window_length: int, **parts: Any) -> dict[str, Any]:
     """The identity of a run of ``model`` (the reader: :func:`~hf_ralm.core.modeling_utils.model_identity`) under
-    ``config`` (every field of :data:`~hf_ralm.config.configuration_ralm.RALM_FIELDS`) with windows of
+    ``config`` (every field of :data:`~hf_ralm.config.settings.RALM_FIELDS`) with windows of
     ``window_length`` tokens (the plan's ``max_length``), and the run's own ``parts``: its data, retriever, batching
     and whatever else its records depend on (a part may not reuse the name of a setting).
 

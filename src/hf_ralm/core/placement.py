@@ -24,7 +24,7 @@ import torch
 from transformers.utils import logging
 
 from ..errors import RalmWarning, SettingError, setting
-from .dtypes import COMMAND_LINE_DTYPES, DEVICE_DEFAULT, DTYPES  # noqa: F401 (public here too, as before)
+from .dtypes import DEVICE_DEFAULT, DTYPES
 from .modeling_utils import model_device
 
 logger = logging.get_logger(__name__)

@@ -31,7 +31,8 @@ from ..core.passage_cache import PassageKVCache
 from ..config.passages import Passage, quotes_query
 from ..core.perplexity import perplexity_figures
 from ..core.plan import WindowPlan, prepare, window_futures
-from .window_records import CHUNK_SIZE, EVAL_FILE, RECORDS_DIR, WindowRecord, WindowRecordWriter, run_settings
+from .defaults import CHUNK_SIZE
+from .window_records import EVAL_FILE, RECORDS_DIR, WindowRecord, WindowRecordWriter, run_settings
 from ..runs.harness import ChunkRun, RunOptions
 from ..retrieval.base import Retriever
 from ..retrieval.dataset import (

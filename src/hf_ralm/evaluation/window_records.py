@@ -42,7 +42,6 @@ from ..runs.fingerprints import ids_fingerprint
 from ..retrieval.base import retriever_identity
 from ..retrieval.dataset import retrieval_source_digest
 from ..config.windows import Window
-from .defaults import CHUNK_SIZE  # noqa: F401 (the pipeline's default, importable from here as before)
 
 RECORDS_DIR = "windows"
 EVAL_FILE = "eval.json"

@@ -74,7 +74,7 @@ except ImportError:
     raise
 
 from ..core.batching import AUTO, BatchSize, parse_batch_size
-from ..config.configuration_ralm import RALM_FIELDS
+from ..config.settings import RALM_FIELDS
 from ..errors import RalmWarning, SettingError, setting
 from ..generation.contexts import Row, stride_start
 from ..generation.decoder import RalmDecoder

@@ -53,7 +53,8 @@ from typing import Any
 
 from transformers.utils import logging
 
-from ..config.configuration_ralm import RALM_FIELDS, RalmConfig
+from ..config.configuration_ralm import RalmConfig
+from ..config.settings import RALM_FIELDS
 from ..errors import SettingError
 from ..core.batching import BatchSize
 from ..core.modeling_utils import model_device, model_path

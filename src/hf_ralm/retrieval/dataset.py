@@ -36,7 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..config.configuration_ralm import SETTING_FLAGS, RalmConfig
+from ..config.configuration_ralm import RalmConfig
+from ..config.settings import SETTING_FLAGS
 from ..errors import RetrievalFileError, setting, utf8_errors
 from ..runs.store import check_output_folder
 from ..runs.fingerprints import digest, ids_fingerprint

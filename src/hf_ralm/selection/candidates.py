@@ -29,7 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from ..config.configuration_ralm import RALM_FIELDS, RalmConfig
+from ..config.configuration_ralm import RalmConfig
+from ..config.settings import RALM_FIELDS
 from ..errors import SettingError, setting
 from ..core.identity import run_identity
 from ..core.plan import window_length
