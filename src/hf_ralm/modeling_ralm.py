@@ -317,7 +317,7 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
     ``AutoModelForCausalLM.from_pretrained(folder_or_hub_id)`` loads a saved RALM as this class. Its reader
     (``language_model``) is a transformers model, or with ``from_pretrained(..., engine="vllm")`` a
     :class:`~hf_ralm.core.vllm_reader.VllmReader` (no torch module: its weights live in the engine's processes), on
-    which evaluation, :meth:`compare_strategies` and :meth:`forward` run and generation is refused in one line.
+    which evaluation, :meth:`compare_strategies`, :meth:`forward` and :meth:`generate` run as on transformers.
 
     Example::
 

@@ -88,8 +88,8 @@ class RalmDecoder:
         check_generation(config)
         self.model, self.tokenizer, self.retriever, self.config = model, tokenizer, retriever, config
         self.max_length = window_length(model, config)
-        # an engine reader's contexts never run here (it does not generate yet): the decoder only retrieves and
-        # chooses their passages (lm-eval's loglikelihood), so no keys/values are computed for them
+        # an engine reader's contexts run in its engine (generation/engine.py): the decoder only retrieves and
+        # chooses their passages, so no keys/values are computed for them here
         self.use_cache = use_cache and not is_engine_reader(model)
         self.keep_plain_context = keep_plain_context
         self.ensemble_size = ensemble_size
