@@ -427,6 +427,30 @@ def test_eval_qa_runs_name_their_engine(tiny_llama):
     assert settings["engine_options"]["tensor_parallel_size"] == 2
 
 
+def test_compare_engines_holds_each_row_to_the_transformers_run(tmp_path, capsys):
+    """benchmarks/tables/compare_engines.py: a row whose NLL sums differ beyond 1e-5 relative, or whose windows with a
+    passage differ, fails (exit status 1, named); rows within pass; folders must come in pairs."""
+    from benchmarks.tables.compare_engines import main
+
+    def run(name: str, nll_sums: list[float], windows: list[int]) -> str:
+        rows = [{"strategy": strategy, "token_ppl": nll / 100, "nll_sum": nll, "num_windows_with_passage": n}
+                for strategy, nll, n in zip(["none", "top1", "lm-gate"], nll_sums, windows)]
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "compare.json").write_text(json.dumps({"rows": rows}))
+        return str(tmp_path / name)
+
+    reference = run("transformers", [2000.0, 2100.0, 2010.0], [0, 64, 13])
+    close = run("vllm", [2000.0 * (1 + 9e-6), 2100.0, 2010.0], [0, 64, 13])
+    assert main([reference, close]) == 0
+    assert "| vllm | none | 20.000000 | 20.000180 | 9.0e-06 | 0 / 0 |" in capsys.readouterr().out
+    far = run("far", [2000.0, 2100.0 * (1 + 2e-5), 2010.0], [0, 64, 13])
+    gated = run("gated", [2000.0, 2100.0, 2010.0], [0, 64, 12])
+    assert main([reference, far, reference, gated]) == 1
+    assert capsys.readouterr().err.endswith(f"other windows with a passage: {far}: top1, {gated}: lm-gate\n")
+    with pytest.raises(SystemExit):
+        main([reference])
+
+
 def test_a_forward_call_on_vllm_is_refused_in_one_line():
     reader = object.__new__(VllmReader)  # no engine needed: the reader refuses before it asks one
     with pytest.raises(SettingError, match="runs no forward pass in this process") as info:
