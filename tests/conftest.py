@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import traceback
 import warnings
 from pathlib import Path
@@ -56,7 +57,26 @@ def device_problem(name: str) -> str | None:
     return None
 
 
+class ExampleTempFolders:
+    """Docstring examples (``--doctest-modules`` over src/) make folders with ``tempfile.mkdtemp()``, the call a reader
+    would copy: under pytest each example's land in one folder removed after it, not in the system's temporary folder,
+    where every run left a dozen. A plugin registered here rather than a conftest.py in src/, since the tests import
+    this module as ``conftest`` and a second one would shadow it."""
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item):
+        if not isinstance(item, pytest.DoctestItem):
+            return (yield)
+        with tempfile.TemporaryDirectory(prefix="hf-ralm-example-") as folder:
+            previous, tempfile.tempdir = tempfile.tempdir, folder
+            try:
+                return (yield)
+            finally:
+                tempfile.tempdir = previous
+
+
 def pytest_configure(config):
+    config.pluginmanager.register(ExampleTempFolders(), "hf-ralm-example-temp-folders")
     config.addinivalue_line("markers", "cpu_only(reason): a test about the CPU itself (threads, the CPU's defaults), "
                                        "skipped with its reason when HF_RALM_TEST_DEVICE names another device")
     problem = device_problem(TEST_DEVICE)

@@ -10,6 +10,7 @@ import doctest
 import json
 import math
 import os
+import tempfile
 
 import numpy as np
 import pytest
@@ -500,7 +501,8 @@ def test_the_dtype_flag_shows_the_default_each_script_runs():
 
 @pytest.mark.parametrize("module", [sweep, perplexity, plotting, resources, query_length, context_length, retrievers,
                                     intervals])
-def test_examples_in_docstrings(module):
+def test_examples_in_docstrings(module, tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the examples' mkdtemp() folders, pruned by pytest
     assert doctest.testmod(module).failed == 0
 
 
