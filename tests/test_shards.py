@@ -118,11 +118,12 @@ def test_two_shard_processes_launched_by_hand(one_process_cli, tiny_model_dir, t
     assert sum("token_ppl" in p for p in printed) >= 1  # the worker that saved the last chunk printed the results
 
 
-def test_torchrun_two_ranks(one_process_cli, tiny_model_dir, tiny_index, tmp_path):
+def test_torchrun_two_ranks(one_process_cli, tiny_model_dir, tiny_index, tmp_path, tmp_path_factory):
     argv = cli(tiny_model_dir, tiny_index["index_dir"], one_process_cli["data"], tmp_path)
+    scratch = tmp_path_factory.mktemp("torchelastic")  # torchrun's own folder, which it leaves behind in $TMPDIR
     run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-                          "29517", "-m", "hf_ralm.cli", *argv], env=environment(), capture_output=True, text=True,
-                         timeout=600)
+                          "29517", "-m", "hf_ralm.cli", *argv], env={**environment(), "TMPDIR": str(scratch)},
+                         capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     assert figures(tmp_path) == figures(one_process_cli["out"])
     assert window_records(tmp_path) == window_records(one_process_cli["out"])
