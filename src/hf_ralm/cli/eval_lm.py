@@ -112,7 +112,7 @@ def _compare(args: argparse.Namespace):
 
 
 def show(result, args: argparse.Namespace) -> None:
-    if isinstance(result, dict):
-        print_json(EVAL_LM_KEYS, indent=2)(result, args)
+    if isinstance(result, dict):  # with the warnings about the figures (nothing retrieved, passages quoting the text)
+        print_json(EVAL_LM_KEYS + (("warnings",) if result.get("warnings") else ()), indent=2)(result, args)
     else:
         print(result.to_markdown())

@@ -22,7 +22,7 @@ from typing import Iterator, Sequence
 from ..utils.progress import tqdm
 
 from ..config.configuration_ralm import RalmConfig
-from ..errors import RalmWarning
+from ..errors import RalmWarning, setting
 from ..config.passages import Passage
 from .modeling_utils import resolve_max_length
 from .perplexity import count_words
@@ -76,23 +76,40 @@ def window_futures(tokenizer, ids: Sequence[int], windows: Sequence[Window]) -> 
     return [tokenizer.decode(list(ids[w.prev_end : w.end])) for w in windows]
 
 
-def window_length(model, config: RalmConfig) -> int:
+def window_length(model, config: RalmConfig, *, retrieving: bool = False) -> int:
     """The window length ``L`` of ``model`` under ``config``: ``config.max_length`` capped at the model's maximum
     (the model's maximum when ``None``). The one place it is resolved: :func:`prepare` for a text's plan (every
     evaluation, ``--compare`` and ``rerank-data`` read the plan's ``max_length``), and generation and the lm-eval model
-    once for their contexts; each passage prefix is checked against it
-    (:meth:`~hf_ralm.config.configuration_ralm.RalmConfig.check_room`), so none puts a passage where the text it scores
-    or generates should be.
+    once for their contexts.
+
+    With ``retrieving`` (a run that puts passages in context), ``L`` must hold the longest passage prefix the
+    settings allow (``max_doc_tokens``, or ``max_context_doc_tokens`` with several passages) and a stride, or the
+    settings are refused here, before any window runs, naming both (a
+    :class:`~hf_ralm.errors.SettingError`, :meth:`~hf_ralm.config.configuration_ralm.RalmConfig.check_room`): so no
+    passage is put where the text it scores or generates should be, whatever the passages' lengths. Settings that
+    leave a window with a full prefix less than a quarter of ``L`` for its own text are said in a warning.
 
     Example::
 
-        window_length(model, RalmConfig(max_length=512))   # 512
+        window_length(model, RalmConfig(max_length=512), retrieving=True)   # 512
+        window_length(model, RalmConfig(max_length=256), retrieving=True)   # refused: 256 + 4 > 256
     """
-    return resolve_max_length(model, config.max_length)
+    max_length = resolve_max_length(model, config.max_length)
+    if retrieving:
+        prefix = config.context_doc_tokens
+        config.check_room(max_length, prefix)
+        if 4 * (max_length - prefix) < max_length:
+            bound = "max_context_doc_tokens" if config.num_passages > 1 else "max_doc_tokens"
+            warnings.warn(RalmWarning(
+                f"a window with a passage prefix of {setting(bound)} ({prefix}) tokens keeps only "
+                f"{max_length - prefix} of its {max_length} tokens ({setting('max_length')}) for its own text: "
+                f"lower {setting(bound)} or raise {setting('max_length')} to keep more of it."), stacklevel=2)
+    return max_length
 
 
 def prepare(text_or_ids: str | Sequence[int], tokenizer, config: RalmConfig, retriever=None, *, model=None,
-            max_length: int | None = None, max_eval_tokens: int | None = None) -> WindowPlan:
+            max_length: int | None = None, max_eval_tokens: int | None = None,
+            retrieving: bool | None = None) -> WindowPlan:
     """The plan of ``text_or_ids`` (a text, tokenized without special tokens as the reference does, or token ids)
     under ``config`` (its stride, and its query length for ``retriever``), with at most ``max_eval_tokens`` tokens.
     The windows are as long as ``model`` (the reader) allows under ``config`` (:func:`window_length`, resolved here
@@ -109,7 +126,8 @@ def prepare(text_or_ids: str | Sequence[int], tokenizer, config: RalmConfig, ret
         raise TypeError("prepare() takes the reader (model=...), whose window length the plan resolves, or the "
                         "window length itself (max_length=...): exactly one of them.")
     if max_length is None:
-        max_length = window_length(model, config)
+        retrieving = retriever is not None if retrieving is None else retrieving
+        max_length = window_length(model, config, retrieving=retrieving)
     ids, text = evaluation_tokens(tokenizer, text_or_ids, max_eval_tokens)
     windows = plan_windows(len(ids), max_length, config.retrieval_stride)
     query_length = config.query_length_for(retriever)

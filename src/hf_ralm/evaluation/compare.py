@@ -37,7 +37,7 @@ from typing import Iterator, Sequence
 from ..core.batching import BatchSize
 from ..config.configuration_ralm import RalmConfig
 from ..errors import SettingError, setting
-from .pipeline import text_in_passage
+from .pipeline import no_retrieval_warning, text_in_passage
 from ..core.modeling_utils import model_device
 from ..core.perplexity import perplexity_figures
 from ..core.plan import prepare
@@ -266,6 +266,10 @@ def compare_strategies(
     scoring = RalmConfig(**{**config.to_dict(), "rerank": "lm", "rerank_candidates": k, "reranker_model": None,
                             "retrieval_gate": "always", "gate_threshold": None})
     plan = prepare(text_or_ids, tokenizer, scoring, retriever, model=model, max_eval_tokens=max_eval_tokens)
+    found_warnings = []
+    if not any(w.has_retrieval for w in plan.windows):  # said before the pass, and in the table after it
+        found_warnings.append(no_retrieval_warning(len(plan.ids), plan.max_length, config.retrieval_stride))
+        python_warnings.warn(found_warnings[-1], stacklevel=2)
     size = BatchSize(run.batch_size, model_device(model)).size
     records = None if output_dir is None else os.path.join(output_dir, CANDIDATES_DIR.format(k=k))
     resumed = RecordStore.num_saved(records) if records and not overwrite else 0
@@ -292,7 +296,8 @@ def compare_strategies(
                                     with_passage / num_later if num_later else None, with_passage,
                                     1 if row is None else reader_inputs_per_window(row)))
     comparison = Comparison(rows, len(plan.ids), num_scored, plan.num_words, len(plan.windows), k, seconds,
-                            num_resumed_windows=resumed, warnings=_leakage_warnings(retriever, plan.queries, scores))
+                            num_resumed_windows=resumed,
+                            warnings=[*map(str, found_warnings), *_leakage_warnings(retriever, plan.queries, scores)])
     if output_dir is not None:
         comparison.save(output_dir)
     return comparison

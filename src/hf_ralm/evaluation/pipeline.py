@@ -137,13 +137,19 @@ class RalmEvalResult:
                                  self.gate_scores)
 
 
-def no_retrieval_warning(num_tokens: int, max_length: int) -> RalmWarning:
-    """Why a run with a retriever retrieved nothing: its text fits in the first window, which has no earlier tokens
-    to query with (the perplexity is then the model's alone)."""
+def no_retrieval_warning(num_tokens: int, max_length: int, stride: int) -> RalmWarning:
+    """Why a run with a retriever retrieves nothing: its text fits in the first window, which has no earlier tokens
+    to query with (the perplexity is then the model's alone); the flags that change it.
+
+    Example:
+        >>> print(no_retrieval_warning(256, 256, 4))   # doctest: +ELLIPSIS
+        no retrieval happened: the text (256 tokens) fits in one window of max_length 256, ... (below 256).
+    """
+    shorter = f" or lower {setting('max_length')} (below {num_tokens})" if num_tokens - 1 > stride else ""
     return RalmWarning(f"no retrieval happened: the text ({num_tokens} tokens) fits in one window of "
                        f"{setting('max_length')} {max_length}, and the first window has no earlier tokens to query "
-                       "with, so the figures are the model's without retrieval. Give a longer text or lower "
-                       f"{setting('max_length')} (below {num_tokens}).")
+                       "with, so the figures are the model's without retrieval. Give a longer text (or more of it: "
+                       f"{setting('max_eval_tokens')}){shorter}.")
 
 
 LEAKAGE_SHARE = 0.5
@@ -354,7 +360,10 @@ def _plan(model, tokenizer, text_or_ids, retriever, config: RalmConfig, *, retri
     """The evaluation's fixed parts: the window plan, the retrieval file's passages (and choices) when given, the
     policy that chooses otherwise, the batching."""
     t0 = time.perf_counter()
-    plan = prepare(text_or_ids, tokenizer, config, retriever, model=model, max_eval_tokens=max_eval_tokens)
+    retrieving = retrieval_file is not None or retriever is not None
+    # the window must hold a passage only where one is put in context (retrieving alone scores nothing)
+    plan = prepare(text_or_ids, tokenizer, config, retriever, model=model, max_eval_tokens=max_eval_tokens,
+                   retrieving=retrieving and scored)
     timings = {"tokenize_s": time.perf_counter() - t0, "retrieval_s": 0.0, "rerank_s": 0.0, "scoring_s": 0.0}
     t0 = time.perf_counter()
     retrievals, source = None, retrieval_file
@@ -373,7 +382,7 @@ def _plan(model, tokenizer, text_or_ids, retriever, config: RalmConfig, *, retri
     chooses = retrievals is None or retrievals.chosen is None
     return _Evaluation(model, tokenizer, plan, config, PassagePolicy(config, retriever, reranker) if chooses else None,
                        retrievals, reuse_prefix_kv, scored, run.show_progress, timings, retriever=retriever,
-                       retrieving=retrieval_file is not None or retriever is not None, source=source,
+                       retrieving=retrieving, source=source,
                        batches=BatchSize(run.batch_size, model_device(model)))
 
 
@@ -452,7 +461,7 @@ def _figures(evaluation: _Evaluation, state: _WindowState, chunks: ChunkRun) -> 
                    **figures, "scored_tokens_per_s": scored_here / seconds if seconds else None}
     found_warnings = []
     if evaluation.retrieving and num_retrievals == 0:
-        found_warnings.append(no_retrieval_warning(len(plan.ids), plan.max_length))
+        found_warnings.append(no_retrieval_warning(len(plan.ids), plan.max_length, config.retrieval_stride))
     first_in_context = [found[choice] if found and choice >= 0 else None
                         for found, choice in zip(state.passages, state.chosen)]
     figures["text_in_passage_fraction"], leakage = text_in_passage(plan.queries, first_in_context)

@@ -87,7 +87,7 @@ class RalmDecoder:
         check_ensemble(config, ensemble_size)
         check_generation(config)
         self.model, self.tokenizer, self.retriever, self.config = model, tokenizer, retriever, config
-        self.max_length = window_length(model, config)
+        self.max_length = window_length(model, config, retrieving=retriever is not None)
         # an engine reader's contexts run in its engine (generation/engine.py): the decoder only retrieves and
         # chooses their passages, so no keys/values are computed for them here
         self.use_cache = use_cache and not is_engine_reader(model)

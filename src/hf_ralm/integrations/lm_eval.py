@@ -285,7 +285,7 @@ class RalmLM(TemplateLM):
     @property
     def max_length(self) -> int:
         """The window length ``L`` (``max_length``, or the model's maximum)."""
-        return window_length(self.ralm.language_model, self.ralm.config)
+        return window_length(self.ralm.language_model, self.ralm.config, retrieving=self.ralm.retriever is not None)
 
     @property
     def max_gen_toks(self) -> int:

@@ -130,7 +130,7 @@ def collect_rerank_data(
     scoring = RalmConfig(**{**{name: getattr(config, name) for name in RALM_FIELDS}, "rerank": "lm",
                             "reranker_model": None, "rerank_allow_no_passage": True,
                             "rerank_no_passage_margin": 0.0, "query_length": config.query_length_for(retriever)})
-    max_length = window_length(model, config)
+    max_length = window_length(model, config, retrieving=True)
     settings = run_identity(model, scoring, window_length=max_length, **retriever_identity(retriever),
                             windows_per_article=windows_per_article, **(metadata or {}))
     rerun = {**provenance(), "reader_path": model_path(model),
