@@ -30,13 +30,16 @@ from __future__ import annotations
 
 import functools
 import itertools
+import logging
 import re
-import signal
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import regex
 
+from ..utils.worker_processes import WorkerDied, WorkerPool, WorkersUnavailable
 from .porter import porter_stem
+
+logger = logging.getLogger(__name__)
 
 ANALYSIS = {
     "tokenizer": "lucene-standard",  # StandardTokenizer's UAX #29 word breaks, max token length 255
@@ -291,48 +294,31 @@ class _Terms(dict):
 
 
 def _analyzed_in_pool(texts: Iterator[str], cache_size: int, processes: int, batch_size: int) -> Iterator[list[str]]:
-    """:func:`iter_analyzed` by ``processes`` worker processes, each with its share of the ``cache_size``: batches
-    are sent as they are read, and their terms yielded in the order they were sent."""
-    import multiprocessing
-    from collections import deque
-    from concurrent.futures import ProcessPoolExecutor
-    from concurrent.futures.process import BrokenProcessPool
-
+    """:func:`iter_analyzed` by ``processes`` worker processes (:class:`~hf_ralm.utils.worker_processes.WorkerPool`:
+    fresh interpreters started from hf-ralm's own entry point, so any Python context can build), each with its share
+    of the ``cache_size``: batches are sent as they are read, and their terms yielded in the order they were sent.
+    Workers that cannot start leave the analysis to this process, with one log line saying so."""
     batch = list(itertools.islice(texts, batch_size))
     if len(batch) < batch_size:  # the texts fit in one batch: analysed here, sooner than workers would start
         yield from iter_analyzed(batch, cache_size)
         return
-    # spawned, never forked: a forked worker inherits the locks of the threads this process runs (pyarrow's allocator,
-    # a JVM's, PyTorch's) and can wait on one forever; a spawned one starts afresh, and imports this module (and, as
-    # every spawned process does, a script that started it: hence the `if __name__ == "__main__":` guard)
-    executor = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=_start_worker, initargs=(cache_size // processes,))
-    pending: deque = deque()
     try:
-        while batch:
-            pending.append(executor.submit(_analyze_batch, batch))
-            if len(pending) > BATCHES_PER_PROCESS * processes:
-                yield from pending.popleft().result()
-            batch = list(itertools.islice(texts, batch_size))
-        while pending:
-            yield from pending.popleft().result()
-    except BrokenProcessPool:
-        raise RuntimeError(
-            "The text analysis's worker processes stopped before they were done. A script that builds a bm25 index "
-            "in several processes must run its code under `if __name__ == \"__main__\":` (each worker starts by "
-            "importing it); or build in one process (n_threads=1, --threads 1).") from None
-    finally:
-        executor.shutdown(wait=True, cancel_futures=True)
+        pool = WorkerPool(f"{__name__}:_batch_analyzer", (cache_size // processes,), processes)
+    except WorkersUnavailable as error:
+        logger.warning("hf-ralm: analysing the texts in this process alone: %s", error)
+        yield from iter_analyzed(itertools.chain(batch, texts), cache_size)
+        return
+    batches = itertools.chain([batch], iter(lambda: list(itertools.islice(texts, batch_size)), []))
+    with pool:
+        try:
+            for terms in pool.imap(batches, BATCHES_PER_PROCESS):
+                yield from terms
+        except WorkerDied as error:
+            raise RuntimeError(f"The text analysis stopped: {error}. To analyse in this process alone, build with "
+                               "n_threads=1 (--threads 1).") from None
 
 
-_worker_terms: _Terms | None = None  # a worker process's term cache (:func:`_start_worker`), kept between batches
-
-
-def _start_worker(cache_size: int) -> None:
-    global _worker_terms
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the main process, which ends the workers quietly
-    _worker_terms = _Terms(cache_size)
-
-
-def _analyze_batch(texts: list[str]) -> list[list[str]]:
-    return [_worker_terms.analyze(text) for text in texts]
+def _batch_analyzer(cache_size: int) -> Callable[[list[str]], list[list[str]]]:
+    """A worker's work (:func:`_analyzed_in_pool`): each batch's terms, through a term cache kept between batches."""
+    terms = _Terms(cache_size)
+    return lambda texts: [terms.analyze(text) for text in texts]

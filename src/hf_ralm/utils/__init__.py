@@ -1,8 +1,9 @@
 """What every layer of hf-ralm may use, and which uses nothing of hf-ralm but its errors: atomic, fsynced writes
 (:mod:`.atomic`), how a run is reproduced (:mod:`.reproduction`), the checks of counts (:mod:`.checks`), the optional
 packages (:mod:`.extras`: one that is missing is refused with the command that installs it), what the CPUs offer
-(:mod:`.cpus`: how many this process may use, whether they compute bfloat16 in hardware) and bfloat16 linear layers
-computed in float32 for the CPUs that do not (:mod:`.widened_linear`).
+(:mod:`.cpus`: how many this process may use, whether they compute bfloat16 in hardware), bfloat16 linear layers
+computed in float32 for the CPUs that do not (:mod:`.widened_linear`) and worker processes that never import the
+caller's script (:mod:`.worker_processes`).
 
 The names below are the public ones, for scripts that write results as hf-ralm does (the benchmarks among them).
 
