@@ -169,13 +169,13 @@ print(hf_ralm.RalmConfig.__name__, hf_ralm.retrieval.BM25Retriever.__name__)
 
 
 def test_the_candidate_pass_shows_its_progress_per_batch_of_windows(tiny_model_dir, tiny_index, monkeypatch):
-    """``--compare``'s pass: within one chunk, the reader's bar advances batch by batch (it stood still for minutes,
-    then jumped, on a large model)."""
-    import hf_ralm.selection.rerank as rerank
+    """``--compare``'s pass: within one chunk, the run's bar advances batch by batch (it stood still for minutes,
+    then jumped, on a large model), moved by the chunk's reranking, which shows no bar of its own."""
+    import hf_ralm.runs.harness as harness
 
     bars = []
 
-    class Recorded(rerank.tqdm):
+    class Recorded(harness.tqdm):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **{**kwargs, "file": open("/dev/null", "w")})
             self.steps, self.shown = [], not self.disable  # (a closed bar is disabled)
@@ -185,7 +185,7 @@ def test_the_candidate_pass_shows_its_progress_per_batch_of_windows(tiny_model_d
             self.steps.append(n)
             return super().update(n)
 
-    monkeypatch.setattr(rerank, "tqdm", Recorded)
+    monkeypatch.setattr(harness, "tqdm", Recorded)
     model = hf_ralm.RetrievalAugmentedModel.from_pretrained(
         str(tiny_model_dir), retriever="bm25", index_dir=tiny_index["index_dir"], max_length=16, retrieval_stride=4,
         query_length=8, max_doc_tokens=8, rerank_candidates=3, rerank_tokens=4, **ON_TEST_DEVICE)

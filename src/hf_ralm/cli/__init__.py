@@ -35,6 +35,7 @@ from typing import Callable, Iterator
 
 from ..errors import RalmWarning
 from ..utils.lazy import lazy_exports
+from ..utils.progress import transformers_bars
 from ..runs.shards import Shard
 from . import eval_lm, eval_qa, generate, index, lm_eval, rerank_data, retrieve, train_reranker
 from .common import DEBUG_HELP, Parser, check_args, error_message, fail, use_saved_settings
@@ -179,7 +180,9 @@ def _main(argv: list[str] | None) -> None:
         if args.command in SHARDED:
             _start_workers(args)
         use_saved_settings(args)  # --model SAVED_RALM: the flags not given take the folder's values
-        command.show(command.run(args), args)
+        with transformers_bars():  # its "Loading weights" too: no cursor codes in a log
+            result = command.run(args)
+        command.show(result, args)
     except (ValueError, OSError, ImportError) as error:  # bad input: the library's message names the file or setting
         if args.debug:
             traceback.print_exc()

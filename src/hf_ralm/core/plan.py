@@ -181,9 +181,12 @@ def window_queries(tokenizer, ids: Sequence[int], windows: Sequence[Window], que
 
 def retrieve(retriever, queries: Sequence[str], k: int, show_progress: bool = False,
              batch_size: int = 512) -> list[list[Passage]]:
-    """The top ``k`` passages of each query, ``batch_size`` queries per call of ``retriever.retrieve``."""
+    """The top ``k`` passages of each query, ``batch_size`` queries per call of ``retriever.retrieve``, under a bar of
+    queries (a chunk's retrieval in a run names itself on the run's bar: :mod:`hf_ralm.utils.progress`)."""
     found: list[list[Passage]] = []
-    for start in tqdm(range(0, len(queries), batch_size), desc="Retrieving", unit="batch",
-                      disable=not show_progress or len(queries) <= batch_size):
-        found.extend(list(passages) for passages in retriever.retrieve(list(queries[start : start + batch_size]), k=k))
+    with tqdm(total=len(queries), desc="Retrieving", unit="query", disable=not show_progress or not queries) as bar:
+        for start in range(0, len(queries), batch_size):
+            batch = list(queries[start : start + batch_size])
+            found.extend(list(passages) for passages in retriever.retrieve(batch, k=k))
+            bar.update(len(batch))
     return found

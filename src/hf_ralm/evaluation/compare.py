@@ -274,7 +274,8 @@ def compare_strategies(
     records = None if output_dir is None else os.path.join(output_dir, CANDIDATES_DIR.format(k=k))
     resumed = RecordStore.num_saved(records) if records and not overwrite else 0
     start = time.perf_counter()
-    scores = score_candidates(model, tokenizer, plan.ids, plan.windows, lambda chunk: plan.candidates(chunk, k),
+    scores = score_candidates(model, tokenizer, plan.ids, plan.windows,
+                              lambda chunk: plan.candidates(chunk, k, run.show_progress),
                               scoring, run=dataclasses.replace(run, output_dir=records, batch_size=size),
                               settings=retriever_identity(retriever), shard=shard,
                               max_length=plan.max_length)

@@ -543,7 +543,7 @@ class _Evaluation:
         if self.retrievals is not None:
             state.passages[first:stop] = self.retrievals.passages[first:stop]
         else:
-            state.passages[first:stop] = self.plan.candidates(chunk, config.num_retrieved)
+            state.passages[first:stop] = self.plan.candidates(chunk, config.num_retrieved, self.show_progress)
         self.timings["retrieval_s"] += time.perf_counter() - t0
         t0 = time.perf_counter()
         nlls = None

@@ -28,6 +28,7 @@ import numpy as np
 
 from ..config.passages import Passage, passage_text
 from ..utils.cpus import available_cpus
+from ..utils.progress import datasets_bars_off
 from .analysis import ANALYSIS, analyze_texts, iter_analyzed
 from .base import passages_from_table
 from .bm25_index import bm25_matrix, count_terms, save_bm25s
@@ -113,7 +114,8 @@ class BM25Retriever(LocalIndexRetriever):
                    counts.vocab, BM25_PARAMS)
         num_passages = counts.num_docs
         del counts
-        Dataset.from_file(table).save_to_disk(os.path.join(tmp_dir, "passages"))
+        with datasets_bars_off():  # a second's bar of datasets' own, with carriage returns in a log
+            Dataset.from_file(table).save_to_disk(os.path.join(tmp_dir, "passages"))
         os.remove(table)
         return num_passages, INDEX_SETTINGS
 

@@ -18,7 +18,7 @@ import hashlib
 import json
 import os
 import sys
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from ..errors import CorpusError
 from ..utils.checks import check_count, is_input_file, reading
@@ -108,18 +108,24 @@ def corpus_bytes(paths: Iterable[str]) -> int:
     return sum(os.path.getsize(p) for p in paths if not is_hub_corpus(p) and os.path.isfile(p))
 
 
-def read_corpora(paths: Sequence[str], show_progress: bool = False) -> Iterator[dict]:
+def read_corpora(paths: Sequence[str], show_progress: bool = False,
+                 pace: Callable[[int, int], None] | None = None) -> Iterator[dict]:
     """The rows of several corpora in order (:func:`read_corpus`), with one progress bar over the files' bytes, so
-    that a one-time index build shows how far it is and how long is left (``hf:`` corpora count no bytes)."""
+    that a one-time index build shows how far it is and how long is left (``hf:`` corpora count no bytes); ``pace``
+    is called with the bytes read and in all as the bar moves (a build's estimate at the measured speed:
+    :func:`~hf_ralm.retrieval.index_folder.build_pace`)."""
     from ..utils.progress import tqdm
 
-    with tqdm(total=corpus_bytes(paths) or None, unit="B", unit_scale=True, desc="Reading the corpus",
+    total = corpus_bytes(paths)
+    with tqdm(total=total or None, unit="B", unit_scale=True, desc="Reading the corpus",
               disable=not show_progress) as bar:
         done = 0
         for path in paths:
             for number, (row, position) in enumerate(_rows_and_bytes(path)):
                 if position is not None and number % 1000 == 0:
                     bar.update(done + position - bar.n)
+                    if pace is not None:
+                        pace(done + position, total)
                 yield row
             done += corpus_bytes([path])
             bar.update(done - bar.n)

@@ -35,6 +35,7 @@ Example (a backend's build, from the passages)::
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from dataclasses import dataclass
 from typing import Any, ClassVar, Iterable, Iterator, Mapping, Sequence
@@ -42,9 +43,12 @@ from typing import Any, ClassVar, Iterable, Iterator, Mapping, Sequence
 from ..errors import setting
 from .base import Retriever, RetrieverOptions
 from .corpus import WORDS_PER_PASSAGE, passage_rows
-from .index_folder import announce_build, building, copy_index, corpus_files, corpus_paths_and_articles
+from .index_folder import announce_build, build_pace, building, copy_index, corpus_files
+from .index_folder import corpus_paths_and_articles
 from .index_folder import SAVED_INDEX_IDENTITY, default_index_dir, finish_build, index_matches, new_build
 from .index_folder import read_index_info, recorded_index_dir, reusable_index_info, saved_index_dir
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -149,6 +153,9 @@ class LocalIndexRetriever(Retriever):
         info = reusable_index_info(index_dir, cls.name, cls.index_files, cls.index_keys, cls.index_settings)
         options, wanted = cls._index_wanted(info, options)
         if index_matches(info, paths, options.words_per_passage, wanted):
+            # a large index opens in seconds, its forbidden titles masked over every passage: said, not silent
+            logger.info("hf-ralm: loading the %s index in %s (%s passages)", cls.name, index_dir,
+                        f"{info['num_passages']:,}" if isinstance(info.get("num_passages"), int) else "its")
             return cls._load(index_dir, options)
         build_options = {field.name: getattr(options, field.name) for field in dataclasses.fields(options)
                          if field.name not in ("corpus", "index_dir")}
@@ -168,7 +175,8 @@ class LocalIndexRetriever(Retriever):
         folder that :func:`~hf_ralm.retrieval.index_folder.new_build` removes if the build fails and
         :func:`~hf_ralm.retrieval.index_folder.finish_build` moves into place, then open it. The backend writes its
         files (:meth:`_write_index`); one with a build of its own overrides this."""
-        paths, articles = corpus_paths_and_articles(corpus, show_progress)
+        paths, articles = corpus_paths_and_articles(corpus, show_progress,
+                                                    build_pace(cls.name) if show_progress else None)
         if show_progress:
             announce_build(cls.name, paths, index_dir)
         with new_build(index_dir, cls.name) as tmp_dir:

@@ -176,14 +176,14 @@ class ChunkRun:
         if not self.shard.takes(start // self.chunk_size):
             return
         for begin, end in uncovered(start, stop, self.ranges()):
-            records = step(begin, end)
+            # the step's own bars (a chunk's reranking, scoring) advance the run's, which stands still otherwise
+            with self.bar.share(end - begin) if self.bar is not None else nullcontext():
+                records = step(begin, end)
             if self.store is None:
                 self._held[begin, end] = list(records)
             else:
                 self.store.save(begin, records, **(info() if info else {}))
             self.computed.append((begin, end))
-            if self.bar is not None:
-                self.bar.update(end - begin)
             if after is not None:
                 after(begin, records)
 

@@ -144,8 +144,8 @@ def score_candidates(
     def step(start: int, stop: int) -> list[CandidateScores]:
         chunk = windows[start:stop]
         found = dict(zip((w.index for w in chunk), candidates(chunk))) if callable(candidates) else candidates
-        # the chunk's own bar, under the run's, advances per batch of windows: a chunk of a large model's pass takes
-        # minutes, in which the run's bar stands still
+        # the chunk's reranking bar advances the run's (its share, hf_ralm.utils.progress) per batch of windows: a
+        # chunk of a large model's pass takes minutes
         outcome = rerank_windows(model, tokenizer, ids, chunk, [None] * len(windows), found, scoring,
                                  batch_size=batch_size, show_progress=run.show_progress)
         scores = []

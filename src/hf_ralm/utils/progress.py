@@ -2,6 +2,16 @@
 Face ecosystem's bars, by ``transformers.utils.logging.disable_progress_bar()`` or ``HF_HUB_DISABLE_PROGRESS_BARS=1``
 (``huggingface_hub.utils.disable_progress_bars()``), as well as by each call's own ``show_progress=False``.
 
+Two rules hold for every bar, so that callers need not know where their output goes:
+
+- **One bar per stage.** A bar opened while another one's :meth:`tqdm.share` is open (a run's chunk of windows, in
+  which a chunk's reranking or scoring opens a bar of its own) shows no bar of its own: one that counts what the
+  outer bar counts (its unit) advances the outer bar, up to the share's positions; another (e.g. the chunk's
+  retrieval) names itself at the end of the outer bar's line while it runs.
+- **Plain lines in a log.** On a stream that is no terminal (stderr redirected to a file, CI) a bar prints whole
+  lines, no carriage returns or cursor moves: one when it starts, then at most one every :data:`LOG_INTERVAL_S`
+  seconds as it moves, and its last line once when it closes.
+
 Example:
     >>> from transformers.utils import logging
     >>> logging.disable_progress_bar()
@@ -12,7 +22,22 @@ Example:
 
 from __future__ import annotations
 
+import sys
+import threading
+import time
+import warnings
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
 from tqdm.auto import tqdm as _tqdm
+from tqdm.std import tqdm as _std_tqdm
+
+LOG_INTERVAL_S = 5.0
+"""At most one line per bar every this many seconds on a stream that is no terminal (a log): a line every 0.1 s,
+tqdm's rate for a terminal, fills a log; one a minute leaves it silent for as long."""
+
+_IN_PLACE = _tqdm.display is not _std_tqdm.display  # a notebook's widget: it draws itself, not on a stream
+_shares = threading.local()  # .open: the bars whose share() is open in this thread, innermost last
 
 
 def bars_enabled() -> bool:
@@ -24,17 +49,186 @@ def bars_enabled() -> bool:
 
 
 class tqdm(_tqdm):  # noqa: N801 (tqdm's own name, so that a module's bars read as before)
-    """``tqdm.auto.tqdm``, disabled also when the Hugging Face progress bars are off (:func:`bars_enabled`)."""
+    """``tqdm.auto.tqdm``, disabled also when the Hugging Face progress bars are off (:func:`bars_enabled`), with
+    plain lines in a log and no bar inside another's :meth:`share` (see the module docstring)."""
 
     def __init__(self, *args, disable: bool = False, **kwargs):
-        super().__init__(*args, disable=disable or not bars_enabled(), **kwargs)
+        disable = disable or not bars_enabled()
+        open_shares = getattr(_shares, "open", [])
+        self._outer: tqdm | None = open_shares[-1] if open_shares and not disable else None
+        self._label, self._unit = kwargs.get("desc") or "", kwargs.get("unit", "it")
+        self._done = 0  # what a bar inside a share has counted (a disabled tqdm counts nothing itself)
+        self._plain = not _IN_PLACE and not _is_terminal(kwargs.get("file") or sys.stderr)
+        self._shown: tuple | None = None  # the count and postfix of the last line printed in a log
+        if self._plain:
+            kwargs.setdefault("mininterval", LOG_INTERVAL_S)
+        super().__init__(*args, disable=disable or self._outer is not None, **kwargs)
+        if self._outer is not None and self._unit != self._outer.unit:
+            self._outer.set_postfix_str(self._label)  # the outer bar's line says what runs now
+
+    @contextmanager
+    def share(self, n: int) -> Iterator[None]:
+        """The next ``n`` positions of this bar are done by what runs inside: bars opened there advance this one (or
+        name themselves on its line) instead of showing; at the end it stands ``n`` positions further.
+
+        Example:
+            >>> import io
+            >>> run = tqdm(total=4, desc="Scoring candidates", unit="win", file=io.StringIO())
+            >>> with run.share(4):
+            ...     with tqdm(total=4, desc="Reranking", unit="win") as chunk:
+            ...         chunk.update(3)
+            ...         run.n
+            3
+            >>> run.n
+            4
+        """
+        if self.disable:
+            yield
+            return
+        _shares.open = [*getattr(_shares, "open", []), self]
+        self._share_end = self.n + n
+        try:
+            yield
+        finally:
+            _shares.open = _shares.open[:-1]
+            if self.n < self._share_end:
+                self.update(self._share_end - self.n)
 
     def update(self, n: float = 1):
-        """tqdm's update, except that in a log (a stream that is no terminal) the update that completes the bar
-        prints nothing: ``close()`` prints the final line, which a log would otherwise show twice."""
-        if self.total is not None and self.n + n >= self.total and not _is_terminal(getattr(self, "fp", None)):
-            self.miniters = float("inf")
+        """tqdm's update; inside an outer bar's share, the outer bar's (same unit) or nothing shown."""
+        if self._outer is not None:
+            self._done += n
+            outer = self._outer
+            if self._unit == outer.unit and outer.n < outer._share_end:
+                return outer.update(min(n, outer._share_end - outer.n))
+            return None
         return super().update(n)
+
+    def display(self, msg: str | None = None, pos: int | None = None) -> bool:
+        """tqdm's display; in a log a whole line (nothing for tqdm's clearing, ``msg=''``), never the same count
+        twice (for the same stage)."""
+        if not self._plain:
+            return super().display(msg, pos)
+        if msg == "" or (msg is None and (self.n, self.postfix) == self._shown):
+            return False
+        self.fp.write((str(self) if msg is None else msg) + "\n")
+        self.fp.flush()
+        if msg is None:
+            self._shown = (self.n, self.postfix)
+        return True
+
+    def clear(self, nolock: bool = False) -> None:
+        """tqdm's clear, but in a log, where a printed line stays."""
+        if not self._plain:
+            super().clear(nolock)
+
+    def close(self) -> None:
+        """tqdm's close: in a log the last line is printed (once) and kept; inside a share, the outer bar's line no
+        longer names this one."""
+        if self._outer is not None:
+            if self._unit != self._outer.unit:
+                self._outer.set_postfix_str("", refresh=False)
+            self._outer = None
+        elif self._plain and not self.disable:
+            self._ema_dt = lambda: None  # the last line's rate is the whole run's, as tqdm's own last line
+            with self._lock:
+                self.display()
+            self.leave = False  # printed: tqdm's close has nothing more to write
+        super().close()
+
+
+class Pace:
+    """How long a stage takes at the rate measured on this machine since the first count given (its load now, not
+    an idle machine's): ``seconds(done, total)``, once some was done after the first count.
+
+    Example:
+        >>> clock = iter([0.0, 10.0]).__next__   # a fake clock: the stage starts at 0 s, 10 s later...
+        >>> pace = Pace(clock)
+        >>> pace.seconds(0, 100), pace.seconds(25, 100)   # ... a quarter is done: 40 s in all
+        (None, 40.0)
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter):
+        self.clock = clock
+        self.first: tuple[float, float] | None = None  # (time, count) of the first count given
+
+    def elapsed(self) -> float:
+        """Seconds since the first count (0 before it)."""
+        return 0.0 if self.first is None else self.clock() - self.first[0]
+
+    def seconds(self, done: float, total: float) -> float | None:
+        """The whole stage's seconds (``total`` units) at the rate since the first count, ``done`` units now;
+        ``None`` until the stage has moved past its first count."""
+        now = self.clock()
+        if self.first is None:
+            self.first = (now, done)
+            return None
+        start, first_done = self.first
+        if done <= first_done or now <= start:
+            return None
+        return (now - start) * (total - first_done) / (done - first_done)
+
+
+def format_duration(seconds: float) -> str:
+    """A duration as a person reads it.
+
+    Example:
+        >>> format_duration(42), format_duration(600), format_duration(9000), format_duration(864000)
+        ('42 s', '10 min', '2.5 h', '10 days')
+    """
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h" if seconds < 172800 else f"{seconds / 86400:.0f} days"
+
+
+@contextmanager
+def transformers_bars() -> Iterator[None]:
+    """transformers' own bars (its "Loading weights") drawn as hf-ralm's while inside (plain lines in a log), through
+    its tqdm hook (``transformers.utils.logging.set_tqdm_hook``; nothing where a transformers release lacks it); the
+    previous hook is back afterwards. What a command runs under.
+
+    Example::
+
+        with transformers_bars():
+            AutoModelForCausalLM.from_pretrained(path)   # "Loading weights: ..." as whole lines in a log
+    """
+    from transformers.utils import logging
+
+    set_hook = getattr(logging, "set_tqdm_hook", None)
+    if set_hook is None:
+        yield
+        return
+    previous = set_hook(lambda factory, args, kwargs: tqdm(*args, **kwargs) if factory is _tqdm else
+                        factory(*args, **kwargs))
+    try:
+        yield
+    finally:
+        set_hook(previous)
+
+
+@contextmanager
+def datasets_bars_off() -> Iterator[None]:
+    """The datasets library's bars off while inside (as they were afterwards): for a step of a second whose bar, not
+    hf-ralm's, would leave carriage returns in a log (an index's passages table saved).
+
+    Example::
+
+        with datasets_bars_off():
+            Dataset.from_file(table).save_to_disk(folder)
+    """
+    from datasets.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+
+    was_off = are_progress_bars_disabled()
+    with warnings.catch_warnings():  # HF_DATASETS_DISABLE_PROGRESS_BARS=0: the user's bars stay, without a warning
+        warnings.simplefilter("ignore")
+        disable_progress_bars()
+    try:
+        yield
+    finally:
+        if not was_off:
+            enable_progress_bars()
 
 
 def _is_terminal(stream) -> bool:
