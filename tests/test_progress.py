@@ -105,31 +105,31 @@ def test_pace_extrapolates_from_the_measured_rate():
 
     times = iter([100.0, 104.0, 110.0])
     pace = Pace(times.__next__)
-    assert pace.seconds(10, 110) is None  # the first count only starts the clock
-    assert pace.seconds(30, 110) == pytest.approx(20.0)  # 20 units in 4 s: the 100 from the first count in 20 s
-    assert pace.seconds(40, 110) == pytest.approx(10.0 * 100 / 30)
+    assert pace.seconds_left(10, 110) is None  # the first count only starts the clock
+    assert pace.seconds_left(30, 110) == pytest.approx(16.0)  # 20 units in 4 s: the 80 left in 16 s
+    assert pace.seconds_left(40, 110) == pytest.approx(70 * 10.0 / 30)
 
 
 def test_the_build_estimate_is_restated_at_the_measured_speed(caplog):
     """The build said "roughly 2 minutes" (its constant, measured on an idle machine) and took 5.8 on busy cores:
-    ten seconds into reading, it says how long the build takes at the speed measured."""
+    some seconds into reading, it says how long the build takes at the speed measured, the read's first step (the
+    workers' start) left out of the rate."""
     from hf_ralm.retrieval.index_folder import BUILD_READ_SHARE, RESTATE_AFTER_S, build_pace
 
     assert build_pace("dense (contriever)") is None  # its time is the encoding's: a bar of its own says it
     now = [0.0]
     pace = build_pace("bm25", clock=lambda: now[0])
     with caplog.at_level("INFO", logger="hf_ralm"):
-        pace(0, 150_000_000)
-        now[0] = RESTATE_AFTER_S / 2
-        pace(10_000_000, 150_000_000)
-        assert caplog.messages == []  # too early to say
-        now[0] = 20.0
-        pace(10_000_000, 150_000_000)  # 10 MB in 20 s: 300 s of reading for 150 MB
-        now[0] = 30.0
-        pace(20_000_000, 150_000_000)  # said once
-    whole = 300 / BUILD_READ_SHARE["bm25"]
-    assert caplog.messages == [f"hf-ralm: the bm25 build, timed on its first 20 s of reading: roughly "
-                               f"{whole / 60:.0f} min in all ({(whole - 20) / 60:.0f} min more)"]
+        for when, done in [(0.0, 0), (30.0, 5_000_000), (30.0 + RESTATE_AFTER_S / 2, 7_500_000)]:
+            now[0] = when
+            pace(done, 150_000_000)  # the first step's 30 s, then 1 MB/s: too early to say
+        assert caplog.messages == []
+        for when, done in [(50.0, 25_000_000), (60.0, 35_000_000)]:  # said once
+            now[0] = when
+            pace(done, 150_000_000)
+    whole = (50 + 125) / BUILD_READ_SHARE["bm25"]  # 50 s so far, 125 MB left at 1 MB/s
+    assert caplog.messages == [f"hf-ralm: the bm25 build, timed on 50 s of reading: roughly {whole / 60:.0f} min "
+                               f"in all ({(whole - 50) / 60:.0f} min more)"]
 
 
 def test_the_run_estimate_times_its_windows_under_a_bar(tiny_model_dir, capsys):

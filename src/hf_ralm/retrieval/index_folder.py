@@ -484,8 +484,9 @@ RESTATE_AFTER_S = 10.0
 
 def build_pace(retriever: str, clock: Callable[[], float] = time.perf_counter) -> Callable[[int, int], None] | None:
     """What the corpus reader calls with ``(bytes read, bytes in all)`` during a build of a ``retriever`` index
-    measured in :data:`BUILD_READ_SHARE` (``None`` for others): once :data:`RESTATE_AFTER_S` seconds in, it logs the
-    build's estimate again at the speed this machine reads now (its load, not the idle machine of
+    measured in :data:`BUILD_READ_SHARE` (``None`` for others): once the read has run :data:`RESTATE_AFTER_S` seconds
+    past its first step (which also starts the analysis workers: timed, it tripled the estimate), it logs the build's
+    estimate again at the speed this machine reads now (its load, not the idle machine of
     :data:`BUILD_SECONDS_PER_MB`: a build announced as 2 minutes took 6 on 2 busy cores).
 
     Example::
@@ -495,18 +496,22 @@ def build_pace(retriever: str, clock: Callable[[], float] = time.perf_counter) -
     """
     if retriever not in BUILD_READ_SHARE:
         return None
+    started: float | None = None
     measured, said = Pace(clock), False
 
     def update(done: int, total: int) -> None:
-        nonlocal said
-        seconds = measured.seconds(done, total)
-        if said or seconds is None or measured.elapsed() < RESTATE_AFTER_S:
+        nonlocal started, said
+        if started is None:  # the read's first step: the workers start, the pipeline fills
+            started = clock()
+            return
+        left = measured.seconds_left(done, total)
+        if said or left is None or measured.elapsed() < RESTATE_AFTER_S:
             return
         said = True
-        whole = seconds / BUILD_READ_SHARE[retriever]
-        logger.info("hf-ralm: the %s build, timed on its first %s of reading: roughly %s in all (%s more)",
-                    retriever, format_duration(measured.elapsed()), format_duration(whole),
-                    format_duration(max(whole - measured.elapsed(), 0.0)))
+        elapsed = clock() - started
+        whole = (elapsed + left) / BUILD_READ_SHARE[retriever]
+        logger.info("hf-ralm: the %s build, timed on %s of reading: roughly %s in all (%s more)", retriever,
+                    format_duration(elapsed), format_duration(whole), format_duration(max(whole - elapsed, 0.0)))
 
     return update
 

@@ -138,14 +138,14 @@ class tqdm(_tqdm):  # noqa: N801 (tqdm's own name, so that a module's bars read 
 
 
 class Pace:
-    """How long a stage takes at the rate measured on this machine since the first count given (its load now, not
-    an idle machine's): ``seconds(done, total)``, once some was done after the first count.
+    """How long a stage has left at the rate measured on this machine since the first count given (its load now, not
+    an idle machine's): ``seconds_left(done, total)``, once some was done after the first count.
 
     Example:
-        >>> clock = iter([0.0, 10.0]).__next__   # a fake clock: the stage starts at 0 s, 10 s later...
+        >>> clock = iter([0.0, 10.0]).__next__   # a fake clock: counting starts at 0 s, 10 s later...
         >>> pace = Pace(clock)
-        >>> pace.seconds(0, 100), pace.seconds(25, 100)   # ... a quarter is done: 40 s in all
-        (None, 40.0)
+        >>> pace.seconds_left(0, 100), pace.seconds_left(25, 100)   # ... a quarter is done: 30 s left
+        (None, 30.0)
     """
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter):
@@ -156,9 +156,9 @@ class Pace:
         """Seconds since the first count (0 before it)."""
         return 0.0 if self.first is None else self.clock() - self.first[0]
 
-    def seconds(self, done: float, total: float) -> float | None:
-        """The whole stage's seconds (``total`` units) at the rate since the first count, ``done`` units now;
-        ``None`` until the stage has moved past its first count."""
+    def seconds_left(self, done: float, total: float) -> float | None:
+        """The seconds the ``total - done`` units left take at the rate since the first count; ``None`` until the
+        stage has moved past its first count."""
         now = self.clock()
         if self.first is None:
             self.first = (now, done)
@@ -166,7 +166,7 @@ class Pace:
         start, first_done = self.first
         if done <= first_done or now <= start:
             return None
-        return (now - start) * (total - first_done) / (done - first_done)
+        return (now - start) * (total - done) / (done - first_done)
 
 
 def format_duration(seconds: float) -> str:
