@@ -450,7 +450,7 @@ def test_load_retriever_errors():
         load_retriever("bm25")
     with pytest.raises(ValueError, match="Unknown retriever 'dpr'; choose one of none, bm25"):
         load_retriever("dpr")
-    with pytest.raises(TypeError, match="retriever must be a name"):
+    with pytest.raises(TypeError, match="retriever takes a retriever's name"):
         load_retriever(42)
 
 

@@ -75,6 +75,13 @@ class SettingError(InputError):
     """A bad setting or argument value; its message names the settings (:func:`setting`)."""
 
 
+class InputTypeError(SettingError, TypeError):
+    """An argument of the wrong type (``None``, a text where a list of texts goes, a number where a path goes): a
+    ``TypeError``, as Python's own would be, and a :class:`SettingError`, so ``except InputError`` (and the command
+    line) takes it as any other bad input. Its message names the argument, what was given and what it takes
+    (:func:`~hf_ralm.utils.checks.refuse_type`)."""
+
+
 class MissingFileError(NamesSettings, FileNotFoundError):
     """A file a setting names does not exist (a ``FileNotFoundError``); its message names the setting."""
 

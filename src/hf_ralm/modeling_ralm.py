@@ -38,7 +38,7 @@ from .evaluation.pipeline import RalmEvalResult, evaluate
 from .generation import ralm_generate
 from .errors import MissingFileError, SavedFolderError, SettingError, setting
 from .config.passages import Passage
-from .core.modeling_utils import is_engine_reader
+from .core.modeling_utils import is_engine_reader, vocabulary_size
 from .core.dtypes import DEVICE_DEFAULT
 from .core.placement import default_device, resolve_device, resolve_dtype
 from .core.vllm_reader import ENGINE, VllmOptions, VllmReader, check_engine
@@ -49,7 +49,7 @@ from .retrieval.index_folder import names_a_local_path, saved_path
 from .runs.harness import RunOptions
 from .selection.rankers import load_reranker
 from .utils.atomic import write_text_atomic
-from .utils.checks import with_named_options
+from .utils.checks import check_path, check_vocabulary, refuse_type, with_named_options
 from .utils.extras import require
 from .utils.paths import OFFLINE_HINT, missing_local_path
 from .runs.shards import Shard
@@ -452,6 +452,9 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
                                      forbidden_titles=forbidden_titles, encoder=encoder, n_threads=n_threads)
         hub_kwargs = {k: kwargs[k] for k in ("revision", "cache_dir", "token", "local_files_only") if k in kwargs}
         saved, old_retriever = None, None
+        if not isinstance(pretrained_model_name_or_path, (str, os.PathLike, PreTrainedModel)):  # never asked of the Hub
+            refuse_type("pretrained_model_name_or_path", pretrained_model_name_or_path, "a causal LM's Hub id or "
+                        "folder, or a saved RALM's (a str or an os.PathLike), or a loaded transformers model")
         if isinstance(pretrained_model_name_or_path, PreTrainedModel):
             if engine == ENGINE:
                 raise SettingError(f"{setting('engine')} vllm loads the reader in its own processes: give the model's "
@@ -511,6 +514,7 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
         once moved or uploaded to the Hub (:meth:`push_to_hub`); without it, an index outside the folder is recorded
         by its path and identity, and the folder loads on this machine while that index is unchanged. A retriever that
         is no :class:`Retriever` is not saved."""
+        save_directory = check_path("save_directory", save_directory)
         self._write_folder(save_directory, self.config, save_index=save_index, comparison=comparison,
                            repo_id=repo_id, dataset=dataset, tags=tags, **kwargs)
 
@@ -569,6 +573,8 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
         """
         from huggingface_hub import HfApi
 
+        if not isinstance(repo_id, str):
+            refuse_type("repo_id", repo_id, "a Hub repository id (a str, OWNER/NAME)")
         config = self._hub_config(base_model)  # refused before the repository is created
         api = HfApi(token=token)
         api.create_repo(repo_id, private=private, exist_ok=True)
@@ -691,8 +697,12 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
         """Evaluate every row of ``input_ids`` with In-Context RALM (retrieving as it goes).
 
         ``labels`` follows the transformers convention for causal LMs: equal to ``input_ids``, with ``-100`` where a
-        token must not count in the loss. Rows may be right-padded (``attention_mask``).
+        token must not count in the loss. Rows may be right-padded (``attention_mask``). ``input_ids`` that are no
+        tensor, or that hold an id outside the reader's vocabulary, are refused in one line before anything runs.
         """
+        if not isinstance(input_ids, torch.Tensor) or input_ids.dim() not in (1, 2):
+            refuse_type("input_ids", input_ids, "a tensor of token ids (1-D, or 2-D with a row per text)")
+        check_vocabulary("input_ids", input_ids.tolist(), vocabulary_size(self.language_model))
         if input_ids.dim() == 1:
             input_ids = input_ids[None]
         # a 1-D mask or labels go with a 1-D row (indexing them per row as 2-D would read single elements)

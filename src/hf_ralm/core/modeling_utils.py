@@ -44,6 +44,26 @@ def model_device(model: torch.nn.Module) -> torch.device:
     return model.get_input_embeddings().weight.device
 
 
+def vocabulary_size(model) -> int | None:
+    """How many token ids ``model`` embeds (its input embeddings' rows; an engine reader's config's ``vocab_size``),
+    what every id given to it must be below (:func:`~hf_ralm.utils.checks.check_vocabulary`); ``None`` when it does
+    not say.
+
+    Example::
+
+        vocabulary_size(model)   # 49152
+    """
+    if not is_engine_reader(model):
+        try:
+            return int(model.get_input_embeddings().num_embeddings)
+        except (AttributeError, NotImplementedError):  # a model without embeddings to ask
+            pass
+    config = getattr(model, "config", None)
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    size = getattr(text_config, "vocab_size", None)
+    return size if isinstance(size, int) else None
+
+
 def _accepts_logits_to_keep(model: torch.nn.Module) -> bool:
     forward = model.forward
     return _takes_logits_to_keep(getattr(forward, "__func__", forward))

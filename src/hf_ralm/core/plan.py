@@ -22,11 +22,11 @@ from typing import Iterator, Sequence
 from ..utils.progress import tqdm
 
 from ..config.configuration_ralm import RalmConfig
-from ..errors import RalmWarning, setting
+from ..errors import RalmWarning, SettingError, setting
 from ..config.passages import Passage
-from .modeling_utils import resolve_max_length
+from .modeling_utils import resolve_max_length, vocabulary_size
 from .perplexity import count_words
-from ..utils.checks import check_count
+from ..utils.checks import check_count, check_vocabulary, refuse_type, token_id_list
 from ..config.windows import Window, plan_windows, query_span
 
 
@@ -114,7 +114,8 @@ def prepare(text_or_ids: str | Sequence[int], tokenizer, config: RalmConfig, ret
     under ``config`` (its stride, and its query length for ``retriever``), with at most ``max_eval_tokens`` tokens.
     The windows are as long as ``model`` (the reader) allows under ``config`` (:func:`window_length`, resolved here
     once and kept as the plan's ``max_length``), or ``max_length`` tokens for a plan made without a reader (one of
-    the two is given).
+    the two is given). Anything else than a text or token ids, and ids outside the reader's vocabulary, are refused
+    in one line (:func:`evaluation_tokens`) before anything runs.
 
     Example::
 
@@ -128,21 +129,44 @@ def prepare(text_or_ids: str | Sequence[int], tokenizer, config: RalmConfig, ret
     if max_length is None:
         retrieving = retriever is not None if retrieving is None else retrieving
         max_length = window_length(model, config, retrieving=retrieving)
-    ids, text = evaluation_tokens(tokenizer, text_or_ids, max_eval_tokens)
+    ids, text = evaluation_tokens(tokenizer, text_or_ids, max_eval_tokens,
+                                  vocabulary_size(model) if model is not None else None)
     windows = plan_windows(len(ids), max_length, config.retrieval_stride)
     query_length = config.query_length_for(retriever)
     return WindowPlan(ids, count_words(text), windows, window_queries(tokenizer, ids, windows, query_length),
                       max_length, query_length, retriever)
 
 
-def evaluation_tokens(tokenizer, text_or_ids: str | Sequence[int],
-                      max_eval_tokens: int | None) -> tuple[list[int], str]:
+TEXT_OR_IDS = "a text (str) or its token ids (a list of int, or a 1-D tensor)"
+"""What an evaluation's ``text_or_ids`` takes, as its refusals say."""
+
+
+def evaluation_tokens(tokenizer, text_or_ids: str | Sequence[int], max_eval_tokens: int | None,
+                      vocab_size: int | None = None) -> tuple[list[int], str]:
     """The token ids evaluated and the text their words are counted in (the decoded ids when ids are given or
-    ``max_eval_tokens`` cuts the text)."""
+    ``max_eval_tokens`` cuts the text). Refused in one line naming ``text_or_ids``: what is neither a text nor
+    token ids (:func:`~hf_ralm.utils.checks.token_id_list`; a list of texts is told to join them first), and given
+    ids outside a vocabulary of ``vocab_size`` (:func:`~hf_ralm.utils.checks.check_vocabulary`).
+
+    Example:
+        >>> evaluation_tokens(None, ["the king", "the queen"], None)
+        Traceback (most recent call last):
+        ...
+        hf_ralm.errors.InputTypeError: text_or_ids takes a text (str) or its token ids (a list of int, or a 1-D \
+tensor), got a list (['the king', 'the queen']): join a dataset's rows into one text first (hf_ralm.join_rows(rows), \
+as hf-ralm eval-lm joins them), or evaluate each text on its own.
+    """
     if max_eval_tokens is not None:
         check_count("max_eval_tokens", max_eval_tokens, minimum=2)  # token 0 is never scored
     if not isinstance(text_or_ids, str):
-        ids = first_tokens(text_or_ids, max_eval_tokens)
+        if isinstance(text_or_ids, (list, tuple)) and text_or_ids and isinstance(text_or_ids[0], str):
+            refuse_type("text_or_ids", text_or_ids, TEXT_OR_IDS, "join a dataset's rows into one text first "
+                        "(hf_ralm.join_rows(rows), as hf-ralm eval-lm joins them), or evaluate each text on its own")
+        ids = first_tokens(token_id_list("text_or_ids", text_or_ids, TEXT_OR_IDS), max_eval_tokens)
+        if not ids:
+            raise SettingError(f"{setting('text_or_ids')} holds no token ids: give a text or its ids (two at least, "
+                               "as the first token is never scored).")
+        check_vocabulary("text_or_ids", ids, vocab_size)
         return ids, tokenizer.decode(ids)
     ids = tokenize_text(tokenizer, text_or_ids, max_eval_tokens)
     return ids, tokenizer.decode(ids) if max_eval_tokens and len(ids) == max_eval_tokens else text_or_ids

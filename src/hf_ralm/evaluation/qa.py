@@ -34,7 +34,7 @@ from ..runs.store import RecordStore, check_output_folder
 from ..runs.harness import ChunkRun, RunOptions
 from ..retrieval.corpus import WORDS_PER_PASSAGE
 from ..utils.atomic import write_json_atomic, write_text_atomic
-from ..utils.checks import is_input_file, reading
+from ..utils.checks import check_texts, is_input_file, reading, refuse_type, shown
 from ..utils.datasets_io import load_hf_dataset
 from ..utils.paths import missing_local_path
 
@@ -153,13 +153,34 @@ def has_answer(answers: str | Iterable[str], text: str) -> bool:
     return False
 
 
+def check_exact_match_inputs(predictions: Any, references: Any) -> tuple[list[str], list]:
+    """``predictions`` (texts) and ``references`` (per prediction, a gold answer or a list of them) as lists of the
+    same length, or a one-line refusal naming the argument (and the item) that is not
+    (:func:`~hf_ralm.utils.checks.check_texts`): what the ``ralm_exact_match`` metric checks first.
+
+    Example:
+        >>> check_exact_match_inputs(["Paris"], [["Paris", "paris"]])
+        (['Paris'], [['Paris', 'paris']])
+    """
+    predictions = check_texts("predictions", predictions)
+    if isinstance(references, str) or not isinstance(references, (list, tuple)):
+        refuse_type("references", references, "a list with, per prediction, its gold answer (a str) or answers "
+                    "(a list of str)")
+    for i, answers in enumerate(references):
+        if not isinstance(answers, str) and not (isinstance(answers, (list, tuple))
+                                                 and all(isinstance(answer, str) for answer in answers)):
+            refuse_type("references", answers, "a gold answer (a str) or answers (a list of str)", item=i)
+    if len(predictions) != len(references):
+        raise SettingError(f"{len(predictions)} {setting('predictions')} but {len(references)} "
+                           f"{setting('references')}: give one reference (its gold answers) per prediction.")
+    return predictions, list(references)
+
+
 def exact_match_score(predictions: Sequence[str], references: Sequence[str | Sequence[str]]) -> dict:
     """What the ``ralm_exact_match`` metric returns: ``exact_match`` (in percent, as SQuAD's metric and the paper
-    report it), ``num_correct`` and ``num_examples``. Each reference is a gold answer or a list of them."""
-    if len(predictions) != len(references):
-        raise ValueError(f"{len(predictions)} predictions but {len(references)} references.")
-    if not predictions:
-        raise ValueError("Exact match needs at least one prediction.")
+    report it), ``num_correct`` and ``num_examples``. Each reference is a gold answer or a list of them; inputs of
+    another form are refused first (:func:`check_exact_match_inputs`)."""
+    predictions, references = check_exact_match_inputs(predictions, references)
     correct = sum(exact_match(p, r) for p, r in zip(predictions, references))
     return {"exact_match": 100.0 * correct / len(predictions), "num_correct": correct,
             "num_examples": len(predictions)}
@@ -202,24 +223,18 @@ def _read_rows(path: str, name: str | None = None, split: str = "validation") ->
         return found
 
 
-def _shown(value: Any) -> str:
-    """A value as a message shows it: its ``repr``, cut to 60 characters."""
-    text = repr(value)
-    return text if len(text) <= 60 else f"{text[:57]}..."
-
-
 def _ctxs_problem(ctxs: Any) -> str | None:
     """What is wrong with a question's ``ctxs`` (DPR's passages: a list of objects with a ``text`` string and a
     ``title`` string, or none), or ``None``."""
     if not isinstance(ctxs, list):
-        return f"'ctxs' is {_shown(ctxs)}, not a list of {{title, text}} passages"
+        return f"'ctxs' is {shown(ctxs)}, not a list of {{title, text}} passages"
     for j, ctx in enumerate(ctxs):
         if not isinstance(ctx, dict):
-            return f"ctxs[{j}] is {_shown(ctx)}, not a {{title, text}} passage"
+            return f"ctxs[{j}] is {shown(ctx)}, not a {{title, text}} passage"
         if not isinstance(ctx.get("text"), str):
-            return f"ctxs[{j}] has 'text' {_shown(ctx.get('text'))}, not a string"
+            return f"ctxs[{j}] has 'text' {shown(ctx.get('text'))}, not a string"
         if ctx.get("title") is not None and not isinstance(ctx["title"], str):
-            return f"ctxs[{j}] has 'title' {_shown(ctx['title'])}, not a string"
+            return f"ctxs[{j}] has 'title' {shown(ctx['title'])}, not a string"
     return None
 
 
@@ -229,9 +244,9 @@ def _question(where: str, row: Any) -> dict:
     (:func:`_ctxs_problem`); as :func:`load_questions` returns it."""
     fix = "fix or remove that question"
     if not isinstance(row, dict) or row.get("question") in (None, ""):
-        raise InputError(f"{where} has no 'question' ({_shown(row)}): {fix}.")
+        raise InputError(f"{where} has no 'question' ({shown(row)}): {fix}.")
     if not isinstance(row["question"], str) or not row["question"].strip():
-        raise InputError(f"{where}: 'question' is {_shown(row['question'])}, not the question's text: {fix}.")
+        raise InputError(f"{where}: 'question' is {shown(row['question'])}, not the question's text: {fix}.")
     key = "answers" if "answers" in row else "answer"
     answers = row.get(key)
     if answers is None:
@@ -239,7 +254,7 @@ def _question(where: str, row: Any) -> dict:
     if isinstance(answers, str):
         answers = [answers]
     if not isinstance(answers, list) or not all(isinstance(answer, str) for answer in answers):
-        raise InputError(f"{where}: {key!r} is {_shown(row[key])}, not a list of strings (the gold answers): {fix}.")
+        raise InputError(f"{where}: {key!r} is {shown(row[key])}, not a list of strings (the gold answers): {fix}.")
     example = {"question": row["question"], "answers": answers}
     if "ctxs" in row:
         problem = _ctxs_problem(row["ctxs"])
@@ -344,9 +359,17 @@ def qa_figures(records: Sequence[QARecord]) -> dict:
 
 def _check_arguments(examples: Sequence[dict], retriever, num_docs: int, use_ctxs: bool, batch_size: int,
                      max_new_tokens: int) -> None:
-    """Raise a ``ValueError`` naming the argument that :func:`evaluate_qa` cannot work with."""
+    """Raise a ``ValueError`` naming the argument that :func:`evaluate_qa` cannot work with: ``examples`` that are no
+    list of questions as :func:`load_questions` gives them (each checked as a row of a questions file is), a count
+    out of range, passages asked for with nowhere to take them from."""
     from ..utils.checks import check_count
 
+    if isinstance(examples, (str, os.PathLike)):
+        refuse_type("examples", examples, "a list of questions", "read a questions file with load_questions(path)")
+    if not isinstance(examples, (list, tuple)):
+        refuse_type("examples", examples, "a list of questions ({'question', 'answers'} dicts, load_questions)")
+    for i, example in enumerate(examples):
+        _question(f"examples[{i}]", example)
     check_count("num_docs", num_docs, minimum=0)
     if num_docs and not use_ctxs and retriever is None:
         raise SettingError(f"Open-book QA ({setting('num_docs')} > 0) needs a retriever or the questions' own "

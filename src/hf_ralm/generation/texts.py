@@ -17,6 +17,7 @@ from typing import Sequence
 from ..core.batching import BatchSize
 from ..config.configuration_ralm import RalmConfig
 from ..core.modeling_utils import left_pad, model_device, padding_id
+from ..utils.checks import check_texts
 from ..retrieval.base import Retriever
 from .utils import ralm_generate
 
@@ -88,7 +89,14 @@ def generate_texts(model, tokenizer, retriever: Retriever | None, config: RalmCo
     """Generate from ``prompts`` (one left-padded batch, :func:`~hf_ralm.core.modeling_utils.left_pad`) with
     :func:`~hf_ralm.generation.ralm_generate` (``kwargs``: what ``generate`` takes, e.g. ``max_new_tokens``,
     ``do_sample``); per prompt a :class:`GeneratedText`, its output cut after the first end-of-sequence token (the
-    model's or the tokenizer's)."""
+    model's or the tokenizer's). ``prompts`` is a list of texts even for one (a single ``str`` is refused, as are
+    an empty list and an item that is no text: :func:`~hf_ralm.utils.checks.check_texts`).
+
+    Example::
+
+        generate_texts(model, tokenizer, retriever, config, ["The Eiffel Tower is"], max_new_tokens=16)[0].text
+    """
+    prompts = check_texts("prompts", prompts)
     batch = left_pad(tokenizer, prompts)
     device = model_device(model)
     kwargs.setdefault("pad_token_id", padding_id(tokenizer))
@@ -120,6 +128,7 @@ def generate_texts_in_batches(model, tokenizer, retriever: Retriever | None, con
     """
     from ..utils.progress import tqdm
 
+    prompts = check_texts("prompts", prompts)
     batches = BatchSize(batch_size, model_device(model))
     with tqdm(total=len(prompts), desc="Generating", unit="prompt",
               disable=not show_progress or len(prompts) <= batches.size) as bar:

@@ -22,10 +22,11 @@ from transformers.utils import logging
 
 from ..config.configuration_ralm import RalmConfig
 from ..core.engine_generation import EngineSampling
-from ..core.modeling_utils import is_engine_reader, left_pad, model_device, prompt_rows
+from ..core.modeling_utils import is_engine_reader, left_pad, model_device, prompt_rows, vocabulary_size
 from ..core.passage_cache import DEFAULT_MAX_BYTES, PassageKVCache
 from ..errors import SettingError, setting
 from ..retrieval.base import Retriever
+from ..utils.checks import check_texts, check_vocabulary, refuse_type
 from ..utils.progress import tqdm
 from .contexts import Row
 from .decoder import RalmDecoder
@@ -150,9 +151,8 @@ def _generate_on_engine(model, tokenizer, retriever: Retriever | None, config: R
                            "stride's tokens in the engine (stop with eos_token_id or stop_strings); drop "
                            f"{'it' if len(given) == 1 else 'them'}, or use {setting('engine')} transformers.")
     input_ids = kwargs.pop("input_ids", None) if inputs is None else inputs
-    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
-        raise ValueError("RALM generation takes text prompts or input_ids, a 2-D tensor of token ids (a row per "
-                         "prompt).")
+    if input_ids is None:  # no BOS to start from on the engine: it takes the prompts' ids
+        refuse_type("inputs", input_ids, _INPUTS)
     attention_mask = kwargs.pop("attention_mask", None)
     sampling, _ = EngineSampling.of(model, generation_config, kwargs, input_ids.shape[1])
     generated = generate_on_engine_reader(model, tokenizer, retriever, config, input_ids, attention_mask, sampling,
@@ -177,6 +177,22 @@ def _encode_prompts(tokenizer, prompts: str | Sequence[str]) -> tuple[torch.Tens
 def _is_text(inputs: Any) -> bool:
     return isinstance(inputs, str) or (isinstance(inputs, (list, tuple)) and bool(inputs)
                                        and all(isinstance(x, str) for x in inputs))
+
+
+_INPUTS = "text prompts (a str or a list of str) or token ids (a 2-D tensor, a row per prompt)"
+
+
+def _check_inputs(name: str, inputs: Any, vocab_size: int | None) -> None:
+    """Refuse in one line naming ``name`` (``inputs`` or ``input_ids``) what generation cannot take: no text prompts
+    and no 2-D tensor (an empty list, a list holding something else than text, a 1-D tensor), and ids outside the
+    reader's vocabulary of ``vocab_size``, before an embedding lookup fails naming neither."""
+    if isinstance(inputs, (list, tuple)) and (not inputs or any(isinstance(item, str) for item in inputs)):
+        check_texts(name, inputs)  # names the empty list, or the first item that is no text
+    if not isinstance(inputs, torch.Tensor) or inputs.dim() != 2:
+        fix = ("one prompt's ids go as ids[None]" if isinstance(inputs, torch.Tensor) else
+               "token ids go as a tensor, torch.tensor(rows)" if isinstance(inputs, (list, tuple)) else "")
+        refuse_type(name, inputs, _INPUTS, fix)
+    check_vocabulary(name, inputs.tolist(), vocab_size)
 
 
 @torch.no_grad()
@@ -204,8 +220,10 @@ def ralm_generate(
     Takes what ``transformers``' ``generate`` takes (``input_ids``/``attention_mask``, ``generation_config`` or its
     fields as keyword arguments, ``logits_processor``, ``stopping_criteria``, ``streamer``,
     ``return_dict_in_generate``, ``output_scores``/``output_logits``); ``inputs`` may also be a text or a list of
-    texts (tokenized with ``tokenizer``, left-padded). Returns the token ids, or a :class:`RalmGenerateOutput` with
-    per-row ``sources`` when ``return_dict_in_generate=True``.
+    texts (tokenized with ``tokenizer``, left-padded). Anything else (an empty list, a list of something else than
+    texts, ids outside the reader's vocabulary) is refused in one line naming ``inputs`` or ``input_ids`` before
+    anything runs. Returns the token ids, or a :class:`RalmGenerateOutput` with per-row ``sources`` when
+    ``return_dict_in_generate=True``.
 
     Args:
         passage_cache: a :class:`~hf_ralm.core.passage_cache.PassageKVCache` of ``model`` to reuse passages' keys/values
@@ -232,6 +250,9 @@ def ralm_generate(
     elif _is_text(kwargs.get("input_ids")):
         kwargs["input_ids"], mask = _encode_prompts(tokenizer, kwargs["input_ids"])
         kwargs.setdefault("attention_mask", mask)
+    for name, given in (("inputs", inputs), ("input_ids", kwargs.get("input_ids"))):
+        if given is not None:  # none at all: transformers starts from the BOS token
+            _check_inputs(name, given, vocabulary_size(model))
     if is_engine_reader(model):
         in_process = {"logits_processor": logits_processor, "stopping_criteria": stopping_criteria,
                       "streamer": streamer, "passage_cache": passage_cache}

@@ -31,6 +31,23 @@ def metric_info(description: str, inputs_description: str, features):
                                inputs_description=inputs_description, features=features)
 
 
+class CheckedInputs:
+    """What a shipped metric's ``compute`` does first: its inputs checked by its ``check_inputs(predictions,
+    references)`` (hf-ralm's one-line refusals naming the argument: ``None``, a single text, an item that is no
+    text), before ``evaluate``'s own check, whose message names the features, or its "call add at least once" for
+    ``predictions=None``. Inputs added before with ``add``/``add_batch`` pass as ``evaluate`` takes them."""
+
+    def check_inputs(self, predictions, references) -> None:
+        raise NotImplementedError
+
+    def compute(self, *, predictions=None, references=None, **kwargs):
+        """``evaluate``'s ``compute``, the inputs checked first (``evaluate`` appends the metric's arguments to this
+        text, as it does to its own ``compute``'s)."""
+        if predictions is not None or references is not None or getattr(self, "writer", None) is None:
+            self.check_inputs(predictions, references)
+        return super().compute(predictions=predictions, references=references, **kwargs)
+
+
 def metric_path(name: str) -> str:
     """The folder of a shipped metric, for ``evaluate.load(path)``."""
     if name not in METRICS:

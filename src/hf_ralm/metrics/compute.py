@@ -10,6 +10,7 @@ from ..config.configuration_ralm import RalmConfig
 from ..core.data import join_rows
 from ..errors import RalmWarning, setting
 from ..core.plan import tokenize_text
+from ..utils.checks import check_texts
 
 JOINED_KEYS = ("nll_sum", "num_tokens", "num_scored", "num_words", "token_ppl", "word_ppl")
 """The figures of the predictions joined into one text, as ``hf-ralm eval-lm`` reports them."""
@@ -50,10 +51,14 @@ def compute_ralm_perplexity(
     the paper's), and for each prediction on its own (``perplexities``, :func:`prediction_perplexity`) with their
     mean over the predictions that have one (``mean_perplexity``; NaN when none has), as ``evaluate``'s
     ``perplexity`` gives them. The settings are :class:`RalmConfig`'s (``stride`` is ``retrieval_stride``;
-    ``query_length=None``: the retriever's default); ``device=None``: the accelerator when there is one."""
+    ``query_length=None``: the retriever's default); ``device=None``: the accelerator when there is one.
+    ``predictions`` that are no list of texts (``None``, a single text, an item that is no text) or an empty list are
+    refused in one line before the model is loaded (:func:`~hf_ralm.utils.checks.check_texts`)."""
     import torch
 
     from ..modeling_ralm import RetrievalAugmentedModel
+
+    predictions = check_texts("predictions", predictions)  # before a model is loaded
 
     model = RetrievalAugmentedModel.from_pretrained(
         model_id, retriever=retriever, index_dir=index_dir, corpus=corpus, forbidden_titles=forbidden_titles,

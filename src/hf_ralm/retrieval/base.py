@@ -31,7 +31,7 @@ from ..errors import InputError, MissingFileError, SettingError, setting, utf8_e
 from ..config.passages import Passage
 from ..runs.fingerprints import titles_fingerprint
 from ..utils.atomic import write_json_atomic
-from ..utils.checks import is_input_file
+from ..utils.checks import check_count, check_path, check_texts, is_input_file
 from .index_folder import SAVED_INDEX_IDENTITY
 
 RETRIEVER_CONFIG_FILE = "retriever_config.json"
@@ -240,7 +240,7 @@ class Retriever(ABC):
         machine while it is still that index, never from a folder downloaded from the Hub nor with a corpus that would
         build there (:func:`~hf_ralm.retrieval.index_folder.saved_index_dir`); elsewhere the folder needs the index
         given (``index_dir=``)."""
-        save_directory = str(save_directory)
+        save_directory = check_path("save_directory", save_directory)
         os.makedirs(save_directory, exist_ok=True)
         config = self._saved_config(save_directory, SAVED_INDEX_DIR if save_index else None)
         write_json_atomic(os.path.join(save_directory, RETRIEVER_CONFIG_FILE), config)
@@ -249,6 +249,21 @@ class Retriever(ABC):
         """:meth:`config` as saved in ``save_directory``, a local index first copied to ``save_directory/index_copy``
         when that is given (:class:`~hf_ralm.retrieval.local.LocalIndexRetriever`)."""
         return self.config()
+
+
+def checked_queries(queries: Any, k: Any = 1) -> list[str]:
+    """``queries`` as a list of texts, and ``k`` a count of at least 1, or a refusal naming the argument
+    (:func:`~hf_ralm.utils.checks.check_texts`, :func:`~hf_ralm.utils.checks.check_count`): what every built-in
+    backend's :meth:`Retriever.retrieve` checks first, so that ``None``, one query given as a string (a search per
+    character) or a query that is no text is refused there, not deep in a search library. An empty list asks for
+    nothing (no results).
+
+    Example:
+        >>> checked_queries(("the emperor of Rome",), k=2)
+        ['the emperor of Rome']
+    """
+    check_count("k", k)
+    return check_texts("queries", queries, allow_empty=True)
 
 
 def passages_from_table(table, hits: Sequence[Sequence[tuple[int, float]]]) -> list[list[Passage]]:

@@ -30,7 +30,7 @@ from ..config.passages import Passage, passage_text
 from ..utils.cpus import available_cpus
 from ..utils.progress import datasets_bars_off
 from .analysis import ANALYSIS, analyze_texts, iter_analyzed
-from .base import passages_from_table
+from .base import checked_queries, passages_from_table
 from .bm25_index import bm25_matrix, count_terms, save_bm25s
 from .corpus import PASSAGE_COLUMNS, check_passage_count
 from .index_folder import check_index, reading_index
@@ -129,6 +129,7 @@ class BM25Retriever(LocalIndexRetriever):
     def retrieve(self, queries: Sequence[str], k: int = 1) -> list[list[Passage]]:
         """Top-``k`` passages per query, best first; passages with a zero score (no query term matched) and
         forbidden titles are never returned."""
+        queries = checked_queries(queries, k)
         if not queries:
             return []
         tokens = analyze_texts(queries)
@@ -147,6 +148,7 @@ class BM25Retriever(LocalIndexRetriever):
         ``idf · tf / (tf + k1 · (1 - b + b · dl / avgdl))``, always below ``idf = log(1 + (N - df + 0.5) / (df +
         0.5))``, so the bound is the sum of the idf of the query's analysed terms found in the index (each time a
         term occurs in the query, as scoring counts it); 0 when none is found (nothing can be retrieved then)."""
+        queries = checked_queries(queries)
         matrix = self.bm25.scores  # one column per term: indptr[t + 1] - indptr[t] passages hold term t
         num_docs = matrix["num_docs"]
         bounds = []

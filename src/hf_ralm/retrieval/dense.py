@@ -51,7 +51,7 @@ from ..runs.harness import ChunkRun, RunOptions
 from ..utils.extras import require
 from ..runs.shards import Shard
 from ..utils.widened_linear import widen_where_bfloat16_is_slow
-from .base import passages_from_table
+from .base import checked_queries, passages_from_table
 from .dense_options import DEFAULT_ENCODER_DTYPE, DEFAULT_FACTORY, ENCODER_DTYPES, POOLINGS
 from .corpus import WORDS_PER_PASSAGE, check_passage_count, corpus_fingerprint, passage_columns
 from .index_folder import INDEX_FILE, announce_build, build_folder, building, check_index, clear_build_folder
@@ -310,6 +310,7 @@ class DenseRetriever(LocalIndexRetriever):
     def retrieve(self, queries: Sequence[str], k: int = 1) -> list[list[Passage]]:
         """Top-``k`` passages per query by inner product, best first; forbidden titles are never returned (the
         search goes ``max(100, 4k)`` deep to find ``k`` allowed ones)."""
+        queries = checked_queries(queries, k)
         if not queries:
             return []
         depth = min(max(100, 4 * k) if self.forbidden_titles else k, len(self))

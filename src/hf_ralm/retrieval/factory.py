@@ -15,6 +15,7 @@ import os
 from typing import Any, Iterable
 
 from ..errors import SavedFolderError, setting
+from ..utils.checks import refuse_type
 from .base import PACKAGED_TITLES, RETRIEVER_CONFIG_FILE, Retriever
 from .corpus import is_hub_corpus
 from .index_folder import saved_path
@@ -54,8 +55,8 @@ def load_retriever(
             spec, index_dir=index_dir, corpus=corpus, forbidden_titles=sorted(forbidden_titles) or None, **options)
     if callable(getattr(spec, "retrieve", None)):
         return spec
-    raise TypeError(f"retriever must be a name {retriever_names()}, a dict or a Retriever, got "
-                    f"{type(spec).__name__}.")
+    refuse_type("retriever", spec, f"a retriever's name ({', '.join(retriever_names())}), its description (a dict) "
+                "or an object with a retrieve(queries, k) method")
 
 
 def pretrained_folder(name_or_path: str | os.PathLike, **hub_kwargs) -> str:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..config.passages import Passage
-from .base import RETRIEVER_CONFIG_FILE, Retriever
+from .base import RETRIEVER_CONFIG_FILE, Retriever, checked_queries
 from .index_folder import check_build_folder
 from .local import IndexOptions, LocalIndexRetriever
 from .registry import retriever_class
@@ -69,6 +69,7 @@ class HybridOptions(IndexOptions):
     n_threads: int | None = None
 
     def __post_init__(self):
+        super().__post_init__()
         if self.sparse not in SPARSE_NAMES:
             raise ValueError(f"The hybrid retriever's sparse side is one of {SPARSE_NAMES}, got {self.sparse!r}.")
 
@@ -169,6 +170,7 @@ class HybridRetriever(LocalIndexRetriever):
 
     def retrieve(self, queries: Sequence[str], k: int = 1) -> list[list[Passage]]:
         """Top-``k`` passages per query by fused score (``Passage.score``), best first."""
+        queries = checked_queries(queries, k)
         if not queries:
             return []
         depth = max(k, self.depth)

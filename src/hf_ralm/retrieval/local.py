@@ -40,7 +40,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, ClassVar, Iterable, Iterator, Mapping, Sequence
 
-from ..errors import setting
+from ..errors import SettingError, setting
+from ..utils.checks import refuse_type
 from .base import Retriever, RetrieverOptions
 from .corpus import WORDS_PER_PASSAGE, passage_rows
 from .index_folder import announce_build, build_pace, building, copy_index, corpus_files
@@ -61,6 +62,29 @@ class IndexOptions(RetrieverOptions):
     corpus: str | Sequence[str] | None = None
     index_dir: str | os.PathLike | None = None
     words_per_passage: int = WORDS_PER_PASSAGE
+
+    def __post_init__(self):
+        """``corpus`` as ``str`` path(s), or a refusal naming it: anything else would be taken as rows to index, or
+        fail in ``os.stat`` naming nothing."""
+        if self.corpus is not None:
+            object.__setattr__(self, "corpus", _corpus_paths(self.corpus))
+
+
+_CORPUS = "a corpus file's path or an hf:DATASET (a str or an os.PathLike), or a list of them"
+
+
+def _corpus_paths(corpus: Any) -> str | list[str]:
+    """A ``corpus`` option as :class:`IndexOptions` keeps it: one path (a ``str``) or a non-empty list of them."""
+    if isinstance(corpus, (str, os.PathLike)):
+        return os.fspath(corpus)
+    if not isinstance(corpus, (list, tuple)):
+        refuse_type("corpus", corpus, _CORPUS)
+    if not corpus:
+        raise SettingError(f"{setting('corpus')} is an empty list: give at least one corpus file.")
+    for i, path in enumerate(corpus):
+        if not isinstance(path, (str, os.PathLike)):
+            refuse_type("corpus", path, "a corpus file's path (a str or an os.PathLike)", item=i)
+    return [os.fspath(path) for path in corpus]
 
 
 class LocalIndexRetriever(Retriever):

@@ -35,7 +35,7 @@ from transformers.utils import logging
 from ..errors import setting
 from ..config.passages import Passage, passage_text
 from ..utils.cpus import available_cpus
-from .base import RETRIEVER_CONFIG_FILE
+from .base import RETRIEVER_CONFIG_FILE, checked_queries
 from .corpus import check_passage_count
 from .index_folder import INDEX_FILE, check_index, copy_index, names_a_local_path, outside_folder_error
 from .index_folder import path_for_folder
@@ -198,6 +198,7 @@ class LuceneRetriever(LocalIndexRetriever):
         """Top-``k`` passages per query, best first. Only passages matching a query term come back. With forbidden
         titles, the search goes ``max(100, 4k)`` deep (deeper again for queries still short of ``k`` allowed
         passages) so that ``k`` allowed passages come back whenever the index has them."""
+        queries = checked_queries(queries, k)
         if not queries:
             return []
         k = max(0, min(int(k), self._num_docs))

@@ -1,9 +1,18 @@
 """The checks that settings, arguments and input files share, with messages that name the argument or the file: counts
-and numbers, and the input files every reader opens through :func:`reading` (a regular file, refused before it is
-opened when it is a FIFO or a device: :func:`is_input_file`).
+and numbers; the Python API's arguments of the wrong type or empty (:func:`check_texts`, :func:`token_id_list`,
+:func:`check_vocabulary`, :func:`check_path`: each refusal names the argument, what was given and what it takes,
+before any model runs); and the input files every reader opens through :func:`reading` (a regular file, refused
+before it is opened when it is a FIFO or a device: :func:`is_input_file`).
 
 Example:
     >>> check_count("stride", 4)
+    >>> check_texts("prompts", ("The Eiffel Tower is", "Rome was"))
+    ['The Eiffel Tower is', 'Rome was']
+    >>> check_texts("prompts", "The Eiffel Tower is")
+    Traceback (most recent call last):
+    ...
+    hf_ralm.errors.InputTypeError: prompts takes a list of texts (str), got a str ('The Eiffel Tower is'): for one \
+text, give a list of one, [text].
     >>> is_finite_number(2.0), is_finite_number(float("nan")), is_finite_number(True)
     (True, False, False)
     >>> is_input_file("/dev/null")  # doctest: +ELLIPSIS
@@ -16,13 +25,14 @@ from __future__ import annotations
 
 import gzip
 import math
+import operator
 import os
 import stat
 import zlib
 from contextlib import contextmanager
-from typing import Any, Iterator, Mapping, TextIO
+from typing import Any, Iterable, Iterator, Mapping, NoReturn, Sequence, TextIO
 
-from ..errors import InputError, SettingError, setting, utf8_errors
+from ..errors import InputError, InputTypeError, SettingError, setting, utf8_errors
 from .atomic import naming_errors
 
 
@@ -55,6 +65,138 @@ def with_named_options(options: Mapping[str, Any], named: Mapping[str, Any], wha
     if twice:
         raise SettingError(f"{', '.join(twice)}: given both by name and in {setting(what)}; give each option once.")
     return {**options, **named}
+
+
+def shown(value: Any, width: int = 60) -> str:
+    """A value as a message shows it: its ``repr``, cut to ``width`` characters.
+
+    Example:
+        >>> shown("x" * 100, width=12)
+        "'xxxxxxxx..."
+    """
+    text = repr(value)
+    return text if len(text) <= width else f"{text[:width - 3]}..."
+
+
+def described(value: Any) -> str:
+    """What a message says was given: ``None``, or the value's type and its shortened ``repr`` (:func:`shown`); a
+    tensor or an array by its shape.
+
+    Example:
+        >>> described(None), described(123), described([5, 6])
+        ('None', 'an int (123)', 'a list ([5, 6])')
+    """
+    if value is None:
+        return "None"
+    name = type(value).__name__
+    article = "an" if name[0].lower() in "aeiou" else "a"
+    shape = getattr(value, "shape", None)
+    if shape is not None and not isinstance(value, type):
+        return f"{article} {name} of shape {tuple(shape)}"
+    return f"{article} {name} ({shown(value)})"
+
+
+def refuse_type(name: str, value: Any, takes: str, fix: str = "", item: int | None = None) -> NoReturn:
+    """Raise the :class:`~hf_ralm.errors.InputTypeError` of argument ``name`` (of its item ``item`` when given): what
+    it ``takes``, what was given (:func:`described`) and, when given, the ``fix``."""
+    where = setting(name) + ("" if item is None else f"[{item}]")
+    raise InputTypeError(f"{where} takes {takes}, got {described(value)}{': ' + fix if fix else ''}.")
+
+
+def _is_collection(value: Any) -> bool:
+    """A value that holds items to check one by one: an iterable that is no text, bytes or mapping."""
+    return isinstance(value, Iterable) and not isinstance(value, (str, bytes, Mapping))
+
+
+def check_texts(name: str, value: Any, allow_empty: bool = False) -> list[str]:
+    """``value`` (a list, a tuple or another iterable of ``str``) as a list; refused in one line naming argument
+    ``name`` (:class:`~hf_ralm.errors.InputTypeError`, or a :class:`~hf_ralm.errors.SettingError` for an empty one
+    unless ``allow_empty``): ``None``, a single text (iterating it would make one item per character), anything
+    else that holds no items, and an item that is no ``str`` (named by its index).
+
+    Example:
+        >>> check_texts("queries", ["the emperor", None])
+        Traceback (most recent call last):
+        ...
+        hf_ralm.errors.InputTypeError: queries[1] takes a text (str), got None.
+    """
+    takes = "a list of texts (str)"
+    if isinstance(value, str):
+        refuse_type(name, value, takes, "for one text, give a list of one, [text]")
+    if not _is_collection(value):
+        refuse_type(name, value, takes)
+    texts = list(value)
+    if not texts and not allow_empty:
+        raise SettingError(f"{setting(name)} is empty: give at least one text.")
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            refuse_type(name, text, "a text (str)", item=i)
+    return texts
+
+
+def token_id_list(name: str, value: Any, takes: str = "token ids (a list of int)") -> list[int]:
+    """``value`` (a sequence of ints, or a 1-D tensor or array) as a list of ints; refused in one line naming
+    argument ``name`` and what it ``takes``: no sequence, one of more than one dimension, an item that is no
+    integer (a bool is none either).
+
+    Example:
+        >>> token_id_list("text_or_ids", (5, 6, 7))
+        [5, 6, 7]
+        >>> token_id_list("text_or_ids", [5, 6.5])
+        Traceback (most recent call last):
+        ...
+        hf_ralm.errors.InputTypeError: text_or_ids[1] takes a token id (int), got a float (6.5).
+    """
+    if not _is_collection(value):
+        refuse_type(name, value, takes)
+    if getattr(value, "ndim", 1) != 1:
+        refuse_type(name, value, takes, "one text's ids, a single row")
+    ids = value.tolist() if hasattr(value, "tolist") else list(value)
+    for i, token in enumerate(ids):
+        if not isinstance(token, int) or isinstance(token, bool):
+            if isinstance(token, bool) or not hasattr(token, "__index__"):
+                refuse_type(name, token, "a token id (int)", item=i)
+            ids[i] = operator.index(token)  # a numpy integer in a list
+    return ids
+
+
+def check_vocabulary(name: str, ids: Sequence[int] | Sequence[Sequence[int]], vocab_size: int | None) -> None:
+    """Refuse (a :class:`~hf_ralm.errors.SettingError` naming argument ``name``, the first id out of range, where it
+    is and the vocabulary's size) token ``ids`` (a row of them, or rows) that are not all ids of a vocabulary of
+    ``vocab_size`` (``None``: not known, nothing checked), before an embedding lookup fails with an index error that
+    names none of them.
+
+    Example:
+        >>> check_vocabulary("input_ids", [[5, 6], [7, 900]], 128)
+        Traceback (most recent call last):
+        ...
+        hf_ralm.errors.SettingError: input_ids[1][1] is the token id 900, outside the model's vocabulary of 128 ids \
+(0 to 127): give ids of the model's own tokenizer.
+    """
+    if vocab_size is None:
+        return
+    nested = bool(ids) and not isinstance(ids[0], int)
+    for r, row in enumerate(ids if nested else [ids]):
+        if row and (min(row) < 0 or max(row) >= vocab_size):
+            column, bad = next((c, token) for c, token in enumerate(row) if not 0 <= token < vocab_size)
+            where = f"{setting(name)}[{r}][{column}]" if nested else f"{setting(name)}[{column}]"
+            raise SettingError(f"{where} is the token id {bad}, outside the model's vocabulary of {vocab_size} ids "
+                               f"(0 to {vocab_size - 1}): give ids of the model's own tokenizer.")
+
+
+def check_path(name: str, value: Any, what: str = "a folder's path") -> str:
+    """``value`` (a ``str`` or an ``os.PathLike``) as a ``str``; anything else is refused in one line naming argument
+    ``name`` (:class:`~hf_ralm.errors.InputTypeError`), before a ``None`` or a number becomes a file name.
+
+    Example:
+        >>> check_path("save_directory", None)
+        Traceback (most recent call last):
+        ...
+        hf_ralm.errors.InputTypeError: save_directory takes a folder's path (a str or an os.PathLike), got None.
+    """
+    if not isinstance(value, (str, os.PathLike)):
+        refuse_type(name, value, f"{what} (a str or an os.PathLike)")
+    return os.fspath(value)
 
 
 def is_number(value) -> bool:

@@ -13,8 +13,8 @@ Loads offline once hf-ralm is installed::
 import datasets
 import evaluate
 
-from hf_ralm.metrics import metric_info
-from hf_ralm.evaluation.qa import exact_match_score
+from hf_ralm.metrics import CheckedInputs, metric_info
+from hf_ralm.evaluation.qa import check_exact_match_inputs, exact_match_score
 
 _DESCRIPTION = """Exact match for open-domain QA (Ram et al., 2023, §7): a prediction counts when its SQuAD
 normalization (lower case, punctuation removed, articles a/an/the removed, white space collapsed) equals that of any
@@ -35,7 +35,10 @@ Example::
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class RalmExactMatch(evaluate.Metric):
+class RalmExactMatch(CheckedInputs, evaluate.Metric):
+    def check_inputs(self, predictions, references):
+        check_exact_match_inputs(predictions, references)
+
     def _info(self):
         return metric_info(_DESCRIPTION, _KWARGS_DESCRIPTION, [
             datasets.Features(

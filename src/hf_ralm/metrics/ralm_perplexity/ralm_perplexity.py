@@ -11,8 +11,9 @@ Loads offline once hf-ralm is installed::
 import datasets
 import evaluate
 
-from hf_ralm.metrics import metric_info
+from hf_ralm.metrics import CheckedInputs, metric_info
 from hf_ralm.metrics.compute import compute_ralm_perplexity
+from hf_ralm.utils.checks import check_texts
 
 _DESCRIPTION = """In-Context RALM perplexity (Ram et al., 2023): the text is scored in windows that start every
 `stride` tokens; each window after the first is conditioned on the top passage retrieved for the last
@@ -42,7 +43,10 @@ Example::
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class RalmPerplexity(evaluate.Metric):
+class RalmPerplexity(CheckedInputs, evaluate.Metric):
+    def check_inputs(self, predictions, references):
+        check_texts("predictions", predictions)
+
     def _info(self):
         features = datasets.Features({"predictions": datasets.Value("string")})
         return metric_info(_DESCRIPTION, _KWARGS_DESCRIPTION, features)
