@@ -1,6 +1,7 @@
 """The errors hf-ralm raises for bad input: a file or a setting that is wrong. Each message names the file (with its
 line, or the item, when that helps) or the setting, says what is wrong and how to fix it. They are ``ValueError``
-subclasses, so ``except ValueError`` catches them too; the command line prints the message as one line
+subclasses, so ``except ValueError`` catches them too (an argument of the wrong type, :class:`InputTypeError`, is a
+``TypeError`` as well); the command line prints the message as one line
 (``hf-ralm: error: ...``) and exits with status 2 (``--debug`` also shows the traceback).
 
 Example:
