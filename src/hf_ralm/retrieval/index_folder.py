@@ -61,6 +61,7 @@ from ..runs.locks import file_lock
 from ..utils.paths import looks_local
 from ..utils.progress import Pace, format_duration
 from .corpus import corpus_bytes, corpus_fingerprint, is_corpus_file, is_hub_corpus, read_corpora
+from .index_checks import DIGEST_KEY, hash_files, stamp_moved, verify_files
 
 logger = logging.get_logger(__name__)
 
@@ -86,6 +87,7 @@ MANIFEST_SCHEMA: dict[str, tuple[tuple[type, ...], str]] = {
     "words_per_passage": ((int,), "a whole number"),
     "num_passages": ((int,), "a whole number"),
     "files": ((dict,), "an object of file names and their sizes"),
+    DIGEST_KEY: ((dict,), "an object of file names and their SHA-256 digests"),
 }
 """The types of the keys of ``hf_ralm_index.json`` that hf-ralm itself reads (a backend's settings are checked by
 what they must equal, :func:`index_problem`); a key may be missing (an older index), not of another type."""
@@ -94,7 +96,7 @@ what they must equal, :func:`index_problem`); a key may be missing (an older ind
 def _schema_problem(info) -> str | None:
     """What makes the parsed ``hf_ralm_index.json`` ``info`` unusable, or ``None``: it is no JSON object, or a key
     that hf-ralm reads has another type (:data:`MANIFEST_SCHEMA`; ``corpus`` a list of paths, ``files`` an object of
-    file names and sizes in bytes)."""
+    file names and sizes in bytes, ``sha256`` of file names and hex digests)."""
     if not isinstance(info, dict):
         return "is not a JSON object"
     for key, (types, wanted) in MANIFEST_SCHEMA.items():
@@ -106,6 +108,9 @@ def _schema_problem(info) -> str | None:
     for name, size in (info.get("files") or {}).items():
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
             return f"records the size of {name!r} as {json.dumps(size)[:40]}, not a number of bytes"
+    for name, digest in (info.get(DIGEST_KEY) or {}).items():
+        if not isinstance(digest, str) or len(digest) != 64 or digest.strip("0123456789abcdef"):
+            return f"records the SHA-256 digest of {name!r} as {json.dumps(digest)[:40]}, not 64 hex digits"
     return None
 
 
@@ -250,14 +255,16 @@ def folder_contents(index_dir: str) -> FolderContents:
 
 
 def index_problem(index_dir: str, retriever: str, files: Sequence[str] = (), keys: Sequence[str] = (),
-                  settings: dict | None = None) -> str | None:
+                  settings: dict | None = None, trust_stamps: bool = True) -> str | None:
     """Why the folder ``index_dir`` holds no usable finished index of ``retriever``, or ``None`` when it does.
 
     Checked before anything is loaded (whose index it is, :func:`check_kind`, first): the folder and its
     ``hf_ralm_index.json`` exist and are valid (:func:`read_manifest`), it records ``retriever``, ``keys`` and
     ``settings`` (an index built by an older hf-ralm may not), with the values of ``settings``, and its files are all
     there: each with the size recorded when it was built (a copy that stopped short, a disk that filled up) or, for an
-    index built before sizes were recorded, the backend's own ``files`` (glob patterns relative to the folder).
+    index built before sizes were recorded, the backend's own ``files`` (glob patterns relative to the folder); and
+    each holds what was written there, by the checksum recorded when it was built (:func:`_content_problem`; a file
+    unchanged since it was last verified is trusted when ``trust_stamps``).
 
     Example::
 
@@ -277,7 +284,36 @@ def index_problem(index_dir: str, retriever: str, files: Sequence[str] = (), key
     other = {key: info[key] for key, value in (settings or {}).items() if info[key] != value}
     if other:
         return f"was built with other settings ({other}, now {({key: settings[key] for key in other})})"
-    return _written_files(index_dir, info, files)[1]
+    return _written_files(index_dir, info, files)[1] or _content_problem(index_dir, retriever, info, trust_stamps)
+
+
+_UNCHECKED_SAID: set[str] = set()
+"""The index folders (real paths) that this process has said record no checksums: said once each."""
+
+
+def _content_problem(index_dir: str, retriever: str, info: dict, trust_stamps: bool = True) -> str | None:
+    """Why the files of the whole index in ``index_dir`` (its valid ``hf_ralm_index.json``, ``info``: every file it
+    lists there with its size) do not hold what its build wrote, by the SHA-256 digests it recorded
+    (:func:`~hf_ralm.retrieval.index_checks.verify_files`, its stamps in hf-ralm's cache: :func:`_cache_file`), or
+    ``None``. An index built before checksums were recorded is checked by its sizes only, which is said once (logged:
+    warning), with how to rebuild it."""
+    digests = info.get(DIGEST_KEY)
+    if digests is None:
+        if os.path.realpath(index_dir) not in _UNCHECKED_SAID:
+            _UNCHECKED_SAID.add(os.path.realpath(index_dir))
+            logger.warning("hf-ralm: the %s index in %s records no checksums of its files (built by an older "
+                           "hf-ralm): only their sizes are checked before use, and `hf-ralm index --verify` cannot "
+                           "check it; rebuilding it records them: %s.", retriever, index_dir,
+                           rebuild_hint(index_dir, retriever))
+        return None
+    listed = {name: digests[name] for name in info.get("files") or {} if name in digests}
+    damaged = verify_files(index_dir, listed, _cache_file(index_dir, "index-checks", ".json"), trust_stamps)
+    if not damaged:
+        return None
+    first, *others = damaged
+    more = f"; nor do {', '.join(damage.name for damage in others)}" if others else ""
+    return (f"is damaged: {first.path} does not hold what hf-ralm wrote there (its SHA-256 is {first.actual[:16]}..., "
+            f"{first.recorded[:16]}... was recorded when the index was built){more}")
 
 
 def check_kind(index_dir: str, retriever: str) -> None:
@@ -362,9 +398,60 @@ def check_index(index_dir: str, retriever: str, files: Sequence[str] = (), keys:
                                 f"build it with {rebuild_hint(index_dir, retriever)}.")
     problem = index_problem(index_dir, retriever, files, keys, settings)
     if problem is not None:
-        raise IndexFolderError(f"The {retriever} index in {index_dir!r} {problem}. Rebuild it: "
-                               f"{rebuild_hint(index_dir, retriever)}.")
+        raise _unusable(index_dir, retriever, problem)
     return read_index_info(index_dir)
+
+
+def _unusable(index_dir: str, retriever: str, problem: str) -> IndexFolderError:
+    """The error for the ``retriever`` index in ``index_dir`` that cannot be used (``problem``, as
+    :func:`index_problem` words it), with how to rebuild it."""
+    return IndexFolderError(f"The {retriever} index in {index_dir!r} {problem}. Rebuild it: "
+                            f"{rebuild_hint(index_dir, retriever)}.")
+
+
+def verify_index(index_dir: str) -> dict:
+    """Check every file of the index in ``index_dir`` against the SHA-256 digest recorded when it was built, each
+    one read whole (no file is trusted for being unchanged since it was last verified): what ``hf-ralm index --verify
+    DIR`` runs. A hybrid folder's two indexes are checked both. Verified files are stamped as such.
+
+    Returns:
+        ``{"index_dir", "checksum": "sha256", "files", "bytes"}``: what was verified.
+
+    Raises:
+        FileNotFoundError: no such folder.
+        IndexFolderError: a file is damaged (the message names it and says how to rebuild the index), missing or of
+            another size; the index records no checksums (built by an older hf-ralm); the folder holds no index
+            hf-ralm built (a Lucene index from elsewhere, a pyserini prebuilt index: they have no checksums).
+
+    Example::
+
+        verify_index("wiki-bm25")   # {'index_dir': 'wiki-bm25', 'checksum': 'sha256', 'files': 8, 'bytes': 1630284}
+    """
+    if not os.path.isdir(index_dir):
+        raise FileNotFoundError(f"No index folder {index_dir!r} to verify.")
+    from .hybrid import SPARSE_NAMES
+
+    info = read_index_info(index_dir)
+    if info is None:
+        sides = [name for name in (*SPARSE_NAMES, "dense") if os.path.isfile(os.path.join(index_dir, name, INDEX_FILE))]
+        if not sides:
+            raise IndexFolderError(f"{index_dir!r} holds no index hf-ralm built (no {INDEX_FILE}), so nothing records "
+                                   "what its files should hold: only an index hf-ralm builds records checksums (a "
+                                   "Lucene index built elsewhere or a pyserini prebuilt index has none).")
+        checked = [verify_index(os.path.join(index_dir, name)) for name in sides]  # a hybrid index's sides
+        return {"index_dir": index_dir, "checksum": DIGEST_KEY, "files": sum(side["files"] for side in checked),
+                "bytes": sum(side["bytes"] for side in checked)}
+    retriever = info.get("retriever", "NAME")
+    if DIGEST_KEY not in info:
+        raise IndexFolderError(f"The {retriever} index in {index_dir!r} records no checksums of its files (built by "
+                               "an older hf-ralm), so what they hold cannot be verified. Rebuild it to record them: "
+                               f"{rebuild_hint(index_dir, retriever)}.")
+    problem = index_problem(index_dir, retriever, _backend_files(retriever), trust_stamps=False)
+    if problem is not None:
+        raise _unusable(index_dir, retriever, problem)
+    verified = [name for name in info.get("files") or {} if name in info[DIGEST_KEY]]
+    return {"index_dir": index_dir, "checksum": DIGEST_KEY, "files": len(verified),
+            "bytes": sum(info["files"][name] for name in verified)}
 
 
 def reusable_index_info(index_dir: str, retriever: str, files: Sequence[str] = (), keys: Sequence[str] = (),
@@ -443,10 +530,16 @@ def building(index_dir: str):
     that build one folder share that cache (the default, ``~/.cache/hf-ralm``, is shared by the nodes of a cluster
     whose home folders are).
     """
+    return file_lock(_cache_file(index_dir, "locks", ".lock"), f"the build of {index_dir}")
+
+
+def _cache_file(index_dir: str, kind: str, suffix: str) -> str:
+    """The file of hf-ralm's cache that belongs to the index folder ``index_dir``, whatever path names it:
+    ``<cache>/<kind>/<name>-<hash of the folder's real path><suffix>`` (:func:`hf_ralm_cache_dir`): its build lock
+    (:func:`building`), the stamps of its verified files (:func:`_content_problem`)."""
     real = os.path.realpath(index_dir)
     key = hashlib.sha256(real.encode("utf-8", "surrogateescape")).hexdigest()[:16]
-    path = os.path.join(hf_ralm_cache_dir(), "locks", f"{os.path.basename(real)}-{key}.lock")
-    return file_lock(path, f"the build of {index_dir}")
+    return os.path.join(hf_ralm_cache_dir(), kind, f"{os.path.basename(real)}-{key}{suffix}")
 
 
 BUILD_SECONDS_PER_MB = {"bm25": 0.65}
@@ -604,10 +697,12 @@ def finish_build(
     num_passages: int,
     settings: dict,
 ) -> None:
-    """Write ``hf_ralm_index.json`` into the filled ``tmp_dir`` and move ``tmp_dir`` to ``index_dir``
-    (:func:`_install`)."""
+    """Write ``hf_ralm_index.json`` into the filled ``tmp_dir`` (with the size and the SHA-256 digest of every file)
+    and move ``tmp_dir`` to ``index_dir`` (:func:`_install`), where its files are stamped as verified: the first load
+    hashes none of them again."""
     files = _file_sizes(tmp_dir)  # what index_problem checks before the index is used
     del files[BUILD_MARKER]  # removed when the build folder becomes the index
+    hashed = hash_files(tmp_dir, list(files))
     info = {
         "retriever": retriever,
         "corpus": [p if is_hub_corpus(p) else os.path.abspath(p) for p in paths] if paths else None,
@@ -616,10 +711,12 @@ def finish_build(
         "num_passages": num_passages,
         **settings,
         "files": files,
+        DIGEST_KEY: {name: digest for name, (digest, *_) in hashed.items()},
     }
     with open(os.path.join(tmp_dir, INDEX_FILE), "w", encoding="utf-8") as f:
         json.dump(info, f, indent=2)
     _install(tmp_dir, index_dir)
+    stamp_moved(index_dir, hashed, _cache_file(index_dir, "index-checks", ".json"))
 
 
 def index_matches(
