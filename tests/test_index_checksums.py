@@ -213,3 +213,19 @@ def test_a_dense_index_and_a_hybrid_folder_are_checked_too(files, capsys):
     with pytest.raises(IndexFolderError, match=f"is damaged: {folder / 'dense' / 'embeddings.npy'} does not hold"):
         DenseRetriever.load(str(folder / "dense"))
     fail(capsys, files, ["index", "--verify", str(folder)], f"{folder / 'dense' / 'embeddings.npy'} does not hold")
+
+
+def test_a_cache_that_cannot_be_written_costs_only_the_hashing(files, monkeypatch, caplog):
+    """Where no stamp can be recorded (hf-ralm's cache cannot be written), every load hashes the files and works;
+    that is said once."""
+    index = build(files)
+    blocked = files["tmp"] / "not-a-folder"
+    blocked.write_text("")
+    monkeypatch.setenv("HF_HOME", str(blocked))
+    hashed = hashed_files(monkeypatch)
+    with caplog.at_level(logging.WARNING, logger="hf_ralm"):
+        BM25Retriever.load(str(index))
+        BM25Retriever.load(str(index))
+    assert len(hashed) == 2 * len(json.loads((index / INDEX_FILE).read_text())["files"])
+    said = [record.getMessage() for record in caplog.records if "could not record" in record.getMessage()]
+    assert len(said) == 1 and "hashed again at every load" in said[0]

@@ -27,7 +27,7 @@ LAZY_EXPORTS = {
     "dense": ("DenseEncoder",),
     "factory": ("load_retriever", "load_retriever_from_pretrained", "pretrained_folder"),
     "hybrid": ("HybridRetriever",),
-    "index_folder": ("hf_ralm_cache_dir", "read_index_info"),
+    "index_folder": ("hf_ralm_cache_dir", "read_index_info", "verify_index"),
     "local": ("IndexOptions", "LocalIndexRetriever"),
     "lucene": ("LuceneRetriever",),
     "lucene_compat": ("java_class", "start_jvm"),
@@ -46,7 +46,7 @@ if TYPE_CHECKING:  # what type checkers and the API reference read; at run time,
     from .dense import DenseEncoder
     from .factory import load_retriever, load_retriever_from_pretrained, pretrained_folder
     from .hybrid import HybridRetriever
-    from .index_folder import hf_ralm_cache_dir, read_index_info
+    from .index_folder import hf_ralm_cache_dir, read_index_info, verify_index
     from .local import IndexOptions, LocalIndexRetriever
     from .lucene import LuceneRetriever
     from .lucene_compat import java_class, start_jvm
@@ -79,6 +79,7 @@ __all__ = [
     "pretrained_folder",
     "hf_ralm_cache_dir",
     "read_index_info",
+    "verify_index",
     "read_corpus",
     "split_passages",
     "passage_rows",

@@ -76,6 +76,10 @@ class Damage(NamedTuple):
     actual: str
 
 
+_UNWRITABLE_SAID: set[str] = set()
+"""The stamps files that this process could not write and has said so: said once each."""
+
+
 def _read_stamps(stamps_file: str) -> dict:
     """The stamps recorded in ``stamps_file``: ``{file name: [digest, *stamp]}``; none when it is missing or
     unreadable (then every file is hashed, which is only slower)."""
@@ -90,12 +94,14 @@ def _read_stamps(stamps_file: str) -> dict:
 def record_stamps(index_dir: str, stamps: Mapping[str, list], stamps_file: str) -> None:
     """Record ``stamps`` (``{file name: [digest, *stamp]}``) of the files of ``index_dir`` as verified, in
     ``stamps_file`` (atomically), and remove the stamp files beside it whose index folder no longer exists. A cache
-    that cannot be written is said once (logged: warning); the index is then hashed at every load."""
+    that cannot be written is said once per stamps file (logged: warning); the index is then hashed at every load."""
     try:
         write_json_atomic(stamps_file, {"index_dir": os.path.realpath(index_dir), "files": dict(stamps)})
     except OSError as error:
-        logger.warning("hf-ralm: could not record that the index in %s was verified (%s): its files are hashed "
-                       "again at every load.", index_dir, error)
+        if stamps_file not in _UNWRITABLE_SAID:
+            _UNWRITABLE_SAID.add(stamps_file)
+            logger.warning("hf-ralm: could not record that the index in %s was verified (%s): its files are hashed "
+                           "again at every load.", index_dir, error)
         return
     for other in glob.glob(os.path.join(os.path.dirname(stamps_file), "*.json")):
         try:

@@ -3,10 +3,10 @@ reuses.
 
 A folder holds the backend's own files beside ``hf_ralm_index.json``, which records the retriever, the corpus files,
 their fingerprint (:func:`~hf_ralm.retrieval.corpus.corpus_fingerprint`), the passage size, the number of passages,
-the backend's settings and the size of every file. A build writes everything under ``<index_dir>.tmp`` and moves it
-to ``index_dir`` only when complete (``hf_ralm_index.json`` last), so an interrupted build leaves no half-index
-behind, and builds of one folder take turns (:func:`building`: the first builds, the others wait and then reuse its
-index).
+the backend's settings and the size and SHA-256 digest of every file (:mod:`~hf_ralm.retrieval.index_checks`). A
+build writes everything under ``<index_dir>.tmp`` and moves it to ``index_dir`` only when complete
+(``hf_ralm_index.json`` last), so an interrupted build leaves no half-index behind, and builds of one folder take
+turns (:func:`building`: the first builds, the others wait and then reuse its index).
 
 What hf-ralm deletes, by name only: an index is built into a missing or empty folder, or over an hf-ralm index
 (:func:`check_build_folder`), and a (re)build removes exactly the files that index's ``hf_ralm_index.json`` lists
@@ -19,9 +19,11 @@ into) stops the build with one line naming it, and nothing is changed. A tempora
 removed only when it holds :data:`BUILD_MARKER`, written when hf-ralm makes it (:func:`build_folder`).
 
 Before an index is used, :func:`index_problem` checks that it is whole (every recorded file there, with its size; for
-an index built before sizes were recorded, the backend's own files), that it is the backend's and that it records
-what this version reads. An index that fails is rebuilt when the corpus is given (:func:`reusable_index_info`, which
-logs a warning), if it is hf-ralm's by the rule above (a damaged or incomplete one is not: the user removes it), and
+an index built before sizes were recorded, the backend's own files), that each file holds what was written there (its
+digest, when the file may have changed since it was last verified; :func:`verify_index` hashes every file), that it
+is the backend's and that it records what this version reads. An index that fails is rebuilt when the corpus is
+given (:func:`reusable_index_info`, which logs a warning), if it is hf-ralm's by the rule above (one whose files are
+missing or of other sizes is not: the user removes it; one whose files hold other bytes, at their sizes, is), and
 otherwise refused with the command that rebuilds it (:func:`check_index`); another backend's index is never built
 over.
 
@@ -409,10 +411,11 @@ def _unusable(index_dir: str, retriever: str, problem: str) -> IndexFolderError:
                             f"{rebuild_hint(index_dir, retriever)}.")
 
 
-def verify_index(index_dir: str) -> dict:
+def verify_index(index_dir: str, trust_stamps: bool = False) -> dict:
     """Check every file of the index in ``index_dir`` against the SHA-256 digest recorded when it was built, each
-    one read whole (no file is trusted for being unchanged since it was last verified): what ``hf-ralm index --verify
-    DIR`` runs. A hybrid folder's two indexes are checked both. Verified files are stamped as such.
+    one read whole (no file is trusted for being unchanged since it was last verified, unless ``trust_stamps``: the
+    check a load makes): what ``hf-ralm index --verify DIR`` runs. A hybrid folder's two indexes are checked both.
+    Verified files are stamped as such.
 
     Returns:
         ``{"index_dir", "checksum": "sha256", "files", "bytes"}``: what was verified.
@@ -424,6 +427,8 @@ def verify_index(index_dir: str) -> dict:
             hf-ralm built (a Lucene index from elsewhere, a pyserini prebuilt index: they have no checksums).
 
     Example::
+
+        from hf_ralm.retrieval import verify_index
 
         verify_index("wiki-bm25")   # {'index_dir': 'wiki-bm25', 'checksum': 'sha256', 'files': 8, 'bytes': 1630284}
     """
@@ -438,7 +443,7 @@ def verify_index(index_dir: str) -> dict:
             raise IndexFolderError(f"{index_dir!r} holds no index hf-ralm built (no {INDEX_FILE}), so nothing records "
                                    "what its files should hold: only an index hf-ralm builds records checksums (a "
                                    "Lucene index built elsewhere or a pyserini prebuilt index has none).")
-        checked = [verify_index(os.path.join(index_dir, name)) for name in sides]  # a hybrid index's sides
+        checked = [verify_index(os.path.join(index_dir, name), trust_stamps) for name in sides]  # a hybrid's sides
         return {"index_dir": index_dir, "checksum": DIGEST_KEY, "files": sum(side["files"] for side in checked),
                 "bytes": sum(side["bytes"] for side in checked)}
     retriever = info.get("retriever", "NAME")
@@ -446,7 +451,7 @@ def verify_index(index_dir: str) -> dict:
         raise IndexFolderError(f"The {retriever} index in {index_dir!r} records no checksums of its files (built by "
                                "an older hf-ralm), so what they hold cannot be verified. Rebuild it to record them: "
                                f"{rebuild_hint(index_dir, retriever)}.")
-    problem = index_problem(index_dir, retriever, _backend_files(retriever), trust_stamps=False)
+    problem = index_problem(index_dir, retriever, _backend_files(retriever), trust_stamps=trust_stamps)
     if problem is not None:
         raise _unusable(index_dir, retriever, problem)
     verified = [name for name in info.get("files") or {} if name in info[DIGEST_KEY]]
