@@ -39,7 +39,7 @@ def within(seconds: int):
 def eval_lm(files, *extra: str) -> list[str]:
     """A valid ``eval-lm`` of the tiny model, writing to ``out``."""
     return ["eval-lm", "--model", files["model"], "--dataset-path", files["dataset"], "--max-length", "16",
-            "--stride", "4", *TEST_DEVICE_ARGS, "--output-dir", str(files["out"]), *extra]
+            "--max-doc-tokens", "8", "--stride", "4", *TEST_DEVICE_ARGS, "--output-dir", str(files["out"]), *extra]
 
 
 def eval_qa(files, questions, *extra: str) -> list[str]:

@@ -140,3 +140,23 @@ def test_the_run_estimate_times_its_windows_under_a_bar(tiny_model_dir, capsys):
     capsys.readouterr()
     estimate_run(model.language_model, model.tokenizer, EVAL_TEXT, model.config, batch_size=2)
     assert re.search(r"Timing the run's windows: 100%.*\| 4/4 ", capsys.readouterr().err)
+
+
+def test_a_bar_whose_step_takes_long_shows_its_line_again(monkeypatch):
+    """One step longer than SILENCE_S (a batch of windows on a busy CPU) left a log silent for minutes: the bar's
+    line comes again, its elapsed time moved, and stops once the bar closes."""
+    import time
+
+    from hf_ralm.utils import progress
+
+    monkeypatch.setattr(progress, "SILENCE_S", 0.3)
+    out = io.StringIO()
+    bar = progress.tqdm(total=10, desc="Scoring", unit="win", file=out)
+    bar.update(1)
+    time.sleep(1.5)  # one long step
+    lines = out.getvalue().splitlines()
+    assert len([line for line in lines if "1/10" in line]) >= 2, lines
+    bar.close()
+    closed = out.getvalue()
+    time.sleep(1.0)
+    assert out.getvalue() == closed  # a closed bar stays quiet

@@ -230,6 +230,9 @@ def test_dtype_auto_is_the_checkpoints_own_and_device_default_is_hf_ralms(bf16_m
 def test_library_code_prints_nothing():
     """No ``print`` and no writes to ``sys.stderr``/``sys.stdout`` outside the command line (docstring examples
     aside): a library's messages go through logging, where its user can silence or redirect them."""
+    # where a stream is named without writing to the user's output: the progress bars ask whether stderr, tqdm's
+    # stream, is a terminal; a worker process (utils/worker_processes.serve) talks to its parent over its own stdio
+    allowed = {"src/hf_ralm/utils/progress.py": 1, "src/hf_ralm/utils/worker_processes.py": 3}
     found = []
     for path in sorted((REPO_ROOT / "src" / "hf_ralm").rglob("*.py")):
         if path.relative_to(REPO_ROOT / "src" / "hf_ralm").parts[0] == "cli":  # the command line's own output
@@ -240,7 +243,9 @@ def test_library_code_prints_nothing():
                 and isinstance(node.value, ast.Name) and node.value.id == "sys"
             if printed or stream:
                 found.append(f"{path.relative_to(REPO_ROOT)}:{node.lineno}")
-    assert not found, found
+    counts = {name: sum(1 for place in found if place.startswith(f"{name}:")) for name in allowed}
+    assert counts == allowed, found  # exactly these: one more, elsewhere or there, is a write to check
+    assert all(place.split(":")[0] in allowed for place in found), found
 
 
 def test_index_announcements_are_logged_and_the_command_line_shows_them(files, tmp_path, capsys, caplog):

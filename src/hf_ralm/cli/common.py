@@ -332,6 +332,8 @@ def load_model(args, settings: dict, retriever: str, forbidden_titles=None, load
     flags give (:data:`ENGINE_FLAGS`; refused without it). For a saved RALM whose retriever is ``retriever`` (the
     ``--retriever`` :func:`use_saved_settings` resolved), that saved retriever, the retriever flags given replacing
     its values."""
+    # said before the imports too: torch and transformers take seconds to import, more on a busy machine
+    print(f"hf-ralm: loading {args.model}", file=sys.stderr, flush=True)
     from ..modeling_ralm import RetrievalAugmentedModel, saved_ralm_settings
     from ..core.dtypes import COMMAND_LINE_DTYPES
 

@@ -11,6 +11,8 @@ Two rules hold for every bar, so that callers need not know where their output g
 - **Plain lines in a log.** On a stream that is no terminal (stderr redirected to a file, CI) a bar prints whole
   lines, no carriage returns or cursor moves: one when it starts, then at most one every :data:`LOG_INTERVAL_S`
   seconds as it moves, and its last line once when it closes.
+- **Never silent for long.** A bar that has shown nothing for :data:`SILENCE_S` seconds (one step that takes long:
+  a batch of windows on a busy CPU) shows its line again, its elapsed time moving, from a background thread.
 
 Example:
     >>> from transformers.utils import logging
@@ -36,6 +38,10 @@ LOG_INTERVAL_S = 5.0
 """At most one line per bar every this many seconds on a stream that is no terminal (a log): a line every 0.1 s,
 tqdm's rate for a terminal, fills a log; one a minute leaves it silent for as long."""
 
+SILENCE_S = 8.0
+"""A shown bar that has displayed nothing for this many seconds displays its line again (its elapsed time moved):
+no stage is silent for ten seconds, however long one of its steps takes."""
+
 _IN_PLACE = _tqdm.display is not _std_tqdm.display  # a notebook's widget: it draws itself, not on a stream
 _shares = threading.local()  # .open: the bars whose share() is open in this thread, innermost last
 
@@ -60,9 +66,12 @@ class tqdm(_tqdm):  # noqa: N801 (tqdm's own name, so that a module's bars read 
         self._done = 0  # what a bar inside a share has counted (a disabled tqdm counts nothing itself)
         self._plain = not _IN_PLACE and not _is_terminal(kwargs.get("file") or sys.stderr)
         self._shown: tuple | None = None  # the count and postfix of the last line printed in a log
+        self._shown_at = time.monotonic()  # when this bar last displayed anything
         if self._plain:
             kwargs.setdefault("mininterval", LOG_INTERVAL_S)
         super().__init__(*args, disable=disable or self._outer is not None, **kwargs)
+        if not self.disable:
+            _Heartbeat.watch()
         if self._outer is not None and self._unit != self._outer.unit:
             self._outer.set_postfix_str(self._label)  # the outer bar's line says what runs now
 
@@ -108,11 +117,14 @@ class tqdm(_tqdm):  # noqa: N801 (tqdm's own name, so that a module's bars read 
         """tqdm's display; in a log a whole line (nothing for tqdm's clearing, ``msg=''``), never the same count
         twice (for the same stage)."""
         if not self._plain:
+            self._shown_at = time.monotonic()
             return super().display(msg, pos)
-        if msg == "" or (msg is None and (self.n, self.postfix) == self._shown):
+        quiet_for = time.monotonic() - self._shown_at
+        if msg == "" or (msg is None and (self.n, self.postfix) == self._shown and quiet_for < SILENCE_S):
             return False
         self.fp.write((str(self) if msg is None else msg) + "\n")
         self.fp.flush()
+        self._shown_at = time.monotonic()
         if msg is None:
             self._shown = (self.n, self.postfix)
         return True
@@ -135,6 +147,30 @@ class tqdm(_tqdm):  # noqa: N801 (tqdm's own name, so that a module's bars read 
                 self.display()
             self.leave = False  # printed: tqdm's close has nothing more to write
         super().close()
+
+
+class _Heartbeat:
+    """The one background thread that redisplays the shown bars quiet for :data:`SILENCE_S` seconds (started with
+    the first bar shown; a daemon, so it never keeps a process alive)."""
+
+    thread: threading.Thread | None = None
+    lock = threading.Lock()
+
+    @classmethod
+    def watch(cls) -> None:
+        with cls.lock:
+            if cls.thread is None or not cls.thread.is_alive():
+                cls.thread = threading.Thread(target=cls._run, name="hf-ralm progress", daemon=True)
+                cls.thread.start()
+
+    @staticmethod
+    def _run() -> None:
+        while True:
+            time.sleep(min(1.0, SILENCE_S / 4))
+            for bar in list(_tqdm._instances):  # the open bars (tqdm removes a bar when it closes)
+                if (isinstance(bar, tqdm) and not bar.disable and bar._outer is None
+                        and time.monotonic() - bar._shown_at >= SILENCE_S):
+                    bar.refresh()
 
 
 class Pace:
