@@ -135,7 +135,7 @@ def test_error_missing_corpus(files, capsys):
     missing = str(files["tmp"] / "missing.jsonl")
     err = fail(capsys, ["eval-lm", *common(files, "--retriever", "bm25", "--index-dir", files["index"],
                                            "--corpus", missing)])
-    assert "corpus file not found" in err and missing in err
+    assert "Corpus file not found" in err and missing in err
     err = fail(capsys, ["index", "--corpus", missing, "--index-dir", files["index"]])
     assert "Corpus file not found" in err and missing in err
     assert "Traceback" not in err

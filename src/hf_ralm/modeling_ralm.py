@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import copy
+import json
 import os
 import tempfile
 from contextlib import contextmanager, nullcontext
@@ -36,13 +37,14 @@ from .evaluation.compare import DEFAULT_STRATEGIES, Comparison, compare_strategi
 from .model_card import ralm_model_card
 from .evaluation.pipeline import RalmEvalResult, evaluate
 from .generation import ralm_generate
-from .errors import MissingFileError, SavedFolderError, SettingError, setting
+from .errors import InputError, MissingFileError, SavedFolderError, SettingError, setting
 from .config.passages import Passage
 from .core.modeling_utils import is_engine_reader, vocabulary_size
 from .core.dtypes import DEVICE_DEFAULT
 from .core.placement import default_device, resolve_device, resolve_dtype
 from .core.vllm_reader import ENGINE, VllmOptions, VllmReader, check_engine
-from .retrieval.base import RETRIEVER_CONFIG_FILE, Retriever, read_forbidden_titles
+from .retrieval.corpus import check_corpus_paths
+from .retrieval.base import RETRIEVER_CONFIG_FILE, SAVED_INDEX_DIR, Retriever, read_forbidden_titles
 from .retrieval.factory import (check_retriever_config, load_retriever, pretrained_folder, read_retriever_config,
                                 retriever_from_folder)
 from .retrieval.index_folder import names_a_local_path, saved_path
@@ -50,10 +52,15 @@ from .runs.harness import RunOptions
 from .selection.rankers import load_reranker
 from .utils.atomic import write_text_atomic
 from .utils.checks import check_path, check_vocabulary, refuse_type, with_named_options
+from .utils.outputs import check_no_links
 from .utils.extras import require
 from .utils.paths import OFFLINE_HINT, missing_local_path
 from .runs.shards import Shard
 from .utils.widened_linear import widen_where_bfloat16_is_slow
+
+SAVED_ENTRIES = (CONFIG_NAME, RETRIEVER_CONFIG_FILE, "README.md", SAVED_INDEX_DIR, f"{SAVED_INDEX_DIR}.tmp")
+"""What :meth:`RetrievalAugmentedModel.save_pretrained` writes in its folder (the index and its build folder with
+``save_index``)."""
 
 
 @dataclass
@@ -75,7 +82,9 @@ def _saved_ralm_config(path: str, hub_kwargs: dict) -> tuple[RalmConfig, dict | 
     """The RalmConfig stored at ``path`` (folder or Hub id) and the retriever description that config.json held
     before retrievers were saved in their own ``retriever_config.json`` (``None`` in newer folders); ``None`` when
     ``path`` is a plain model. A saved setting that :meth:`RalmConfig.validate` refuses (a ``passage_template`` with
-    an unknown field, ...) is refused here, naming the file, before anything loads."""
+    an unknown field, ...) is refused here, naming the file, before anything loads; so is a local ``config.json``
+    that is no JSON (not taken for a model to fetch from the Hub)."""
+    _check_config_json(os.path.join(path, CONFIG_NAME))
     try:
         config_dict, _ = PreTrainedConfig.get_config_dict(path, **hub_kwargs)
     except (OSError, ValueError):
@@ -88,6 +97,27 @@ def _saved_ralm_config(path: str, hub_kwargs: dict) -> tuple[RalmConfig, dict | 
     except (ValueError, TypeError) as error:
         raise SettingError(f"{os.path.join(path, CONFIG_NAME)}: {getattr(error, 'marked', error)} The saved "
                            "setting is refused: correct it in that file, or save the RALM again.") from None
+
+
+def _check_config_json(file: str) -> None:
+    """Refuse (an :class:`~hf_ralm.errors.InputError` naming ``file`` and where it goes wrong) a model folder's
+    ``config.json`` that is there but no JSON object: transformers would report it as a model the Hub does not
+    have."""
+    if not os.path.isfile(file):
+        return
+    try:
+        with open(file, encoding="utf-8") as f:
+            value = json.load(f)
+    except json.JSONDecodeError as error:
+        problem = f"is not JSON ({error.msg} at line {error.lineno} column {error.colno})"
+    except (UnicodeDecodeError, OSError) as error:
+        problem = f"cannot be read as UTF-8 JSON ({error})"
+    else:
+        if isinstance(value, dict):
+            return
+        problem = f"holds a JSON {type(value).__name__}, not an object"
+    raise InputError(f"{file} {problem}: a model folder's config.json is a JSON object (a saved RALM's settings, or "
+                     "the causal LM's config); fix the file, or save the model again.")
 
 
 def _saved_retriever_config(path: str, old_retriever: dict | None, hub_kwargs: dict) -> tuple[str, str, dict] | None:
@@ -150,7 +180,12 @@ def _folder_key(name_or_path: str) -> str:
 def _loading_base_of(path: str, base_name: str) -> Iterator[None]:
     """The block that loads the base model ``base_name`` of the saved RALM ``path``. A base model that is that folder
     itself, or a saved RALM whose base model is loading around it (a chain that comes back to a folder), is refused
-    with one line naming the folder (:class:`~hf_ralm.errors.SavedFolderError`): it would load itself forever."""
+    with one line naming the folder (:class:`~hf_ralm.errors.SavedFolderError`): it would load itself forever; so is a
+    local base model that is not there."""
+    if missing_local_path(base_name):  # not asked of the Hub, which would only say it is no repository id
+        raise SavedFolderError(f"{os.path.join(path, CONFIG_NAME)}: its base_model_name_or_path {base_name!r} does "
+                               "not exist on this machine: set it to the causal LM's folder or Hub id, or load the "
+                               "folder where that model is.")
     chain, key = _LOADING.get(), _folder_key(path)
     base = _folder_key(base_name)
     if base == key or base in chain:
@@ -180,10 +215,12 @@ def _saved_reranker_model(path: str, reranker_model: str, hub_kwargs: dict) -> s
 def _retriever_options(options: Mapping[str, Any] | None, **named) -> dict[str, Any]:
     """``from_pretrained``'s retriever options as one mapping: ``options`` (its ``retriever_options``) with the entries
     given by name (``index_dir=``, ``corpus=``, ...; ``None``: not given) added, one given both ways refused; forbidden
-    titles given as a file are read at once, so that a bad file fails before anything loads."""
+    titles given as a file are read at once, and corpus files checked to be there, so that a bad file fails before
+    anything loads (not after the base model's weights)."""
     options = with_named_options(dict(options or {}), named, "retriever_options")
     if isinstance(options.get("forbidden_titles"), (str, os.PathLike)):
         options["forbidden_titles"] = read_forbidden_titles(str(options["forbidden_titles"]))
+    check_corpus_paths(options.get("corpus"))
     return options
 
 
@@ -522,7 +559,9 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
                       comparison: Comparison | None, repo_id: str | None, dataset: str | None, tags: Sequence[str],
                       **kwargs) -> None:
         """:meth:`save_pretrained` with ``config`` as the folder's RALM config (:meth:`push_to_hub`'s names its base
-        model by its Hub id)."""
+        model by its Hub id). A link where it writes is refused first: a user's file is never written through one."""
+        check_no_links(save_directory, SAVED_ENTRIES,
+                       f"remove the link, or save to another folder than {save_directory}")
         os.makedirs(save_directory, exist_ok=True)
         config.save_pretrained(save_directory, **kwargs)
         retriever_file = os.path.join(save_directory, RETRIEVER_CONFIG_FILE)

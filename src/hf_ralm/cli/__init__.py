@@ -175,8 +175,7 @@ def _main(argv: list[str] | None) -> None:
     args.command_line = shlex.join(["hf-ralm", *argv])  # what reproduces a run
     command = COMMANDS[args.command]
     try:  # everything that may raise hf-ralm's errors, the workers' start too (--num-shards 0, --shard-id 5)
-        if command.REQUIRED:  # before anything loads: a missing flag is a usage error, and counts, corpus files
-            check_args(args, *command.REQUIRED)
+        check_args(args, *command.REQUIRED)  # before anything loads: a missing flag, counts, corpus files
         if args.command in SHARDED:
             _start_workers(args)
         use_saved_settings(args)  # --model SAVED_RALM: the flags not given take the folder's values

@@ -5,6 +5,7 @@ the flags, and the one-line errors and JSON printing."""
 from __future__ import annotations
 
 import argparse
+import difflib
 import functools
 import json
 import re
@@ -12,8 +13,8 @@ import sys
 import time
 from typing import TYPE_CHECKING, Callable
 
-from ..errors import CorpusError, NamesSettings
-from ..utils.checks import check_count, is_input_file
+from ..errors import NamesSettings
+from ..utils.checks import check_count
 
 if TYPE_CHECKING:
     from ..runs.harness import RunOptions
@@ -88,6 +89,22 @@ class Parser(argparse.ArgumentParser):
                 "settings": {action.dest: getattr(action, RALM_SETTING) for action in self._actions
                              if hasattr(action, RALM_SETTING)}})
         return namespace, extras
+
+    def parse_args(self, args=None, namespace=None):
+        """As argparse's, but a flag the command does not take is reported by the command's parser, with its usage
+        and the flag of its own nearest to the one given (``unrecognized arguments: --strid 8 (did you mean
+        --stride?)``), not by the top-level parser with the list of commands."""
+        namespace, extras = self.parse_known_args(args, namespace)
+        if extras:
+            parser = next((action.choices[getattr(namespace, action.dest)] for action in self._actions
+                           if isinstance(action, argparse._SubParsersAction)
+                           and getattr(namespace, action.dest, None) in action.choices), self)
+            flags = [flag for flag in parser._option_string_actions if flag.startswith("--")]
+            near = [difflib.get_close_matches(extra.split("=", 1)[0], flags, n=1)
+                    for extra in extras if extra.startswith("--")]
+            hint = ", ".join(dict.fromkeys(match[0] for match in near if match))
+            parser.error(f"unrecognized arguments: {' '.join(extras)}" + (f" (did you mean {hint}?)" if hint else ""))
+        return namespace
 
     def error(self, message: str):
         self.print_usage(sys.stderr)
@@ -254,9 +271,10 @@ def check_args(args, *required: str) -> None:
     for name, minimum in COUNTS.items():
         if getattr(args, name, None) not in (None, "auto"):
             check_count(name, getattr(args, name), minimum)
+    from ..retrieval.corpus import check_corpus_file
+
     for corpus in getattr(args, "corpus", None) or []:
-        if not is_input_file(corpus, "corpus", CorpusError):  # a FIFO is refused, not "not found"
-            fail(f"corpus file not found: {corpus}")
+        check_corpus_file(corpus)  # missing, a folder, a FIFO: before any model or index loads
 
 
 SAVED_RETRIEVER_OPTIONS = {"index_dir": "--index-dir", "encoder": "--encoder", "forbidden_titles": "--forbidden-titles"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 
 from ..utils.atomic import write_json_atomic
 from ..utils.checks import is_input_file
@@ -40,10 +41,38 @@ def add_parser(sub) -> None:
                        help="print the numbered passages that grounded the text and the spans they grounded")
     group.add_argument("--output-json", help="write prompt_ids, output_ids and sources per prompt to this file")
     group.add_argument("--do-sample", action="store_true", help="sample instead of greedy decoding")
-    group.add_argument("--temperature", type=float, help="sampling temperature")
+    group.add_argument("--temperature", type=positive_number, help="sampling temperature (above 0)")
     group.add_argument("--top-k", type=int, help="top-k sampling")
-    group.add_argument("--top-p", type=float, help="nucleus sampling")
+    group.add_argument("--top-p", type=probability, help="nucleus sampling (above 0, at most 1)")
     group.add_argument("--seed", type=int, help="random seed (for sampling)")
+
+
+def positive_number(value: str) -> float:
+    """``--temperature``: a finite number above 0 (argparse names the flag in its one-line error).
+
+    Example:
+        >>> positive_number("0.7")
+        0.7
+    """
+    number = float(value)  # not a number: argparse's "invalid positive_number value"
+    if not 0 < number < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a finite number above 0, got {value}")
+    return number
+
+
+def probability(value: str) -> float:
+    """``--top-p``: a share of the probability mass, above 0 and at most 1 (argparse names the flag).
+
+    Example:
+        >>> probability("2")
+        Traceback (most recent call last):
+        ...
+        argparse.ArgumentTypeError: must be above 0 and at most 1 (the share of probability kept), got 2
+    """
+    number = float(value)
+    if not 0 < number <= 1:
+        raise argparse.ArgumentTypeError(f"must be above 0 and at most 1 (the share of probability kept), got {value}")
+    return number
 
 
 def _read_prompts(args: argparse.Namespace) -> list[str]:

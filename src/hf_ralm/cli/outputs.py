@@ -1,7 +1,8 @@
 """What every command checks of the paths it writes, first (before its model or data is loaded): no input is an output
 (:mod:`hf_ralm.utils.outputs`). Each output file and folder is refused when it is one of the command's input files
 (:data:`INPUT_FLAGS`, links resolved) or cannot be written to; an output file, or a final file of an output folder
-(``eval.json``), when it exists but hf-ralm did not write it. A file hf-ralm wrote is replaced (a rerun), and the
+(``eval.json``), when it exists but hf-ralm did not write it, or is a symbolic link, a device or a FIFO; an output
+folder that holds a symbolic link. A file hf-ralm wrote is replaced (a rerun), and the
 command says so when it writes it.
 
 Example::
@@ -12,10 +13,11 @@ Example::
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from ..utils.outputs import (OUTPUT_FOLDER_PURPOSE, InputPaths, Recogniser, check_not_an_input,
+from ..utils.outputs import (OUTPUT_FOLDER_PURPOSE, InputPaths, Recogniser, check_no_links, check_not_an_input,
                              check_output_file, check_replaceable, check_writable)
 
 INPUT_FLAGS = ("model", "tokenizer", "gguf_file", "dataset_path", "corpus", "index_dir", "encoder",
@@ -44,6 +46,8 @@ def check_outputs(args: argparse.Namespace, *, files: Sequence[tuple[str, str | 
             continue
         check_not_an_input(folder, flag, inputs)
         check_writable(folder, flag, OUTPUT_FOLDER_PURPOSE)
+        if os.path.isdir(folder):  # what the run writes there, not through a link out of it
+            check_no_links(folder, os.listdir(folder), f"remove the link, or give another {flag}")
         for name, (hf_ralm_wrote, what) in final.items():
             path = Path(folder, name)
             check_not_an_input(path, flag, inputs)

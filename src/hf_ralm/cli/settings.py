@@ -57,6 +57,8 @@ FLAGS: dict[str, str] = {
     "model": "--model",
     "dataset_path": "--dataset-path",
     "dataset_name": "--dataset-name",
+    "dataset_split": "--dataset-split",
+    "retrieval_file": "--retrieval-file",
     "compare": "--compare",
     "retriever": "--retriever",
     "index_dir": "--index-dir",

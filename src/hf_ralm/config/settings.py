@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping
 from ..errors import SettingError, setting
 from .passages import PASSAGE_TEMPLATE, passage_text
 from .strategies import GATE, RERANK, get_strategy
-from ..utils.checks import check_count, is_finite_number, is_number
+from ..utils.checks import check_count, is_finite_number
 
 SPARSE_QUERY_LENGTH = 32
 """The paper's best query length ℓ for sparse retrieval (BM25), and the default for every retriever not listed in
@@ -142,8 +142,9 @@ def _check_margin(value: Any) -> None:
 
 
 def _check_temperature(value: Any) -> None:
-    if not is_number(value) or not value > 0:
-        raise SettingError(f"{setting('ensemble_temperature')} must be a positive number, got {value!r}.")
+    if not is_finite_number(value) or not value > 0:
+        raise SettingError(f"{setting('ensemble_temperature')} must be a positive number, and finite (an infinite one "
+                           f"weighs every passage alike), got {value!r}.")
 
 
 VALUE_CHECKS: dict[str, Callable[[Any], None]] = {

@@ -13,10 +13,11 @@ Example:
 from __future__ import annotations
 
 import json
+import os
 from typing import Iterable
 
 from ..errors import InputError, MissingFileError, setting
-from ..utils.checks import is_input_file, reading
+from ..utils.checks import check_json_text, is_input_file, reading
 from ..utils.datasets_io import load_hf_dataset
 from ..utils.paths import missing_local_path
 
@@ -35,6 +36,7 @@ def _row_text(path: str, line_number: int, line: str) -> str:
     if not isinstance(row, dict) or not isinstance(row.get("text"), str):
         raise InputError(f"{path}:{line_number}: a dataset row must be a JSON object with a 'text' string, got "
                          f"{line.strip()[:80]!r}: fix or remove that line.")
+    check_json_text(row["text"], line, f"{path}:{line_number}")
     return row["text"]
 
 
@@ -48,7 +50,8 @@ def load_dataset_text(path: str, name: str | None = None, split: str = "test") -
         FileNotFoundError: ``path`` is neither a file nor a dataset ``datasets.load_dataset`` can load.
         InputError: a JSONL line that is no object with a ``text`` string, or bytes that are not UTF-8 (the message
             names the file and the line); a damaged gzip file, a FIFO or a device (:func:`~hf_ralm.utils.checks.
-            reading`).
+            reading`); a retrieval file (``hf-ralm retrieve``'s, whose JSON would be evaluated as text); a plain
+            folder without the split asked for (the message says what it holds).
     """
     if missing_local_path(path):  # not the Hub's retries for a mistyped file name
         raise MissingFileError(f"The {setting('dataset_path')} {path!r} does not exist: give a .jsonl/.jsonl.gz file "
@@ -58,5 +61,36 @@ def load_dataset_text(path: str, name: str | None = None, split: str = "test") -
         with reading(path, InputError, "dataset") as f:
             if path.endswith((".jsonl", ".jsonl.gz")):
                 return join_rows(_row_text(path, number, line) for number, line in enumerate(f, 1) if line.strip())
-            return f.read()
-    return join_rows(load_hf_dataset(path, name, split)["text"])
+            text = f.read()
+        _check_not_a_retrieval_file(path, text)
+        return text
+    try:
+        return join_rows(load_hf_dataset(path, name, split)["text"])
+    except ValueError as error:  # the split asked for is not there
+        if not os.path.isdir(path):
+            raise
+        names = sorted(os.listdir(path))
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        raise InputError(f"The {setting('dataset_path')} {path!r} is a folder (of {shown or 'nothing'}), which the "
+                         f"datasets library read as a dataset: {error} {setting('dataset_path')} takes a .jsonl file "
+                         "of rows with a 'text' field, a text file, or a Hugging Face dataset (a Hub id or a folder "
+                         f"of one) with its {setting('dataset_name')} and {setting('dataset_split')}.") from None
+
+
+RETRIEVAL_FILE_KEYS = ("begin_location", "end_location", "retrieved_docs")
+"""The keys that tell a retrieval file's window (:mod:`hf_ralm.retrieval.files`) from a dataset row."""
+
+
+def _check_not_a_retrieval_file(path: str, text: str) -> None:
+    """Refuse a retrieval file given as the dataset: its JSON would be evaluated as if it were the text."""
+    if not text.lstrip().startswith("["):
+        return
+    try:
+        windows = json.loads(text)
+    except ValueError:  # text that begins with a bracket
+        return
+    if isinstance(windows, list) and windows and isinstance(windows[0], dict) \
+            and all(key in windows[0] for key in RETRIEVAL_FILE_KEYS):
+        raise InputError(f"The {setting('dataset_path')} {path!r} is a retrieval file (a JSON list of "
+                         f"{len(windows)} windows with their retrieved_docs), not the text to evaluate: give it as "
+                         f"{setting('retrieval_file')}, and {setting('dataset_path')} the text it was made from.")

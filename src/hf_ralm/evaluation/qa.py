@@ -34,7 +34,7 @@ from ..runs.store import RecordStore, check_output_folder
 from ..runs.harness import ChunkRun, RunOptions
 from ..retrieval.corpus import WORDS_PER_PASSAGE
 from ..utils.atomic import write_json_atomic, write_text_atomic
-from ..utils.checks import check_texts, is_input_file, reading, refuse_type, shown
+from ..utils.checks import check_json_text, check_texts, is_input_file, reading, refuse_type, shown
 from ..utils.datasets_io import load_hf_dataset
 from ..utils.paths import missing_local_path
 
@@ -219,6 +219,7 @@ def _read_rows(path: str, name: str | None = None, split: str = "validation") ->
                 except json.JSONDecodeError as error:
                     raise InputError(f"{path}:{line_number}: not a JSON line ({error}): fix or remove that line.") \
                         from None
+                check_json_text(row, line, f"{path}:{line_number}")
                 found.append((f"{path}:{line_number}: question {len(found) + 1}", row))
         return found
 

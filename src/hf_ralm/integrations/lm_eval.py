@@ -85,6 +85,7 @@ from ..core.passage_cache import PassageKVCache
 from ..core.vllm_reader import VllmOptions
 from ..core.placement import default_device
 from ..retrieval.base import retriever_identity
+from ..retrieval.corpus import check_corpus_paths
 from ..core.scoring import ScoredInput, score_continuations
 from ..config.strategies import future_looking
 from ..utils.progress import tqdm
@@ -591,7 +592,8 @@ def cli_main(argv: Sequence[str]) -> None:
 
         hf-ralm lm-eval --tasks wikitext --model_args pretrained=M,retriever=bm25,index_dir=D --output_path out/
     """
-    from lm_eval.__main__ import cli_evaluate
+    from lm_eval._cli import HarnessCLI
+    from lm_eval.utils import setup_logging
 
     args = list(argv)
     if args[:1] == [] or args[0] not in LM_EVAL_SUBCOMMANDS:
@@ -607,7 +609,12 @@ def cli_main(argv: Sequence[str]) -> None:
         if not given("--batch_size", "-b"):  # lm-eval's default, 1, would score one window per forward
             args[1:1] = ["--batch_size", str(DEFAULT_BATCH_SIZE)]
     saved, sys.argv = sys.argv, ["hf-ralm lm-eval", *args]
-    try:
-        cli_evaluate()
+    try:  # lm-eval's cli_evaluate, with the model's corpus files checked before its tasks load (seconds)
+        setup_logging()
+        harness = HarnessCLI()
+        parsed = harness.parse_args()
+        if getattr(parsed, "model", None) == MODEL_NAME:
+            check_corpus_paths((getattr(parsed, "model_args", None) or {}).get("corpus"))
+        harness.execute(parsed)
     finally:
         sys.argv = saved

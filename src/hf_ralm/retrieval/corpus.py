@@ -21,7 +21,7 @@ import sys
 from typing import Callable, Iterable, Iterator, Sequence
 
 from ..errors import CorpusError
-from ..utils.checks import check_count, is_input_file, reading
+from ..utils.checks import check_count, check_json_text, is_input_file, reading
 from ..utils.datasets_io import load_hf_dataset
 
 WORDS_PER_PASSAGE = 100
@@ -68,6 +68,44 @@ def is_corpus_file(path: str) -> bool:
     return not is_hub_corpus(path) and is_input_file(path, "corpus", CorpusError)
 
 
+CORPUS_FORMATS = ("a JSONL/JSONL.gz file with id, title and text fields, a DPR-style TSV with id, text and title "
+                  "columns, or hf:DATASET[:CONFIG] for a Hugging Face dataset")
+"""What ``--corpus`` takes, as a message that refuses one says."""
+
+
+def check_corpus_file(path: str) -> None:
+    """Refuse a ``--corpus`` that names no corpus file, before anything slow loads: a missing path
+    (``FileNotFoundError``), a folder (:class:`~hf_ralm.errors.CorpusError`), a FIFO or a device
+    (:func:`is_corpus_file`); an ``hf:`` dataset passes.
+
+    Example:
+        >>> import tempfile
+        >>> check_corpus_file(tempfile.mkdtemp())
+        Traceback (most recent call last):
+        ...
+        hf_ralm.errors.CorpusError: The corpus '...' is a folder, not a corpus file: give --corpus a JSONL/JSONL.gz ...
+    """
+    if is_hub_corpus(path) or is_corpus_file(path):
+        return
+    if os.path.isdir(path):
+        raise CorpusError(f"The corpus {path!r} is a folder, not a corpus file: give --corpus {CORPUS_FORMATS} (an "
+                          "index folder goes to --index-dir).")
+    raise FileNotFoundError(f"Corpus file not found: {path!r}. Give --corpus {CORPUS_FORMATS}.")
+
+
+def check_corpus_paths(corpus) -> None:
+    """Refuse (:func:`check_corpus_file`) each corpus file that ``corpus`` names, a path or a list of paths (rows or a
+    dataset name none), before anything slow loads.
+
+    Example:
+        >>> check_corpus_paths([{"id": "1", "title": "Rome", "text": "..."}])   # rows: no file to check
+    """
+    paths = [corpus] if isinstance(corpus, (str, os.PathLike)) else corpus if isinstance(corpus, (list, tuple)) else []
+    for path in paths:
+        if isinstance(path, (str, os.PathLike)):
+            check_corpus_file(os.fspath(path))
+
+
 def read_corpus(path: str) -> Iterator[dict]:
     """Yield ``{"id", "title", "text"}`` rows from a JSONL(.gz) or TSV(.gz) file, or a Hugging Face dataset named
     ``hf:DATASET[:CONFIG]`` (:func:`load_hub_corpus`), read row by row.
@@ -88,11 +126,7 @@ def _rows_and_bytes(path: str) -> Iterator[tuple[dict, int | None]]:
         for row in _hub_rows(path):
             yield row, None
         return
-    if not is_corpus_file(path):
-        raise FileNotFoundError(
-            f"Corpus file not found: {path!r}. Give --corpus a JSONL/JSONL.gz file with id, title and text fields, "
-            "or a DPR-style TSV with id, text and title columns."
-        )
+    check_corpus_file(path)
     name = path[:-3] if path.endswith(".gz") else path
     with reading(path, CorpusError, "corpus") as f:
         raw = getattr(f.buffer, "fileobj", f.buffer)  # gzip's compressed file, or the plain file's buffer
@@ -147,6 +181,7 @@ def _jsonl_row(path: str, line_number: int, line: str) -> dict:
     if row.get("title") is not None and not isinstance(row["title"], str):
         raise CorpusError(f"{path}:{line_number}: the row's 'title' is {row['title']!r}, not a string: give it the "
                           "article's title as a string (or null, or no 'title': no title).")
+    check_json_text(row, line, f"{path}:{line_number}", CorpusError)
     return {"id": str(row.get("id", line_number - 1)), "title": row.get("title") or "", "text": row["text"]}
 
 

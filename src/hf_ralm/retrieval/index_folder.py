@@ -60,9 +60,10 @@ from transformers.utils import logging
 
 from ..errors import IndexFolderError, SavedFolderError
 from ..runs.locks import file_lock
+from ..utils.atomic import naming_errors
 from ..utils.paths import looks_local
 from ..utils.progress import Pace, format_duration
-from .corpus import corpus_bytes, corpus_fingerprint, is_corpus_file, is_hub_corpus, read_corpora
+from .corpus import check_corpus_file, corpus_bytes, corpus_fingerprint, is_hub_corpus, read_corpora
 from .index_checks import DIGEST_KEY, hash_files, stamp_moved, verify_files
 
 logger = logging.get_logger(__name__)
@@ -511,10 +512,9 @@ def corpus_paths_and_articles(
 
 
 def check_corpus_files(paths: Iterable[str]) -> None:
-    """Raise :class:`FileNotFoundError` for the first corpus file that does not exist."""
+    """Refuse the first of ``paths`` that is no corpus file (:func:`~hf_ralm.retrieval.corpus.check_corpus_file`)."""
     for path in paths:
-        if not is_hub_corpus(path) and not is_corpus_file(path):  # a FIFO is refused, not "not found"
-            raise FileNotFoundError(f"Corpus file not found: {path!r}.")
+        check_corpus_file(path)
 
 
 def corpus_files(corpus: str | Sequence[str]) -> list[str]:
@@ -657,11 +657,13 @@ def new_build(index_dir: str, retriever: str | None = None) -> Iterator[str]:
     """An empty build folder for ``index_dir`` (:func:`build_folder`, which first checks that a ``retriever`` index
     may be built there; what an interrupted build left is removed) to build into, removed again when the build fails
     or is interrupted (a bad corpus row, no passages, Ctrl-C), so no half-written build is left behind;
-    :func:`finish_build`, inside, moves it to ``index_dir``."""
+    :func:`finish_build`, inside, moves it to ``index_dir``. An OS error of the backend's writes that names no file
+    (a full disk, as numpy and pyarrow report it) names ``index_dir`` (:func:`~hf_ralm.utils.atomic.naming_errors`)."""
     tmp_dir = build_folder(index_dir, retriever)
     clear_build_folder(tmp_dir)
     try:
-        yield tmp_dir
+        with naming_errors(index_dir):
+            yield tmp_dir
     except BaseException:
         shutil.rmtree(tmp_dir, ignore_errors=True)
         raise

@@ -83,7 +83,8 @@ from typing import Any, ClassVar, Sequence
 from ..errors import OutputFolderError, RalmWarning, setting
 from ..utils.atomic import TMP_PREFIX as ATOMIC_TMP_PREFIX, write_durably, write_json_atomic
 from ..utils.checks import check_count
-from ..utils.outputs import OUTPUT_FOLDER_PURPOSE, check_replaceable, check_writable, json_object_with
+from ..utils.outputs import (OUTPUT_FOLDER_PURPOSE, check_no_links, check_replaceable, check_writable,
+                             json_object_with)
 from .fingerprints import as_json, digest
 from .schema import fields_problem
 from .workers import LOCK_FILE, WORKER, WORKER_PREFIX, WorkerLock, alive
@@ -109,8 +110,9 @@ are no gzip (``OSError``), no JSON (``ValueError``), and the checks' own ``Value
 def check_output_folder(folder: str | os.PathLike, own: Sequence[str], what: str, name: str = "output_dir") -> None:
     """Refuse (an :class:`~hf_ralm.errors.OutputFolderError` naming the folder, a few of its entries and the setting
     ``name`` that gave it) a folder that holds anything but ``own`` (glob patterns of what hf-ralm writes there, for
-    ``what``) and hf-ralm's temporary files: hf-ralm writes only into a missing or empty folder, or one of its own, so
-    it never writes over, mixes with or deletes what it did not write.
+    ``what``) and hf-ralm's temporary files, or a symbolic link among them (:func:`~hf_ralm.utils.outputs.
+    check_no_links`): hf-ralm writes only into a missing or empty folder, or one of its own, so it never writes over,
+    through, mixes with or deletes what it did not write.
 
     Example:
         >>> import tempfile
@@ -128,6 +130,7 @@ def check_output_folder(folder: str | os.PathLike, own: Sequence[str], what: str
             f"{folder} holds files hf-ralm did not write ({shown}), where it would keep its {what}: give a new or "
             f"empty {setting(name)}, or one that holds only hf-ralm's own {what} (it never writes over or "
             "deletes files of others).")
+    check_no_links(folder, os.listdir(folder), f"remove the link, or give another {setting(name)}")
 
 
 class RecordStore:

@@ -12,8 +12,10 @@ Example:
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import re
 import shutil
 import tempfile
 from contextlib import contextmanager
@@ -22,6 +24,10 @@ from typing import Any, Callable, Iterator
 
 TMP_PREFIX = ".tmp-"
 """How the temporary files of an atomic write begin, beside the file they become."""
+
+_SHORT_WRITE = re.compile(r"^(\d+) requested and (\d+) written$")
+"""numpy's error for a write that stopped short (``ndarray.tofile``, ``np.save``): on a regular file, a full disk
+(or a used-up quota), which it does not say, naming neither the file nor the cause."""
 
 
 def _read_umask() -> int:
@@ -82,6 +88,9 @@ def naming_errors(path: str | os.PathLike) -> Iterator[None]:
     (a full disk's ``fsync``, a temporary file that cannot be made, a disk's I/O error), as one naming ``path``: the
     one-line error of the command line then says which file could not be written or read.
 
+    A write that numpy stopped short (``"182749 requested and 130016 written"``, no error number) is reported as the
+    full disk it is.
+
     Example:
         >>> import errno
         >>> with naming_errors("out/eval.json"):
@@ -89,6 +98,11 @@ def naming_errors(path: str | os.PathLike) -> Iterator[None]:
         Traceback (most recent call last):
         ...
         OSError: [Errno 28] No space left on device: 'out/eval.json'
+        >>> with naming_errors("wiki-bm25"):
+        ...     raise OSError("182749 requested and 130016 written")
+        Traceback (most recent call last):
+        ...
+        OSError: [Errno 28] No space left on device (182749 bytes to write, 130016 written): 'wiki-bm25'
     """
     try:
         yield
@@ -96,6 +110,10 @@ def naming_errors(path: str | os.PathLike) -> Iterator[None]:
         named = error.filename is not None and not os.path.basename(os.fspath(error.filename)).startswith(TMP_PREFIX)
         if named:
             raise
+        short = _SHORT_WRITE.match(str(error)) if error.errno is None else None
+        if short:
+            raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} ({short[1]} bytes to write, {short[2]} written)",
+                          os.fspath(path)) from error
         if error.errno is None:  # pyarrow's errors carry only a message
             raise OSError(f"{os.fspath(path)}: {error}") from error
         raise OSError(error.errno, error.strerror, os.fspath(path)) from error

@@ -27,6 +27,7 @@ import gzip
 import math
 import operator
 import os
+import re
 import stat
 import zlib
 from contextlib import contextmanager
@@ -213,6 +214,19 @@ _NOT_REGULAR = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a charac
                 (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 
 
+def special_file_kind(mode: int) -> str | None:
+    """What a file of ``mode`` (``os.stat``'s ``st_mode``) is when it is neither a regular file nor a folder (a FIFO,
+    a device, a socket), as a message says it; ``None`` for a regular file or a folder.
+
+    Example:
+        >>> special_file_kind(os.stat("/dev/null").st_mode), special_file_kind(os.stat(".").st_mode)
+        ('a character device', None)
+    """
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    return next((name for test, name in _NOT_REGULAR if test(mode)), "not a file or folder")
+
+
 def is_input_file(path: str | os.PathLike, what: str = "file", error: type[InputError] = InputError) -> bool:
     """Whether ``path`` is a regular file to read: ``False`` when nothing is there or a folder is (which a caller may
     take as a Hugging Face dataset folder, or report missing). A FIFO, a device or a socket is refused (``error``,
@@ -228,11 +242,45 @@ def is_input_file(path: str | os.PathLike, what: str = "file", error: type[Input
         mode = os.stat(path).st_mode
     except (OSError, ValueError):  # missing, a parent that is a file, a name too long: no file to read
         return False
-    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+    kind = special_file_kind(mode)
+    if kind is None:
         return stat.S_ISREG(mode)
-    kind = next((name for test, name in _NOT_REGULAR if test(mode)), "not a file or folder")
     raise error(f"The {what} {os.fspath(path)!r} is {kind}, not a regular file: hf-ralm reads its input files whole, "
                 "some more than once, and would wait on it for ever; save the data to a file and give that.")
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+"""A JSON escape of a UTF-16 surrogate: a pair of them is one character, one alone is none."""
+
+
+def check_json_text(value: Any, line: str, where: str, error: type[InputError] = InputError) -> None:
+    """Refuse (``error``, at ``where``: ``path:line``) a JSON value parsed from ``line`` that holds a string with a
+    lone surrogate (``"\\ud800"`` without its pair): no character, it could not be tokenized nor written as UTF-8,
+    and would fail far from the line that holds it.
+
+    Example:
+        >>> import json
+        >>> line = r'{"text": "bad \\ud800 row"}'
+        >>> check_json_text(json.loads(line), line, "rows.jsonl:2")
+        Traceback (most recent call last):
+        ...
+        hf_ralm.errors.InputError: rows.jsonl:2: a string of the row holds a lone surrogate (\\ud800), ...
+    """
+    if not _SURROGATE_ESCAPE.search(line):  # the only way a JSON line read as UTF-8 gets one
+        return
+    strings = [value]
+    while strings:
+        item = strings.pop()
+        if isinstance(item, dict):
+            strings.extend([*item.keys(), *item.values()])
+        elif isinstance(item, list):
+            strings.extend(item)
+        elif isinstance(item, str):
+            lone = next((c for c in item if "\ud800" <= c <= "\udfff"), None)
+            if lone is not None:
+                raise error(f"{where}: a string of the row holds a lone surrogate (\\u{ord(lone):04x}), the half of "
+                            "a pair of UTF-16 escapes, which is no character: fix that line (the escapes' pair, or "
+                            "the character itself), or remove it.")
 
 
 _GZIP_ERRORS = (gzip.BadGzipFile, EOFError, zlib.error)

@@ -34,6 +34,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from ..errors import InputError, OutputFolderError
 from .atomic import json_text
+from .checks import special_file_kind
 
 logger = logging.getLogger(__name__)
 
@@ -153,10 +154,64 @@ def check_replaceable(path: str | os.PathLike, hf_ralm_wrote: Recogniser, what: 
     path = Path(path)
     if not os.path.lexists(path):
         return False
+    check_plain_output(path, fix)  # before hf_ralm_wrote reads it: /dev/full would be read for ever
     if path.is_dir() or not hf_ralm_wrote(path):
         raise OutputFolderError(f"{path} is no {what} hf-ralm wrote: {fix} (hf-ralm never writes over or deletes "
                                 "files of others).")
     return True
+
+
+def check_plain_output(path: str | os.PathLike, fix: str) -> None:
+    """Refuse (an :class:`~hf_ralm.errors.OutputFolderError` saying ``fix``) an existing output ``path`` that is a
+    symbolic link (:func:`check_not_a_link`), or a FIFO, a device or a socket: hf-ralm writes its outputs to regular
+    files only, and reads one first to tell whether it wrote it (``/dev/full`` or ``/dev/zero`` would be read for
+    ever).
+
+    Example:
+        >>> check_plain_output("/dev/full", "give --output-json another path")
+        Traceback (most recent call last):
+        ...
+        hf_ralm.errors.OutputFolderError: /dev/full is a character device, not a regular file: ... another path.
+    """
+    check_not_a_link(path, fix)
+    try:
+        kind = special_file_kind(os.stat(path).st_mode)
+    except (OSError, ValueError):  # missing: nothing to refuse
+        return
+    if kind is not None:
+        raise OutputFolderError(f"{os.fspath(path)} is {kind}, not a regular file: hf-ralm writes its outputs to "
+                                f"regular files only; {fix}.")
+
+
+def check_not_a_link(path: str | os.PathLike, fix: str) -> None:
+    """Refuse (an :class:`~hf_ralm.errors.OutputFolderError` saying ``fix``) to write ``path`` when it is a symbolic
+    link: a write through it would change what it points to (a file hf-ralm did not write, outside the folder being
+    written), and replacing it would drop the link without a word; hf-ralm does neither."""
+    if os.path.islink(path):
+        raise OutputFolderError(f"{os.fspath(path)} is a symbolic link (to {os.readlink(path)}): hf-ralm writes "
+                                f"nothing through a link, nor replaces one, so what it points to is left as it is; "
+                                f"{fix}.")
+
+
+def check_no_links(folder: str | os.PathLike, names: Iterable[str], fix: str) -> None:
+    """Refuse (:func:`check_not_a_link`) to write into ``folder`` (which may itself be a link) when one of the entries
+    ``names`` it writes there, or anything under one that is a folder, is a symbolic link.
+
+    Example:
+        >>> import tempfile
+        >>> folder = tempfile.mkdtemp()
+        >>> os.symlink(os.path.expanduser("~/.bashrc"), os.path.join(folder, "config.json"))
+        >>> check_no_links(folder, ["config.json", "README.md"], "remove the link, or save to another folder")
+        Traceback (most recent call last):
+        ...
+        hf_ralm.errors.OutputFolderError: .../config.json is a symbolic link (to .../.bashrc): hf-ralm writes ...
+    """
+    for name in names:
+        entry = os.path.join(folder, name)
+        check_not_a_link(entry, fix)
+        for top, folders, files in os.walk(entry):  # a folder that is no link: what is under it (links not followed)
+            for part in (*folders, *files):
+                check_not_a_link(os.path.join(top, part), fix)
 
 
 def _same_file(path: str | os.PathLike, other: str | os.PathLike) -> bool:
