@@ -99,10 +99,10 @@ class Parser(argparse.ArgumentParser):
             parser = next((action.choices[getattr(namespace, action.dest)] for action in self._actions
                            if isinstance(action, argparse._SubParsersAction)
                            and getattr(namespace, action.dest, None) in action.choices), self)
-            flags = [flag for flag in parser._option_string_actions if flag.startswith("--")]
-            near = [difflib.get_close_matches(extra.split("=", 1)[0], flags, n=1)
-                    for extra in extras if extra.startswith("--")]
-            hint = ", ".join(dict.fromkeys(match[0] for match in near if match))
+            names = [flag[2:] for flag in parser._option_string_actions if flag.startswith("--")]
+            near = [difflib.get_close_matches(extra.split("=", 1)[0][2:], names, n=1, cutoff=0.75)
+                    for extra in extras if extra.startswith("--")]  # the names alone: every flag shares "--"
+            hint = ", ".join(dict.fromkeys(f"--{match[0]}" for match in near if match))
             parser.error(f"unrecognized arguments: {' '.join(extras)}" + (f" (did you mean {hint}?)" if hint else ""))
         return namespace
 

@@ -60,7 +60,7 @@ from transformers.utils import logging
 
 from ..errors import IndexFolderError, SavedFolderError
 from ..runs.locks import file_lock
-from ..utils.atomic import naming_errors
+from ..utils.atomic import naming_full_disk
 from ..utils.paths import looks_local
 from ..utils.progress import Pace, format_duration
 from .corpus import check_corpus_file, corpus_bytes, corpus_fingerprint, is_hub_corpus, read_corpora
@@ -657,12 +657,12 @@ def new_build(index_dir: str, retriever: str | None = None) -> Iterator[str]:
     """An empty build folder for ``index_dir`` (:func:`build_folder`, which first checks that a ``retriever`` index
     may be built there; what an interrupted build left is removed) to build into, removed again when the build fails
     or is interrupted (a bad corpus row, no passages, Ctrl-C), so no half-written build is left behind;
-    :func:`finish_build`, inside, moves it to ``index_dir``. An OS error of the backend's writes that names no file
-    (a full disk, as numpy and pyarrow report it) names ``index_dir`` (:func:`~hf_ralm.utils.atomic.naming_errors`)."""
+    :func:`finish_build`, inside, moves it to ``index_dir``. A full disk that the backend's writes report naming no
+    file (numpy, pyarrow) names ``index_dir`` (:func:`~hf_ralm.utils.atomic.naming_full_disk`)."""
     tmp_dir = build_folder(index_dir, retriever)
     clear_build_folder(tmp_dir)
     try:
-        with naming_errors(index_dir):
+        with naming_full_disk(index_dir):
             yield tmp_dir
     except BaseException:
         shutil.rmtree(tmp_dir, ignore_errors=True)

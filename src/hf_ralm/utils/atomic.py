@@ -119,6 +119,27 @@ def naming_errors(path: str | os.PathLike) -> Iterator[None]:
         raise OSError(error.errno, error.strerror, os.fspath(path)) from error
 
 
+@contextmanager
+def naming_full_disk(path: str | os.PathLike) -> Iterator[None]:
+    """:func:`naming_errors` for a full disk only (``ENOSPC``, or numpy's short write), for a block that reads files
+    too, whose errors name them as they are (an index build reads its corpus).
+
+    Example:
+        >>> with naming_full_disk("wiki-bm25"):
+        ...     raise FileNotFoundError("Corpus file not found: 'wiki.jsonl'.")
+        Traceback (most recent call last):
+        ...
+        FileNotFoundError: Corpus file not found: 'wiki.jsonl'.
+    """
+    try:
+        yield
+    except OSError as error:
+        if error.errno != errno.ENOSPC and not (error.errno is None and _SHORT_WRITE.match(str(error))):
+            raise
+        with naming_errors(path):
+            raise
+
+
 def write_durably(final: Path, write: Callable[[Path], None], tmp: Path) -> None:
     """``write(tmp)`` (a file or a folder), then fsync what it wrote and rename it to ``final``: after a crash
     ``final`` is either missing or complete, never a part."""
