@@ -419,3 +419,20 @@ def test_building_from_a_missing_corpus_file_names_it(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"Corpus file not found: '.*nope.jsonl'. Give --corpus a JSONL"):
         BM25Retriever.build(str(tmp_path / "nope.jsonl"), str(tmp_path / "index"))
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_ralm_saved_from_a_local_base_model_says_where_it_loads(files, tmp_path):
+    """A RALM saved from a local base model recorded that folder's path without a word: the saved folder loads only
+    where that folder is. Say so, and name the base model by its Hub id when given ``base_model=``."""
+    from hf_ralm import RetrievalAugmentedModel
+    from hf_ralm.errors import RalmWarning
+
+    model = RetrievalAugmentedModel.from_pretrained(files["model"], **ON_TEST_DEVICE)
+    with pytest.warns(RalmWarning, match=r"names its base model by the local folder .*base_model='OWNER/NAME'"):
+        model.save_pretrained(tmp_path / "local")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RalmWarning)
+        model.save_pretrained(tmp_path / "hub", base_model="HuggingFaceTB/SmolLM2-135M")
+    saved = json.loads((tmp_path / "hub" / "config.json").read_text())
+    assert saved["base_model_name_or_path"] == "HuggingFaceTB/SmolLM2-135M"
+    assert model.config.base_model_name_or_path == files["model"]  # the RALM itself keeps its own

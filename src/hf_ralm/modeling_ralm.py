@@ -22,6 +22,7 @@ import copy
 import json
 import os
 import tempfile
+import warnings
 from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -37,7 +38,7 @@ from .evaluation.compare import DEFAULT_STRATEGIES, Comparison, compare_strategi
 from .model_card import ralm_model_card
 from .evaluation.pipeline import RalmEvalResult, evaluate
 from .generation import ralm_generate
-from .errors import InputError, MissingFileError, SavedFolderError, SettingError, setting
+from .errors import InputError, MissingFileError, RalmWarning, SavedFolderError, SettingError, setting
 from .config.passages import Passage
 from .core.modeling_utils import is_engine_reader, vocabulary_size
 from .core.dtypes import DEVICE_DEFAULT
@@ -542,7 +543,8 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
 
     def save_pretrained(self, save_directory: str | os.PathLike, save_index: bool = False,
                         comparison: Comparison | None = None, repo_id: str | None = None, *,
-                        dataset: str | None = None, tags: Sequence[str] = (), **kwargs) -> None:
+                        dataset: str | None = None, tags: Sequence[str] = (), base_model: str | None = None,
+                        **kwargs) -> None:
         """Write the RALM config (``config.json``), the retriever's ``retriever_config.json`` (see
         :meth:`Retriever.save_pretrained`) and a model card (``README.md``, :func:`~hf_ralm.model_card.ralm_model_card`:
         base model, retriever and corpus, settings, and ``comparison``'s figures when given, also as the card's
@@ -550,9 +552,20 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
         ``save_index`` the retriever's index is copied into ``save_directory/index``, so the folder works on its own
         once moved or uploaded to the Hub (:meth:`push_to_hub`); without it, an index outside the folder is recorded
         by its path and identity, and the folder loads on this machine while that index is unchanged. A retriever that
-        is no :class:`Retriever` is not saved."""
+        is no :class:`Retriever` is not saved.
+
+        The config names the base model by ``base_model``, its Hub id, when given (as :meth:`push_to_hub` does),
+        else as this RALM names it; a base model that is a folder on this machine is said in a warning, since the
+        saved folder then loads only where that folder is."""
         save_directory = check_path("save_directory", save_directory)
-        self._write_folder(save_directory, self.config, save_index=save_index, comparison=comparison,
+        config = self.config if base_model is None else self._hub_config(base_model)
+        base = config.base_model_name_or_path
+        if base and names_a_local_path(base):
+            warnings.warn(RalmWarning(
+                f"{save_directory} names its base model by the local folder {base!r}, so it loads only where that "
+                "folder is: give save_pretrained(..., base_model='OWNER/NAME'), the base model's Hub id, for a "
+                "folder that loads anywhere."), stacklevel=2)
+        self._write_folder(save_directory, config, save_index=save_index, comparison=comparison,
                            repo_id=repo_id, dataset=dataset, tags=tags, **kwargs)
 
     def _write_folder(self, save_directory: str | os.PathLike, config: RalmConfig, *, save_index: bool,
