@@ -21,6 +21,7 @@ Example::
 from __future__ import annotations
 
 import os
+from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Sequence
 
@@ -67,6 +68,8 @@ class BM25Retriever(LocalIndexRetriever):
         import bm25s
         from datasets import load_from_disk
 
+        from .bm25_stream import BM25Stream  # numba: imported with the first bm25 index
+
         info = check_index(index_dir, self.name, BM25_FILES, settings=INDEX_SETTINGS)
         self.index_dir = index_dir
         self.info = info
@@ -76,8 +79,14 @@ class BM25Retriever(LocalIndexRetriever):
             self.passages = load_from_disk(os.path.join(index_dir, "passages"))
         self.forbidden_titles = frozenset(forbidden_titles)
         self._weight_mask = self._mask_titles(self.forbidden_titles)
+        matrix = self.bm25.scores
+        forbidden = None if self._weight_mask is None else np.flatnonzero(self._weight_mask == 0)
+        # the search keeps its streams' scores between calls: a query continues from the last one of its text
+        self._stream = BM25Stream(matrix["data"], matrix["indices"], matrix["indptr"], matrix["num_docs"],
+                                  forbidden=forbidden, n_threads=self.n_threads)
 
     def _mask_titles(self, titles: frozenset[str]) -> np.ndarray | None:
+        """1 per passage, 0 for a forbidden title's (bm25s's ``weight_mask``); ``None`` when nothing is forbidden."""
         if not titles:
             return None
         all_titles = self.passages.data.column("title").to_pylist()
@@ -127,18 +136,22 @@ class BM25Retriever(LocalIndexRetriever):
         return len(self.passages)
 
     def retrieve(self, queries: Sequence[str], k: int = 1) -> list[list[Passage]]:
-        """Top-``k`` passages per query, best first; passages with a zero score (no query term matched) and
-        forbidden titles are never returned."""
+        """Top-``k`` passages per query, best first, ties by passage id; passages with a zero score (no query term
+        matched) and forbidden titles are never returned. A passage's score is the float64 sum of its stored term
+        scores over the query's analysed terms, each as often as it occurs in the query
+        (:class:`~hf_ralm.retrieval.bm25_stream.BM25Stream`: exact, and updated from the last query of a text)."""
         queries = checked_queries(queries, k)
         if not queries:
             return []
-        tokens = analyze_texts(queries)
-        k_eff = min(k, len(self))
-        ids, scores = self.bm25.retrieve(
-            tokens, k=k_eff, weight_mask=self._weight_mask, n_threads=self.n_threads, show_progress=False
-        )
-        hits = [[(i, s) for i, s in zip(row_ids, row_scores) if s > 0] for row_ids, row_scores in zip(ids, scores)]
+        ids, scores, counts = self._stream.search(self._term_counts(queries), k)
+        hits = [list(zip(row_ids[:n].tolist(), row_scores[:n].tolist())) for row_ids, row_scores, n in
+                zip(ids, scores, counts.tolist())]
         return passages_from_table(self.passages, hits)
+
+    def _term_counts(self, queries: Sequence[str]) -> list[dict[int, int]]:
+        """Per query, ``{term id: times it occurs}`` of its analysed terms found in the index."""
+        vocab = self.bm25.vocab_dict
+        return [dict(Counter(vocab[term] for term in terms if term in vocab)) for terms in analyze_texts(queries)]
 
     def passages_by_id(self, ids: Sequence[str]) -> list[Passage]:
         return passages_from_table(self.passages, [[(int(i), 0.0) for i in ids]])[0]

@@ -1,0 +1,161 @@
+"""The bm25 backend's search of a RALM query stream against bm25s's own search and an exhaustive scorer, side by side
+in one run, on the whole Wikipedia sample's index (666,157 passages), one thread.
+
+The queries are those of an evaluation of WikiText-103 test (SmolLM2's tokenizer, windows of 512 tokens every 4, the
+last 32 tokens decoded: ``hf_ralm.core.plan.prepare``), the first ``--queries``, with the paper's forbidden titles,
+k=16. Per path, queries/s over batches of 64 (``BM25Retriever.retrieve``, which analyses the queries and reads the
+passages, the stream kept between batches as in an evaluation; bm25s's ``BM25.retrieve``, the search ``retrieve``
+ran before, on the same analysed terms; the exhaustive scorer of :mod:`hf_ralm.testing.bm25`, every posting of every
+query term added into a dense float64 array, on the first ``--exhaustive-queries``); the new path's search alone
+(terms in, ids out); the new path's latency per query when they come one at a time (a generation row's per-stride
+retrieval: p50, p99); and how many of the exhaustive scorer's queries got the same top-16 from the new path (ids,
+order and scores, ``==``) and from bm25s (ids and order; its float32 sums may order two scores within rounding
+differently). The first search's time (numba compiling the kernel, or loading it from its cache) is printed apart.
+
+    python -m benchmarks.speed.bench_bm25_stream --json-out ~/.cache/hf-ralm/bench/bm25_stream.json
+
+About 3 minutes on this project's 2 shared cores (the index's load and the bm25s path take most of it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import numpy as np
+
+from benchmarks.bench_common import available_cores
+from benchmarks.bench_setup import BM25_INDEX, MODELS_DIR, SHARED
+
+BATCH = 64
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--index-dir", default=str(BM25_INDEX))
+    parser.add_argument("--data", default=str(SHARED / "wikitext-103" / "test.jsonl"))
+    parser.add_argument("--tokenizer", default=str(MODELS_DIR / "smollm2-135m-instruct"))
+    parser.add_argument("--forbidden-titles", default="wikitext-103")
+    parser.add_argument("--queries", type=int, default=2000)
+    parser.add_argument("--bm25s-queries", type=int, default=200, help="queries timed on bm25s's search")
+    parser.add_argument("--exhaustive-queries", type=int, default=200,
+                        help="queries timed on the exhaustive scorer and compared with it")
+    parser.add_argument("-k", type=int, default=16)
+    parser.add_argument("--json-out", help="write every figure to this JSON file")
+    return parser.parse_args(argv)
+
+
+def stream_queries(args: argparse.Namespace) -> list[str]:
+    from transformers import AutoTokenizer
+
+    from hf_ralm import RalmConfig
+    from hf_ralm.core.data import load_dataset_text
+    from hf_ralm.core.plan import prepare
+
+    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+    config = RalmConfig(retrieval_stride=4, query_length=32)
+    plan = prepare(load_dataset_text(args.data), tokenizer, config, "bm25", max_length=512,
+                   max_eval_tokens=512 + 4 * (args.queries + 1))
+    return [query for query in plan.queries if query is not None][: args.queries]
+
+
+def per_second(count: int, seconds: float) -> float:
+    return count / seconds if seconds else float("inf")
+
+
+def in_batches(function, items: list, batch: int = BATCH) -> tuple[list, float]:
+    found, start = [], time.perf_counter()
+    for first in range(0, len(items), batch):
+        found.extend(function(items[first : first + batch]))
+    return found, time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> dict:
+    from hf_ralm.retrieval import BM25Retriever
+    from hf_ralm.retrieval.analysis import analyze_texts
+    from hf_ralm.retrieval.base import read_forbidden_titles
+    from hf_ralm.testing.bm25 import reference_bm25_top_k
+
+    args = parse_args(argv)
+    queries = stream_queries(args)
+    forbidden = read_forbidden_titles(args.forbidden_titles)
+    start = time.perf_counter()
+    retriever = BM25Retriever.load(args.index_dir, forbidden_titles=forbidden, n_threads=1)
+    load_seconds = time.perf_counter() - start
+    k = args.k
+    start = time.perf_counter()
+    retriever.retrieve(queries[:1], k=k)
+    first_seconds = time.perf_counter() - start  # compiles the kernel, or loads it from numba's cache
+
+    def fresh() -> BM25Retriever:  # the same index, no stream yet
+        return BM25Retriever.load(args.index_dir, forbidden_titles=forbidden, n_threads=1)
+
+    retriever = fresh()
+    found, retrieve_seconds = in_batches(lambda batch: retriever.retrieve(batch, k=k), queries)
+    terms = analyze_texts(queries)
+    counted = retriever._term_counts(queries)
+    searcher = fresh()._stream
+    searched, search_seconds = in_batches(lambda batch: [searcher.search(batch, k)], counted)
+    ids = np.concatenate([batch[0] for batch in searched])
+    scores = np.concatenate([batch[1] for batch in searched])
+    sizes = np.concatenate([batch[2] for batch in searched])
+
+    old = retriever.bm25
+    old_found, bm25s_seconds = in_batches(lambda batch: list(zip(*old.retrieve(
+        batch, k=k, weight_mask=retriever._weight_mask, n_threads=1, show_progress=False))), terms[: args.bm25s_queries])
+
+    matrix, vocab = old.scores, old.vocab_dict
+    forbidden_ids = np.flatnonzero(retriever._weight_mask == 0) if retriever._weight_mask is not None else []
+    exhaustive, exhaustive_seconds = in_batches(
+        lambda batch: reference_bm25_top_k(matrix, vocab, batch, k, forbidden_ids), terms[: args.exhaustive_queries])
+
+    one_at_a_time, latencies = fresh(), []
+    for query in queries:
+        start = time.perf_counter()
+        one_at_a_time.retrieve([query], k=k)
+        latencies.append(time.perf_counter() - start)
+
+    same = sum(ids[q, : sizes[q]].tolist() == [i for i, _ in want] and
+               scores[q, : sizes[q]].tolist() == [s for _, s in want] for q, want in enumerate(exhaustive))
+    same_retrieve = sum([(int(p.id), p.score) for p in found[q]] == want for q, want in enumerate(exhaustive))
+    same_bm25s = sum([int(i) for i, s in zip(*old_found[q]) if s > 0] == [i for i, _ in want]
+                     for q, want in enumerate(exhaustive[: len(old_found)]))
+    figures = {
+        "passages": len(retriever), "queries": len(queries), "k": k, "batch": BATCH, "threads": 1,
+        "mean_terms_per_query": float(np.mean([len(t) for t in terms])),
+        "load_seconds": load_seconds, "first_search_seconds": first_seconds,
+        "retrieve_qps": per_second(len(queries), retrieve_seconds),
+        "search_qps": per_second(len(queries), search_seconds),
+        "bm25s_qps": per_second(len(old_found), bm25s_seconds), "bm25s_queries": len(old_found),
+        "exhaustive_qps": per_second(len(exhaustive), exhaustive_seconds), "exhaustive_queries": len(exhaustive),
+        "one_at_a_time_p50_ms": 1000 * float(np.percentile(latencies, 50)),
+        "one_at_a_time_p99_ms": 1000 * float(np.percentile(latencies, 99)),
+        "same_top_k_as_exhaustive": {"search": same, "retrieve": same_retrieve, "bm25s_ids": same_bm25s},
+        "load_average": os.getloadavg(), "cores": available_cores(),
+    }
+    print(f"{figures['passages']:,} passages, {len(queries)} queries (about {figures['mean_terms_per_query']:.1f} "
+          f"terms each), k={k}, batches of {BATCH}, one thread; load average "
+          f"{' '.join(f'{x:.1f}' for x in figures['load_average'])} on {figures['cores']} cores")
+    print(f"index load {load_seconds:.1f} s, first search {first_seconds:.2f} s (kernel compiled or loaded)")
+    print("| path | queries | queries/s | top-16 identical to exhaustive |")
+    print("|---|---|---|---|")
+    print(f"| bm25 retrieve (stream) | {len(queries)} | {figures['retrieve_qps']:,.0f} | "
+          f"{same_retrieve} of {len(exhaustive)} |")
+    print(f"| its search alone (terms in, ids out) | {len(queries)} | {figures['search_qps']:,.0f} | "
+          f"{same} of {len(exhaustive)} |")
+    print(f"| bm25s BM25.retrieve (before) | {len(old_found)} | {figures['bm25s_qps']:,.1f} | "
+          f"{same_bm25s} of {len(old_found)} (ids) |")
+    print(f"| exhaustive (hf_ralm.testing.bm25) | {len(exhaustive)} | {figures['exhaustive_qps']:,.1f} | - |")
+    print(f"one query at a time (retrieve): p50 {figures['one_at_a_time_p50_ms']:.2f} ms, "
+          f"p99 {figures['one_at_a_time_p99_ms']:.2f} ms")
+    if args.json_out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json_out)), exist_ok=True)
+        with open(args.json_out, "w", encoding="utf-8") as f:
+            json.dump(figures, f, indent=2)
+    return figures
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,294 @@
+"""Exact BM25 top-k for streams of queries, over the bm25 backend's score matrix (bm25s's CSC: ``data`` float32 term
+scores, ``indices`` passage ids, ``indptr`` one column per term).
+
+In-Context RALM asks every 4 tokens with the last 32: consecutive queries of one text share most of their terms.
+A :class:`BM25Stream` keeps, per stream, every passage's score of the last query (float64) and that query's term
+counts; the next query's scores are the last ones plus, for each term whose count changed by ``Δ``, ``Δ`` times its
+column. The stored scores are float32, so a float64 sum of a few dozen of them is exact (:meth:`BM25Stream.
+exact_terms` says how many): the scores do not depend on the order terms came and went, and equal a plain sum over
+the query's terms. The top-k reads few passages: the scores are cut in blocks of ``2**BLOCK_SHIFT`` passages, each
+with an upper bound of its scores (raised when a score rises, left loose when one falls, made exact when the block
+is read); the blocks holding the last top-k are read first, which gives the k-th score, and then only the blocks
+whose bound reaches it. Forbidden passages hold ``-inf``, which no term lifts.
+
+Example:
+    >>> import numpy as np
+    >>> stream = BM25Stream(np.array([1.0, 2.0, 0.5], np.float32), np.array([0, 1, 1], np.int32),
+    ...                     np.array([0, 2, 3], np.int32), num_docs=2)
+    >>> ids, scores, counts = stream.search([{0: 1, 1: 2}, {0: 1}, {}], k=2)
+    >>> ids[0, :counts[0]].tolist(), scores[0, :counts[0]].tolist(), counts.tolist()
+    ([1, 0], [3.0, 1.0], [2, 2, 0])
+"""
+
+from __future__ import annotations
+
+import math
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numba
+import numpy as np
+
+BLOCK_SHIFT = 8
+"""Passages per block of score bounds, as a power of two: 256 (at 666k passages 2,603 bounds, at 21M some 82,000,
+each looked at once per query)."""
+MIN_QUERIES_PER_THREAD = 16
+"""A batch is split over threads in contiguous runs of at least this many queries: each run starts its stream from
+a state that followed other queries, which costs about one exhaustive query."""
+RESET_COST_PER_PASSAGE = 0.25
+"""What clearing one passage's score costs beside adding one posting (a sequential write against a scattered
+read-modify-write): a stream starts again from zero when that is cheaper than taking the last query's terms out."""
+
+
+def _jit(function):
+    """``numba.njit`` without the GIL, compiled when first called, its machine code cached on disk where numba can
+    write (beside this file, or numba's cache folder); compiled anew in each process where it cannot."""
+    try:
+        return numba.njit(cache=True, nogil=True)(function)
+    except RuntimeError:  # no writable cache location
+        return numba.njit(nogil=True)(function)
+
+
+@_jit
+def _worse(score, passage, other_score, other_passage) -> bool:
+    """Ranks below the other: a lower score, or the same score and a higher passage id."""
+    return score < other_score or (score == other_score and passage > other_passage)
+
+
+@_jit
+def _sift_down(heap_scores, heap_ids, size, value, passage) -> None:
+    """Put ``(value, passage)`` at the root of the heap's first ``size`` entries (whose root, its worst entry, is
+    dropped) and down to its place."""
+    i = 0
+    while 2 * i + 1 < size:
+        child = 2 * i + 1
+        if child + 1 < size and _worse(heap_scores[child + 1], heap_ids[child + 1], heap_scores[child],
+                                       heap_ids[child]):
+            child += 1
+        if _worse(value, passage, heap_scores[child], heap_ids[child]):
+            break
+        heap_scores[i], heap_ids[i] = heap_scores[child], heap_ids[child]
+        i = child
+    heap_scores[i], heap_ids[i] = value, passage
+
+
+@_jit
+def _search_run(data, indices, indptr, scores, bounds, seen, forbidden, shift, offsets, terms, counts, last_terms,
+                last_counts, exact_terms, reset_cost_per_passage, k, seed_ids, out_ids, out_scores, out_counts, work):
+    """Queries ``q`` of a run, in order, on one stream's ``scores`` and ``bounds``: query ``q`` holds the terms
+    ``terms[offsets[q]:offsets[q + 1]]`` (ascending) ``counts[...]`` times; the stream's last query before the run,
+    ``last_terms`` ``last_counts`` times. Each term whose count changed by ``Δ`` adds ``Δ`` times its column (or the
+    stream starts again from zero, the forbidden at ``-inf``, when that is cheaper or the sums would not be exact),
+    then the top ``k`` (score descending, id ascending, scores above 0) goes to ``out_*[q]``, the blocks of the last
+    query's top (``seed_ids`` before the run) read first. ``work[q]``: the postings added, the blocks read, whether
+    it started again."""
+    num_docs = scores.shape[0]
+    num_blocks = bounds.shape[0]
+    heap_scores = np.empty(k, np.float64)
+    heap_ids = np.empty(k, np.int64)
+    most = offsets[1:] - offsets[:-1]
+    room = (most.max() if most.shape[0] else 0) + max(last_terms.shape[0], most.max() if most.shape[0] else 0)
+    changed = np.empty(room, np.int64)
+    change = np.empty(room, np.float64)
+    for q in range(offsets.shape[0] - 1):
+        new_terms, new_counts = terms[offsets[q]:offsets[q + 1]], counts[offsets[q]:offsets[q + 1]]
+        if q == 0:
+            old_terms, old_counts = last_terms, last_counts
+        else:
+            old_terms, old_counts = terms[offsets[q - 1]:offsets[q]], counts[offsets[q - 1]:offsets[q]]
+        # the count changes: a merge of the two queries' ascending terms
+        size, cost, i, j = 0, 0, 0, 0
+        while i < old_terms.shape[0] or j < new_terms.shape[0]:
+            if j == new_terms.shape[0] or (i < old_terms.shape[0] and old_terms[i] < new_terms[j]):
+                term, delta = old_terms[i], -old_counts[i]
+                i += 1
+            elif i == old_terms.shape[0] or new_terms[j] < old_terms[i]:
+                term, delta = new_terms[j], new_counts[j]
+                j += 1
+            else:
+                term, delta = new_terms[j], new_counts[j] - old_counts[i]
+                i += 1
+                j += 1
+            if delta != 0:
+                changed[size], change[size] = term, delta
+                size += 1
+                cost += indptr[term + 1] - indptr[term]
+        fresh = reset_cost_per_passage * num_docs + forbidden.shape[0]
+        for j in range(new_terms.shape[0]):
+            fresh += indptr[new_terms[j] + 1] - indptr[new_terms[j]]
+        reset = fresh < cost or max(new_counts.sum(), old_counts.sum()) > exact_terms
+        if reset:
+            scores[:] = 0.0
+            for d in forbidden:
+                scores[d] = -np.inf
+            bounds[:] = 0.0
+            size = new_terms.shape[0]
+            changed[:size] = new_terms
+            change[:size] = new_counts
+        work[q, 2] = reset
+        for rising in (False, True):  # falls first: every partial sum is one of the old or the new query's scores
+            for c in range(size):
+                delta = change[c]
+                if (delta > 0) != rising:
+                    continue
+                start, stop = indptr[changed[c]], indptr[changed[c] + 1]
+                work[q, 0] += stop - start
+                if rising:  # a score that rises raises its block's bound
+                    for p in range(start, stop):
+                        d = indices[p]
+                        value = scores[d] + delta * data[p]
+                        scores[d] = value
+                        if value > bounds[d >> shift]:
+                            bounds[d >> shift] = value
+                else:  # one that falls leaves it valid
+                    for p in range(start, stop):
+                        scores[indices[p]] += delta * data[p]
+        # the heap's root is its worst entry: the lowest score, the highest id among equal scores
+        size = 0
+        stamp = seen[num_blocks] + 1
+        seen[num_blocks] = stamp
+        seed_count = out_counts[q - 1] if q > 0 else seed_ids.shape[0]
+        for s in range(seed_count + num_blocks):
+            if s < seed_count:
+                b = (out_ids[q - 1, s] if q > 0 else seed_ids[s]) >> shift
+            else:
+                b = s - seed_count
+                if seen[b] == stamp or bounds[b] <= 0.0 or (size == k and bounds[b] < heap_scores[0]):
+                    continue
+            if seen[b] == stamp:
+                continue
+            seen[b] = stamp
+            work[q, 1] += 1
+            best = -np.inf
+            for d in range(b << shift, min((b + 1) << shift, num_docs)):
+                value = scores[d]
+                if value > best:
+                    best = value
+                if value <= 0.0 or (size == k and _worse(value, d, heap_scores[0], heap_ids[0])):
+                    continue
+                if size < k:  # sift up from the end
+                    i = size
+                    size += 1
+                    while i > 0 and _worse(value, d, heap_scores[(i - 1) >> 1], heap_ids[(i - 1) >> 1]):
+                        heap_scores[i], heap_ids[i] = heap_scores[(i - 1) >> 1], heap_ids[(i - 1) >> 1]
+                        i = (i - 1) >> 1
+                    heap_scores[i], heap_ids[i] = value, d
+                else:  # in place of the root
+                    _sift_down(heap_scores, heap_ids, size, value, d)
+            bounds[b] = best  # exact now
+        out_counts[q] = size
+        while size > 0:  # the worst out first, written from the back
+            size -= 1
+            out_scores[q, size], out_ids[q, size] = heap_scores[0], heap_ids[0]
+            _sift_down(heap_scores, heap_ids, size, heap_scores[size], heap_ids[size])
+
+
+
+@dataclass
+class _State:
+    """One stream: every passage's score of its last query, the blocks' bounds, that query's term counts and top."""
+
+    scores: np.ndarray
+    bounds: np.ndarray
+    seen: np.ndarray  # per block, the stamp of the last query that read it (the last entry: the last stamp)
+    counts: dict[int, int] = field(default_factory=dict)
+    top: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+
+class BM25Stream:
+    """Exact top-k of queries given as ``{term id: count}`` over a CSC score matrix, each query's scores updated
+    from the last one of a stream (see the module's docstring). ``forbidden``: passage ids never returned.
+    ``n_threads``: a batch is cut into that many contiguous runs at most, searched in parallel, each on a stream
+    of its own (``num_docs`` float64 scores each: 8 bytes a passage)."""
+
+    def __init__(self, data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, num_docs: int,
+                 forbidden: np.ndarray | None = None, n_threads: int = 1):
+        self.data, self.indices, self.indptr = data, indices, indptr
+        self.num_docs = int(num_docs)
+        self.num_terms = len(indptr) - 1
+        self.forbidden = np.zeros(0, np.int64) if forbidden is None else np.asarray(forbidden, np.int64)
+        self.n_threads = max(1, int(n_threads))
+        self.num_blocks = (self.num_docs >> BLOCK_SHIFT) + 1
+        self._states: list[_State] = []
+        self._exact_terms: int | None = None
+
+    def exact_terms(self) -> int:
+        """How many term occurrences a query may hold (counted with repeats, and the last query's too while it is
+        being replaced) for every float64 sum of its scores to be exact: all stored scores are multiples of the
+        smallest one's last bit, and a sum stays exact while it is under 2**53 of those. Past it, a query is
+        summed from zero in term order (deterministic, within float64 rounding of the exact sum)."""
+        if self._exact_terms is None:
+            positive = self.data[self.data > 0] if len(self.data) else self.data
+            if not len(positive):
+                self._exact_terms = 2**62
+            else:
+                smallest, largest = float(positive.min()), float(positive.max())
+                last_bit = math.frexp(smallest)[1] - 24  # float32: 24 bits of mantissa
+                self._exact_terms = int(2.0 ** (53 + last_bit) / largest)
+        return self._exact_terms
+
+    def _new_state(self) -> _State:
+        scores = np.zeros(self.num_docs, np.float64)
+        scores[self.forbidden] = -np.inf
+        return _State(scores, np.zeros(self.num_blocks, np.float64), np.zeros(self.num_blocks + 1, np.int64))
+
+    def _changed_postings(self, last: dict[int, int], query: dict[int, int]) -> int:
+        """The postings that turn a stream's last query into ``query``: the columns whose count changes."""
+        changed = [t for t in last.keys() | query.keys() if query.get(t, 0) != last.get(t, 0)]
+        ids = np.asarray(changed, np.int64)
+        return int((self.indptr[ids + 1] - self.indptr[ids]).sum()) if changed else 0
+
+    def _run(self, state: _State, queries: list[dict[int, int]], k: int, out_ids, out_scores, out_counts,
+             work) -> None:
+        terms = [sorted(query.items()) for query in queries]  # each query's terms ascending, as the merge needs
+        offsets = np.zeros(len(queries) + 1, np.int64)
+        np.cumsum([len(query) for query in terms], out=offsets[1:])
+        flat = [pair for query in terms for pair in query]
+        term_ids = np.fromiter((t for t, _ in flat), np.int64, len(flat))
+        counts = np.fromiter((c for _, c in flat), np.int64, len(flat))
+        last = sorted(state.counts.items())
+        _search_run(self.data, self.indices, self.indptr, state.scores, state.bounds, state.seen, self.forbidden,
+                  BLOCK_SHIFT, offsets, term_ids, counts, np.fromiter((t for t, _ in last), np.int64, len(last)),
+                  np.fromiter((c for _, c in last), np.int64, len(last)), self.exact_terms(),
+                  RESET_COST_PER_PASSAGE, k, state.top, out_ids, out_scores, out_counts, work)
+        state.counts = queries[-1]
+        state.top = out_ids[-1, : out_counts[-1]].copy()
+
+    def search(self, queries: list[dict[int, int]], k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per query (``{term id: count}``; ids outside the matrix are ignored), its top ``min(k, num_docs)``:
+        ``ids`` and ``scores`` (float64) of shape ``(len(queries), k)``, row ``q``'s first ``counts[q]`` filled, best
+        first, ties by id ascending, scores above 0 only."""
+        queries = [{t: c for t, c in query.items() if 0 <= t < self.num_terms and c > 0} for query in queries]
+        k = max(0, min(int(k), self.num_docs))
+        ids = np.zeros((len(queries), k), np.int64)
+        scores = np.zeros((len(queries), k), np.float64)
+        counts = np.zeros(len(queries), np.int64)
+        self.work = np.zeros((len(queries), 3), np.int64)
+        if not queries or k == 0:
+            return ids, scores, counts
+        runs = max(1, min(self.n_threads, len(queries) // MIN_QUERIES_PER_THREAD))
+        cuts = [len(queries) * r // runs for r in range(runs + 1)]
+        states = self._states_for([queries[cut] for cut in cuts[:-1]])
+        jobs = [(states[r], queries[cuts[r]:cuts[r + 1]], k, ids[cuts[r]:cuts[r + 1]],
+                 scores[cuts[r]:cuts[r + 1]], counts[cuts[r]:cuts[r + 1]], self.work[cuts[r]:cuts[r + 1]])
+                for r in range(runs)]
+        if runs == 1:
+            self._run(*jobs[0])
+        else:
+            with ThreadPoolExecutor(runs) as pool:
+                for done in [pool.submit(self._run, *job) for job in jobs]:
+                    done.result()
+        return ids, scores, counts
+
+    def _states_for(self, firsts: list[dict[int, int]]) -> list[_State]:
+        """A stream for each run, by its first query: the one whose last query is closest (fewest postings to
+        change), new ones while fewer than the runs exist."""
+        while len(self._states) < len(firsts):
+            self._states.append(self._new_state())
+        free = list(self._states)
+        chosen = []
+        for first in firsts:
+            best = min(free, key=lambda state: self._changed_postings(state.counts, first))
+            free.remove(best)
+            chosen.append(best)
+        return chosen
