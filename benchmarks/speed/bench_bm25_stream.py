@@ -50,9 +50,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def stream_queries(args: argparse.Namespace) -> list[str]:
     from transformers import AutoTokenizer
 
-    from hf_ralm import RalmConfig
-    from hf_ralm.core.data import load_dataset_text
-    from hf_ralm.core.plan import prepare
+    from hf_ralm import RalmConfig, load_dataset_text, prepare
 
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     config = RalmConfig(retrieval_stride=4, query_length=32)
@@ -73,10 +71,8 @@ def in_batches(function, items: list, batch: int = BATCH) -> tuple[list, float]:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from hf_ralm.retrieval import BM25Retriever
-    from hf_ralm.retrieval.analysis import analyze_texts
-    from hf_ralm.retrieval.base import read_forbidden_titles
-    from hf_ralm.testing.bm25 import reference_bm25_top_k
+    from hf_ralm.retrieval import BM25Retriever, analyze_texts, read_forbidden_titles
+    from hf_ralm.testing import reference_bm25_top_k
 
     args = parse_args(argv)
     queries = stream_queries(args)
@@ -104,7 +100,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     old = retriever.bm25
     old_found, bm25s_seconds = in_batches(lambda batch: list(zip(*old.retrieve(
-        batch, k=k, weight_mask=retriever._weight_mask, n_threads=1, show_progress=False))), terms[: args.bm25s_queries])
+        batch, k=k, weight_mask=retriever._weight_mask, n_threads=1, show_progress=False))),
+        terms[: args.bm25s_queries])
 
     matrix, vocab = old.scores, old.vocab_dict
     forbidden_ids = np.flatnonzero(retriever._weight_mask == 0) if retriever._weight_mask is not None else []

@@ -183,8 +183,13 @@ def _search_run(data, indices, indptr, scores, bounds, seen, forbidden, shift, o
             _sift_down(heap_scores, heap_ids, size, heap_scores[size], heap_ids[size])
 
 
+def _pairs(pairs: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """``(term id, count)`` pairs as two int64 arrays."""
+    return (np.fromiter((t for t, _ in pairs), np.int64, len(pairs)),
+            np.fromiter((c for _, c in pairs), np.int64, len(pairs)))
 
-@dataclass
+
+@dataclass(eq=False)  # a stream is itself: compared by identity
 class _State:
     """One stream: every passage's score of its last query, the blocks' bounds, that query's term counts and top."""
 
@@ -208,7 +213,7 @@ class BM25Stream:
         self.num_terms = len(indptr) - 1
         self.forbidden = np.zeros(0, np.int64) if forbidden is None else np.asarray(forbidden, np.int64)
         self.n_threads = max(1, int(n_threads))
-        self.num_blocks = (self.num_docs >> BLOCK_SHIFT) + 1
+        self.num_blocks = max(1, -(-self.num_docs >> BLOCK_SHIFT))  # the last one may be partial
         self._states: list[_State] = []
         self._exact_terms: int | None = None
 
@@ -243,14 +248,11 @@ class BM25Stream:
         terms = [sorted(query.items()) for query in queries]  # each query's terms ascending, as the merge needs
         offsets = np.zeros(len(queries) + 1, np.int64)
         np.cumsum([len(query) for query in terms], out=offsets[1:])
-        flat = [pair for query in terms for pair in query]
-        term_ids = np.fromiter((t for t, _ in flat), np.int64, len(flat))
-        counts = np.fromiter((c for _, c in flat), np.int64, len(flat))
-        last = sorted(state.counts.items())
+        term_ids, counts = _pairs([pair for query in terms for pair in query])
+        last_ids, last_counts = _pairs(sorted(state.counts.items()))
         _search_run(self.data, self.indices, self.indptr, state.scores, state.bounds, state.seen, self.forbidden,
-                  BLOCK_SHIFT, offsets, term_ids, counts, np.fromiter((t for t, _ in last), np.int64, len(last)),
-                  np.fromiter((c for _, c in last), np.int64, len(last)), self.exact_terms(),
-                  RESET_COST_PER_PASSAGE, k, state.top, out_ids, out_scores, out_counts, work)
+                    BLOCK_SHIFT, offsets, term_ids, counts, last_ids, last_counts, self.exact_terms(),
+                    RESET_COST_PER_PASSAGE, k, state.top, out_ids, out_scores, out_counts, work)
         state.counts = queries[-1]
         state.top = out_ids[-1, : out_counts[-1]].copy()
 

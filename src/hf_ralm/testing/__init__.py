@@ -20,6 +20,7 @@ Example::
     assert torch.allclose(fast[1:], reference_window_nlls(model, ids, windows, prefixes)[1:], atol=1e-4)
 """
 
+from .bm25 import reference_bm25_scores, reference_bm25_top_k
 from .loops import (
     full_nlls,
     next_token_logits,
@@ -58,6 +59,8 @@ __all__ = [
     "plain_window_nlls",
     "ranking_nll",
     "ranking_positions",
+    "reference_bm25_scores",
+    "reference_bm25_top_k",
     "reference_rerank_nlls",
     "reference_window_nlls",
     "spec_choice",
