@@ -67,13 +67,16 @@ def stream_search(stream: BM25Stream, vocab: dict[str, int], queries: list[list[
         first += size
 
 
-@pytest.mark.parametrize("seed, num_docs, k, n_threads, calls", [
-    (0, 1000, 16, 1, [64]), (1, 1000, 1, 1, [7, 1, 30]), (2, 700, 5, 3, [60]), (3, 257, 300, 2, [40, 3]),
-    (4, 3000, 16, 1, [1]),
+@pytest.mark.parametrize("seed, num_docs, k, n_threads, calls, tile", [
+    (0, 1000, 16, 1, [64], None), (1, 1000, 1, 1, [7, 1, 30], 128), (2, 700, 5, 3, [60], 300),
+    (3, 257, 300, 2, [40, 3], None), (4, 3000, 16, 1, [1], 1000),
 ])
-def test_random_streams_are_the_exhaustive_loop(seed, num_docs, k, n_threads, calls):
+def test_random_streams_are_the_exhaustive_loop(seed, num_docs, k, n_threads, calls, tile, monkeypatch):
     """Many ties (a few distinct scores): the order among them is by id; a term repeated in a query counts as often;
-    k beyond the matches gives the matches; passages across several blocks of bounds; forbidden passages."""
+    k beyond the matches gives the matches; passages across several blocks of bounds and tiles; forbidden
+    passages."""
+    if tile:
+        monkeypatch.setattr(bm25_stream, "TILE_SIZE", tile)
     rng = np.random.default_rng(seed)
     matrix = random_matrix(rng, num_docs, 60)
     vocab = {f"t{i}": i for i in range(60)}

@@ -63,10 +63,17 @@ def per_second(count: int, seconds: float) -> float:
     return count / seconds if seconds else float("inf")
 
 
-def in_batches(function, items: list, batch: int = BATCH) -> tuple[list, float]:
-    found, start = [], time.perf_counter()
+CPU_SECONDS: dict[str, float] = {}
+"""Per path, the CPU seconds this process spent on it (the machine is shared: wall seconds include waiting)."""
+
+
+def in_batches(function, items: list, batch: int = BATCH, name: str = "") -> tuple[list, float]:
+    """What ``function`` gives for ``items``, ``batch`` at a time, and the wall seconds it took (CPU seconds in
+    :data:`CPU_SECONDS` under ``name``)."""
+    found, start, cpu = [], time.perf_counter(), time.process_time()
     for first in range(0, len(items), batch):
         found.extend(function(items[first : first + batch]))
+    CPU_SECONDS[name] = time.process_time() - cpu
     return found, time.perf_counter() - start
 
 
@@ -89,11 +96,14 @@ def main(argv: list[str] | None = None) -> dict:
         return BM25Retriever.load(args.index_dir, forbidden_titles=forbidden, n_threads=1)
 
     retriever = fresh()
-    found, retrieve_seconds = in_batches(lambda batch: retriever.retrieve(batch, k=k), queries)
+    found, retrieve_seconds = in_batches(lambda batch: retriever.retrieve(batch, k=k), queries, name="retrieve")
     terms = analyze_texts(queries)
     counted = retriever._term_counts(queries)
     searcher = fresh()._stream
-    searched, search_seconds = in_batches(lambda batch: [searcher.search(batch, k)], counted)
+    work = []  # per query: postings added, blocks of bounds read, whether it started from zero
+    searched, search_seconds = in_batches(lambda batch: [searcher.search(batch, k), work.append(searcher.work)][:1],
+                                          counted, name="search")
+    work = np.concatenate(work)
     ids = np.concatenate([batch[0] for batch in searched])
     scores = np.concatenate([batch[1] for batch in searched])
     sizes = np.concatenate([batch[2] for batch in searched])
@@ -101,12 +111,13 @@ def main(argv: list[str] | None = None) -> dict:
     old = retriever.bm25
     old_found, bm25s_seconds = in_batches(lambda batch: list(zip(*old.retrieve(
         batch, k=k, weight_mask=retriever._weight_mask, n_threads=1, show_progress=False))),
-        terms[: args.bm25s_queries])
+        terms[: args.bm25s_queries], name="bm25s")
 
     matrix, vocab = old.scores, old.vocab_dict
     forbidden_ids = np.flatnonzero(retriever._weight_mask == 0) if retriever._weight_mask is not None else []
     exhaustive, exhaustive_seconds = in_batches(
-        lambda batch: reference_bm25_top_k(matrix, vocab, batch, k, forbidden_ids), terms[: args.exhaustive_queries])
+        lambda batch: reference_bm25_top_k(matrix, vocab, batch, k, forbidden_ids), terms[: args.exhaustive_queries],
+        name="exhaustive")
 
     one_at_a_time, latencies = fresh(), []
     for query in queries:
@@ -129,6 +140,12 @@ def main(argv: list[str] | None = None) -> dict:
         "exhaustive_qps": per_second(len(exhaustive), exhaustive_seconds), "exhaustive_queries": len(exhaustive),
         "one_at_a_time_p50_ms": 1000 * float(np.percentile(latencies, 50)),
         "one_at_a_time_p99_ms": 1000 * float(np.percentile(latencies, 99)),
+        "cpu_qps": {name: per_second(len(old_found) if name == "bm25s" else len(exhaustive) if name == "exhaustive"
+                                     else len(queries), seconds) for name, seconds in CPU_SECONDS.items()},
+        "per_query": {"postings_added": float(work[:, 0].mean()), "blocks_read": float(work[:, 1].mean()),
+                      "blocks": searcher.num_blocks, "started_from_zero": int(work[:, 2].sum()),
+                      "postings_of_whole_queries": float(np.mean([searcher.postings(q) for q in counted]))},
+        "exact_terms": searcher.exact_terms(),
         "same_top_k_as_exhaustive": {"search": same, "retrieve": same_retrieve, "bm25s_ids": same_bm25s},
         "load_average": os.getloadavg(), "cores": available_cores(),
     }
@@ -136,15 +153,22 @@ def main(argv: list[str] | None = None) -> dict:
           f"terms each), k={k}, batches of {BATCH}, one thread; load average "
           f"{' '.join(f'{x:.1f}' for x in figures['load_average'])} on {figures['cores']} cores")
     print(f"index load {load_seconds:.1f} s, first search {first_seconds:.2f} s (kernel compiled or loaded)")
-    print("| path | queries | queries/s | top-16 identical to exhaustive |")
-    print("|---|---|---|---|")
-    print(f"| bm25 retrieve (stream) | {len(queries)} | {figures['retrieve_qps']:,.0f} | "
+    cpu = figures["cpu_qps"]
+    print("| path | queries | queries/s (wall) | queries/s (CPU time) | top-16 identical to exhaustive |")
+    print("|---|---|---|---|---|")
+    print(f"| bm25 retrieve (stream) | {len(queries)} | {figures['retrieve_qps']:,.0f} | {cpu['retrieve']:,.0f} | "
           f"{same_retrieve} of {len(exhaustive)} |")
     print(f"| its search alone (terms in, ids out) | {len(queries)} | {figures['search_qps']:,.0f} | "
-          f"{same} of {len(exhaustive)} |")
-    print(f"| bm25s BM25.retrieve (before) | {len(old_found)} | {figures['bm25s_qps']:,.1f} | "
+          f"{cpu['search']:,.0f} | {same} of {len(exhaustive)} |")
+    print(f"| bm25s BM25.retrieve (before) | {len(old_found)} | {figures['bm25s_qps']:,.1f} | {cpu['bm25s']:,.1f} | "
           f"{same_bm25s} of {len(old_found)} (ids) |")
-    print(f"| exhaustive (hf_ralm.testing.bm25) | {len(exhaustive)} | {figures['exhaustive_qps']:,.1f} | - |")
+    print(f"| exhaustive (hf_ralm.testing.bm25) | {len(exhaustive)} | {figures['exhaustive_qps']:,.1f} | "
+          f"{cpu['exhaustive']:,.1f} | - |")
+    per_query = figures["per_query"]
+    print(f"per query of the stream: {per_query['postings_added']:,.0f} postings added (a whole query's terms: "
+          f"{per_query['postings_of_whole_queries']:,.0f}), {per_query['blocks_read']:.0f} of "
+          f"{per_query['blocks']:,} blocks read; {per_query['started_from_zero']} queries started from zero; "
+          f"sums exact up to {figures['exact_terms']:,} terms a query")
     print(f"one query at a time (retrieve): p50 {figures['one_at_a_time_p50_ms']:.2f} ms, "
           f"p99 {figures['one_at_a_time_p99_ms']:.2f} ms")
     if args.json_out:

@@ -4,7 +4,8 @@ scores, ``indices`` passage ids, ``indptr`` one column per term).
 In-Context RALM asks every 4 tokens with the last 32: consecutive queries of one text share most of their terms.
 A :class:`BM25Stream` keeps, per stream, every passage's score of the last query (float64) and that query's term
 counts; the next query's scores are the last ones plus, for each term whose count changed by ``Δ``, ``Δ`` times its
-column. The stored scores are float32, so a float64 sum of a few dozen of them is exact (:meth:`BM25Stream.
+column (a tile of passages at a time, so that the scores being changed stay in the core's cache). The stored
+scores are float32, so a float64 sum of a few dozen of them is exact (:meth:`BM25Stream.
 exact_terms` says how many): the scores do not depend on the order terms came and went, and equal a plain sum over
 the query's terms. The top-k reads few passages: the scores are cut in blocks of ``2**BLOCK_SHIFT`` passages, each
 with an upper bound of its scores (raised when a score rises, left loose when one falls, made exact when the block
@@ -32,6 +33,9 @@ import numpy as np
 BLOCK_SHIFT = 8
 """Passages per block of score bounds, as a power of two: 256 (at 666k passages 2,603 bounds, at 21M some 82,000,
 each looked at once per query)."""
+TILE_SIZE = 1 << 17
+"""The passages whose scores a query's changes are applied to together (1 MiB of float64 scores): a tile's scores
+stay in the core's cache while every changed column's postings within it are added."""
 MIN_QUERIES_PER_THREAD = 16
 """A batch is split over threads in contiguous runs of at least this many queries: each run starts its stream from
 a state that followed other queries, which costs about one exhaustive query."""
@@ -73,8 +77,9 @@ def _sift_down(heap_scores, heap_ids, size, value, passage) -> None:
 
 
 @_jit
-def _search_run(data, indices, indptr, scores, bounds, seen, forbidden, shift, offsets, terms, counts, last_terms,
-                last_counts, exact_terms, reset_cost_per_passage, k, seed_ids, out_ids, out_scores, out_counts, work):
+def _search_run(data, indices, indptr, scores, bounds, seen, forbidden, shift, tile_size, offsets, terms, counts,
+                last_terms, last_counts, exact_terms, reset_cost_per_passage, k, seed_ids, out_ids, out_scores,
+                out_counts, work):
     """Queries ``q`` of a run, in order, on one stream's ``scores`` and ``bounds``: query ``q`` holds the terms
     ``terms[offsets[q]:offsets[q + 1]]`` (ascending) ``counts[...]`` times; the stream's last query before the run,
     ``last_terms`` ``last_counts`` times. Each term whose count changed by ``Δ`` adds ``Δ`` times its column (or the
@@ -126,23 +131,30 @@ def _search_run(data, indices, indptr, scores, bounds, seen, forbidden, shift, o
             changed[:size] = new_terms
             change[:size] = new_counts
         work[q, 2] = reset
-        for rising in (False, True):  # falls first: every partial sum is one of the old or the new query's scores
-            for c in range(size):
-                delta = change[c]
-                if (delta > 0) != rising:
-                    continue
-                start, stop = indptr[changed[c]], indptr[changed[c] + 1]
-                work[q, 0] += stop - start
-                if rising:  # a score that rises raises its block's bound
-                    for p in range(start, stop):
-                        d = indices[p]
-                        value = scores[d] + delta * data[p]
-                        scores[d] = value
-                        if value > bounds[d >> shift]:
-                            bounds[d >> shift] = value
-                else:  # one that falls leaves it valid
-                    for p in range(start, stop):
-                        scores[indices[p]] += delta * data[p]
+        # a tile of passages at a time, every changed column's postings within it: the scores being changed stay
+        # in the core's cache; per passage, falls first: every partial sum is one of the old or the new query's
+        for tile in range(0, num_docs, tile_size):
+            for rising in (False, True):
+                for c in range(size):
+                    delta = change[c]
+                    if (delta > 0) != rising:
+                        continue
+                    start, stop = indptr[changed[c]], indptr[changed[c] + 1]
+                    if tile_size < num_docs:
+                        column = indices[start:stop]
+                        start, stop = (start + np.searchsorted(column, tile),
+                                       start + np.searchsorted(column, tile + tile_size))
+                    work[q, 0] += stop - start
+                    if rising:  # a score that rises raises its block's bound
+                        for p in range(start, stop):
+                            d = indices[p]
+                            value = scores[d] + delta * data[p]
+                            scores[d] = value
+                            if value > bounds[d >> shift]:
+                                bounds[d >> shift] = value
+                    else:  # one that falls leaves it valid
+                        for p in range(start, stop):
+                            scores[indices[p]] += delta * data[p]
         # the heap's root is its worst entry: the lowest score, the highest id among equal scores
         size = 0
         stamp = seen[num_blocks] + 1
@@ -237,6 +249,10 @@ class BM25Stream:
         scores[self.forbidden] = -np.inf
         return _State(scores, np.zeros(self.num_blocks, np.float64), np.zeros(self.num_blocks + 1, np.int64))
 
+    def postings(self, query: dict[int, int]) -> int:
+        """The postings of ``query``'s terms: what scoring it from zero adds."""
+        return self._changed_postings({}, query)
+
     def _changed_postings(self, last: dict[int, int], query: dict[int, int]) -> int:
         """The postings that turn a stream's last query into ``query``: the columns whose count changes."""
         changed = [t for t in last.keys() | query.keys() if query.get(t, 0) != last.get(t, 0)]
@@ -251,7 +267,7 @@ class BM25Stream:
         term_ids, counts = _pairs([pair for query in terms for pair in query])
         last_ids, last_counts = _pairs(sorted(state.counts.items()))
         _search_run(self.data, self.indices, self.indptr, state.scores, state.bounds, state.seen, self.forbidden,
-                    BLOCK_SHIFT, offsets, term_ids, counts, last_ids, last_counts, self.exact_terms(),
+                    BLOCK_SHIFT, TILE_SIZE, offsets, term_ids, counts, last_ids, last_counts, self.exact_terms(),
                     RESET_COST_PER_PASSAGE, k, state.top, out_ids, out_scores, out_counts, work)
         state.counts = queries[-1]
         state.top = out_ids[-1, : out_counts[-1]].copy()
