@@ -4,7 +4,8 @@ Text becomes terms as in the Lucene backend (Anserini's ``DefaultEnglishAnalyzer
 paper's pyserini retrieval (top-1 agreement with Lucene: docs/lucene.md): :mod:`hf_ralm.retrieval.analysis` cuts
 words at Unicode word boundaries as Lucene's ``StandardTokenizer`` does (``20,000``, ``3.14`` and ``U.S`` stay
 whole), drops the possessive ``'s``, lowercases, removes Lucene's 33 English stop words and applies Lucene's Porter
-stemmer. bm25s indexes and searches these terms.
+stemmer. The index is bm25s's score matrix of these terms; the search is :mod:`hf_ralm.retrieval.bm25_stream`'s
+(exact float64 sums, ties by passage id, each query's scores updated from the last query of its text).
 
 An index folder holds the bm25s matrices (memory-mapped when loaded), the passages as an Arrow table (memory-mapped
 by ``datasets``) and ``hf_ralm_index.json``, which records the corpus fingerprint so a folder is reused only for the
