@@ -11,6 +11,11 @@ query term added into a dense float64 array, on the first ``--exhaustive-queries
 retrieval: p50, p99); and how many of the exhaustive scorer's queries got the same top-16 from the new path (ids,
 order and scores, ``==``) and from bm25s (ids and order; its float32 sums may order two scores within rounding
 differently). The first search's time (numba compiling the kernel, or loading it from its cache) is printed apart.
+With ``--lucene-index`` (built by ``hf-ralm index --retriever lucene``; the default is where the benchmarks keep it),
+the Lucene backend on the same queries, one thread, batches of 64, on the first ``--lucene-queries``: Anserini's
+``batch_search`` for the top ``k`` (what Lucene itself costs, forbidden titles not applied) and the backend's
+``retrieve`` with the forbidden titles (as an evaluation runs it: it searches 100 deep and filters); the stream's
+``retrieve`` against the first of the two is the "times Lucene" figure.
 
     python -m benchmarks.speed.bench_bm25_stream --json-out ~/.cache/hf-ralm/bench/bm25_stream.json
 
@@ -27,7 +32,7 @@ import time
 import numpy as np
 
 from benchmarks.bench_common import available_cores
-from benchmarks.bench_setup import BM25_INDEX, MODELS_DIR, SHARED
+from benchmarks.bench_setup import BM25_INDEX, CACHE, MODELS_DIR, SHARED
 
 BATCH = 64
 
@@ -42,6 +47,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--bm25s-queries", type=int, default=200, help="queries timed on bm25s's search")
     parser.add_argument("--exhaustive-queries", type=int, default=200,
                         help="queries timed on the exhaustive scorer and compared with it")
+    parser.add_argument("--lucene-index", default=str(CACHE / "index" / "wikipedia-2015-sample-lucene"),
+                        help="the Lucene backend's index of the same corpus ('none': leave Lucene out)")
+    parser.add_argument("--lucene-queries", type=int, default=500, help="queries timed on the Lucene backend")
     parser.add_argument("-k", type=int, default=16)
     parser.add_argument("--json-out", help="write every figure to this JSON file")
     return parser.parse_args(argv)
@@ -119,6 +127,8 @@ def main(argv: list[str] | None = None) -> dict:
         lambda batch: reference_bm25_top_k(matrix, vocab, batch, k, forbidden_ids), terms[: args.exhaustive_queries],
         name="exhaustive")
 
+    lucene = lucene_figures(args, queries, forbidden)
+
     one_at_a_time, latencies = fresh(), []
     for query in queries:
         start = time.perf_counter()
@@ -141,14 +151,17 @@ def main(argv: list[str] | None = None) -> dict:
         "one_at_a_time_p50_ms": 1000 * float(np.percentile(latencies, 50)),
         "one_at_a_time_p99_ms": 1000 * float(np.percentile(latencies, 99)),
         "cpu_qps": {name: per_second(len(old_found) if name == "bm25s" else len(exhaustive) if name == "exhaustive"
-                                     else len(queries), seconds) for name, seconds in CPU_SECONDS.items()},
+                                     else lucene["queries"] if name.startswith("lucene") else len(queries), seconds)
+                    for name, seconds in CPU_SECONDS.items()},
         "per_query": {"postings_added": float(work[:, 0].mean()), "blocks_read": float(work[:, 1].mean()),
                       "blocks": searcher.num_blocks, "started_from_zero": int(work[:, 2].sum()),
                       "postings_of_whole_queries": float(np.mean([searcher.postings(q) for q in counted]))},
         "exact_terms": searcher.exact_terms(),
         "same_top_k_as_exhaustive": {"search": same, "retrieve": same_retrieve, "bm25s_ids": same_bm25s},
-        "load_average": os.getloadavg(), "cores": available_cores(),
+        "lucene": lucene, "load_average": os.getloadavg(), "cores": available_cores(),
     }
+    if lucene:
+        figures["times_lucene"] = figures["retrieve_qps"] / lucene["batch_search_qps"]
     print(f"{figures['passages']:,} passages, {len(queries)} queries (about {figures['mean_terms_per_query']:.1f} "
           f"terms each), k={k}, batches of {BATCH}, one thread; load average "
           f"{' '.join(f'{x:.1f}' for x in figures['load_average'])} on {figures['cores']} cores")
@@ -164,6 +177,12 @@ def main(argv: list[str] | None = None) -> dict:
           f"{same_bm25s} of {len(old_found)} (ids) |")
     print(f"| exhaustive (hf_ralm.testing.bm25) | {len(exhaustive)} | {figures['exhaustive_qps']:,.1f} | "
           f"{cpu['exhaustive']:,.1f} | - |")
+    if lucene:
+        print(f"| Lucene batch_search, top {k} | {lucene['queries']} | {lucene['batch_search_qps']:,.1f} | "
+              f"{cpu['lucene batch_search']:,.1f} | - |")
+        print(f"| lucene retrieve, forbidden titles | {lucene['queries']} | {lucene['retrieve_qps']:,.1f} | "
+              f"{cpu['lucene retrieve']:,.1f} | - |")
+        print(f"bm25 retrieve (stream) against Lucene's batch_search: {figures['times_lucene']:.1f}x (target: 20x)")
     per_query = figures["per_query"]
     print(f"per query of the stream: {per_query['postings_added']:,.0f} postings added (a whole query's terms: "
           f"{per_query['postings_of_whole_queries']:,.0f}), {per_query['blocks_read']:.0f} of "
@@ -176,6 +195,28 @@ def main(argv: list[str] | None = None) -> dict:
         with open(args.json_out, "w", encoding="utf-8") as f:
             json.dump(figures, f, indent=2)
     return figures
+
+
+def lucene_figures(args: argparse.Namespace, queries: list[str], forbidden) -> dict | None:
+    """The Lucene backend on the first ``--lucene-queries`` queries, one thread, batches of 64: Anserini's
+    ``batch_search`` for the top ``k`` and the backend's ``retrieve`` with the forbidden titles (``None`` without
+    ``--lucene-index``). The JVM's CPU time is this process's, so the CPU rates count it."""
+    if args.lucene_index == "none":
+        return None
+    from hf_ralm.retrieval import LuceneRetriever
+
+    asked = queries[: args.lucene_queries]
+    start = time.perf_counter()
+    plain = LuceneRetriever.load(args.lucene_index, n_threads=1)
+    load_seconds = time.perf_counter() - start
+    filtered = LuceneRetriever.load(args.lucene_index, forbidden_titles=forbidden, n_threads=1)
+    plain.retrieve(asked[:BATCH], k=args.k)  # the JVM's first searches (its compiler warming up) are not timed
+    _, search_seconds = in_batches(lambda batch: plain._searcher.batch_search(batch, args.k, 1), asked,
+                                   name="lucene batch_search")
+    _, retrieve_seconds = in_batches(lambda batch: filtered.retrieve(batch, k=args.k), asked, name="lucene retrieve")
+    return {"queries": len(asked), "load_seconds": load_seconds,
+            "batch_search_qps": per_second(len(asked), search_seconds),
+            "retrieve_qps": per_second(len(asked), retrieve_seconds)}
 
 
 if __name__ == "__main__":
