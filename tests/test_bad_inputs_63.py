@@ -236,7 +236,12 @@ def test_a_missing_corpus_fails_before_the_base_model_loads(tiny_model_dir, tmp_
 
 def test_lm_eval_checks_the_corpus_before_its_tasks_and_model_load(files, capsys, monkeypatch):
     """Before: lm-eval indexed its tasks and loaded the model first (13 s), then the corpus was found missing."""
-    pytest.importorskip("lm_eval")
+    from test_lm_eval import require
+
+    require("lm_eval")
+    # lm-eval binds its log handler, once per process, to the stderr of its first run: here capsys's, closed after
+    # this test, so the later lm-eval tests would log into a closed stream
+    monkeypatch.setattr("lm_eval.utils._LOGGING_CONFIGURED", True)
 
     def refuse(*args, **kwargs):
         raise AssertionError("lm-eval went on before the corpus was checked")

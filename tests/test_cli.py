@@ -252,7 +252,7 @@ ENGINE_FLAGS = ("--engine", "--tensor-parallel-size", "--pipeline-parallel-size"
                 "--max-model-len", "--kv-cache-memory-bytes", "--enforce-eager")  # the commands that run a reader
 COMMAND_FLAGS = {
     "index": {"--corpus", "--index-dir", "--retriever", "--encoder", "--pooling", "--encoder-dtype", "--faiss-factory",
-              "--words-per-passage", "--num-shards", "--shard-id"},
+              "--words-per-passage", "--num-shards", "--shard-id", "--verify"},
     "retrieve": {*MODEL_FLAGS, "--retriever", "--encoder", "--threads",
                  "--corpus", "--index-dir", "--forbidden-titles", "--stride", "--query-length", "--max-length",
                  "--dataset-path", "--dataset-name", "--dataset-split", "--max-eval-tokens", "--output-dir",

@@ -75,7 +75,9 @@ def test_a_dataset_evaluates_as_its_json_file(made, tmp_path, name, json_file):
     folder = made["root"] / name
     assert files_in(folder) == DATASET_FILES
     records = json.loads((made["root"] / json_file).read_text())
-    rows = datasets.load_dataset(str(folder), split="train")
+    # a cache of its own: datasets keys a local folder's cache by its name and files, which a later run's pytest
+    # folders repeat, so a cache kept in ~/.cache served an earlier run's rows
+    rows = datasets.load_dataset(str(folder), split="train", cache_dir=str(tmp_path / "datasets-cache"))
     assert len(rows) == len(records)
     assert rows["begin_location"] == [r["begin_location"] for r in records]
     assert rows["passage_ids"] == [[d["id"] for d in r["retrieved_docs"]] for r in records]
@@ -125,7 +127,8 @@ def test_passages_without_texts_are_fetched_by_id(made, tmp_path, capsys):
     import datasets
 
     folder = made["root"] / "ids-only"
-    assert "texts" not in datasets.load_dataset(str(folder), split="train").column_names
+    assert "texts" not in datasets.load_dataset(str(folder), split="train",
+                                                cache_dir=str(tmp_path / "datasets-cache")).column_names
     fail(capsys, {"out": tmp_path / "out", "tmp": tmp_path},
          ["eval-lm", *common(made["model"], made["text"], "--retrieval-file", str(folder), "--output-dir",
                              str(tmp_path / "out"))],
