@@ -127,6 +127,22 @@ def test_float64_sums_of_the_scores_are_exact():
     assert total - math.fsum([12.5] * limit) == float(np.float32(0.3))
 
 
+def test_a_retriever_stems_each_query_word_once_across_calls(tiny_index, monkeypatch):
+    """A RALM text's queries repeat most of their words: the retriever remembers each word's term between calls
+    (a bounded cache), and the queries' results are those of a fresh retriever."""
+    from hf_ralm.retrieval import analysis
+
+    queries = ["Roman emperors ruled Rome", "emperors ruled Rome's provinces", "ruled Rome"]
+    expected = BM25Retriever.load(tiny_index["index_dir"], n_threads=1).retrieve(queries, k=3)
+    stemmed = []
+    word_term = analysis.word_term
+    monkeypatch.setattr(analysis, "word_term", lambda word: (stemmed.append(word), word_term(word))[1])
+    retriever = BM25Retriever.load(tiny_index["index_dir"], n_threads=1)
+    found = [retriever.retrieve([query], k=3)[0] for query in queries]
+    assert found == expected
+    assert sorted(stemmed) == sorted({"Roman", "emperors", "ruled", "Rome", "Rome's", "provinces"})
+
+
 def test_without_a_writable_cache_the_kernel_still_compiles(monkeypatch):
     """numba refuses ``cache=True`` where it can write no cache (a read-only install and no cache folder): the kernel
     is compiled in the process then."""

@@ -267,16 +267,23 @@ def iter_analyzed(texts: Iterable[str], cache_size: int = 1_000_000, processes: 
         iter_analyzed(passage_texts, processes=available_cpus())   # yields each passage's terms, in order
     """
     if processes <= 1:
-        terms = _Terms(cache_size)
+        terms = TermCache(cache_size)
         for text in texts:
             yield terms.analyze(text)
     else:
         yield from _analyzed_in_pool(iter(texts), cache_size, processes, batch_size)
 
 
-class _Terms(dict):
+class TermCache(dict):
     """token -> :func:`word_term` (``""`` for a stop word), computed the first time a token is looked up, for up to
-    ``cache_size`` distinct tokens at a time."""
+    ``cache_size`` distinct tokens at a time; :meth:`analyze` is :func:`analyze` through it. Kept across calls (the
+    bm25 retriever keeps one for its queries), a text stream's repeated words are stemmed once.
+
+    Example:
+        >>> terms = TermCache(cache_size=1000)
+        >>> terms.analyze("Darwin's finches"), terms.analyze("the finches")
+        (['darwin', 'finch'], ['finch'])
+    """
 
     def __init__(self, cache_size: int):
         super().__init__()
@@ -320,5 +327,5 @@ def _analyzed_in_pool(texts: Iterator[str], cache_size: int, processes: int, bat
 
 def _batch_analyzer(cache_size: int) -> Callable[[list[str]], list[list[str]]]:
     """A worker's work (:func:`_analyzed_in_pool`): each batch's terms, through a term cache kept between batches."""
-    terms = _Terms(cache_size)
+    terms = TermCache(cache_size)
     return lambda texts: [terms.analyze(text) for text in texts]

@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Iterable, Iterator, Sequence
 
 import numpy as np
@@ -31,7 +32,7 @@ import numpy as np
 from ..config.passages import Passage, passage_text
 from ..utils.cpus import available_cpus
 from ..utils.progress import datasets_bars_off
-from .analysis import ANALYSIS, analyze_texts, iter_analyzed
+from .analysis import ANALYSIS, TermCache, analyze_texts, iter_analyzed
 from .base import checked_queries, passages_from_table
 from .bm25_index import bm25_matrix, count_terms, save_bm25s
 from .corpus import PASSAGE_COLUMNS, check_passage_count
@@ -43,6 +44,9 @@ BM25_PARAMS = {"method": "lucene", "k1": 0.9, "b": 0.4}
 # what an index records and must match to be used: an index is used only with the analysis it was built with, since
 # queries must be analyzed as the passages were
 INDEX_SETTINGS = {**BM25_PARAMS, **ANALYSIS}
+QUERY_TERM_CACHE = 100_000
+"""Distinct query words whose terms a retriever remembers (:class:`~hf_ralm.retrieval.analysis.TermCache`, cleared
+when full): a RALM text's queries repeat most of their words, so each is stemmed once."""
 BM25_FILES = ("bm25s/params.index.json", "bm25s/vocab.index.json", "bm25s/data.csc.index.npy",
               "bm25s/indices.csc.index.npy", "bm25s/indptr.csc.index.npy", "passages/state.json", "passages/*.arrow")
 """The files of an index folder (beside hf_ralm_index.json), checked when the index records no file sizes."""
@@ -150,9 +154,14 @@ class BM25Retriever(LocalIndexRetriever):
         return passages_from_table(self.passages, hits)
 
     def _term_counts(self, queries: Sequence[str]) -> list[dict[int, int]]:
-        """Per query, ``{term id: times it occurs}`` of its analysed terms found in the index."""
-        vocab = self.bm25.vocab_dict
-        return [dict(Counter(vocab[term] for term in terms if term in vocab)) for terms in analyze_texts(queries)]
+        """Per query, ``{term id: times it occurs}`` of its analysed terms found in the index (the words' terms
+        remembered between calls)."""
+        vocab, analyze = self.bm25.vocab_dict, self._query_terms.analyze
+        return [dict(Counter(vocab[term] for term in analyze(query) if term in vocab)) for query in queries]
+
+    @cached_property
+    def _query_terms(self) -> TermCache:
+        return TermCache(QUERY_TERM_CACHE)
 
     def passages_by_id(self, ids: Sequence[str]) -> list[Passage]:
         return passages_from_table(self.passages, [[(int(i), 0.0) for i in ids]])[0]

@@ -54,6 +54,17 @@ def _jit(function):
 
 
 @_jit
+def _positive_range(data) -> tuple[float, float]:
+    """The smallest and the largest score above 0 (``(inf, 0.0)`` when none is): one pass, no copy of the scores."""
+    smallest, largest = np.inf, 0.0
+    for value in data:
+        if value > 0.0:
+            smallest = min(smallest, value)
+            largest = max(largest, value)
+    return smallest, largest
+
+
+@_jit
 def _worse(score, passage, other_score, other_passage) -> bool:
     """Ranks below the other: a lower score, or the same score and a higher passage id."""
     return score < other_score or (score == other_score and passage > other_passage)
@@ -235,11 +246,10 @@ class BM25Stream:
         smallest one's last bit, and a sum stays exact while it is under 2**53 of those. Past it, a query is
         summed from zero in term order (deterministic, within float64 rounding of the exact sum)."""
         if self._exact_terms is None:
-            positive = self.data[self.data > 0] if len(self.data) else self.data
-            if not len(positive):
+            smallest, largest = _positive_range(self.data)
+            if largest <= 0.0:
                 self._exact_terms = 2**62
             else:
-                smallest, largest = float(positive.min()), float(positive.max())
                 last_bit = math.frexp(smallest)[1] - 24  # float32: 24 bits of mantissa
                 self._exact_terms = int(2.0 ** (53 + last_bit) / largest)
         return self._exact_terms
