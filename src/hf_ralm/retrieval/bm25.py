@@ -30,11 +30,12 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 
 from ..config.passages import Passage, passage_text
+from ..utils.checks import check_count
 from ..utils.cpus import available_cpus
-from ..utils.progress import datasets_bars_off
+from ..utils.datasets_io import DATASET_SHARD, finish_saved_dataset
 from .analysis import ANALYSIS, TermCache, analyze_texts, iter_analyzed
 from .base import checked_queries, passages_from_table
-from .bm25_index import bm25_matrix, count_terms, save_bm25s
+from .bm25_index import MEMORY_BUDGET, count_terms, save_bm25s
 from .corpus import PASSAGE_COLUMNS, check_passage_count
 from .index_folder import check_index, reading_index
 from .local import IndexOptions, LocalIndexRetriever
@@ -56,9 +57,15 @@ BM25_FILES = ("bm25s/params.index.json", "bm25s/vocab.index.json", "bm25s/data.c
 class BM25Options(IndexOptions):
     """The bm25 backend's options: ``n_threads``, the threads of a batch of queries' search and the processes that
     analyse the passages of a build (``None``: the CPUs this process may use, :func:`~hf_ralm.utils.cpus.
-    available_cpus`)."""
+    available_cpus`); ``memory_budget``, the bytes of score-matrix postings a build holds at once
+    (:data:`~hf_ralm.retrieval.bm25_index.MEMORY_BUDGET`: 2 GiB), which does not change the index."""
 
     n_threads: int | None = None
+    memory_budget: int = MEMORY_BUDGET
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_count("memory_budget", self.memory_budget)
 
 
 class BM25Retriever(LocalIndexRetriever):
@@ -106,14 +113,16 @@ class BM25Retriever(LocalIndexRetriever):
     def _write_index(cls, tmp_dir: str, passages: Iterator[dict], paths: Sequence[str] | None,
                      options: BM25Options, show_progress: bool) -> tuple[int, dict]:
         """The passages stream through once (:mod:`hf_ralm.retrieval.bm25_index`): each is written to the passages
-        table and its terms counted, and nothing more of its text is kept, so memory grows with the vocabulary and
-        the score matrix, not with the corpus. With ``n_threads`` > 1 (default: the CPUs this process may use),
-        that many worker processes analyse the passages a batch at a time while this one reads, writes and counts
-        them in corpus order (:func:`~hf_ralm.retrieval.analysis.iter_analyzed`): the same index, sooner."""
-        from datasets import Dataset, Features, Value
+        table and its terms counted into files of the build folder, and nothing more of its text is kept; the score
+        matrix is then written from those files a range of terms at a time (``memory_budget``), so memory grows with
+        the vocabulary, not with the corpus. With ``n_threads`` > 1 (default: the CPUs this process may use), that
+        many worker processes analyse the passages a batch at a time while this one reads, writes and counts them in
+        corpus order (:func:`~hf_ralm.retrieval.analysis.iter_analyzed`): the same index, sooner."""
+        from datasets import Features, Value
         from datasets.arrow_writer import ArrowWriter
 
-        table = os.path.join(tmp_dir, "passages.arrow")
+        os.makedirs(os.path.join(tmp_dir, "passages"))
+        table = os.path.join(tmp_dir, "passages", DATASET_SHARD)  # written in place: its folder is then finished
         features = Features({name: Value("string") for name in PASSAGE_COLUMNS})
         with ArrowWriter(features=features, path=table) as writer:
             def texts() -> Iterator[str]:  # each passage goes to the table on its way to the analysis
@@ -121,16 +130,15 @@ class BM25Retriever(LocalIndexRetriever):
                     writer.write({name: row[name] for name in PASSAGE_COLUMNS})
                     yield passage_text(row["title"], row["text"])
 
-            counts = count_terms(iter_analyzed(texts(), processes=options.n_threads or available_cpus()))
+            counts = count_terms(iter_analyzed(texts(), processes=options.n_threads or available_cpus()),
+                                 os.path.join(tmp_dir, "term-counts"))
             writer.finalize()
         check_passage_count(counts.num_docs, paths)
-        save_bm25s(os.path.join(tmp_dir, "bm25s"), bm25_matrix(counts, BM25_PARAMS["k1"], BM25_PARAMS["b"]),
-                   counts.vocab, BM25_PARAMS)
+        save_bm25s(os.path.join(tmp_dir, "bm25s"), counts, BM25_PARAMS, options.memory_budget)
         num_passages = counts.num_docs
+        counts.remove()
         del counts
-        with datasets_bars_off():  # a second's bar of datasets' own, with carriage returns in a log
-            Dataset.from_file(table).save_to_disk(os.path.join(tmp_dir, "passages"))
-        os.remove(table)
+        finish_saved_dataset(os.path.join(tmp_dir, "passages"))
         return num_passages, INDEX_SETTINGS
 
     @classmethod

@@ -1,86 +1,136 @@
-"""A BM25 index built in memory that grows with the vocabulary and the sparse matrix, not with the corpus's text.
+"""A BM25 index built with bounded memory: the passages' term counts go to disk as they are counted, and the score
+matrix is written from them a range of terms at a time, so that memory holds the vocabulary and one range's postings,
+whatever the corpus's size (as Lucene writes segments and merges them on disk).
 
 bm25s builds its index from every passage's tokens held as Python lists (about 3.8 GB for the 666k passages of the
-Wikipedia sample, some 120 GB projected for the paper's 21M). Here the passages stream through once: each
-passage's analysed terms become the ids of its distinct terms and their counts, appended to compact arrays
-(:class:`TermCounts`: 4 bytes per term id, 2 per count), and its text is not kept. Then, with the corpus's document
-frequencies and mean length known, :func:`bm25_matrix` turns the counts into bm25s's score matrix (CSC: one column
-per term, its passages in order) a batch of passages at a time, with bm25s's own arithmetic (Lucene's idf,
-Robertson's term-frequency part, float64 rounded to float32), so the scores are bm25s's to the bit;
-:func:`save_bm25s` writes the folder bm25s loads. Term ids are numbered by first appearance (bm25s numbers them in a
-set's order, which changes from run to run; retrieval does not depend on it).
+Wikipedia sample, some 120 GB projected for the paper's 21M). Here the passages stream through once
+(:func:`count_terms`): each passage's analysed terms become the ids of its distinct terms and their counts, a batch of
+:data:`BATCH_DOCS` passages at a time, appended to files in a spill folder (:class:`SpilledCounts`: 4 bytes per term
+id, 2 per count, 8 per passage), and only the vocabulary (term → id) and each term's document frequency stay in
+memory. Then :func:`save_bm25s` writes bm25s's score matrix (CSC: one column per term, its passages in order) as the
+``.npy`` files bm25s loads, a range of terms per pass over the spilled counts: each pass holds that range's scores and
+passage ids (8 bytes a posting, at most ``memory_budget`` bytes unless one term alone has more) and writes them after
+the previous range's, so the files grow front to back and nothing is written twice. The scores are bm25s's own
+arithmetic (Lucene's idf, Robertson's term-frequency part, float64 rounded to float32), so they are bm25s's to the bit,
+and the files are the same bytes whatever the budget or the batches. Term ids are numbered by first appearance (bm25s
+numbers them in a set's order, which changes from run to run; retrieval does not depend on it).
 
 Example:
-    >>> counts = count_terms([["rome", "emperor", "rome"], ["sea", "sailor"], ["rome"]])
-    >>> counts.vocab, counts.num_docs
-    ({'rome': 0, 'emperor': 1, 'sea': 2, 'sailor': 3}, 3)
-    >>> matrix = bm25_matrix(counts, k1=0.9, b=0.4)
-    >>> matrix["indptr"].tolist(), matrix["indices"].tolist()   # "rome" is in passages 0 and 2
-    ([0, 2, 3, 4, 5], [0, 2, 0, 1, 1])
+    >>> import tempfile
+    >>> counts = count_terms([["rome", "emperor", "rome"], ["sea", "sailor"], ["rome"]], tempfile.mkdtemp())
+    >>> counts.vocab, counts.num_docs, counts.df.tolist()   # "rome" is in passages 0 and 2
+    ({'rome': 0, 'emperor': 1, 'sea': 2, 'sailor': 3}, 3, [2, 1, 1, 1])
+    >>> [passages.tolist() for _, passages, _ in term_postings(counts, 0.9, 0.4, memory_budget=16)]
+    [[0, 2], [0, 1], [1]]
 """
 
 from __future__ import annotations
 
 import math
 import os
+import shutil
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import BinaryIO, Iterable, Iterator
 
 import numpy as np
 
+from ..errors import CorpusError
+
 BATCH_DOCS = 10_000  # passages whose counts become one batch of arrays (and are scored together)
+MEMORY_BUDGET = 2 * 2**30
+"""Bytes of postings (a float32 score and an int32 passage id each) one pass of :func:`save_bm25s` holds: 2 GiB, so
+that a build of the paper's 21M passages (some 1.2G postings) takes about five passes and stays well within a
+machine of 8 GB."""
+POSTING_BYTES = 8
+_FILES = ("term_ids", "counts", "num_terms", "lengths")  # the spill files, one per array of a batch
 
 
 @dataclass
-class TermCounts:
-    """Per passage, its distinct terms' ids and counts, in passage order, in batches of arrays: ``term_ids[j]`` and
-    ``counts[j]`` hold batch ``j``'s terms (passage after passage), ``num_terms[j]`` how many distinct terms each of
-    its passages has, ``lengths[j]`` each passage's number of terms (repeats counted). ``vocab``: term → id."""
+class SpilledCounts:
+    """Per passage, its distinct terms' ids and counts, in passage order, in batches written to files under
+    ``folder`` (``term_ids``, ``counts``, ``num_terms``: how many distinct terms each passage has, ``lengths``: each
+    passage's number of terms, repeats counted); in memory only ``vocab`` (term → id), ``df`` (each term's number of
+    passages), the passages' total length and each batch's sizes. :meth:`batches` reads them back in order;
+    :meth:`remove` deletes the files."""
 
+    folder: str
     vocab: dict[str, int] = field(default_factory=dict)
-    term_ids: list[np.ndarray] = field(default_factory=list)
-    counts: list[np.ndarray] = field(default_factory=list)
-    num_terms: list[np.ndarray] = field(default_factory=list)
-    lengths: list[np.ndarray] = field(default_factory=list)
+    df: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    total_length: int = 0
+    # per batch: its passages, its (passage, term) pairs and the dtype of its counts (uint16, or uint32 where a
+    # passage repeats a term 65,536 times or more: a whole book as one row)
+    sizes: list[tuple[int, int, type]] = field(default_factory=list)
 
     @property
     def num_docs(self) -> int:
-        return sum(len(batch) for batch in self.lengths)
+        return sum(docs for docs, _, _ in self.sizes)
 
     @property
-    def nbytes(self) -> int:
-        """The bytes of its arrays (the vocabulary's Python objects not counted)."""
-        return sum(a.nbytes for arrays in (self.term_ids, self.counts, self.num_terms, self.lengths) for a in arrays)
+    def num_pairs(self) -> int:
+        return sum(pairs for _, pairs, _ in self.sizes)
+
+    def batches(self) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+        """Each batch's ``(term_ids, counts, num_terms, lengths)``, read from the files in order (plain reads, not
+        memory maps, so that what was read does not stay in this process's resident memory)."""
+        files = [open(os.path.join(self.folder, name), "rb") for name in _FILES]
+        try:
+            for docs, pairs, count_dtype in self.sizes:
+                yield tuple(np.fromfile(f, dtype=dtype, count=n) for f, dtype, n in zip(
+                    files, (np.int32, count_dtype, np.int32, np.int32), (pairs, pairs, docs, docs)))
+        finally:
+            for f in files:
+                f.close()
+
+    def remove(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def count_terms(analysed: Iterable[list[str]], batch_docs: int = BATCH_DOCS) -> TermCounts:
-    """The :class:`TermCounts` of passages given as their analysed terms (read once, one at a time)."""
-    counts = TermCounts()
+def count_terms(analysed: Iterable[list[str]], folder: str, batch_docs: int | None = None) -> SpilledCounts:
+    """The :class:`SpilledCounts` of passages given as their analysed terms (read once, one at a time), written to
+    the (new or empty) ``folder``, ``batch_docs`` passages a batch (``None``: :data:`BATCH_DOCS`)."""
+    batch_docs = batch_docs or BATCH_DOCS
+    os.makedirs(folder, exist_ok=True)
+    counts = SpilledCounts(folder)
     vocab = _Vocabulary()
+    df = np.zeros(1024, dtype=np.int64)
     ids: list[int] = []
     lengths: list[int] = []
+    files = [open(os.path.join(folder, name), "wb") for name in _FILES]
 
     def close_batch() -> None:
+        nonlocal df
         # each (passage, term id) pair as one int64 key, passage in the high half: np.unique sorts the keys, so each
         # passage's distinct terms come out together, passage after passage, ids ascending within a passage
         docs = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
         keys, repeats = np.unique((docs << 32) | np.asarray(ids, dtype=np.int64), return_counts=True)
-        counts.term_ids.append((keys & 0xFFFFFFFF).astype(np.int32))
-        # 2 bytes a count; a passage repeating a term 65,536 times or more (a whole book as one row) keeps 4
-        counts.counts.append(repeats.astype(np.uint16 if repeats.size == 0 or repeats.max() < 2**16 else np.uint32))
-        counts.num_terms.append(np.bincount(keys >> 32, minlength=len(lengths)).astype(np.int32))
-        counts.lengths.append(np.asarray(lengths, dtype=np.int32))
+        term_ids = (keys & 0xFFFFFFFF).astype(np.int32)
+        count_dtype = np.uint16 if repeats.size == 0 or repeats.max() < 2**16 else np.uint32
+        batch_lengths = np.asarray(lengths, dtype=np.int32)
+        arrays = (term_ids, repeats.astype(count_dtype),
+                  np.bincount(keys >> 32, minlength=len(lengths)).astype(np.int32), batch_lengths)
+        for f, array in zip(files, arrays):
+            array.tofile(f)
+        if len(vocab) > len(df):  # room for the new terms' frequencies
+            df = np.concatenate([df, np.zeros(max(len(vocab), 2 * len(df)) - len(df), dtype=np.int64)])
+        np.add.at(df, term_ids, 1)  # a term's ids are distinct within a passage: one per passage holding it
+        counts.sizes.append((len(lengths), len(term_ids), count_dtype))
+        counts.total_length += int(batch_lengths.sum(dtype=np.int64))
         ids.clear()
         lengths.clear()
 
-    for terms in analysed:
-        ids.extend(map(vocab.__getitem__, terms))  # a new term gets the next id (_Vocabulary.__missing__)
-        lengths.append(len(terms))
-        if len(lengths) == batch_docs:
+    try:
+        for terms in analysed:
+            ids.extend(map(vocab.__getitem__, terms))  # a new term gets the next id (_Vocabulary.__missing__)
+            lengths.append(len(terms))
+            if len(lengths) == batch_docs:
+                close_batch()
+        if lengths:
             close_batch()
-    if lengths:
-        close_batch()
+    finally:
+        for f in files:
+            f.close()
     counts.vocab = dict(vocab)  # a plain dict: looking up a term not in it must not add it
+    counts.df = df[:len(vocab)].copy()
     return counts
 
 
@@ -92,34 +142,60 @@ class _Vocabulary(dict):
         return term_id
 
 
-def bm25_matrix(counts: TermCounts, k1: float, b: float) -> dict:
-    """bm25s's score matrix of ``counts`` for Lucene's BM25 (``method="lucene"``): ``data`` (float32 scores),
-    ``indices`` (int32 passage ids) and ``indptr`` (int32, one column per term of the vocabulary), and
-    ``num_docs``. A term's score in a passage is ``idf · tf / (tf + k1 · (1 - b + b · dl / avgdl))`` with
+def column_starts(counts: SpilledCounts) -> np.ndarray:
+    """The CSC matrix's ``indptr`` (int64): where each term's postings start, one column per term of the
+    vocabulary, and the number of postings last."""
+    indptr = np.zeros(len(counts.df) + 1, dtype=np.int64)
+    np.cumsum(counts.df, out=indptr[1:])
+    return indptr
+
+
+def term_postings(counts: SpilledCounts, k1: float, b: float, memory_budget: int = MEMORY_BUDGET
+                  ) -> Iterator[tuple[np.ndarray, np.ndarray, range]]:
+    """bm25s's score matrix of ``counts`` for Lucene's BM25 (``method="lucene"``), a range of terms at a time:
+    ``(data, indices, terms)``, the float32 scores and int32 passage ids of the postings of the terms ``terms``
+    (term after term, passages in order within a term), at most ``memory_budget`` bytes of them unless one term alone
+    has more. A term's score in a passage is ``idf · tf / (tf + k1 · (1 - b + b · dl / avgdl))`` with
     ``idf = log(1 + (N - df + 0.5) / (df + 0.5))``, computed as bm25s computes it."""
-    num_docs, num_vocab = counts.num_docs, len(counts.vocab)
-    lengths = np.concatenate(counts.lengths) if counts.lengths else np.zeros(0, dtype=np.int32)
-    avg_length = lengths.mean() if num_docs else 0.0  # as bm25s: the float64 mean of the passages' lengths
-    df = np.zeros(num_vocab, dtype=np.int64)
-    for term_ids in counts.term_ids:
-        df += np.bincount(term_ids, minlength=num_vocab)
-    idf = np.asarray([math.log(1 + (num_docs - d + 0.5) / (d + 0.5)) for d in df.tolist()], dtype=np.float32)
-    indptr = np.zeros(num_vocab + 1, dtype=np.int64)
-    np.cumsum(df, out=indptr[1:])
-    data = np.empty(int(indptr[-1]), dtype=np.float32)
-    indices = np.empty(int(indptr[-1]), dtype=np.int32)
-    next_free = indptr[:-1].copy()  # where each term's next passage goes
+    num_docs = counts.num_docs
+    # as bm25s: the float64 mean of the passages' lengths (the sum of integers is exact in float64 below 2**53)
+    avg_length = np.float64(counts.total_length) / num_docs if num_docs else 0.0
+    idf = np.asarray([math.log(1 + (num_docs - d + 0.5) / (d + 0.5)) for d in counts.df.tolist()], dtype=np.float32)
+    indptr = column_starts(counts)
+    per_pass = max(1, memory_budget // POSTING_BYTES)
+    first_term = 0
+    while first_term < len(idf):
+        # the terms whose postings fit in the budget, and at least one
+        end_term = max(first_term + 1, int(np.searchsorted(indptr, indptr[first_term] + per_pass, side="right")) - 1)
+        yield (*_range_postings(counts, k1, b, idf, avg_length, indptr[first_term:end_term + 1], first_term),
+               range(first_term, end_term))
+        first_term = end_term
+
+
+def _range_postings(counts: SpilledCounts, k1: float, b: float, idf: np.ndarray, avg_length: float,
+                    indptr: np.ndarray, first_term: int) -> tuple[np.ndarray, np.ndarray]:
+    """The scores and passage ids of the terms from ``first_term`` whose column starts are ``indptr``: one pass over
+    the spilled counts."""
+    end_term = first_term + len(indptr) - 1
+    data = np.empty(int(indptr[-1] - indptr[0]), dtype=np.float32)
+    indices = np.empty(len(data), dtype=np.int32)
+    next_free = indptr[:-1] - indptr[0]  # where each term's next passage goes, in this range's arrays
     first_doc = 0
-    batches = zip(counts.term_ids, counts.counts, counts.num_terms, counts.lengths)
-    for term_ids, term_counts, distinct, batch_lengths in batches:
+    for term_ids, term_counts, distinct, batch_lengths in counts.batches():
         docs = np.repeat(np.arange(first_doc, first_doc + len(batch_lengths), dtype=np.int32), distinct)
+        first_doc += len(batch_lengths)
         # as bm25s: the length part (a NumPy float64 per passage) makes the term-frequency part float64, the float32
         # idf multiplies it in float64, and the score is rounded to float32 once, when stored
-        length_part = k1 * ((1 - b) + b * batch_lengths.astype(np.float64) / avg_length)
+        length_part = np.repeat(k1 * ((1 - b) + b * batch_lengths.astype(np.float64) / avg_length), distinct)
+        if first_term > 0 or end_term < len(idf):  # keep this range's pairs
+            kept = (term_ids >= first_term) & (term_ids < end_term)
+            term_ids, term_counts, docs, length_part = (a[kept] for a in (term_ids, term_counts, docs, length_part))
+        if not len(term_ids):  # no posting of these terms in this batch
+            continue
         tf = term_counts.astype(np.float64)
-        scores = (idf[term_ids] * (tf / (np.repeat(length_part, distinct) + tf))).astype(np.float32)
+        scores = (idf[term_ids] * (tf / (length_part + tf))).astype(np.float32)
         order = np.argsort(term_ids, kind="stable")  # by term, passages in order within a term
-        sorted_terms = term_ids[order]
+        sorted_terms = term_ids[order] - first_term
         starts = np.flatnonzero(np.r_[True, sorted_terms[1:] != sorted_terms[:-1]])
         run_lengths = np.diff(np.r_[starts, len(sorted_terms)])
         rank = np.arange(len(sorted_terms)) - np.repeat(starts, run_lengths)
@@ -127,20 +203,40 @@ def bm25_matrix(counts: TermCounts, k1: float, b: float) -> dict:
         data[where] = scores[order]
         indices[where] = docs[order]
         next_free[sorted_terms[starts]] += run_lengths
-        first_doc += len(batch_lengths)
-    return {"data": data, "indices": indices, "indptr": indptr.astype(np.int32), "num_docs": num_docs}
+    return data, indices
 
 
-def save_bm25s(folder: str, matrix: dict, vocab: dict[str, int], params: dict) -> None:
-    """Write ``folder`` as bm25s saves an index (``bm25s.BM25.load`` reads it): the matrix, the vocabulary (with
-    bm25s's empty term, the id after the last, which scores nothing) and the parameters."""
+def save_bm25s(folder: str, counts: SpilledCounts, params: dict, memory_budget: int = MEMORY_BUDGET) -> None:
+    """Write ``folder`` as bm25s saves an index (``bm25s.BM25.load`` reads it): the matrix (:func:`term_postings`,
+    its data and indices written range after range), the vocabulary (with bm25s's empty term, the id after the last,
+    which scores nothing) and the parameters."""
     import bm25s
 
+    indptr = column_starts(counts)
+    if indptr[-1] >= 2**31:
+        raise CorpusError(f"The corpus has {int(indptr[-1]):,} (passage, term) pairs, more than the 2**31 that "
+                          "bm25s's int32 column starts hold: split it into corpora of fewer passages.")
     bm25 = bm25s.BM25(**params)
-    bm25.scores = matrix
+    # bm25s writes everything but the postings, which are written next, over its empty arrays
+    bm25.scores = {"data": np.zeros(0, dtype=np.float32), "indices": np.zeros(0, dtype=np.int32),
+                   "indptr": indptr.astype(np.int32), "num_docs": counts.num_docs}
+    vocab = counts.vocab
     if "" not in vocab:
         vocab[""] = len(vocab)
     bm25.vocab_dict = vocab
     bm25.nonoccurrence_array = None
     os.makedirs(folder, exist_ok=True)
     bm25.save(folder, show_progress=False)
+    with open(os.path.join(folder, "data.csc.index.npy"), "wb") as data_file, \
+            open(os.path.join(folder, "indices.csc.index.npy"), "wb") as indices_file:
+        _npy_header(data_file, np.float32, int(indptr[-1]))
+        _npy_header(indices_file, np.int32, int(indptr[-1]))
+        for data, indices, _ in term_postings(counts, params["k1"], params["b"], memory_budget):
+            data.tofile(data_file)
+            indices.tofile(indices_file)
+
+
+def _npy_header(f: BinaryIO, dtype: type, length: int) -> None:
+    """The header ``np.save`` writes for a one-dimensional array of ``length`` items of ``dtype``."""
+    header = np.lib.format.header_data_from_array_1_0(np.zeros(0, dtype=dtype))
+    np.lib.format.write_array_header_1_0(f, {**header, "shape": (length,)})
