@@ -67,7 +67,7 @@ if hasattr(bm25, "finish_saved_dataset"):  # the passages' table written in plac
 else:  # before: copied by save_to_disk
     Dataset.save_to_disk = timed("table", Dataset.save_to_disk)
 start = time.perf_counter()
-BM25Retriever.build(sys.argv[1], sys.argv[2], show_progress=False)
+BM25Retriever.build(sys.argv[1], sys.argv[2], show_progress=False, **json.loads(sys.argv[3]))
 end = time.perf_counter()
 print(json.dumps({"seconds": end - start, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                   "workers_peak_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
@@ -108,6 +108,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--index-root", type=Path, default=INDEXES, help="where the indexes are built")
     parser.add_argument("--src", type=Path, help="the hf_ralm source tree the children import (default: this one)")
     parser.add_argument("--label", default="bm25", help="the records' name: <label>-<N>.json")
+    parser.add_argument("--memory-budget", type=int, help="the build's memory_budget in bytes (default: its own)")
     parser.add_argument("--remove-index", action="store_true", help="delete each index once it is measured")
     parser.add_argument("--table", action="store_true", help="print the table and draw the figure from the records")
     return parser.parse_args(argv)
@@ -171,7 +172,9 @@ def measure(size: int, args: argparse.Namespace) -> dict:
     shutil.rmtree(index, ignore_errors=True)
     index.parent.mkdir(parents=True, exist_ok=True)
     print(f"[bench] {size:,} passages: building {index} from {corpus}", file=sys.stderr, flush=True)
-    build, peaks, loads = run_child(BUILD, [str(corpus), str(index)], args.src)
+    options = {} if args.memory_budget is None else {"memory_budget": args.memory_budget}
+    build, peaks, loads = run_child(BUILD, [str(corpus), str(index), json.dumps(options)], args.src)
+    build["options"] = options
     build.update(sampled_peak_mb=peaks, load_average=sum(loads) / len(loads) if loads else None)
     load, _, _ = run_child(LOAD, [str(index)], args.src)
     record = {"passages": load["passages"], "corpus": str(corpus), "corpus_bytes": corpus.stat().st_size,
