@@ -7,12 +7,14 @@ only imports what the build imports (torch, transformers and datasets come with 
 build itself adds, and one more builds from the first quarter of the articles, for the projection. The two indexes
 must retrieve the same passages for a set of queries (the exit status is 1 when they do not).
 
-The projection is no measurement: it scales what was measured. The streamed build holds, besides the imports,
-6 bytes per (passage, distinct term) pair while counting and 8 more while building the matrix (its float32 scores
-and int32 passage ids), and the rest (per-term arrays, the vocabulary's Python strings, buffers) is fitted as a fixed
-part plus a part per term from the two streamed builds. The pairs grow with the passages (measured per passage
-here); the vocabulary grows more slowly, as Heaps' law ``V = K n^β`` fitted to the vocabulary measured at several
-fractions of this corpus.
+The projection is no measurement: it scales what was measured, and it models the build before issue 64, which held
+every pair in memory; the build now spills its counts to disk and writes the matrix within a memory budget, and
+``benchmarks/speed/bench_bm25_scale.py`` measures it at 2M to 21M passages instead. The build it models held,
+besides the imports, 6 bytes per (passage, distinct term) pair while counting and 8 more while building the matrix
+(its float32 scores and int32 passage ids), and the rest (per-term arrays, the vocabulary's Python strings,
+buffers) is fitted as a fixed part plus a part per term from the two streamed builds. The pairs grow with the
+passages (measured per passage here); the vocabulary grows more slowly, as Heaps' law ``V = K n^β`` fitted to the
+vocabulary measured at several fractions of this corpus.
 
     python -m benchmarks.speed.bench_bm25_build --json-out ~/.cache/hf-ralm/bench/bm25_build.json
 

@@ -196,7 +196,8 @@ def source_commit(src: Path) -> str | None:
 
 
 def records(folder: Path, label: str) -> list[dict]:
-    found = [json.loads(p.read_text()) for p in folder.glob(f"{label}-*.json")]
+    found = [json.loads(p.read_text()) for p in folder.glob(f"{label}-*.json")
+             if p.stem[len(label) + 1:].isdigit()]  # bm25-2000000, not bm25-before-666157
     return sorted(found, key=lambda r: r["passages"])
 
 
@@ -209,7 +210,7 @@ def table(rows: list[dict]) -> str:
              "queries/s | lucene: build (min), peak (GB), index (GB), load (GB), queries/s |",
              "|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
-        lucene = ", ".join(cell(r["lucene"][k]) for k in r["lucene"])
+        lucene = ", ".join(cell(r["lucene"][k]) for k in r["lucene"]) if any(r["lucene"].values()) else cell(None)
         lines.append(f"| {r['passages']:,} | {r['terms']:,} | {cell(r['build']['seconds'], 60, 1)} | "
                      f"{cell(r['build']['peak_mb'], 1024, 2)} | {cell(r['index_bytes']['all'], 2**30, 2)} | "
                      f"{cell(r['load']['added_mb'], 1024, 2)} | {cell(r['queries_per_s'])} | {lucene} |")
@@ -231,6 +232,8 @@ def figure(rows: list[dict], path: Path) -> None:
     for ax, (title, values) in zip(axes, panels):
         ax.plot(passages, values, "o-", label="bm25")
         ax.set_xscale("log")
+        ax.set_xticks(passages, [f"{n / 1e6:.3g}M" for n in passages], minor=False)
+        ax.set_xticks([], minor=True)
         ax.set_xlabel("passages")
         ax.set_title(title)
         ax.grid(alpha=0.3)
@@ -238,6 +241,8 @@ def figure(rows: list[dict], path: Path) -> None:
     axes[3].axhline(2, color="grey", linestyle="--", label="2 GB target")
     for ax in (axes[1], axes[3]):
         ax.legend()
+    for ax in axes:
+        ax.set_ylim(bottom=0)  # after the target lines, which the top then includes
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
