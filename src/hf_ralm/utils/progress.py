@@ -27,7 +27,6 @@ from __future__ import annotations
 import sys
 import threading
 import time
-import warnings
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
@@ -242,29 +241,6 @@ def transformers_bars() -> Iterator[None]:
         yield
     finally:
         set_hook(previous)
-
-
-@contextmanager
-def datasets_bars_off() -> Iterator[None]:
-    """The datasets library's bars off while inside (as they were afterwards): for a step of a second whose bar, not
-    hf-ralm's, would leave carriage returns in a log (an index's passages table saved).
-
-    Example::
-
-        with datasets_bars_off():
-            Dataset.from_file(table).save_to_disk(folder)
-    """
-    from datasets.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
-
-    was_off = are_progress_bars_disabled()
-    with warnings.catch_warnings():  # HF_DATASETS_DISABLE_PROGRESS_BARS=0: the user's bars stay, without a warning
-        warnings.simplefilter("ignore")
-        disable_progress_bars()
-    try:
-        yield
-    finally:
-        if not was_off:
-            enable_progress_bars()
 
 
 def _is_terminal(stream) -> bool:
