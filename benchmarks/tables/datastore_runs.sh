@@ -14,15 +14,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 root="$PWD"
 commit="${1:-$(cat results/datastore/COMMIT)}"
-cache="${HF_RALM_CACHE:-$HOME/.cache/hf-ralm}"
-wiki="$(cd ../shared/data && pwd)/wikipedia-2015-sample/articles.jsonl.gz"
-heldout="$cache/heldout-100"
-model="$cache/models/smollm2-135m-instruct"
-
-python benchmarks/data/make_heldout.py --corpus "$wiki" --out-dir "$heldout" --num-articles 100 --max-words 1200 \
-  --seed 0 >/dev/null
-cmp -s "$heldout/titles.txt" results/scale/heldout-100-sample/titles.txt || {
-  echo "the held-out sample differs from results/scale/heldout-100-sample/titles.txt" >&2; exit 1; }
+# shellcheck source=benchmarks/data/heldout_100.sh
+source benchmarks/data/heldout_100.sh  # cache, wiki, heldout, model; the held-out text made and checked
 python benchmarks/data/make_subsets.py --corpus "$wiki" --out-dir "$cache/datastore" --percents 1,3,10,30 --seed 0
 for percent in 1 3 10 30 100; do  # each index once, before two workers would wait on its lock
   corpus="$cache/datastore/sample-${percent}pct.jsonl.gz"

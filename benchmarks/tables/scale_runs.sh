@@ -15,16 +15,9 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 root="$PWD"
 commit="${1:-${HF_RALM_SCALE_COMMIT:-$(cat results/scale/COMMIT)}}"
-wiki="$(cd ../shared/data && pwd)/wikipedia-2015-sample/articles.jsonl.gz"
-heldout="${HF_RALM_CACHE:-$HOME/.cache/hf-ralm}/heldout-100"
-index="${HF_RALM_CACHE:-$HOME/.cache/hf-ralm}/index/wikipedia-2015-sample-bm25"
-model="${HF_RALM_CACHE:-$HOME/.cache/hf-ralm}/models/smollm2-135m-instruct"
-
-# the held-out text from the corpus (the same rows every time: the titles are committed to check it)
-python benchmarks/data/make_heldout.py --corpus "$wiki" --out-dir "$heldout" --num-articles 100 --max-words 1200 \
-  --seed 0 >/dev/null
-cmp -s "$heldout/titles.txt" results/scale/heldout-100-sample/titles.txt || {
-  echo "the held-out sample differs from results/scale/heldout-100-sample/titles.txt" >&2; exit 1; }
+# shellcheck source=benchmarks/data/heldout_100.sh
+source benchmarks/data/heldout_100.sh  # cache, wiki, heldout, model; the held-out text made and checked
+index="$cache/index/wikipedia-2015-sample-bm25"
 # the index once, before two workers would wait on its lock
 hf-ralm index --corpus "$wiki" --index-dir "$index" >/dev/null
 
