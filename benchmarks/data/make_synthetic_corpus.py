@@ -1,8 +1,8 @@
 """Make a corpus of the paper's size here (issue 64: its 21M Wikipedia passages cannot reach these machines): the
 Wikipedia sample's articles as they are, then generated one-passage articles whose words are drawn from the sample's
-own word frequencies and whose lengths from the sample's own passage lengths, up to ``--num-passages`` in all.
+own word frequencies and whose lengths from the sample's own passage lengths, up to ``--size`` in all.
 
-    python benchmarks/data/make_synthetic_corpus.py --num-passages 2000000
+    python benchmarks/data/make_synthetic_corpus.py --size 2000000
 
 The sample's articles are cut into passages as every backend cuts them (100 whitespace words,
 :func:`~hf_ralm.retrieval.passage_rows`); the words counted are those passages' whitespace words as written (case
@@ -85,24 +85,24 @@ def generated_rows(num: int, first: int, words: list[str], counts: np.ndarray, l
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--num-passages", type=int, required=True, help="passages in all, the sample's included")
+    parser.add_argument("--size", type=int, required=True, help="passages in all, the sample's included")
     parser.add_argument("--sample", type=Path, default=SAMPLE, help="the articles whose passages come first")
     parser.add_argument("--out-dir", type=Path, default=OUT_DIR)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    path = corpus_path(args.out_dir, args.num_passages)
+    path = corpus_path(args.out_dir, args.size)
     settings = {"sample": str(args.sample.resolve()), "sample_bytes": args.sample.stat().st_size,
-                "num_passages": args.num_passages, "seed": args.seed, "batch": BATCH,
+                "num_passages": args.size, "seed": args.seed, "batch": BATCH,
                 "heaps": [HEAPS_K, HEAPS_BETA]}
     manifest = path.with_suffix("").with_suffix(".json")
     if path.exists() and manifest.exists() and json.loads(manifest.read_text())["settings"] == settings:
         print(f"{path}: there already")
         return 0
     words, counts, lengths = sample_statistics(args.sample)
-    if args.num_passages < len(lengths):
-        parser.error(f"--num-passages must be at least the sample's {len(lengths):,} passages, got "
-                     f"{args.num_passages:,}")
-    generated = args.num_passages - len(lengths)
+    if args.size < len(lengths):
+        parser.error(f"--size must be at least the sample's {len(lengths):,} passages, got "
+                     f"{args.size:,}")
+    generated = args.size - len(lengths)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     rng = np.random.default_rng(args.seed)

@@ -156,7 +156,7 @@ def corpus_for(size: int, sample: Path) -> Path:
         return sample
     from benchmarks.data import make_synthetic_corpus
 
-    make_synthetic_corpus.main(["--num-passages", str(size), "--sample", str(sample)])
+    make_synthetic_corpus.main(["--size", str(size), "--sample", str(sample)])
     return make_synthetic_corpus.corpus_path(make_synthetic_corpus.OUT_DIR, size)
 
 
