@@ -88,6 +88,7 @@ def run(args: argparse.Namespace):
                                        reuse_prefix_kv=not args.no_prefix_kv_reuse)
     if args.save_retrieval_file and result.figures["complete"] and is_writer():
         result.save_retrieval_file(args.save_retrieval_file, model.tokenizer)
+    print(f"hf-ralm: time in this process: {result.stage_times}", file=sys.stderr, flush=True)
     return result.figures
 
 

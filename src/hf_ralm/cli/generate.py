@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import sys
 
 from ..utils.atomic import write_json_atomic
 from ..utils.checks import is_input_file
@@ -94,6 +95,7 @@ def run(args: argparse.Namespace) -> tuple[list, object]:
 
     from ..config.configuration_ralm import RalmConfig
     from ..generation.texts import GeneratedText, generate_texts_in_batches
+    from ..utils.stage_times import StageTimes
     from ..config.strategies import check_generation
     from .settings import ralm_settings
 
@@ -106,9 +108,12 @@ def run(args: argparse.Namespace) -> tuple[list, object]:
     if args.seed is not None:
         torch.manual_seed(args.seed)
     sampling = {k: getattr(args, k) for k in ("temperature", "top_k", "top_p") if getattr(args, k) is not None}
+    times = StageTimes()
     texts = generate_texts_in_batches(model.language_model, model.tokenizer, model.retriever, model.config, prompts,
                                       reranker=model.reranker, batch_size=args.batch_size, show_progress=True,
-                                      max_new_tokens=args.max_new_tokens, do_sample=args.do_sample, **sampling)
+                                      max_new_tokens=args.max_new_tokens, do_sample=args.do_sample, times=times,
+                                      **sampling)
+    print(f"hf-ralm: time in this process: {times}", file=sys.stderr, flush=True)
     if args.output_json:
         write_json_atomic(args.output_json, [dataclasses.asdict(text) for text in texts])
     return texts, model.tokenizer

@@ -47,6 +47,7 @@ from ..runs.harness import RunOptions
 from ..selection.candidates import CandidateScores, choose_from_scores, score_candidates
 from ..config.strategies import ComparisonRow, comparison_rows, reader_inputs_per_window, reranks
 from ..utils.atomic import write_json_atomic, write_text_atomic
+from ..utils.stage_times import StageTimes
 
 COMPARE_FILE = "compare.json"
 COMPARE_CSV = "compare.csv"
@@ -134,7 +135,8 @@ class StrategyFigures:
 @dataclass
 class Comparison:
     """What :func:`compare_strategies` measured: a row per strategy, the text's counts, ``k`` and the seconds of
-    the reader pass that served every row (``seconds``; ``num_resumed_windows`` of its windows were read back)."""
+    the reader pass that served every row (``seconds``; ``num_resumed_windows`` of its windows were read back), of
+    which ``times`` says how many went to retrieval and how many to the reader."""
 
     rows: list[StrategyFigures]
     num_tokens: int
@@ -147,6 +149,7 @@ class Comparison:
     num_done_windows: int | None = None
     shard: str | None = None
     warnings: list[str] = field(default_factory=list)
+    times: StageTimes = field(default_factory=StageTimes)
 
     @property
     def complete(self) -> bool:
@@ -183,7 +186,8 @@ class Comparison:
         resumed = f", {self.num_resumed_windows} read back" if self.num_resumed_windows else ""
         lines += [f"\nWarning: {warning}" for warning in self.warnings]
         lines.append(f"\n{self.num_windows} windows ({self.num_tokens} tokens, {self.num_words} words), one reader "
-                     f"pass over {self.k} passage(s) and no passage per window: {self.seconds:.1f} s{resumed}.")
+                     f"pass over {self.k} passage(s) and no passage per window: {self.seconds:.1f} s "
+                     f"({self.times}){resumed}.")
         return "\n".join(lines)
 
     def save(self, output_dir: str | os.PathLike) -> None:
@@ -273,16 +277,16 @@ def compare_strategies(
     size = BatchSize(run.batch_size, model_device(model)).size
     records = None if output_dir is None else os.path.join(output_dir, CANDIDATES_DIR.format(k=k))
     resumed = RecordStore.num_saved(records) if records and not overwrite else 0
-    start = time.perf_counter()
+    start, times = time.perf_counter(), StageTimes()
     scores = score_candidates(model, tokenizer, plan.ids, plan.windows,
                               lambda chunk: plan.candidates(chunk, k, run.show_progress),
                               scoring, run=dataclasses.replace(run, output_dir=records, batch_size=size),
                               settings=retriever_identity(retriever), shard=shard,
-                              max_length=plan.max_length)
+                              max_length=plan.max_length, times=times)
     seconds = time.perf_counter() - start
     if len(scores) < len(plan.windows):  # a worker of a sharded pass, before the others are done
         return Comparison([], len(plan.ids), 0, plan.num_words, len(plan.windows), k, seconds, resumed,
-                          num_done_windows=len(scores), shard=shard.description)
+                          num_done_windows=len(scores), shard=shard.description, times=times)
     num_scored = sum(w.num_scored for w in plan.windows)
     num_later = sum(1 for w in plan.windows if w.has_retrieval)  # window 0 never retrieves
     rows = []
@@ -297,7 +301,7 @@ def compare_strategies(
                                     with_passage / num_later if num_later else None, with_passage,
                                     1 if row is None else reader_inputs_per_window(row)))
     comparison = Comparison(rows, len(plan.ids), num_scored, plan.num_words, len(plan.windows), k, seconds,
-                            num_resumed_windows=resumed,
+                            num_resumed_windows=resumed, times=times,
                             warnings=[*map(str, found_warnings), *_leakage_warnings(retriever, plan.queries, scores)])
     if output_dir is not None:
         comparison.save(output_dir)

@@ -50,6 +50,7 @@ from ..selection.rerank import WindowRanker
 from ..config.strategies import future_looking, gates, reader_ranks, reranks
 from ..utils.atomic import write_json_atomic
 from ..utils.outputs import check_output_file, check_replaceable, json_object_with, json_records_with
+from ..utils.stage_times import StageTimes
 from ..config.windows import Window
 
 
@@ -84,6 +85,12 @@ class RalmEvalResult:
     gate_scores: list[float | None] | None = None
     context_size: int = 1
     retrieval_settings: dict | None = None
+
+    @property
+    def stage_times(self) -> StageTimes:
+        """The seconds this process spent in retrieval and in the reader (``timings``' ``retrieval_s`` and
+        ``reader_s``)."""
+        return StageTimes(retrieval_s=self.timings.get("retrieval_s", 0.0), reader_s=self.timings.get("reader_s", 0.0))
 
     def in_context(self) -> list[list[Passage]]:
         """Per window, the passages put in context, most relevant first (``[]`` for none)."""
@@ -251,6 +258,7 @@ def evaluate(
                        scored=score, run=run)
     plan = evaluation.plan
     state, chunks = _loop(evaluation, run)
+    evaluation.timings["reader_s"] = evaluation.stage_times().reader_s
     if not state.complete():
         return RalmEvalResult(
             figures={"complete": False, "num_windows": len(plan.windows), "num_done_windows": state.num_done(),
@@ -410,7 +418,7 @@ def _loop(evaluation: _Evaluation, run: RunOptions) -> tuple[_WindowState, Chunk
         return records
 
     chunks.run(len(plan.windows), step, desc="Evaluating" if evaluation.scored else "Retrieving", unit="win",
-               info=lambda: {"batch_size": batches.size})
+               info=lambda: {"batch_size": batches.size}, status=lambda: str(evaluation.stage_times()))
     if chunks.shard.count > 1:  # the other workers' chunks: all of them once the last is in
         chunks.gather()
         state.apply_all(chunks.rows())
@@ -532,6 +540,11 @@ class _Evaluation:
     retrieving: bool  # passages come from a retriever or a retrieval file
     source: str | None  # the retrieval file, or the folder of a retrieval dataset
     batches: BatchSize
+
+    def stage_times(self) -> StageTimes:
+        """Retrieval's seconds so far and the reader's: its choosing (reranking, gating) and scoring together."""
+        timings = self.timings
+        return StageTimes(retrieval_s=timings["retrieval_s"], reader_s=timings["rerank_s"] + timings["scoring_s"])
 
     def chunk_records(self, chunk: Sequence[Window], state: _WindowState, batch_size: int) -> list[WindowRecord]:
         """One chunk of windows end to end: its passages (retrieved, or from the retrieval file), each window's

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Sequence
+import time
+from contextlib import contextmanager
+from typing import Iterator, Sequence
 
 import torch
 
@@ -31,6 +33,7 @@ from ..retrieval.base import Retriever
 from ..selection.policy import PassagePolicy
 from ..config.strategies import check_generation, reranks
 from ..utils.checks import check_count
+from ..utils.stage_times import StageTimes
 from .contexts import Context, Row, RowBatch, pending_tokens, stride_start
 from .ranker import StrideRanker, random_key
 
@@ -103,6 +106,8 @@ class RalmDecoder:
                       "no_passage_chosen": 0, "gated_strides": 0, "passage_changes": 0, "contexts_kept": 0,
                       "contexts_rebuilt": 0, "plain_contexts_resumed": 0, "plain_tokens_reused": 0,
                       "forward_tokens": 0, "batched_steps": 0}
+        self.times = StageTimes()  # a decoding loop's time is the reader's, but for what retrieval takes of it
+        self._loop_start: tuple[float, float] | None = None  # the open loop's start, and retrieval's seconds then
 
     def reset(self) -> None:
         """Forget the rows being decoded, before a new generation; the passage cache and the counters stay."""
@@ -127,6 +132,25 @@ class RalmDecoder:
             return
         for context, (cache, logits) in zip(opened, self.passage_cache.prefill([c.prefix for c in opened])):
             context.cache, context.logits = copy.deepcopy(cache), logits
+
+    @contextmanager
+    def decoding(self) -> Iterator[None]:
+        """Time a decoding loop: what retrieval does not take of it (the reader's passes, choosing passages, building
+        contexts) is the reader's."""
+        self._loop_start = (time.perf_counter(), self.times.retrieval_s)
+        try:
+            yield
+        finally:
+            self.times = self.stage_times()
+            self._loop_start = None
+
+    def stage_times(self) -> StageTimes:
+        """Retrieval's seconds and the reader's so far (an open :meth:`decoding` loop's included)."""
+        if self._loop_start is None:
+            return StageTimes(self.times.retrieval_s, self.times.reader_s)
+        started, retrieval_then = self._loop_start
+        spent = time.perf_counter() - started - (self.times.retrieval_s - retrieval_then)
+        return StageTimes(self.times.retrieval_s, self.times.reader_s + spent)
 
     def _retrieve(self, queries: list[str]) -> list[list[Passage]]:
         """Every row's passages: its top ``num_passages`` or ``ensemble_size``, or with reranking its
@@ -192,7 +216,8 @@ class RalmDecoder:
             query_length = self.config.query_length_for(self.retriever)
             queries = [self.tokenizer.decode(row.ids[-query_length:]) for row in rows]
         queries = list(queries)
-        found = self._retrieve(queries)
+        with self.times.timing("retrieval"):
+            found = self._retrieve(queries)
         choices = self._choose(rows, queries, found, stride_tokens, generated)
         mixing = self.ensemble_size > 1
         opened: list[Context] = []
@@ -256,9 +281,10 @@ class RalmDecoder:
 
     def report(self) -> dict:
         """The decoding counters (see :class:`~hf_ralm.generation.RalmGenerateOutput`), the share of row-strides that
-        had a passage in context (``retrieved_fraction``) and the passage cache's counters."""
+        had a passage in context (``retrieved_fraction``), the passage cache's counters, and the seconds of retrieval
+        and of the reader (``retrieval_s``, ``reader_s``: :meth:`stage_times`)."""
         strides = self.stats["strides"]
         fraction = self.stats["strides_with_passage"] / strides if strides else None
         # an engine reader keeps no passages' keys/values here: no store, no counters
         cache = self.passage_cache.stats() if self.passage_cache is not None else None
-        return {**self.stats, "retrieved_fraction": fraction, "passage_cache": cache}
+        return {**self.stats, "retrieved_fraction": fraction, "passage_cache": cache, **self.stage_times().to_dict()}

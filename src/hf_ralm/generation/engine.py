@@ -63,7 +63,8 @@ def generate_on_engine_reader(model, tokenizer, retriever: Retriever | None, con
     stride, total = config.retrieval_stride, sampling.max_new_tokens
     running = list(range(len(rows)))
     generated = 0
-    with tqdm(total=total, desc="Generating", unit="tok", disable=not show_progress, leave=False) as bar:
+    with decoder.decoding(), tqdm(total=total, desc="Generating", unit="tok", disable=not show_progress,
+                                  leave=False) as bar:
         while running and generated < total:
             stride_tokens = min(stride, total - generated)
             decoder.start_stride([rows[b] for b in running], stride_tokens, generated)
@@ -83,6 +84,7 @@ def generate_on_engine_reader(model, tokenizer, retriever: Retriever | None, con
                     still.append(b)
             generated += stride_tokens
             bar.update(stride_tokens)
+            bar.set_postfix_str(str(decoder.stage_times()), refresh=False)
             running = still
     return EngineGeneration(append_tokens(input_ids, new, sampling.pad_token_id), [row.sources for row in rows],
                             decoder.report())

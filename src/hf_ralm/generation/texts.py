@@ -18,6 +18,7 @@ from ..core.batching import BatchSize
 from ..config.configuration_ralm import RalmConfig
 from ..core.modeling_utils import left_pad, model_device, padding_id
 from ..utils.checks import check_texts
+from ..utils.stage_times import StageTimes
 from ..retrieval.base import Retriever
 from .utils import ralm_generate
 
@@ -85,12 +86,13 @@ class GeneratedText:
 
 
 def generate_texts(model, tokenizer, retriever: Retriever | None, config: RalmConfig, prompts: Sequence[str],
-                   reranker=None, **kwargs) -> list[GeneratedText]:
+                   reranker=None, *, times: StageTimes | None = None, **kwargs) -> list[GeneratedText]:
     """Generate from ``prompts`` (one left-padded batch, :func:`~hf_ralm.core.modeling_utils.left_pad`) with
     :func:`~hf_ralm.generation.ralm_generate` (``kwargs``: what ``generate`` takes, e.g. ``max_new_tokens``,
     ``do_sample``); per prompt a :class:`GeneratedText`, its output cut after the first end-of-sequence token (the
     model's or the tokenizer's). ``prompts`` is a list of texts even for one (a single ``str`` is refused, as are
-    an empty list and an item that is no text: :func:`~hf_ralm.utils.checks.check_texts`).
+    an empty list and an item that is no text: :func:`~hf_ralm.utils.checks.check_texts`). ``times`` (a
+    [`StageTimes`][hf_ralm.utils.stage_times.StageTimes]) gathers the seconds of retrieval and of the reader.
 
     Example::
 
@@ -103,6 +105,9 @@ def generate_texts(model, tokenizer, retriever: Retriever | None, config: RalmCo
     out = ralm_generate(model, tokenizer, retriever, config, batch.input_ids.to(device),
                         attention_mask=batch.attention_mask.to(device), reranker=reranker,
                         return_dict_in_generate=True, **kwargs)
+    if times is not None:
+        times.retrieval_s += out.ralm_stats["retrieval_s"]
+        times.reader_s += out.ralm_stats["reader_s"]
     eos = model.generation_config.eos_token_id
     eos = set(eos if isinstance(eos, (list, tuple)) else [eos]) | {tokenizer.eos_token_id}
     texts = []
@@ -116,10 +121,12 @@ def generate_texts(model, tokenizer, retriever: Retriever | None, config: RalmCo
 
 def generate_texts_in_batches(model, tokenizer, retriever: Retriever | None, config: RalmConfig,
                               prompts: Sequence[str], reranker=None, *, batch_size: int | str = 8,
-                              show_progress: bool = True, **kwargs) -> list[GeneratedText]:
+                              show_progress: bool = True, times: StageTimes | None = None,
+                              **kwargs) -> list[GeneratedText]:
     """:func:`generate_texts` over any number of ``prompts``, ``batch_size`` at a time (``"auto"``: from 64 on a GPU,
     the batch run again at half the size after an out-of-memory error, :class:`~hf_ralm.core.batching.BatchSize`), with
-    a bar over the prompts when they take more than one batch. What ``hf-ralm generate`` runs.
+    a bar over the prompts when they take more than one batch, which shows where the time went (``times``: a
+    [`StageTimes`][hf_ralm.utils.stage_times.StageTimes] that gathers it, when given). What ``hf-ralm generate`` runs.
 
     Example::
 
@@ -130,12 +137,14 @@ def generate_texts_in_batches(model, tokenizer, retriever: Retriever | None, con
 
     prompts = check_texts("prompts", prompts)
     batches = BatchSize(batch_size, model_device(model))
+    times = StageTimes() if times is None else times
     with tqdm(total=len(prompts), desc="Generating", unit="prompt",
               disable=not show_progress or len(prompts) <= batches.size) as bar:
         def generate(batch: Sequence[str]) -> list[GeneratedText]:
             texts = generate_texts(model, tokenizer, retriever, config, batch, reranker=reranker,
-                                   show_progress=show_progress, **kwargs)
+                                   show_progress=show_progress, times=times, **kwargs)
             bar.update(len(batch))
+            bar.set_postfix_str(str(times))
             return texts
 
         return batches.map(prompts, generate)

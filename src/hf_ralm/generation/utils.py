@@ -49,7 +49,8 @@ class RalmGenerateOutput(GenerateDecoderOnlyOutput):
     ``strides_with_passage / strides``), ``passage_changes`` (strides after a row's first whose top passage differs
     from the previous stride's), contexts kept or rebuilt, plain contexts resumed and the prefill tokens that saved
     (``plain_tokens_reused``), the tokens run through the model (passages and ranking inputs excluded), batched
-    steps, and the passage cache's counters (``reused_tokens``: prefill it saved).
+    steps, the passage cache's counters (``reused_tokens``: prefill it saved), and where the time went:
+    ``retrieval_s`` (the retriever's searches) and ``reader_s`` (the rest of the decoding loop).
     """
 
     sources: list[list[dict]] | None = None
@@ -88,48 +89,51 @@ def _decode(model, input_ids, logits_processor: LogitsProcessorList, stopping_cr
     if pad_token_id is not None:
         pad_token_id = pad_token_id.to(input_ids.device)
 
-    generated = 0
-    bar = None  # made once the first token is out: a setting refused at the first stride leaves no bar behind
-    while generated < total:
-        # rows whose next token will be replaced by padding need no forward
-        alive = unfinished.tolist() if has_eos_stopping_criteria else [1] * batch_size  # one sync per step
-        running = [b for b in range(batch_size) if alive[b]]
-        if generated % stride == 0:
-            decoder.start_stride([rows[b] for b in running], min(stride, total - generated), generated)
-        running_logits = decoder.step([rows[b] for b in running])
-        next_token_logits = running_logits[0].new_zeros(batch_size, running_logits[0].shape[-1])
-        for b, row_logits in zip(running, running_logits):
-            next_token_logits[b] = row_logits
-            rows[b].extend_sources(generated + 1)
-        next_token_logits = next_token_logits.to(input_ids.device)
-        next_token_scores = logits_processor(input_ids, next_token_logits)
-        if scores is not None:
-            scores += (next_token_scores,)
-        if raw_logits is not None:
-            raw_logits += (next_token_logits,)
+    with decoder.decoding():
+        generated = 0
+        bar = None  # made once the first token is out: a setting refused at the first stride leaves no bar behind
+        while generated < total:
+            # rows whose next token will be replaced by padding need no forward
+            alive = unfinished.tolist() if has_eos_stopping_criteria else [1] * batch_size  # one sync per step
+            running = [b for b in range(batch_size) if alive[b]]
+            if generated % stride == 0:
+                decoder.start_stride([rows[b] for b in running], min(stride, total - generated), generated)
+            running_logits = decoder.step([rows[b] for b in running])
+            next_token_logits = running_logits[0].new_zeros(batch_size, running_logits[0].shape[-1])
+            for b, row_logits in zip(running, running_logits):
+                next_token_logits[b] = row_logits
+                rows[b].extend_sources(generated + 1)
+            next_token_logits = next_token_logits.to(input_ids.device)
+            next_token_scores = logits_processor(input_ids, next_token_logits)
+            if scores is not None:
+                scores += (next_token_scores,)
+            if raw_logits is not None:
+                raw_logits += (next_token_logits,)
 
-        if generation_config.do_sample:
-            next_tokens = torch.multinomial(torch.softmax(next_token_scores, dim=-1), num_samples=1).squeeze(1)
-        else:
-            next_tokens = torch.argmax(next_token_scores, dim=-1)
-        if has_eos_stopping_criteria:
-            next_tokens = next_tokens * unfinished + pad_token_id * (1 - unfinished)
-        input_ids = torch.cat([input_ids, next_tokens[:, None]], dim=-1)
-        for b, token in zip(running, next_tokens[running].tolist()):
-            rows[b].ids.append(token)
-        generated += 1
-        if bar is None:
-            bar = tqdm(total=total, desc="Generating", unit="tok", disable=not show_progress, leave=False)
-        bar.update(1)
+            if generation_config.do_sample:
+                next_tokens = torch.multinomial(torch.softmax(next_token_scores, dim=-1), num_samples=1).squeeze(1)
+            else:
+                next_tokens = torch.argmax(next_token_scores, dim=-1)
+            if has_eos_stopping_criteria:
+                next_tokens = next_tokens * unfinished + pad_token_id * (1 - unfinished)
+            input_ids = torch.cat([input_ids, next_tokens[:, None]], dim=-1)
+            for b, token in zip(running, next_tokens[running].tolist()):
+                rows[b].ids.append(token)
+            generated += 1
+            if bar is None:
+                bar = tqdm(total=total, desc="Generating", unit="tok", disable=not show_progress, leave=False)
+            bar.update(1)
+            if generated % stride == 0:
+                bar.set_postfix_str(str(decoder.stage_times()), refresh=False)
 
-        unfinished = unfinished & ~stopping_criteria(input_ids, scores)
-        if streamer is not None:
-            streamer.put(next_tokens.cpu())
-        if unfinished.max() == 0:
-            break
+            unfinished = unfinished & ~stopping_criteria(input_ids, scores)
+            if streamer is not None:
+                streamer.put(next_tokens.cpu())
+            if unfinished.max() == 0:
+                break
 
-    if bar is not None:
-        bar.close()
+        if bar is not None:
+            bar.close()
     if streamer is not None:
         streamer.end()
     if sources_out is not None:

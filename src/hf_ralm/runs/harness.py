@@ -169,10 +169,12 @@ class ChunkRun:
                 self.bar = None
 
     def compute(self, start: int, stop: int, step: Step, *, info: Callable[[], Mapping[str, Any]] | None = None,
-                after: Callable[[int, Sequence[Any]], None] | None = None) -> None:
+                after: Callable[[int, Sequence[Any]], None] | None = None,
+                status: Callable[[], str] | None = None) -> None:
         """Chunk ``[start, stop)`` of the grid, when it is this worker's: ``step``'s records of each of its runs of
         positions the store does not hold, saved (with ``info()`` in the chunk file) or kept, then ``after(start,
-        records)``."""
+        records)``; ``status()`` is shown at the end of the bar's line once the chunk is done (e.g. where the time
+        went)."""
         if not self.shard.takes(start // self.chunk_size):
             return
         for begin, end in uncovered(start, stop, self.ranges()):
@@ -186,10 +188,12 @@ class ChunkRun:
             self.computed.append((begin, end))
             if after is not None:
                 after(begin, records)
+            if status is not None and self.bar is not None:
+                self.bar.set_postfix_str(status())
 
     def run(self, total: int, step: Step, *, desc: str, unit: str, initial: int | None = None, **hooks: Any) -> None:
-        """Every chunk of ``total`` positions this worker computes (:meth:`compute`, with its ``info`` and ``after``
-        hooks), under a progress bar (:meth:`progress`)."""
+        """Every chunk of ``total`` positions this worker computes (:meth:`compute`, with its ``info``, ``after`` and
+        ``status`` hooks), under a progress bar (:meth:`progress`)."""
         with self.progress(total, desc=desc, unit=unit, initial=initial):
             for start in range(0, total, self.chunk_size):
                 self.compute(start, min(start + self.chunk_size, total), step, **hooks)

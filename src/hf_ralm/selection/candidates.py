@@ -38,6 +38,7 @@ from ..config.passages import NO_PASSAGE, Passage
 from ..runs.store import RecordStore
 from ..runs.harness import ChunkRun, RunOptions
 from ..utils.checks import check_count
+from ..utils.stage_times import StageTimes
 from ..runs.shards import Shard
 from ..config.windows import Window
 from .policy import PassagePolicy
@@ -88,6 +89,7 @@ def score_candidates(
     reproduce: Mapping[str, Any] | None = None,
     shard: Shard | None = None,
     max_length: int | None = None,
+    times: StageTimes | None = None,
 ) -> list[CandidateScores]:
     """Every window's options scored by the reader (see the module docstring), in the order of ``windows`` (all of a
     text's windows, from window 0).
@@ -111,6 +113,9 @@ def score_candidates(
     names ``num_shards``/``shard_id``, else one process), this worker computes the chunks
     ``shard.index, shard.index + shard.count, ...`` and returns the records saved so far in window order: every
     window's once the other workers' chunks are in too (check ``len(result) == len(windows)``).
+
+    ``times`` (a [`StageTimes`][hf_ralm.utils.stage_times.StageTimes]) gathers the seconds of the retrieval done
+    here and of the reader's passes, apart; the run's bar shows them after each chunk.
 
     Example::
 
@@ -141,13 +146,17 @@ def score_candidates(
                                  "overwrite.")
     ids = list(ids)
 
+    times = StageTimes() if times is None else times
+
     def step(start: int, stop: int) -> list[CandidateScores]:
         chunk = windows[start:stop]
-        found = dict(zip((w.index for w in chunk), candidates(chunk))) if callable(candidates) else candidates
+        with times.timing("retrieval"):
+            found = dict(zip((w.index for w in chunk), candidates(chunk))) if callable(candidates) else candidates
         # the chunk's reranking bar advances the run's (its share, hf_ralm.utils.progress) per batch of windows: a
         # chunk of a large model's pass takes minutes
-        outcome = rerank_windows(model, tokenizer, ids, chunk, [None] * len(windows), found, scoring,
-                                 batch_size=batch_size, show_progress=run.show_progress)
+        with times.timing("reader"):
+            outcome = rerank_windows(model, tokenizer, ids, chunk, [None] * len(windows), found, scoring,
+                                     batch_size=batch_size, show_progress=run.show_progress)
         scores = []
         for w, ranking, targets in zip(chunk, outcome.ranking_nlls, outcome.target_nlls):
             pool = list(found[w.index])[: scoring.rerank_candidates] if w.has_retrieval else []
@@ -156,7 +165,7 @@ def score_candidates(
             scores.append(CandidateScores(w.index, [p.id for p in pool], [p.score for p in pool], ranking, targets))
         return scores
 
-    chunks.run(len(windows), step, desc="Scoring candidates", unit="win")
+    chunks.run(len(windows), step, desc="Scoring candidates", unit="win", status=lambda: str(times))
     chunks.gather()  # the other workers' chunks saved meanwhile
     return chunks.rows()
 
