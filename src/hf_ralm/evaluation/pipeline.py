@@ -589,8 +589,6 @@ class _Evaluation:
                                    len(self.plan.ids), config.ensemble_temperature)
         elif nlls is None and self.scored:  # not already scored while the reader ranked the candidates
             prefixes = [[]] * first + window_prefixes(self.tokenizer, chunk, state.passages, config, state.chosen)
-            for prefix in prefixes[first:]:
-                config.check_room(self.plan.max_length, len(prefix))
             nlls = score_windows(self.model, self.plan.ids, chunk, prefixes, batch_size, self.reuse_prefix_kv,
                                  self.show_progress)
         self.timings["scoring_s"] += time.perf_counter() - t0

@@ -231,7 +231,6 @@ class RalmDecoder:
             row.mixture = []
             for member, weight in zip(members, weights):
                 prefix = tuple(context_prefix(self.tokenizer, member, self.config))
-                self.config.check_room(self.max_length, len(prefix))
                 start = stride_start(len(row.ids), stride_tokens, len(prefix), self.max_length)
                 row.mixture.append((weight, self._context(row, contexts, prefix, start, opened)))
             if not passages and self.use_cache and self.keep_plain_context:

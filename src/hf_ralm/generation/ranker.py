@@ -76,8 +76,6 @@ class StrideRanker:
                 counts.append(0)
                 continue
             prefixes = [tuple(encode_passage(self.tokenizer, option, config)) for option in row_options]
-            for prefix in prefixes:
-                config.check_room(self.max_length, len(prefix))
             starts = [stride_start(len(row.ids), self.stride_tokens, len(prefix), self.max_length)
                       for prefix in prefixes]
             first = ranking_start(len(row.ids), config.rerank_tokens, starts)
