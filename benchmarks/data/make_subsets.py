@@ -9,11 +9,17 @@ corpus's own order (so passage ids follow the corpus), as ``sample-<p>pct.jsonl.
 settings and each subset's article count and titles' digest). 100 percent is the corpus itself. The evaluation keeps
 its contamination rules at every size: the forbidden titles are passed to each run, not removed here. A subset file
 already there with the same settings is kept.
+
+The files are the same bytes on every machine (a run's records name the corpus by a hash of its bytes, so that a run
+resumed on another machine must find the same file): gzip's header holds a time, which is 0 here, or the one
+``--gzip-mtimes`` gives for a file (a JSON object ``{file name: seconds}``; the datastore runs' first subsets were
+written with the time of day, recorded in results/datastore/gzip-mtimes.json).
 """
 
 import argparse
 import gzip
 import hashlib
+import io
 import json
 import os
 import random
@@ -28,12 +34,18 @@ def main() -> None:
     parser.add_argument("--out-dir", required=True)
     parser.add_argument("--percents", default="1,3,10,30", help="comma-separated sizes, in percent of the articles")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--gzip-mtimes", help="a JSON file of the gzip header time of some subsets (default 0)")
     args = parser.parse_args()
+    mtimes = {}
+    if args.gzip_mtimes:
+        with open(args.gzip_mtimes, encoding="utf-8") as f:
+            mtimes = json.load(f)
     percents = [float(p) for p in args.percents.split(",")]
     if any(not 0 < p < 100 for p in percents):
         parser.error(f"--percents takes sizes between 0 and 100 (100 is the corpus itself), got {args.percents}")
     manifest_path = os.path.join(args.out_dir, "subsets.json")
-    settings = {"corpus": os.path.abspath(args.corpus), "seed": args.seed, "percents": percents}
+    settings = {"corpus": os.path.abspath(args.corpus), "seed": args.seed, "percents": percents,
+                "gzip_mtimes": mtimes}
     if os.path.exists(manifest_path):
         with open(manifest_path, encoding="utf-8") as f:
             if json.load(f)["settings"] == settings:
@@ -48,7 +60,8 @@ def main() -> None:
         chosen = sorted(order[: round(percent / 100 * len(articles))])
         name = f"sample-{percent:g}pct.jsonl.gz"
         tmp = os.path.join(args.out_dir, f".{name}.tmp")
-        with gzip.open(tmp, "wt", encoding="utf-8") as f:
+        # the header's file name is the temporary one's, as gzip.open writes it (the first subsets' bytes)
+        with gzip.GzipFile(tmp, "wb", mtime=mtimes.get(name, 0)) as raw, io.TextIOWrapper(raw, encoding="utf-8") as f:
             f.writelines(json.dumps(articles[i], ensure_ascii=False) + "\n" for i in chosen)
         os.replace(tmp, os.path.join(args.out_dir, name))
         titles = "\n".join(articles[i]["title"] for i in chosen).encode("utf-8")

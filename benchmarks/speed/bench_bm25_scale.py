@@ -76,6 +76,33 @@ print(json.dumps({"seconds": end - start, "peak_mb": resource.getrusage(resource
                                "table": marks["table_end"] - marks["table_start"],
                                "finish": end - marks["table_end"]}}))
 """
+LUCENE_BUILD = """
+import json, resource, sys, time
+from hf_ralm.retrieval import LuceneRetriever
+
+start = time.perf_counter()
+LuceneRetriever.build(sys.argv[1], sys.argv[2], show_progress=False, n_threads=1)
+print(json.dumps({"seconds": time.perf_counter() - start,
+                  "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "java_peak_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))
+"""
+LUCENE_LOAD = """
+import json, sys, time
+import hf_ralm.retrieval
+from hf_ralm.retrieval import LuceneRetriever, start_jvm
+
+def memory():
+    with open("/proc/self/status") as f:
+        fields = dict(line.split(":", 1) for line in f)
+    return int(fields["VmRSS"].split()[0]) / 1024
+
+start_jvm()  # the JVM's own memory is not the index's
+before = memory()
+start = time.perf_counter()
+retriever = LuceneRetriever.load(sys.argv[1], n_threads=1)
+seconds = time.perf_counter() - start
+print(json.dumps({"seconds": seconds, "passages": len(retriever), "added_mb": memory() - before}))
+"""
 LOAD = """
 import json, sys, time
 import bm25s, datasets
@@ -110,6 +137,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--label", default="bm25", help="the records' name: <label>-<N>.json")
     parser.add_argument("--memory-budget", type=int, help="the build's memory_budget in bytes (default: its own)")
     parser.add_argument("--remove-index", action="store_true", help="delete each index once it is measured")
+    parser.add_argument("--backend", choices=("bm25", "lucene"), default="bm25",
+                        help="lucene: fill the lucene columns of the sizes whose bm25 record is there (build one "
+                             "thread, peak RSS with the JVM's, index size, what a load adds)")
     parser.add_argument("--table", action="store_true", help="print the table and draw the figure from the records")
     return parser.parse_args(argv)
 
@@ -186,6 +216,29 @@ def measure(size: int, args: argparse.Namespace) -> dict:
     return record
 
 
+def measure_lucene(record: dict, args: argparse.Namespace) -> dict:
+    """The lucene columns of a size's record: the Lucene backend's index of the same corpus built in a child (one
+    indexing thread; the JVM is a child of it, its memory sampled with it), its size on disk, and what loading it
+    adds to a process whose JVM has started. The index stays for the query benchmark (bench_bm25_stream)."""
+    corpus = corpus_for(record["passages"], args.sample)
+    index = args.index_root / f"lucene-{record['passages']}"
+    shutil.rmtree(index, ignore_errors=True)
+    index.parent.mkdir(parents=True, exist_ok=True)
+    print(f"[bench] {record['passages']:,} passages: building {index} (lucene) from {corpus}", file=sys.stderr,
+          flush=True)
+    build, peaks, loads = run_child(LUCENE_BUILD, [str(corpus), str(index)], args.src)
+    load, _, _ = run_child(LUCENE_LOAD, [str(index)], args.src)
+    if load["passages"] != record["passages"]:
+        raise RuntimeError(f"the lucene index holds {load['passages']:,} passages, the bm25 one "
+                           f"{record['passages']:,}: not the same corpus")
+    return {**record, "lucene": {
+        "build_s": build["seconds"], "build_peak_mb": peaks.get("tree", build["peak_mb"]),
+        "index_bytes": sum(f.stat().st_size for f in index.rglob("*") if f.is_file()),
+        "load_added_mb": load["added_mb"], "queries_per_s": record["lucene"]["queries_per_s"],
+        "build": {**build, "sampled_peak_mb": peaks, "load_average": sum(loads) / len(loads) if loads else None},
+        "load": load, "git_commit": source_commit(args.src or REPO / "src")}}
+
+
 def source_commit(src: Path) -> str | None:
     """The commit of the source tree the children ran, ``+changes`` when it differs from it; ``None`` outside git."""
     def git(*args: str) -> str:
@@ -207,13 +260,21 @@ def table(rows: list[dict]) -> str:
         return "not measured" if value is None else f"{value / scale:,.{digits}f}"
 
     lines = ["| passages | terms | build (min) | build peak RSS (GB) | index on disk (GB) | load adds RSS (GB) | "
-             "queries/s | lucene: build (min), peak (GB), index (GB), load (GB), queries/s |",
-             "|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "queries/s | per query one at a time p50 / p99 (ms) | lucene: build (min), peak (GB), index (GB), load "
+             "(GB), queries/s | bm25 against Lucene |",
+             "|---:|---:|---:|---:|---:|---:|---:|---|---|---:|"]
     for r in rows:
-        lucene = ", ".join(cell(r["lucene"][k]) for k in r["lucene"]) if any(r["lucene"].values()) else cell(None)
+        lucene, stream = r["lucene"], r.get("stream") or {}
+        lucene_cells = ", ".join([cell(lucene["build_s"], 60, 1), cell(lucene["build_peak_mb"], 1024, 2),
+                                  cell(lucene["index_bytes"], 2**30, 2), cell(lucene["load_added_mb"], 1024, 2),
+                                  cell(lucene["queries_per_s"], digits=1)])
+        latency = (f"{stream['one_at_a_time_p50_ms']:.2f} / {stream['one_at_a_time_p99_ms']:.2f}" if stream
+                   else cell(None))
+        times = (f"{stream['times_lucene']:.1f}x" if stream.get("times_lucene") else cell(None))
         lines.append(f"| {r['passages']:,} | {r['terms']:,} | {cell(r['build']['seconds'], 60, 1)} | "
                      f"{cell(r['build']['peak_mb'], 1024, 2)} | {cell(r['index_bytes']['all'], 2**30, 2)} | "
-                     f"{cell(r['load']['added_mb'], 1024, 2)} | {cell(r['queries_per_s'])} | {lucene} |")
+                     f"{cell(r['load']['added_mb'], 1024, 2)} | {cell(r['queries_per_s'])} | {latency} | "
+                     f"{lucene_cells} | {times} |")
     return "\n".join(lines)
 
 
@@ -260,6 +321,17 @@ def main(argv: list[str] | None = None) -> int:
     args.records.mkdir(parents=True, exist_ok=True)
     for size in (int(s) for s in args.sizes.split(",")):
         path = args.records / f"{args.label}-{size}.json"
+        if args.backend == "lucene":
+            if not path.exists():
+                print(f"[bench] {size:,} passages: no bm25 record ({path}): measure bm25 first", file=sys.stderr)
+                continue
+            record = json.loads(path.read_text())
+            if record["lucene"]["build_s"] is not None:
+                print(f"[bench] {size:,} passages: {path} has its lucene columns", file=sys.stderr)
+                continue
+            write_json_atomic(str(path), measure_lucene(record, args))
+            print(json.dumps(json.loads(path.read_text())["lucene"], indent=1))
+            continue
         if path.exists():
             print(f"[bench] {size:,} passages: {path} is there", file=sys.stderr)
             continue

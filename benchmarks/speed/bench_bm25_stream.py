@@ -52,6 +52,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lucene-queries", type=int, default=500, help="queries timed on the Lucene backend")
     parser.add_argument("-k", type=int, default=16)
     parser.add_argument("--json-out", help="write every figure to this JSON file")
+    parser.add_argument("--scale-record",
+                        help="a record of bench_bm25_scale (results/bm25-scale/bm25-<N>.json) of this index's corpus: "
+                             "its queries/s columns (bm25 retrieve, Lucene batch_search) and this run's figures "
+                             "(\"stream\") are written into it")
     return parser.parse_args(argv)
 
 
@@ -190,11 +194,29 @@ def main(argv: list[str] | None = None) -> dict:
           f"sums exact up to {figures['exact_terms']:,} terms a query")
     print(f"one query at a time (retrieve): p50 {figures['one_at_a_time_p50_ms']:.2f} ms, "
           f"p99 {figures['one_at_a_time_p99_ms']:.2f} ms")
+    if args.scale_record:
+        fill_scale_record(args.scale_record, figures)
     if args.json_out:
         os.makedirs(os.path.dirname(os.path.abspath(args.json_out)), exist_ok=True)
         with open(args.json_out, "w", encoding="utf-8") as f:
             json.dump(figures, f, indent=2)
     return figures
+
+
+def fill_scale_record(path: str, figures: dict) -> None:
+    """Write this run's queries/s into a bench_bm25_scale record of the same corpus (refused for another one)."""
+    from hf_ralm.utils import write_json_atomic
+
+    with open(path, encoding="utf-8") as f:
+        record = json.load(f)
+    if record["passages"] != figures["passages"]:
+        raise SystemExit(f"{path} is the record of {record['passages']:,} passages, this index holds "
+                         f"{figures['passages']:,}")
+    record["queries_per_s"] = figures["retrieve_qps"]
+    if figures["lucene"]:
+        record["lucene"]["queries_per_s"] = figures["lucene"]["batch_search_qps"]
+    record["stream"] = figures
+    write_json_atomic(path, record)
 
 
 def lucene_figures(args: argparse.Namespace, queries: list[str], forbidden) -> dict | None:

@@ -16,12 +16,18 @@ root="$PWD"
 commit="${1:-$(cat results/datastore/COMMIT)}"
 # shellcheck source=benchmarks/data/heldout_100.sh
 source benchmarks/data/heldout_100.sh  # cache, wiki, heldout, model; the held-out text made and checked
-python benchmarks/data/make_subsets.py --corpus "$wiki" --out-dir "$cache/datastore" --percents 1,3,10,30 --seed 0
-for percent in 1 3 10 30 100; do  # each index once, before two workers would wait on its lock
+# the same bytes on every machine: the records name each corpus by a hash of its file
+python benchmarks/data/make_subsets.py --corpus "$wiki" --out-dir "$cache/datastore" --percents 1,3,10,30 --seed 0 \
+  --gzip-mtimes results/datastore/gzip-mtimes.json
+# each index once, before two workers would wait on its lock, by the code that runs (the records hold the index's
+# manifest, which a later version writes otherwise: it adds the files' checksums)
+worktree="$(dirname "$root")/run-$(git rev-parse --short "$commit")"
+[ -d "$worktree" ] || git worktree add --detach "$worktree" "$commit" >/dev/null
+for percent in 1 3 10 30 100; do
   corpus="$cache/datastore/sample-${percent}pct.jsonl.gz"
   index="$cache/index/datastore-${percent}pct-bm25"
-  if [ "$percent" = 100 ]; then corpus="$wiki" index="$cache/index/wikipedia-2015-sample-bm25"; fi
-  hf-ralm index --corpus "$corpus" --index-dir "$index" >/dev/null
+  if [ "$percent" = 100 ]; then corpus="$wiki" index="$cache/index/datastore-100pct-bm25"; fi
+  PYTHONPATH="$worktree/src" python -m hf_ralm.cli index --corpus "$corpus" --index-dir "$index" >/dev/null
 done
 
 for shard in 0 1; do
@@ -29,7 +35,7 @@ for shard in 0 1; do
     shard=$0 root=$1 wiki=$2 heldout=$3 cache=$4 model=$5
     for percent in 1 3 10 30 100; do
       corpus="$cache/datastore/sample-${percent}pct.jsonl.gz" index="$cache/index/datastore-${percent}pct-bm25"
-      if [ "$percent" = 100 ]; then corpus="$wiki" index="$cache/index/wikipedia-2015-sample-bm25"; fi
+      if [ "$percent" = 100 ]; then corpus="$wiki" index="$cache/index/datastore-100pct-bm25"; fi
       compare() {
         hf-ralm eval-lm --model "$model" --dtype bfloat16 --compare none,top1,lm-gate --max-length 512 --stride 4 \
           --query-length 32 --retriever bm25 --corpus "$corpus" --index-dir "$index" --threads 1 --batch-size 8 \
