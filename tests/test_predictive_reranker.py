@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import datasets
 import pytest
 import torch
+from huggingface_hub import ModelCard
 
 from hf_ralm import RalmConfig
 from hf_ralm.reranker_training import (PredictiveRerankLoss, RerankDataWriter, predictive_loss, rerank_metrics,
@@ -23,7 +24,9 @@ from hf_ralm.errors import OutputFolderError
 from hf_ralm.runs.store import TMP_PREFIX
 from hf_ralm.reranker_training.data import METADATA_FILE, read_rerank_records, text_rows
 from hf_ralm.selection.predictive import NO_PASSAGE_TEXT, argmax_first, choose_predictive
-from hf_ralm.reranker_training.training import CURVE_FILE, default_init, split_by_article
+from hf_ralm.reranker_training.card import CURVE_FILE
+from hf_ralm.reranker_training.held_out import split_by_article
+from hf_ralm.reranker_training.training import default_init
 from hf_ralm.config.passages import Passage
 
 METADATA = {"reader": "tiny-llama", "rerank_candidates": 4, "retrieval_stride": 4, "query_length": 32,
@@ -396,13 +399,16 @@ def test_loss_in_length_groups_equals_one_padded_forward(tiny_init):
 def test_model_card_states_the_setting_data_loss_and_figures(trained):
     card = (trained.model_dir / "README.md").read_text()
     r = trained.results
-    assert card.startswith("---\nlibrary_name: sentence-transformers\npipeline_tag: text-ranking\n")
+    # the Hub's metadata as huggingface_hub reads it back (a local init folder: no base_model to link to)
+    assert ModelCard.load(trained.model_dir / "README.md").data.to_dict() == {
+        "library_name": "sentence-transformers", "pipeline_tag": "text-ranking",
+        "tags": ["sentence-transformers", "cross-encoder", "reranker", "hf-ralm", "in-context-ralm"]}
     for expected in ("| reader LM (frozen) p_θ | `tiny-llama` |", "| candidates per window k | `4` |",
                      "| stride s (tokens of y) | `4` |", "| retrieval query length ℓ | `32` |",
                      "| zero-shot ranking tokens s' (recorded; the cross-encoder reads the query) | `16` |",
                      "| retrieval corpus | `synthetic` |",
                      f"100 windows with {r['train_candidates'] + r['eval_candidates']} candidates in all",
-                     f"{r['eval_windows']}\nwindows of {r['eval_articles']} other articles",
+                     f"{r['eval_windows']} windows of {r['eval_articles']} other articles",
                      "## Loss (Eq. 9)", "log_softmax(f)_i + log p_θ(y | [d_i; x])",
                      f"| {r['oracle_agreement']:.1%} |", f"| {r['nll_reranker']:.4f} |",
                      f"| {r['nll_retrieval_top1']:.4f} |", f"| {r['nll_oracle']:.4f} |",
@@ -417,8 +423,8 @@ def test_the_default_initialisation_is_named_by_its_hub_id(tmp_path, tiny_init, 
     train_reranker(text_rows(synthetic_rows(20)), output_dir=tmp_path / "model", eval_fraction=0.2, epochs=1,
                    eval_points=1, metadata=METADATA, show_progress=False)
     card = (tmp_path / "model" / "README.md").read_text()
-    assert "Initialisation:\n`sentence-transformers/all-MiniLM-L6-v2`; 1 epoch(s)" in card
-    assert str(tiny_init) not in card and "base_model: sentence-transformers/all-MiniLM-L6-v2" in card
+    assert "Initialisation: `sentence-transformers/all-MiniLM-L6-v2`; 1 epoch(s)" in card and str(tiny_init) not in card
+    assert ModelCard.load(tmp_path / "model" / "README.md").data.base_model == "sentence-transformers/all-MiniLM-L6-v2"
 
 
 def test_attention_dropout_is_the_trainings_and_is_recorded(tmp_path, tiny_init, monkeypatch):

