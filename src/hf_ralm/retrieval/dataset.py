@@ -39,7 +39,7 @@ from typing import Any, Sequence
 from ..config.configuration_ralm import RalmConfig
 from ..config.settings import SETTING_FLAGS
 from ..errors import RetrievalFileError, setting, utf8_errors
-from ..runs.store import check_output_folder
+from ..runs.output_folder import check_output_folder
 from ..runs.fingerprints import digest, ids_fingerprint
 from ..utils.atomic import write_durably, write_json_atomic, write_text_atomic
 from ..utils.datasets_io import load_hf_dataset

@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
 
 from ..errors import SettingError, setting
-from .store import RecordStore, check_output_folder
+from .output_folder import check_output_folder
+from .store import RecordStore
 from ..utils.checks import check_count
 from ..utils.progress import tqdm
 from .shards import Shard, distributed_barrier, is_writer, uncovered
@@ -97,7 +98,7 @@ class RunOptions:
 
     def check_output_dir(self, own: Sequence[str], what: str) -> None:
         """Refuse, before any work, an ``output_dir`` that holds anything but ``own`` (glob patterns of the run's
-        files: :func:`~hf_ralm.runs.store.check_output_folder`)."""
+        files: ``hf_ralm.runs.output_folder.check_output_folder``)."""
         if self.output_dir is not None:
             check_output_folder(self.output_dir, own, what)
 

@@ -64,101 +64,65 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fnmatch
 import functools
 import gzip
 import json
 import os
-import re
 import shutil
-import socket
 import time
 import warnings
 import weakref
-import zlib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Sequence
+from typing import Any, Sequence
 
 from ..errors import OutputFolderError, RalmWarning, setting
-from ..utils.atomic import TMP_PREFIX as ATOMIC_TMP_PREFIX, write_durably, write_json_atomic
+from ..utils.atomic import write_durably, write_json_atomic
 from ..utils.checks import check_count
-from ..utils.outputs import (OUTPUT_FOLDER_PURPOSE, check_no_links, check_replaceable, check_writable,
-                             json_object_with)
+from ..utils.outputs import check_replaceable, json_object_with
+from .chunks import (CHUNK_PREFIX, REPRODUCE_KEY, TMP_PREFIX, UNREADABLE, UNSTAMPED_REASON, ChunkFolder,
+                     check_chunk_length, damage_reason, is_unstamped, range_of, unverified_error)
 from .fingerprints import as_json, digest
-from .schema import fields_problem
-from .workers import LOCK_FILE, WORKER, WORKER_PREFIX, WorkerLock, alive
+from .output_folder import check_output_folder
+from .workers import LOCK_FILE, WORKER, WORKER_PREFIX, WorkerLock, dead_leftovers, live_writers
 
-CHUNK_PREFIX = "chunk-"
-TMP_PREFIX = ATOMIC_TMP_PREFIX + CHUNK_PREFIX
-CHUNK_SUFFIX = ".json.gz"
-CHUNK_SUFFIXES = (CHUNK_SUFFIX, ".npy")
-"""The chunk files' suffixes: the JSON records of the stores, and arrays (a store of embeddings)."""
-REPRODUCE_KEY = "reproduce"
-"""The settings file's key for how the run was started (never compared)."""
 DAMAGED_DIR = "damaged"
 """Where repair moves the chunks that failed their checks (never deleted)."""
-_SUFFIX = "|".join(map(re.escape, CHUNK_SUFFIXES))
-_CHUNK_NAME = re.compile(rf"^{CHUNK_PREFIX}(\d{{8}})-(\d{{8}})({_SUFFIX})$")
-_OWNED_NAME = re.compile(rf"^(?:{re.escape(TMP_PREFIX)}\d{{8}}-\d{{8}}(?:{_SUFFIX})|{WORKER_PREFIX}\d+)\.(.+)-(\d+)$")
-"""A temporary chunk file or a worker's card: the name ends with its process's ``.<host>-<pid>``."""
-_UNREADABLE = (EOFError, OSError, zlib.error, ValueError)
-"""What reading a damaged chunk raises: a truncated gzip (``EOFError``), bad deflate data (``zlib.error``), bytes that
-are no gzip (``OSError``), no JSON (``ValueError``), and the checks' own ``ValueError``."""
 
 
-def check_output_folder(folder: str | os.PathLike, own: Sequence[str], what: str, name: str = "output_dir") -> None:
-    """Refuse (an :class:`~hf_ralm.errors.OutputFolderError` naming the folder, a few of its entries and the setting
-    ``name`` that gave it) a folder that holds anything but ``own`` (glob patterns of what hf-ralm writes there, for
-    ``what``) and hf-ralm's temporary files, or a symbolic link among them (:func:`~hf_ralm.utils.outputs.
-    check_no_links`): hf-ralm writes only into a missing or empty folder, or one of its own, so it never writes over,
-    through, mixes with or deletes what it did not write.
-
-    Example:
-        >>> import tempfile
-        >>> check_output_folder(tempfile.mkdtemp(), ("eval.json", "windows"), "evaluation results")  # empty: fine
-    """
-    folder = Path(folder)
-    check_writable(folder, setting(name), OUTPUT_FOLDER_PURPOSE)  # a file there, or under it; read-only
-    if not folder.is_dir():
-        return
-    others = sorted(name for name in os.listdir(folder)
-                    if not any(fnmatch.fnmatchcase(name, pattern) for pattern in (*own, ATOMIC_TMP_PREFIX + "*")))
-    if others:
-        shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
-        raise OutputFolderError(
-            f"{folder} holds files hf-ralm did not write ({shown}), where it would keep its {what}: give a new or "
-            f"empty {setting(name)}, or one that holds only hf-ralm's own {what} (it never writes over or "
-            "deletes files of others).")
-    check_no_links(folder, os.listdir(folder), f"remove the link, or give another {setting(name)}")
-
-
-class RecordStore:
+class RecordStore(ChunkFolder):
     """Records in ``folder``, in complete chunks of ``chunk_size`` (see the module docstring).
 
     Opening a folder that holds the same ``settings`` resumes it (``num_done`` records in ``num_chunks`` chunks, read
-    back with :meth:`rows`, at :meth:`ranges`); other settings are refused with an
-    :class:`~hf_ralm.errors.OutputFolderError` naming the settings that differ, and so is a folder holding files that
-    are not the store's (:func:`check_output_folder`), and a damaged chunk (naming it), unless ``repair=True``, which
-    moves the damaged chunks to ``damaged/`` so that the run computes them again. So are chunks of an older version
-    (without checksum and settings digest), unless ``accept_unverified=True`` takes them as they are
-    (:attr:`num_unverified` counts them). ``overwrite=True`` deletes the folder's chunks and settings first (and
-    nothing else; refused while another worker computes there). The store
-    holds the folder's shared lock from its opening to :meth:`close` (or its end), and saves nothing once the folder's
-    settings are no longer its own. ``reproduce`` (how the run was started, e.g.
-    :func:`~hf_ralm.utils.reproduction.provenance`) is stored beside the settings by the run that creates the folder.
-    Records are added in order (:meth:`add`, buffered into chunks) or saved as a chunk at a given position
-    (:meth:`save`: what the workers of a sharded run do). A subclass sets ``record_type`` (a dataclass: records are
-    saved as its fields, or its ``to_row()``, and read back as instances, or with its ``from_row(row)``),
-    ``settings_file`` and ``what`` (what the records are, in messages), and may check records as they are saved
-    (:meth:`prepare_row`) and read (:meth:`check_row`, :meth:`check_chunk`), count what chunks hold
-    (:meth:`chunk_counts`) and normalise settings (:meth:`normalise_settings`).
-    """
+    back with ``rows``, at ``ranges``); other settings are refused, naming the settings that differ, and so is a
+    folder holding files that are not the store's, and a damaged chunk (naming it). The store holds the folder's
+    shared lock from its opening to ``close`` (or its end), and saves nothing once the folder's settings are no
+    longer its own. Records are added in order (``add``, buffered into chunks) or saved as a chunk at a given position
+    (``save``: what the workers of a sharded run do). Reading a folder without opening it, and the checks every chunk
+    passes, are its base's, ``ChunkFolder`` (``hf_ralm.runs.chunks``).
 
-    settings_file: ClassVar[str] = "settings.json"
-    what: ClassVar[str] = "records"
-    record_type: ClassVar[type | None] = None
-    chunk_suffix: ClassVar[str] = CHUNK_SUFFIX
+    A subclass sets ``record_type`` (a dataclass: records are saved as its fields, or its ``to_row()``, and read back
+    as instances, or with its ``from_row(row)``), ``settings_file`` and ``what`` (what the records are, in messages),
+    and may check records as they are saved (``prepare_row``) and read (``check_row``, ``check_chunk``), count what
+    chunks hold (``chunk_counts``) and normalise settings (``normalise_settings``).
+
+    Args:
+        folder: The folder of the records, created if missing.
+        settings: What the records depend on: compared with the folder's, never mixed.
+        chunk_size: Records per chunk that ``add`` saves.
+        overwrite: Delete the folder's chunks and settings first (and nothing else; refused while another worker
+            computes there).
+        repair: Move the damaged chunks to ``damaged/``, so that the run computes them again.
+        accept_unverified: Take the chunks of an older version (without checksum and settings digest) as they are
+            (``num_unverified`` counts them).
+        reproduce: How the run was started (e.g. ``hf_ralm.utils.reproduction.provenance()``), stored beside the
+            settings by the run that creates the folder.
+
+    Raises:
+        OutputFolderError: Other settings, files that are not the store's, a damaged chunk or chunks of an older
+            version (unless ``repair`` or ``accept_unverified``), or an overwrite while a worker computes there.
+        ValueError: ``settings`` holding the ``reproduce`` key.
+    """
 
     def __init__(self, folder: str | os.PathLike, settings: Mapping[str, Any], *, chunk_size: int = 1000,
                  overwrite: bool = False, repair: bool = False, accept_unverified: bool = False,
@@ -189,7 +153,7 @@ class RecordStore:
 
     def _open(self, reproduce: Mapping[str, Any] | None) -> None:
         """Clean up after crashed writers, make or compare the settings file, and read the saved chunks."""
-        for leftover in _dead_leftovers(self.folder):  # what a crashed writer of this machine left
+        for leftover in dead_leftovers(self.folder):  # what a crashed writer of this machine left
             _remove_path(leftover)
         stored = self.settings if reproduce is None else {**self.settings, REPRODUCE_KEY: as_json(reproduce,
                                                                                                   "reproduce")}
@@ -253,38 +217,22 @@ class RecordStore:
 
     def read_chunk(self, path: Path) -> Sequence[Any]:
         """The records of a chunk file, checked (:meth:`checked_rows`; a ``ValueError`` says what is wrong), as the
-        store holds them (typed); a chunk of an older version (:func:`_unstamped`) is noted, for :meth:`_read_saved`
+        store holds them (typed); a chunk of an older version (:func:`is_unstamped`) is noted, for :meth:`_read_saved`
         to refuse or accept."""
         content = self.read_chunk_file(path)
         rows = self.checked_rows(content, self.settings_digest)
-        if _unstamped(content):
-            self._unstamped.add(_range_of(path))
+        if is_unstamped(content):
+            self._unstamped.add(range_of(path))
         return [self._typed(row) for row in rows]
 
     def held_rows(self, rows: Sequence[Any], path: Path) -> Sequence[Any]:
         """What the store holds of rows it just saved to ``path`` (typed, without reading the file back)."""
         return [self._typed(row) for row in rows]
 
-    @classmethod
-    def chunk_counts(cls, rows: Sequence[dict[str, Any]]) -> dict[str, int]:
-        """What a chunk's header counts of its saved ``rows``, compared when it is read: the records (a subclass adds,
-        e.g., the tokens they score)."""
-        return {"num_records": len(rows)}
-
-    @classmethod
-    def check_row(cls, row: Any, verified: bool) -> None:
-        """Raise a ``ValueError`` saying what is wrong with a row read from a chunk: by default, that it is not a saved
-        ``record_type`` (a field missing or unknown, a value of another type, a number not finite, unless the chunk
-        is ``verified`` by its checksum: then it was saved so)."""
-        if cls.record_type is not None:
-            problem = fields_problem(cls.record_type, row, "", finite=not verified)
-            if problem:
-                raise ValueError(problem)
-
     def check_chunk(self, span: tuple[int, int], records: Sequence[Any]) -> None:
         """Raise a ``ValueError`` when a chunk's records (as the store holds them) are not those of its range
         ``span``: by default, when there are not as many (a subclass checks more)."""
-        _check_count(span, records)
+        check_chunk_length(span, records)
 
     # writing -----------------------------------------------------------------------------------------------------
 
@@ -429,27 +377,27 @@ class RecordStore:
     def refresh(self) -> None:
         """Reads the chunks other workers saved since this store was opened (or last refreshed)."""
         self._saved.update(self._read_saved([path for path in self.complete_chunks(self.folder)
-                                             if _range_of(path) not in self._saved]))
+                                             if range_of(path) not in self._saved]))
 
     def _read_saved(self, paths: Sequence[Path]) -> dict[tuple[int, int], Sequence[Any]]:
         """The records of the chunks ``paths``, checked; the damaged ones refused, naming them, or with ``repair``
         moved aside (:meth:`_set_aside`); so are those of an older version that pass the checks, unless
-        ``accept_unverified`` (refused in a line of their own when there are no others: :func:`_unverified_error`)."""
+        ``accept_unverified`` (refused in a line of their own when there are no others: :func:`unverified_error`)."""
         saved, damaged, unverified = {}, {}, []
         for path in paths:
-            span = _range_of(path)
+            span = range_of(path)
             try:
                 records = self.read_chunk(path)
                 self.check_chunk(span, records)
-            except _UNREADABLE as error:
-                damaged[path] = _reason(error)
+            except UNREADABLE as error:
+                damaged[path] = damage_reason(error)
             else:
                 if span in self._unstamped and not self.accept_unverified:
                     unverified.append(path)
                 else:
                     saved[span] = records
         if unverified and not damaged and not self.repair:
-            raise _unverified_error(self.folder, unverified)
+            raise unverified_error(self.folder, unverified)
         damaged.update((path, UNSTAMPED_REASON) for path in unverified)
         if damaged:
             self._set_aside(damaged)
@@ -480,113 +428,6 @@ class RecordStore:
         return from_row(row) if from_row is not None else self.record_type(**row)
 
     @classmethod
-    def checked_rows(cls, content: Any, settings_digest: str | None) -> list[Any]:
-        """The rows of a chunk file's ``content``, checked: its checksum and settings digest (both, or neither: a
-        chunk of an older version, :func:`_unstamped`, which its reader refuses unless told to accept it), that it
-        was computed under the settings of digest ``settings_digest`` (unless ``None``), its counts and each row
-        (:meth:`check_row`); a ``ValueError`` says what is wrong."""
-        if not isinstance(content, dict) or not isinstance(content.get("rows"), list):
-            raise ValueError("it holds no list of rows")
-        rows, verified = content["rows"], "checksum" in content
-        if verified != ("settings_digest" in content):
-            held, lacking = ("a checksum", "settings digest") if verified else ("a settings digest", "checksum")
-            raise ValueError(f"it carries {held} but no {lacking}, as no hf-ralm writes them: it was altered after "
-                             "it was written")
-        if verified and content["checksum"] != digest(rows):
-            raise ValueError("its rows do not match its checksum: they changed after it was written")
-        made_under = content.get("settings_digest", settings_digest)
-        if settings_digest is not None and made_under != settings_digest:
-            raise ValueError(f"it was computed under other settings (digest {made_under}, the folder's "
-                             f"{settings_digest}), and two configurations' records never mix")
-        for number, row in enumerate(rows):
-            try:
-                cls.check_row(row, verified)
-            except (TypeError, ValueError) as error:
-                raise ValueError(f"its record {number}: {error}") from None
-        for key, count in cls.chunk_counts(rows).items():
-            if content.get(key, count) != count:
-                raise ValueError(f"its header says {key} {content[key]}, its rows hold {count}")
-        return rows
-
-    @staticmethod
-    def read_chunk_file(path: str | os.PathLike) -> dict[str, Any]:
-        """A chunk file's contents, unchecked: ``rows``, ``seconds``, ``git_commit``, its counts, checksum and
-        settings digest (the last three since this version) and what its writer added."""
-        with gzip.open(path, "rt", encoding="utf-8") as f:
-            return json.load(f)
-
-    @classmethod
-    def _checked_file(cls, path: Path, settings_digest: str | None) -> dict[str, Any]:
-        """A chunk file's contents, its rows checked (:meth:`checked_rows`); an
-        :class:`~hf_ralm.errors.OutputFolderError` naming the file when it is damaged."""
-        try:
-            content = cls.read_chunk_file(path)
-            _check_count(_range_of(path), cls.checked_rows(content, settings_digest))
-        except _UNREADABLE as error:
-            raise OutputFolderError(f"{path} is a damaged chunk ({_reason(error)}): run the command that wrote it "
-                                    "again with --repair (repair=True) to compute it again.") from None
-        return content
-
-    @classmethod
-    def _checked_files(cls, folder: str | os.PathLike, accept_unverified: bool = False) -> list[dict[str, Any]]:
-        """The contents of a folder's complete chunks, in order, each checked (:meth:`_checked_file`) against the
-        folder's settings; those of an older version refused (:func:`_unverified_error`) unless
-        ``accept_unverified``."""
-        settings = Path(folder) / cls.settings_file
-        settings_digest = digest(cls.read_settings(folder)[0]) if settings.is_file() else None
-        paths = cls.complete_chunks(folder)
-        contents = [cls._checked_file(path, settings_digest) for path in paths]
-        unverified = [path for path, content in zip(paths, contents) if _unstamped(content)]
-        if unverified and not accept_unverified:
-            raise _unverified_error(Path(folder), unverified)
-        return contents
-
-    @classmethod
-    def complete_chunks(cls, folder: str | os.PathLike) -> list[Path]:
-        """The complete chunks of ``folder``, in order of position (temporary leftovers are not among them)."""
-        folder = Path(folder)
-        if not folder.is_dir():
-            return []
-        return sorted((path for path in folder.iterdir() if _chunk_suffix(path) == cls.chunk_suffix),
-                      key=_range_of)
-
-    @classmethod
-    def prefix_length(cls, folder: str | os.PathLike) -> int:
-        """How many records from position 0 on the folder's complete chunks hold without a gap: the records that stay
-        the first ones whatever the workers of a sharded run, which save later chunks before earlier ones, add."""
-        length = 0
-        for start, stop in map(_range_of, cls.complete_chunks(folder)):
-            if start != length:
-                break
-            length = stop
-        return length
-
-    @classmethod
-    def num_saved(cls, folder: str | os.PathLike) -> int:
-        """How many records a folder's complete chunks hold (by their names: nothing is read)."""
-        return sum(stop - start for start, stop in map(_range_of, cls.complete_chunks(folder)))
-
-    @classmethod
-    def read_rows(cls, folder: str | os.PathLike, *, accept_unverified: bool = False) -> list[dict[str, Any]]:
-        """The records of a folder's complete chunks, in order, as saved and checked (without opening the folder for
-        writing); an :class:`~hf_ralm.errors.OutputFolderError` naming a damaged chunk, or counting the chunks of
-        an older version unless ``accept_unverified``."""
-        return [row for content in cls._checked_files(folder, accept_unverified) for row in content["rows"]]
-
-    @classmethod
-    def chunk_seconds(cls, folder: str | os.PathLike, *, accept_unverified: bool = False) -> float:
-        """The summed ``seconds`` of a folder's complete chunks: what its records took to compute, across resumes
-        (checked as :meth:`read_rows` checks them)."""
-        return sum(content["seconds"] for content in cls._checked_files(folder, accept_unverified))
-
-    @classmethod
-    def read_settings(cls, folder: str | os.PathLike) -> tuple[dict[str, Any], dict[str, Any] | None]:
-        """The settings of a folder's records and how its run was started (``None`` when not recorded)."""
-        stored = json.loads((Path(folder) / cls.settings_file).read_text(encoding="utf-8"))
-        reproduce = stored.pop(REPRODUCE_KEY, None)
-        return stored, reproduce
-
-    @classmethod
     def remove(cls, folder: str | os.PathLike) -> None:
         """Deletes what a store put in ``folder`` (its chunks, temporary files and settings; not ``damaged/``), under
         the folder's exclusive lock; an :class:`~hf_ralm.errors.OutputFolderError` while a worker computes there
@@ -600,7 +441,7 @@ class RecordStore:
                           "move it away, or write to another folder")
         lock = WorkerLock(folder).acquire(exclusive=True)
         try:
-            busy = _live_writers(folder)  # writers without the lock: older versions
+            busy = live_writers(folder)  # writers without the lock: older versions
             if busy:
                 raise OutputFolderError(
                     f"{folder} is being written by another worker ({', '.join(busy)} is writing a chunk there): "
@@ -625,81 +466,6 @@ class RecordStore:
                 "write to another folder, or overwrite (--overwrite, overwrite=True) to delete its "
                 f"{self.what} and start afresh.")
         return reproduce
-
-
-def _chunk_suffix(path: Path) -> str | None:
-    """The suffix of a complete chunk file's name (``None``: not a chunk)."""
-    match = _CHUNK_NAME.match(path.name)
-    return match.group(3) if match else None
-
-
-def _range_of(path: Path) -> tuple[int, int]:
-    match = _CHUNK_NAME.match(path.name)
-    return int(match.group(1)), int(match.group(2))
-
-
-def _check_count(span: tuple[int, int], records: Sequence[Any]) -> None:
-    """Raise a ``ValueError`` unless a chunk holds as many records as its name (``span``) says."""
-    if len(records) != span[1] - span[0]:
-        raise ValueError(f"it holds {len(records)} records, where its name says {span[1] - span[0]}")
-
-
-def _reason(error: BaseException) -> str:
-    """What was wrong with a chunk, from the error reading it raised."""
-    return str(error) or type(error).__name__
-
-
-UNSTAMPED_REASON = "it carries no checksum and no settings digest (an older hf-ralm wrote it)"
-"""What a repair says of a chunk of an older version it moves aside."""
-
-
-def _unstamped(content: Mapping[str, Any]) -> bool:
-    """Whether a chunk file's ``content`` (checked: :meth:`RecordStore.checked_rows`) is of an older version,
-    without checksum and settings digest: nothing shows it was computed under its folder's settings."""
-    return "checksum" not in content and "settings_digest" not in content
-
-
-def _unverified_error(folder: Path, paths: Sequence[Path]) -> OutputFolderError:
-    """The one line that refuses the chunks ``paths`` of an older version in ``folder``, and says both ways out."""
-    shown = ", ".join(path.name for path in paths[:2]) + (f" and {len(paths) - 2} more" if len(paths) > 2 else "")
-    return OutputFolderError(
-        f"{folder} holds {len(paths)} chunk(s) without checksum and settings digest, written by an older hf-ralm "
-        f"({shown}): nothing shows they were computed under its settings; rerun with --repair to compute them again, "
-        "or with --accept-unverified-chunks to use them as they are (recorded in eval.json; in the library: "
-        "repair=True, accept_unverified=True).")
-
-
-def _owner(path: Path) -> tuple[str, int] | None:
-    """``(host, pid)`` of the process a temporary chunk file or a worker card belongs to (``None`` for one without
-    its writer's name)."""
-    match = _OWNED_NAME.match(path.name)
-    return (match.group(1), int(match.group(2))) if match else None
-
-
-def _dead_leftovers(folder: Path) -> list[Path]:
-    """The temporary chunk files and worker cards of processes of this machine that are no longer running (a
-    crash's leftovers)."""
-    host = socket.gethostname()
-    leftovers = []
-    for path in [*folder.glob(TMP_PREFIX + "*"), *folder.glob(WORKER_PREFIX + "*")]:
-        owner = _owner(path)
-        if owner is not None and owner[0] == host and not alive(owner[1]):
-            leftovers.append(path)
-    return leftovers
-
-
-def _live_writers(folder: Path) -> list[str]:
-    """The workers other than this process writing a chunk in ``folder`` now: of this machine, running; of another,
-    whose temporary file changed in the last ten minutes."""
-    host, busy = socket.gethostname(), []
-    for path in folder.glob(TMP_PREFIX + "*"):
-        writer = _owner(path)
-        if writer is None or (writer[0] == host and writer[1] == os.getpid()):
-            continue
-        live = alive(writer[1]) if writer[0] == host else time.time() - path.stat().st_mtime < 600
-        if live:
-            busy.append(f"{writer[0]}:{writer[1]}")
-    return busy
 
 
 def _create_exclusively(path: Path, content: Mapping[str, Any]) -> bool:

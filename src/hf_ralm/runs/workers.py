@@ -1,6 +1,8 @@
 """The workers that compute one run in one folder: the folder's lock (shared by the workers, exclusive to an
-overwrite, which is refused rather than kept waiting), the cards that name its holders, and whether a process still
-runs. The record store (:mod:`hf_ralm.runs.store`) holds this lock from its opening to its closing.
+overwrite, which is refused rather than kept waiting), the cards that name its holders, whether a process still
+runs, and the files a worker's process names (its temporary chunks, its card): those a crashed one left
+(``dead_leftovers``) and those being written now (``live_writers``). The record store (``hf_ralm.runs.store``)
+holds this lock from its opening to its closing.
 
 Example:
     >>> import tempfile
@@ -24,6 +26,7 @@ from pathlib import Path
 
 from ..errors import OutputFolderError
 from ..utils.atomic import file_mode
+from .chunks import SUFFIX_PATTERN, TMP_PREFIX
 
 try:
     import fcntl
@@ -32,8 +35,9 @@ except ImportError:  # Windows: no flock; an overwrite there sees only the worke
 
 LOCK_FILE = ".workers.lock"
 WORKER_PREFIX = ".worker-"
-_CARD_NAME = re.compile(rf"^{WORKER_PREFIX}\d+\.(.+)-(\d+)$")
-"""A worker's card: the name ends with its process's ``.<host>-<pid>``."""
+_OWNED_NAME = re.compile(
+    rf"^(?:{re.escape(TMP_PREFIX)}\d{{8}}-\d{{8}}(?:{SUFFIX_PATTERN})|{WORKER_PREFIX}\d+)\.(.+)-(\d+)$")
+"""A temporary chunk file or a worker's card: the name ends with its process's ``.<host>-<pid>``."""
 
 WORKER = f"{socket.gethostname()}-{os.getpid()}"
 """This process, as its temporary chunk files and worker cards name it."""
@@ -102,18 +106,12 @@ def workers(folder: Path) -> list[str]:
     longer run left theirs when killed, and are not named)."""
     host, named = socket.gethostname(), []
     for path in sorted(folder.glob(WORKER_PREFIX + "*")):
-        owner = card_owner(path)
+        owner = owner_of(path)
         with contextlib.suppress(FileNotFoundError):  # it let go meanwhile
             since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(path.stat().st_mtime))
             if owner is not None and (owner[0] != host or alive(owner[1])):
                 named.append(f"{owner[0]}:{owner[1]} (since {since})")
     return list(dict.fromkeys(named))
-
-
-def card_owner(path: Path) -> tuple[str, int] | None:
-    """``(host, pid)`` of the worker whose card ``path`` is (``None``: no card)."""
-    match = _CARD_NAME.match(path.name)
-    return (match.group(1), int(match.group(2))) if match else None
 
 
 def alive(pid: int) -> bool:
@@ -124,3 +122,36 @@ def alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def owner_of(path: Path) -> tuple[str, int] | None:
+    """``(host, pid)`` of the process a temporary chunk file or a worker card belongs to (``None`` for one without
+    its writer's name)."""
+    match = _OWNED_NAME.match(path.name)
+    return (match.group(1), int(match.group(2))) if match else None
+
+
+def dead_leftovers(folder: Path) -> list[Path]:
+    """The temporary chunk files and worker cards of processes of this machine that are no longer running (a
+    crash's leftovers)."""
+    host = socket.gethostname()
+    leftovers = []
+    for path in [*folder.glob(TMP_PREFIX + "*"), *folder.glob(WORKER_PREFIX + "*")]:
+        owner = owner_of(path)
+        if owner is not None and owner[0] == host and not alive(owner[1]):
+            leftovers.append(path)
+    return leftovers
+
+
+def live_writers(folder: Path) -> list[str]:
+    """The workers other than this process writing a chunk in ``folder`` now: of this machine, running; of another,
+    whose temporary file changed in the last ten minutes."""
+    host, busy = socket.gethostname(), []
+    for path in folder.glob(TMP_PREFIX + "*"):
+        writer = owner_of(path)
+        if writer is None or (writer[0] == host and writer[1] == os.getpid()):
+            continue
+        live = alive(writer[1]) if writer[0] == host else time.time() - path.stat().st_mtime < 600
+        if live:
+            busy.append(f"{writer[0]}:{writer[1]}")
+    return busy

@@ -13,7 +13,8 @@ from typing import Any, Mapping, Sequence
 
 from ...errors import SettingError, setting
 from ...runs.harness import ChunkRun, RunOptions
-from ...runs.store import RecordStore, check_output_folder
+from ...runs.output_folder import check_output_folder
+from ...runs.store import RecordStore
 from ...utils.atomic import write_json_atomic, write_text_atomic
 from ...utils.checks import refuse_type
 from .answerer import MAX_NEW_TOKENS, Answerer
