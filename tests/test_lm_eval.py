@@ -19,10 +19,8 @@ They skip when lm-eval (or accelerate, which lm-eval's hf model imports) is miss
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import os
 import re
 import subprocess
 import sys
@@ -30,6 +28,7 @@ import sys
 import pytest
 import torch
 
+from _require import require_modules
 from conftest import REPO_ROOT, SHARED_DATA, TEST_DEVICE, require_shared_file, write_jsonl
 
 TASKS = REPO_ROOT / "tests" / "lm_eval_tasks"
@@ -39,13 +38,8 @@ WINDOWS = {"max_length": 24, "max_doc_tokens": 16, "retrieval_stride": 4, "query
 
 
 def require(*modules: str) -> None:
-    """Skip unless ``modules`` are installed; with ``HF_RALM_REQUIRE_LM_EVAL=1``, fail instead."""
-    missing = [module for module in modules if importlib.util.find_spec(module) is None]
-    if missing:
-        message = f"needs {', '.join(missing)} (pip install 'hf-ralm[lm-eval]' accelerate)"
-        if os.environ.get("HF_RALM_REQUIRE_LM_EVAL") == "1":
-            pytest.fail(message + "; HF_RALM_REQUIRE_LM_EVAL=1 requires it")
-        pytest.skip(message)
+    """Skip unless ``modules`` are installed; with ``HF_RALM_REQUIRE_LM_EVAL`` on (:mod:`_require`), fail instead."""
+    require_modules("LM_EVAL", "pip install 'hf-ralm[lm-eval]' accelerate", *modules)
 
 
 @pytest.fixture(scope="module")

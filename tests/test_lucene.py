@@ -1,7 +1,7 @@
 """The Lucene backend (extra ``[lucene]``): Java selection, index build/reuse, search, forbidden titles, config.
 
-Tests that need pyserini skip when it is missing, unless ``HF_RALM_REQUIRE_LUCENE`` is set (CI sets it to 1), in which
-case they fail. A process can start only one JVM: every in-process test shares the one
+Tests that need pyserini skip when it is missing, unless ``HF_RALM_REQUIRE_LUCENE`` is on (CI sets it to 1; see
+_require.py), in which case they fail. A process can start only one JVM: every in-process test shares the one
 :func:`~hf_ralm.retrieval.lucene_compat.start_jvm` starts (the first to need it); what must be checked in a fresh JVM
 (lazy start, no OpenAI client) runs in a child process.
 """

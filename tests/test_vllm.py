@@ -11,15 +11,14 @@ unless ``HF_RALM_REQUIRE_VLLM=1``, where they fail (as ``HF_RALM_REQUIRE_MODELS`
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import itertools
 import json
-import os
 import sys
 
 import pytest
 import torch
 
+from _require import require_modules
 from conftest import EVAL_TEXT, PAD_ID, SHARED_DATA, require_shared_file
 from hf_ralm import RalmConfig, RunOptions
 from hf_ralm.core.modeling_utils import model_identity
@@ -345,7 +344,7 @@ def test_the_readers_own_generate_and_generate_texts_run_on_the_engine(tiny_llam
 
 
 def test_lm_evals_model_args_take_the_engine(tiny_model_dir, monkeypatch):
-    pytest.importorskip("lm_eval", reason="lm-eval is not installed (pip install \"hf-ralm[lm-eval]\")")
+    require_modules("LM_EVAL", 'pip install "hf-ralm[lm-eval]"', "lm_eval")
     from hf_ralm.integrations.lm_eval import RalmLM
     from hf_ralm.utils.extras import MissingExtraError
 
@@ -462,7 +461,6 @@ def test_a_forward_call_on_vllm_is_refused_in_one_line():
 # On the engine: SmolLM2 in float32, equal to the transformers reader
 # ------------------------------------------------------------------------------------------------------------------
 
-REQUIRE_VLLM = os.environ.get("HF_RALM_REQUIRE_VLLM", "") not in ("", "0")
 MODEL = "smollm2-135m-instruct"
 EVAL_TOKENS = 1024
 SETTINGS = {"retrieval_stride": 8, "query_length": 32, "max_length": 64, "max_doc_tokens": 32}
@@ -475,12 +473,8 @@ REL = 1e-5
 
 
 def require_vllm() -> None:
-    """Skip when vllm is not importable, unless ``HF_RALM_REQUIRE_VLLM=1``, where it fails."""
-    if importlib.util.find_spec("vllm") is None:
-        message = f"the vllm engine is not installed ({INSTALL})"
-        if REQUIRE_VLLM:
-            pytest.fail(message + "; HF_RALM_REQUIRE_VLLM=1 requires it")
-        pytest.skip(message)
+    """Skip when vllm is not installed, unless ``HF_RALM_REQUIRE_VLLM`` is on (:mod:`_require`), where it fails."""
+    require_modules("VLLM", INSTALL, "vllm")
 
 
 @pytest.fixture(scope="module")
@@ -578,7 +572,7 @@ def test_zero_shot_reranking_chooses_alike_and_ensembles_mix_alike(readers, wiki
 
 
 def test_lm_eval_likelihoods_equal_the_transformers_engine(readers, wikitext):
-    pytest.importorskip("lm_eval", reason="lm-eval is not installed (pip install \"hf-ralm[lm-eval]\")")
+    require_modules("LM_EVAL", 'pip install "hf-ralm[lm-eval]"', "lm_eval")
     from lm_eval.api.instance import Instance
 
     from hf_ralm.integrations.lm_eval import RalmLM
