@@ -15,7 +15,7 @@ import pytest
 
 import hf_ralm
 from conftest import EVAL_TEXT, ON_TEST_DEVICE
-from hf_ralm.cli import build_parser, main
+from hf_ralm.cli import COMMANDS, build_parser, main
 
 PROBE = """
 import json, sys
@@ -74,8 +74,7 @@ def command_help(name: str) -> str:
     return commands.choices[name].format_help()
 
 
-@pytest.mark.parametrize("command", ["index", "retrieve", "eval-lm", "generate", "eval-qa", "rerank-data",
-                                     "train-reranker"])
+@pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_a_commands_help_is_the_full_parsers_and_imports_neither_torch_nor_transformers(command, monkeypatch):
     """Every flag's default and choices (the model's dtypes, the retrievers, the chunk sizes, the dense index's
     options, the reranker's training defaults) come from plain-Python modules of the library. (``lm-eval --help`` is
@@ -86,16 +85,23 @@ def test_a_commands_help_is_the_full_parsers_and_imports_neither_torch_nor_trans
     assert out == command_help(command) and not err
 
 
+def flag(name: str) -> str:
+    """A command's argument name as its flag (``dataset_path``: ``--dataset-path``)."""
+    return "--" + name.replace("_", "-")
+
+
+MISSING_FLAGS = [([command, *[part for given in module.REQUIRED[:i] for part in (flag(given), "x")]],
+                  f"{flag(name)} is required.")
+                 for command, module in sorted(COMMANDS.items()) for i, name in enumerate(module.REQUIRED)]
+"""Each command of the command line's table without each flag it cannot run without (``REQUIRED``), those before
+it given: the line that refuses it."""
+
+
 @pytest.mark.parametrize("argv, message", [
     (["eval-lm", "--stride", "x"], "argument --stride: invalid int value: 'x'"),  # argparse's
     (["eval-lm", "--model", "M", "--dataset-path", "D", "--stride", "0"], "--stride must be at least 1, got 0."),
     (["eval-lm", "--nope"], "unrecognized arguments: --nope"),
-    (["eval-lm"], "--model is required."),  # a flag the command cannot run without
-    (["retrieve", "--model", "M"], "--dataset-path is required."),
-    (["generate"], "--model is required."),
-    (["eval-qa", "--model", "M"], "--questions is required."),
-    (["rerank-data", "--model", "M", "--articles", "a.jsonl"], "--output-dir is required."),
-    (["train-reranker"], "--data is required."),
+    *MISSING_FLAGS,
 ])
 def test_a_commands_usage_errors_are_one_line_without_torch_or_transformers(argv, message, capsys):
     """The same line as when they are loaded (the command run in this process)."""
