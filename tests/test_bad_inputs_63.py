@@ -36,7 +36,7 @@ def no_model_loads(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a model was loaded before the bad input was refused")
 
-    monkeypatch.setattr("hf_ralm.modeling_ralm._load_base_model", refuse)
+    monkeypatch.setattr("hf_ralm.core.engines.transformers._load_base_model", refuse)
 
 
 # ----------------------------------------------------------------------------------------------------------------

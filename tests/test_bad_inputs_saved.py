@@ -94,7 +94,7 @@ def test_a_value_wrong_whatever_the_folder_holds_is_refused_before_the_folder_is
     def looked_up(*args, **kwargs):
         raise AssertionError("the saved folder was looked up before the flags were checked")
 
-    monkeypatch.setattr("hf_ralm.modeling_ralm.saved_ralm_settings", looked_up)
+    monkeypatch.setattr("hf_ralm.loading_ralm.saved_ralm_settings", looked_up)
     fail(capsys, files, ["eval-lm", "--model", "someone/some-model", "--dataset-path", files["dataset"], flag, value],
          expected)
 

@@ -67,7 +67,7 @@ def test_index_retrieve_eval(files, capsys, monkeypatch):
         raise AssertionError("retrieve without a ranking reader must not load the model's weights")
 
     with monkeypatch.context() as patch:
-        patch.setattr("hf_ralm.modeling_ralm._load_base_model", no_weights)
+        patch.setattr("hf_ralm.core.engines.transformers._load_base_model", no_weights)
         out = run(capsys, ["retrieve", *common(files, "--retriever", "bm25", "--index-dir", files["index"], "--corpus",
                                                files["corpus"], "--save-retrieval-file", str(retrieval_file))])
     summary = json.loads(out)
@@ -249,7 +249,8 @@ BEYOND_FLAGS = {"--retrieval-gate", "--gate-threshold", "--num-passages", "--max
 RESUME_FLAGS = ("--chunk-size", "--overwrite", "--repair", "--accept-unverified-chunks", "--num-shards", "--shard-id")
 MODEL_FLAGS = ("--model", "--tokenizer", "--gguf-file", "--dtype", "--device", "--device-map", "--attn-implementation")
 ENGINE_FLAGS = ("--engine", "--tensor-parallel-size", "--pipeline-parallel-size", "--gpu-memory-utilization",
-                "--max-model-len", "--kv-cache-memory-bytes", "--enforce-eager")  # the commands that run a reader
+                "--max-model-len", "--kv-cache-memory-bytes", "--enforce-eager",
+                "--enable-prefix-caching")  # the commands that run a reader: the engines' options
 COMMAND_FLAGS = {
     "index": {"--corpus", "--index-dir", "--retriever", "--encoder", "--pooling", "--encoder-dtype", "--faiss-factory",
               "--words-per-passage", "--num-shards", "--shard-id", "--verify"},

@@ -116,11 +116,11 @@ def test_resolve_device_in_python(monkeypatch):
 def test_bfloat16_on_a_slow_cpu_runs_in_bfloat16_with_float32_products(files, capsys, monkeypatch):
     """On a CPU without bfloat16 instructions the command line's reader gets widened linear layers (the products in
     float32, rounded back): the run stays in the precision asked, with nothing to warn about."""
-    import hf_ralm.modeling_ralm as modeling
+    import hf_ralm.utils.widened_linear as widening
 
     widened = []
-    real = modeling.widen_where_bfloat16_is_slow
-    monkeypatch.setattr(modeling, "widen_where_bfloat16_is_slow",
+    real = widening.widen_where_bfloat16_is_slow
+    monkeypatch.setattr(widening, "widen_where_bfloat16_is_slow",
                         lambda model: widened.append(real(model)) or widened[-1])
     pretend_cpu(monkeypatch)  # an AVX2 CPU: no bfloat16 instructions
     main(eval_lm(files, "--dtype", "bfloat16", "--device", "cpu", "--max-eval-tokens", "24"))

@@ -169,7 +169,8 @@ def test_a_widened_linear_layer_is_the_float32_product_rounded_to_bfloat16(monke
 
 @pytest.mark.cpu_only(reason="the defaults of a machine without a GPU: float32 on the CPU")
 def test_from_pretrained_places_the_model_and_forwards_its_loading_arguments(tiny_model_dir, monkeypatch):
-    import hf_ralm.modeling_ralm as modeling
+    import hf_ralm.core.engines.transformers as engine
+    import hf_ralm.core.placement as placement
 
     plain = RetrievalAugmentedModel.from_pretrained(str(tiny_model_dir))
     assert plain.language_model.dtype == torch.float32 and plain.language_model.device.type == "cpu"  # no GPU here
@@ -180,14 +181,14 @@ def test_from_pretrained_places_the_model_and_forwards_its_loading_arguments(tin
     assert RetrievalAugmentedModel.from_pretrained(str(tiny_model_dir), torch_dtype=torch.float16).dtype == \
         torch.float16
     loads = []
-    load = modeling._load_base_model
-    monkeypatch.setattr(modeling, "_load_base_model", lambda *args: loads.append(args[2]) or load(*args))
+    load = engine._load_base_model
+    monkeypatch.setattr(engine, "_load_base_model", lambda *args: loads.append(args[2]) or load(*args))
     mapped = RetrievalAugmentedModel.from_pretrained(str(tiny_model_dir), device_map="cpu")  # accelerate places it
     assert loads[-1] == {"device_map": "cpu", "dtype": torch.float32} and mapped.language_model.device.type == "cpu"
     with pytest.raises(ValueError, match="Give device or device_map, not both"):
         RetrievalAugmentedModel.from_pretrained(str(tiny_model_dir), device="cpu", device_map="cpu")
     # where a GPU is, the model goes there by default: here the default device is made "meta" to see it move
-    monkeypatch.setattr(modeling, "default_device", lambda local_rank=None: torch.device("meta"))
+    monkeypatch.setattr(placement, "default_device", lambda local_rank=None: torch.device("meta"))
     assert RetrievalAugmentedModel.from_pretrained(str(tiny_model_dir)).language_model.device.type == "meta"
 
 

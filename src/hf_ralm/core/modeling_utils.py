@@ -21,43 +21,31 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 from ..errors import SettingError, setting
-
-
-def is_engine_reader(model) -> bool:
-    """Whether ``model`` is a reader run by an inference engine rather than a transformers model in this process (a
-    :class:`~hf_ralm.core.vllm_reader.VllmReader`: it scores inputs itself, ``score_inputs``, and holds no weights
-    or keys/values here). The scorer hands such a reader its inputs, and the helpers below read what it says of
-    itself.
-
-    Example::
-
-        is_engine_reader(model), is_engine_reader(VllmReader(path))   # (False, True)
-    """
-    return not isinstance(model, torch.nn.Module) and callable(getattr(model, "score_inputs", None))
+from .engines.reader import engine_reader
 
 
 def model_device(model: torch.nn.Module) -> torch.device:
     """Where the model's inputs go (the input embeddings' device, which also works with ``device_map``; an engine
     reader's own device)."""
-    if is_engine_reader(model):
-        return model.device
+    reader = engine_reader(model)
+    if reader is not None:
+        return reader.device
     return model.get_input_embeddings().weight.device
 
 
 def vocabulary_size(model) -> int | None:
-    """How many token ids ``model`` embeds (its input embeddings' rows; an engine reader's config's ``vocab_size``),
-    what every id given to it must be below (:func:`~hf_ralm.utils.checks.check_vocabulary`); ``None`` when it does
-    not say.
+    """How many token ids ``model`` embeds (its input embeddings' rows; else, an engine reader's for one, its config's
+    ``vocab_size``), what every id given to it must be below (:func:`~hf_ralm.utils.checks.check_vocabulary`);
+    ``None`` when it does not say.
 
     Example::
 
         vocabulary_size(model)   # 49152
     """
-    if not is_engine_reader(model):
-        try:
-            return int(model.get_input_embeddings().num_embeddings)
-        except (AttributeError, NotImplementedError):  # a model without embeddings to ask
-            pass
+    try:
+        return int(model.get_input_embeddings().num_embeddings)
+    except (AttributeError, NotImplementedError):  # a model without embeddings to ask, or an engine's reader
+        pass
     config = getattr(model, "config", None)
     text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
     size = getattr(text_config, "vocab_size", None)
@@ -168,8 +156,9 @@ def model_max_length(model) -> int | None:
     """The longest input ``model``'s config allows (``max_position_embeddings``, or GPT-2's ``n_positions``), or
     ``None`` when its config does not say; an engine reader's, the longest input its engine takes
     (``max_input_length``)."""
-    if is_engine_reader(model):
-        return model.max_input_length
+    reader = engine_reader(model)
+    if reader is not None:
+        return reader.max_input_length
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     model_max = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
     return int(model_max) if model_max else None
@@ -185,7 +174,8 @@ def resolve_max_length(model, max_length: int | None) -> int:
             raise SettingError(f"The model's maximum length is unknown: pass {setting('max_length')}.")
         return model_max
     if model_max is not None and int(max_length) > model_max:
-        source = "the longest input its engine takes" if is_engine_reader(model) else "its config's maximum"
+        source = "the longest input its engine takes" if engine_reader(model) is not None else \
+            "its config's maximum"
         raise SettingError(f"{setting('max_length')} {max_length} exceeds the {model_max} positions this model has "
                            f"({source}): give at most {model_max}, or leave {setting('max_length')} out to "
                            "use them all.")
@@ -263,8 +253,9 @@ def left_pad(tokenizer, prompts: Sequence[str], budget: int | None = None) -> Pr
 def model_identity(model) -> dict[str, Any]:
     """What identifies a model in settings that must compare equal on another machine: its name (a local folder's
     name, not its path; a Hub id as it is; the class name when it has neither), class, parameter count and dtype. An
-    engine reader's (:func:`is_engine_reader`) has the same keys and its ``engine`` and ``engine_options`` (what its
-    figures depend on); a transformers model's names no engine, so its runs' identities stay as they were.
+    engine reader's (:class:`~hf_ralm.core.engines.reader.Reader`) has the same keys and its ``engine`` and
+    ``engine_options`` (what its figures depend on); a transformers model's names no engine, so its runs' identities
+    stay as they were.
 
     Example::
 
@@ -272,8 +263,9 @@ def model_identity(model) -> dict[str, Any]:
         # {'reader': 'smollm2-135m-instruct', 'reader_class': 'LlamaForCausalLM', 'reader_parameters': 134515008,
         #  'dtype': 'bfloat16'}
     """
-    if is_engine_reader(model):  # the same keys, and the engine and the options its figures depend on
-        return model.identity()
+    reader = engine_reader(model)
+    if reader is not None:  # the same keys, and the engine and the options its figures depend on
+        return reader.identity()
     name = getattr(model.config, "name_or_path", None) or type(model).__name__
     return reader_identity(name, type(model).__name__, sum(p.numel() for p in model.parameters()), model.dtype)
 

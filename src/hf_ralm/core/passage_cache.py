@@ -23,11 +23,11 @@ from typing import Sequence
 import torch
 from transformers import DynamicCache
 
+from .engines.reader import engine_reader
 from .modeling_utils import (
     cache_nbytes,
     cache_rows,
     empty_cache,
-    is_engine_reader,
     last_logits,
     model_device,
     stack_cache_rows,
@@ -62,14 +62,14 @@ class PassageKVCache:
     def for_model(cls, model, passage_cache: PassageKVCache | None = None,
                   max_bytes: int = DEFAULT_MAX_BYTES) -> PassageKVCache | None:
         """``passage_cache`` once checked to hold ``model``'s keys/values, or (``None``) a new store for ``model``;
-        ``None`` for an engine reader (:func:`~hf_ralm.core.modeling_utils.is_engine_reader`), whose keys/values stay
-        in its engine.
+        ``None`` for an engine reader (:class:`~hf_ralm.core.engines.reader.Reader`), whose keys/values stay in its
+        engine.
 
         Example::
 
             store = PassageKVCache.for_model(model, None, max_bytes=64 * 2**20)
         """
-        if is_engine_reader(model):
+        if engine_reader(model) is not None:
             if passage_cache is not None:
                 raise ValueError("passage_cache holds keys/values computed in this process: a reader run by an "
                                  "engine keeps its own.")

@@ -31,7 +31,8 @@ from ..utils.progress import tqdm
 from ..config.configuration_ralm import RalmConfig
 from ..errors import NonFiniteError, setting
 from .model_inputs import passage_prefix
-from .modeling_utils import is_engine_reader, last_logits, model_device
+from .engines.reader import engine_reader
+from .modeling_utils import last_logits, model_device
 from .passage_cache import PassageKVCache
 from ..config.passages import Passage
 from ..config.windows import Window, place_passage
@@ -118,11 +119,12 @@ def score_inputs(
     only where a token is scored. With ``reuse_prefix_kv``, inputs that share a prefix are grouped by prefix: its
     keys/values come from ``passage_cache`` (computed once per distinct prefix) and only the rest is run; an input
     whose prefix no other input shares (and the store does not hold) runs whole, batched with the other such inputs
-    of its shape. An engine reader (:func:`~hf_ralm.core.modeling_utils.is_engine_reader`, e.g. vLLM's) gets all the
-    inputs in one call and batches them itself.
+    of its shape. An engine reader (:class:`~hf_ralm.core.engines.reader.Reader`) gets all the inputs in one call
+    and batches them itself.
     """
-    if is_engine_reader(model):
-        nlls = model.score_inputs(inputs)
+    reader = engine_reader(model)
+    if reader is not None:
+        nlls = reader.score_inputs(inputs)
         if progress is not None:
             progress.update(len(inputs))
         return nlls
@@ -146,8 +148,9 @@ def score_continuations(model, inputs: Sequence[ScoredInput], batch_size: int = 
 
         score_continuations(model, [ScoredInput(ids, 0, len(ids), (), len(context_ids))])   # [(-7.9, False)]
     """
-    if is_engine_reader(model):
-        return model.score_continuations(inputs)
+    reader = engine_reader(model)
+    if reader is not None:
+        return reader.score_continuations(inputs)
     scores: list[tuple[float, bool] | None] = [None] * len(inputs)
     for members, batch_nll, logits, targets in _scored_batches(model, inputs, batch_size, reuse_prefix_kv,
                                                                passage_cache):

@@ -26,7 +26,8 @@ from ..core.ensemble import ensemble_log_weights
 from ..errors import SettingError, setting
 from ..core.model_inputs import context_indices, context_prefix
 from ..core.plan import window_length
-from ..core.modeling_utils import empty_cache, is_engine_reader
+from ..core.engines.reader import engine_reader
+from ..core.modeling_utils import empty_cache
 from ..core.passage_cache import DEFAULT_MAX_BYTES, PassageKVCache
 from ..config.passages import Passage
 from ..retrieval.base import Retriever
@@ -93,7 +94,7 @@ class RalmDecoder:
         self.max_length = window_length(model, config, retrieving=retriever is not None)
         # an engine reader's contexts run in its engine (generation/engine.py): the decoder only retrieves and
         # chooses their passages, so no keys/values are computed for them here
-        self.use_cache = use_cache and not is_engine_reader(model)
+        self.use_cache = use_cache and engine_reader(model) is None
         self.keep_plain_context = keep_plain_context
         self.ensemble_size = ensemble_size
         self.passage_cache = PassageKVCache.for_model(model, passage_cache, max_cache_bytes)

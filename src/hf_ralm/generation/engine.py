@@ -1,11 +1,11 @@
-"""In-Context RALM's generation on an engine reader (a :class:`~hf_ralm.core.vllm_reader.VllmReader`): the same
+"""In-Context RALM's generation on an engine reader (a :class:`~hf_ralm.core.engines.reader.Reader`): the same
 strides as in this process (see :mod:`hf_ralm.generation`), each run as one engine call for every row.
 
 At the start of stride ``j`` the :class:`~.decoder.RalmDecoder` retrieves and chooses each row's passage(s) exactly
 as it does for a transformers reader (gates, reranking by the reader through the engine's scores, several passages in
 one context), and each row's context ``[d_j; x[a_j:]]`` becomes a token prompt from which the engine draws the
-stride's ``s_j`` tokens (:meth:`~hf_ralm.core.vllm_reader.VllmReader.continue_prompts`; its prefix caching reuses
-what an earlier stride's prompt shares with it). A row stops after its first end-of-sequence token or the token
+stride's ``s_j`` tokens (:meth:`~hf_ralm.core.engines.reader.Reader.continue_prompts`; an engine's prefix caching
+reuses what an earlier stride's prompt shares with it). A row stops after its first end-of-sequence token or the token
 that completes a stop string (:func:`~hf_ralm.core.engine_generation.cut_at_stop`), and retrieves no more. Greedy
 decoding picks the tokens transformers' would (the same contexts; the engine's arithmetic differs in the last bits),
 and sampling draws each row's stride with a seed of its own (:class:`~hf_ralm.core.engine_generation.StrideSeeds`).
@@ -56,7 +56,7 @@ def generate_on_engine_reader(model, tokenizer, retriever: Retriever | None, con
     if decoder.ensemble_size > 1:
         raise SettingError(f"An ensemble of passages ({setting('ensemble_size')} {decoder.ensemble_size}) mixes "
                            "next-token distributions, which stay in the engine: generate with ensemble_size 1 on "
-                           f"{setting('engine')} vllm, or with {setting('engine')} transformers.")
+                           f"{setting('engine')} {model.engine}, or with {setting('engine')} transformers.")
     rows = [Row(ids) for ids in prompt_rows(input_ids, attention_mask)]
     new: list[list[int]] = [[] for _ in rows]
     seeds = StrideSeeds([row.ids for row in rows]) if sampling.do_sample else None

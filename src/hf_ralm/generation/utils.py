@@ -22,7 +22,8 @@ from transformers.utils import logging
 
 from ..config.configuration_ralm import RalmConfig
 from ..core.engine_generation import EngineSampling
-from ..core.modeling_utils import is_engine_reader, left_pad, model_device, prompt_rows, vocabulary_size
+from ..core.engines.reader import Reader, engine_reader
+from ..core.modeling_utils import left_pad, model_device, prompt_rows, vocabulary_size
 from ..core.passage_cache import DEFAULT_MAX_BYTES, PassageKVCache
 from ..errors import SettingError, setting
 from ..retrieval.base import Retriever
@@ -144,22 +145,22 @@ def _decode(model, input_ids, logits_processor: LogitsProcessorList, stopping_cr
                               sources=[row.sources for row in rows], ralm_stats=decoder.report())
 
 
-def _generate_on_engine(model, tokenizer, retriever: Retriever | None, config: RalmConfig, inputs,
+def _generate_on_engine(reader: Reader, tokenizer, retriever: Retriever | None, config: RalmConfig, inputs,
                         generation_config: GenerationConfig | None, in_process: dict[str, Any], kwargs: dict, *,
                         reranker, rerank_batch_size: int, show_progress: bool, sources_out: list | None):
     """:func:`ralm_generate` on an engine reader (:mod:`.engine`): what acts in this process between tokens
     (``in_process``: logits processors, stopping criteria, a streamer, a passage store) refused in one line."""
     given = sorted(name for name, value in in_process.items() if value)
     if given:
-        raise SettingError(f"{', '.join(given)}: not taken by generation on {setting('engine')} vllm, which draws a "
-                           "stride's tokens in the engine (stop with eos_token_id or stop_strings); drop "
+        raise SettingError(f"{', '.join(given)}: not taken by generation on {setting('engine')} {reader.engine}, "
+                           "which draws a stride's tokens in the engine (stop with eos_token_id or stop_strings); drop "
                            f"{'it' if len(given) == 1 else 'them'}, or use {setting('engine')} transformers.")
     input_ids = kwargs.pop("input_ids", None) if inputs is None else inputs
     if input_ids is None:  # no BOS to start from on the engine: it takes the prompts' ids
         refuse_type("inputs", input_ids, _INPUTS)
     attention_mask = kwargs.pop("attention_mask", None)
-    sampling, _ = EngineSampling.of(model, generation_config, kwargs, input_ids.shape[1])
-    generated = generate_on_engine_reader(model, tokenizer, retriever, config, input_ids, attention_mask, sampling,
+    sampling, _ = EngineSampling.of(reader, generation_config, kwargs, input_ids.shape[1])
+    generated = generate_on_engine_reader(reader, tokenizer, retriever, config, input_ids, attention_mask, sampling,
                                           reranker=reranker, rerank_batch_size=rerank_batch_size,
                                           show_progress=show_progress)
     if sources_out is not None:
@@ -257,10 +258,11 @@ def ralm_generate(
     for name, given in (("inputs", inputs), ("input_ids", kwargs.get("input_ids"))):
         if given is not None:  # none at all: transformers starts from the BOS token
             _check_inputs(name, given, vocabulary_size(model))
-    if is_engine_reader(model):
+    reader = engine_reader(model)
+    if reader is not None:
         in_process = {"logits_processor": logits_processor, "stopping_criteria": stopping_criteria,
                       "streamer": streamer, "passage_cache": passage_cache}
-        return _generate_on_engine(model, tokenizer, retriever, config, inputs, generation_config, in_process, kwargs,
+        return _generate_on_engine(reader, tokenizer, retriever, config, inputs, generation_config, in_process, kwargs,
                                    reranker=reranker, rerank_batch_size=rerank_batch_size,
                                    show_progress=show_progress, sources_out=sources_out)
     # prompts on the model's device: the loop's next-token logits then never travel to the host and back

@@ -37,25 +37,24 @@ What each of lm-eval's requests is under In-Context RALM:
 * ``generate_until`` (nq_open, triviaqa): :meth:`~hf_ralm.RetrievalAugmentedModel.generate_texts`, retrieving every
   ``retrieval_stride`` new tokens, stopped by lm-eval's own stop criteria (``until``, EOS) and ``max_gen_toks``.
 
-Requests run batched (``batch_size``: windows, continuations or prompts per forward; ``auto`` halves on
-out-of-memory), and the results' ``config`` block carries the RALM's settings, the retriever and its index's
-fingerprint, and how many windows, contexts and generations had a passage (:meth:`RalmLM.get_model_info`).
+Requests run batched (``batch_size`` per forward; ``auto`` halves on out-of-memory); the results' ``config`` block
+carries the RALM's settings, the retriever, its index's fingerprint and how many windows, contexts and generations
+had a passage (:meth:`RalmLM.get_model_info`).
 
-With ``engine=vllm`` in ``model_args`` (and the engine's options: ``tensor_parallel_size=2,max_model_len=4096``, ...)
-the reader runs on vLLM (:class:`~hf_ralm.core.vllm_reader.VllmReader`): ``loglikelihood`` and
-``loglikelihood_rolling`` compute what they compute on transformers, all of a batch's inputs in one engine call, and
-``generate_until`` generates a batch's prompts one engine call per stride, each row stopped at its first ``until``
-string (the text lm-eval keeps is the same: it cuts there).
+With ``engine=NAME`` in ``model_args`` (a registered reader engine, its options as keys) every request runs on its
+[`Reader`][hf_ralm.Reader] as on transformers: a batch's inputs in one engine call, a batch's generations one call
+per stride, each row stopped at its first ``until`` string (lm-eval cuts the text there all the same).
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import sys
 import warnings
 from collections import Counter
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
 from transformers import AutoTokenizer, PreTrainedModel
@@ -80,9 +79,10 @@ from ..generation.contexts import Row, stride_start
 from ..generation.decoder import RalmDecoder
 from ..modeling_ralm import RetrievalAugmentedModel
 from ..core.plan import window_length
-from ..core.modeling_utils import is_engine_reader, left_pad, model_device, model_identity
+from ..core.engines.reader import engine_reader
+from ..core.engines.registry import DEFAULT_ENGINE, get_engine, option_owners
+from ..core.modeling_utils import left_pad, model_device, model_identity
 from ..core.passage_cache import PassageKVCache
-from ..core.vllm_reader import VllmOptions
 from ..core.placement import default_device
 from ..retrieval.base import retriever_identity
 from ..retrieval.corpus import check_corpus_paths
@@ -106,10 +106,6 @@ every ``retrieval_stride`` tokens, or lm-eval's own (its ``hf`` model's disjoint
 LOADING_ARGS = ("revision", "attn_implementation", "gguf_file", "device_map", "trust_remote_code")
 """Arguments of the base model's loading that ``model_args`` may give (passed to ``from_pretrained``)."""
 
-ENGINE_ARGS = tuple(f.name for f in fields(VllmOptions) if f.name not in ("extra", "dtype"))
-"""The vllm engine's options that ``model_args`` may give with ``engine=vllm`` (its ``engine_options``; ``dtype`` is
-the model's own argument)."""
-
 CONTEXTS_PER_CHUNK = 256
 """Distinct contexts whose retrievals, choices and continuations run together (bounds the inputs held at once)."""
 
@@ -121,9 +117,9 @@ DEFAULT_BATCH_SIZE = 8
 
 @dataclass
 class RalmRequestStats:
-    """What retrieval did over an evaluation's requests, reported in the results' ``config`` block: per request type,
-    how many units there were and how many had a passage in context (rolling: windows after the first of each
-    document; loglikelihood: distinct contexts; generation: strides of the generated text)."""
+    """What retrieval did over an evaluation's requests, in the results' ``config`` block: per request type, how many
+    units and how many had a passage in context (rolling: windows after each document's first; loglikelihood:
+    distinct contexts; generation: strides of the generated text)."""
 
     rolling_documents: int = 0
     rolling_windows: int = 0
@@ -163,10 +159,8 @@ class RalmLM(TemplateLM):
         prefix_token_id: the token lm-eval's requests are conditioned on when they have no context (default: BOS,
             else EOS, as lm-eval's ``hf`` model).
         max_gen_toks: new tokens of a generation whose task does not say (256, as lm-eval's ``hf`` model).
-        engine: what runs the reader, as :meth:`RetrievalAugmentedModel.from_pretrained` takes it: ``transformers``
-            (the default) or ``vllm`` (with its options among ``settings``: ``tensor_parallel_size``,
-            ``gpu_memory_utilization``, ``max_model_len``, ``enforce_eager``, ... of :data:`ENGINE_ARGS`). On vllm,
-            every request runs as on transformers; ``device`` is refused (the engine places the model).
+        engine: what runs the reader, a registered engine as ``from_pretrained`` takes it (default
+            ``transformers``), its options given by name among ``settings``.
         settings: :class:`~hf_ralm.RalmConfig` fields (``retrieval_stride``, ``query_length``, ``max_length``,
             ``max_doc_tokens``, ``num_passages``, ``rerank``, ``retrieval_gate``, ...) and the base model's
             loading arguments of :data:`LOADING_ARGS`.
@@ -177,38 +171,25 @@ class RalmLM(TemplateLM):
         lm_eval.simple_evaluate(model=lm, tasks=["wikitext"])["results"]["wikitext"]["word_perplexity,none"]
     """
 
-    def __init__(
-        self,
-        pretrained: str | os.PathLike | PreTrainedModel | RetrievalAugmentedModel | None = None,
-        *,
-        retriever: str | None = None,
-        corpus: str | list[str] | None = None,
-        index_dir: str | None = None,
-        forbidden_titles: str | Sequence[str] | None = None,
-        encoder: str | None = None,
-        n_threads: int | None = None,
-        tokenizer: str | None = None,
-        dtype: str | None = None,
-        device: str | None = None,
-        batch_size: int | str = DEFAULT_BATCH_SIZE,
-        max_batch_size: int | None = None,
-        retrieval_query: str = "tokens",
-        prefix_token_in_window: bool = False,
-        rolling_windows: str = "ralm",
-        prefix_token_id: int | None = None,
-        max_gen_toks: int = 256,
-        engine: str | None = None,
-        **settings: Any,
-    ):
+    def __init__(self, pretrained: str | os.PathLike | PreTrainedModel | RetrievalAugmentedModel | None = None, *,
+                 retriever: str | None = None, corpus: str | list[str] | None = None, index_dir: str | None = None,
+                 forbidden_titles: str | Sequence[str] | None = None, encoder: str | None = None,
+                 n_threads: int | None = None, tokenizer: str | None = None, dtype: str | None = None,
+                 device: str | None = None, batch_size: int | str = DEFAULT_BATCH_SIZE,
+                 max_batch_size: int | None = None, retrieval_query: str = "tokens",
+                 prefix_token_in_window: bool = False, rolling_windows: str = "ralm",
+                 prefix_token_id: int | None = None, max_gen_toks: int = 256, engine: str | None = None,
+                 **settings: Any):
         super().__init__()
-        engine_options = {name: settings.pop(name) for name in list(settings) if name in ENGINE_ARGS}
+        owners = option_owners()  # every registered engine's options given by name
+        engine_options = {name: settings.pop(name) for name in list(settings) if name in owners}
         unknown = sorted(set(settings) - (RALM_FIELDS - {"base_model_name_or_path"}) - set(LOADING_ARGS))
         if unknown:
+            named = [name for name in inspect.signature(RalmLM).parameters if name != "settings"]
             raise SettingError(f"The {MODEL_NAME} model does not take {', '.join(map(repr, unknown))}: give "
-                               "pretrained, retriever, corpus, index_dir, forbidden_titles, dtype, device, "
-                               "batch_size, retrieval_query, prefix_token_in_window, rolling_windows, engine, "
-                               "RalmConfig fields (retrieval_stride, query_length, max_length, max_doc_tokens, ...), "
-                               f"{', '.join(LOADING_ARGS)} or the vllm engine's {', '.join(ENGINE_ARGS)}.")
+                               f"{', '.join(named)}, RalmConfig fields (retrieval_stride, query_length, max_length, "
+                               f"max_doc_tokens, ...), {', '.join(LOADING_ARGS)} or an engine's options "
+                               f"({', '.join(owners)}).")
         if max_batch_size is not None:
             raise SettingError(f"The {MODEL_NAME} model has no max_batch_size: batch_size=auto starts at 64 on a GPU "
                                "and halves on out-of-memory.")
@@ -230,7 +211,7 @@ class RalmLM(TemplateLM):
                 pretrained, retriever=retriever, corpus=corpus, index_dir=index_dir,
                 forbidden_titles=forbidden_titles, encoder=encoder, n_threads=n_threads, device=device,
                 tokenizer=AutoTokenizer.from_pretrained(tokenizer) if tokenizer else None,
-                engine=engine or "transformers", engine_options=engine_options or None, **precision, **settings)
+                engine=engine or DEFAULT_ENGINE, engine_options=engine_options or None, **precision, **settings)
         if self.ralm.tokenizer is None:
             raise SettingError("The RetrievalAugmentedModel has no tokenizer: build it with tokenizer=.")
         config = self.ralm.config
@@ -245,8 +226,8 @@ class RalmLM(TemplateLM):
         self.rolling_windows = _check_rolling_windows(rolling_windows, self.ralm.retriever is not None)
         self._prefix_token_id = prefix_token_id
         self._max_gen_toks = int(max_gen_toks)
-        self.batches = BatchSize(_batch_size(batch_size), model_device(self.ralm.language_model))
         self._device = model_device(self.ralm.language_model)
+        self.batches = BatchSize(_batch_size(batch_size), self._device)
         self._passage_cache = PassageKVCache.for_model(self.ralm.language_model)
         self.stats = RalmRequestStats()
 
@@ -258,13 +239,11 @@ class RalmLM(TemplateLM):
     @classmethod
     def create_from_arg_obj(cls, arg_dict: dict, additional_config: dict | None = None) -> "RalmLM":
         """``cls(**arg_dict)`` with the evaluator's ``batch_size`` and ``device`` where ``model_args`` does not give
-        them: a ``device=`` in ``model_args`` wins over the command line's default ``--device``, instead of the
-        clash of two values lm-eval's base class would raise; with ``engine=vllm`` the evaluator's device is not
-        given (the engine places the model)."""
+        them (and its ``device`` not to an engine that places the model itself): a ``device=`` in ``model_args``
+        wins over the command line's default ``--device``, not the clash lm-eval's base class would raise."""
+        places_model = not get_engine(arg_dict.get("engine") or DEFAULT_ENGINE).takes("device")
         extra = {key: value for key, value in (additional_config or {}).items()
-                 if value is not None and key not in arg_dict}
-        if arg_dict.get("engine") == "vllm":  # the evaluator's default device: the engine places the model itself
-            extra.pop("device", None)
+                 if value is not None and key not in arg_dict and not (key == "device" and places_model)}
         return cls(**arg_dict, **extra)
 
     # --------------------------------------------------------------------------------------------------------------
@@ -530,7 +509,7 @@ class RalmLM(TemplateLM):
         settings["max_new_tokens"] = settings.pop("max_gen_toks")
         if not settings["do_sample"]:
             settings.pop("temperature", None)  # greedy: a temperature would only make transformers warn
-        if is_engine_reader(self.ralm.language_model):
+        if engine_reader(self.ralm.language_model) is not None:
             # no stopping criteria run between the engine's tokens: each row stops at its first stop string, and
             # lm-eval keeps the text before it, as it keeps it from a batch stopped by its own criteria
             stop = {"stop_strings": until} if until else {}

