@@ -27,9 +27,8 @@ if TYPE_CHECKING:
 
 @runtime_checkable
 class Reader(Protocol):
-    """A causal LM run by an engine outside this process's torch modules (the vLLM engine's
-    [`VllmReader`][hf_ralm.VllmReader], or one of an engine registered with
-    [`register_engine`][hf_ralm.register_engine]).
+    """A causal LM run by an engine outside this process's torch modules (the reader of any engine but
+    ``transformers``: those hf-ralm ships, or one registered with [`register_engine`][hf_ralm.register_engine]).
 
     Attributes:
         engine: the name of the engine that runs it, recorded in every run's identity.
@@ -91,7 +90,7 @@ def engine_reader(model) -> Reader | None:
 
     Example::
 
-        engine_reader(model), engine_reader(VllmReader(path))   # (None, VllmReader(...))
+        engine_reader(model), engine_reader(reader)   # (None, reader): a transformers model, an engine's reader
     """
     if isinstance(model, torch.nn.Module):  # first: a RALM forwards its reader's attributes
         return None
