@@ -257,3 +257,19 @@ def test_what_an_engine_declares_is_checked_when_it_registers(plain_forward):
     with pytest.raises(ValueError, match="has no name"):
         register_engine(Engine())
     assert engine_names() == ("transformers", "vllm", NAME)
+
+
+def test_a_reader_that_lacks_part_of_the_protocol_is_named_with_what_it_lacks(tiny_llama):
+    """A reader that scores its inputs itself but lacks the rest of the protocol is refused, naming what it lacks,
+    rather than taken for a transformers model and failing further on; a torch module is never an engine's reader."""
+    from hf_ralm.core.engines.reader import engine_reader
+
+    half = type("Half", (), {"engine": NAME, "score_inputs": lambda self, inputs: []})()
+    with pytest.raises(TypeError, match=r"^Half scores inputs as an engine's reader does, but has no config, "
+                                        r"generation_config, dtype, device, max_input_length, score_continuations, "
+                                        r"continue_prompts, generate, identity: "):
+        engine_reader(half)
+    reader = PlainReader(tiny_llama, PlainOptions())
+    assert engine_reader(reader) is reader and engine_reader(tiny_llama) is None
+    on_engine = RetrievalAugmentedModel(RetrievalAugmentedModel.config_class(), reader)
+    assert engine_reader(on_engine) is None  # a RALM forwards its reader's attributes, but runs in this process
