@@ -218,7 +218,7 @@ def test_a_one_time_index_build_is_announced(files, capsys):
 
 
 def test_the_build_estimate_scales_with_the_corpus(tmp_path, caplog):
-    from hf_ralm.retrieval.index_folder import announce_build
+    from hf_ralm.retrieval.index_builds import announce_build
 
     corpus = tmp_path / "wiki.jsonl.gz"
     with open(corpus, "wb") as f:

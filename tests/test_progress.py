@@ -114,7 +114,7 @@ def test_the_build_estimate_is_restated_at_the_measured_speed(caplog):
     """The build said "roughly 2 minutes" (its constant, measured on an idle machine) and took 5.8 on busy cores:
     some seconds into reading, it says how long the build takes at the speed measured, the read's first step (the
     workers' start) left out of the rate."""
-    from hf_ralm.retrieval.index_folder import BUILD_READ_SHARE, RESTATE_AFTER_S, build_pace
+    from hf_ralm.retrieval.index_builds import BUILD_READ_SHARE, RESTATE_AFTER_S, build_pace
 
     assert build_pace("dense (contriever)") is None  # its time is the encoding's: a bar of its own says it
     now = [0.0]

@@ -8,7 +8,7 @@ base model that is the folder itself (or a chain of saved RALMs that comes back 
 folder, corpus, forbidden titles, encoder, ``reranker_model``), followed only inside the folder unless the caller
 gives that value ([`SavedFolderError`][hf_ralm.errors.SavedFolderError]); the one exception, read only, is an index
 that `save_pretrained` recorded outside a folder saved on this machine, opened there while it is still that index
-(never from a Hub download, never built there: `hf_ralm.retrieval.index_folder.saved_index_dir`).
+(never from a Hub download, never built there: `hf_ralm.retrieval.saved_paths.saved_index_dir`).
 
 Example::
 
@@ -36,7 +36,7 @@ from .retrieval.base import RETRIEVER_CONFIG_FILE, Retriever, read_forbidden_tit
 from .retrieval.corpus import check_corpus_paths
 from .retrieval.factory import (check_retriever_config, load_retriever, pretrained_folder, read_retriever_config,
                                 retriever_from_folder)
-from .retrieval.index_folder import names_a_local_path, saved_path
+from .retrieval.saved_paths import names_a_local_path, saved_path
 from .utils.checks import refuse_type, with_named_options
 from .utils.paths import missing_local_path
 
@@ -167,7 +167,7 @@ def _loading_base_of(path: str, base_name: str) -> Iterator[None]:
 
 def _saved_reranker_model(path: str, reranker_model: str, hub_kwargs: dict) -> str:
     """The ``reranker_model`` saved in the RALM ``path``'s ``config.json``: a Hub id as it is; a local path only
-    inside the folder (joined to it: :func:`~hf_ralm.retrieval.index_folder.saved_path`), one that leads outside
+    inside the folder (joined to it: :func:`~hf_ralm.retrieval.saved_paths.saved_path`), one that leads outside
     refused (the caller gives it instead)."""
     if not names_a_local_path(reranker_model):
         return reranker_model

@@ -42,7 +42,7 @@ from .generation import ralm_generate
 from .loading_ralm import load_ralm
 from .model_card import ralm_model_card
 from .retrieval.base import RETRIEVER_CONFIG_FILE, SAVED_INDEX_DIR, Retriever
-from .retrieval.index_folder import names_a_local_path
+from .retrieval.saved_paths import names_a_local_path
 from .runs.harness import RunOptions
 from .selection.rankers import load_reranker
 from .utils.atomic import write_text_atomic

@@ -32,7 +32,7 @@ from ..config.passages import Passage
 from ..runs.fingerprints import titles_fingerprint
 from ..utils.atomic import write_json_atomic
 from ..utils.checks import check_count, check_path, check_texts, is_input_file
-from .index_folder import SAVED_INDEX_IDENTITY
+from .saved_paths import SAVED_INDEX_IDENTITY
 
 RETRIEVER_CONFIG_FILE = "retriever_config.json"
 SAVED_INDEX_DIR = "index"  # where save_pretrained(dir, save_index=True) puts a local index inside dir
@@ -236,9 +236,9 @@ class Retriever(ABC):
         folder is first copied into ``save_directory/index`` (a backend without one has nothing to copy). An index
         inside ``save_directory`` is recorded relative to it, so the folder keeps working when moved or pushed to the
         Hub; one outside by its absolute path and its identity (corpus fingerprint and files,
-        :func:`~hf_ralm.retrieval.index_folder.recorded_index_dir`): loading opens it there, read only, on this
+        :func:`~hf_ralm.retrieval.saved_paths.recorded_index_dir`): loading opens it there, read only, on this
         machine while it is still that index, never from a folder downloaded from the Hub nor with a corpus that would
-        build there (:func:`~hf_ralm.retrieval.index_folder.saved_index_dir`); elsewhere the folder needs the index
+        build there (:func:`~hf_ralm.retrieval.saved_paths.saved_index_dir`); elsewhere the folder needs the index
         given (``index_dir=``)."""
         save_directory = check_path("save_directory", save_directory)
         os.makedirs(save_directory, exist_ok=True)

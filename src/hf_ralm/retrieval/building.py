@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Sequence
 from ..errors import SettingError
 from ..runs.shards import Shard
 from .corpus import WORDS_PER_PASSAGE
-from .index_folder import default_index_dir
+from .index_builds import default_index_dir
 from .registry import retriever_class
 
 if TYPE_CHECKING:

@@ -147,7 +147,7 @@ def read_corpora(paths: Sequence[str], show_progress: bool = False,
     """The rows of several corpora in order (:func:`read_corpus`), with one progress bar over the files' bytes, so
     that a one-time index build shows how far it is and how long is left (``hf:`` corpora count no bytes); ``pace``
     is called with the bytes read and in all as the bar moves (a build's estimate at the measured speed:
-    :func:`~hf_ralm.retrieval.index_folder.build_pace`)."""
+    :func:`~hf_ralm.retrieval.index_builds.build_pace`)."""
     from ..utils.progress import tqdm
 
     total = corpus_bytes(paths)

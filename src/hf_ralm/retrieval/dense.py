@@ -54,9 +54,11 @@ from ..utils.widened_linear import widen_where_bfloat16_is_slow
 from .base import checked_queries, passages_from_table
 from .dense_options import DEFAULT_ENCODER_DTYPE, DEFAULT_FACTORY, ENCODER_DTYPES, POOLINGS
 from .corpus import WORDS_PER_PASSAGE, check_passage_count, corpus_fingerprint, passage_columns
-from .index_folder import INDEX_FILE, announce_build, build_folder, building, check_index, clear_build_folder
-from .index_folder import corpus_files, corpus_paths_and_articles, finish_build, names_a_local_path
-from .index_folder import outside_folder_error, read_index_info, reading_index, reusable_index_info
+from .index_builds import announce_build, build_folder, building, clear_build_folder, corpus_files
+from .index_builds import corpus_paths_and_articles, finish_build, reusable_index_info
+from .index_folder import check_index, read_index_info, reading_index
+from .index_manifest import INDEX_FILE
+from .saved_paths import names_a_local_path, outside_folder_error
 from .local import IndexOptions, LocalIndexRetriever
 
 logger = logging.get_logger(__name__)

@@ -18,7 +18,7 @@ from ..errors import SavedFolderError, setting
 from ..utils.checks import refuse_type
 from .base import PACKAGED_TITLES, RETRIEVER_CONFIG_FILE, Retriever
 from .corpus import is_hub_corpus
-from .index_folder import saved_path
+from .saved_paths import saved_path
 from .registry import retriever_class, retriever_names
 
 
@@ -178,7 +178,7 @@ def retriever_from_folder(folder: str, config: dict, config_file: str = RETRIEVE
     (:meth:`Retriever._saved_settings`); one that leads outside is refused
     (:class:`~hf_ralm.errors.SavedFolderError`, naming the file and the key) unless the caller gives that value, but
     for an index saved outside a folder on this machine, read there while it is still that index
-    (:func:`~hf_ralm.retrieval.index_folder.saved_index_dir`).
+    (:func:`~hf_ralm.retrieval.saved_paths.saved_index_dir`).
 
     Example::
 
@@ -190,7 +190,7 @@ def retriever_from_folder(folder: str, config: dict, config_file: str = RETRIEVE
 
 def _saved_paths(config: dict, folder: str, config_file: str, given: set[str]) -> dict:
     """``config`` with the corpus files and the forbidden-titles file it names (at any depth: a hybrid retriever's
-    sides too) joined to ``folder`` (:func:`~hf_ralm.retrieval.index_folder.saved_path`, which refuses one that leads
+    sides too) joined to ``folder`` (:func:`~hf_ralm.retrieval.saved_paths.saved_path`, which refuses one that leads
     outside it), but for those the caller gives (``given``: they replace the saved ones), a Hub corpus
     (``hf:DATASET``) and a list shipped with hf-ralm named by its name (``wikitext-103``): neither is a path."""
     def inside(path: str, key: str, fix: str) -> str:

@@ -19,7 +19,7 @@ from typing import Sequence
 
 from ..config.passages import Passage
 from .base import RETRIEVER_CONFIG_FILE, Retriever, checked_queries
-from .index_folder import check_build_folder
+from .index_builds import check_build_folder
 from .local import IndexOptions, LocalIndexRetriever
 from .registry import retriever_class
 

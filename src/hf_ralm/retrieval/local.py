@@ -5,7 +5,7 @@ one build-or-load for all of them, :class:`LocalIndexRetriever`, and the options
 :meth:`LocalIndexRetriever.build_or_load` (the template) finds the folder (``index_dir``, or one in hf-ralm's cache
 named by the corpus fingerprint), takes the folder's build lock, reuses a whole index built from the same corpus
 files with the same settings, and otherwise builds one into ``<index_dir>.tmp`` and moves it to ``index_dir``,
-with the messages and the safety rules of :mod:`hf_ralm.retrieval.index_folder` (a build goes only into a missing or
+with the messages and the safety rules of :mod:`hf_ralm.retrieval.index_builds` (a build goes only into a missing or
 empty folder or over a whole hf-ralm index of the same backend that holds nothing else; it removes only the files
 that index lists as hf-ralm's, never the folder). A backend fills in only what is its own:
 
@@ -44,10 +44,10 @@ from ..errors import SettingError, setting
 from ..utils.checks import refuse_type
 from .base import Retriever, RetrieverOptions
 from .corpus import WORDS_PER_PASSAGE, passage_rows
-from .index_folder import announce_build, build_pace, building, copy_index, corpus_files
-from .index_folder import corpus_paths_and_articles
-from .index_folder import SAVED_INDEX_IDENTITY, default_index_dir, finish_build, index_matches, new_build
-from .index_folder import read_index_info, recorded_index_dir, reusable_index_info, saved_index_dir
+from .index_builds import announce_build, build_pace, building, copy_index, corpus_files, corpus_paths_and_articles
+from .index_builds import default_index_dir, finish_build, index_matches, new_build, reusable_index_info
+from .index_folder import read_index_info
+from .saved_paths import SAVED_INDEX_IDENTITY, recorded_index_dir, saved_index_dir
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ logger = logging.getLogger(__name__)
 class IndexOptions(RetrieverOptions):
     """The options of every backend with a local index: the ``corpus`` file(s) the index is built from when missing
     or stale (without it, the index is only opened), the ``index_dir`` it lives in (``None``: a folder in hf-ralm's
-    cache named by the corpus fingerprint, :func:`~hf_ralm.retrieval.index_folder.default_index_dir`) and the
+    cache named by the corpus fingerprint, :func:`~hf_ralm.retrieval.index_builds.default_index_dir`) and the
     passage size, ``words_per_passage`` (0 keeps the corpus rows as they are)."""
 
     corpus: str | Sequence[str] | None = None
@@ -113,9 +113,9 @@ class LocalIndexRetriever(Retriever):
         """Open the index in ``index_dir``, first (re)building it there from the ``corpus`` files when it is missing
         or was built from other files or settings; without a corpus, just open it. Without ``index_dir`` the index
         lives in hf-ralm's cache, ``<cache>/indexes/<name>-<corpus fingerprint[:16]>`` (see
-        :func:`~hf_ralm.retrieval.index_folder.default_index_dir`), and the corpus is required. ``options`` are the
+        :func:`~hf_ralm.retrieval.index_builds.default_index_dir`), and the corpus is required. ``options`` are the
         backend's own (its ``Options``); ``None`` means the backend's default. Concurrent calls for one folder build
-        it once: the others wait and open it (:func:`~hf_ralm.retrieval.index_folder.building`).
+        it once: the others wait and open it (:func:`~hf_ralm.retrieval.index_builds.building`).
 
         Example::
 
@@ -171,7 +171,7 @@ class LocalIndexRetriever(Retriever):
         """Reuse ``index_dir`` if it holds a whole index of this backend built from the same corpus files with the
         settings ``options`` ask for (:meth:`_index_wanted`), otherwise (re)build it there (:meth:`build`; a usable
         index of other files or settings is replaced, with a logged warning when it was damaged or older). Another
-        backend's index, or a folder that is no index, is refused (:func:`~hf_ralm.retrieval.index_folder.
+        backend's index, or a folder that is no index, is refused (:func:`~hf_ralm.retrieval.index_builds.
         reusable_index_info`). Called with the folder's build lock held."""
         paths = corpus_files(options.corpus)
         info = reusable_index_info(index_dir, cls.name, cls.index_files, cls.index_keys, cls.index_settings)
@@ -196,8 +196,8 @@ class LocalIndexRetriever(Retriever):
     def _build(cls, corpus: str | Sequence[str] | Iterable[dict], index_dir: str, options: IndexOptions,
                show_progress: bool = True) -> "LocalIndexRetriever":
         """Build the index of ``corpus`` into ``index_dir`` (announced when ``show_progress``), through a temporary
-        folder that :func:`~hf_ralm.retrieval.index_folder.new_build` removes if the build fails and
-        :func:`~hf_ralm.retrieval.index_folder.finish_build` moves into place, then open it. The backend writes its
+        folder that :func:`~hf_ralm.retrieval.index_builds.new_build` removes if the build fails and
+        :func:`~hf_ralm.retrieval.index_builds.finish_build` moves into place, then open it. The backend writes its
         files (:meth:`_write_index`); one with a build of its own overrides this."""
         paths, articles = corpus_paths_and_articles(corpus, show_progress,
                                                     build_pace(cls.name) if show_progress else None)
@@ -244,7 +244,7 @@ class LocalIndexRetriever(Retriever):
         record joined to ``folder`` unless ``overrides`` give one: a path that leads outside ``folder`` is refused
         (a folder from elsewhere must not make hf-ralm open, build or delete an index elsewhere), but for the index
         this folder was saved with on this machine, opened there and never built there
-        (:func:`~hf_ralm.retrieval.index_folder.saved_index_dir`), and so is a missing index unless ``corpus``
+        (:func:`~hf_ralm.retrieval.saved_paths.saved_index_dir`), and so is a missing index unless ``corpus``
         rebuilds it. A backend that reads other paths from a saved folder checks them here too."""
         if "index_dir" not in settings or "index_dir" in overrides:
             return settings

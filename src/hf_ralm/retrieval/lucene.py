@@ -37,8 +37,10 @@ from ..config.passages import Passage, passage_text
 from ..utils.cpus import available_cpus
 from .base import RETRIEVER_CONFIG_FILE, checked_queries
 from .corpus import check_passage_count
-from .index_folder import INDEX_FILE, check_index, copy_index, names_a_local_path, outside_folder_error
-from .index_folder import path_for_folder
+from .index_builds import copy_index
+from .index_folder import check_index
+from .index_manifest import INDEX_FILE
+from .saved_paths import names_a_local_path, outside_folder_error, path_for_folder
 from .local import IndexOptions, LocalIndexRetriever
 from .lucene_compat import AnseriniSearcher, anserini_jar, find_java_home, java_command, prebuilt_index_path
 
