@@ -442,3 +442,14 @@ def fail(capsys, files, argv: list[str], *expected: str) -> str:
     assert not (files["out"] / "eval.json").exists()
     assert not list(files["tmp"].glob("**/.tmp-*.json"))  # no half-written JSON either
     return line
+
+
+@pytest.fixture()
+def retriever_registry(monkeypatch):
+    """The retriever registry, and the default query lengths it declares to the settings, restored after the test: a
+    backend a test registers (``register_retriever``) is a choice of that test's parsers and help only."""
+    from hf_ralm.config import query_lengths
+    from hf_ralm.retrieval import registry
+
+    monkeypatch.setattr(registry, "_BACKENDS", dict(registry._BACKENDS))
+    monkeypatch.setattr(query_lengths, "_QUERY_LENGTHS", dict(query_lengths._QUERY_LENGTHS))

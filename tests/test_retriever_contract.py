@@ -90,7 +90,11 @@ class FakeRemoteRetriever(Retriever):
         return {**super().config(), "collection": self.collection}
 
 
-register_retriever(FakeRemoteRetriever)  # the one registry line
+@pytest.fixture(autouse=True)
+def fake_remote(retriever_registry):
+    """The one registry line, for each test here (the registry is hf-ralm's own again afterwards)."""
+    return register_retriever(FakeRemoteRetriever)
+
 
 RALM_SETTINGS = {"max_length": 16, "retrieval_stride": 4, "query_length": 8, "max_doc_tokens": 8, **ON_TEST_DEVICE}
 
@@ -168,7 +172,7 @@ def test_a_backends_options_are_one_mapping_it_checks(tiny_model_dir, tmp_path, 
 def test_the_registry_takes_a_backend_once_per_name():
     assert retriever_class("fake-remote") is FakeRemoteRetriever
     assert register_retriever(FakeRemoteRetriever) is FakeRemoteRetriever  # again: nothing changes
-    assert "fake-remote" in retriever_names() and "fake-remote" not in RETRIEVER_NAMES  # the CLI's: hf-ralm's own
+    assert "fake-remote" in retriever_names() and "fake-remote" not in RETRIEVER_NAMES  # hf-ralm's own
     impostor = type("Impostor", (FakeRemoteRetriever,), {"name": "bm25"})
     with pytest.raises(ValueError, match="The retriever name 'bm25' is taken \\(hf_ralm.retrieval.bm25.BM25Retriever"):
         register_retriever(impostor)

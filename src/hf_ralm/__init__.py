@@ -33,7 +33,7 @@ LAZY_EXPORTS = {
     "core.batching": ("BatchSize",),
     "evaluation.compare": ("strategy_choices",),
     "config.configuration_ralm": ("RalmConfig",),
-    "config.settings": ("default_query_length",),
+    "config.query_lengths": ("default_query_length",),
     "core.data": ("join_rows", "load_dataset_text"),
     "core.engines.reader": ("Reader",),
     "core.engines.registry": ("Engine", "Loading", "engine_names", "register_engine"),
@@ -69,7 +69,7 @@ if TYPE_CHECKING:  # what type checkers and the API reference read; at run time,
     from .core.batching import BatchSize
     from .evaluation.compare import strategy_choices
     from .config.configuration_ralm import RalmConfig
-    from .config.settings import default_query_length
+    from .config.query_lengths import default_query_length
     from .core.data import join_rows, load_dataset_text
     from .core.engines.reader import Reader
     from .core.engines.registry import Engine, Loading, engine_names, register_engine
@@ -151,6 +151,16 @@ def _register_lm_eval() -> None:
 
 
 _register_lm_eval()
+
+
+def _declare_retrievers() -> None:
+    """Declare hf-ralm's retriever backends to the settings, which sit below retrieval and import none of it: the
+    registry's import does it (each backend's default query length, from its plain-Python declaration), so that every
+    module of hf-ralm finds them declared, its package being imported first. No backend is imported."""
+    from .retrieval import registry  # noqa: F401  (imported for what its import declares)
+
+
+_declare_retrievers()
 
 AUTO_CLASS_MODULES = {"transformers.models.auto.configuration_auto": "config.configuration_ralm",
                       "transformers.models.auto.modeling_auto": "modeling_ralm"}

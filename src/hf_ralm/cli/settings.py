@@ -24,6 +24,7 @@ import re
 from dataclasses import fields
 from typing import Any, Collection, Mapping, Sequence
 
+from ..config.query_lengths import query_lengths_help
 from ..config.settings import RALM_FIELDS, SETTING_FLAGS, RalmSettings
 from ..errors import name_settings
 from ..config.strategies import strategies_help, strategy_names
@@ -100,14 +101,15 @@ def dest(name: str) -> str:
 
 def setting_help(name: str) -> str:
     """The ``--help`` line of a RALM setting's flag: its help with the settings it names as flags and, for a strategy
-    setting, the registered strategies listed (read now: a plugin may have registered one since import).
+    setting, the registered strategies listed, for the query length the registered retrievers' defaults (read now: a
+    plugin may have registered one since import).
 
     Example:
         >>> setting_help("rerank_tokens")
         "s': prefix tokens --rerank lm ranks on (default %(default)s)"
     """
     flag = SETTING_FLAGS[name]
-    text = flag.help
+    text = flag.help.replace("{query_lengths}", query_lengths_help())
     if flag.stage is not None:  # a strategy's own help may hold "%", which argparse would read as a format
         text = text.replace("{strategies}", strategies_help(flag.stage).replace("%", "%%"))
     return name_settings(text, FLAGS)

@@ -1,7 +1,8 @@
 """The RALM's settings and the values and arithmetic they define, below everything that runs a model: the settings
-(:mod:`.configuration_ralm`: :class:`~hf_ralm.config.configuration_ralm.RalmConfig` and its one ``validate()``), a
-passage (:mod:`.passages`), the window plan's arithmetic (:mod:`.windows`), and the selection strategies the settings
-name, one file each with their registry (:mod:`.strategies`) and the exact rules they share (:mod:`.rules`).
+(:mod:`.configuration_ralm`: :class:`~hf_ralm.config.configuration_ralm.RalmConfig` and its one ``validate()``), the
+default query length each retriever declares (:mod:`.query_lengths`), a passage (:mod:`.passages`), the window
+plan's arithmetic (:mod:`.windows`), and the selection strategies the settings name, one file each with their
+registry (:mod:`.strategies`) and the exact rules they share (:mod:`.rules`).
 
 The settings and the strategies they name live in one package because each asks the other: ``RalmConfig.validate``
 asks the registry about ``rerank`` and ``retrieval_gate``, and a strategy reads its settings from a ``RalmConfig``.

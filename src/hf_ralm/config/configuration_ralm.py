@@ -9,7 +9,8 @@ from transformers import AutoConfig, PreTrainedConfig
 
 from ..errors import SettingError, setting
 from .passages import passage_text
-from .settings import VALUE_CHECKS, RalmSettings, check_setting_values, default_query_length
+from .query_lengths import SPARSE_QUERY_LENGTH, default_query_length
+from .settings import VALUE_CHECKS, RalmSettings, check_setting_values
 from .strategies import GATE, RERANK, check_strategy, get_strategy, reranks, strategy_names
 from .windows import check_prefix_room, check_window_overlap
 
@@ -179,8 +180,15 @@ class RalmConfig(RalmSettings, PreTrainedConfig):
         return self.rerank_candidates if reranks(self.rerank) else max(self.num_passages, self.ensemble_size)
 
     def query_length_for(self, retriever) -> int:
-        """``query_length``, or when it is ``None`` the default of ``retriever`` (a kind such as ``"dense"``, a
-        retriever with a ``name``, or ``None``): see :func:`~hf_ralm.config.settings.default_query_length`.
+        """``query_length``, or when it is ``None`` the default of ``retriever``.
+
+        Args:
+            retriever: A registered retriever's name such as ``"dense"``
+                (:func:`~hf_ralm.config.query_lengths.default_query_length`), a retriever or its class (its
+                ``default_query_length``; 32 for an object that declares none), or ``None`` (no retrieval: 32).
+
+        Returns:
+            The query length ℓ, in tokens.
 
         Example:
             >>> RalmConfig().query_length_for("hybrid"), RalmConfig(query_length=8).query_length_for("hybrid")
@@ -188,8 +196,9 @@ class RalmConfig(RalmSettings, PreTrainedConfig):
         """
         if self.query_length is not None:
             return self.query_length
-        kind = retriever if retriever is None or isinstance(retriever, str) else getattr(retriever, "name", None)
-        return default_query_length(kind)
+        if retriever is None or isinstance(retriever, str):
+            return default_query_length(retriever)
+        return getattr(retriever, "default_query_length", SPARSE_QUERY_LENGTH)
 
     def passage_text(self, title: str | None, text: str) -> str:
         """The text put in context for a passage (``title + "\\n" + text`` by default)."""

@@ -24,24 +24,6 @@ from .passages import PASSAGE_TEMPLATE, passage_text
 from .strategies import GATE, RERANK, get_strategy
 from ..utils.checks import check_count, is_finite_number
 
-SPARSE_QUERY_LENGTH = 32
-"""The paper's best query length ℓ for sparse retrieval (BM25), and the default for every retriever not listed in
-:data:`QUERY_LENGTHS` (and for none)."""
-
-QUERY_LENGTHS = {"dense": 64, "hybrid": 64}
-"""The paper's best query length ℓ per retriever kind (a retriever's ``name``), where it differs from 32."""
-
-
-def default_query_length(retriever: str | None) -> int:
-    """The query length ℓ a retriever kind gets when ``query_length`` is not set: 64 tokens for ``"dense"`` and
-    ``"hybrid"``, 32 for any other (sparse) retriever and for none.
-
-    Example:
-        >>> default_query_length("dense"), default_query_length("bm25"), default_query_length(None)
-        (64, 32, 32)
-    """
-    return QUERY_LENGTHS.get(retriever, SPARSE_QUERY_LENGTH)
-
 
 @dataclass(kw_only=True, eq=False, repr=False)
 class RalmSettings:
@@ -192,7 +174,9 @@ class SettingFlag:
     ``help`` (other settings named with :func:`~hf_ralm.errors.setting`, so that each front end names them its own
     way; ``%(default)s``: the setting's default, :class:`RalmSettings`'). The settings ``rerank`` and
     ``retrieval_gate`` pick a strategy of ``stage``: their choices are the registered strategies and ``{strategies}``
-    in ``help`` lists them, both read when a parser is built (a plugin may register one later).
+    in ``help`` lists them, both read when a parser is built (a plugin may register one later); ``{query_lengths}``
+    lists the registered retrievers' default query lengths, likewise
+    (:func:`~hf_ralm.config.query_lengths.query_lengths_help`).
 
     Example:
         >>> SETTING_FLAGS["retrieval_stride"].flag, SETTING_FLAGS["retrieval_stride"].group
@@ -209,8 +193,8 @@ SETTING_FLAGS: dict[str, SettingFlag] = {
     "retrieval_stride": SettingFlag("--stride", "RALM settings",
                                     "retrieval stride s: retrieve every s tokens (default %(default)s)"),
     "query_length": SettingFlag("--query-length", "RALM settings",
-                                "query length ℓ in tokens (default: the retriever's, 32; 64 for --retriever "
-                                "dense/hybrid)"),
+                                "query length ℓ in tokens (default: the retriever's own: {query_lengths}; 32 "
+                                "without retrieval)"),
     "max_length": SettingFlag("--max-length", "RALM settings", "window length L (default: the model's maximum)"),
     "max_doc_tokens": SettingFlag("--max-doc-tokens", "passages in context",
                                   "passage length cap in tokens (default %(default)s)"),

@@ -21,17 +21,19 @@ LAZY_EXPORTS = {
     "analysis": ("ANALYSIS", "analyze", "analyze_texts", "iter_analyzed", "word_term", "words"),
     "base": ("RETRIEVER_CONFIG_FILE", "Retriever", "RetrieverOptions", "read_forbidden_titles", "retriever_identity"),
     "bm25": ("BM25_PARAMS", "BM25Retriever"),
-    "building": ("IndexSummary", "build_index"),
+    "building": ("build_index",),
     "corpus": ("WORDS_PER_PASSAGE", "passage_columns", "passage_rows", "read_corpus", "split_passages"),
     "dataset": ("RetrievalDataset", "RetrievalFingerprint", "push_retrieval_dataset"),
     "dense": ("DenseEncoder",),
     "factory": ("load_retriever", "load_retriever_from_pretrained", "pretrained_folder"),
     "hybrid": ("HybridRetriever",),
     "index_folder": ("hf_ralm_cache_dir", "read_index_info", "verify_index"),
-    "local": ("IndexOptions", "LocalIndexRetriever"),
+    "declarations": ("RetrieverDeclaration", "index_flag"),
+    "local": ("IndexOptions", "IndexSummary", "LocalIndexRetriever"),
     "lucene": ("LuceneRetriever",),
     "lucene_compat": ("java_class", "start_jvm"),
-    "registry": ("RETRIEVER_NAMES", "register_retriever", "retriever_class", "retriever_names"),
+    "registry": ("RETRIEVER_NAMES", "register_retriever", "retriever_class", "retriever_declaration",
+                 "retriever_names"),
 }
 """The public names, by the module that defines them: each imported when first used, so that importing one module of
 the package (the registry's names, the corpus's passage length) imports only what that module needs."""
@@ -40,17 +42,18 @@ if TYPE_CHECKING:  # what type checkers and the API reference read; at run time,
     from .analysis import ANALYSIS, analyze, analyze_texts, iter_analyzed, word_term, words
     from .base import RETRIEVER_CONFIG_FILE, Retriever, RetrieverOptions, read_forbidden_titles, retriever_identity
     from .bm25 import BM25_PARAMS, BM25Retriever
-    from .building import IndexSummary, build_index
+    from .building import build_index
     from .corpus import WORDS_PER_PASSAGE, passage_columns, passage_rows, read_corpus, split_passages
     from .dataset import RetrievalDataset, RetrievalFingerprint, push_retrieval_dataset
     from .dense import DenseEncoder
     from .factory import load_retriever, load_retriever_from_pretrained, pretrained_folder
     from .hybrid import HybridRetriever
     from .index_folder import hf_ralm_cache_dir, read_index_info, verify_index
-    from .local import IndexOptions, LocalIndexRetriever
+    from .declarations import RetrieverDeclaration, index_flag
+    from .local import IndexOptions, IndexSummary, LocalIndexRetriever
     from .lucene import LuceneRetriever
     from .lucene_compat import java_class, start_jvm
-    from .registry import RETRIEVER_NAMES, register_retriever, retriever_class, retriever_names
+    from .registry import RETRIEVER_NAMES, register_retriever, retriever_class, retriever_declaration, retriever_names
 
 __getattr__, __dir__ = lazy_exports(__name__, LAZY_EXPORTS)
 
@@ -73,6 +76,9 @@ __all__ = [
     "retriever_class",
     "retriever_names",
     "register_retriever",
+    "retriever_declaration",
+    "RetrieverDeclaration",
+    "index_flag",
     "retriever_identity",
     "load_retriever",
     "load_retriever_from_pretrained",

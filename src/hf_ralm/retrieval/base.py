@@ -29,6 +29,7 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 from ..errors import InputError, MissingFileError, SettingError, setting, utf8_errors
 from ..config.passages import Passage
+from ..config.query_lengths import SPARSE_QUERY_LENGTH
 from ..runs.fingerprints import titles_fingerprint
 from ..utils.atomic import write_json_atomic
 from ..utils.checks import check_count, check_path, check_texts, is_input_file
@@ -77,8 +78,11 @@ class Retriever(ABC):
     A backend sets ``name`` (its name in the registry) and ``Options`` (a :class:`RetrieverOptions` dataclass: what
     :meth:`from_options` takes), implements :meth:`_open` (its retriever from checked options), :meth:`retrieve` and
     :meth:`index_record` (what identifies its passages), keeps the titles it must never return in
-    ``forbidden_titles``, and extends :meth:`config` with the options that reopen it. Objects that merely have a
-    batched ``retrieve(queries, k)`` are accepted wherever a retriever is (``load_retriever``,
+    ``forbidden_titles``, and extends :meth:`config` with the options that reopen it. It declares besides its
+    ``default_query_length`` (ℓ when ``query_length`` is not set, read by the registry:
+    :func:`~hf_ralm.retrieval.registry.register_retriever`), the options of its saved description that name paths
+    (``saved_path_options``) and the parts of it that describe other retrievers (``saved_parts``). Objects that merely
+    have a batched ``retrieve(queries, k)`` are accepted wherever a retriever is (``load_retriever``,
     ``RetrievalAugmentedModel``); only a ``Retriever`` can be saved.
 
     Example (a remote backend, one file: its registration is one more line, see
@@ -100,6 +104,16 @@ class Retriever(ABC):
 
     name: ClassVar[str]
     Options: ClassVar[type[RetrieverOptions]] = RetrieverOptions
+    default_query_length: ClassVar[int] = SPARSE_QUERY_LENGTH
+    """The query length ℓ this backend's queries get when ``query_length`` is not set: the paper's best for sparse
+    retrieval, 32 tokens, unless the backend declares its own (the dense one: 64)."""
+    saved_path_options: ClassVar[Mapping[str, tuple[str, ...]]] = {"forbidden_titles": ("str", "list")}
+    """The options of this backend's saved description that name paths, and what each may be (``"str"``: a string,
+    ``"list"``: a list of strings): checked before anything reads them
+    (:func:`~hf_ralm.retrieval.factory.check_retriever_config`)."""
+    saved_parts: ClassVar[tuple[str, ...]] = ()
+    """The keys of this backend's saved description that hold other retrievers' descriptions (a hybrid retriever's
+    sides), each checked as a description of its own."""
     forbidden_titles: frozenset[str]
 
     @classmethod

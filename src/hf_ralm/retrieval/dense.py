@@ -52,14 +52,15 @@ from ..utils.extras import require
 from ..runs.shards import Shard
 from ..utils.widened_linear import widen_where_bfloat16_is_slow
 from .base import checked_queries, passages_from_table
-from .dense_options import DEFAULT_ENCODER_DTYPE, DEFAULT_FACTORY, ENCODER_DTYPES, POOLINGS
+from .dense_options import DEFAULT_ENCODER_DTYPE, DEFAULT_FACTORY, DENSE_QUERY_LENGTH, ENCODER_DTYPES, POOLINGS
+from .dense_options import DenseBuildOptions
 from .corpus import WORDS_PER_PASSAGE, check_passage_count, corpus_fingerprint, passage_columns
 from .index_builds import announce_build, build_folder, building, clear_build_folder, corpus_files
-from .index_builds import corpus_paths_and_articles, finish_build, reusable_index_info
+from .index_builds import corpus_paths_and_articles, default_index_dir, finish_build, reusable_index_info
 from .index_folder import check_index, read_index_info, reading_index
 from .index_manifest import INDEX_FILE
 from .saved_paths import names_a_local_path, outside_folder_error
-from .local import IndexOptions, LocalIndexRetriever
+from .local import IndexOptions, IndexSummary, LocalIndexRetriever
 
 logger = logging.get_logger(__name__)
 
@@ -203,6 +204,9 @@ class DenseRetriever(LocalIndexRetriever):
 
     name = "dense"
     Options = DenseOptions
+    BuildOptions = DenseBuildOptions
+    default_query_length = DENSE_QUERY_LENGTH
+    saved_path_options = {"encoder": ("str",), **LocalIndexRetriever.saved_path_options}
     index_files = DENSE_FILES
     index_keys = DENSE_KEYS
 
@@ -256,6 +260,23 @@ class DenseRetriever(LocalIndexRetriever):
                     "(`hf-ralm index --retriever dense --corpus FILE --index-dir DIR`) or use another --index-dir."
                 )
         return cls(index_dir, forbidden_titles=forbidden_titles, encoder=encoder)
+
+    @classmethod
+    def build_shared(cls, corpus: str | Sequence[str], index_dir: str | os.PathLike | None = None, *,
+                     shard: Shard | None = None, words_per_passage: int = WORDS_PER_PASSAGE,
+                     **options: Any) -> "IndexSummary | DenseBuild":
+        """As :meth:`LocalIndexRetriever.build_shared`; the workers of a ``shard`` of more than one encode the
+        passages' chunks in turn (:func:`build_dense_index`), and the one that finds them all merges them.
+
+        Returns:
+            An :class:`~hf_ralm.retrieval.local.IndexSummary` when one process builds; for a shared build, its
+            :class:`DenseBuild` (also whether it is complete and what this worker encoded).
+        """
+        if shard is None or shard.count == 1:
+            return super().build_shared(corpus, index_dir, shard=shard, words_per_passage=words_per_passage, **options)
+        index_dir = index_dir or default_index_dir(cls.name, corpus, words_per_passage)
+        options = {key: value for key, value in options.items() if value is not None}
+        return build_dense_index(corpus, index_dir, words_per_passage=words_per_passage, shard=shard, **options)
 
     @classmethod
     def _build(cls, corpus: str | Sequence[str] | Iterable[dict], index_dir: str, options: DenseOptions,

@@ -113,10 +113,11 @@ def read_retriever_config(folder: str) -> dict:
 def check_retriever_config(config: Any, folder: str, file: str, key: str | None = None) -> dict:
     """``config``, a retriever description read from ``file`` in the saved ``folder`` (under ``key`` when the file
     holds more: an older RALM's ``config.json`` kept it under ``retriever``), once checked against what every
-    description needs: a JSON object whose ``type`` names a registered retriever (a hybrid one's ``sparse`` and
-    ``dense`` sides too), and whose paths are strings (``index_dir``, ``encoder``, ``prebuilt``) or strings and lists
-    of them (``corpus``, ``forbidden_titles``). Anything else raises :class:`~hf_ralm.errors.SavedFolderError` naming
-    the file and the key, before any of it is used.
+    description needs: a JSON object whose ``type`` names a registered retriever, whose paths are what the backend
+    declares (its ``saved_path_options``: a string such as ``index_dir``, a string or a list of them such as
+    ``corpus`` and ``forbidden_titles``), and whose parts that describe other retrievers (its ``saved_parts``: a
+    hybrid one's ``sparse`` and ``dense`` sides) are descriptions too. Anything else raises
+    :class:`~hf_ralm.errors.SavedFolderError` naming the file and the key, before any of it is used.
 
     Example::
 
@@ -140,21 +141,19 @@ def check_retriever_config(config: Any, folder: str, file: str, key: str | None 
     if not isinstance(kind, str) or kind == "none" or kind not in retriever_names():
         raise refuse(f"its {key + '.' if key else ''}type {kind!r} is no retriever hf-ralm knows (a backend from "
                      "outside hf-ralm is registered first, with register_retriever)")
-    for option, types in _PATH_TYPES.items():
+    backend = retriever_class(kind)
+    for option, types in backend.saved_path_options.items():
         if option in config and config[option] is not None and not _has_types(config[option], types):
             raise refuse(f"its {key + '.' if key else ''}{option} is {_kind(config[option])}, not "
                          f"{' or '.join(_TYPE_NAMES[t] for t in types)}")
-    if kind == "hybrid":
-        for side in ("sparse", "dense"):
-            if side in config:
-                check_retriever_config(config[side], folder, file, f"{key}.{side}" if key else side)
+    for part in backend.saved_parts:
+        if part in config:
+            check_retriever_config(config[part], folder, file, f"{key}.{part}" if key else part)
     return config
 
 
-_PATH_TYPES = {"index_dir": ("str",), "encoder": ("str",), "prebuilt": ("str",), "corpus": ("str", "list"),
-               "forbidden_titles": ("str", "list")}
-"""The options of a saved description that name paths, and what they may be: a string, or a list of strings."""
 _TYPE_NAMES = {"str": "a string", "list": "a list of strings"}
+"""What a path option of a saved description may be (a backend's ``saved_path_options``), as an error names it."""
 
 
 def _has_types(value: Any, types: tuple[str, ...]) -> bool:

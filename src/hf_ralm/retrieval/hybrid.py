@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 from ..config.passages import Passage
+from ..errors import SettingError
+from ..runs.shards import Shard
 from .base import RETRIEVER_CONFIG_FILE, Retriever, checked_queries
+from .dense_options import DENSE_QUERY_LENGTH, DenseBuildOptions
 from .index_builds import check_build_folder
-from .local import IndexOptions, LocalIndexRetriever
+from .local import IndexOptions, IndexSummary, LocalIndexRetriever
 from .registry import retriever_class
 
 K_RRF = 60
@@ -82,6 +85,10 @@ class HybridRetriever(LocalIndexRetriever):
 
     name = "hybrid"
     Options = HybridOptions
+    BuildOptions = DenseBuildOptions  # the dense side's; the sparse side's build takes none
+    default_query_length = DENSE_QUERY_LENGTH
+    saved_path_options = {"encoder": ("str",), **LocalIndexRetriever.saved_path_options}
+    saved_parts = ("sparse", "dense")
 
     def __init__(self, sparse: Retriever, dense: Retriever, k_rrf: float = K_RRF, depth: int = MIN_DEPTH):
         sparse_id, dense_id = _corpus_identity(sparse), _corpus_identity(dense)
@@ -132,6 +139,22 @@ class HybridRetriever(LocalIndexRetriever):
             index_dir=os.path.join(index_dir, "dense"), encoder=options.encoder, pooling=options.pooling,
             faiss_factory=options.faiss_factory, encoder_dtype=options.encoder_dtype, **common)
         return cls(sparse_side, dense_side, k_rrf=options.k_rrf, depth=options.depth)
+
+    @classmethod
+    def build_shared(cls, corpus: str | Sequence[str], index_dir: str | os.PathLike | None = None, *,
+                     shard: Shard | None = None, **options: Any) -> IndexSummary:
+        """As :meth:`LocalIndexRetriever.build_shared`, by one process only: its workers would each build both sides.
+
+        Raises:
+            SettingError: ``shard`` has more than one worker; the message says how to share the dense side's
+                encoding first.
+        """
+        if shard is not None and shard.count > 1:
+            raise SettingError(
+                "a hybrid index is built by one process; share the encoding of its dense side first: hf-ralm index "
+                "--retriever dense --index-dir DIR/dense ... with --num-shards (or under torchrun or a Slurm array), "
+                "then hf-ralm index --retriever hybrid --index-dir DIR reuses it.")
+        return super().build_shared(corpus, index_dir, shard=shard, **options)
 
     @classmethod
     def _build_or_reuse(cls, index_dir: str, options: HybridOptions) -> "HybridRetriever":

@@ -12,9 +12,14 @@ that index lists as hf-ralm's, never the folder). A backend fills in only what i
 * ``Options`` (its options: an :class:`IndexOptions` dataclass), ``index_files`` (its files, checked in an index that
   records no file sizes), ``index_keys`` (what opening reads from ``hf_ralm_index.json``) and ``index_settings``
   (what an index must record to be used: its scoring, its text analysis);
+* ``BuildOptions``, if its build takes options that ``hf-ralm index`` offers as flags (a dataclass of
+  :func:`~hf_ralm.retrieval.declarations.index_flag` fields, each an option of ``Options``), and
+  ``default_query_length`` when its best query length is not the paper's 32 for sparse retrieval;
 * :meth:`~LocalIndexRetriever._write_index`: its files written into the temporary build folder from the passages, or
   :meth:`~LocalIndexRetriever._build` for a build of its own (the dense backend's sharded, resumable encoding);
-* :meth:`~LocalIndexRetriever._load`: its retriever over a checked index folder.
+* :meth:`~LocalIndexRetriever._load`: its retriever over a checked index folder;
+* :meth:`~LocalIndexRetriever.build_shared`, only for a build its workers share otherwise than by waiting for the
+  one that builds (the dense backend's encoding) or that they must not share (hybrid).
 
 Example (a backend's build, from the passages)::
 
@@ -41,6 +46,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Iterable, Iterator, Mapping, Sequence
 
 from ..errors import SettingError, setting
+from ..runs.shards import Shard
 from ..utils.checks import refuse_type
 from .base import Retriever, RetrieverOptions
 from .corpus import WORDS_PER_PASSAGE, passage_rows
@@ -87,12 +93,27 @@ def _corpus_paths(corpus: Any) -> str | list[str]:
     return [os.fspath(path) for path in corpus]
 
 
+@dataclass(frozen=True)
+class IndexSummary:
+    """An index built or reused (:meth:`LocalIndexRetriever.build_shared`): its folder and its passages."""
+
+    index_dir: str
+    num_passages: int
+
+
 class LocalIndexRetriever(Retriever):
     """A backend whose index is a local folder (``index_dir``), built there from a corpus when missing or stale:
     the template :meth:`build_or_load` and its hooks (see the module's docstring). ``info`` is the index's
     ``hf_ralm_index.json`` as read when it was opened."""
 
     Options: ClassVar[type[IndexOptions]] = IndexOptions
+    BuildOptions: ClassVar[type | None] = None
+    """The dataclass whose :func:`~hf_ralm.retrieval.declarations.index_flag` fields are this backend's flags of
+    ``hf-ralm index``, each passed to the build as the option of that name (``None``: none). hf-ralm's own declare it
+    in a plain-Python module (the dense one's: :class:`~hf_ralm.retrieval.dense_options.DenseBuildOptions`), which
+    ``--help`` reads without importing the backend."""
+    saved_path_options: ClassVar[Mapping[str, tuple[str, ...]]] = {
+        "index_dir": ("str",), "corpus": ("str", "list"), **Retriever.saved_path_options}
     index_files: ClassVar[tuple[str, ...]] = ()
     index_keys: ClassVar[tuple[str, ...]] = ()
     index_settings: ClassVar[Mapping[str, Any] | None] = None
@@ -152,6 +173,35 @@ class LocalIndexRetriever(Retriever):
         checked = cls.check_options(index_dir=index_dir, words_per_passage=words_per_passage,
                                     forbidden_titles=forbidden_titles, **options)
         return cls._build(corpus, index_dir, checked, show_progress)
+
+    @classmethod
+    def build_shared(
+        cls,
+        corpus: str | Sequence[str],
+        index_dir: str | os.PathLike | None = None,
+        *,
+        shard: Shard | None = None,
+        words_per_passage: int = WORDS_PER_PASSAGE,
+        **options: Any,
+    ) -> Any:
+        """Build (or reuse) this backend's index of ``corpus`` in ``index_dir`` as one of the workers of ``shard``:
+        what :func:`~hf_ralm.retrieval.building.build_index` (``hf-ralm index``) runs. Here one worker builds while
+        the others wait on the folder's lock, then open its index (:meth:`build_or_load`); a backend whose workers
+        share its build otherwise overrides this.
+
+        Args:
+            corpus: The corpus file(s).
+            index_dir: The index folder (``None``: one in hf-ralm's cache).
+            shard: This worker's part of the build (``None``: one process).
+            words_per_passage: The passage size (0 keeps the corpus rows as they are).
+            **options: The backend's own options (its ``Options``; ``None``: its default).
+
+        Returns:
+            An :class:`IndexSummary`; a backend's own shared build may say more (the dense one's
+            :class:`~hf_ralm.retrieval.dense.DenseBuild`: whether it is complete, what this worker encoded).
+        """
+        built = cls.build_or_load(corpus, index_dir, words_per_passage=words_per_passage, **options)
+        return IndexSummary(built.index_dir, built.index_record()["num_passages"])
 
     @classmethod
     def _open(cls, options: IndexOptions) -> "LocalIndexRetriever":

@@ -101,6 +101,7 @@ class LuceneRetriever(LocalIndexRetriever):
 
     name = "lucene"
     Options = LuceneOptions
+    saved_path_options = {"index_dir": ("str",), "prebuilt": ("str",), **LocalIndexRetriever.saved_path_options}
     index_files = LUCENE_FILES
 
     def __init__(
