@@ -40,10 +40,11 @@ import sys
 import time
 
 from benchmarks.bench_common import resident_bytes
+from hf_ralm import default_query_length
 
 HOME = os.path.expanduser("~")
 SHARED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data")
-QUERY_LENGTH = {"bm25": 32, "lucene": 32, "dense": 64, "hybrid": 64}
+QUERY_LENGTH = {kind: default_query_length(kind) for kind in ("bm25", "lucene", "dense", "hybrid")}
 BUILT = ("bm25", "lucene", "dense")
 MAX_LENGTH, STRIDE = 512, 4
 

@@ -38,8 +38,9 @@ def index_flag(default: Any = None, *, help: str, choices: Sequence[str] | None 
         A ``dataclasses.field`` carrying the flag's help and choices.
 
     Example:
-        >>> index_flag(help="dense pooling", choices=("mean", "cls")).metadata[INDEX_FLAG]["choices"]
-        ('mean', 'cls')
+        >>> declared = index_flag(help="dense pooling", choices=("mean", "cls")).metadata
+        >>> declared.get(INDEX_FLAG)
+        {'help': 'dense pooling', 'choices': ('mean', 'cls')}
     """
     return dataclasses.field(default=default, metadata={INDEX_FLAG: {"help": help, "choices": choices}})
 
