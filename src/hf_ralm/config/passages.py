@@ -1,7 +1,7 @@
 """A retrieved passage, what it puts in context as text, and how a choice says "no passage": the values every layer
 above retrieval passes around.
 
-Example:
+Examples:
     >>> passage = Passage("7", "Rome", "rome was the city", 6.5)
     >>> passage_text(passage.title, passage.text)
     'Rome\\nrome was the city'
@@ -23,7 +23,18 @@ passage chosen, or the gate closed."""
 
 @dataclass(frozen=True)
 class Passage:
-    """One retrieved passage. ``id`` is the backend's id for it (stable across runs of the same index)."""
+    """One retrieved passage.
+
+    Attributes:
+        id: the backend's id for it (stable across runs of the same index).
+        title: its article's title (empty when the corpus has none).
+        text: its text.
+        score: the retriever's score for the query it was retrieved for (higher is better; 0 when not scored).
+
+    Examples:
+        >>> Passage(id="12", title="Rome", text="Rome is the capital of Italy.", score=14.2).to_dict()["title"]
+        'Rome'
+    """
 
     id: str
     title: str
@@ -31,16 +42,30 @@ class Passage:
     score: float = 0.0
 
     def to_dict(self) -> dict:
+        """The passage's fields, as a retrieval file records them."""
         return asdict(self)
 
 
 def passage_text(title: str | None, text: str, template: str = PASSAGE_TEMPLATE) -> str:
-    """How a passage becomes the text put in context: ``title + "\\n" + text`` (just ``text`` without a title)."""
+    """How a passage becomes the text put in context.
+
+    Args:
+        title: the passage's title (``None`` or empty: none).
+        text: the passage's text.
+        template: how a title and a text are joined (``RalmConfig.passage_template``; the default is the paper's).
+
+    Returns:
+        ``template`` filled in, by default ``title + "\\n" + text``; just ``text`` without a title.
+
+    Examples:
+        >>> passage_text("Rome", "Rome is the capital of Italy."), passage_text("", "No title.")
+        ('Rome\\nRome is the capital of Italy.', 'No title.')
+    """
     return template.format(title=title, text=text) if title else text
 
 
 QUOTE_WORDS = 12
-"""How many of a query's last words :func:`quotes_query` looks for in a passage."""
+"""How many of a query's last words [`quotes_query`][hf_ralm.config.passages.quotes_query] looks for in a passage."""
 
 _WORD = re.compile(r"\w+")
 _UNKNOWN = "unk"  # what an unknown-word token (WikiText's <unk>) leaves of a word: it matches nothing, so skipped
@@ -51,13 +76,14 @@ def _four_grams(words: list[str]) -> set[tuple[str, ...]]:
 
 
 def quotes_query(passage: Passage, query: str | None) -> bool:
-    """Whether ``passage`` holds the text of ``query`` (the words just before a window's target) itself: at least
-    half of the word 4-grams of its last :data:`QUOTE_WORDS` words (at least two of them) stand in the passage. Runs
-    of words shared that densely are a copy of the evaluated text, not a passage on its topic, so retrieval reads
-    ahead (leakage). Words are compared lower-cased, punctuation and spacing aside, so WikiText's tokenized text
-    (``well @-@ known``) matches Wikipedia's (``well-known``); 4-grams with an unknown word (``<unk>``) are left out.
+    """Whether ``passage`` holds the text of ``query`` (the words just before a window's target) itself: at least half
+    of the word 4-grams of its last [`QUOTE_WORDS`][hf_ralm.config.passages.QUOTE_WORDS] words (at least two of them)
+    stand in the passage. Runs of words shared that densely are a copy of the evaluated text, not a passage on its
+    topic, so retrieval reads ahead (leakage). Words are compared lower-cased, punctuation and spacing aside, so
+    WikiText's tokenized text (``well @-@ known``) matches Wikipedia's (``well-known``); 4-grams with an unknown word
+    (``<unk>``) are left out.
 
-    Example:
+    Examples:
         >>> rome = Passage("7", "Rome", "Rome was the capital city of the Roman Empire, and its emperor ruled it.")
         >>> quotes_query(rome, "the capital city of the Roman Empire , and its emperor"), quotes_query(rome, "a b c")
         (True, False)

@@ -8,7 +8,7 @@ tokens at those positions, predicted from whatever the candidate's input holds b
 ranked on the same tokens. They are clipped to the window (a token needs the one before it in the window). The
 ``oracle`` ranks on the window's own scored tokens instead (it looks at the future: an upper bound).
 
-Example:
+Examples:
     >>> from hf_ralm.config.windows import plan_windows
     >>> window = plan_windows(100, max_length=32, stride=4)[3]
     >>> (window.begin, window.score_begin, window.end), ranking_span(window, 16)
@@ -53,10 +53,11 @@ def choose_lowest(ranking_nlls: Sequence[float]) -> int:
 
 
 def choose_option(ranking_nlls: Sequence[float], no_passage_last: bool, no_passage_margin: float = 0.0) -> int:
-    """Index of the chosen candidate: the lowest ranking NLL (:func:`choose_lowest`), except that when the last
-    candidate is no passage (``no_passage_last``), the best passage is chosen over it only when it saves at least
-    ``no_passage_margin`` nats (``NLL(no passage) - NLL(passage) >= margin``; 0: the lowest wins, ties keep the
-    passage). A margin asks a passage for clear evidence that it helps before it displaces the text's own tokens."""
+    """Index of the chosen candidate: the lowest ranking NLL ([`choose_lowest`][hf_ralm.config.rules.choose_lowest]),
+    except that when the last candidate is no passage (``no_passage_last``), the best passage is chosen over it only
+    when it saves at least ``no_passage_margin`` nats (``NLL(no passage) - NLL(passage) >= margin``; 0: the lowest wins,
+    ties keep the passage). A margin asks a passage for clear evidence that it helps before it displaces the text's own
+    tokens."""
     if not no_passage_last or len(ranking_nlls) < 2:
         return choose_lowest(ranking_nlls)
     best = choose_lowest(ranking_nlls[:-1])
@@ -68,7 +69,7 @@ def rank_correlation(ranking_nlls: Sequence[float], target_nlls: Sequence[float]
     on the prefix's last tokens tells which passage helps the window (1: the same order, 0: no information; zero-shot
     reranking can beat retrieval's order only where it is clearly positive). Ties keep the candidates' order.
 
-    Example:
+    Examples:
         >>> rank_correlation([3.0, 1.0, 2.0], [30.0, 10.0, 20.0]), rank_correlation([1.0, 2.0, 3.0], [3.0, 2.0, 1.0])
         (1.0, -1.0)
     """
@@ -114,7 +115,7 @@ def rerank_options(pool: list[Passage], config: RalmConfig) -> list[Passage | No
     """The candidates an LM ranks, in order: the retrieved ones, then no passage (``None``) when
     ``rerank_allow_no_passage`` (ties prefer a passage). Evaluation and generation both rank these.
 
-    Example:
+    Examples:
         >>> from hf_ralm.config.configuration_ralm import RalmConfig
         >>> config = RalmConfig(rerank="lm", rerank_allow_no_passage=True)
         >>> rerank_options([Passage("1", "", "rome", 1.0)], config), rerank_options([], config)
@@ -124,11 +125,11 @@ def rerank_options(pool: list[Passage], config: RalmConfig) -> list[Passage | No
 
 
 def choose_ranked(ranking_nlls: Sequence[float], options: Sequence[Passage | None], config: RalmConfig) -> int:
-    """Index into ``options`` (:func:`rerank_options`) of the one chosen on ``ranking_nlls``: the lowest, no passage
-    winning unless a passage saves ``config.rerank_no_passage_margin`` nats over it
-    (:func:`~hf_ralm.config.rules.choose_option`). Evaluation and generation both choose so.
+    """Index into ``options`` ([`rerank_options`][hf_ralm.config.rules.rerank_options]) of the one chosen on
+    ``ranking_nlls``: the lowest, no passage winning unless a passage saves ``config.rerank_no_passage_margin`` nats
+    over it ([`choose_option`][hf_ralm.config.rules.choose_option]). Evaluation and generation both choose so.
 
-    Example:
+    Examples:
         >>> from hf_ralm.config.configuration_ralm import RalmConfig
         >>> config = RalmConfig(rerank="lm", rerank_allow_no_passage=True, rerank_no_passage_margin=2.0)
         >>> choose_ranked([10.0, 11.5], [Passage("1", "", "rome", 1.0), None], config)   # saves 1.5 nats: none

@@ -9,7 +9,7 @@ Everything here follows the paper's reference evaluation (``eval_lm.py`` of In-C
   the first token it scores;
 * a retrieved passage overwrites the first positions of the window, so the input keeps its length.
 
-Example:
+Examples:
     >>> [(w.begin, w.end, w.score_begin) for w in plan_windows(10, max_length=6, stride=2)]
     [(0, 6, 1), (2, 8, 6), (4, 10, 8)]
     >>> query_span(plan_windows(10, max_length=6, stride=2)[1], query_length=4)
@@ -29,8 +29,18 @@ from ..utils.checks import check_count
 class Window:
     """One evaluation window: input tokens ``[begin, end)``, scored tokens ``[score_begin, end)``.
 
-    ``prev_end`` is the previous window's ``end`` (0 for the first window); it is the reference's
-    ``begin_location``. Token 0 has no left context and is never scored, hence ``score_begin = max(prev_end, 1)``.
+    Token 0 has no left context and is never scored, hence ``score_begin = max(prev_end, 1)``.
+
+    Attributes:
+        index: the window's place in its text's plan (window 0 is evaluated without retrieval).
+        begin: the first input token.
+        end: one past the last input token (and the last scored one).
+        prev_end: the previous window's ``end`` (0 for the first window): the reference's ``begin_location``.
+
+    Examples:
+        >>> window = Window(index=1, begin=2, end=8, prev_end=6)
+        >>> window.length, window.score_begin, window.num_scored, window.has_retrieval
+        (6, 6, 2, True)
     """
 
     index: int
@@ -40,24 +50,28 @@ class Window:
 
     @property
     def length(self) -> int:
+        """The input tokens: ``end - begin``."""
         return self.end - self.begin
 
     @property
     def score_begin(self) -> int:
+        """The first scored token: ``max(prev_end, 1)``."""
         return max(self.prev_end, 1)
 
     @property
     def num_scored(self) -> int:
+        """The tokens the window scores: ``end - score_begin``."""
         return self.end - self.score_begin
 
     @property
     def has_retrieval(self) -> bool:
-        """Window 0 is evaluated on the text alone, as in the paper."""
+        """Whether the window retrieves: every window but window 0, which is evaluated on the text alone, as in the
+        paper."""
         return self.index > 0
 
 
 def check_window_overlap(max_length: int, stride: int, stride_name: str = "stride") -> None:
-    """Raise a :class:`~hf_ralm.errors.SettingError` unless windows of ``max_length`` tokens that start every
+    """Raise a [`SettingError`][hf_ralm.errors.SettingError] unless windows of ``max_length`` tokens that start every
     ``stride`` tokens overlap (``max_length > stride``); otherwise tokens between two windows would never be scored.
     ``stride_name`` is the setting the caller calls its stride."""
     if max_length <= stride:
@@ -69,15 +83,15 @@ def check_window_overlap(max_length: int, stride: int, stride_name: str = "strid
 
 def check_prefix_room(max_length: int, prefix_length: int, stride: int, bound: str, bound_value: int,
                       model_max: int | None = None) -> None:
-    """Raise a :class:`~hf_ralm.errors.SettingError` unless a window of ``max_length`` tokens holds a passage prefix
-    of ``prefix_length`` tokens and the ``stride`` tokens after it (``prefix_length + stride <= max_length``). Then a
-    passage never covers a scored token in evaluation (every window with retrieval holds ``max_length - stride``
+    """Raise a [`SettingError`][hf_ralm.errors.SettingError] unless a window of ``max_length`` tokens holds a passage
+    prefix of ``prefix_length`` tokens and the ``stride`` tokens after it (``prefix_length + stride <= max_length``).
+    Then a passage never covers a scored token in evaluation (every window with retrieval holds ``max_length - stride``
     tokens before its scored ones) and leaves room in every generation context for the stride being generated.
     ``bound``: the setting that cut the prefix (``"max_doc_tokens"``, or ``"max_context_doc_tokens"`` for several
-    passages), at ``bound_value``; ``model_max``: the model's maximum length, when that is what ``max_length`` is
-    (the fix is then a shorter passage).
+    passages), at ``bound_value``; ``model_max``: the model's maximum length, when that is what ``max_length`` is (the
+    fix is then a shorter passage).
 
-    Example:
+    Examples:
         >>> check_prefix_room(512, 256, 4, "max_doc_tokens", 256)
         >>> check_prefix_room(16, 40, 4, "max_doc_tokens", 256)
         Traceback (most recent call last):
@@ -102,8 +116,25 @@ def plan_windows(num_tokens: int, max_length: int, stride: int) -> list[Window]:
     """Cut ``num_tokens`` tokens into the reference's sliding windows.
 
     For ``begin`` in ``0, stride, 2*stride, ...``: ``end = min(begin + max_length, num_tokens)`` and the window
-    scores ``[prev_end, end)``; planning stops after the window that reaches ``num_tokens``. ``max_length`` is the
-    window length actually used (a config's ``max_length`` capped at the model's maximum), hence the checks.
+    scores ``[prev_end, end)``; planning stops after the window that reaches ``num_tokens``.
+
+    Args:
+        num_tokens: the text's tokens.
+        max_length: the window length actually used (a config's ``max_length`` capped at the model's maximum:
+            [`window_length`][hf_ralm.core.plan.window_length]).
+        stride: ``s``, the tokens between two windows' starts (``retrieval_stride``).
+
+    Returns:
+        The windows, in order.
+
+    Raises:
+        SettingError: ``stride`` or ``max_length`` is not a count, or ``max_length`` is not larger than ``stride``
+            (the windows would skip tokens).
+        ValueError: fewer than 2 tokens (nothing to score).
+
+    Examples:
+        >>> [(w.begin, w.end, w.score_begin) for w in plan_windows(10, max_length=6, stride=2)]
+        [(0, 6, 1), (2, 8, 6), (4, 10, 8)]
     """
     check_count("stride", stride)
     check_count("max_length", max_length)
@@ -122,11 +153,11 @@ def plan_windows(num_tokens: int, max_length: int, stride: int) -> list[Window]:
 
 
 def plan_settings(ends: Sequence[int]) -> tuple[int | None, int | None, int] | None:
-    """``(stride, max_length, num_tokens)`` of the :func:`plan_windows` whose windows end at ``ends`` (in order), as
-    far as they tell: one window leaves the stride and length open (``None``), two the stride. ``None`` when no
-    plan gives these ends (they are not sliding windows). How a retrieval file says what it was made with.
+    """``(stride, max_length, num_tokens)`` of the [`plan_windows`][hf_ralm.plan_windows] whose windows end at ``ends``
+    (in order), as far as they tell: one window leaves the stride and length open (``None``), two the stride. ``None``
+    when no plan gives these ends (they are not sliding windows). How a retrieval file says what it was made with.
 
-    Example:
+    Examples:
         >>> plan_settings([w.end for w in plan_windows(30, max_length=10, stride=4)])
         (4, 10, 30)
         >>> plan_settings([10, 30]), plan_settings([5, 3])
@@ -159,7 +190,7 @@ def place_passage(window_ids: Sequence[int], passage_ids: Sequence[int]) -> list
     """Overwrite the first positions of a window with the passage, keeping the window's length.
 
     A passage longer than the window would fill the whole window; evaluation never gives one, since its window
-    length holds a passage and a stride (:func:`check_prefix_room`).
+    length holds a passage and a stride ([`check_prefix_room`][hf_ralm.config.windows.check_prefix_room]).
     """
     width = min(len(passage_ids), len(window_ids))
     return list(passage_ids[:width]) + list(window_ids[width:])

@@ -7,7 +7,7 @@ run records it with its settings: a fixed size must stay the same to resume, whi
 ``"auto"`` (a resume after an out-of-memory error, whatever size it reached, needs no ``overwrite``) and each chunk
 of records keeps the size it was computed with.
 
-Example:
+Examples:
     >>> import torch
     >>> sizes = BatchSize("auto", torch.device("cpu"))
     >>> sizes.size, BatchSize(4, "cpu").setting, sizes.setting
@@ -62,13 +62,24 @@ def parse_batch_size(value: str | int) -> int | str:
 
 
 class BatchSize:
-    """The batch size of a run: ``value`` (a count, or ``"auto"``: :data:`AUTO_START` for ``device``'s type, halved
-    on out-of-memory); :attr:`size` is the one in use, :attr:`setting` what the run's settings record.
+    """The batch size of a run, fixed or ``"auto"`` (halved on out-of-memory).
 
-    ``start``: where ``"auto"`` starts instead of :data:`AUTO_START` (benchmarks/gpu/gpu_suite.py starts high to run out
-    of memory once); a fixed ``value`` ignores it.
+    Args:
+        value: a count, or ``"auto"``: start at [`AUTO_START`][hf_ralm.core.batching.AUTO_START] for ``device``'s
+            type and halve the size whenever a batch runs out of memory.
+        device: the device the batches run on (its type picks where ``"auto"`` starts).
+        start: where ``"auto"`` starts instead (benchmarks/gpu/gpu_suite.py starts high to run out of memory once);
+            a fixed ``value`` ignores it.
 
-    Example:
+    Attributes:
+        size: the batch size in use (``"auto"``'s shrinks as batches run out of memory).
+        setting: what the run's settings record: the count, or ``"auto"``.
+        auto: whether the size halves on out-of-memory.
+
+    Raises:
+        SettingError: ``value`` is neither a count of at least 1 nor ``"auto"``, or ``start`` is not a count.
+
+    Examples:
         >>> BatchSize("auto", "cuda", start=1024).size, BatchSize(4, "cuda", start=1024).size
         (1024, 4)
     """
@@ -83,7 +94,17 @@ class BatchSize:
         self.size = default if self.auto else value
 
     def run(self, work: Callable[[int], T]) -> T:
-        """``work(size)``; with ``"auto"``, again with half the size after each out-of-memory error (down to 1)."""
+        """``work(size)``; with ``"auto"``, again with half the size after each out-of-memory error (down to 1).
+
+        Args:
+            work: runs one batch of the size it is given.
+
+        Returns:
+            What ``work`` returned for the first size that fitted.
+
+        Raises:
+            Exception: what ``work`` raised, other than out-of-memory under ``"auto"`` above a size of 1.
+        """
         while True:
             try:
                 return work(self.size)
@@ -96,7 +117,16 @@ class BatchSize:
                 logger.warning("Out of memory: going on with batches of %d.", self.size)
 
     def map(self, items: Sequence, work: Callable[[Sequence], list[T]]) -> list[T]:
-        """``work`` over ``items`` in batches of :attr:`size` (each batch run with :meth:`run`), the results joined."""
+        """``work`` over ``items`` in batches of ``size``, each batch run with
+        [`run`][hf_ralm.BatchSize.run] (so under ``"auto"`` a batch that runs out of memory is split).
+
+        Args:
+            items: what the batches are cut from.
+            work: maps one batch of items to one result per item.
+
+        Returns:
+            The results of all the batches, joined in the order of ``items``.
+        """
         results: list[T] = []
         while len(results) < len(items):
             begin = len(results)

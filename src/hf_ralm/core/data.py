@@ -1,7 +1,7 @@
 """Evaluation texts: JSONL rows joined as the reference joins the HF ``wikitext`` rows, plain text files, and HF
 datasets; what ``hf-ralm eval-lm``/``retrieve`` and the benchmarks evaluate.
 
-Example:
+Examples:
     >>> import json, os, tempfile
     >>> path = os.path.join(tempfile.mkdtemp(), "rows.jsonl")
     >>> with open(path, "w") as f:
@@ -23,7 +23,18 @@ from ..utils.paths import missing_local_path
 
 
 def join_rows(rows: Iterable[str]) -> str:
-    """Join dataset rows (e.g. the HF ``wikitext`` splits) the way the reference does: empty rows become ``" \\n"``."""
+    """Join dataset rows (e.g. the HF ``wikitext`` splits) the way the reference does.
+
+    Args:
+        rows: the rows' texts, in order.
+
+    Returns:
+        The rows concatenated, an empty row becoming ``" \\n"``.
+
+    Examples:
+        >>> join_rows([" = Rome = \\n", "", " Rome was ...\\n"])
+        ' = Rome = \\n \\n Rome was ...\\n'
+    """
     return "".join(row if row else " \n" for row in rows)
 
 
@@ -41,17 +52,24 @@ def _row_text(path: str, line_number: int, line: str) -> str:
 
 
 def load_dataset_text(path: str, name: str | None = None, split: str = "test") -> str:
-    """The evaluation text at ``path``: a ``.jsonl``/``.jsonl.gz`` file of rows with a ``text`` field, joined as the
-    reference joins dataset rows (:func:`join_rows`: an empty row becomes ``" \\n"``), any other file
-    as plain text, or else a HF dataset (Hub id or folder, config ``name``, ``split``) whose ``text`` column is
-    joined the same way.
+    """The evaluation text at ``path``.
+
+    Args:
+        path: a ``.jsonl``/``.jsonl.gz`` file of rows with a ``text`` field, any other file (read as plain text), or
+            else a HF dataset (a Hub id or a folder).
+        name: the HF dataset's config (e.g. ``wikitext-103-raw-v1``).
+        split: the HF dataset's split.
+
+    Returns:
+        The text: a JSONL file's rows or a dataset's ``text`` column joined as the reference joins dataset rows
+        ([`join_rows`][hf_ralm.join_rows]), or the plain file's text.
 
     Raises:
         FileNotFoundError: ``path`` is neither a file nor a dataset ``datasets.load_dataset`` can load.
         InputError: a JSONL line that is no object with a ``text`` string, or bytes that are not UTF-8 (the message
-            names the file and the line); a damaged gzip file, a FIFO or a device (:func:`~hf_ralm.utils.checks.
-            reading`); a retrieval file (``hf-ralm retrieve``'s, whose JSON would be evaluated as text); a plain
-            folder without the split asked for (the message says what it holds).
+            names the file and the line); a damaged gzip file, a FIFO or a device; a retrieval file (``hf-ralm
+            retrieve``'s, whose JSON would be evaluated as text); a plain folder without the split asked for (the
+            message says what it holds).
     """
     if missing_local_path(path):  # not the Hub's retries for a mistyped file name
         raise MissingFileError(f"The {setting('dataset_path')} {path!r} does not exist: give a .jsonl/.jsonl.gz file "
@@ -78,7 +96,8 @@ def load_dataset_text(path: str, name: str | None = None, split: str = "test") -
 
 
 RETRIEVAL_FILE_KEYS = ("begin_location", "end_location", "retrieved_docs")
-"""The keys that tell a retrieval file's window (:mod:`hf_ralm.retrieval.files`) from a dataset row."""
+"""The keys that tell a retrieval file's window ([`hf_ralm.retrieval.files`][hf_ralm.retrieval.files]) from a dataset
+row."""
 
 
 def _check_not_a_retrieval_file(path: str, text: str) -> None:

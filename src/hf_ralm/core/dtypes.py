@@ -1,8 +1,8 @@
 """The names of the precisions a model may be loaded in, in plain Python (torch is not imported): what
-:mod:`hf_ralm.core.placement` resolves to a ``torch.dtype`` and what the command line offers as ``--dtype`` choices
-before it loads anything (``hf-ralm eval-lm --help``).
+[`hf_ralm.core.placement`][hf_ralm.core.placement] resolves to a ``torch.dtype`` and what the command line offers as
+``--dtype`` choices before it loads anything (``hf-ralm eval-lm --help``).
 
-Example:
+Examples:
     >>> DTYPES
     ('auto', 'device-default', 'bfloat16', 'float16', 'float32')
     >>> COMMAND_LINE_DTYPES["auto"]   # the command line's auto: hf-ralm's choice for the device
@@ -12,9 +12,9 @@ Example:
 from __future__ import annotations
 
 DEVICE_DEFAULT = "device-default"
-"""hf-ralm's precision for the device the model runs on (:func:`~hf_ralm.core.placement.resolve_dtype`): what
+"""hf-ralm's precision for the device the model runs on ([`resolve_dtype`][hf_ralm.core.placement.resolve_dtype]): what
 ``from_pretrained`` loads in when no ``dtype`` is given, and what the command line's ``--dtype auto`` means
-(:data:`COMMAND_LINE_DTYPES`)."""
+([`COMMAND_LINE_DTYPES`][hf_ralm.core.dtypes.COMMAND_LINE_DTYPES])."""
 
 DTYPES = ("auto", DEVICE_DEFAULT, "bfloat16", "float16", "float32")
 """The precisions a model may be loaded in: ``"auto"`` is transformers' (the checkpoint's own, its config's

@@ -1,20 +1,23 @@
-"""Generation on an engine reader (a :class:`~hf_ralm.core.engines.reader.Reader`): the engine continues token
-prompts itself, so hf-ralm asks it, per row, for a number of new tokens drawn as a :class:`EngineSampling` says (what
-a ``transformers`` generation config gives: greedy or sampling with temperature, top-k, top-p and min-p, the
-end-of-sequence ids) and cuts each row where transformers' ``generate`` would stop it (:func:`cut_at_stop`: after its
+"""Generation on an engine reader (a [`Reader`][hf_ralm.Reader]): the engine continues token prompts itself, so
+hf-ralm asks it, per row, for a number of new tokens drawn as a
+[`EngineSampling`][hf_ralm.core.engine_generation.EngineSampling] says (what a ``transformers`` generation config
+gives: greedy or sampling with temperature, top-k, top-p and min-p, the end-of-sequence ids) and cuts each row where
+transformers' ``generate`` would stop it ([`cut_at_stop`][hf_ralm.core.engine_generation.cut_at_stop]: after its
 first end-of-sequence token, or after the token that completes a stop string).
 
 What an engine reader offers for it is one method, ``continue_prompts(continuations, sampling)``: per
-:class:`Continuation` (token ids, how many new tokens, a seed), the new token ids, all rows in one engine call.
-:func:`generate_on_engine` is the reader's own ``generate`` (no retrieval: eval-qa's answers); In-Context RALM's
-stride loop (:mod:`hf_ralm.generation.engine`) calls it once per stride. Sampling draws each row's tokens of a call
-with a seed of its own (:class:`StrideSeeds`), made from torch's random state, so ``torch.manual_seed`` (or
-``transformers.set_seed``) makes a run reproducible whatever the engine's batching.
+[`Continuation`][hf_ralm.core.engine_generation.Continuation] (token ids, how many new tokens, a seed), the new token
+ids, all rows in one engine call. [`generate_on_engine`][hf_ralm.core.engine_generation.generate_on_engine] is the
+reader's own ``generate`` (no retrieval: eval-qa's answers); In-Context RALM's stride loop
+([`hf_ralm.generation.engine`][hf_ralm.generation.engine]) calls it once per stride. Sampling draws each row's tokens of
+a call with a seed of its own ([`StrideSeeds`][hf_ralm.core.engine_generation.StrideSeeds]), made from torch's random
+state, so ``torch.manual_seed`` (or ``transformers.set_seed``) makes a run reproducible whatever the engine's batching.
 
-Example::
-
+Examples:
+    ```python
     sampling, _ = EngineSampling.of(reader, None, {"max_new_tokens": 8}, input_width=5)
     reader.continue_prompts([Continuation((1, 2, 3, 4, 5), 8)], sampling)   # [[...8 new token ids...]]
+    ```
 """
 
 from __future__ import annotations
@@ -58,12 +61,22 @@ engine's own business)."""
 
 @dataclass(frozen=True)
 class EngineSampling:
-    """How an engine reader draws new tokens, from a ``transformers`` generation config (:meth:`of`): greedy, or
-    sampling with ``temperature``, ``top_k`` (0: off), ``top_p`` and ``min_p``; a row stops after any of
-    ``eos_token_ids`` or a token that completes one of ``stop_strings``; ``max_new_tokens`` per row; ``pad_token_id``
-    fills a row that stopped early in the returned ids.
+    """How an engine reader draws new tokens, made from a ``transformers`` generation config
+    ([`of`][hf_ralm.core.engine_generation.EngineSampling.of]).
 
-    Example:
+    Attributes:
+        max_new_tokens: the new tokens per row (fewer when it stops).
+        do_sample: sample (else greedy).
+        temperature: the sampling temperature.
+        top_k: keep the ``top_k`` likeliest tokens (0: off).
+        top_p: keep the likeliest tokens whose probabilities sum to ``top_p``.
+        min_p: drop the tokens less likely than ``min_p`` times the likeliest.
+        eos_token_ids: a row stops after any of these.
+        pad_token_id: fills a row that stopped early in the returned ids.
+        stop_strings: a row stops after a token that completes one of these in its generated text.
+        return_dict_in_generate: ``generate`` returns a ``GenerateDecoderOnlyOutput`` instead of the ids.
+
+    Examples:
         >>> from transformers import GenerationConfig
         >>> reader = type("Reader", (), {"generation_config": GenerationConfig(eos_token_id=2)})()
         >>> sampling, _ = EngineSampling.of(reader, None, {"max_new_tokens": 4, "do_sample": True, "top_p": 0.9}, 3)
@@ -90,11 +103,23 @@ logits in this process): drop it, or generate with engine transformers.
     @classmethod
     def of(cls, reader, generation_config: GenerationConfig | None, kwargs: Mapping[str, Any], input_width: int
            ) -> tuple[EngineSampling, dict[str, Any]]:
-        """The sampling a ``generate(generation_config=..., **kwargs)`` call asks of ``reader`` (its own
-        ``generation_config`` when none is given, updated with ``kwargs`` as transformers updates it; prompts
-        ``input_width`` tokens wide, which ``max_length`` counts), and the call's other arguments (``attention_mask``,
-        ...). A setting the engine does not apply (:data:`NOT_ON_ENGINE`) or an argument it does not take is refused
-        in one line."""
+        """The sampling a ``generate(generation_config=..., **kwargs)`` call asks of ``reader``.
+
+        Args:
+            reader: the engine reader (its ``generation_config`` is the default).
+            generation_config: the call's generation config (``None``: the reader's).
+            kwargs: the call's other keyword arguments; generation settings among them update the config as
+                transformers updates it.
+            input_width: the prompts' width in tokens, which ``max_length`` counts.
+
+        Returns:
+            The sampling, and the call's arguments that are no generation settings (``attention_mask``, ...).
+
+        Raises:
+            SettingError: a setting the engine does not apply (``NOT_ON_ENGINE``: those that act on the logits in this
+                process, such as ``repetition_penalty``, or ask for them), an argument it does not take, no room for
+                a new token, or sampling at a temperature of 0; each in one line.
+        """
         config = copy.deepcopy(generation_config if generation_config is not None else reader.generation_config)
         rest = config.update(**kwargs)
         unknown = sorted(set(rest) - set(CALL_ARGUMENTS))
@@ -146,12 +171,17 @@ class Continuation:
 
 
 class StrideSeeds:
-    """The seeds of a sampling run: one per row and engine call, made from a base drawn from torch's random state
-    when the run starts (so ``torch.manual_seed`` fixes them, and two runs in a row differ as transformers' do), the
-    row's prompt (and how many identical prompts come before it) and the call's number: a row's tokens do not depend
-    on which other rows share its calls, or in which order.
+    """The seeds of a sampling run: one per row and engine call.
 
-    Example:
+    Each is made from a base drawn from torch's random state when the run starts (so ``torch.manual_seed`` fixes
+    them, and two runs in a row differ as transformers' do), the row's prompt (and how many identical prompts come
+    before it) and the call's number: a row's tokens do not depend on which other rows share its calls, or in which
+    order.
+
+    Args:
+        prompts: the run's prompts, one per row, as token ids.
+
+    Examples:
         >>> import torch
         >>> _ = torch.manual_seed(0)
         >>> seeds = StrideSeeds([[5, 6], [7], [5, 6]])
@@ -173,17 +203,38 @@ class StrideSeeds:
             self.keys.append(f"{base}:{zlib.crc32(repr(prompt).encode())}:{len(prompt)}:{seen[prompt]}")
 
     def seed(self, row: int, call: int) -> int:
-        """The seed of row ``row``'s tokens in the run's engine call ``call`` (from 0)."""
+        """The seed a row's tokens are drawn with in one engine call.
+
+        Args:
+            row: the row (its index among the run's prompts).
+            call: the run's engine call, from 0.
+
+        Returns:
+            A 63-bit seed.
+        """
         return random.Random(f"{self.keys[row]}:{call}").getrandbits(63)
 
 
 def cut_at_stop(tokenizer, generated: Sequence[int], new: Sequence[int], sampling: EngineSampling
                 ) -> tuple[list[int], bool]:
-    """The tokens of ``new`` a row keeps after its ``generated`` ones, and whether it stops there: up to and with
-    its first end-of-sequence token, or the first token whose text completes one of the stop strings in the row's
-    generated text (as transformers' ``stop_strings`` stop it; they need ``tokenizer``).
+    """The new tokens a row keeps, and whether it stops there.
 
-    Example:
+    A row stops with its first end-of-sequence token, or with the first token whose text completes one of the stop
+    strings in the row's generated text (as transformers' ``stop_strings`` stop it).
+
+    Args:
+        tokenizer: decodes the generated text for the stop strings (``None`` will do without them).
+        generated: the row's tokens generated before.
+        new: the tokens the engine drew now.
+        sampling: the run's sampling (its ``eos_token_ids`` and ``stop_strings``).
+
+    Returns:
+        The tokens of ``new`` kept (up to and with the one that stops the row), and whether the row stops.
+
+    Raises:
+        SettingError: stop strings are set and no tokenizer is given.
+
+    Examples:
         >>> cut_at_stop(None, [5], [6, 2, 7], EngineSampling(4, eos_token_ids=(2,)))
         ([6, 2], True)
     """
@@ -207,15 +258,16 @@ def cut_at_stop(tokenizer, generated: Sequence[int], new: Sequence[int], samplin
 
 def generate_on_engine(reader, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
                        generation_config: GenerationConfig | None = None, **kwargs) -> torch.Tensor:
-    """An engine reader's ``generate``, as transformers' takes it for a causal LM (``input_ids``, maybe left-padded
-    with their ``attention_mask``; ``generation_config`` and its fields as keyword arguments, those of
-    :class:`EngineSampling`; ``tokenizer`` for stop strings): every row continued in one engine call, returned as
-    ``generate`` returns them (the prompts, then the new tokens, a row that stopped early padded with the pad id).
-    No retrieval: the prompts are given whole (eval-qa's passages are in them).
+    """An engine reader's ``generate``, as transformers' takes it for a causal LM (``input_ids``, maybe left-padded with
+    their ``attention_mask``; ``generation_config`` and its fields as keyword arguments, those of
+    [`EngineSampling`][hf_ralm.core.engine_generation.EngineSampling]; ``tokenizer`` for stop strings): every row
+    continued in one engine call, returned as ``generate`` returns them (the prompts, then the new tokens, a row that
+    stopped early padded with the pad id). No retrieval: the prompts are given whole (eval-qa's passages are in them).
 
-    Example::
-
+    Examples:
+        ```python
         reader.generate(input_ids=batch.input_ids, attention_mask=batch.attention_mask, max_new_tokens=10)
+        ```
     """
     import torch
 
@@ -242,7 +294,7 @@ def append_tokens(input_ids: torch.Tensor, new: Sequence[Sequence[int]], pad_tok
     """``input_ids`` followed by each row's ``new`` tokens, the rows that have fewer padded with ``pad_token_id``:
     the ``sequences`` transformers' ``generate`` returns.
 
-    Example:
+    Examples:
         >>> import torch
         >>> append_tokens(torch.tensor([[0, 5], [6, 7]]), [[8, 2], [9]], pad_token_id=0).tolist()
         [[0, 5, 8, 2], [6, 7, 9, 0]]

@@ -8,11 +8,11 @@ over its start as a single passage is, and every scored token gets the mixture
 of the retrieval scores ``s`` of the window's passages (``τ`` = ``ensemble_temperature``), computed in log space:
 ``-log p = -logsumexp_j(log w_j - NLL_j)``. A window with one passage is that passage's window; one without (window
 0, an empty retrieval, a closed retrieval gate) is the plain window. The candidate inputs of many windows run batched
-through :func:`~hf_ralm.selection.rerank.reader_nlls` (the reranker's scorer), each distinct passage's keys/values
+through [`reader_nlls`][hf_ralm.core.scoring.reader_nlls] (the reranker's scorer), each distinct passage's keys/values
 computed once. Generation mixes the same way (``RalmLogitsProcessor(ensemble_size=n)``), with the same weights
-(:func:`ensemble_log_weights`).
+([`ensemble_log_weights`][hf_ralm.core.ensemble.ensemble_log_weights]).
 
-Example:
+Examples:
     >>> ensemble_log_weights([2.0, 1.0], temperature=1.0).exp()
     tensor([0.7311, 0.2689], dtype=torch.float64)
     >>> mix_nlls([torch.tensor([1.0]), torch.tensor([3.0])], ensemble_log_weights([0.0, 0.0], 1.0))
@@ -46,8 +46,9 @@ def mix_nlls(rows: Sequence[torch.Tensor], log_weights: torch.Tensor) -> torch.T
 
 def ensemble_members(windows: Sequence[Window], passages: Sequence[Sequence[Passage]], chosen: Sequence[int] | None,
                      ensemble_size: int) -> list[list[Passage]]:
-    """Per window, the passages it mixes: its top ``ensemble_size`` (:func:`~hf_ralm.core.model_inputs.context_indices`
-    of ``chosen``, whose -1 marks a window without a passage; by default every window's top), none for window 0."""
+    """Per window, the passages it mixes: its top ``ensemble_size``
+    ([`context_indices`][hf_ralm.core.model_inputs.context_indices] of ``chosen``, whose -1 marks a window without a
+    passage; by default every window's top), none for window 0."""
     members = []
     for w in windows:
         found = passages[w.index] if w.has_retrieval else []
@@ -68,10 +69,30 @@ def ensemble_member_nlls(
     reuse_prefix_kv: bool = True,
     show_progress: bool = True,
 ) -> tuple[list[list[Passage]], list[list[torch.Tensor]]]:
-    """Per window, the passages it mixes (:func:`ensemble_members` of ``config.ensemble_size``) and each one's NLLs
-    (float64) of the window's scored tokens; a window without passages has one row, of the plain window. The members
-    of an ensemble of n are the first n of a larger one's, so one pass serves every smaller n
-    (:func:`mix_window_nlls` of the first n; of all of them, the ensemble's NLL of every token)."""
+    """Per window, the passages it mixes and each one's NLLs of the window's scored tokens.
+
+    The members of an ensemble of n are the first n of a larger one's, so one pass serves every smaller n
+    ([`mix_window_nlls`][hf_ralm.mix_window_nlls] of the first n rows; of all of them, the ensemble's NLL of every
+    token).
+
+    Args:
+        model: the reader.
+        tokenizer: its tokenizer (the passages' text becomes its tokens).
+        ids: the evaluated text's token ids.
+        windows: the windows to score (a plan's, or a chunk of them).
+        passages: each window's retrieved passages, by window index.
+        config: the settings: ``ensemble_size`` members per window, their prefixes as ``max_doc_tokens`` and the
+            passage template make them.
+        chosen: per window index, the passage the members start from (-1: a window without a passage); by default
+            each window's top passage.
+        batch_size: the candidate inputs scored in one forward pass.
+        reuse_prefix_kv: compute each distinct passage's keys/values once and reuse them.
+        show_progress: show a progress bar of the windows.
+
+    Returns:
+        The members of each window (its top ``config.ensemble_size`` from ``chosen`` on; none for window 0), and per
+        window one float64 row of NLLs per member (a window without members has one row, of the plain window).
+    """
     members = ensemble_members(windows, passages, chosen, config.ensemble_size)
     options = [found or [None] for found in members]
     firsts = [w.score_begin for w in windows]
@@ -84,10 +105,25 @@ def ensemble_member_nlls(
 
 def mix_window_nlls(windows: Sequence[Window], scores: Sequence[Sequence[float]],
                     rows: Sequence[Sequence[torch.Tensor]], num_tokens: int, temperature: float) -> torch.Tensor:
-    """NLL of every token (a float64 tensor of ``num_tokens``, NaN for token 0) when each window mixes its members,
-    whose retrieval ``scores`` give the weights at ``temperature``, with their ``rows`` of NLLs
-    (:func:`ensemble_member_nlls`; the first ``len(scores[i])`` rows of window i); a window without members takes its
-    one row."""
+    """The NLL of every token when each window mixes its members' next-token probabilities.
+
+    Args:
+        windows: the windows the rows are of.
+        scores: per window, its members' retrieval scores, which weigh them (``softmax(scores / temperature)``); the
+            first ``len(scores[i])`` rows of window ``i`` are mixed.
+        rows: per window, its members' NLL rows ([`ensemble_member_nlls`][hf_ralm.ensemble_member_nlls]).
+        num_tokens: the evaluated text's tokens.
+        temperature: ``τ`` of the weights (``ensemble_temperature``).
+
+    Returns:
+        A float64 tensor of ``num_tokens`` NLLs, NaN for token 0; a window without members takes its one row.
+
+    Examples:
+        >>> from hf_ralm import plan_windows
+        >>> window = plan_windows(3, 8, 4)[0]   # one window, scoring tokens 1 and 2
+        >>> mix_window_nlls([window], [[0.0, 0.0]], [[torch.tensor([1.0, 1.0]), torch.tensor([3.0, 3.0])]], 3, 1.0)
+        tensor([   nan, 1.5662, 1.5662], dtype=torch.float64)
+    """
     nll = torch.full((num_tokens,), float("nan"), dtype=torch.float64)
     for w, found, window_rows in zip(windows, scores, rows):
         if found:

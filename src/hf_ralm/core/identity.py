@@ -1,13 +1,14 @@
 """A run's identity: what its records depend on, as its settings file records it and a resumed run compares. One
 function makes it for every run that keeps records (``eval-lm`` and ``retrieve``'s window records, ``--compare``'s
 candidate passes, ``rerank-data``), so each holds the reader, every RALM setting under its own name and the window
-length the plan resolved: a setting added to :class:`~hf_ralm.config.configuration_ralm.RalmConfig` enters every
+length the plan resolved: a setting added to [`RalmConfig`][hf_ralm.RalmConfig] enters every
 run's identity by itself, and a run made under another value of it is refused rather than mixed.
 
-Example::
-
+Examples:
+    ```python
     run_identity(model, RalmConfig(), window_length=512, data=ids_fingerprint(ids))
     # {'reader': 'smollm2-135m-instruct', ..., 'retrieval_stride': 4, ..., 'window_length': 512, 'data': '...'}
+    ```
 """
 
 from __future__ import annotations
@@ -20,15 +21,16 @@ from .modeling_utils import model_identity
 
 
 def run_identity(model, config: RalmConfig, *, window_length: int, **parts: Any) -> dict[str, Any]:
-    """The identity of a run of ``model`` (the reader: :func:`~hf_ralm.core.modeling_utils.model_identity`) under
-    ``config`` (every field of :data:`~hf_ralm.config.settings.RALM_FIELDS`) with windows of
+    """The identity of a run of ``model`` (the reader: [`model_identity`][hf_ralm.model_identity]) under
+    ``config`` (every field of [`RALM_FIELDS`][hf_ralm.config.settings.RALM_FIELDS]) with windows of
     ``window_length`` tokens (the plan's ``max_length``), and the run's own ``parts``: its data, retriever, batching
     and whatever else its records depend on (a part may not reuse the name of a setting).
 
-    Example::
-
+    Examples:
+        ```python
         run_identity(model, config, window_length=plan.max_length, data=ids_fingerprint(plan.ids),
                      retriever=retriever_identity(retriever), batch_size=8)
+        ```
     """
     settings = {name: getattr(config, name) for name in sorted(RALM_FIELDS)}
     clashing = sorted(set(parts) & set(settings))

@@ -1,13 +1,14 @@
 """What retrieved passages put in front of the text: the token ids written over the first positions of a window
 (evaluation) or of a context (generation), within the window length the plan resolved
-(:func:`~hf_ralm.core.plan.window_length`). One rule serves both, so
+([`window_length`][hf_ralm.core.plan.window_length]). One rule serves both, so
 evaluation and generation see the same inputs.
 
-Which of a window's retrieved passages go in context is :func:`context_indices` (``num_passages`` of them, the chosen
-one first), and what they put there :func:`context_prefix`: ``[d_n; ...; d_2; d_1]``, the most relevant nearest
-the text, each encoded as one passage alone is (:func:`passage_prefix`).
+Which of a window's retrieved passages go in context is [`context_indices`][hf_ralm.core.model_inputs.context_indices]
+(``num_passages`` of them, the chosen one first), and what they put there
+[`context_prefix`][hf_ralm.core.model_inputs.context_prefix]: ``[d_n; ...; d_2; d_1]``, the most relevant nearest the
+text, each encoded as one passage alone is ([`passage_prefix`][hf_ralm.passage_prefix]).
 
-Example:
+Examples:
     >>> context_indices(chosen=0, num_found=5, num_passages=3), context_indices(2, 5, 3), context_indices(-1, 5, 3)
     ([0, 1, 2], [2, 0, 1], [])
     >>> prefix = context_prefix(tokenizer, [passage], config)   # one passage: passage_prefix   # doctest: +SKIP
@@ -29,9 +30,24 @@ without special tokens."""
 
 
 def passage_prefix(tokenizer, passage: Passage | None, config: RalmConfig) -> list[int]:
-    """What a passage puts in front of the text: the passage encoded with the tokenizer's default special tokens and
-    cut to ``max_doc_tokens`` (as the reference does); no passage puts nothing, or a lone BOS when
-    ``config.bos_every_window`` is set (which also puts a BOS before a passage that lacks one)."""
+    """What one passage puts in front of the text.
+
+    Args:
+        tokenizer: the reader's tokenizer.
+        passage: the passage, or ``None`` for none.
+        config: the settings: ``passage_template`` makes the passage's text, ``max_doc_tokens`` cuts it and
+            ``bos_every_window`` puts a BOS in front.
+
+    Returns:
+        The passage's text encoded with the tokenizer's default special tokens and cut to ``max_doc_tokens`` tokens
+        (as the reference does); for no passage nothing, or a lone BOS when ``config.bos_every_window`` is set (which
+        also puts a BOS before a passage that lacks one).
+
+    Examples:
+        ```python
+        passage_prefix(tokenizer, Passage(id="1", title="Rome", text="Rome is ..."), RalmConfig(max_doc_tokens=8))
+        ```
+    """
     prefix: list[int] = []
     if passage is not None:
         text = config.passage_text(passage.title, passage.text)
@@ -43,11 +59,19 @@ def passage_prefix(tokenizer, passage: Passage | None, config: RalmConfig) -> li
 
 
 def context_indices(chosen: int, num_found: int, num_passages: int) -> list[int]:
-    """Which of a window's ``num_found`` retrieved passages go in context, most relevant first: ``chosen``
-    (retrieval's top, 0, or a reranker's choice), then the others in retrieval order, ``num_passages`` in all (all of
-    them when fewer were found); none when ``chosen`` is negative (no passage chosen, or the gate closed).
+    """Which of a window's retrieved passages go in context, most relevant first.
 
-    Example:
+    Args:
+        chosen: the passage chosen: retrieval's top (0) or a reranker's choice; negative for none (no passage chosen,
+            or the gate closed).
+        num_found: the passages retrieved for the window.
+        num_passages: how many go in context (``num_passages``, or ``ensemble_size`` for an ensemble's members).
+
+    Returns:
+        The indices of the passages in context: ``chosen``, then the others in retrieval order, ``num_passages`` in
+        all (all of them when fewer were found); none when ``chosen`` is negative or not among those found.
+
+    Examples:
         >>> context_indices(1, num_found=2, num_passages=3)
         [1, 0]
     """
@@ -57,19 +81,32 @@ def context_indices(chosen: int, num_found: int, num_passages: int) -> list[int]
 
 
 def context_prefix(tokenizer, passages: Sequence[Passage], config: RalmConfig) -> list[int]:
-    """What ``passages`` (most relevant first) put in front of the text: ``[d_n; sep; ...; sep; d_1]``, each
-    ``d_i`` its :func:`passage_prefix` (the tokenizer's special tokens included, cut to ``max_doc_tokens``) and
-    ``sep`` the tokens of :data:`PASSAGE_SEPARATOR`, so the most relevant passage is nearest the text. No passage
-    puts :func:`passage_prefix` of none, one passage exactly its :func:`passage_prefix`.
+    """What ``passages`` put in front of the text: ``[d_n; sep; ...; sep; d_1]``, the most relevant nearest the text.
+
+    Each ``d_i`` is its [`passage_prefix`][hf_ralm.passage_prefix] (the tokenizer's special tokens included, cut to
+    ``max_doc_tokens``) and ``sep`` the tokens of a blank line (``PASSAGE_SEPARATOR``, encoded without special
+    tokens). No passage puts [`passage_prefix`][hf_ralm.passage_prefix] of none, one passage exactly its
+    [`passage_prefix`][hf_ralm.passage_prefix].
 
     ``config.context_doc_tokens`` (``max_context_doc_tokens``, at most and by default ``num_passages ×
     max_doc_tokens``) caps the whole: passages are taken from the most relevant on, each with the separator after
     it, while they fit; the first that does not fit whole is cut to the room left, keeping its beginning (as
     ``max_doc_tokens`` cuts a passage), and the rest are left out.
 
-    Example::
+    Args:
+        tokenizer: the reader's tokenizer.
+        passages: the passages in context, most relevant first
+            ([`context_indices`][hf_ralm.core.model_inputs.context_indices] picks them).
+        config: the settings (``passage_template``, ``max_doc_tokens``, ``max_context_doc_tokens``,
+            ``bos_every_window``).
 
+    Returns:
+        The token ids written over the first positions of the window or context.
+
+    Examples:
+        ```python
         context_prefix(tokenizer, [rome, music], config)   # music's tokens, sep, rome's
+        ```
     """
     if not passages:
         return passage_prefix(tokenizer, None, config)
@@ -92,9 +129,27 @@ def window_prefixes(
     config: RalmConfig,
     chosen: Sequence[int] | None = None,
 ) -> list[list[int]]:
-    """What overwrites the start of each window: :func:`context_prefix` of its passages in context
-    (:func:`context_indices` of ``chosen[w.index]``, by default its top passage, with ``config.num_passages``;
-    a negative index or no passage: none; window 0 has none)."""
+    """What overwrites the start of each window: the prefix of its passages in context.
+
+    Args:
+        tokenizer: the reader's tokenizer.
+        windows: the windows.
+        passages: each window's retrieved passages, by window index.
+        config: the settings (``num_passages`` and what [`context_prefix`][hf_ralm.core.model_inputs.context_prefix]
+            reads).
+        chosen: per window index, the passage chosen (a reranker's; negative: none); by default each window's top.
+
+    Returns:
+        Per window, [`context_prefix`][hf_ralm.core.model_inputs.context_prefix] of its passages in context
+        ([`context_indices`][hf_ralm.core.model_inputs.context_indices] of its chosen passage, ``num_passages`` in
+        all); window 0, and a window without a passage, get the prefix of none.
+
+    Examples:
+        ```python
+        prefixes = window_prefixes(tokenizer, plan.windows, plan.candidates(plan.windows, 1), config)
+        nll = score_windows(model, plan.ids, plan.windows, prefixes)
+        ```
+    """
     def in_context(w: Window) -> list[Passage]:
         if not w.has_retrieval:
             return []

@@ -1,11 +1,12 @@
 """Small helpers around a causal LM and its KV cache, shared by the scorer, the passage cache and generation.
 
-Example::
-
+Examples:
+    ```python
     ids = torch.tensor([[5, 6, 7]], device=model_device(model))
     cache = empty_cache(model)
     last_logits(model, ids, 1, cache=cache).shape   # torch.Size([1, 1, 49152])
     cache_nbytes(cache)   # 276480
+    ```
 """
 
 from __future__ import annotations
@@ -35,12 +36,13 @@ def model_device(model: torch.nn.Module) -> torch.device:
 
 def vocabulary_size(model) -> int | None:
     """How many token ids ``model`` embeds (its input embeddings' rows; else, an engine reader's for one, its config's
-    ``vocab_size``), what every id given to it must be below (:func:`~hf_ralm.utils.checks.check_vocabulary`);
-    ``None`` when it does not say.
+    ``vocab_size``), what every id given to it must be below
+    ([`check_vocabulary`][hf_ralm.utils.checks.check_vocabulary]); ``None`` when it does not say.
 
-    Example::
-
+    Examples:
+        ```python
         vocabulary_size(model)   # 49152
+        ```
     """
     try:
         return int(model.get_input_embeddings().num_embeddings)
@@ -99,9 +101,10 @@ def empty_cache(model: torch.nn.Module) -> DynamicCache:
 
 
 def stackable_rows(cache: DynamicCache) -> bool:
-    """Whether :func:`cache_rows` and :func:`stack_cache_rows` can take caches of ``cache``'s kind apart and put them
-    together row by row: every layer a dynamic one (full attention or sliding window), whose state is its keys/values
-    and counts of tokens that rows of equal length share."""
+    """Whether [`cache_rows`][hf_ralm.core.modeling_utils.cache_rows] and
+    [`stack_cache_rows`][hf_ralm.core.modeling_utils.stack_cache_rows] can take caches of ``cache``'s kind apart and put
+    them together row by row: every layer a dynamic one (full attention or sliding window), whose state is its
+    keys/values and counts of tokens that rows of equal length share."""
     return bool(cache.layers) and all(type(layer) in (DynamicLayer, DynamicSlidingWindowLayer)
                                       for layer in cache.layers)
 
@@ -118,21 +121,22 @@ def _with_tensors(cache: DynamicCache, tensors: Sequence[tuple[torch.Tensor, tor
 
 
 def cache_rows(cache: DynamicCache) -> list[DynamicCache]:
-    """Each row of a batched cache (:func:`stackable_rows`) as a cache of its own, its tensors copied out of the
-    batch's (so the batch's memory goes with it)."""
+    """Each row of a batched cache ([`stackable_rows`][hf_ralm.core.modeling_utils.stackable_rows]) as a cache of its
+    own, its tensors copied out of the batch's (so the batch's memory goes with it)."""
     return [_with_tensors(cache, [(layer.keys[i : i + 1].clone(), layer.values[i : i + 1].clone())
                                   for layer in cache.layers])
             for i in range(cache.layers[0].keys.shape[0])]
 
 
 def stack_cache_rows(caches: Sequence[DynamicCache], repeats: Sequence[int]) -> DynamicCache:
-    """One cache whose rows are each of ``caches`` (one row each, all of one length; :func:`stackable_rows`) repeated
-    ``repeats[i]`` times, in order: inputs with different passages of one length run in one batch. The caches given
-    are left as they are.
+    """One cache whose rows are each of ``caches`` (one row each, all of one length;
+    [`stackable_rows`][hf_ralm.core.modeling_utils.stackable_rows]) repeated ``repeats[i]`` times, in order: inputs with
+    different passages of one length run in one batch. The caches given are left as they are.
 
-    Example::
-
+    Examples:
+        ```python
         batch = stack_cache_rows([rome_cache, paris_cache], [3, 2])   # 5 rows: rome's keys/values 3 times, then paris's
+        ```
     """
     def stacked(name: str, i: int) -> torch.Tensor:
         return torch.cat([getattr(c.layers[i], name).expand(n, *getattr(c.layers[i], name).shape[1:])
@@ -166,7 +170,7 @@ def model_max_length(model) -> int | None:
 
 def resolve_max_length(model, max_length: int | None) -> int:
     """``max_length``, or the model's maximum context when ``None``. A ``max_length`` beyond the model's maximum is
-    refused (a :class:`~hf_ralm.errors.SettingError`), not capped: a run at another length than its settings say
+    refused (a [`SettingError`][hf_ralm.errors.SettingError]), not capped: a run at another length than its settings say
     would report figures of a configuration nobody asked for."""
     model_max = model_max_length(model)
     if max_length is None:
@@ -189,9 +193,10 @@ def padding_id(tokenizer) -> int:
     scored or generated from, so any id works there (and evaluation batches windows of equal length, with no padding
     at all).
 
-    Example::
-
+    Examples:
+        ```python
         padding_id(tokenizer)   # 0: a tokenizer without a pad token gives its EOS
+        ```
     """
     return next((t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id) if t is not None), 0)
 
@@ -216,7 +221,7 @@ def prompt_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor | None) ->
     """Each row's prompt ids, its padding (where ``attention_mask`` is 0, left or right) left out: what generation
     continues.
 
-    Example:
+    Examples:
         >>> prompt_rows(torch.tensor([[0, 5, 6], [7, 8, 9]]), torch.tensor([[0, 1, 1], [1, 1, 1]]))
         [[5, 6], [7, 8, 9]]
     """
@@ -227,13 +232,14 @@ def prompt_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor | None) ->
 
 def left_pad(tokenizer, prompts: Sequence[str], budget: int | None = None) -> PromptBatch:
     """Prompts tokenized with the tokenizer's default special tokens, each cut from the left to ``budget`` tokens
-    (keeping a leading BOS; ``None``: no cut), left-padded with :func:`padding_id` into one batch: how generation and
-    QA batch prompts.
+    (keeping a leading BOS; ``None``: no cut), left-padded with [`padding_id`][hf_ralm.core.modeling_utils.padding_id]
+    into one batch: how generation and QA batch prompts.
 
-    Example::
-
+    Examples:
+        ```python
         batch = left_pad(tokenizer, ["the emperor of rome", "rome"])
         batch.lengths, batch.attention_mask[1].tolist()   # ([4, 1], [0, 0, 0, 1])
+        ```
     """
     encoded, truncated = [], []
     bos = tokenizer.bos_token_id
@@ -251,17 +257,17 @@ def left_pad(tokenizer, prompts: Sequence[str], budget: int | None = None) -> Pr
 
 
 def model_identity(model) -> dict[str, Any]:
-    """What identifies a model in settings that must compare equal on another machine: its name (a local folder's
-    name, not its path; a Hub id as it is; the class name when it has neither), class, parameter count and dtype. An
-    engine reader's (:class:`~hf_ralm.core.engines.reader.Reader`) has the same keys and its ``engine`` and
-    ``engine_options`` (what its figures depend on); a transformers model's names no engine, so its runs' identities
-    stay as they were.
+    """What identifies a model in settings that must compare equal on another machine: its name (a local folder's name,
+    not its path; a Hub id as it is; the class name when it has neither), class, parameter count and dtype. An engine
+    reader's (a [`Reader`][hf_ralm.Reader]) has the same keys and its ``engine`` and ``engine_options`` (what its
+    figures depend on); a transformers model's names no engine, so its runs' identities stay as they were.
 
-    Example::
-
+    Examples:
+        ```python
         model_identity(model)
         # {'reader': 'smollm2-135m-instruct', 'reader_class': 'LlamaForCausalLM', 'reader_parameters': 134515008,
         #  'dtype': 'bfloat16'}
+        ```
     """
     reader = engine_reader(model)
     if reader is not None:  # the same keys, and the engine and the options its figures depend on
@@ -272,10 +278,10 @@ def model_identity(model) -> dict[str, Any]:
 
 def reader_identity(name_or_path: str, reader_class: str, parameters: int, dtype: torch.dtype | str
                     ) -> dict[str, Any]:
-    """The keys of :func:`model_identity` every reader has, whatever runs it: its name (a local folder's name, not
-    its path; a Hub id as it is), class, parameter count and dtype.
+    """The keys of [`model_identity`][hf_ralm.model_identity] every reader has, whatever runs it: its name (a local
+    folder's name, not its path; a Hub id as it is), class, parameter count and dtype.
 
-    Example:
+    Examples:
         >>> reader_identity("HuggingFaceTB/SmolLM2-135M", "LlamaForCausalLM", 134515008, torch.bfloat16)
         {'reader': 'HuggingFaceTB/SmolLM2-135M', 'reader_class': 'LlamaForCausalLM', 'reader_parameters': 134515008, \
 'dtype': 'bfloat16'}

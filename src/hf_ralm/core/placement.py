@@ -4,7 +4,7 @@ bfloat16 on a CUDA GPU that has it, float16 on one that does not (float32 for th
 float16), float32 elsewhere (a CPU, where bfloat16 is slower unless the CPU has bf16 instructions, and half precision
 moves perplexity). ``"auto"`` is transformers' word: the checkpoint's own precision.
 
-Example:
+Examples:
     >>> import torch
     >>> resolve_dtype("device-default", torch.device("cpu")), resolve_dtype("bfloat16", torch.device("cpu"))
     (torch.float32, torch.bfloat16)
@@ -31,7 +31,7 @@ logger = logging.get_logger(__name__)
 
 INDEXED_DEVICES = {"cuda": "CUDA GPU", "xpu": "Intel GPU (XPU)"}
 """The device types PyTorch numbers (``cuda:1``, ``xpu:1``; one per rank under torchrun, indices checked), in the
-order :func:`default_device` prefers them, and what they are called."""
+order [`default_device`][hf_ralm.core.placement.default_device] prefers them, and what they are called."""
 
 
 def default_device(local_rank: int | None = None) -> torch.device:
@@ -50,10 +50,10 @@ def default_device(local_rank: int | None = None) -> torch.device:
 
 
 def resolve_device(device: str | torch.device) -> torch.device:
-    """The device ``device`` names, refused in one line (a :class:`~hf_ralm.errors.SettingError`) when PyTorch does
-    not know the name or this machine has no such device, instead of PyTorch's error deep inside loading.
+    """The device ``device`` names, refused in one line (a [`SettingError`][hf_ralm.errors.SettingError]) when PyTorch
+    does not know the name or this machine has no such device, instead of PyTorch's error deep inside loading.
 
-    Example:
+    Examples:
         >>> resolve_device("cpu")
         device(type='cpu')
         >>> resolve_device("gpu")
@@ -98,11 +98,11 @@ they give infinities, then NaN, in float16 (Gemma-3-270M: NaN perplexity where f
 
 def resolve_dtype(dtype: str | torch.dtype, device: str | torch.device,
                   model_type: str | None = None) -> torch.dtype | str:
-    """The precision ``dtype`` names (one of :data:`DTYPES`, or a ``torch.dtype``): ``"auto"`` stays ``"auto"``,
-    which transformers resolves to the checkpoint's own precision while loading; ``"device-default"``: bfloat16 on a
-    CUDA GPU that supports it, float16 on another CUDA GPU unless the model's family (``model_type``) overflows in
-    it (:data:`FLOAT16_OVERFLOWS`: then float32, with a warning), float32 on a CPU (or any other device: an Apple or
-    Intel GPU)."""
+    """The precision ``dtype`` names (one of [`DTYPES`][hf_ralm.core.placement.DTYPES], or a ``torch.dtype``):
+    ``"auto"`` stays ``"auto"``, which transformers resolves to the checkpoint's own precision while loading;
+    ``"device-default"``: bfloat16 on a CUDA GPU that supports it, float16 on another CUDA GPU unless the model's family
+    (``model_type``) overflows in it ([`FLOAT16_OVERFLOWS`][hf_ralm.core.placement.FLOAT16_OVERFLOWS]: then float32,
+    with a warning), float32 on a CPU (or any other device: an Apple or Intel GPU)."""
     if isinstance(dtype, torch.dtype):
         return dtype
     if dtype not in DTYPES:
@@ -125,7 +125,7 @@ def resolve_dtype(dtype: str | torch.dtype, device: str | torch.device,
 
 
 def working_device(model: torch.nn.Module) -> torch.device:
-    """The device of ``model``'s inputs, or :func:`default_device` for a model without weights (on ``meta``): where
-    what works beside it (a reranker) goes."""
+    """The device of ``model``'s inputs, or [`default_device`][hf_ralm.core.placement.default_device] for a model
+    without weights (on ``meta``): where what works beside it (a reranker) goes."""
     device = model_device(model)
     return default_device() if device.type == "meta" else device

@@ -2,7 +2,7 @@
 candidates. Evaluation (``eval-lm``, ``retrieve``), the reranker's training data, the reranking tables and every
 benchmark plan their windows here, so they all score the same tokens, ask the same queries and count the same words.
 
-Example:
+Examples:
     >>> from hf_ralm import RalmConfig
     >>> class Characters:   # a tokenizer with one token per character
     ...     def __call__(self, text, add_special_tokens=False): return {"input_ids": [ord(c) for c in text]}
@@ -34,10 +34,15 @@ from ..config.windows import Window, plan_windows, query_span
 class WindowPlan:
     """A text's windows and their queries, and the passages retrieved for them (on demand, once per window).
 
-    ``ids`` are the evaluated token ids, ``num_words`` the reference's word count of the evaluated text (of the
-    decoded ids when they were given or cut), ``windows`` the sliding windows of ``max_length`` tokens every
-    ``stride``, ``queries[w]`` window ``w``'s query (the decoded last ``query_length`` tokens before its first scored
-    token; ``None`` for window 0) and ``retriever`` what :meth:`candidates` retrieves with (``None``: nothing).
+    Attributes:
+        ids: the evaluated token ids.
+        num_words: the reference's word count of the evaluated text (of the decoded ids when they were given or cut).
+        windows: the sliding windows of ``max_length`` tokens, one every ``retrieval_stride`` tokens.
+        queries: ``queries[w]`` is window ``w``'s query: the decoded last ``query_length`` tokens before its first
+            scored token (``None`` for window 0).
+        max_length: the window length ``L``.
+        query_length: the query length ``ℓ``.
+        retriever: what [`candidates`][hf_ralm.core.plan.WindowPlan.candidates] retrieves with (``None``: nothing).
     """
 
     ids: list[int]
@@ -51,14 +56,31 @@ class WindowPlan:
     _depth: int = field(default=0, repr=False)
 
     def chunks(self, chunk_size: int, start: int = 0) -> Iterator[list[Window]]:
-        """The windows from window ``start`` on, ``chunk_size`` at a time."""
+        """The windows from window ``start`` on, ``chunk_size`` at a time (what a run's chunk of records holds).
+
+        Args:
+            chunk_size: the windows per chunk.
+            start: the index of the first window.
+
+        Yields:
+            Lists of at most ``chunk_size`` consecutive windows.
+        """
         check_count("chunk_size", chunk_size)
         for first in range(start, len(self.windows), chunk_size):
             yield self.windows[first : first + chunk_size]
 
     def candidates(self, windows: Sequence[Window], k: int, show_progress: bool = False) -> list[list[Passage]]:
-        """The top ``k`` passages of each of ``windows`` (``[]`` for window 0 and without a retriever), retrieved in
-        one batched call for the windows not retrieved before at that depth."""
+        """The top ``k`` passages of each of ``windows``, retrieved in one batched call for the windows not retrieved
+        before at that depth.
+
+        Args:
+            windows: windows of this plan.
+            k: the passages per window.
+            show_progress: show a progress bar of the queries.
+
+        Returns:
+            Per window, its top ``k`` passages (``[]`` for window 0, and for every window without a retriever).
+        """
         check_count("k", k)
         if self.retriever is None:
             return [[] for _ in windows]
@@ -77,22 +99,33 @@ def window_futures(tokenizer, ids: Sequence[int], windows: Sequence[Window]) -> 
 
 
 def window_length(model, config: RalmConfig, *, retrieving: bool = False) -> int:
-    """The window length ``L`` of ``model`` under ``config``: ``config.max_length`` capped at the model's maximum
-    (the model's maximum when ``None``). The one place it is resolved: :func:`prepare` for a text's plan (every
-    evaluation, ``--compare`` and ``rerank-data`` read the plan's ``max_length``), and generation and the lm-eval model
-    once for their contexts.
+    """The window length ``L`` of ``model`` under ``config``, checked to hold what retrieval puts in a window.
 
-    With ``retrieving`` (a run that puts passages in context), ``L`` must hold the longest passage prefix the
-    settings allow (``max_doc_tokens``, or ``max_context_doc_tokens`` with several passages) and a stride, or the
-    settings are refused here, before any window runs, naming both (a
-    :class:`~hf_ralm.errors.SettingError`, :meth:`~hf_ralm.config.configuration_ralm.RalmConfig.check_room`): so no
-    passage is put where the text it scores or generates should be, whatever the passages' lengths. Settings that
-    leave a window with a full prefix less than a quarter of ``L`` for its own text are said in a warning.
+    The one place it is resolved: [`prepare`][hf_ralm.prepare] for a text's plan (every evaluation, ``--compare`` and
+    ``rerank-data`` read the plan's ``max_length``), and generation and the lm-eval model once for their contexts.
+    With ``retrieving``, ``L`` must hold the longest passage prefix the settings allow and a stride
+    ([`check_room`][hf_ralm.RalmConfig.check_room]), so no passage is put where the text it scores or generates
+    should be, whatever the passages' lengths. Settings that leave a window with a full prefix less than a quarter of
+    ``L`` for its own text are said in a warning.
 
-    Example::
+    Args:
+        model: the reader, whose maximum length caps ``L``.
+        config: the settings: ``max_length`` (``None``: the model's maximum), and with ``retrieving``
+            ``max_doc_tokens`` (or ``max_context_doc_tokens`` with several passages) and ``retrieval_stride``.
+        retrieving: whether the run puts passages in context.
 
+    Returns:
+        ``config.max_length`` capped at the model's maximum (the model's maximum when ``None``).
+
+    Raises:
+        SettingError: with ``retrieving``, a window of ``L`` tokens cannot hold the longest passage prefix and a
+            stride (the message names both settings).
+
+    Examples:
+        ```python
         window_length(model, RalmConfig(max_length=512), retrieving=True)   # 512
         window_length(model, RalmConfig(max_length=256), retrieving=True)   # refused: 256 + 4 > 256
+        ```
     """
     max_length = resolve_max_length(model, config.max_length)
     if retrieving:
@@ -110,18 +143,36 @@ def window_length(model, config: RalmConfig, *, retrieving: bool = False) -> int
 def prepare(text_or_ids: str | Sequence[int], tokenizer, config: RalmConfig, retriever=None, *, model=None,
             max_length: int | None = None, max_eval_tokens: int | None = None,
             retrieving: bool | None = None) -> WindowPlan:
-    """The plan of ``text_or_ids`` (a text, tokenized without special tokens as the reference does, or token ids)
-    under ``config`` (its stride, and its query length for ``retriever``), with at most ``max_eval_tokens`` tokens.
-    The windows are as long as ``model`` (the reader) allows under ``config`` (:func:`window_length`, resolved here
-    once and kept as the plan's ``max_length``), or ``max_length`` tokens for a plan made without a reader (one of
-    the two is given). Anything else than a text or token ids, and ids outside the reader's vocabulary, are refused
-    in one line (:func:`evaluation_tokens`) before anything runs.
+    """The plan of an evaluation: its token ids, windows and queries, and the retrieval for them.
 
-    Example::
+    Args:
+        text_or_ids: a text (tokenized without special tokens, as the reference does) or its token ids.
+        tokenizer: the reader's tokenizer (it also decodes the queries).
+        config: the settings: ``retrieval_stride``, and ``query_length`` (or the retriever's default) for the queries.
+        retriever: what [`WindowPlan.candidates`][hf_ralm.core.plan.WindowPlan.candidates] retrieves with (``None``:
+            nothing).
+        model: the reader, whose window length the plan resolves
+            ([`window_length`][hf_ralm.core.plan.window_length]) and keeps as its ``max_length``.
+        max_length: the window length, for a plan made without a reader; give ``model`` or this, not both.
+        max_eval_tokens: evaluate only the first this many tokens.
+        retrieving: whether passages go in context, for the window length's check (by default: when there is a
+            retriever).
 
+    Returns:
+        The [`WindowPlan`][hf_ralm.core.plan.WindowPlan].
+
+    Raises:
+        TypeError: neither or both of ``model`` and ``max_length`` are given.
+        InputTypeError: ``text_or_ids`` is neither a text nor token ids.
+        SettingError: the text is empty, its ids are outside the reader's vocabulary, or the window length cannot
+            hold a passage and a stride; each refused in one line before anything runs.
+
+    Examples:
+        ```python
         plan = prepare(text, tokenizer, config, retriever, model=model)
         for chunk in plan.chunks(256):
             passages = plan.candidates(chunk, k=16)
+        ```
     """
     if (model is None) == (max_length is None):
         raise TypeError("prepare() takes the reader (model=...), whose window length the plan resolves, or the "
@@ -144,11 +195,11 @@ TEXT_OR_IDS = "a text (str) or its token ids (a list of int, or a 1-D tensor)"
 def evaluation_tokens(tokenizer, text_or_ids: str | Sequence[int], max_eval_tokens: int | None,
                       vocab_size: int | None = None) -> tuple[list[int], str]:
     """The token ids evaluated and the text their words are counted in (the decoded ids when ids are given or
-    ``max_eval_tokens`` cuts the text). Refused in one line naming ``text_or_ids``: what is neither a text nor
-    token ids (:func:`~hf_ralm.utils.checks.token_id_list`; a list of texts is told to join them first), and given
-    ids outside a vocabulary of ``vocab_size`` (:func:`~hf_ralm.utils.checks.check_vocabulary`).
+    ``max_eval_tokens`` cuts the text). Refused in one line naming ``text_or_ids``: what is neither a text nor token ids
+    ([`token_id_list`][hf_ralm.utils.checks.token_id_list]; a list of texts is told to join them first), and given ids
+    outside a vocabulary of ``vocab_size`` ([`check_vocabulary`][hf_ralm.utils.checks.check_vocabulary]).
 
-    Example:
+    Examples:
         >>> evaluation_tokens(None, ["the king", "the queen"], None)
         Traceback (most recent call last):
         ...
@@ -173,8 +224,19 @@ as hf-ralm eval-lm joins them), or evaluate each text on its own.
 
 
 def tokenize_text(tokenizer, text: str, max_eval_tokens: int | None = None) -> list[int]:
-    """Token ids of the whole text, without special tokens (as the reference), optionally cut to the first
-    ``max_eval_tokens``."""
+    """The token ids of a whole text, without special tokens (as the reference tokenizes it).
+
+    Args:
+        tokenizer: the reader's tokenizer.
+        text: the text.
+        max_eval_tokens: keep only the first this many ids (``None``: all of them).
+
+    Returns:
+        The token ids.
+
+    Raises:
+        ValueError: the text is empty (a text of whitespace alone is evaluated, with a warning).
+    """
     if not text:
         raise ValueError("The dataset is empty: there is no text to evaluate.")
     if not text.strip():  # the command line refuses it; a Python caller may have read the wrong file
@@ -187,7 +249,7 @@ def tokenize_text(tokenizer, text: str, max_eval_tokens: int | None = None) -> l
 def first_tokens(ids: Sequence[int], max_eval_tokens: int | None = None) -> list[int]:
     """The first ``max_eval_tokens`` ids (all of them when ``None``).
 
-    Example:
+    Examples:
         >>> first_tokens([5, 6, 7], 2)
         [5, 6]
     """
@@ -206,7 +268,8 @@ def window_queries(tokenizer, ids: Sequence[int], windows: Sequence[Window], que
 def retrieve(retriever, queries: Sequence[str], k: int, show_progress: bool = False,
              batch_size: int = 512) -> list[list[Passage]]:
     """The top ``k`` passages of each query, ``batch_size`` queries per call of ``retriever.retrieve``, under a bar of
-    queries (a chunk's retrieval in a run names itself on the run's bar: :mod:`hf_ralm.utils.progress`)."""
+    queries (a chunk's retrieval in a run names itself on the run's bar:
+    [`hf_ralm.utils.progress`][hf_ralm.utils.progress])."""
     found: list[list[Passage]] = []
     with tqdm(total=len(queries), desc="Retrieving", unit="query", disable=not show_progress or not queries) as bar:
         for start in range(0, len(queries), batch_size):

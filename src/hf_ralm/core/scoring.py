@@ -1,21 +1,23 @@
 """The fast, exact scorer: negative log-likelihoods of every scored token of every window.
 
-Each window's input is ``prefix_ids`` (a passage, a BOS, or nothing) written over the first positions of the
-window's tokens, exactly as the reference does; what changes is how it is computed. :func:`score_inputs` does it for
-any :class:`ScoredInput` (a reranker's candidate inputs too); :func:`score_windows` for the windows of a text:
+Each window's input is ``prefix_ids`` (a passage, a BOS, or nothing) written over the first positions of the window's
+tokens, exactly as the reference does; what changes is how it is computed.
+[`score_inputs`][hf_ralm.core.scoring.score_inputs] does it for any [`ScoredInput`][hf_ralm.core.scoring.ScoredInput] (a
+reranker's candidate inputs too); [`score_windows`][hf_ralm.score_windows] for the windows of a text:
 
 * windows of equal shape are batched (every window is exactly ``end - begin`` long, so no padding is needed);
 * logits are computed only at the positions that score a token (``logits_to_keep``), not for the whole window;
 * windows that share the same passage share its keys/values: a passage sits at position 0 and attention is causal,
   so its keys/values do not depend on the text after it. They come from a
-  :class:`~hf_ralm.core.passage_cache.PassageKVCache` (computed once per distinct passage, or taken from a store the
+  [`PassageKVCache`][hf_ralm.PassageKVCache] (computed once per distinct passage, or taken from a store the
   caller shares, e.g. with generation) and only the text after the passage is run (turn off with
   ``reuse_prefix_kv=False``); a window whose passage no other window shares runs whole, in one batch with the
   other such windows, so batches stay full.
 
-Example::
-
+Examples:
+    ```python
     nll = score_windows(model, ids, plan_windows(len(ids), 512, 4), prefixes)
+    ```
 """
 
 from __future__ import annotations
@@ -45,8 +47,8 @@ def token_nlls(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 
 def check_finite(nlls: torch.Tensor, batch: Sequence["ScoredInput"], model) -> None:
-    """Raise :class:`~hf_ralm.errors.NonFiniteError` when a row of ``nlls`` (one per input of ``batch``) holds a NaN
-    or an infinity: a figure summed from it would be NaN or infinite, reported as if it were a result. The message
+    """Raise [`NonFiniteError`][hf_ralm.errors.NonFiniteError] when a row of ``nlls`` (one per input of ``batch``) holds
+    a NaN or an infinity: a figure summed from it would be NaN or infinite, reported as if it were a result. The message
     names the first such input's tokens and the model's precision, and says what fixes it."""
     bad = ~torch.isfinite(nlls)
     if not bad.any():
@@ -66,7 +68,8 @@ def check_finite(nlls: torch.Tensor, batch: Sequence["ScoredInput"], model) -> N
 @dataclass(frozen=True)
 class ScoredInput:
     """One model input and the tokens it scores: ``ids[begin:end]`` with ``prefix`` written over its first positions
-    (:func:`~hf_ralm.config.windows.place_passage`), scoring the tokens from text position ``first_scored`` to ``end``.
+    ([`place_passage`][hf_ralm.config.windows.place_passage]), scoring the tokens from text position ``first_scored`` to
+    ``end``.
 
     ``ids`` is shared, not copied (a text's ids for the reader's windows, or an input of its own). Inputs that put the
     same prefix before what they score share the prefix's keys/values.
@@ -115,13 +118,12 @@ def score_inputs(
 ) -> list[torch.Tensor]:
     """NLLs (float64, on the CPU) of the scored tokens of every input, in order.
 
-    Inputs of equal length that score equally many tokens run in one batch (no padding needed) and the LM head runs
-    only where a token is scored. With ``reuse_prefix_kv``, inputs that share a prefix are grouped by prefix: its
-    keys/values come from ``passage_cache`` (computed once per distinct prefix) and only the rest is run; an input
-    whose prefix no other input shares (and the store does not hold) runs whole, batched with the other such inputs
-    of its shape. An engine reader (:class:`~hf_ralm.core.engines.reader.Reader`) gets all the inputs in one call
-    and batches them itself.
-    """
+    Inputs of equal length that score equally many tokens run in one batch (no padding needed) and the LM head runs only
+    where a token is scored. With ``reuse_prefix_kv``, inputs that share a prefix are grouped by prefix: its keys/values
+    come from ``passage_cache`` (computed once per distinct prefix) and only the rest is run; an input whose prefix no
+    other input shares (and the store does not hold) runs whole, batched with the other such inputs of its shape. An
+    engine reader (a [`Reader`][hf_ralm.Reader], e.g. vLLM's) gets all the inputs in one call and batches them
+    itself. """
     reader = engine_reader(model)
     if reader is not None:
         nlls = reader.score_inputs(inputs)
@@ -139,14 +141,15 @@ def score_inputs(
 
 def score_continuations(model, inputs: Sequence[ScoredInput], batch_size: int = 8, reuse_prefix_kv: bool = True,
                         passage_cache: PassageKVCache | None = None) -> list[tuple[float, bool]]:
-    """Per input, the summed log-probability of its scored tokens and whether each of them is the model's most
-    likely next token there (greedy decoding would produce them): lm-evaluation-harness's ``(logprob, is_greedy)``.
-    Batched and computed as :func:`score_inputs` computes the NLLs (the same batches, passages' keys/values reused;
-    an engine reader's all in one call).
+    """Per input, the summed log-probability of its scored tokens and whether each of them is the model's most likely
+    next token there (greedy decoding would produce them): lm-evaluation-harness's ``(logprob, is_greedy)``. Batched and
+    computed as [`score_inputs`][hf_ralm.core.scoring.score_inputs] computes the NLLs (the same batches, passages'
+    keys/values reused; an engine reader's all in one call).
 
-    Example::
-
+    Examples:
+        ```python
         score_continuations(model, [ScoredInput(ids, 0, len(ids), (), len(context_ids))])   # [(-7.9, False)]
+        ```
     """
     reader = engine_reader(model)
     if reader is not None:
@@ -164,9 +167,10 @@ def score_continuations(model, inputs: Sequence[ScoredInput], batch_size: int = 
 def _scored_batches(model, inputs: Sequence[ScoredInput], batch_size: int, reuse_prefix_kv: bool,
                     passage_cache: PassageKVCache | None) -> Iterator[tuple[list[int], torch.Tensor, torch.Tensor,
                                                                             torch.Tensor]]:
-    """The batches :func:`score_inputs` runs: per batch, the indices of its inputs, the NLLs of their scored tokens
-    (float64, on the CPU, checked finite: :func:`check_finite`), the logits that predict those tokens (``batch ×
-    num_scored × vocabulary``) and the tokens."""
+    """The batches [`score_inputs`][hf_ralm.core.scoring.score_inputs] runs: per batch, the indices of its inputs, the
+    NLLs of their scored tokens (float64, on the CPU, checked finite:
+    [`check_finite`][hf_ralm.core.scoring.check_finite]), the logits that predict those tokens (``batch × num_scored ×
+    vocabulary``) and the tokens."""
     if passage_cache is not None and not reuse_prefix_kv:
         raise ValueError("passage_cache holds passages' keys/values for reuse: it needs reuse_prefix_kv=True.")
     if reuse_prefix_kv:
@@ -223,11 +227,32 @@ def score_windows(
     show_progress: bool = True,
     passage_cache: PassageKVCache | None = None,
 ) -> torch.Tensor:
-    """NLL of every token, as a float64 tensor of ``len(ids)`` (NaN where no window scores the token, i.e. token 0).
+    """The NLL of every token of a text, each scored in its window with the window's prefix in front.
 
-    ``prefixes[w.index]`` is what overwrites the start of window ``w`` (a passage's token ids, ``[bos]`` or ``[]``).
-    ``passage_cache``: a :class:`~hf_ralm.core.passage_cache.PassageKVCache` of ``model`` to take the passages'
-    keys/values from and keep them in (by default a store of this call's own).
+    Args:
+        model: the reader (a transformers causal LM, or an engine reader such as [`VllmReader`][hf_ralm.VllmReader]).
+        ids: the text's token ids.
+        windows: its windows ([`plan_windows`][hf_ralm.plan_windows]).
+        prefixes: ``prefixes[w.index]`` overwrites the start of window ``w``: a passage's token ids, ``[bos]`` or
+            ``[]`` ([`window_prefixes`][hf_ralm.window_prefixes]).
+        batch_size: the windows run in one forward pass.
+        reuse_prefix_kv: compute each distinct passage's keys/values once and reuse them for the windows that share
+            it (exact: a passage sits at position 0 and attention is causal).
+        show_progress: show a progress bar of the windows.
+        passage_cache: a [`PassageKVCache`][hf_ralm.PassageKVCache] of ``model`` to take the passages' keys/values
+            from and keep them in (by default a store of this call's own).
+
+    Returns:
+        A float64 tensor of ``len(ids)`` NLLs, NaN where no window scores the token (token 0).
+
+    Raises:
+        NonFiniteError: the model gives a NaN or infinite NLL (the message names the tokens and the precision).
+
+    Examples:
+        ```python
+        nll = score_windows(model, plan.ids, plan.windows, window_prefixes(tokenizer, plan.windows, passages, config))
+        float(nll[1:].sum())   # the summed NLL of the scored tokens
+        ```
     """
     ids = list(ids)
     nll = torch.full((len(ids),), float("nan"), dtype=torch.float64)
@@ -247,7 +272,7 @@ class WindowShare:
     """A progress bar of ``windows`` windows advanced by their ``inputs`` inputs as they are scored: ``update(n)``
     inputs moves it by the windows' share done (whole windows), so that it reaches ``windows`` with the last input.
 
-    Example:
+    Examples:
         >>> import io
         >>> bar = tqdm(total=4, file=io.StringIO())
         >>> share = WindowShare(bar, windows=4, inputs=68)
@@ -273,17 +298,19 @@ def reader_nlls(model, tokenizer, ids: Sequence[int], windows: Sequence[Window],
                 batch_size: int = 8, reuse_prefix_kv: bool = True, passage_cache: PassageKVCache | None = None,
                 progress: tqdm | None = None) -> Iterator[list[torch.Tensor]]:
     """For each window in order, the reader's NLLs (float64) of the text tokens from ``firsts[i]`` to its end under
-    each of ``options[i]``: the window with :func:`~hf_ralm.core.model_inputs.passage_prefix` of the option (``None``:
-    no passage) written over its start, as the chosen passage will be. The inputs of :data:`WINDOWS_PER_CHUNK`
-    windows run in one :func:`~hf_ralm.core.scoring.score_inputs` call (batched, each distinct passage's keys/values
-    computed once with ``reuse_prefix_kv``). What ranking (:func:`rerank_windows`) and ensembles
-    (:mod:`hf_ralm.core.ensemble`) score their candidates with.
+    each of ``options[i]``: the window with [`passage_prefix`][hf_ralm.passage_prefix] of the option (``None``:
+    no passage) written over its start, as the chosen passage will be. The inputs of
+    [`WINDOWS_PER_CHUNK`][hf_ralm.core.scoring.WINDOWS_PER_CHUNK] windows run in one
+    [`score_inputs`][hf_ralm.core.scoring.score_inputs] call (batched, each distinct passage's keys/values computed once
+    with ``reuse_prefix_kv``). What ranking ([`rerank_windows`][hf_ralm.selection.rerank.rerank_windows]) and ensembles
+    ([`hf_ralm.core.ensemble`][hf_ralm.core.ensemble]) score their candidates with.
 
-    Example::
-
+    Examples:
+        ```python
         rows = next(reader_nlls(model, tokenizer, ids, [window], [[rome, None]], [window.score_begin],
                                 config))
         [float(row.sum()) for row in rows]   # [11.2, 13.9]: the window's target NLL with rome, and without
+        ```
     """
     ids = list(ids)
     passage_cache = PassageKVCache.for_model(model, passage_cache) if reuse_prefix_kv else None

@@ -2,11 +2,11 @@
 
 ``evaluate.load(name)`` looks a bare name up on the Hub and, when the Hub is out of reach, in its module cache
 (``$HF_MODULES_CACHE``, by default ``~/.cache/huggingface/modules``). ``import hf_ralm`` calls
-:func:`register_metrics`, which keeps a one-line shim of each metric there (importing it from the installed package),
-so that after hf-ralm has been imported once in an environment ``evaluate.load("ralm_perplexity")`` works offline,
-in any later process too. Nothing runs at interpreter start-up.
+[`register_metrics`][hf_ralm.metrics.register_metrics], which keeps a one-line shim of each metric there (importing it
+from the installed package), so that after hf-ralm has been imported once in an environment
+``evaluate.load("ralm_perplexity")`` works offline, in any later process too. Nothing runs at interpreter start-up.
 
-Example:
+Examples:
     >>> import evaluate, hf_ralm
     >>> metric = evaluate.load("ralm_perplexity")                               # doctest: +SKIP
     >>> # by path, no cache involved:

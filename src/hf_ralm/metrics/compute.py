@@ -17,10 +17,10 @@ JOINED_KEYS = ("nll_sum", "num_tokens", "num_scored", "num_words", "token_ppl", 
 
 
 def prediction_perplexity(model, text: str, **kwargs) -> tuple[float, int | None]:
-    """One prediction's perplexity on its own, as ``evaluate``'s ``perplexity`` defines it: ``exp`` of the mean NLL
-    of its scored tokens (every token after its first), with In-Context RALM's retrieval inside the text; and its
-    windows with a passage in context. ``(nan, None)`` for a prediction with nothing to score (fewer than two
-    tokens, or only whitespace). ``kwargs`` go to :meth:`~hf_ralm.RetrievalAugmentedModel.evaluate_perplexity`
+    """One prediction's perplexity on its own, as ``evaluate``'s ``perplexity`` defines it: ``exp`` of the mean NLL of
+    its scored tokens (every token after its first), with In-Context RALM's retrieval inside the text; and its windows
+    with a passage in context. ``(nan, None)`` for a prediction with nothing to score (fewer than two tokens, or only
+    whitespace). ``kwargs`` go to [`evaluate_perplexity`][hf_ralm.RetrievalAugmentedModel.evaluate_perplexity]
     (``max_eval_tokens`` cuts the prediction first)."""
     max_eval_tokens = kwargs.pop("max_eval_tokens", None)
     ids = tokenize_text(model.tokenizer, text, max_eval_tokens) if text.strip() else []
@@ -47,13 +47,14 @@ def compute_ralm_perplexity(
     bos_every_window: bool = RalmConfig.bos_every_window,
     device: str | None = None,
 ) -> dict:
-    """The figures of In-Context RALM perplexity: for ``predictions`` joined into one text (:data:`JOINED_KEYS`,
-    the paper's), and for each prediction on its own (``perplexities``, :func:`prediction_perplexity`) with their
-    mean over the predictions that have one (``mean_perplexity``; NaN when none has), as ``evaluate``'s
-    ``perplexity`` gives them. The settings are :class:`RalmConfig`'s (``stride`` is ``retrieval_stride``;
-    ``query_length=None``: the retriever's default); ``device=None``: the accelerator when there is one.
-    ``predictions`` that are no list of texts (``None``, a single text, an item that is no text) or an empty list are
-    refused in one line before the model is loaded (:func:`~hf_ralm.utils.checks.check_texts`)."""
+    """The figures of In-Context RALM perplexity: for ``predictions`` joined into one text
+    ([`JOINED_KEYS`][hf_ralm.metrics.compute.JOINED_KEYS], the paper's), and for each prediction on its own
+    (``perplexities``, [`prediction_perplexity`][hf_ralm.metrics.compute.prediction_perplexity]) with their mean over
+    the predictions that have one (``mean_perplexity``; NaN when none has), as ``evaluate``'s ``perplexity`` gives them.
+    The settings are [`RalmConfig`][hf_ralm.RalmConfig]'s (``stride`` is ``retrieval_stride``; ``query_length=None``:
+    the retriever's default); ``device=None``: the accelerator when there is one. ``predictions`` that are no list of
+    texts (``None``, a single text, an item that is no text) or an empty list are refused in one line before the model
+    is loaded ([`check_texts`][hf_ralm.utils.checks.check_texts])."""
     import torch
 
     from ..modeling_ralm import RetrievalAugmentedModel

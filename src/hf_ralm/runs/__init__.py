@@ -1,9 +1,10 @@
-"""Long runs that resume, shard and never lose work: the record store (:mod:`.store`: gzip'd JSON chunks written
-atomically and fsynced, checked when read), the one run harness every long run goes through (:mod:`.harness`:
-:class:`~hf_ralm.runs.harness.ChunkRun`), a worker's part of a run (:mod:`.shards`) and the locks that keep two
-processes apart (:mod:`.locks`).
+"""Long runs that resume, shard and never lose work: the record store ([`store`][hf_ralm.runs.store]: gzip'd JSON chunks
+written atomically and fsynced, checked when read), the one run harness every long run goes through
+([`harness`][hf_ralm.runs.harness]: [`ChunkRun`][hf_ralm.ChunkRun]), a worker's part of a run
+([`shards`][hf_ralm.runs.shards]) and the locks that keep two processes apart ([`locks`][hf_ralm.runs.locks]).
 
-Example::
-
+Examples:
+    ```python
     from hf_ralm.runs.harness import ChunkRun, RunOptions
+    ```
 """

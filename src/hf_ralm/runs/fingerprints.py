@@ -1,7 +1,7 @@
 """Short identities of what a run's settings record instead of large inputs: digests of values, token ids and
 title sets, and settings as they read back from JSON (so a stored copy compares equal).
 
-Example:
+Examples:
     >>> ids_fingerprint([1, 2, 3])
     '3 tokens, a36b1f2c3f84522d'
 """
@@ -23,9 +23,18 @@ def as_json(mapping: Mapping[str, Any], what: str) -> dict[str, Any]:
 
 
 def digest(value: Any) -> str:
-    """A short SHA-256 of a JSON-serializable value (or of bytes): what settings record of large inputs.
+    """A short SHA-256 of a value: what settings record of large inputs.
 
-    Example:
+    Args:
+        value: a JSON-serializable value (its keys sorted), or bytes.
+
+    Returns:
+        The first 16 hex digits of the SHA-256.
+
+    Raises:
+        TypeError: the value is neither bytes nor JSON-serializable.
+
+    Examples:
         >>> digest([1, 2, 3])
         'a36b1f2c3f84522d'
     """
@@ -36,7 +45,7 @@ def digest(value: Any) -> str:
 def ids_fingerprint(ids: Sequence[int]) -> str:
     """A short identity of a text's token ids (their count and digest), to record in settings instead of the text.
 
-    Example:
+    Examples:
         >>> ids_fingerprint([1, 2, 3])
         '3 tokens, a36b1f2c3f84522d'
     """
@@ -47,7 +56,7 @@ def titles_fingerprint(titles: Iterable[str]) -> str:
     """A short, order-free identity of a set of titles (forbidden or excluded ones), to record in settings instead of
     the titles themselves.
 
-    Example:
+    Examples:
         >>> titles_fingerprint(["Nero", "Rome"]) == titles_fingerprint(["Rome", "Nero", "Rome"])
         True
     """

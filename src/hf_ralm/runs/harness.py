@@ -1,15 +1,16 @@
-"""One run harness for every long run (datatrove's executor shape): :class:`RunOptions`, how a run is kept and shared
-(its output folder, chunk size, overwrite, repair, shards, batch size, progress), and :class:`ChunkRun`, the driver
-that owns this worker's chunks of the run, its :class:`~hf_ralm.runs.store.RecordStore` (opened, resumed, overwritten,
-repaired), skipping what is saved, the barrier of a sharded run and the final file, written once, by the right
-worker. The steps stay plain: a function that computes the records of positions ``[start, stop)``.
+"""One run harness for every long run (datatrove's executor shape): [`RunOptions`][hf_ralm.RunOptions], how a run is
+kept and shared (its output folder, chunk size, overwrite, repair, shards, batch size, progress), and
+[`ChunkRun`][hf_ralm.ChunkRun], the driver that owns this worker's chunks of the run, its
+[`RecordStore`][hf_ralm.RecordStore] (opened, resumed, overwritten, repaired), skipping what is saved, the barrier of a
+sharded run and the final file, written once, by the right worker. The steps stay plain: a function that computes the
+records of positions ``[start, stop)``.
 
 Every run cuts its positions (windows, questions, passages) into a fixed grid of ``chunk_size``: worker ``I`` of
-``N`` computes the chunks ``I, I + N, ...`` (:class:`~hf_ralm.runs.shards.Shard`), each minus what the store holds
-already (a run resumed with another chunk size saved parts of it: :func:`~hf_ralm.runs.shards.uncovered`), so a
+``N`` computes the chunks ``I, I + N, ...`` ([`Shard`][hf_ralm.runs.shards.Shard]), each minus what the store holds
+already (a run resumed with another chunk size saved parts of it: [`uncovered`][hf_ralm.runs.shards.uncovered]), so a
 chunk never depends on what was resumed, and an interrupted run goes on where it stopped with the same figures.
 
-Example:
+Examples:
     >>> import tempfile
     >>> from hf_ralm.runs.store import RecordStore
     >>> options = RunOptions(output_dir=tempfile.mkdtemp(), chunk_size=2, show_progress=False)
@@ -55,11 +56,11 @@ class RunOptions:
             refusing them; ``eval.json`` records how many (``accepted_unverified_chunks``).
         num_shards: how many workers share the run (``None``: from torchrun, accelerate or a Slurm array, else 1).
         shard_id: which of them this process is (0 to ``num_shards - 1``).
-        batch_size: inputs per forward pass, or ``"auto"`` (:class:`~hf_ralm.core.batching.BatchSize`).
+        batch_size: inputs per forward pass, or ``"auto"`` ([`BatchSize`][hf_ralm.BatchSize]).
         show_progress: show progress bars.
         report_extra: what else the caller records in the run's report (``eval.json``), e.g. its arguments.
 
-    Example:
+    Examples:
         >>> RunOptions(output_dir="runs/bm25", num_shards=4, shard_id=1).shard.description
         '1 of 4 (arguments)'
         >>> options, rest = RunOptions.split({"chunk_size": 64, "max_eval_tokens": 512})
@@ -84,40 +85,73 @@ class RunOptions:
 
     @property
     def shard(self) -> Shard:
-        """This worker's part of the run: of ``num_shards``/``shard_id`` when given, else of the environment."""
+        """This worker's part of the run: of ``num_shards``/``shard_id`` when given, else of the environment
+        (torchrun, accelerate or a Slurm array)."""
         return Shard.resolve(self.num_shards, self.shard_id)
 
     @classmethod
     def split(cls, kwargs: Mapping[str, Any]) -> tuple[RunOptions, dict[str, Any]]:
-        """The run options among keyword arguments (over ``kwargs["run"]`` when given), and the other arguments: what
-        the flat keyword form (``model.evaluate_perplexity(text, output_dir=..., chunk_size=...)``) passes."""
+        """The run options among keyword arguments, and the other arguments: what the flat keyword form
+        (``model.evaluate_perplexity(text, output_dir=..., chunk_size=...)``) passes.
+
+        Args:
+            kwargs: keyword arguments; a ``run`` among them is a [`RunOptions`][hf_ralm.RunOptions] the others
+                update.
+
+        Returns:
+            The run options, and the arguments that are none of their fields.
+        """
         names = {field.name for field in dataclasses.fields(cls)}
         given = {key: value for key, value in kwargs.items() if key in names}
         rest = {key: value for key, value in kwargs.items() if key not in names and key != "run"}
         return dataclasses.replace(kwargs.get("run") or cls(), **given), rest
 
     def check_output_dir(self, own: Sequence[str], what: str) -> None:
-        """Refuse, before any work, an ``output_dir`` that holds anything but ``own`` (glob patterns of the run's
-        files: ``hf_ralm.runs.output_folder.check_output_folder``)."""
+        """Refuse, before any work, an ``output_dir`` that holds anything but the run's own files.
+
+        Args:
+            own: glob patterns of the run's files (``hf_ralm.runs.output_folder.check_output_folder``).
+            what: the run, as messages name it.
+
+        Raises:
+            OutputFolderError: ``output_dir`` holds other files (the message names one).
+        """
         if self.output_dir is not None:
             check_output_folder(self.output_dir, own, what)
 
 
 class ChunkRun:
-    """This worker's part of a chunked run (see the module docstring): the chunks it computes, its record store (or,
-    without ``options.output_dir``, the records in memory), the progress bar, the barrier and the final file.
+    """This worker's part of a chunked run: the chunks it computes, its record store (or, without
+    ``options.output_dir``, the records in memory), the progress bar, the barrier and the final file.
 
-    ``chunk_size`` defaults to ``options.chunk_size``; ``what`` names the run in messages; ``shard`` defaults to
-    ``options.shard``. Many workers need an output folder (the store they share): refused otherwise.
+    Every run cuts its positions (windows, questions, passages) into a fixed grid of ``chunk_size``: worker ``I`` of
+    ``N`` computes the chunks ``I, I + N, ...``, each minus what the store holds already, so a chunk never depends on
+    what was resumed, and an interrupted run goes on where it stopped with the same figures.
 
-    Example::
+    Args:
+        options: how the run is kept and shared.
+        chunk_size: positions per chunk (by default ``options.chunk_size``).
+        what: the run, as messages name it.
+        shard: this worker's part (by default ``options.shard``).
 
+    Attributes:
+        store: the record store, once opened ([`open`][hf_ralm.ChunkRun.open]; ``None``: the records are kept in
+            memory).
+        num_resumed: the records the store held when it was opened.
+        computed: the ``[start, stop)`` of the records this process computed, in order.
+
+    Raises:
+        SettingError: several workers share a run without an output folder (the store they share).
+
+    Examples:
+        ```python
         run = ChunkRun(RunOptions(output_dir="out", chunk_size=256), what="run")
         run.open(WindowRecordWriter, "out/windows", settings, windows=plan.windows)
         run.run(len(plan.windows), lambda start, stop: score(plan.windows[start:stop]), desc="Evaluating", unit="win")
         run.gather()                               # the other workers' chunks
         if run.complete(len(plan.windows)):
             run.finish(lambda: write_json_atomic("out/eval.json", figures))   # once, by the writer
+        ```
     """
 
     def __init__(self, options: RunOptions, *, chunk_size: int | None = None, what: str = "run",
@@ -141,9 +175,23 @@ class ChunkRun:
     def open(self, store_type: type[Store], folder: str | os.PathLike, settings: Mapping[str, Any], *,
              reproduce: Mapping[str, Any] | None = None, overwrite: bool | None = None,
              final: Sequence[str | os.PathLike] = (), **store_options: Any) -> Store:
-        """Open (resume) the run's store of ``store_type`` in ``folder``. With ``overwrite`` (by default the
-        options'), the writing worker deletes its records and the ``final`` files first, and every worker waits for
-        it (under torch.distributed) before it opens the folder; ``store_options`` go to the store."""
+        """Open (resume) the run's record store.
+
+        With ``overwrite``, the writing worker deletes the records and the ``final`` files first, and every worker
+        waits for it (under torch.distributed) before it opens the folder.
+
+        Args:
+            store_type: the store's class ([`RecordStore`][hf_ralm.RecordStore] or a subclass).
+            folder: where the store keeps its chunks.
+            settings: what the records depend on; a store whose saved settings differ is refused.
+            reproduce: what the records are checked against as well (passed to the store).
+            overwrite: delete the records first (by default the options').
+            final: the run's final files, deleted with the records.
+            **store_options: what else the store takes.
+
+        Returns:
+            The store, with what it holds resumed.
+        """
         if (self.options.overwrite if overwrite is None else overwrite) and is_writer():
             store_type.remove(folder)  # the records first: refused while a worker computes them
             for path in final:
@@ -159,8 +207,18 @@ class ChunkRun:
 
     @contextmanager
     def progress(self, total: int | None, *, desc: str, unit: str, initial: int | None = None) -> Iterator[tqdm]:
-        """The run's progress bar (``total`` positions, ``initial``: the resumed ones by default) while chunks are
-        computed in it; the store is closed (its lock let go) at the end, its buffered records saved."""
+        """The run's progress bar while chunks are computed in it; the store is closed (its lock let go) at the end,
+        its buffered records saved.
+
+        Args:
+            total: the run's positions.
+            desc: the bar's label.
+            unit: what a position is, as the bar names it.
+            initial: where the bar starts (by default at the records held).
+
+        Yields:
+            The bar.
+        """
         with self.store or nullcontext(), tqdm(total=total, initial=self.num_done if initial is None else initial,
                                                desc=desc, unit=unit, disable=not self.options.show_progress) as bar:
             self.bar = bar
@@ -172,10 +230,16 @@ class ChunkRun:
     def compute(self, start: int, stop: int, step: Step, *, info: Callable[[], Mapping[str, Any]] | None = None,
                 after: Callable[[int, Sequence[Any]], None] | None = None,
                 status: Callable[[], str] | None = None) -> None:
-        """Chunk ``[start, stop)`` of the grid, when it is this worker's: ``step``'s records of each of its runs of
-        positions the store does not hold, saved (with ``info()`` in the chunk file) or kept, then ``after(start,
-        records)``; ``status()`` is shown at the end of the bar's line once the chunk is done (e.g. where the time
-        went)."""
+        """Compute chunk ``[start, stop)`` of the grid, when it is this worker's: the positions the store lacks.
+
+        Args:
+            start: the chunk's first position.
+            stop: one past its last.
+            step: the records of positions ``[begin, end)``, for each run of positions the store does not hold.
+            info: what else each chunk file records (called once per saved part).
+            after: called with each part's first position and records once they are saved or kept.
+            status: what the bar's line shows at its end once a part is done (e.g. where the time went).
+        """
         if not self.shard.takes(start // self.chunk_size):
             return
         for begin, end in uncovered(start, stop, self.ranges()):
@@ -193,8 +257,16 @@ class ChunkRun:
                 self.bar.set_postfix_str(status())
 
     def run(self, total: int, step: Step, *, desc: str, unit: str, initial: int | None = None, **hooks: Any) -> None:
-        """Every chunk of ``total`` positions this worker computes (:meth:`compute`, with its ``info``, ``after`` and
-        ``status`` hooks), under a progress bar (:meth:`progress`)."""
+        """Compute every chunk of the run that is this worker's, under the run's progress bar.
+
+        Args:
+            total: the run's positions.
+            step: the records of positions ``[start, stop)``.
+            desc: the bar's label.
+            unit: what a position is, as the bar names it.
+            initial: where the bar starts (by default at the records held).
+            **hooks: ``info``, ``after`` and ``status``, as [`compute`][hf_ralm.ChunkRun.compute] takes them.
+        """
         with self.progress(total, desc=desc, unit=unit, initial=initial):
             for start in range(0, total, self.chunk_size):
                 self.compute(start, min(start + self.chunk_size, total), step, **hooks)
@@ -221,6 +293,7 @@ class ChunkRun:
 
     @property
     def num_done(self) -> int:
+        """The records held (saved, or computed in memory)."""
         return sum(stop - start for start, stop in self.ranges())
 
     @property
@@ -229,21 +302,43 @@ class ChunkRun:
         return sum(stop - start for start, stop in self.computed)
 
     def complete(self, total: int) -> bool:
-        """Whether the records of every position ``[0, total)`` are held."""
+        """Whether the records of every position ``[0, total)`` are held.
+
+        Args:
+            total: the run's positions.
+
+        Returns:
+            True when no position is missing.
+        """
         return not uncovered(0, total, self.ranges())
 
     # the final files ---------------------------------------------------------------------------------------------
 
     def write(self, write: Callable[[], None], *, check: bool = True) -> None:
-        """``write()`` what the run derives from its records (a report), by the writing worker alone, once the store
-        is found unchanged (never from records another run replaced meanwhile; ``check=False``: ``write`` checks
-        itself, e.g. under a lock of its own); nothing without a store."""
+        """Write what the run derives from its records (a report), by the writing worker alone; nothing without a
+        store.
+
+        Args:
+            write: writes the files.
+            check: first check the store is unchanged, so nothing is written from records another run replaced
+                meanwhile (``False``: ``write`` checks itself, e.g. under a lock of its own).
+
+        Raises:
+            OutputFolderError: the folder's settings are no longer the store's (another run replaced the folder, or
+                it was deleted, meanwhile).
+        """
         if self.store is not None and is_writer():
             if check:
                 self.store.check_unchanged()
             write()
 
     def finish(self, write: Callable[[], None], *, check: bool = True) -> None:
-        """:meth:`write` the final files, then wait (under torch.distributed) until every worker may read them."""
+        """[`write`][hf_ralm.ChunkRun.write] the final files, then wait (under torch.distributed) until every worker
+        may read them.
+
+        Args:
+            write: writes the files.
+            check: as [`write`][hf_ralm.ChunkRun.write] takes it.
+        """
         self.write(write, check=check)
         distributed_barrier()

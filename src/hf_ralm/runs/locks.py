@@ -1,15 +1,16 @@
 """An exclusive lock on a file, held by one process at a time: what makes concurrent builds of one index folder safe
 (the first builds, the others wait and then use its index).
 
-The lock is the operating system's (``flock``): it is released when its holder exits, crashed or not, so a killed
-build never leaves a stale lock behind. The holder writes who it is into the lock file (process id, host, since when)
-and empties it when done; a waiter says every :data:`REPORT_SECONDS` who holds the lock, and gives up after
-:data:`LOCK_TIMEOUT_SECONDS` (environment variable ``HF_RALM_LOCK_TIMEOUT``, in seconds) with one line that names
-the holder: a holder that was stopped (``kill -STOP``, Ctrl-Z) or hangs blocks no one forever. The lock file itself
-stays: deleting it while another process waits on it would let a third take a second, unrelated lock. On a system
-without ``fcntl`` (Windows), or where the lock file cannot be made (a read-only folder), the lock is not taken.
+The lock is the operating system's (``flock``): it is released when its holder exits, crashed or not, so a killed build
+never leaves a stale lock behind. The holder writes who it is into the lock file (process id, host, since when) and
+empties it when done; a waiter says every [`REPORT_SECONDS`][hf_ralm.runs.locks.REPORT_SECONDS] who holds the lock, and
+gives up after [`LOCK_TIMEOUT_SECONDS`][hf_ralm.runs.locks.LOCK_TIMEOUT_SECONDS] (environment variable
+``HF_RALM_LOCK_TIMEOUT``, in seconds) with one line that names the holder: a holder that was stopped (``kill -STOP``,
+Ctrl-Z) or hangs blocks no one forever. The lock file itself stays: deleting it while another process waits on it would
+let a third take a second, unrelated lock. On a system without ``fcntl`` (Windows), or where the lock file cannot be
+made (a read-only folder), the lock is not taken.
 
-Example:
+Examples:
     >>> import os, tempfile
     >>> path = os.path.join(tempfile.mkdtemp(), "index.lock")
     >>> with file_lock(path, "the index build"):
@@ -42,14 +43,15 @@ POLL_SECONDS = 0.2  # how often a waiter tries to take the lock
 
 
 class LockTimeoutError(TimeoutError):
-    """A lock still held by another process after the waiter's timeout (:func:`lock_timeout`); the message names the
-    holder and how to go on."""
+    """A lock still held by another process after the waiter's timeout
+    ([`lock_timeout`][hf_ralm.runs.locks.lock_timeout]); the message names the holder and how to go on."""
 
 
 def lock_timeout() -> float:
-    """The seconds a waiter waits for a lock: ``$HF_RALM_LOCK_TIMEOUT`` when set, else :data:`LOCK_TIMEOUT_SECONDS`.
+    """The seconds a waiter waits for a lock: ``$HF_RALM_LOCK_TIMEOUT`` when set, else
+    [`LOCK_TIMEOUT_SECONDS`][hf_ralm.runs.locks.LOCK_TIMEOUT_SECONDS].
 
-    Example:
+    Examples:
         >>> lock_timeout() == float(os.environ.get("HF_RALM_LOCK_TIMEOUT", LOCK_TIMEOUT_SECONDS))
         True
     """
@@ -109,8 +111,9 @@ def _how_to_go_on(pid: int | None, words: str) -> str:
 
 
 def _wait(descriptor: int, path: str | os.PathLike, what: str, timeout: float) -> None:
-    """Take the lock of ``descriptor`` once the other process lets go of it, saying every :data:`REPORT_SECONDS` who
-    holds it; raise :class:`LockTimeoutError` after ``timeout`` seconds."""
+    """Take the lock of ``descriptor`` once the other process lets go of it, saying every
+    [`REPORT_SECONDS`][hf_ralm.runs.locks.REPORT_SECONDS] who holds it; raise
+    [`LockTimeoutError`][hf_ralm.runs.locks.LockTimeoutError] after ``timeout`` seconds."""
     import fcntl
 
     start = time.monotonic()
@@ -135,9 +138,10 @@ def _wait(descriptor: int, path: str | os.PathLike, what: str, timeout: float) -
 
 @contextmanager
 def file_lock(path: str | os.PathLike, what: str) -> Iterator[None]:
-    """Hold the exclusive lock of ``path`` (created when missing, with its folder) for the ``with`` block, its
-    holder's identity written in it; when another process holds it, wait (saying who holds it, every
-    :data:`REPORT_SECONDS`, and that ``what`` is going on there) for at most :func:`lock_timeout` seconds."""
+    """Hold the exclusive lock of ``path`` (created when missing, with its folder) for the ``with`` block, its holder's
+    identity written in it; when another process holds it, wait (saying who holds it, every
+    [`REPORT_SECONDS`][hf_ralm.runs.locks.REPORT_SECONDS], and that ``what`` is going on there) for at most
+    [`lock_timeout`][hf_ralm.runs.locks.lock_timeout] seconds."""
     timeout = lock_timeout()
     try:
         import fcntl

@@ -1,8 +1,8 @@
 """The checks of a record type's rows as they read back from JSON: every field of the dataclass there, each value
 of its field's type (numbers finite unless told), with a message that names what is wrong where. The record store
-(:mod:`hf_ralm.runs.store`) runs them on every chunk it reads.
+([`hf_ralm.runs.store`][hf_ralm.runs.store]) runs them on every chunk it reads.
 
-Example:
+Examples:
     >>> from hf_ralm.config.passages import Passage
     >>> fields_problem(Passage, {"id": "7", "title": "Rome", "text": "rome was"}, "", finite=True) is None
     True
@@ -23,7 +23,7 @@ def fields_problem(record_type: type, row: Any, where: str, finite: bool) -> str
     """What keeps ``row`` (read back from JSON) from being a saved ``record_type`` (a dataclass, whose fields' types
     say what each value must be): a field missing or unknown, a value of another type; ``None`` when nothing.
 
-    Example:
+    Examples:
         >>> from hf_ralm.config.passages import Passage
         >>> fields_problem(Passage, {"id": "7", "title": "Rome", "text": None}, "", finite=True)
         'text is null, not str'
@@ -41,8 +41,8 @@ def fields_problem(record_type: type, row: Any, where: str, finite: bool) -> str
 
 
 def value_problem(value: Any, hint: Any, where: str, finite: bool) -> str | None:
-    """What keeps ``value`` from being of type ``hint`` (see :func:`_fields_problem`; types it does not know, such as
-    ``dict``, are not checked)."""
+    """What keeps ``value`` from being of type ``hint`` (see [`fields_problem`][hf_ralm.runs.schema.fields_problem];
+    types it does not know, such as ``dict``, are not checked)."""
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
         options = [option for option in typing.get_args(hint) if value is None or option is not type(None)]

@@ -1,12 +1,13 @@
 """Which part of a run this process does when many workers share it: worker ``index`` of ``count`` takes the chunks
-``index, index + count, ...`` of the run's one plan (:meth:`Shard.takes`). The shard comes from the arguments
-(``--num-shards N --shard-id I``), else from what launched the process: ``torchrun`` and ``accelerate launch`` set
-``RANK`` and ``WORLD_SIZE`` (and ``LOCAL_RANK``, the GPU of the process on its machine), a Slurm job array sets
-``SLURM_ARRAY_TASK_ID`` and ``SLURM_ARRAY_TASK_COUNT`` (counted from ``SLURM_ARRAY_TASK_MIN``; ignored with
+``index, index + count, ...`` of the run's one plan ([`Shard.takes`][hf_ralm.runs.shards.Shard.takes]). The shard comes
+from the arguments (``--num-shards N --shard-id I``), else from what launched the process: ``torchrun`` and ``accelerate
+launch`` set ``RANK`` and ``WORLD_SIZE`` (and ``LOCAL_RANK``, the GPU of the process on its machine), a Slurm job array
+sets ``SLURM_ARRAY_TASK_ID`` and ``SLURM_ARRAY_TASK_COUNT`` (counted from ``SLURM_ARRAY_TASK_MIN``; ignored with
 ``HF_RALM_IGNORE_SLURM=1``, for an array that runs a sweep of separate runs); else one worker does it all.
-:meth:`Shard.announcement` says which part a worker takes when the environment, not the arguments, decided it.
+[`Shard.announcement`][hf_ralm.runs.shards.Shard.announcement] says which part a worker takes when the environment, not
+the arguments, decided it.
 
-Example:
+Examples:
     >>> Shard.resolve(num_shards=4, shard_id=1).takes(5), Shard.resolve(environ={}).count
     (True, 1)
     >>> Shard.resolve(environ={"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"})
@@ -43,7 +44,7 @@ class Shard:
     def description(self) -> str:
         """This worker as a run's figures name it.
 
-        Example:
+        Examples:
             >>> Shard(1, 4, "arguments").description
             '1 of 4 (arguments)'
         """
@@ -53,7 +54,7 @@ class Shard:
         """One line saying which part of the run this worker does, when the environment set it (a torchrun or a
         Slurm array with more than one worker), and how to run alone; ``None`` otherwise.
 
-        Example:
+        Examples:
             >>> Shard(2, 4, "slurm array").announcement()[:58]
             'hf-ralm: worker 2 of 4 (0 to 3), from the Slurm array (SLU'
         """
@@ -105,7 +106,7 @@ class Shard:
 
 def _environment_numbers(environ: Mapping[str, str]) -> Callable[[str], int]:
     """``number(name)``: the integer the environment variable ``name`` holds, or a
-    :class:`~hf_ralm.errors.SettingError` that names the variable and its value."""
+    [`SettingError`][hf_ralm.errors.SettingError] that names the variable and its value."""
     def number(name: str) -> int:
         try:
             return int(environ[name])
@@ -121,7 +122,7 @@ def uncovered(start: int, stop: int, ranges: Iterable[tuple[int, int]]) -> list[
     """The runs of positions of ``[start, stop)`` that none of the ``[begin, end)`` ``ranges`` covers: what is left
     to compute of a chunk when a run resumed with another chunk size saved some of it.
 
-    Example:
+    Examples:
         >>> uncovered(0, 8, [(2, 4), (5, 6)]), uncovered(4, 6, [(0, 8)])
         ([(0, 2), (4, 5), (6, 8)], [])
     """

@@ -1,20 +1,24 @@
 """Which retrieved passages a window (evaluation) or a stride (generation) puts in context, computed with the
-reader: the one policy that applies the selection strategies (:mod:`.policy`; the strategies themselves, one file
-each, and the exact rules they share are values in :mod:`hf_ralm.config.strategies` and :mod:`hf_ralm.config.rules`),
-computing what each needs; the retrieval gates' scores (:mod:`.gates`); how the reader ranks a text's windows
-(:mod:`.rerank`) and what ranks when it does not (:mod:`.rankers`: another LM; :mod:`.predictive`: a trained
-cross-encoder); and every window's candidates scored in one pass (:mod:`.candidates`), from which any strategy's
-choices follow. The predictive reranker's training lives apart, in :mod:`hf_ralm.reranker_training`.
+reader: the one policy that applies the selection strategies ([`policy`][hf_ralm.selection.policy]; the strategies
+    themselves, one file
+each, and the exact rules they share are values in [`hf_ralm.config.strategies`][hf_ralm.config.strategies] and
+[`hf_ralm.config.rules`][hf_ralm.config.rules]), computing what each needs; the retrieval gates' scores
+([`gates`][hf_ralm.selection.gates]); how the reader ranks a text's windows ([`rerank`][hf_ralm.selection.rerank]) and
+what ranks when it does not ([`rankers`][hf_ralm.selection.rankers]: another LM;
+[`predictive`][hf_ralm.selection.predictive]: a trained cross-encoder); and every window's candidates scored in one pass
+([`candidates`][hf_ralm.selection.candidates]), from which any strategy's choices follow. The predictive reranker's
+training lives apart, in [`hf_ralm.reranker_training`][hf_ralm.reranker_training].
 
 The names below are this package's public face, imported from their module when first used (the scorer they need
 imports torch).
 
-Example::
-
+Examples:
+    ```python
     from hf_ralm.selection import rerank_windows
 
     outcome = rerank_windows(model, tokenizer, ids, windows, queries, candidates, config)
     outcome.chosen[5]   # the candidate window 5 puts in context (-1: none)
+    ```
 """
 
 from ..utils.lazy import lazy_exports

@@ -4,24 +4,26 @@ gate, oracle, random, or the choices of another ranker), kept as compact records
 
 For each window with retrieved passages, the reader runs the window once with each of its first ``k``
 (``config.rerank_candidates``) passages written over its start and once without a passage
-(:func:`~hf_ralm.selection.rerank.rerank_windows` with the no-passage candidate), which gives per option the NLL of the
-``s'`` ranking tokens before the window's target (``ranking_nlls``: what zero-shot reranking and the lm gate compare)
-and of the target itself (``target_nlls``: what the window contributes to the text's NLL when that option is put in
-context; the oracle compares these). A window without passages (window 0, or a query that found nothing) has only
-the no-passage option. The perplexity of any choice per window is then the sum of the chosen options' target NLLs,
-and the choices of any strategy that needs no more than these numbers are the selection policy's own, read from them
-(:func:`choose_from_scores`: what ``eval-lm --compare`` and the benchmarks' tables compute).
+([`rerank_windows`][hf_ralm.selection.rerank.rerank_windows] with the no-passage candidate), which gives per option the
+NLL of the ``s'`` ranking tokens before the window's target (``ranking_nlls``: what zero-shot reranking and the lm gate
+compare) and of the target itself (``target_nlls``: what the window contributes to the text's NLL when that option is
+put in context; the oracle compares these). A window without passages (window 0, or a query that found nothing) has only
+the no-passage option. The perplexity of any choice per window is then the sum of the chosen options' target NLLs, and
+the choices of any strategy that needs no more than these numbers are the selection policy's own, read from them
+([`choose_from_scores`][hf_ralm.selection.candidates.choose_from_scores]: what ``eval-lm --compare`` and the benchmarks'
+tables compute).
 
-With ``output_dir`` the records are saved in gzip'd chunks of windows (:class:`~hf_ralm.runs.store.RecordStore`;
+With ``output_dir`` the records are saved in gzip'd chunks of windows ([`RecordStore`][hf_ralm.RecordStore];
 numbers and passage ids only), with settings that identify the model, the text, the retrieval (by the corpus
 fingerprint, not a path) and the RALM settings: a rerun, here or from a copy of the folder elsewhere, resumes after
 the saved chunks, and a rerun with other settings is refused.
 
-Example::
-
+Examples:
+    ```python
     scores = score_candidates(model, tokenizer, ids, windows, candidates, config,
                               run=RunOptions(output_dir="runs/candidates"))
     scores[5].target_nlls[0], scores[5].target_nlls[-1]   # (10.2, 11.9): with its top passage, and without one
+    ```
 """
 
 from __future__ import annotations
@@ -70,7 +72,8 @@ CHUNK_SIZE = 32
 
 
 class CandidateRecordWriter(RecordStore):
-    """The records of :func:`score_candidates`, one per window, in gzip'd chunks."""
+    """The records of [`score_candidates`][hf_ralm.selection.candidates.score_candidates], one per window, in gzip'd
+    chunks."""
 
     what = "candidate scores"
     record_type = CandidateScores
@@ -98,18 +101,18 @@ def score_candidates(
     ``config.rerank_candidates`` are scored), or ``candidates`` is a function that retrieves them for a chunk of
     windows (a list per window): then only the windows this call computes are retrieved, not those read back or left
     to other workers. ``config`` gives the RALM settings and ``rerank_tokens`` (s'). ``run``
-    (:class:`~hf_ralm.runs.harness.RunOptions`) gives the reader's ``batch_size`` (a count) and how the pass is kept:
-    with ``run.output_dir``, the records are saved there every ``run.chunk_size`` windows (:data:`CHUNK_SIZE` when
-    ``None``) and a rerun resumes after them (``run.overwrite`` starts afresh, and ``run.repair`` computes again those
-    of chunks that fail their checks, moved aside: :mod:`hf_ralm.runs.store`);
-    ``settings`` adds what the records depend on that this function cannot see (e.g. the retriever's identity,
-    :func:`~hf_ralm.retrieval.base.retriever_identity`, or the text's name), ``reproduce`` what reruns the pass (the
-    command, paths); the settings are the run's identity (:func:`~hf_ralm.core.identity.run_identity`: the model, the
-    RALM settings, the window length) with a digest of ``ids`` and ``batch_size`` (it changes results in their last
-    digits). ``max_length`` is the window length the windows were planned with (the plan's ``max_length``; ``None``:
-    the model's under ``config``).
+    ([`RunOptions`][hf_ralm.RunOptions]) gives the reader's ``batch_size`` (a count) and how the pass is kept:
+    with ``run.output_dir``, the records are saved there every ``run.chunk_size`` windows
+    ([`CHUNK_SIZE`][hf_ralm.selection.candidates.CHUNK_SIZE] when ``None``) and a rerun resumes after them
+    (``run.overwrite`` starts afresh, and ``run.repair`` computes again those of chunks that fail their checks, moved
+    aside: [`hf_ralm.runs.store`][hf_ralm.runs.store]); ``settings`` adds what the records depend on that this function
+    cannot see (e.g. the retriever's identity, [`retriever_identity`][hf_ralm.retrieval.base.retriever_identity], or the
+    text's name), ``reproduce`` what reruns the pass (the command, paths); the settings are the run's identity
+    ([`run_identity`][hf_ralm.core.identity.run_identity]: the model, the RALM settings, the window length) with a
+    digest of ``ids`` and ``batch_size`` (it changes results in their last digits). ``max_length`` is the window length
+    the windows were planned with (the plan's ``max_length``; ``None``: the model's under ``config``).
 
-    With ``shard`` (:class:`~hf_ralm.runs.shards.Shard`, needs ``run.output_dir``; by default ``run``'s when it
+    With ``shard`` ([`Shard`][hf_ralm.runs.shards.Shard], needs ``run.output_dir``; by default ``run``'s when it
     names ``num_shards``/``shard_id``, else one process), this worker computes the chunks
     ``shard.index, shard.index + shard.count, ...`` and returns the records saved so far in window order: every
     window's once the other workers' chunks are in too (check ``len(result) == len(windows)``).
@@ -117,11 +120,12 @@ def score_candidates(
     ``times`` (a [`StageTimes`][hf_ralm.utils.stage_times.StageTimes]) gathers the seconds of the retrieval done
     here and of the reader's passes, apart; the run's bar shows them after each chunk.
 
-    Example::
-
+    Examples:
+        ```python
         scores = score_candidates(model, tokenizer, ids, windows, candidates, config,
                                   run=RunOptions(output_dir="runs/pass", batch_size=16),
                                   settings={"data": "WikiText-103 test", **retriever_identity(retriever)})
+        ```
     """
     from ..utils.reproduction import provenance
     from ..core.modeling_utils import model_path
@@ -171,13 +175,15 @@ def score_candidates(
 
 
 class ScoredRanker:
-    """The :class:`~hf_ralm.selection.policy.Ranker` of a scored pass: per window (an index into ``scores``), its
-    options' ranking NLLs, or their target NLLs when the config ranks on the target (the oracle), read from the
-    window's :class:`CandidateScores` instead of run. The pass holds the reader's numbers only.
+    """The [`Ranker`][hf_ralm.selection.policy.Ranker] of a scored pass: per window (an index into ``scores``), its
+    options' ranking NLLs, or their target NLLs when the config ranks on the target (the oracle), read from the window's
+    [`CandidateScores`][hf_ralm.selection.candidates.CandidateScores] instead of run. The pass holds the reader's
+    numbers only.
 
-    Example::
-
+    Examples:
+        ```python
         ScoredRanker(scores).rank([5], [[passage, None]], config, None)   # [[41.2, 43.0]]: scores[5]'s
+        ```
     """
 
     def __init__(self, scores: Sequence[CandidateScores]):
@@ -202,17 +208,18 @@ class ScoredRanker:
 
 def choose_from_scores(scores: Sequence[CandidateScores], config: RalmConfig, *, retriever=None,
                        queries: Sequence[str | None] | None = None) -> list[int]:
-    """Per window of a scored pass (``scores``, every window of a text from window 0, or a sharded pass's), the
-    option ``config``'s strategies choose (:class:`~hf_ralm.selection.policy.PassagePolicy` over the pass's numbers,
-    :class:`ScoredRanker`): an index into the window's options, its candidates then no passage (``no_passage``).
-    These are the choices a run of ``config`` makes on the same candidates, for every strategy that needs no more than
-    the pass holds (:data:`~hf_ralm.config.strategies.SCORED_PASS`); a gate that normalises scores asks
-    ``retriever``, with the queries (``queries[w]``: window ``w``'s).
+    """Per window of a scored pass (``scores``, every window of a text from window 0, or a sharded pass's), the option
+    ``config``'s strategies choose ([`PassagePolicy`][hf_ralm.selection.policy.PassagePolicy] over the pass's numbers,
+    [`ScoredRanker`][hf_ralm.selection.candidates.ScoredRanker]): an index into the window's options, its candidates
+    then no passage (``no_passage``). These are the choices a run of ``config`` makes on the same candidates, for every
+    strategy that needs no more than the pass holds ([`SCORED_PASS`][hf_ralm.config.strategies.registry.SCORED_PASS]); a
+    gate that normalises scores asks ``retriever``, with the queries (``queries[w]``: window ``w``'s).
 
-    Example::
-
+    Examples:
+        ```python
         chosen = choose_from_scores(scores, RalmConfig(rerank="lm", rerank_candidates=16))
         sum(s.target_nlls[c] for s, c in zip(scores, chosen))   # the text's NLL under zero-shot reranking
+        ```
     """
     found = [[Passage(pid, "", "", score) for pid, score in zip(s.passage_ids, s.retrieval_scores)] for s in scores]
     window_queries = [None if queries is None else queries[s.window] for s in scores]

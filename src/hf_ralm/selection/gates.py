@@ -1,31 +1,31 @@
 """Retrieval gates: whether a window (or a generation stride) retrieves at all (``RalmConfig.retrieval_gate``). The
-gates are strategies of the registry (:mod:`hf_ralm.config.strategies`: ``gate_always.py``, ``gate_score.py``,
-``gate_lm.py``); this module computes what they decide on.
+gates are strategies of the registry ([`hf_ralm.config.strategies`][hf_ralm.config.strategies]: ``gate_always.py``,
+``gate_score.py``, ``gate_lm.py``); this module computes what they decide on.
 
 * ``"always"``: every window after the first puts retrieval's passage in context (the paper).
 * ``"score"``: only when the top passage's retrieval score, divided by its query's maximum attainable score
-  (:meth:`~hf_ralm.retrieval.base.Retriever.max_scores`; BM25: the sum of the idf of the query's terms, which no
+  ([`max_scores`][hf_ralm.Retriever.max_scores]; BM25: the sum of the idf of the query's terms, which no
   passage reaches), is at least ``gate_threshold``. Raw BM25 scores grow with the query's terms and their rarity, so
   they are not comparable across queries; the fraction is (0: nothing matched, towards 1: every query term matched
   as strongly as it can be). The gate score is that fraction.
 * ``"lm"``: the reader decides, zero-shot. It *is* LM reranking with two candidates, the window's passage and no
-  passage (:func:`lm_gate_config`: ``rerank="lm"``, ``rerank_candidates=1``, ``rerank_allow_no_passage=True``), ranked
-  on the same ranking tokens (the last ``rerank_tokens`` prefix tokens, :mod:`hf_ralm.config.rules`): the passage
-  stays when it saves at least ``gate_threshold`` nats of their NLL (``None``: :data:`LM_GATE_MARGIN`, 2 nats,
-  chosen on validation data; 0 keeps it whenever its ranking NLL is not higher than without it; ties keep it, as
-  reranking's ties go to the better rank). The gate score is
-  ``NLL(no passage) - NLL(passage)``, the nats the passage saves: it stays when that is >= the threshold. A positive
-  threshold is a margin: the reader must find clear evidence on the prefix that the passage helps, since a passage
-  that merely ties displaces up to 256 of the window's own tokens.
+  passage ([`lm_gate_config`][hf_ralm.selection.gates.lm_gate_config]: ``rerank="lm"``, ``rerank_candidates=1``,
+  ``rerank_allow_no_passage=True``), ranked on the same ranking tokens (the last ``rerank_tokens`` prefix tokens,
+  [`hf_ralm.config.rules`][hf_ralm.config.rules]): the passage stays when it saves at least ``gate_threshold`` nats of
+  their NLL (``None``: [`LM_GATE_MARGIN`][hf_ralm.selection.gates.LM_GATE_MARGIN], 2 nats, chosen on validation data; 0
+  keeps it whenever its ranking NLL is not higher than without it; ties keep it, as reranking's ties go to the better
+  rank). The gate score is ``NLL(no passage) - NLL(passage)``, the nats the passage saves: it stays when that is >= the
+  threshold. A positive threshold is a margin: the reader must find clear evidence on the prefix that the passage helps,
+  since a passage that merely ties displaces up to 256 of the window's own tokens.
 
-:class:`~hf_ralm.selection.policy.PassagePolicy` applies them: with reranking (``rerank``), the score gate decides
-first, on retrieval's top passage (a closed window has no candidates, so nothing is ranked there), and the lm gate
-last, on the reranked choice (with the reader ranking, ``rerank="lm"``, that gives the choices of
+[`PassagePolicy`][hf_ralm.selection.policy.PassagePolicy] applies them: with reranking (``rerank``), the score gate
+decides first, on retrieval's top passage (a closed window has no candidates, so nothing is ranked there), and the lm
+gate last, on the reranked choice (with the reader ranking, ``rerank="lm"``, that gives the choices of
 ``rerank_allow_no_passage`` at the cost of one more pass). A closed window is evaluated exactly as a window whose
-retrieval found nothing. ``retrieved_fraction`` is the share of the windows after
-the first that had a passage in context.
+retrieval found nothing. ``retrieved_fraction`` is the share of the windows after the first that had a passage in
+context.
 
-Example:
+Examples:
     >>> config = lm_gate_config(RalmConfig(retrieval_gate="lm"))   # the reader ranks one passage against none
     >>> config.rerank, config.rerank_candidates, config.rerank_allow_no_passage, config.rerank_no_passage_margin
     ('lm', 1, True, 2.0)
@@ -49,9 +49,10 @@ def normalized_top_scores(retriever, queries: Sequence[str | None],
     """Per query, its top passage's score divided by the query's maximum attainable score (``retriever.max_scores``),
     the score gate's measure; ``None`` where nothing was found.
 
-    Example::
-
+    Examples:
+        ```python
         normalized_top_scores(bm25, ["the emperor of rome"], [[Passage("1", "", "rome", 6.1)]])   # [0.43]
+        ```
     """
     scores: list[float | None] = [None] * len(found)
     todo = [i for i, passages in enumerate(found) if passages]
@@ -74,16 +75,18 @@ def normalized_top_scores(retriever, queries: Sequence[str | None],
 
 def gate_ranking_config(config: RalmConfig, gate: GateStrategy) -> RalmConfig:
     """The config a gate that decides after reranking ranks under: ``config`` with the gate's ranking settings
-    (:meth:`~hf_ralm.config.strategies.GateStrategy.ranking_settings`; the lm gate's: the reader ranks one passage
-    against none on the last ``rerank_tokens`` prefix tokens, the passage needing its ``gate_threshold`` nats)."""
+    ([`ranking_settings`][hf_ralm.config.strategies.registry.GateStrategy.ranking_settings]; the lm gate's: the reader
+    ranks one passage against none on the last ``rerank_tokens`` prefix tokens, the passage needing its
+    ``gate_threshold`` nats)."""
     return RalmConfig(**{**config.to_dict(), **gate.ranking_settings(config)})
 
 
 def lm_gate_config(config: RalmConfig) -> RalmConfig:
-    """The reranking the lm gate is (:func:`gate_ranking_config`), with the lm gate's margin: ``config``'s
-    ``gate_threshold`` when it gates with the lm gate, else :data:`LM_GATE_MARGIN`; the rest of ``config`` as it is.
+    """The reranking the lm gate is ([`gate_ranking_config`][hf_ralm.selection.gates.gate_ranking_config]), with the lm
+    gate's margin: ``config``'s ``gate_threshold`` when it gates with the lm gate, else
+    [`LM_GATE_MARGIN`][hf_ralm.selection.gates.LM_GATE_MARGIN]; the rest of ``config`` as it is.
 
-    Example:
+    Examples:
         >>> lm_gate_config(RalmConfig(retrieval_gate="lm", gate_threshold=1.5)).rerank_no_passage_margin
         1.5
     """
@@ -94,7 +97,7 @@ def retrieved_fraction(windows: Sequence[Window], passages: Sequence[Sequence[Pa
                        chosen: Sequence[int]) -> float | None:
     """The share of the windows after the first that had a passage in context (``None`` for a text of one window).
 
-    Example:
+    Examples:
         >>> from hf_ralm.config.windows import plan_windows
         >>> retrieved_fraction(plan_windows(10, 6, 2), [[], ["a"], ["b"]], [-1, 0, -1])
         0.5

@@ -1,29 +1,31 @@
 """One passage-selection policy for evaluation (per window) and generation (per stride): a gate that decides before
-reranking, the reranking strategy of ``config.rerank``, a gate that decides after it. The strategies are the
-registry's (:mod:`hf_ralm.config.strategies`): the policy computes what each one needs and lets it choose, so a
-strategy registered from outside the package is chosen here as the built-in ones are, in evaluation and generation.
+reranking, the reranking strategy of ``config.rerank``, a gate that decides after it. The strategies are the registry's
+([`hf_ralm.config.strategies`][hf_ralm.config.strategies]): the policy computes what each one needs and lets it choose,
+so a strategy registered from outside the package is chosen here as the built-in ones are, in evaluation and generation.
 
-What differs between evaluation and generation is only how an LM ranks a set of options (a window's input, or a
-stride's growing context): a :class:`Ranker` gives the summed ranking NLLs of each item's options, and the policy
-does the rest.
+What differs between evaluation and generation is only how an LM ranks a set of options (a window's input, or a stride's
+growing context): a [`Ranker`][hf_ralm.selection.policy.Ranker] gives the summed ranking NLLs of each item's options,
+and the policy does the rest.
 
 * **a gate before reranking** (``retrieval_gate="score"``): an item keeps its passages only when the gate opens
   (its top passage's score over its query's maximum attainable score reaches ``gate_threshold``,
-  :func:`~hf_ralm.selection.gates.normalized_top_scores`).
+  [`normalized_top_scores`][hf_ralm.selection.gates.normalized_top_scores]).
 * **reranking** among the first ``rerank_candidates`` passages (``"none"`` keeps retrieval's order, and all of them):
-  the strategy chooses from what it needs, computed here (:meth:`PassagePolicy.candidates`): an LM's ranking or
-  target NLLs through the ranker (by the reader, or another LM for ``"lm"`` with a reranker), the cross-encoder's
-  choice (:func:`~hf_ralm.selection.predictive.choose_predictive`), the normalised top scores; a random choice is
+  the strategy chooses from what it needs, computed here
+  ([`PassagePolicy.candidates`][hf_ralm.selection.policy.PassagePolicy.candidates]): an LM's ranking or target NLLs
+  through the ranker (by the reader, or another LM for ``"lm"`` with a reranker), the cross-encoder's choice
+  ([`choose_predictive`][hf_ralm.selection.predictive.choose_predictive]), the normalised top scores; a random choice is
   keyed on the caller's key per item.
 * **a gate after reranking** (``retrieval_gate="lm"``): the reader ranks the chosen passage against no passage under
-  the gate's ranking settings (:func:`~hf_ralm.selection.gates.gate_ranking_config`): the passage stays when the gate
-  opens (it saves ``gate_threshold`` nats).
+  the gate's ranking settings ([`gate_ranking_config`][hf_ralm.selection.gates.gate_ranking_config]): the passage stays
+  when the gate opens (it saves ``gate_threshold`` nats).
 
-Example::
-
+Examples:
+    ```python
     policy = PassagePolicy(config, retriever, reranker)
     selection = policy.select(queries, found, ranker, random_keys=[w.index for w in windows])
     selection.chosen   # per item, the index of the passage put in context first (-1: none)
+    ```
 """
 
 from __future__ import annotations
@@ -47,9 +49,9 @@ class Ranker(Protocol):
 
     def rank(self, items: Sequence[int], options: Sequence[Sequence[Passage | None]], config: RalmConfig,
              lm: LMReranker | None) -> list[list[float] | None]:
-        """Per item (an index into the caller's windows or rows), the summed ranking NLL of each of its
-        ``options`` (``None``: no passage) on the tokens ``config`` ranks on (``rerank_tokens`` before the target,
-        or the target itself when its strategy needs target NLLs, :func:`~hf_ralm.config.strategies.ranks_target`:
+        """Per item (an index into the caller's windows or rows), the summed ranking NLL of each of its ``options``
+        (``None``: no passage) on the tokens ``config`` ranks on (``rerank_tokens`` before the target, or the target
+        itself when its strategy needs target NLLs, [`ranks_target`][hf_ralm.config.strategies.registry.ranks_target]:
         the oracle), by the reader (``lm=None``) or another LM; ``None`` for an item with nothing to rank on. An item
         whose only option is no passage may be left unranked (``None``)."""
 
@@ -57,9 +59,9 @@ class Ranker(Protocol):
 @dataclass
 class Selection:
     """What the policy chose, per item: ``chosen`` (the index of the passage put in context first among the item's
-    passages, :data:`~hf_ralm.config.passages.NO_PASSAGE` for none), ``ranking_nlls`` (the reranker's, one per option,
-    no passage last when it was one; ``None`` where no LM ranked), ``gate_scores`` (what a gate decided on, or ``None``
-    without a gate), ``reranked`` (the item had candidates to rerank, after the score gate), ``none_chosen``
+    passages, [`NO_PASSAGE`][hf_ralm.config.passages.NO_PASSAGE] for none), ``ranking_nlls`` (the reranker's, one per
+    option, no passage last when it was one; ``None`` where no LM ranked), ``gate_scores`` (what a gate decided on, or
+    ``None`` without a gate), ``reranked`` (the item had candidates to rerank, after the score gate), ``none_chosen``
     (the reranker chose no passage) and ``gated`` (a gate closed the item)."""
 
     chosen: list[int]
@@ -72,12 +74,14 @@ class Selection:
 
 class PassagePolicy:
     """Gate, rerank, gate (see the module docstring) under ``config``; ``retriever`` normalises scores for the score
-    gate; ``reranker`` is what ranks when the reader does not: an :class:`~hf_ralm.selection.rankers.LMReranker`
-    (``"lm"`` with another LM) or a :class:`~hf_ralm.selection.predictive.PredictiveReranker` (``"predictive"``).
+    gate; ``reranker`` is what ranks when the reader does not: an [`LMReranker`][hf_ralm.selection.rankers.LMReranker]
+    (``"lm"`` with another LM) or a [`PredictiveReranker`][hf_ralm.selection.predictive.PredictiveReranker]
+    (``"predictive"``).
 
-    Example::
-
+    Examples:
+        ```python
         PassagePolicy(RalmConfig(rerank="predictive", reranker_model="me/reranker"))   # ValueError: no reranker
+        ```
     """
 
     def __init__(self, config: RalmConfig, retriever=None, reranker=None):
@@ -114,8 +118,9 @@ class PassagePolicy:
 
     def rerank(self, queries: Sequence[str], pools: Sequence[list[Passage]], ranker: Ranker,
                random_keys: Sequence[int]) -> tuple[list[int], list[list[float] | None]]:
-        """The reranking step alone: per item, the chosen index into its pool (:data:`NO_PASSAGE` for none) and
-        the NLLs an LM ranked its options on (``None`` where no LM ranked)."""
+        """The reranking step alone: per item, the chosen index into its pool
+        ([`NO_PASSAGE`][hf_ralm.selection.policy.NO_PASSAGE] for none) and the NLLs an LM ranked its options on
+        (``None`` where no LM ranked)."""
         items = self.candidates(self.strategy, queries, pools, random_keys, ranker, self.config, self.reranker)
         chosen = [self.strategy.choose(item, self.config) if item.passages else NO_PASSAGE for item in items]
         ranking = [(item.ranking_nlls if item.target_nlls is None else item.target_nlls) if item.passages else None
@@ -124,9 +129,10 @@ class PassagePolicy:
 
     def candidates(self, strategy: Strategy, queries: Sequence[str], pools: Sequence[list[Passage]],
                    random_keys: Sequence[int], ranker: Ranker, config: RalmConfig, lm) -> list[Candidates]:
-        """Each item's :class:`~hf_ralm.config.strategies.Candidates` with what ``strategy`` needs, computed under
-        ``config``: an LM's NLLs through ``ranker`` (``lm``, or the reader) for every item, one without passages
-        included (the reader's pass then scores it too), the cross-encoder's choices, the normalised top scores."""
+        """Each item's [`Candidates`][hf_ralm.config.strategies.registry.Candidates] with what ``strategy`` needs,
+        computed under ``config``: an LM's NLLs through ``ranker`` (``lm``, or the reader) for every item, one without
+        passages included (the reader's pass then scores it too), the cross-encoder's choices, the normalised top
+        scores."""
         options = [rerank_options(pool, config) for pool in pools]
         nlls = picks = normalized = [None] * len(pools)
         if strategy.needs & {RANKING_NLLS, TARGET_NLLS}:
@@ -144,7 +150,7 @@ class PassagePolicy:
 
 def check_reranker(config: RalmConfig, reranker) -> None:
     """Raise a ``ValueError`` unless ``reranker`` is what ``config.rerank`` ranks with: a trained reranker for a
-    strategy that needs a cross-encoder (``"predictive"``), an :class:`~hf_ralm.selection.rankers.LMReranker` (or
+    strategy that needs a cross-encoder (``"predictive"``), an [`LMReranker`][hf_ralm.selection.rankers.LMReranker] (or
     nothing: the reader) for one that ranks with ``reranker_model``'s LM (``"lm"``), and one whenever
     ``reranker_model`` names one."""
     hint = "pass reranker=load_reranker(config, model) (RetrievalAugmentedModel passes its own)"

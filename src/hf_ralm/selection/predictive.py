@@ -1,12 +1,13 @@
 """Use side of the predictive reranker (Ram et al. 2023, §6.2): pick, for each prefix, the candidate passage a
 trained cross-encoder ``f(x, d)`` scores highest.
 
-Example::
-
+Examples:
+    ```python
     from hf_ralm.selection.predictive import PredictiveReranker
 
     reranker = PredictiveReranker("models/predictive-reranker")  # a folder or a Hub id
     reranker.choose(["the emperor of"], [["Music\\nthe band played", "Rome\\nrome was the city"]])  # -> [1]
+    ```
 """
 
 from __future__ import annotations
@@ -29,10 +30,11 @@ class PredictiveReranker:
     ``model_name_or_path`` is a cross-encoder folder, a Hub id, or a loaded ``CrossEncoder``. ``device=None`` keeps
     the device sentence-transformers picks (CUDA when available) or the one the given model is on.
 
-    Example::
-
+    Examples:
+        ```python
         reranker = PredictiveReranker("models/predictive-reranker", batch_size=64)
         scores = reranker.scores(["the emperor of"], [["Rome\\nrome was the city", "Music\\nthe band"]])
+        ```
     """
 
     def __init__(
@@ -96,15 +98,16 @@ use alike."""
 
 
 def choose_predictive(reranker, queries: Sequence[str], pools: Sequence[Sequence], config) -> list[int]:
-    """Per query, the index of the passage of its pool (:class:`~hf_ralm.retrieval.base.Passage`, retrieval order)
-    that ``reranker`` scores highest, or -1 for none: an empty pool, or, with ``config.rerank_allow_no_passage``, the
-    empty passage (:data:`NO_PASSAGE_TEXT`, one more candidate after the passages) scored highest. The passages are
-    read as put in context (``config.passage_text``). What evaluation (per window) and generation (per stride)
-    choose with.
+    """Per query, the index of the passage of its pool ([`Passage`][hf_ralm.Passage], retrieval order) that ``reranker``
+    scores highest, or -1 for none: an empty pool, or, with ``config.rerank_allow_no_passage``, the empty passage
+    ([`NO_PASSAGE_TEXT`][hf_ralm.selection.predictive.NO_PASSAGE_TEXT], one more candidate after the passages) scored
+    highest. The passages are read as put in context (``config.passage_text``). What evaluation (per window) and
+    generation (per stride) choose with.
 
-    Example::
-
+    Examples:
+        ```python
         choose_predictive(PredictiveReranker("models/reranker"), ["the emperor of"], [[rome, music]], config)  # [0]
+        ```
     """
     extra = [NO_PASSAGE_TEXT] if config.rerank_allow_no_passage else []
     todo = [i for i, pool in enumerate(pools) if pool]
@@ -118,9 +121,10 @@ def choose_predictive(reranker, queries: Sequence[str], pools: Sequence[Sequence
 def argmax_first(values: Sequence[float]) -> int:
     """The index of the largest value, the first one on ties; -1 for an empty sequence.
 
-    Example::
-
+    Examples:
+        ```python
         argmax_first([0.5, 2.0, 2.0])  # -> 1
+        ```
     """
     return max(range(len(values)), key=values.__getitem__, default=-1)
 

@@ -1,10 +1,12 @@
-"""What ranks candidates when the reader does not: another causal LM, in text (:class:`LMReranker`), or the
-trained cross-encoder a config names (:func:`load_reranker`).
+"""What ranks candidates when the reader does not: another causal LM, in text
+([`LMReranker`][hf_ralm.selection.rankers.LMReranker]), or the trained cross-encoder a config names
+([`load_reranker`][hf_ralm.selection.rankers.load_reranker]).
 
-Example::
-
+Examples:
+    ```python
     reranker = load_reranker(RalmConfig(rerank="lm", reranker_model="HuggingFaceTB/SmolLM2-135M"), reader)
     inputs = reranker.inputs("the emperor of", "rome and", [passage, None], config)
+    ```
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from ..config.strategies import CROSS_ENCODER, RANKING_NLLS, RERANK, get_strateg
 
 class LMReranker:
     """Another causal LM that ranks candidates for the reader (e.g. a small LM for a large one), in text: see
-    :func:`~hf_ralm.config.rules.fit_reranker_input` for how its input is built from its own tokens."""
+    [`fit_reranker_input`][hf_ralm.config.rules.fit_reranker_input] for how its input is built from its own tokens."""
 
     def __init__(self, model, tokenizer, max_length: int | None = None):
         self.model, self.tokenizer = model, tokenizer
@@ -33,14 +35,16 @@ class LMReranker:
 
     def inputs(self, prefix_text: str, ranking_text: str, options: Sequence[Passage | None],
                config: RalmConfig) -> list[ScoredInput]:
-        """Its input for each candidate (``None``: no passage), scoring its tokens of ``ranking_text``: its tokens
-        of the passage, of ``prefix_text`` cut from the left, and of ``ranking_text`` (:func:`fit_reranker_input`).
-        Evaluation and generation both rank with these inputs.
+        """Its input for each candidate (``None``: no passage), scoring its tokens of ``ranking_text``: its tokens of
+        the passage, of ``prefix_text`` cut from the left, and of ``ranking_text``
+        ([`fit_reranker_input`][hf_ralm.config.rules.fit_reranker_input]). Evaluation and generation both rank with
+        these inputs.
 
-        Example::
-
+        Examples:
+            ```python
             inputs = reranker.inputs("the emperor of", "rome and", [passage, None], config)
             [float(nll.sum()) for nll in score_inputs(reranker.model, inputs)]   # [11.2, 13.9]
+            ```
         """
         prefix_ids = self.tokenizer(prefix_text, add_special_tokens=False)["input_ids"]
         ranking_ids = self.tokenizer(ranking_text, add_special_tokens=False)["input_ids"]
@@ -55,9 +59,9 @@ class LMReranker:
 
 def load_reranker(config: RalmConfig, reader):
     """The reranker ``config``'s strategy ranks with, on ``reader``'s device (the default one for a reader without
-    weights) and in its dtype: an :class:`LMReranker` for one that needs ranking NLLs (``"lm"``) with a
-    ``reranker_model``, a :class:`~hf_ralm.selection.predictive.PredictiveReranker` for one that needs a
-    cross-encoder (``"predictive"``), else ``None`` (the reader ranks, or nothing does)."""
+    weights) and in its dtype: an [`LMReranker`][hf_ralm.selection.rankers.LMReranker] for one that needs ranking NLLs
+    (``"lm"``) with a ``reranker_model``, a [`PredictiveReranker`][hf_ralm.selection.predictive.PredictiveReranker] for
+    one that needs a cross-encoder (``"predictive"``), else ``None`` (the reader ranks, or nothing does)."""
     needs = get_strategy(RERANK, config.rerank).needs
     if config.reranker_model is None:
         return None

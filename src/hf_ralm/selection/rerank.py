@@ -1,24 +1,26 @@
-"""Reranking a text's windows (the paper's §6), exactly: the evaluation's :class:`~hf_ralm.selection.policy.Ranker`.
+"""Reranking a text's windows (the paper's §6), exactly: the evaluation's [`Ranker`][hf_ralm.selection.policy.Ranker].
 
-Strategies (``RalmConfig.rerank``: the registry's, :mod:`hf_ralm.config.strategies`, chosen by
-:class:`~hf_ralm.selection.policy.PassagePolicy`): ``"none"`` (retrieval's top passage), ``"lm"`` (zero-shot: the
-candidate under which an LM finds the ranking tokens likeliest, :mod:`hf_ralm.config.rules`), ``"oracle"`` (the
-reader's own NLL of the window's target tokens: it looks at the future, an upper bound), ``"random"`` (a seeded
-uniform choice: a floor) and ``"predictive"`` (a trained cross-encoder,
-:class:`~hf_ralm.selection.predictive.PredictiveReranker`). With ``rerank_allow_no_passage`` the window without a
-passage is one more candidate (``"lm"``, ``"oracle"``, ``"predictive"``), chosen unless a passage saves
-``rerank_no_passage_margin`` nats over it (:func:`~hf_ralm.config.rules.choose_ranked`).
+Strategies (``RalmConfig.rerank``: the registry's, [`hf_ralm.config.strategies`][hf_ralm.config.strategies], chosen by
+[`PassagePolicy`][hf_ralm.selection.policy.PassagePolicy]): ``"none"`` (retrieval's top passage), ``"lm"`` (zero-shot:
+the candidate under which an LM finds the ranking tokens likeliest, [`hf_ralm.config.rules`][hf_ralm.config.rules]),
+``"oracle"`` (the reader's own NLL of the window's target tokens: it looks at the future, an upper bound), ``"random"``
+(a seeded uniform choice: a floor) and ``"predictive"`` (a trained cross-encoder,
+[`PredictiveReranker`][hf_ralm.selection.predictive.PredictiveReranker]). With ``rerank_allow_no_passage`` the window
+without a passage is one more candidate (``"lm"``, ``"oracle"``, ``"predictive"``), chosen unless a passage saves
+``rerank_no_passage_margin`` nats over it ([`choose_ranked`][hf_ralm.config.rules.choose_ranked]).
 
 When the reader ranks (``"lm"`` without a reranker LM, ``"oracle"``), every candidate's input runs once through
-:func:`~hf_ralm.core.scoring.score_inputs` and yields both its ranking NLLs and its target NLLs (the ranking tokens come
-just before the target and attention is causal), so the chosen candidate's target NLLs need no second pass
-(:meth:`WindowRanker.window_nlls`). Inputs are batched across windows and a passage's keys/values are computed once
-for every window that has it as a candidate (consecutive windows' candidate sets overlap).
+[`score_inputs`][hf_ralm.core.scoring.score_inputs] and yields both its ranking NLLs and its target NLLs (the ranking
+tokens come just before the target and attention is causal), so the chosen candidate's target NLLs need no second pass
+([`WindowRanker.window_nlls`][hf_ralm.selection.rerank.WindowRanker.window_nlls]). Inputs are batched across windows and
+a passage's keys/values are computed once for every window that has it as a candidate (consecutive windows' candidate
+sets overlap).
 
-Example::
-
+Examples:
+    ```python
     outcome = rerank_windows(model, tokenizer, ids, windows, queries, candidates, config)
     outcome.chosen[5], outcome.ranking_nlls[5]   # (3, [41.2, 40.7, 40.9, 38.8, ...])
+    ```
 """
 
 from __future__ import annotations
@@ -42,8 +44,8 @@ from ..config.strategies import RANKING_NLLS, RERANK, TARGET_NLLS, get_strategy,
 
 @dataclass
 class RerankOutcome:
-    """Per window: ``chosen`` (index into its candidates, :data:`~hf_ralm.config.passages.NO_PASSAGE` for none) and
-    ``ranking_nlls`` (one per candidate, the no-passage candidate last when allowed; ``None`` where no LM ranked).
+    """Per window: ``chosen`` (index into its candidates, [`NO_PASSAGE`][hf_ralm.config.passages.NO_PASSAGE] for none)
+    and ``ranking_nlls`` (one per candidate, the no-passage candidate last when allowed; ``None`` where no LM ranked).
     When the reader ranked: ``target_nlls`` (per window, the reader's summed NLL of the window's scored tokens under
     each candidate, in the same order: what the oracle ranks on, and ``-log p(y | [d_i; x])`` for the predictive
     reranker's training data) and ``token_nlls`` (the reader's NLL of every text token with the chosen passages,
@@ -56,17 +58,18 @@ class RerankOutcome:
 
 
 class WindowRanker:
-    """Ranks options for windows of one text (the evaluation's :class:`~hf_ralm.selection.policy.Ranker`): the
-    reader on each option written over the window's start (:func:`~hf_ralm.core.scoring.reader_nlls`: batched, with
-    ``reuse_prefix_kv`` a passage's keys/values computed once in ``passage_cache``), or another LM in text. Every
-    window asked about is run, also one whose only option is no passage, so that the reader's passes give the NLLs of
-    the tokens every window scores (:meth:`window_nlls`).
+    """Ranks options for windows of one text (the evaluation's [`Ranker`][hf_ralm.selection.policy.Ranker]): the reader
+    on each option written over the window's start ([`reader_nlls`][hf_ralm.core.scoring.reader_nlls]: batched, with
+    ``reuse_prefix_kv`` a passage's keys/values computed once in ``passage_cache``), or another LM in text. Every window
+    asked about is run, also one whose only option is no passage, so that the reader's passes give the NLLs of the
+    tokens every window scores ([`window_nlls`][hf_ralm.selection.rerank.WindowRanker.window_nlls]).
 
-    Example::
-
+    Examples:
+        ```python
         ranker = WindowRanker(model, tokenizer, ids, chunk)
         sums = ranker.rank(range(len(chunk)), [[p, None] for p in top], config, None)
         ranker.window_nlls(chunk[3], None)   # window 3's NLLs without a passage, from that pass
+        ```
     """
 
     def __init__(self, model, tokenizer, ids: Sequence[int], windows: Sequence[Window], batch_size: int = 8,
@@ -144,12 +147,12 @@ def rerank_windows(
     show_progress: bool = True,
 ) -> RerankOutcome:
     """Choose the passage of every window under ``config.rerank`` (the reranking step of
-    :class:`~hf_ralm.selection.policy.PassagePolicy`; no gate).
+    [`PassagePolicy`][hf_ralm.selection.policy.PassagePolicy]; no gate).
 
     ``candidates[w.index]`` are the window's retrieved passages in retrieval order (at most
     ``config.rerank_candidates`` are considered); ``windows`` may be any of the text's windows, and the outcome's lists
-    follow their order; ``reranker`` is an :class:`~hf_ralm.selection.rankers.LMReranker` (``"lm"`` with another
-    model) or a :class:`~hf_ralm.selection.predictive.PredictiveReranker` (``"predictive"``).
+    follow their order; ``reranker`` is an [`LMReranker`][hf_ralm.selection.rankers.LMReranker] (``"lm"`` with another
+    model) or a [`PredictiveReranker`][hf_ralm.selection.predictive.PredictiveReranker] (``"predictive"``).
     """
     policy = PassagePolicy(config, reranker=reranker)
     ranker = WindowRanker(model, tokenizer, ids, windows, batch_size, reuse_prefix_kv, passage_cache, show_progress)

@@ -3,21 +3,23 @@ transformers): plain loops that evaluate one window, one candidate and one passa
 written from the paper and docs/conventions.md, which every fast path of hf-ralm is held to (fp32, 1e-4) and timed
 against.
 
-They are independent of the code they check: the passage encoding, the passages' context, the ranking tokens, the
-ties, the no-passage margin, the random choice and the lm gate's default are written here from the documented
-rules (:mod:`hf_ralm.testing.spec`), never imported from :mod:`hf_ralm.core.model_inputs`, :mod:`hf_ralm.core.scoring`,
-:mod:`hf_ralm.selection` or :mod:`hf_ralm.generation` (tests/test_testing.py checks the imports). They put their
-inputs on the model's device, so the same exactness tests run on a GPU (``HF_RALM_TEST_DEVICE=cuda``), and return
-float64 CPU NLLs.
+They are independent of the code they check: the passage encoding, the passages' context, the ranking tokens, the ties,
+the no-passage margin, the random choice and the lm gate's default are written here from the documented rules
+([`hf_ralm.testing.spec`][hf_ralm.testing.spec]), never imported from
+[`hf_ralm.core.model_inputs`][hf_ralm.core.model_inputs], [`hf_ralm.core.scoring`][hf_ralm.core.scoring],
+[`hf_ralm.selection`][hf_ralm.selection] or [`hf_ralm.generation`][hf_ralm.generation] (tests/test_testing.py checks the
+imports). They put their inputs on the model's device, so the same exactness tests run on a GPU
+(``HF_RALM_TEST_DEVICE=cuda``), and return float64 CPU NLLs.
 
-Example::
-
+Examples:
+    ```python
     from hf_ralm.testing import reference_window_nlls
     from hf_ralm.core.scoring import score_windows
 
     windows = plan_windows(len(ids), 1024, 4)
     fast = score_windows(model, ids, windows, prefixes)
     assert torch.allclose(fast[1:], reference_window_nlls(model, ids, windows, prefixes)[1:], atol=1e-4)
+    ```
 """
 
 from .bm25 import reference_bm25_scores, reference_bm25_top_k

@@ -1,13 +1,13 @@
 """BM25 top-k written from the formula, one query and one term at a time, for the tests of the bm25 backend's search
 (and its benchmark's exhaustive scorer): it reads the index's score matrix as stored (bm25s's CSC: ``data`` float32
 term scores, Lucene's ``idf · tf / (tf + k1 · (1 - b + b · dl / avgdl))``; ``indices`` passage ids; ``indptr`` one
-column per term), and nothing of :mod:`hf_ralm.retrieval`.
+column per term), and nothing of [`hf_ralm.retrieval`][hf_ralm.retrieval].
 
 A passage's score is the sum, over the query's terms found in the vocabulary, each as often as it occurs in the
 query, of its score in the term's column, summed in float64; the top ``k`` by score descending, ties by passage id
 ascending; passages scoring 0 (no term matched) and forbidden ones are never returned.
 
-Example:
+Examples:
     >>> import numpy as np
     >>> matrix = {"data": np.array([1.0, 2.0, 0.5], np.float32), "indices": np.array([0, 1, 1], np.int32),
     ...           "indptr": np.array([0, 2, 3], np.int32), "num_docs": 3}
@@ -39,7 +39,8 @@ def reference_bm25_scores(matrix: Mapping, vocab: Mapping[str, int], terms: Sequ
 def reference_bm25_top_k(matrix: Mapping, vocab: Mapping[str, int], queries: Sequence[Sequence[str]], k: int,
                          forbidden: Collection[int] = ()) -> list[list[tuple[int, float]]]:
     """Per query (its analysed terms), its top ``k`` ``(passage id, score)``: every passage scored
-    (:func:`reference_bm25_scores`), sorted by ``(-score, id)``, zeros and ``forbidden`` ids dropped."""
+    ([`reference_bm25_scores`][hf_ralm.testing.bm25.reference_bm25_scores]), sorted by ``(-score, id)``, zeros and
+    ``forbidden`` ids dropped."""
     forbidden = np.fromiter(forbidden, dtype=np.int64)
     found = []
     for terms in queries:

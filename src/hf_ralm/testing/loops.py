@@ -1,8 +1,8 @@
 """Plain loops: one window (one candidate, one passage) at a time, full forwards, nothing batched, cached or shared,
-written from the paper and docs/conventions.md with the rules of :mod:`hf_ralm.testing.spec`. Slow by design: the
-tests hold the fast paths to them (fp32, 1e-4) and the benchmarks time against them.
+written from the paper and docs/conventions.md with the rules of [`hf_ralm.testing.spec`][hf_ralm.testing.spec]. Slow by
+design: the tests hold the fast paths to them (fp32, 1e-4) and the benchmarks time against them.
 
-Every loop puts its inputs on the model's device (:func:`~hf_ralm.core.modeling_utils.model_device`), so the same tests
+Every loop puts its inputs on the model's device ([`model_device`][hf_ralm.model_device]), so the same tests
 run on a GPU, and returns per-token NLLs as float64 CPU tensors of the text's length, NaN where a token is not
 scored (token 0 always): index ``t`` holds the NLL of ``ids[t]``.
 """
@@ -36,9 +36,10 @@ def full_nlls(model, tokens: Sequence[int], labels: Sequence[int] | None = None)
     """NLL of ``labels[t]`` (default: the input's own tokens) at every position ``t`` after the first, predicted from
     ``tokens[:t]`` in one full forward; index ``t - 1`` holds position ``t``'s (float64, on the CPU).
 
-    Example::
-
+    Examples:
+        ```python
         full_nlls(model, write_over(window, passage_ids), window)   # the window's own tokens under the passage
+        ```
     """
     device = model_device(model)
     labels = tokens if labels is None else labels
@@ -60,9 +61,10 @@ def reference_window_nlls(model, ids: Sequence[int], windows: Sequence[Window], 
     """The paper's ``eval_lm.py`` loop: per window, batch 1, logits for every position, its prefix
     (``prefixes[w.index]``, token ids) written over its first positions; per-token NLLs of the text's tokens.
 
-    Example::
-
+    Examples:
+        ```python
         nlls = reference_window_nlls(model, ids, plan_windows(len(ids), 1024, 4), prefixes)
+        ```
     """
     device = model_device(model)
     nll = _unscored(ids)
@@ -90,9 +92,10 @@ def reference_rerank_nlls(
     scored tokens is chosen and its row scores the window. ``candidate_prefixes[w.index]`` lists what each candidate
     writes over the window (a single entry: nothing to rank). Returns the choices and the per-token NLLs.
 
-    Example::
-
+    Examples:
+        ```python
         chosen, nlls = reference_rerank_nlls(model, ids, windows, [[p1, p2, p3] for w in windows], 16)
+        ```
     """
     device = model_device(model)
     nll = _unscored(ids)
@@ -119,7 +122,7 @@ def reference_rerank_nlls(
 def plain_window_nlls(model, tokenizer, ids: Sequence[int], windows: Sequence[Window], in_context: PerWindow,
                       config: RalmConfig, separator: str = PASSAGE_SEPARATOR) -> torch.Tensor:
     """Per-token NLLs with ``in_context[w.index]`` (passages, most relevant first; none: the window alone) put in
-    front of each window as :func:`~hf_ralm.testing.spec.spec_prefix` says, each window in one full forward."""
+    front of each window as [`spec_prefix`][hf_ralm.testing.spec.spec_prefix] says, each window in one full forward."""
     prefixes = {w.index: spec_prefix(tokenizer, in_context[w.index], config, separator) for w in windows}
     return reference_window_nlls(model, ids, windows, prefixes)
 
@@ -185,16 +188,17 @@ def other_lm_ranking_nll(reranker, tokenizer, ids: Sequence[int], w: Window, opt
 
 def plain_rerank(model, tokenizer, ids: Sequence[int], windows: Sequence[Window], candidates: PerWindow,
                  config: RalmConfig, reranker=None) -> tuple[list[int], torch.Tensor]:
-    """Reranking one window and one candidate at a time: the first ``rerank_candidates`` of ``candidates[w.index]``
-    (and no passage last, with ``rerank_allow_no_passage``), each written over the window as the chosen passage will
-    be and ranked by :func:`ranking_nll` (``"lm"``; with ``reranker``, :func:`other_lm_ranking_nll`) or by the NLL of
-    the window's own scored tokens (``"oracle"``), or one of them drawn (``"random"``); the window is then scored
-    with the choice. Returns the choice per window (:data:`~hf_ralm.config.passages.NO_PASSAGE` for none) and the NLL of
-    every token.
+    """Reranking one window and one candidate at a time: the first ``rerank_candidates`` of ``candidates[w.index]`` (and
+    no passage last, with ``rerank_allow_no_passage``), each written over the window as the chosen passage will be and
+    ranked by [`ranking_nll`][hf_ralm.testing.loops.ranking_nll] (``"lm"``; with ``reranker``,
+    [`other_lm_ranking_nll`][hf_ralm.testing.loops.other_lm_ranking_nll]) or by the NLL of the window's own scored
+    tokens (``"oracle"``), or one of them drawn (``"random"``); the window is then scored with the choice. Returns the
+    choice per window ([`NO_PASSAGE`][hf_ralm.config.passages.NO_PASSAGE] for none) and the NLL of every token.
 
-    Example::
-
+    Examples:
+        ```python
         chosen, nlls = plain_rerank(model, tokenizer, ids, windows, candidates, RalmConfig(rerank="lm"))
+        ```
     """
     nll = _unscored(ids)
     chosen = []

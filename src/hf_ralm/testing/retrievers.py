@@ -12,12 +12,13 @@ from ..config.passages import Passage
 
 class ScoredRetriever:
     """Passages of ``words`` drawn from a hash of the query, best first, with a known maximum score per query
-    (:meth:`max_scores`). The n-th distinct query it sees gets, by n mod 5, k passages, none, one, k, or k-1, and a
-    top score of 0.9, 0.1, 0.6, 0.3 or 0.75 of its maximum: any evaluation of five windows or more meets every case
-    (a gate that closes and one that opens, empty and short retrievals), and a plain loop that asks for the windows
-    in order gets what the fast path got. Records the queries and the k asked (``calls``).
+    ([`max_scores`][hf_ralm.testing.retrievers.ScoredRetriever.max_scores]). The n-th distinct query it sees gets, by n
+    mod 5, k passages, none, one, k, or k-1, and a top score of 0.9, 0.1, 0.6, 0.3 or 0.75 of its maximum: any
+    evaluation of five windows or more meets every case (a gate that closes and one that opens, empty and short
+    retrievals), and a plain loop that asks for the windows in order gets what the fast path got. Records the queries
+    and the k asked (``calls``).
 
-    Example:
+    Examples:
         >>> retriever = ScoredRetriever(["rome", "city", "the"], seed=1)
         >>> [len(found) for found in retriever.retrieve(["a", "b", "c", "d", "e"], k=3)]
         [3, 0, 1, 3, 2]

@@ -1,11 +1,10 @@
 """The rules of docs/conventions.md written out plainly, one small function each, for the plain loops of
-:mod:`hf_ralm.testing`. None of them comes from the code they check: the passage encoding here is its own, not
-:func:`hf_ralm.core.model_inputs.passage_prefix`; the ranking span, the ties, the no-passage margin and the random
-choice are not :mod:`hf_ralm.selection`'s. Only values and arithmetic are shared
-(:class:`~hf_ralm.config.passages.Passage`,
-:class:`~hf_ralm.config.windows.Window`, :class:`~hf_ralm.config.configuration_ralm.RalmConfig`'s settings).
+[`hf_ralm.testing`][hf_ralm.testing]. None of them comes from the code they check: the passage encoding here is its own,
+not [`hf_ralm.core.model_inputs.passage_prefix`][hf_ralm.passage_prefix]; the ranking span, the ties, the no-passage
+margin and the random choice are not [`hf_ralm.selection`][hf_ralm.selection]'s. Only values and arithmetic are shared
+([`Passage`][hf_ralm.Passage], [`Window`][hf_ralm.Window], [`RalmConfig`][hf_ralm.RalmConfig]'s settings).
 
-Example:
+Examples:
     >>> from hf_ralm.config.windows import plan_windows
     >>> window = plan_windows(100, max_length=32, stride=4)[3]   # tokens [12, 44), scores [40, 44)
     >>> ranking_positions(window, 16), ranking_positions(window, 50), target_positions(window)
@@ -38,10 +37,11 @@ def spec_passage_ids(tokenizer, passage: Passage | None, config: RalmConfig) -> 
     ``bos_every_window``, whatever does not start with the tokenizer's BOS gets one in front (no passage: a lone
     BOS), still within ``max_doc_tokens``.
 
-    Example::
-
+    Examples:
+        ```python
         spec_passage_ids(tokenizer, Passage("1", "rome", "the city"), RalmConfig(max_doc_tokens=2))
         # [<bos>, rome] with a tokenizer that adds a BOS, [rome, the] without
+        ```
     """
     ids: list[int] = []
     if passage is not None:
@@ -55,11 +55,11 @@ def spec_passage_ids(tokenizer, passage: Passage | None, config: RalmConfig) -> 
 
 def spec_prefix(tokenizer, passages: Sequence[Passage], config: RalmConfig,
                 separator: str = PASSAGE_SEPARATOR) -> list[int]:
-    """What ``passages`` (most relevant first) put in front of the text: ``[d_n; sep; ...; sep; d_1]``, each ``d_i``
-    one passage's :func:`spec_passage_ids`; their total, separators included, capped by ``max_context_doc_tokens``
-    (at most and by default ``num_passages × max_doc_tokens``): taken from the most relevant on, each with the
-    separator after it, the first that does not fit cut to the room left, the rest left out. No passage:
-    :func:`spec_passage_ids` of none."""
+    """What ``passages`` (most relevant first) put in front of the text: ``[d_n; sep; ...; sep; d_1]``, each ``d_i`` one
+    passage's [`spec_passage_ids`][hf_ralm.testing.spec.spec_passage_ids]; their total, separators included, capped by
+    ``max_context_doc_tokens`` (at most and by default ``num_passages × max_doc_tokens``): taken from the most relevant
+    on, each with the separator after it, the first that does not fit cut to the room left, the rest left out. No
+    passage: [`spec_passage_ids`][hf_ralm.testing.spec.spec_passage_ids] of none."""
     if not passages:
         return spec_passage_ids(tokenizer, None, config)
     sep = tokenizer(separator, add_special_tokens=False)["input_ids"]

@@ -1,13 +1,14 @@
 """What every layer of hf-ralm may use, and which uses nothing of hf-ralm but its errors: atomic, fsynced writes
-(:mod:`.atomic`), how a run is reproduced (:mod:`.reproduction`), the checks of counts (:mod:`.checks`), the optional
-packages (:mod:`.extras`: one that is missing is refused with the command that installs it), what the CPUs offer
-(:mod:`.cpus`: how many this process may use, whether they compute bfloat16 in hardware), bfloat16 linear layers
-computed in float32 for the CPUs that do not (:mod:`.widened_linear`) and worker processes that never import the
-caller's script (:mod:`.worker_processes`).
+([`atomic`][hf_ralm.utils.atomic]), how a run is reproduced ([`reproduction`][hf_ralm.utils.reproduction]), the checks
+of counts ([`checks`][hf_ralm.utils.checks]), the optional packages ([`extras`][hf_ralm.utils.extras]: one that is
+missing is refused with the command that installs it), what the CPUs offer ([`cpus`][hf_ralm.utils.cpus]: how many this
+process may use, whether they compute bfloat16 in hardware), bfloat16 linear layers computed in float32 for the CPUs
+that do not ([`widened_linear`][hf_ralm.utils.widened_linear]) and worker processes that never import the caller's
+script ([`worker_processes`][hf_ralm.utils.worker_processes]).
 
 The names below are the public ones, for scripts that write results as hf-ralm does (the benchmarks among them).
 
-Example:
+Examples:
     >>> import os, tempfile
     >>> from hf_ralm.utils import provenance, write_json_atomic
     >>> path = os.path.join(tempfile.mkdtemp(), "results.json")

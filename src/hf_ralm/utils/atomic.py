@@ -2,7 +2,7 @@
 benchmarks' CSVs: a crash leaves the old file or the new one, never a part. An OS error while writing (a full disk,
 a read-only folder) names the file being written, not only the temporary one (or nothing: ``fsync`` names no file).
 
-Example:
+Examples:
     >>> import os, tempfile
     >>> path = os.path.join(tempfile.mkdtemp(), "eval.json")
     >>> write_json_atomic(path, {"token_ppl": 23.2})
@@ -48,7 +48,7 @@ def file_mode() -> int:
 def write_text_atomic(path: str, text: str, suffix: str = ".tmp") -> None:
     """Write ``text`` to a temporary file beside ``path``, flush it to disk (fsync) and rename it over ``path``, so a
     crash leaves either the old file or the new one, never a truncated one. The file gets the permissions a plain
-    ``open(path, "w")`` would (:func:`file_mode`)."""
+    ``open(path, "w")`` would ([`file_mode`][hf_ralm.utils.atomic.file_mode])."""
     directory = os.path.dirname(os.path.abspath(path))
     with naming_errors(path):
         os.makedirs(directory, exist_ok=True)
@@ -66,11 +66,12 @@ def write_text_atomic(path: str, text: str, suffix: str = ".tmp") -> None:
 
 
 def json_text(data: Any) -> str:
-    """What :func:`write_json_atomic` writes of ``data``: strict JSON (a NaN or infinity is refused, a
-    ``ValueError``, rather than written as the bare ``NaN`` that strict parsers reject), indented, UTF-8 as it is, a
-    newline at the end. Its exact form also tells a file hf-ralm wrote (:mod:`hf_ralm.utils.outputs`).
+    """What [`write_json_atomic`][hf_ralm.utils.atomic.write_json_atomic] writes of ``data``: strict JSON (a NaN or
+    infinity is refused, a ``ValueError``, rather than written as the bare ``NaN`` that strict parsers reject),
+    indented, UTF-8 as it is, a newline at the end. Its exact form also tells a file hf-ralm wrote
+    ([`hf_ralm.utils.outputs`][hf_ralm.utils.outputs]).
 
-    Example:
+    Examples:
         >>> json_text({"em": 0.5, "title": "Zürich"})
         '{\\n  "em": 0.5,\\n  "title": "Zürich"\\n}\\n'
     """
@@ -78,7 +79,8 @@ def json_text(data: Any) -> str:
 
 
 def write_json_atomic(path: str, data) -> None:
-    """Write :func:`json_text` of ``data`` atomically (:func:`write_text_atomic`)."""
+    """Write [`json_text`][hf_ralm.utils.atomic.json_text] of ``data`` atomically
+    ([`write_text_atomic`][hf_ralm.utils.atomic.write_text_atomic])."""
     write_text_atomic(path, json_text(data), suffix=".json")
 
 
@@ -91,7 +93,7 @@ def naming_errors(path: str | os.PathLike) -> Iterator[None]:
     A write that numpy stopped short (``"182749 requested and 130016 written"``, no error number) is reported as the
     full disk it is.
 
-    Example:
+    Examples:
         >>> import errno
         >>> with naming_errors("out/eval.json"):
         ...     raise OSError(errno.ENOSPC, "No space left on device")
@@ -121,10 +123,10 @@ def naming_errors(path: str | os.PathLike) -> Iterator[None]:
 
 @contextmanager
 def naming_full_disk(path: str | os.PathLike) -> Iterator[None]:
-    """:func:`naming_errors` for a full disk only (``ENOSPC``, or numpy's short write), for a block that reads files
-    too, whose errors name them as they are (an index build reads its corpus).
+    """[`naming_errors`][hf_ralm.utils.atomic.naming_errors] for a full disk only (``ENOSPC``, or numpy's short write),
+    for a block that reads files too, whose errors name them as they are (an index build reads its corpus).
 
-    Example:
+    Examples:
         >>> with naming_full_disk("wiki-bm25"):
         ...     raise FileNotFoundError("Corpus file not found: 'wiki.jsonl'.")
         Traceback (most recent call last):

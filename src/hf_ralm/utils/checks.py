@@ -1,10 +1,12 @@
 """The checks that settings, arguments and input files share, with messages that name the argument or the file: counts
-and numbers; the Python API's arguments of the wrong type or empty (:func:`check_texts`, :func:`token_id_list`,
-:func:`check_vocabulary`, :func:`check_path`: each refusal names the argument, what was given and what it takes,
-before any model runs); and the input files every reader opens through :func:`reading` (a regular file, refused
-before it is opened when it is a FIFO or a device: :func:`is_input_file`).
+and numbers; the Python API's arguments of the wrong type or empty ([`check_texts`][hf_ralm.utils.checks.check_texts],
+[`token_id_list`][hf_ralm.utils.checks.token_id_list], [`check_vocabulary`][hf_ralm.utils.checks.check_vocabulary],
+[`check_path`][hf_ralm.utils.checks.check_path]: each refusal names the argument, what was given and what it takes,
+before any model runs); and the input files every reader opens through [`reading`][hf_ralm.utils.checks.reading] (a
+regular file, refused before it is opened when it is a FIFO or a device:
+[`is_input_file`][hf_ralm.utils.checks.is_input_file]).
 
-Example:
+Examples:
     >>> check_count("stride", 4)
     >>> check_texts("prompts", ("The Eiffel Tower is", "Rome was"))
     ['The Eiffel Tower is', 'Rome was']
@@ -38,10 +40,10 @@ from .atomic import naming_errors
 
 
 def check_count(name: str, value: int, minimum: int = 1) -> None:
-    """Raise a :class:`~hf_ralm.errors.SettingError` that names the argument unless ``value`` is an integer of at
-    least ``minimum``.
+    """Raise a [`SettingError`][hf_ralm.errors.SettingError] that names the argument unless ``value`` is an integer of
+    at least ``minimum``.
 
-    Example:
+    Examples:
         >>> check_count("stride", 0)
         Traceback (most recent call last):
         ...
@@ -57,7 +59,7 @@ def with_named_options(options: Mapping[str, Any], named: Mapping[str, Any], wha
     """``options`` (a mapping, e.g. ``retriever_options``) with the options also given by name added (``None``: not
     given); one given both ways is refused in one line naming ``what`` the mapping is.
 
-    Example:
+    Examples:
         >>> with_named_options({"k1": 0.9}, {"b": 0.4, "n_threads": None}, "retriever_options")
         {'k1': 0.9, 'b': 0.4}
     """
@@ -71,7 +73,7 @@ def with_named_options(options: Mapping[str, Any], named: Mapping[str, Any], wha
 def shown(value: Any, width: int = 60) -> str:
     """A value as a message shows it: its ``repr``, cut to ``width`` characters.
 
-    Example:
+    Examples:
         >>> shown("x" * 100, width=12)
         "'xxxxxxxx..."
     """
@@ -80,10 +82,10 @@ def shown(value: Any, width: int = 60) -> str:
 
 
 def described(value: Any) -> str:
-    """What a message says was given: ``None``, or the value's type and its shortened ``repr`` (:func:`shown`); a
-    tensor or an array by its shape.
+    """What a message says was given: ``None``, or the value's type and its shortened ``repr``
+    ([`shown`][hf_ralm.utils.checks.shown]); a tensor or an array by its shape.
 
-    Example:
+    Examples:
         >>> described(None), described(123), described([5, 6])
         ('None', 'an int (123)', 'a list ([5, 6])')
     """
@@ -98,8 +100,9 @@ def described(value: Any) -> str:
 
 
 def refuse_type(name: str, value: Any, takes: str, fix: str = "", item: int | None = None) -> NoReturn:
-    """Raise the :class:`~hf_ralm.errors.InputTypeError` of argument ``name`` (of its item ``item`` when given): what
-    it ``takes``, what was given (:func:`described`) and, when given, the ``fix``."""
+    """Raise the [`InputTypeError`][hf_ralm.errors.InputTypeError] of argument ``name`` (of its item ``item`` when
+    given): what it ``takes``, what was given ([`described`][hf_ralm.utils.checks.described]) and, when given, the
+    ``fix``."""
     where = setting(name) + ("" if item is None else f"[{item}]")
     raise InputTypeError(f"{where} takes {takes}, got {described(value)}{': ' + fix if fix else ''}.")
 
@@ -111,11 +114,11 @@ def _is_collection(value: Any) -> bool:
 
 def check_texts(name: str, value: Any, allow_empty: bool = False) -> list[str]:
     """``value`` (a list, a tuple or another iterable of ``str``) as a list; refused in one line naming argument
-    ``name`` (:class:`~hf_ralm.errors.InputTypeError`, or a :class:`~hf_ralm.errors.SettingError` for an empty one
-    unless ``allow_empty``): ``None``, a single text (iterating it would make one item per character), anything
-    else that holds no items, and an item that is no ``str`` (named by its index).
+    ``name`` ([`InputTypeError`][hf_ralm.errors.InputTypeError], or a [`SettingError`][hf_ralm.errors.SettingError] for
+    an empty one unless ``allow_empty``): ``None``, a single text (iterating it would make one item per character),
+    anything else that holds no items, and an item that is no ``str`` (named by its index).
 
-    Example:
+    Examples:
         >>> check_texts("queries", ["the emperor", None])
         Traceback (most recent call last):
         ...
@@ -140,7 +143,7 @@ def token_id_list(name: str, value: Any, takes: str = "token ids (a list of int)
     argument ``name`` and what it ``takes``: no sequence, one of more than one dimension, an item that is no
     integer (a bool is none either).
 
-    Example:
+    Examples:
         >>> token_id_list("text_or_ids", (5, 6, 7))
         [5, 6, 7]
         >>> token_id_list("text_or_ids", [5, 6.5])
@@ -162,12 +165,12 @@ def token_id_list(name: str, value: Any, takes: str = "token ids (a list of int)
 
 
 def check_vocabulary(name: str, ids: Sequence[int] | Sequence[Sequence[int]], vocab_size: int | None) -> None:
-    """Refuse (a :class:`~hf_ralm.errors.SettingError` naming argument ``name``, the first id out of range, where it
-    is and the vocabulary's size) token ``ids`` (a row of them, or rows) that are not all ids of a vocabulary of
-    ``vocab_size`` (``None``: not known, nothing checked), before an embedding lookup fails with an index error that
+    """Refuse (a [`SettingError`][hf_ralm.errors.SettingError] naming argument ``name``, the first id out of range,
+    where it is and the vocabulary's size) token ``ids`` (a row of them, or rows) that are not all ids of a vocabulary
+    of ``vocab_size`` (``None``: not known, nothing checked), before an embedding lookup fails with an index error that
     names none of them.
 
-    Example:
+    Examples:
         >>> check_vocabulary("input_ids", [[5, 6], [7, 900]], 128)
         Traceback (most recent call last):
         ...
@@ -187,9 +190,9 @@ def check_vocabulary(name: str, ids: Sequence[int] | Sequence[Sequence[int]], vo
 
 def check_path(name: str, value: Any, what: str = "a folder's path") -> str:
     """``value`` (a ``str`` or an ``os.PathLike``) as a ``str``; anything else is refused in one line naming argument
-    ``name`` (:class:`~hf_ralm.errors.InputTypeError`), before a ``None`` or a number becomes a file name.
+    ``name`` ([`InputTypeError`][hf_ralm.errors.InputTypeError]), before a ``None`` or a number becomes a file name.
 
-    Example:
+    Examples:
         >>> check_path("save_directory", None)
         Traceback (most recent call last):
         ...
@@ -218,7 +221,7 @@ def special_file_kind(mode: int) -> str | None:
     """What a file of ``mode`` (``os.stat``'s ``st_mode``) is when it is neither a regular file nor a folder (a FIFO,
     a device, a socket), as a message says it; ``None`` for a regular file or a folder.
 
-    Example:
+    Examples:
         >>> special_file_kind(os.stat("/dev/null").st_mode), special_file_kind(os.stat(".").st_mode)
         ('a character device', None)
     """
@@ -233,7 +236,7 @@ def is_input_file(path: str | os.PathLike, what: str = "file", error: type[Input
     naming ``what`` and the path) before anything opens it: reading one would wait for a writer or never end, and
     hf-ralm reads some inputs more than once (a corpus is hashed, then read).
 
-    Example:
+    Examples:
         >>> import tempfile
         >>> is_input_file(tempfile.mkdtemp()), is_input_file("missing.jsonl")
         (False, False)
@@ -258,7 +261,7 @@ def check_json_text(value: Any, line: str, where: str, error: type[InputError] =
     lone surrogate (``"\\ud800"`` without its pair): no character, it could not be tokenized nor written as UTF-8,
     and would fail far from the line that holds it.
 
-    Example:
+    Examples:
         >>> import json
         >>> line = r'{"text": "bad \\ud800 row"}'
         >>> check_json_text(json.loads(line), line, "rows.jsonl:2")
@@ -290,14 +293,16 @@ _GZIP_ERRORS = (gzip.BadGzipFile, EOFError, zlib.error)
 @contextmanager
 def reading(path: str, error: type[InputError] = InputError, what: str = "file") -> Iterator[TextIO]:
     """``path`` open for reading as UTF-8 text (decompressed when its name ends in ``.gz``), once it is known to be no
-    FIFO or device (:func:`is_input_file`); the errors of reading it name it: bytes that are not UTF-8 (``error``
-    with the line: :func:`~hf_ralm.errors.utf8_errors`), a damaged or truncated gzip file (``error``), and an OS
-    error that names no file (a disk's I/O error: :func:`~hf_ralm.utils.atomic.naming_errors`).
+    FIFO or device ([`is_input_file`][hf_ralm.utils.checks.is_input_file]); the errors of reading it name it: bytes that
+    are not UTF-8 (``error`` with the line: [`utf8_errors`][hf_ralm.errors.utf8_errors]), a damaged or truncated gzip
+    file (``error``), and an OS error that names no file (a disk's I/O error:
+    [`naming_errors`][hf_ralm.utils.atomic.naming_errors]).
 
-    Example::
-
+    Examples:
+        ```python
         with reading("wiki.jsonl.gz", CorpusError, "corpus") as f:
             first = f.readline()
+        ```
     """
     is_input_file(path, what, error)
     opener = gzip.open if path.endswith(".gz") else open

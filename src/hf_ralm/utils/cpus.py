@@ -2,10 +2,11 @@
 ``os.cpu_count()`` counts the machine's, which a container's CPU quota, a CPU set or a Slurm job may not give this
 process), and whether they compute bfloat16 in hardware. Without it, PyTorch's bfloat16 matrix products take a path
 several times slower than float32's, so a model hf-ralm loads in bfloat16 on such a CPU gets its linear layers
-widened (:func:`~hf_ralm.utils.widened_linear.widen_bfloat16_matmuls`): the product computed in float32 and rounded
+widened ([`widen_bfloat16_matmuls`][hf_ralm.utils.widened_linear.widen_bfloat16_matmuls]): the product computed in
+    float32 and rounded
 back to bfloat16, as the hardware paths do, at float32's speed.
 
-Example:
+Examples:
     >>> available_cpus() >= 1
     True
 """
@@ -56,10 +57,10 @@ def bfloat16_instructions() -> bool | None:
 
 def slow_bfloat16(dtype: torch.dtype, device: torch.device | str) -> bool:
     """Whether ``dtype`` on ``device`` is bfloat16 on an x86 CPU without bfloat16 instructions
-    (:func:`bfloat16_instructions`), where PyTorch's bfloat16 matrix products are several times slower than float32's
-    (docs/results.md, "bfloat16 on a CPU without bfloat16 instructions").
+    ([`bfloat16_instructions`][hf_ralm.utils.cpus.bfloat16_instructions]), where PyTorch's bfloat16 matrix products are
+    several times slower than float32's (docs/results.md, "bfloat16 on a CPU without bfloat16 instructions").
 
-    Example:
+    Examples:
         >>> import torch
         >>> slow_bfloat16(torch.float32, "cpu")
         False

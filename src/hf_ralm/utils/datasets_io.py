@@ -2,10 +2,11 @@
 corpora) does it: a folder written by ``Dataset.save_to_disk``, else what ``datasets.load_dataset`` loads (a Hub id,
 or a local dataset folder, read as a Hub repository is), one split of it.
 
-Example::
-
+Examples:
+    ```python
     rows = load_hf_dataset("nq_open", split="validation")        # the Hub (or its local cache)
     rows = load_hf_dataset("corpus-saved-with-save_to_disk")     # a local folder
+    ```
 """
 
 from __future__ import annotations
@@ -43,18 +44,20 @@ DATASET_SHARD = "data-00000-of-00001.arrow"
 
 
 def finish_saved_dataset(folder: str) -> None:
-    """Make ``folder``, which holds one Arrow file written by ``datasets``' ``ArrowWriter`` (:data:`DATASET_SHARD`),
-    a dataset folder ``datasets.load_from_disk`` opens: the ``state.json`` and ``dataset_info.json`` that
-    ``Dataset.save_to_disk`` writes beside its shards, written as it writes them. ``save_to_disk`` would copy the file
-    through a memory map, which leaves every page of it in the process's resident memory (as large as the file: 13 GB
-    for the passages of 21M) until the map is closed; this writes the two small files and copies nothing.
+    """Make ``folder``, which holds one Arrow file written by ``datasets``' ``ArrowWriter``
+    ([`DATASET_SHARD`][hf_ralm.utils.datasets_io.DATASET_SHARD]), a dataset folder ``datasets.load_from_disk`` opens:
+    the ``state.json`` and ``dataset_info.json`` that ``Dataset.save_to_disk`` writes beside its shards, written as it
+    writes them. ``save_to_disk`` would copy the file through a memory map, which leaves every page of it in the
+    process's resident memory (as large as the file: 13 GB for the passages of 21M) until the map is closed; this writes
+    the two small files and copies nothing.
 
-    Example::
-
+    Examples:
+        ```python
         with ArrowWriter(features=features, path=os.path.join(folder, DATASET_SHARD)) as writer:
             ...  # writer.write(row) for each row, then writer.finalize()
         finish_saved_dataset(folder)
         datasets.load_from_disk(folder)
+        ```
     """
     import json
 

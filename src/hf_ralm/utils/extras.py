@@ -2,7 +2,7 @@
 ``[project.optional-dependencies]``): one that is missing is refused in one line that ends with the command
 installing it, ``pip install "hf-ralm[EXTRA]"``.
 
-Example:
+Examples:
     >>> require("json", "dense", "The dense retriever").__name__
     'json'
     >>> require("not_a_module_anywhere", "dense", "The dense retriever")
@@ -27,7 +27,7 @@ PACKAGES = {"faiss": "faiss-cpu", "sentence_transformers": "sentence-transformer
 def install_command(extra: str) -> str:
     """The command that installs an extra (quoted for every shell: bash, zsh, PowerShell, cmd).
 
-    Example:
+    Examples:
         >>> install_command("lucene")
         'pip install "hf-ralm[lucene]"'
     """
@@ -36,14 +36,14 @@ def install_command(extra: str) -> str:
 
 class MissingExtraError(NamesSettings, ImportError):
     """An optional package that is not installed (or fails to import): the message says what needs it and ends with
-    :func:`install_command` of the extra that brings it (settings named with :func:`~hf_ralm.errors.setting`, which
-    the command line prints as its flags)."""
+    [`install_command`][hf_ralm.utils.extras.install_command] of the extra that brings it (settings named with
+    [`setting`][hf_ralm.errors.setting], which the command line prints as its flags)."""
 
 
 def require(module: str, extra: str, what: str) -> ModuleType:
-    """``module`` imported, or a :class:`MissingExtraError`: "``what`` needs PACKAGE, which is not installed:
-    ``pip install "hf-ralm[extra]"``" (or "which fails to import (ERROR)", when it is there but broken: reinstalling
-    the extra is then the fix too)."""
+    """``module`` imported, or a [`MissingExtraError`][hf_ralm.utils.extras.MissingExtraError]: "``what`` needs PACKAGE,
+    which is not installed: ``pip install "hf-ralm[extra]"``" (or "which fails to import (ERROR)", when it is there but
+    broken: reinstalling the extra is then the fix too)."""
     try:
         return importlib.import_module(module)
     except ImportError as error:

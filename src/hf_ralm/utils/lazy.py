@@ -1,9 +1,10 @@
-"""Package faces whose names are imported when first used (PEP 562), for faces that would otherwise drag heavy
-imports into their package's import: ``hf_ralm`` itself, :mod:`hf_ralm.config`, :mod:`hf_ralm.retrieval`,
-:mod:`hf_ralm.selection`, :mod:`hf_ralm.reranker_training` and :mod:`hf_ralm.integrations` (each module imports its
-tool), so that ``import hf_ralm`` and a command's ``--help`` load neither torch nor transformers.
+"""Package faces whose names are imported when first used (PEP 562), for faces that would otherwise drag heavy imports
+into their package's import: ``hf_ralm`` itself, [`hf_ralm.config`][hf_ralm.config],
+[`hf_ralm.retrieval`][hf_ralm.retrieval], [`hf_ralm.selection`][hf_ralm.selection],
+[`hf_ralm.reranker_training`][hf_ralm.reranker_training] and [`hf_ralm.integrations`][hf_ralm.integrations] (each module
+imports its tool), so that ``import hf_ralm`` and a command's ``--help`` load neither torch nor transformers.
 
-Example:
+Examples:
     >>> getattr_, dir_ = lazy_exports("json", {"decoder": ("JSONDecodeError",)})
     >>> getattr_("JSONDecodeError").__name__
     'JSONDecodeError'
@@ -29,10 +30,11 @@ def lazy_exports(package: str, exports: Mapping[str, Sequence[str]]) -> tuple[Ca
     time it is asked for and kept in the package's namespace. Only the package's own submodules can be named, so a
     face re-exports nothing from another package.
 
-    Example::
-
+    Examples:
+        ```python
         __getattr__, __dir__ = lazy_exports(__name__, {"candidates": ("score_candidates",)})
         __all__ = ["score_candidates"]
+        ```
     """
     owner = {name: module for module, names in exports.items() for name in names}
 

@@ -1,14 +1,15 @@
 """No input is an output: the checks run on every path a command will write, before any work.
 
 An output file is refused (one line naming it and how to fix it) when it is one of the run's inputs (the same file,
-links resolved: writing it would destroy that input), when it exists but hf-ralm did not write it (hf-ralm never
-writes over files of others), or when its folder cannot be written to (found before the run, not after hours of it).
-A file hf-ralm wrote (a rerun) is replaced, and the log says so. hf-ralm's JSON outputs are told by their form: exactly
-what :func:`~hf_ralm.utils.atomic.write_json_atomic` writes (:func:`~hf_ralm.utils.atomic.json_text`), holding what
-that output holds (:func:`json_object_with`, :func:`json_records_with`); a folder hf-ralm writes is told by its
-manifest (a run's settings file, a retrieval dataset's fingerprint).
+links resolved: writing it would destroy that input), when it exists but hf-ralm did not write it (hf-ralm never writes
+over files of others), or when its folder cannot be written to (found before the run, not after hours of it). A file
+hf-ralm wrote (a rerun) is replaced, and the log says so. hf-ralm's JSON outputs are told by their form: exactly what
+[`write_json_atomic`][hf_ralm.utils.atomic.write_json_atomic] writes ([`json_text`][hf_ralm.utils.atomic.json_text]),
+holding what that output holds ([`json_object_with`][hf_ralm.utils.outputs.json_object_with],
+[`json_records_with`][hf_ralm.utils.outputs.json_records_with]); a folder hf-ralm writes is told by its manifest (a
+run's settings file, a retrieval dataset's fingerprint).
 
-Example:
+Examples:
     >>> import os, tempfile
     >>> folder = tempfile.mkdtemp()
     >>> notes = os.path.join(folder, "notes.json")
@@ -49,8 +50,8 @@ InputPaths = Mapping[str, "str | os.PathLike | Iterable[str | os.PathLike] | Non
 
 
 def written_as_json(path: Path, holds: Callable[[Any], bool]) -> bool:
-    """Whether ``path`` holds exactly what hf-ralm's JSON writer writes (:func:`~hf_ralm.utils.atomic.json_text`) of a
-    value that ``holds`` accepts."""
+    """Whether ``path`` holds exactly what hf-ralm's JSON writer writes ([`json_text`][hf_ralm.utils.atomic.json_text])
+    of a value that ``holds`` accepts."""
     try:
         text = path.read_text(encoding="utf-8")
         value = json.loads(text)
@@ -62,7 +63,7 @@ def written_as_json(path: Path, holds: Callable[[Any], bool]) -> bool:
 def json_object_with(*keys: str) -> Recogniser:
     """A JSON object hf-ralm wrote holding ``keys`` (``eval.json``: ``settings_digest``; a run's settings file).
 
-    Example:
+    Examples:
         >>> import tempfile
         >>> path = Path(tempfile.mkdtemp(), "eval.json")
         >>> _ = path.write_text('{\\n  "settings_digest": "a36b"\\n}\\n')
@@ -110,9 +111,11 @@ def text_starting_with(first_line: str) -> Recogniser:
 def check_output_file(path: str | os.PathLike, name: str, hf_ralm_wrote: Recogniser, what: str, *,
                       inputs: InputPaths | None = None) -> bool:
     """Refuse, before any work, the output file ``path`` (given by ``name``: a flag, or a setting marked with
-    :func:`~hf_ralm.errors.setting`) when it is one of ``inputs`` (:func:`check_not_an_input`), when its folder cannot
-    be written to (:func:`check_writable`), or when it exists but is no ``what`` hf-ralm wrote (``hf_ralm_wrote``:
-    :func:`check_replaceable`). Returns whether it replaces one hf-ralm wrote (said on the log)."""
+    [`setting`][hf_ralm.errors.setting]) when it is one of ``inputs``
+    ([`check_not_an_input`][hf_ralm.utils.outputs.check_not_an_input]), when its folder cannot be written to
+    ([`check_writable`][hf_ralm.utils.outputs.check_writable]), or when it exists but is no ``what`` hf-ralm wrote
+    (``hf_ralm_wrote``: [`check_replaceable`][hf_ralm.utils.outputs.check_replaceable]). Returns whether it replaces one
+    hf-ralm wrote (said on the log)."""
     path = Path(path)
     check_not_an_input(path, name, inputs or {})
     check_writable(Path(os.path.abspath(path)).parent, name)
@@ -123,7 +126,7 @@ def check_output_file(path: str | os.PathLike, name: str, hf_ralm_wrote: Recogni
 
 
 def check_not_an_input(path: str | os.PathLike, name: str, inputs: InputPaths) -> None:
-    """Refuse (an :class:`~hf_ralm.errors.InputError`) an output ``path`` that is one of the run's ``inputs``: the same
+    """Refuse (an [`InputError`][hf_ralm.InputError]) an output ``path`` that is one of the run's ``inputs``: the same
     file, through a link or not."""
     for input_name, given in inputs.items():
         for input_path in [given] if isinstance(given, (str, os.PathLike)) else given or []:
@@ -133,10 +136,10 @@ def check_not_an_input(path: str | os.PathLike, name: str, inputs: InputPaths) -
 
 
 def check_writable(folder: str | os.PathLike, name: str, purpose: str | None = None) -> None:
-    """Refuse (an :class:`~hf_ralm.errors.OutputFolderError`) an output ``folder`` that cannot be made or written to:
-    its nearest existing part is a file (what ``mkdir`` would report as ``[Errno 20] Not a directory``), or a folder
-    this process may not write to. ``name`` gave it: the output folder itself, whose ``purpose`` the message says
-    (e.g. ``"where the run keeps its records and results"``), or, without ``purpose``, the output file it holds."""
+    """Refuse (an [`OutputFolderError`][hf_ralm.errors.OutputFolderError]) an output ``folder`` that cannot be made or
+    written to: its nearest existing part is a file (what ``mkdir`` would report as ``[Errno 20] Not a directory``), or
+    a folder this process may not write to. ``name`` gave it: the output folder itself, whose ``purpose`` the message
+    says (e.g. ``"where the run keeps its records and results"``), or, without ``purpose``, the output file it holds."""
     folder = Path(os.path.abspath(folder))
     existing = next(part for part in (folder, *folder.parents) if part.exists())
     if not existing.is_dir():
@@ -149,8 +152,8 @@ def check_writable(folder: str | os.PathLike, name: str, purpose: str | None = N
 
 
 def check_replaceable(path: str | os.PathLike, hf_ralm_wrote: Recogniser, what: str, fix: str) -> bool:
-    """Refuse (an :class:`~hf_ralm.errors.OutputFolderError` saying ``fix``) to replace or delete ``path`` when it
-    exists but is no ``what`` hf-ralm wrote (``hf_ralm_wrote``); whether it exists."""
+    """Refuse (an [`OutputFolderError`][hf_ralm.errors.OutputFolderError] saying ``fix``) to replace or delete ``path``
+    when it exists but is no ``what`` hf-ralm wrote (``hf_ralm_wrote``); whether it exists."""
     path = Path(path)
     if not os.path.lexists(path):
         return False
@@ -162,12 +165,12 @@ def check_replaceable(path: str | os.PathLike, hf_ralm_wrote: Recogniser, what: 
 
 
 def check_plain_output(path: str | os.PathLike, fix: str) -> None:
-    """Refuse (an :class:`~hf_ralm.errors.OutputFolderError` saying ``fix``) an existing output ``path`` that is a
-    symbolic link (:func:`check_not_a_link`), or a FIFO, a device or a socket: hf-ralm writes its outputs to regular
-    files only, and reads one first to tell whether it wrote it (``/dev/full`` or ``/dev/zero`` would be read for
-    ever).
+    """Refuse (an [`OutputFolderError`][hf_ralm.errors.OutputFolderError] saying ``fix``) an existing output ``path``
+    that is a symbolic link ([`check_not_a_link`][hf_ralm.utils.outputs.check_not_a_link]), or a FIFO, a device or a
+    socket: hf-ralm writes its outputs to regular files only, and reads one first to tell whether it wrote it
+    (``/dev/full`` or ``/dev/zero`` would be read for ever).
 
-    Example:
+    Examples:
         >>> check_plain_output("/dev/full", "give --output-json another path")
         Traceback (most recent call last):
         ...
@@ -184,9 +187,9 @@ def check_plain_output(path: str | os.PathLike, fix: str) -> None:
 
 
 def check_not_a_link(path: str | os.PathLike, fix: str) -> None:
-    """Refuse (an :class:`~hf_ralm.errors.OutputFolderError` saying ``fix``) to write ``path`` when it is a symbolic
-    link: a write through it would change what it points to (a file hf-ralm did not write, outside the folder being
-    written), and replacing it would drop the link without a word; hf-ralm does neither."""
+    """Refuse (an [`OutputFolderError`][hf_ralm.errors.OutputFolderError] saying ``fix``) to write ``path`` when it is a
+    symbolic link: a write through it would change what it points to (a file hf-ralm did not write, outside the folder
+    being written), and replacing it would drop the link without a word; hf-ralm does neither."""
     if os.path.islink(path):
         raise OutputFolderError(f"{os.fspath(path)} is a symbolic link (to {os.readlink(path)}): hf-ralm writes "
                                 f"nothing through a link, nor replaces one, so what it points to is left as it is; "
@@ -194,10 +197,11 @@ def check_not_a_link(path: str | os.PathLike, fix: str) -> None:
 
 
 def check_no_links(folder: str | os.PathLike, names: Iterable[str], fix: str) -> None:
-    """Refuse (:func:`check_not_a_link`) to write into ``folder`` (which may itself be a link) when one of the entries
-    ``names`` it writes there, or anything under one that is a folder, is a symbolic link.
+    """Refuse ([`check_not_a_link`][hf_ralm.utils.outputs.check_not_a_link]) to write into ``folder`` (which may itself
+    be a link) when one of the entries ``names`` it writes there, or anything under one that is a folder, is a symbolic
+    link.
 
-    Example:
+    Examples:
         >>> import tempfile
         >>> folder = tempfile.mkdtemp()
         >>> os.symlink(os.path.expanduser("~/.bashrc"), os.path.join(folder, "config.json"))

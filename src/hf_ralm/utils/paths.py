@@ -1,7 +1,7 @@
 """Telling a local path from a Hugging Face Hub id before anything is fetched, so that a mistyped file fails at once
 (not after the Hub client's retries) and a Hub failure says how to stay offline.
 
-Example:
+Examples:
     >>> looks_local("nope.jsonl"), looks_local("./models/smollm2"), looks_local("HuggingFaceTB/SmolLM2-135M")
     (True, True, False)
     >>> looks_local("wikitext"), looks_local("data/wiki/test")
@@ -22,7 +22,7 @@ OFFLINE_HINT = ("no connection to the Hugging Face Hub? Set HF_HUB_OFFLINE=1 to 
 
 def looks_local(path: str | os.PathLike) -> bool:
     """Whether ``path`` can only mean a local file or folder: it starts like a path (``/``, ``.``, ``~``), ends like a
-    file (:data:`FILE_SUFFIXES`), or has more parts than a Hub id's ``owner/name``."""
+    file ([`FILE_SUFFIXES`][hf_ralm.utils.paths.FILE_SUFFIXES]), or has more parts than a Hub id's ``owner/name``."""
     text = os.fspath(path)
     if text.startswith(("/", ".", "~")) or text.lower().endswith(FILE_SUFFIXES):
         return True
@@ -30,6 +30,6 @@ def looks_local(path: str | os.PathLike) -> bool:
 
 
 def missing_local_path(path: str | os.PathLike) -> bool:
-    """Whether ``path`` looks local (:func:`looks_local`) and is not there: then it must not be looked up on the
-    Hub."""
+    """Whether ``path`` looks local ([`looks_local`][hf_ralm.utils.paths.looks_local]) and is not there: then it must
+    not be looked up on the Hub."""
     return looks_local(path) and not os.path.exists(os.path.expanduser(os.fspath(path)))

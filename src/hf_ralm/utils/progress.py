@@ -4,17 +4,18 @@ Face ecosystem's bars, by ``transformers.utils.logging.disable_progress_bar()`` 
 
 Two rules hold for every bar, so that callers need not know where their output goes:
 
-- **One bar per stage.** A bar opened while another one's :meth:`tqdm.share` is open (a run's chunk of windows, in
-  which a chunk's reranking or scoring opens a bar of its own) shows no bar of its own: one that counts what the
-  outer bar counts (its unit) advances the outer bar, up to the share's positions; another (e.g. the chunk's
-  retrieval) names itself at the end of the outer bar's line while it runs.
+- **One bar per stage.** A bar opened while another one's [`tqdm.share`][hf_ralm.utils.progress.tqdm.share] is open (a
+  run's chunk of windows, in which a chunk's reranking or scoring opens a bar of its own) shows no bar of its own: one
+  that counts what the outer bar counts (its unit) advances the outer bar, up to the share's positions; another (e.g.
+  the chunk's retrieval) names itself at the end of the outer bar's line while it runs.
 - **Plain lines in a log.** On a stream that is no terminal (stderr redirected to a file, CI) a bar prints whole
-  lines, no carriage returns or cursor moves: one when it starts, then at most one every :data:`LOG_INTERVAL_S`
-  seconds as it moves, and its last line once when it closes.
-- **Never silent for long.** A bar that has shown nothing for :data:`SILENCE_S` seconds (one step that takes long:
-  a batch of windows on a busy CPU) shows its line again, its elapsed time moving, from a background thread.
+  lines, no carriage returns or cursor moves: one when it starts, then at most one every
+  [`LOG_INTERVAL_S`][hf_ralm.utils.progress.LOG_INTERVAL_S] seconds as it moves, and its last line once when it closes.
+- **Never silent for long.** A bar that has shown nothing for [`SILENCE_S`][hf_ralm.utils.progress.SILENCE_S] seconds
+  (one step that takes long: a batch of windows on a busy CPU) shows its line again, its elapsed time moving, from a
+  background thread.
 
-Example:
+Examples:
     >>> from transformers.utils import logging
     >>> logging.disable_progress_bar()
     >>> tqdm(range(3), desc="Scoring").disable
@@ -54,8 +55,9 @@ def bars_enabled() -> bool:
 
 
 class tqdm(_tqdm):  # noqa: N801 (tqdm's own name, so that a module's bars read as before)
-    """``tqdm.auto.tqdm``, disabled also when the Hugging Face progress bars are off (:func:`bars_enabled`), with
-    plain lines in a log and no bar inside another's :meth:`share` (see the module docstring)."""
+    """``tqdm.auto.tqdm``, disabled also when the Hugging Face progress bars are off
+    ([`bars_enabled`][hf_ralm.utils.progress.bars_enabled]), with plain lines in a log and no bar inside another's
+    [`share`][hf_ralm.utils.progress.tqdm.share] (see the module docstring)."""
 
     def __init__(self, *args, disable: bool = False, **kwargs):
         disable = disable or not bars_enabled()
@@ -79,7 +81,7 @@ class tqdm(_tqdm):  # noqa: N801 (tqdm's own name, so that a module's bars read 
         """The next ``n`` positions of this bar are done by what runs inside: bars opened there advance this one (or
         name themselves on its line) instead of showing; at the end it stands ``n`` positions further.
 
-        Example:
+        Examples:
             >>> import io
             >>> run = tqdm(total=4, desc="Scoring candidates", unit="win", file=io.StringIO())
             >>> with run.share(4):
@@ -149,8 +151,9 @@ class tqdm(_tqdm):  # noqa: N801 (tqdm's own name, so that a module's bars read 
 
 
 class _Heartbeat:
-    """The one background thread that redisplays the shown bars quiet for :data:`SILENCE_S` seconds (started with
-    the first bar shown; a daemon, so it never keeps a process alive)."""
+    """The one background thread that redisplays the shown bars quiet for
+    [`SILENCE_S`][hf_ralm.utils.progress.SILENCE_S] seconds (started with the first bar shown; a daemon, so it never
+    keeps a process alive)."""
 
     thread: threading.Thread | None = None
     lock = threading.Lock()
@@ -176,7 +179,7 @@ class Pace:
     """How long a stage has left at the rate measured on this machine since the first count given (its load now, not
     an idle machine's): ``seconds_left(done, total)``, once some was done after the first count.
 
-    Example:
+    Examples:
         >>> clock = iter([0.0, 10.0]).__next__   # a fake clock: counting starts at 0 s, 10 s later...
         >>> pace = Pace(clock)
         >>> pace.seconds_left(0, 100), pace.seconds_left(25, 100)   # ... a quarter is done: 30 s left
@@ -207,7 +210,7 @@ class Pace:
 def format_duration(seconds: float) -> str:
     """A duration as a person reads it.
 
-    Example:
+    Examples:
         >>> format_duration(42), format_duration(600), format_duration(9000), format_duration(864000)
         ('42 s', '10 min', '2.5 h', '10 days')
     """
@@ -224,10 +227,11 @@ def transformers_bars() -> Iterator[None]:
     its tqdm hook (``transformers.utils.logging.set_tqdm_hook``; nothing where a transformers release lacks it); the
     previous hook is back afterwards. What a command runs under.
 
-    Example::
-
+    Examples:
+        ```python
         with transformers_bars():
             AutoModelForCausalLM.from_pretrained(path)   # "Loading weights: ..." as whole lines in a log
+        ```
     """
     from transformers.utils import logging
 

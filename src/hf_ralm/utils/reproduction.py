@@ -4,7 +4,7 @@ A long run's settings file records this beside the settings its results depend o
 when a run resumes (a resumed run may be started by another command line, on another machine, from another
 checkout); the settings are.
 
-Example:
+Examples:
     >>> info = provenance(["hf-ralm", "rerank-data", "--max-windows", "100"])
     >>> info["command"]
     'hf-ralm rerank-data --max-windows 100'

@@ -1,9 +1,9 @@
-"""bfloat16 linear layers computed in float32, for CPUs without bfloat16 instructions (:func:`~hf_ralm.utils.cpus.
-slow_bfloat16`): there PyTorch's bfloat16 matrix products are several times slower than float32's, and widening the
-operands keeps bfloat16's results (to its rounding) at float32's speed (docs/results.md, "bfloat16 on a CPU without
-bfloat16 instructions").
+"""bfloat16 linear layers computed in float32, for CPUs without bfloat16 instructions
+([`slow_bfloat16`][hf_ralm.utils.cpus.slow_bfloat16]): there PyTorch's bfloat16 matrix products are several times slower
+than float32's, and widening the operands keeps bfloat16's results (to its rounding) at float32's speed
+(docs/results.md, "bfloat16 on a CPU without bfloat16 instructions").
 
-Example:
+Examples:
     >>> model = torch.nn.Sequential(torch.nn.Linear(4, 2)).to(torch.bfloat16)
     >>> widen_bfloat16_matmuls(model)
     1
@@ -32,13 +32,13 @@ class WidenedLinear(torch.nn.Linear):
 
 
 def widen_bfloat16_matmuls(model: torch.nn.Module) -> int:
-    """Make ``model``'s bfloat16 ``torch.nn.Linear`` layers :class:`WidenedLinear` (in place; state dict, parameters
-    and saving unchanged) and return how many. What comes out is bfloat16, as from PyTorch's own bfloat16 kernels,
-    which also add in float32 and round once: the two differ by that rounding only (one element in about 10,000, by
-    one bfloat16 step, measured on a layer of SmolLM2's size). Subclasses of ``Linear`` (quantized layers and the like)
-    are left as they are, and so are layers that are not ``Linear`` (GPT-2's ``Conv1D``). hf-ralm does this to the
-    models it loads in bfloat16 on a CPU without bfloat16 instructions; call it on a model of your own to do the
-    same."""
+    """Make ``model``'s bfloat16 ``torch.nn.Linear`` layers
+    [`WidenedLinear`][hf_ralm.utils.widened_linear.WidenedLinear] (in place; state dict, parameters and saving
+    unchanged) and return how many. What comes out is bfloat16, as from PyTorch's own bfloat16 kernels, which also add
+    in float32 and round once: the two differ by that rounding only (one element in about 10,000, by one bfloat16 step,
+    measured on a layer of SmolLM2's size). Subclasses of ``Linear`` (quantized layers and the like) are left as they
+    are, and so are layers that are not ``Linear`` (GPT-2's ``Conv1D``). hf-ralm does this to the models it loads in
+    bfloat16 on a CPU without bfloat16 instructions; call it on a model of your own to do the same."""
     widened = 0
     for module in model.modules():
         if type(module) is torch.nn.Linear and module.weight.dtype == torch.bfloat16:
@@ -48,9 +48,10 @@ def widen_bfloat16_matmuls(model: torch.nn.Module) -> int:
 
 
 def widen_where_bfloat16_is_slow(model: torch.nn.Module) -> int:
-    """:func:`widen_bfloat16_matmuls` when ``model`` (its first parameter) is bfloat16 on a CPU without bfloat16
-    instructions (:func:`~hf_ralm.utils.cpus.slow_bfloat16`), else nothing; returns the number of layers widened.
-    What ``from_pretrained`` and the dense encoder do to the models they load."""
+    """[`widen_bfloat16_matmuls`][hf_ralm.utils.widened_linear.widen_bfloat16_matmuls] when ``model`` (its first
+    parameter) is bfloat16 on a CPU without bfloat16 instructions ([`slow_bfloat16`][hf_ralm.utils.cpus.slow_bfloat16]),
+    else nothing; returns the number of layers widened. What ``from_pretrained`` and the dense encoder do to the models
+    they load."""
     first = next(model.parameters(), None)
     if first is None or not slow_bfloat16(first.dtype, first.device):
         return 0

@@ -8,7 +8,7 @@ over its stdin and stdout, as length-prefixed pickled frames. multiprocessing's 
 ``__main__`` in every worker (and fails for a script on stdin); its fork would inherit the locks that other threads
 hold (pyarrow's allocator, a JVM's, PyTorch's), on which a worker can wait forever. A fresh interpreter has neither.
 
-Example:
+Examples:
     >>> with WorkerPool("operator:itemgetter", (0,), processes=2) as pool:
     ...     list(pool.imap([[1, 2], [3, 4], [5, 6]], ahead=1))
     [1, 3, 5]
@@ -130,7 +130,8 @@ class _Worker:
         return self.waiting - self.results.qsize()
 
     def take(self, timeout: float | None = None) -> Any:
-        """The next result, in the order the items were sent; :class:`WorkerDied` if the worker ended first."""
+        """The next result, in the order the items were sent; [`WorkerDied`][hf_ralm.utils.worker_processes.WorkerDied]
+        if the worker ended first."""
         arrived, result = self.results.get(timeout=timeout)
         if not arrived:
             raise WorkerDied(self.describe_end())
@@ -167,12 +168,12 @@ class _Worker:
 
 
 class WorkerPool:
-    """``processes`` worker processes, each running the function that ``factory(*args)`` returns (``target`` names
-    the factory, ``"module:factory"``; it is called once per worker, so what the function keeps between items, a
-    cache, is the worker's own), on the items of :meth:`imap`. :class:`WorkersUnavailable` when they cannot start
-    (no ``sys.executable``, an embedded interpreter, a worker that ends before it is ready); used as a context
-    manager, its workers always end: input closed on success, killed on an error, Ctrl-C or a generator closed
-    early."""
+    """``processes`` worker processes, each running the function that ``factory(*args)`` returns (``target`` names the
+    factory, ``"module:factory"``; it is called once per worker, so what the function keeps between items, a cache, is
+    the worker's own), on the items of [`imap`][hf_ralm.utils.worker_processes.WorkerPool.imap].
+    [`WorkersUnavailable`][hf_ralm.utils.worker_processes.WorkersUnavailable] when they cannot start (no
+    ``sys.executable``, an embedded interpreter, a worker that ends before it is ready); used as a context manager, its
+    workers always end: input closed on success, killed on an error, Ctrl-C or a generator closed early."""
 
     def __init__(self, target: str, args: tuple, processes: int):
         if not sys.executable:
@@ -200,8 +201,8 @@ class WorkerPool:
 
     def imap(self, items: Iterable, ahead: int) -> Iterator:
         """Each item's result, in the items' order; an item goes to the worker with the fewest unfinished, and at most
-        ``ahead`` per worker wait beyond the one taken next, so memory stays bounded. :class:`WorkerDied` when a
-        worker ends before its results are in."""
+        ``ahead`` per worker wait beyond the one taken next, so memory stays bounded.
+        [`WorkerDied`][hf_ralm.utils.worker_processes.WorkerDied] when a worker ends before its results are in."""
         pending: deque[_Worker] = deque()
         for item in items:
             worker = min(self.workers, key=_Worker.unfinished)
@@ -213,7 +214,7 @@ class WorkerPool:
             yield pending.popleft().take()
 
     def close(self, kill: bool = False) -> None:
-        """End every worker (see :meth:`_Worker.stop`)."""
+        """End every worker (see [`_Worker.stop`][hf_ralm.utils.worker_processes._Worker.stop])."""
         for worker in self.workers:
             worker.stop(kill)
         self.workers = []

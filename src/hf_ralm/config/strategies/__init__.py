@@ -1,31 +1,40 @@
-"""The passage-selection strategies, one file each, and their registry (:mod:`.registry`). Registering one
-(:func:`register_strategy`) makes it a value of its stage's setting everywhere: ``RalmConfig(rerank=...)`` /
-``retrieval_gate=...``, evaluation, generation, ``--compare``, the run-cost estimate and the command line's choices.
+"""The passage-selection strategies, one file each, and their registry
+([`registry`][hf_ralm.config.strategies.registry]). Registering one
+([`register_strategy`][hf_ralm.config.strategies.registry.register_strategy]) makes it a value of its stage's setting
+everywhere: ``RalmConfig(rerank=...)`` / ``retrieval_gate=...``, evaluation, generation, ``--compare``, the run-cost
+estimate and the command line's choices.
 
 The built-in ones, in the order their names are listed (which is also ``--compare``'s):
 
-* retrieval's order, ``rerank="none"`` (:mod:`.rerank_none`, ``--compare``'s ``top1``);
-* the gates: ``"always"`` (:mod:`.gate_always`), ``"score"`` (:mod:`.gate_score`), ``"lm"`` (:mod:`.gate_lm`,
+* retrieval's order, ``rerank="none"`` ([`rerank_none`][hf_ralm.config.strategies.rerank_none], ``--compare``'s
+  ``top1``);
+* the gates: ``"always"`` ([`gate_always`][hf_ralm.config.strategies.gate_always]), ``"score"``
+  ([`gate_score`][hf_ralm.config.strategies.gate_score]), ``"lm"`` ([`gate_lm`][hf_ralm.config.strategies.gate_lm],
   ``lm-gate``);
-* reranking: ``"lm"`` (:mod:`.rerank_lm`, ``zero-shot`` and ``zero-shot-no-passage``), ``"predictive"``
-  (:mod:`.rerank_predictive`), ``"oracle"`` (:mod:`.rerank_oracle`), ``"random"`` (:mod:`.rerank_random`).
+* reranking: ``"lm"`` ([`rerank_lm`][hf_ralm.config.strategies.rerank_lm], ``zero-shot`` and ``zero-shot-no-passage``),
+  ``"predictive"`` ([`rerank_predictive`][hf_ralm.config.strategies.rerank_predictive]), ``"oracle"``
+  ([`rerank_oracle`][hf_ralm.config.strategies.rerank_oracle]), ``"random"``
+  ([`rerank_random`][hf_ralm.config.strategies.rerank_random]).
 
-A new strategy is one file that subclasses :class:`RerankStrategy` or :class:`GateStrategy` and ends with its
-register line; nothing else changes. From outside the package::
+A new strategy is one file that subclasses [`RerankStrategy`][hf_ralm.config.strategies.registry.RerankStrategy] or
+[`GateStrategy`][hf_ralm.config.strategies.registry.GateStrategy] and ends with its register line; nothing else changes.
+From outside the package:
 
-    from hf_ralm.config.passages import NO_PASSAGE
-    from hf_ralm.config.strategies import RETRIEVAL_SCORES, RerankStrategy, register_strategy
+```python
+from hf_ralm.config.passages import NO_PASSAGE
+from hf_ralm.config.strategies import RETRIEVAL_SCORES, RerankStrategy, register_strategy
 
-    class ScoreMargin(RerankStrategy):
-        name = "bm25-margin"
-        help = "the top passage when its score beats the second's by 1, else none"
-        needs = frozenset({RETRIEVAL_SCORES})
+class ScoreMargin(RerankStrategy):
+    name = "bm25-margin"
+    help = "the top passage when its score beats the second's by 1, else none"
+    needs = frozenset({RETRIEVAL_SCORES})
 
-        def choose(self, candidates, config):
-            scores = [p.score for p in candidates.passages] + [float("-inf")]
-            return 0 if scores[0] - scores[1] >= 1.0 else NO_PASSAGE
+    def choose(self, candidates, config):
+        scores = [p.score for p in candidates.passages] + [float("-inf")]
+        return 0 if scores[0] - scores[1] >= 1.0 else NO_PASSAGE
 
-    register_strategy(ScoreMargin())   # rerank="bm25-margin" in this process: eval-lm, --compare, generate, ...
+register_strategy(ScoreMargin())   # rerank="bm25-margin" in this process: eval-lm, --compare, generate, ...
+```
 """
 
 # the built-in strategies register as they are imported, in this order: their names' in the choices, --compare's rows'

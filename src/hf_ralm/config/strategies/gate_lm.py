@@ -1,9 +1,11 @@
 """``retrieval_gate="lm"``: the reader decides, zero-shot. It *is* LM reranking with two candidates, the window's
-passage (retrieval's top, or the reranked choice: it decides after reranking) and no passage, ranked on the same
-ranking tokens (:meth:`LMGate.ranking_settings`); the passage stays when it saves at least ``gate_threshold`` nats of
-their NLL (``None``: :data:`LM_GATE_MARGIN`; ties keep it). Its score is ``NLL(no passage) - NLL(passage)``.
+passage (retrieval's top, or the reranked choice: it decides after reranking) and no passage, ranked on the same ranking
+tokens ([`LMGate.ranking_settings`][hf_ralm.config.strategies.gate_lm.LMGate.ranking_settings]); the passage stays when
+it saves at least ``gate_threshold`` nats of their NLL (``None``:
+[`LM_GATE_MARGIN`][hf_ralm.config.strategies.gate_lm.LM_GATE_MARGIN]; ties keep it). Its score is ``NLL(no passage) -
+NLL(passage)``.
 
-Example:
+Examples:
     >>> from hf_ralm.config.configuration_ralm import RalmConfig
     >>> from hf_ralm.config.passages import Passage
     >>> rome = Passage("1", "", "rome", 6.1)

@@ -1,8 +1,8 @@
 """``retrieval_gate="score"``: a window keeps its passages only when its top passage's retrieval score, over its
 query's maximum attainable score, reaches ``gate_threshold``; it decides before reranking (a closed window has
-nothing to rank). The score is :func:`~hf_ralm.selection.gates.normalized_top_scores`.
+nothing to rank). The score is [`normalized_top_scores`][hf_ralm.selection.gates.normalized_top_scores].
 
-Example:
+Examples:
     >>> from hf_ralm.config.configuration_ralm import RalmConfig
     >>> from hf_ralm.config.passages import Passage
     >>> config = RalmConfig(retrieval_gate="score", gate_threshold=0.3)

@@ -1,27 +1,33 @@
 """The registry of passage-selection strategies (peft's register line, bm25s's table of scorers).
 
 Every way of choosing what a window (evaluation) or a generation stride puts in context is one object, in one file of
-:mod:`hf_ralm.config.strategies`, registered with :func:`register_strategy`. It declares its ``name``, the stage it
-belongs to, the settings it owns (:attr:`Strategy.fields`) and their checks (:meth:`Strategy.validate`), what it needs
-(:attr:`Strategy.needs`), its cost per window in reader inputs (:meth:`Strategy.reader_inputs`), whether it looks at
-the future (:attr:`Strategy.looks_at_future`), the rows it offers ``--compare`` (:meth:`Strategy.comparisons`) and
-its choice. Two stages, each named by the :class:`~hf_ralm.config.configuration_ralm.RalmConfig` setting that picks its
-strategy:
+[`hf_ralm.config.strategies`][hf_ralm.config.strategies], registered with
+[`register_strategy`][hf_ralm.config.strategies.registry.register_strategy]. It declares its ``name``, the stage it
+belongs to, the settings it owns ([`Strategy.fields`][hf_ralm.config.strategies.registry.Strategy.fields]) and their
+checks ([`Strategy.validate`][hf_ralm.config.strategies.registry.Strategy.validate]), what it needs
+([`Strategy.needs`][hf_ralm.config.strategies.registry.Strategy.needs]), its cost per window in reader inputs
+([`Strategy.reader_inputs`][hf_ralm.config.strategies.registry.Strategy.reader_inputs]), whether it looks at the future
+([`Strategy.looks_at_future`][hf_ralm.config.strategies.registry.Strategy.looks_at_future]), the rows it offers
+``--compare`` ([`Strategy.comparisons`][hf_ralm.config.strategies.registry.Strategy.comparisons]) and its choice. Two
+stages, each named by the [`RalmConfig`][hf_ralm.RalmConfig] setting that picks its strategy:
 
-* :data:`RERANK` (``rerank``, :class:`RerankStrategy`): which of a window's retrieved candidates goes in context
-  first (:meth:`RerankStrategy.choose`);
-* :data:`GATE` (``retrieval_gate``, :class:`GateStrategy`): whether a window keeps a passage at all
-  (:meth:`GateStrategy.opens`), deciding before reranking (on retrieval's passages) or after it (on the chosen one).
+* [`RERANK`][hf_ralm.config.strategies.registry.RERANK] (``rerank``,
+  [`RerankStrategy`][hf_ralm.config.strategies.registry.RerankStrategy]): which of a window's retrieved candidates goes
+  in context first ([`RerankStrategy.choose`][hf_ralm.config.strategies.registry.RerankStrategy.choose]);
+* [`GATE`][hf_ralm.config.strategies.registry.GATE] (``retrieval_gate``,
+  [`GateStrategy`][hf_ralm.config.strategies.registry.GateStrategy]): whether a window keeps a passage at all
+  ([`GateStrategy.opens`][hf_ralm.config.strategies.registry.GateStrategy.opens]), deciding before reranking (on
+  retrieval's passages) or after it (on the chosen one).
 
-A strategy chooses from numbers alone (:class:`Candidates`): the selection policy
-(:class:`~hf_ralm.selection.policy.PassagePolicy`) computes what it needs, for evaluation and generation alike, and
-``--compare`` reads the same numbers from one scored pass (:func:`~hf_ralm.selection.candidates.choose_from_scores`).
-So whatever reads a setting's strategies (:meth:`RalmConfig.validate
-<hf_ralm.config.configuration_ralm.RalmConfig.validate>`,
-the policy, ``--compare``, the run-cost estimate, generation, the command line's choices and help, the benchmarks)
-reads this table, and a strategy registered from outside the package is everywhere at once.
+A strategy chooses from numbers alone ([`Candidates`][hf_ralm.config.strategies.registry.Candidates]): the selection
+policy ([`PassagePolicy`][hf_ralm.selection.policy.PassagePolicy]) computes what it needs, for evaluation and generation
+alike, and ``--compare`` reads the same numbers from one scored pass
+([`choose_from_scores`][hf_ralm.selection.candidates.choose_from_scores]). So whatever reads a setting's strategies
+(:meth:`RalmConfig.validate <hf_ralm.config.configuration_ralm.RalmConfig.validate>`, the policy, ``--compare``, the
+run-cost estimate, generation, the command line's choices and help, the benchmarks) reads this table, and a strategy
+registered from outside the package is everywhere at once.
 
-Example:
+Examples:
     >>> strategy_names(RERANK), strategy_names(GATE)
     (('none', 'lm', 'predictive', 'oracle', 'random'), ('always', 'score', 'lm'))
     >>> get_strategy(RERANK, "oracle").looks_at_future, get_strategy(RERANK, "lm").needs == {RANKING_NLLS}
@@ -68,8 +74,8 @@ CROSS_ENCODER = "cross-encoder"
 NEEDS = frozenset({RETRIEVAL_SCORES, NORMALIZED_SCORES, RANKING_NLLS, TARGET_NLLS, CROSS_ENCODER})
 
 SCORED_PASS = frozenset({RETRIEVAL_SCORES, NORMALIZED_SCORES, RANKING_NLLS, TARGET_NLLS})
-"""What one scored pass gives (:func:`~hf_ralm.selection.candidates.score_candidates`: the reader on every candidate
-and on no passage, the retriever at hand): a strategy that needs no more has a ``--compare`` row."""
+"""What one scored pass gives ([`score_candidates`][hf_ralm.selection.candidates.score_candidates]: the reader on every
+candidate and on no passage, the retriever at hand): a strategy that needs no more has a ``--compare`` row."""
 
 BEFORE, AFTER = "before reranking", "after reranking"
 """Where a gate decides: on retrieval's passages before reranking, or on the chosen passage after it."""
@@ -77,22 +83,23 @@ BEFORE, AFTER = "before reranking", "after reranking"
 EXCLUSIVE_FIELDS = {"reranker_model": (RERANK, None, "the ranking model"),
                     "rerank_allow_no_passage": (RERANK, False, "the no-passage candidate"),
                     "gate_threshold": (GATE, None, "the threshold")}
-"""Settings that only the strategies owning them take (in their :attr:`~Strategy.fields`): ``field: (stage, value
-when not given, what it is)``. Given under a strategy that does not own it, a setting is refused rather than ignored."""
+"""Settings that only the strategies owning them take (in their
+[`fields`][hf_ralm.config.strategies.registry.Strategy.fields]): ``field: (stage, value when not given, what it is)``.
+Given under a strategy that does not own it, a setting is refused rather than ignored."""
 
 
 @dataclass(frozen=True)
 class Candidates:
     """What a strategy chooses from for one window (or generation stride): its ``passages`` in retrieval order (for
     reranking, the first ``rerank_candidates`` retrieved, after a gate that decides before; for a gate that decides
-    after reranking, the chosen passage), the ``options`` ranked among them (the passages, then ``None`` for no
-    passage with ``rerank_allow_no_passage``), its ``query`` and ``key`` (what a random choice is keyed on: the
-    window's index, or a generation row's prompt and stride), and what the strategy :attr:`~Strategy.needs`, one
-    value per option where it is per option (``None`` when not needed, or nothing could be ranked):
-    ``ranking_nlls``, ``target_nlls``, ``predicted`` (the cross-encoder's choice, -1 for none) and
-    ``normalized_score`` (the top passage's).
+    after reranking, the chosen passage), the ``options`` ranked among them (the passages, then ``None`` for no passage
+    with ``rerank_allow_no_passage``), its ``query`` and ``key`` (what a random choice is keyed on: the window's index,
+    or a generation row's prompt and stride), and what the strategy
+    [`needs`][hf_ralm.config.strategies.registry.Strategy.needs], one value per option where it is per option (``None``
+    when not needed, or nothing could be ranked): ``ranking_nlls``, ``target_nlls``, ``predicted`` (the cross-encoder's
+    choice, -1 for none) and ``normalized_score`` (the top passage's).
 
-    Example:
+    Examples:
         >>> rome = Passage("1", "Rome", "rome was the city", 7.5)
         >>> Candidates([rome], "the emperor of", 3, options=[rome, None], ranking_nlls=[10.0, 12.5]).no_passage
         1
@@ -129,16 +136,23 @@ NO_RETRIEVAL = ComparisonRow("none", "no passage", None)
 
 
 class Strategy:
-    """A passage-selection strategy: one object, one file, registered with :func:`register_strategy`. Subclass
-    :class:`RerankStrategy` or :class:`GateStrategy`, set the class attributes and override what differs.
+    """A passage-selection strategy: one object, one file, registered with
+    [`register_strategy`][hf_ralm.config.strategies.registry.register_strategy]. Subclass
+    [`RerankStrategy`][hf_ralm.config.strategies.registry.RerankStrategy] or
+    [`GateStrategy`][hf_ralm.config.strategies.registry.GateStrategy], set the class attributes and override what
+    differs.
 
     Attributes:
-        stage: :data:`RERANK` or :data:`GATE`, the setting whose value names it.
+        stage: [`RERANK`][hf_ralm.config.strategies.registry.RERANK] or
+            [`GATE`][hf_ralm.config.strategies.registry.GATE], the setting whose value names it.
         name: that value (``"lm"``, ``"score"``, ...).
-        help: one line for ``--help`` (settings marked with :func:`~hf_ralm.errors.setting`, named by their flags).
-        fields: the settings it reads; those of :data:`EXCLUSIVE_FIELDS` are refused under a strategy not owning them.
-        needs: what the policy computes for it (:data:`NEEDS`: at most one of :data:`RANKING_NLLS` and
-            :data:`TARGET_NLLS`).
+        help: one line for ``--help`` (settings marked with [`setting`][hf_ralm.errors.setting], named by their flags).
+        fields: the settings it reads; those of
+            [`EXCLUSIVE_FIELDS`][hf_ralm.config.strategies.registry.EXCLUSIVE_FIELDS] are refused under a strategy not
+            owning them.
+        needs: what the policy computes for it ([`NEEDS`][hf_ralm.config.strategies.registry.NEEDS]: at most one of
+            [`RANKING_NLLS`][hf_ralm.config.strategies.registry.RANKING_NLLS] and
+            [`TARGET_NLLS`][hf_ralm.config.strategies.registry.TARGET_NLLS]).
         chooses: whether it changes what retrieval's order puts in context (all but the paper's ``"none"`` and
             ``"always"``).
     """
@@ -157,8 +171,9 @@ class Strategy:
         return TARGET_NLLS in self.needs
 
     def validate(self, config: RalmConfig) -> None:
-        """Raise a :class:`~hf_ralm.errors.SettingError` unless ``config``'s settings fit this strategy (after the
-        generic checks: the settings' own ranges, :data:`EXCLUSIVE_FIELDS`)."""
+        """Raise a [`SettingError`][hf_ralm.errors.SettingError] unless ``config``'s settings fit this strategy (after
+        the generic checks: the settings' own ranges,
+        [`EXCLUSIVE_FIELDS`][hf_ralm.config.strategies.registry.EXCLUSIVE_FIELDS])."""
 
     def reader_inputs(self, config: RalmConfig) -> int:
         """The reader inputs a window with retrieval runs to choose under ``config`` (0: the reader does not run to
@@ -167,7 +182,7 @@ class Strategy:
 
     def comparisons(self) -> list[ComparisonRow]:
         """The rows it offers ``--compare``: by default one, under its name, when one scored pass gives what it
-        needs (:data:`SCORED_PASS`) and it chooses."""
+        needs ([`SCORED_PASS`][hf_ralm.config.strategies.registry.SCORED_PASS]) and it chooses."""
         if not self.chooses or not self.needs <= SCORED_PASS:
             return []
         return [ComparisonRow(self.name, self.help, lambda config: {self.stage: self.name})]
@@ -183,15 +198,17 @@ class RerankStrategy(Strategy):
 
     def choose(self, candidates: Candidates, config: RalmConfig) -> int:
         """The index of the chosen passage among ``candidates.passages`` (never empty), or
-        :data:`~hf_ralm.config.passages.NO_PASSAGE` for none."""
+        [`NO_PASSAGE`][hf_ralm.config.passages.NO_PASSAGE] for none."""
         raise NotImplementedError
 
 
 class GateStrategy(Strategy):
-    """A retrieval gate (``retrieval_gate=name``): whether a window keeps a passage. ``position``: :data:`BEFORE`
-    (it decides on retrieval's passages, before reranking), :data:`AFTER` (on the chosen passage, ranked against no
-    passage under :meth:`ranking_settings`) or ``None`` (it never closes); ``one_passage``: it weighs one passage
-    against none, so it is not combined with several passages in context or an ensemble."""
+    """A retrieval gate (``retrieval_gate=name``): whether a window keeps a passage. ``position``:
+    [`BEFORE`][hf_ralm.config.strategies.registry.BEFORE] (it decides on retrieval's passages, before reranking),
+    [`AFTER`][hf_ralm.config.strategies.registry.AFTER] (on the chosen passage, ranked against no passage under
+    [`ranking_settings`][hf_ralm.config.strategies.registry.GateStrategy.ranking_settings]) or ``None`` (it never
+    closes); ``one_passage``: it weighs one passage against none, so it is not combined with several passages in context
+    or an ensemble."""
 
     stage = GATE
     position: str | None = None
@@ -220,10 +237,11 @@ def register_strategy(strategy: Strategy) -> Strategy:
     what it needs, ``--compare``. Returns it. A name already registered in the stage, or a ``--compare`` row name
     already taken, is refused.
 
-    Example::
-
+    Examples:
+        ```python
         register_strategy(ScoreMargin())   # a RerankStrategy named "bm25-margin"
         RalmConfig(rerank="bm25-margin")
+        ```
     """
     if strategy.stage not in (RERANK, GATE) or not isinstance(strategy, (RerankStrategy, GateStrategy)):
         raise TypeError(f"A strategy is a RerankStrategy or a GateStrategy, got {strategy!r}.")
@@ -273,7 +291,7 @@ def reranks(name: str | None) -> bool:
     ``None``, a file that records no reranking, does not; a name not registered here (read from another process's
     file) does.
 
-    Example:
+    Examples:
         >>> reranks("lm"), reranks("none"), reranks(None)
         (True, False, False)
     """
@@ -281,14 +299,16 @@ def reranks(name: str | None) -> bool:
 
 
 def gates(name: str | None) -> bool:
-    """Whether the retrieval gate ``name`` can close a window (every one but ``"always"``), as :func:`reranks`."""
+    """Whether the retrieval gate ``name`` can close a window (every one but ``"always"``), as
+    [`reranks`][hf_ralm.config.strategies.registry.reranks]."""
     return _chooses(GATE, name)
 
 
 def future_looking(rerank: str | None, retrieval_gate: str | None = None) -> list[Strategy]:
-    """The strategies among these (registered ones) that look at the future (:attr:`Strategy.looks_at_future`).
+    """The strategies among these (registered ones) that look at the future
+    ([`Strategy.looks_at_future`][hf_ralm.config.strategies.registry.Strategy.looks_at_future]).
 
-    Example:
+    Examples:
         >>> future_looking("oracle", "always"), future_looking("lm", "lm")
         ([OracleReranking(rerank='oracle')], [])
     """
@@ -298,15 +318,15 @@ def future_looking(rerank: str | None, retrieval_gate: str | None = None) -> lis
 
 def ranks_target(config: RalmConfig) -> bool:
     """Whether an LM ranking under ``config`` ranks on the window's target tokens (the strategy needs
-    :data:`TARGET_NLLS`) rather than on the ranking tokens before it."""
+    [`TARGET_NLLS`][hf_ralm.config.strategies.registry.TARGET_NLLS]) rather than on the ranking tokens before it."""
     return TARGET_NLLS in get_strategy(RERANK, config.rerank).needs
 
 
 def check_strategy(config: RalmConfig, stage: str) -> Strategy:
     """The strategy ``config`` picks for ``stage``, after the checks of its settings: an unknown name, a setting of
-    :data:`EXCLUSIVE_FIELDS` it does not own, several passages under a gate that weighs one, and its own
-    :meth:`~Strategy.validate` (:meth:`RalmConfig.validate <hf_ralm.config.configuration_ralm.RalmConfig.validate>`
-    runs this for both stages)."""
+    [`EXCLUSIVE_FIELDS`][hf_ralm.config.strategies.registry.EXCLUSIVE_FIELDS] it does not own, several passages under a
+    gate that weighs one, and its own [`validate`][hf_ralm.config.strategies.registry.Strategy.validate]
+    (:meth:`RalmConfig.validate <hf_ralm.config.configuration_ralm.RalmConfig.validate>` runs this for both stages)."""
     strategy = get_strategy(stage, getattr(config, stage))
     for name, (of, unset, what) in EXCLUSIVE_FIELDS.items():
         if of == stage and getattr(config, name) != unset and name not in strategy.fields:
@@ -322,11 +342,11 @@ def check_strategy(config: RalmConfig, stage: str) -> Strategy:
 
 
 def check_generation(config: RalmConfig) -> None:
-    """Raise a :class:`~hf_ralm.errors.SettingError` unless generation can choose as ``config`` asks: a strategy that
-    looks at the future ranks on tokens not generated yet. (An ensemble with reranking is refused by the config
-    itself, :func:`~hf_ralm.config.configuration_ralm.check_ensemble`.)
+    """Raise a [`SettingError`][hf_ralm.errors.SettingError] unless generation can choose as ``config`` asks: a strategy
+    that looks at the future ranks on tokens not generated yet. (An ensemble with reranking is refused by the config
+    itself, [`check_ensemble`][hf_ralm.config.configuration_ralm.check_ensemble].)
 
-    Example:
+    Examples:
         >>> from hf_ralm.config.configuration_ralm import RalmConfig
         >>> check_generation(RalmConfig(rerank="oracle"))   # doctest: +ELLIPSIS
         Traceback (most recent call last):
@@ -345,7 +365,7 @@ def reader_inputs_per_window(config: RalmConfig) -> int:
     """How many reader inputs a window with retrieval costs under ``config``: what its reranking runs to choose, else
     what its gate runs, else one per passage mixed (an ensemble) or one. The run-cost estimate multiplies it.
 
-    Example:
+    Examples:
         >>> from hf_ralm.config.configuration_ralm import RalmConfig
         >>> [reader_inputs_per_window(RalmConfig(**settings)) for settings in
         ...  ({}, {"rerank": "lm", "rerank_candidates": 8}, {"retrieval_gate": "lm"}, {"ensemble_size": 4})]
@@ -362,7 +382,7 @@ def reader_ranks(config: RalmConfig) -> bool:
     """Whether choosing passages under ``config`` runs the reader (its own LM reranking, the oracle, the lm gate).
     Otherwise retrieval needs only the reader's tokenizer and maximum length.
 
-    Example:
+    Examples:
         >>> from hf_ralm.config.configuration_ralm import RalmConfig
         >>> reader_ranks(RalmConfig(rerank="predictive", reranker_model="me/reranker")), reader_ranks(RalmConfig())
         (False, False)
@@ -382,7 +402,7 @@ def comparison_rows() -> dict[str, ComparisonRow]:
 def strategies_help(stage: str) -> str:
     """``stage``'s strategies for ``--help``: ``name (help)``, listed.
 
-    Example:
+    Examples:
         >>> strategies_help(GATE).split(" (")[0]
         'always'
     """
@@ -392,7 +412,7 @@ def strategies_help(stage: str) -> str:
 def either(names: Sequence[str], quote: bool = True) -> str:
     """``'a', 'b' or 'c'``.
 
-    Example:
+    Examples:
         >>> either(["lm", "oracle", "predictive"]), either(["a"], quote=False)
         ("'lm', 'oracle' or 'predictive'", 'a')
     """

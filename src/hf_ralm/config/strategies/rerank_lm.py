@@ -1,10 +1,10 @@
 """``rerank="lm"``: zero-shot LM reranking (the paper's §6.1). Each candidate is ranked by an LM's summed NLL of the
-ranking tokens (the last ``rerank_tokens`` tokens of the prefix, :mod:`hf_ralm.config.rules`) with the candidate
-in context: the reader's own, or another LM's (``reranker_model``, in text). The lowest wins, ties to the better
-retrieval rank; with ``rerank_allow_no_passage`` no passage is one more candidate, which a passage must beat by
-``rerank_no_passage_margin`` nats (:func:`~hf_ralm.config.rules.choose_ranked`).
+ranking tokens (the last ``rerank_tokens`` tokens of the prefix, [`hf_ralm.config.rules`][hf_ralm.config.rules]) with
+the candidate in context: the reader's own, or another LM's (``reranker_model``, in text). The lowest wins, ties to the
+better retrieval rank; with ``rerank_allow_no_passage`` no passage is one more candidate, which a passage must beat by
+``rerank_no_passage_margin`` nats ([`choose_ranked`][hf_ralm.config.rules.choose_ranked]).
 
-Example:
+Examples:
     >>> from hf_ralm.config.configuration_ralm import RalmConfig
     >>> from hf_ralm.config.passages import Passage
     >>> rome, music = Passage("1", "", "rome", 7.5), Passage("2", "", "music", 6.0)

@@ -2,7 +2,7 @@
 chosen as ``"lm"`` chooses (ties, the no-passage candidate and its margin alike). It looks at the future: an upper
 bound, not a method; generation and lm-eval refuse it, and an evaluation under it says so.
 
-Example:
+Examples:
     >>> from hf_ralm.config.configuration_ralm import RalmConfig
     >>> from hf_ralm.config.passages import Passage
     >>> rome, music = Passage("1", "", "rome", 7.5), Passage("2", "", "music", 6.0)

@@ -1,9 +1,10 @@
-"""``rerank="predictive"``: a trained cross-encoder (the paper's §6.2, ``reranker_model``) scores the (query,
-passage) pairs and the highest wins, ties to the better retrieval rank; with ``rerank_allow_no_passage`` the empty
-passage is one more candidate. The policy asks the cross-encoder
-(:func:`~hf_ralm.selection.predictive.choose_predictive`); training it is :mod:`hf_ralm.reranker_training`'s.
+"""``rerank="predictive"``: a trained cross-encoder (the paper's §6.2, ``reranker_model``) scores the (query, passage)
+pairs and the highest wins, ties to the better retrieval rank; with ``rerank_allow_no_passage`` the empty passage is one
+more candidate. The policy asks the cross-encoder
+([`choose_predictive`][hf_ralm.selection.predictive.choose_predictive]); training it is
+[`hf_ralm.reranker_training`][hf_ralm.reranker_training]'s.
 
-Example:
+Examples:
     >>> from hf_ralm.config.passages import Passage
     >>> PredictiveReranking().choose(Candidates([Passage("1", "", "rome", 7.5)], "the emperor of", 0, predicted=-1),
     ...                              config=None)

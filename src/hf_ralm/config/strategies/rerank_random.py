@@ -1,7 +1,7 @@
 """``rerank="random"``: a uniform choice among the candidates, seeded by ``rerank_seed`` and the window (a generation
-stride: its prompt and index), whatever the batching (:func:`~hf_ralm.config.rules.random_choice`): a floor.
+stride: its prompt and index), whatever the batching ([`random_choice`][hf_ralm.config.rules.random_choice]): a floor.
 
-Example:
+Examples:
     >>> from hf_ralm.config.configuration_ralm import RalmConfig
     >>> from hf_ralm.config.passages import Passage
     >>> pool = [Passage(str(i), "", "text", 1.0) for i in range(4)]

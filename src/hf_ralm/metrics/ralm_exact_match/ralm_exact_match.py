@@ -2,12 +2,14 @@
 score it: a prediction is right when, after normalization (lower case, no punctuation, no articles a/an/the, single
 spaces), it equals one of the gold answers.
 
-Loads offline once hf-ralm is installed::
+Loads offline once hf-ralm is installed:
 
-    import evaluate
-    metric = evaluate.load("ralm_exact_match")
-    # or by path: evaluate.load(hf_ralm.metrics.metric_path("ralm_exact_match"))
-    metric.compute(predictions=["The Eiffel tower"], references=[["Eiffel Tower", "la tour Eiffel"]])
+```python
+import evaluate
+metric = evaluate.load("ralm_exact_match")
+# or by path: evaluate.load(hf_ralm.metrics.metric_path("ralm_exact_match"))
+metric.compute(predictions=["The Eiffel tower"], references=[["Eiffel Tower", "la tour Eiffel"]])
+```
 """
 
 import datasets
@@ -26,11 +28,12 @@ Args:
     references (list of list of str, or list of str): the gold answers of each question (any one may match).
 Returns:
     exact_match (float, percent), num_correct (int), num_examples (int).
-Example::
-
+Examples:
+    ```python
     metric = evaluate.load("ralm_exact_match")
     metric.compute(predictions=["the Beatles", "Paris"], references=[["Beatles"], ["Lyon", "Marseille"]])
     # {'exact_match': 50.0, 'num_correct': 1, 'num_examples': 2}
+    ```
 """
 
 

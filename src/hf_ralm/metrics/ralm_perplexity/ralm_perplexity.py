@@ -1,11 +1,13 @@
 """``evaluate`` metric: In-Context RALM perplexity of a causal LM on texts (token and word level).
 
-Loads offline once hf-ralm is installed::
+Loads offline once hf-ralm is installed:
 
-    import evaluate
-    metric = evaluate.load("ralm_perplexity")
-    # or by path: evaluate.load(hf_ralm.metrics.metric_path("ralm_perplexity"))
-    metric.compute(model_id="path/to/model", predictions=["some text ..."], max_length=512)
+```python
+import evaluate
+metric = evaluate.load("ralm_perplexity")
+# or by path: evaluate.load(hf_ralm.metrics.metric_path("ralm_perplexity"))
+metric.compute(model_id="path/to/model", predictions=["some text ..."], max_length=512)
+```
 """
 
 import datasets
@@ -35,10 +37,11 @@ Returns:
     nll_sum, num_tokens, num_scored, num_words, token_ppl, word_ppl: the joined text's figures;
     perplexities (list of float): each prediction's own (NaN for one with fewer than two tokens);
     mean_perplexity (float): their mean, over the predictions that have one.
-Example::
-
+Examples:
+    ```python
     metric = evaluate.load("ralm_perplexity")
     metric.compute(model_id="gpt2", predictions=["Hello world , this is a test ."])["token_ppl"]
+    ```
 """
 
 
