@@ -85,7 +85,8 @@ class PassageKVCache:
 
         Returns:
             ``passage_cache``, or a new store for ``model``; ``None`` for an engine reader (a
-            [`Reader`][hf_ralm.Reader], such as [`VllmReader`][hf_ralm.VllmReader]), whose keys/values stay in its engine.
+            [`Reader`][hf_ralm.Reader], such as [`VllmReader`][hf_ralm.VllmReader]), whose keys/values stay in
+            its engine.
 
         Raises:
             ValueError: ``passage_cache`` was built for another model, or is given for an engine reader.
