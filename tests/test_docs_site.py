@@ -209,6 +209,18 @@ def test_every_dotted_name_in_a_docstring_resolves():
     assert {entry for entry in names if not resolves(entry[1])} == STALE_IN_DOCSTRINGS
 
 
+def test_the_faces_the_architecture_names_are_the_public_ones():
+    """docs/architecture.md named a face ``selection.strategies`` that did not exist: its list is the benchmarks'
+    faces (tests/test_benchmarks_surface.py), each a package that imports."""
+    from test_benchmarks_surface import FACES
+
+    text = " ".join((REPO_ROOT / "docs" / "architecture.md").read_text(encoding="utf-8").split())
+    listed = re.search(r"The public surface is `hf_ralm` and the faces of its subpackages \(([^)]*)\)", text).group(1)
+    faces = {f"hf_ralm.{name}" for name in re.findall(r"`([\w.]+)`", listed)}
+    assert faces == set(FACES) - {"hf_ralm"}
+    assert all(importable(face) for face in faces)
+
+
 def test_resolves_tells_a_stale_name():
     assert resolves("hf_ralm.core.plan.window_length") and resolves("hf_ralm.RalmConfig.validate")
     assert not resolves("hf_ralm.core.model_inputs.window_length")
