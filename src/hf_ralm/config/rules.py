@@ -69,6 +69,16 @@ def rank_correlation(ranking_nlls: Sequence[float], target_nlls: Sequence[float]
     on the prefix's last tokens tells which passage helps the window (1: the same order, 0: no information; zero-shot
     reranking can beat retrieval's order only where it is clearly positive). Ties keep the candidates' order.
 
+    Args:
+        ranking_nlls: the candidates' ranking NLLs.
+        target_nlls: their target NLLs, in the same order.
+
+    Returns:
+        The correlation, from -1 to 1.
+
+    Raises:
+        ValueError: the lists differ in length or hold fewer than 2 NLLs.
+
     Examples:
         >>> rank_correlation([3.0, 1.0, 2.0], [30.0, 10.0, 20.0]), rank_correlation([1.0, 2.0, 3.0], [3.0, 2.0, 1.0])
         (1.0, -1.0)

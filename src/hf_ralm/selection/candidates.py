@@ -51,9 +51,16 @@ from ..config.strategies import ranks_target
 
 @dataclass
 class CandidateScores:
-    """One window's options, scored by the reader: ``passage_ids`` and ``retrieval_scores`` of its candidates in
-    retrieval order, then per option (each candidate, then no passage) ``ranking_nlls`` (``None`` for a window
-    without candidates, where nothing is ranked) and ``target_nlls``."""
+    """One window's options, scored by the reader: each candidate in retrieval order, then no passage.
+
+    Attributes:
+        window: the window's index.
+        passage_ids: its candidates' ids, in retrieval order.
+        retrieval_scores: their retrieval scores.
+        ranking_nlls: per option, the NLL of the ranking tokens before the window's target (``None`` for a window
+            without candidates, where nothing is ranked).
+        target_nlls: per option, the NLL of the window's target tokens with that option in context.
+    """
 
     window: int
     passage_ids: list[str]
@@ -72,8 +79,9 @@ CHUNK_SIZE = 32
 
 
 class CandidateRecordWriter(RecordStore):
-    """The records of [`score_candidates`][hf_ralm.selection.candidates.score_candidates], one per window, in gzip'd
-    chunks."""
+    """The records of [`score_candidates`][hf_ralm.selection.candidates.score_candidates], one
+    [`CandidateScores`][hf_ralm.selection.candidates.CandidateScores] per window, in gzip'd chunks: a
+    [`RecordStore`][hf_ralm.RecordStore], opened as it is."""
 
     what = "candidate scores"
     record_type = CandidateScores
@@ -94,28 +102,43 @@ def score_candidates(
     max_length: int | None = None,
     times: StageTimes | None = None,
 ) -> list[CandidateScores]:
-    """Every window's options scored by the reader (see the module docstring), in the order of ``windows`` (all of a
-    text's windows, from window 0).
+    """Every window's options scored by the reader (see the module docstring), in the order of ``windows``.
 
-    ``candidates[w]`` are window ``w``'s retrieved passages in retrieval order (the first
-    ``config.rerank_candidates`` are scored), or ``candidates`` is a function that retrieves them for a chunk of
-    windows (a list per window): then only the windows this call computes are retrieved, not those read back or left
-    to other workers. ``config`` gives the RALM settings and ``rerank_tokens`` (s'). ``run``
-    ([`RunOptions`][hf_ralm.RunOptions]) gives the reader's ``batch_size`` (a count) and how the pass is kept:
-    with ``run.output_dir``, the records are saved there every ``run.chunk_size`` windows
+    With ``run.output_dir`` the records are saved every ``run.chunk_size`` windows
     ([`CHUNK_SIZE`][hf_ralm.selection.candidates.CHUNK_SIZE] when ``None``) and a rerun resumes after them
     (``run.overwrite`` starts afresh, and ``run.repair`` computes again those of chunks that fail their checks, moved
-    aside: [`hf_ralm.runs.store`][hf_ralm.runs.store]); ``settings`` adds what the records depend on that this function
-    cannot see (e.g. the retriever's identity, [`retriever_identity`][hf_ralm.retrieval.base.retriever_identity], or the
-    text's name), ``reproduce`` what reruns the pass (the command, paths); the settings are the run's identity
-    ([`run_identity`][hf_ralm.core.identity.run_identity]: the model, the RALM settings, the window length) with a
-    digest of ``ids`` and ``batch_size`` (it changes results in their last digits). ``max_length`` is the window length
-    the windows were planned with (the plan's ``max_length``; ``None``: the model's under ``config``).
+    aside). Their settings are the run's identity ([`run_identity`][hf_ralm.core.identity.run_identity]: the model,
+    the RALM settings, the window length) with a digest of ``ids``, ``batch_size`` (it changes results in their last
+    digits) and ``settings``.
 
-    With ``shard`` ([`Shard`][hf_ralm.runs.shards.Shard], needs ``run.output_dir``; by default ``run``'s when it
-    names ``num_shards``/``shard_id``, else one process), this worker computes the chunks
-    ``shard.index, shard.index + shard.count, ...`` and returns the records saved so far in window order: every
-    window's once the other workers' chunks are in too (check ``len(result) == len(windows)``).
+    Args:
+        model: the reader.
+        tokenizer: its tokenizer.
+        ids: the text's token ids.
+        windows: all of the text's windows, from window 0.
+        candidates: ``candidates[w]`` are window ``w``'s retrieved passages in retrieval order (the first
+            ``config.rerank_candidates`` are scored), or a function that retrieves them for a chunk of windows (a list
+            per window): then only the windows this call computes are retrieved, not those read back or left to other
+            workers.
+        config: the RALM settings, with ``rerank_candidates`` (k) and ``rerank_tokens`` (s').
+        run: the reader's ``batch_size`` (a count) and how the pass is kept ([`RunOptions`][hf_ralm.RunOptions]).
+        settings: what the records depend on that this function cannot see (e.g. the retriever's identity,
+            ``hf_ralm.retrieval.base.retriever_identity``, or the text's name).
+        reproduce: what reruns the pass (the command, paths).
+        shard: this worker's part ([`Shard`][hf_ralm.runs.shards.Shard], needs ``run.output_dir``; by default
+            ``run``'s when it names ``num_shards``/``shard_id``, else one process): it computes the chunks
+            ``shard.index, shard.index + shard.count, ...``.
+        max_length: the window length the windows were planned with (the plan's ``max_length``; ``None``: the
+            model's under ``config``).
+
+    Returns:
+        The records saved so far, in window order: every window's once the other workers' chunks are in too (check
+        ``len(result) == len(windows)``).
+
+    Raises:
+        SettingError: ``batch_size`` is not a count.
+        OutputFolderError: the output folder holds records made with other settings (overwrite to start afresh).
+        ValueError: the output folder holds the records of other windows.
 
     ``times`` (a [`StageTimes`][hf_ralm.utils.stage_times.StageTimes]) gathers the seconds of the retrieval done
     here and of the reader's passes, apart; the run's bar shows them after each chunk.
@@ -180,6 +203,9 @@ class ScoredRanker:
     [`CandidateScores`][hf_ralm.selection.candidates.CandidateScores] instead of run. The pass holds the reader's
     numbers only.
 
+    Args:
+        scores: the pass's records.
+
     Examples:
         ```python
         ScoredRanker(scores).rank([5], [[passage, None]], config, None)   # [[41.2, 43.0]]: scores[5]'s
@@ -191,6 +217,20 @@ class ScoredRanker:
 
     def rank(self, items: Sequence[int], options: Sequence[Sequence[Passage | None]], config: RalmConfig,
              lm: LMReranker | None) -> list[list[float] | None]:
+        """The options' NLLs, read from the pass.
+
+        Args:
+            items: indices into ``scores``.
+            options: per item, its options (a passage, or ``None`` for none).
+            config: the settings (whether the strategy ranks on the target).
+            lm: another LM to rank with: refused, the pass holds the reader's numbers.
+
+        Returns:
+            Per item, its options' NLLs (``None`` for a window without candidates).
+
+        Raises:
+            SettingError: ``lm`` is given.
+        """
         if lm is not None:
             raise SettingError(f"A scored pass holds the reader's NLLs, not those of {setting('reranker_model')}'s "
                                f"LM: choose with the reader ({setting('reranker_model')}=None), or rank with "
@@ -208,12 +248,21 @@ class ScoredRanker:
 
 def choose_from_scores(scores: Sequence[CandidateScores], config: RalmConfig, *, retriever=None,
                        queries: Sequence[str | None] | None = None) -> list[int]:
-    """Per window of a scored pass (``scores``, every window of a text from window 0, or a sharded pass's), the option
-    ``config``'s strategies choose ([`PassagePolicy`][hf_ralm.selection.policy.PassagePolicy] over the pass's numbers,
-    [`ScoredRanker`][hf_ralm.selection.candidates.ScoredRanker]): an index into the window's options, its candidates
-    then no passage (``no_passage``). These are the choices a run of ``config`` makes on the same candidates, for every
-    strategy that needs no more than the pass holds ([`SCORED_PASS`][hf_ralm.config.strategies.registry.SCORED_PASS]); a
-    gate that normalises scores asks ``retriever``, with the queries (``queries[w]``: window ``w``'s).
+    """The options ``config``'s strategies choose, per window of a scored pass.
+
+    These are the choices a run of ``config`` makes on the same candidates
+    ([`PassagePolicy`][hf_ralm.selection.policy.PassagePolicy] over the pass's numbers,
+    [`ScoredRanker`][hf_ralm.selection.candidates.ScoredRanker]), for every strategy that needs no more than the pass
+    holds ([`SCORED_PASS`][hf_ralm.config.strategies.registry.SCORED_PASS]).
+
+    Args:
+        scores: the pass's records: every window of a text from window 0, or a sharded pass's.
+        config: the strategies to apply.
+        retriever: what a gate that normalises scores asks (the query's maximum attainable score).
+        queries: ``queries[w]`` is window ``w``'s query, for that gate.
+
+    Returns:
+        Per window, an index into its options: its candidates, then no passage (``no_passage``).
 
     Examples:
         ```python

@@ -46,8 +46,18 @@ from ..config.strategies.gate_lm import LM_GATE_MARGIN  # noqa: F401  (documente
 
 def normalized_top_scores(retriever, queries: Sequence[str | None],
                           found: Sequence[Sequence[Passage]]) -> list[float | None]:
-    """Per query, its top passage's score divided by the query's maximum attainable score (``retriever.max_scores``),
-    the score gate's measure; ``None`` where nothing was found.
+    """The score gate's measure: per query, its top passage's score divided by the query's maximum attainable score.
+
+    Args:
+        retriever: the retriever the passages came from (its ``max_scores`` gives the bounds).
+        queries: the queries.
+        found: per query, its retrieved passages, the top one first.
+
+    Returns:
+        Per query, the normalised top score (0 where the bound is 0); ``None`` where nothing was found.
+
+    Raises:
+        SettingError: there is no retriever (a retrieval file holds raw scores), or it has no ``max_scores``.
 
     Examples:
         ```python
@@ -74,17 +84,30 @@ def normalized_top_scores(retriever, queries: Sequence[str | None],
 
 
 def gate_ranking_config(config: RalmConfig, gate: GateStrategy) -> RalmConfig:
-    """The config a gate that decides after reranking ranks under: ``config`` with the gate's ranking settings
-    ([`ranking_settings`][hf_ralm.config.strategies.registry.GateStrategy.ranking_settings]; the lm gate's: the reader
-    ranks one passage against none on the last ``rerank_tokens`` prefix tokens, the passage needing its
-    ``gate_threshold`` nats)."""
+    """The config a gate that decides after reranking ranks under.
+
+    Args:
+        config: the run's settings.
+        gate: the gate (the lm gate: the reader ranks one passage against none on the last ``rerank_tokens`` prefix
+            tokens, the passage needing its ``gate_threshold`` nats).
+
+    Returns:
+        ``config`` with the gate's ranking settings
+        ([`ranking_settings`][hf_ralm.config.strategies.registry.GateStrategy.ranking_settings]).
+    """
     return RalmConfig(**{**config.to_dict(), **gate.ranking_settings(config)})
 
 
 def lm_gate_config(config: RalmConfig) -> RalmConfig:
-    """The reranking the lm gate is ([`gate_ranking_config`][hf_ralm.selection.gates.gate_ranking_config]), with the lm
-    gate's margin: ``config``'s ``gate_threshold`` when it gates with the lm gate, else
-    [`LM_GATE_MARGIN`][hf_ralm.selection.gates.LM_GATE_MARGIN]; the rest of ``config`` as it is.
+    """The reranking the lm gate is ([`gate_ranking_config`][hf_ralm.selection.gates.gate_ranking_config]).
+
+    Args:
+        config: the run's settings.
+
+    Returns:
+        ``config`` ranking as the lm gate does, with the lm gate's margin: ``config``'s ``gate_threshold`` when it
+        gates with the lm gate, else [`LM_GATE_MARGIN`][hf_ralm.selection.gates.LM_GATE_MARGIN]; the rest of
+        ``config`` as it is.
 
     Examples:
         >>> lm_gate_config(RalmConfig(retrieval_gate="lm", gate_threshold=1.5)).rerank_no_passage_margin
@@ -95,7 +118,15 @@ def lm_gate_config(config: RalmConfig) -> RalmConfig:
 
 def retrieved_fraction(windows: Sequence[Window], passages: Sequence[Sequence[Passage]],
                        chosen: Sequence[int]) -> float | None:
-    """The share of the windows after the first that had a passage in context (``None`` for a text of one window).
+    """The share of the windows after the first that had a passage in context.
+
+    Args:
+        windows: a text's windows.
+        passages: each window's retrieved passages.
+        chosen: per window, the passage chosen (negative: none).
+
+    Returns:
+        The share, or ``None`` for a text of one window.
 
     Examples:
         >>> from hf_ralm.config.windows import plan_windows

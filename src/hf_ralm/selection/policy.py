@@ -49,20 +49,35 @@ class Ranker(Protocol):
 
     def rank(self, items: Sequence[int], options: Sequence[Sequence[Passage | None]], config: RalmConfig,
              lm: LMReranker | None) -> list[list[float] | None]:
-        """Per item (an index into the caller's windows or rows), the summed ranking NLL of each of its ``options``
-        (``None``: no passage) on the tokens ``config`` ranks on (``rerank_tokens`` before the target, or the target
-        itself when its strategy needs target NLLs, [`ranks_target`][hf_ralm.config.strategies.registry.ranks_target]:
-        the oracle), by the reader (``lm=None``) or another LM; ``None`` for an item with nothing to rank on. An item
-        whose only option is no passage may be left unranked (``None``)."""
+        """The summed ranking NLL of each option of each item.
+
+        Args:
+            items: indices into the caller's windows or rows.
+            options: per item, its options (a passage, or ``None`` for none).
+            config: the tokens ranked on: ``rerank_tokens`` before the target, or the target itself when the
+                strategy needs target NLLs ([`ranks_target`][hf_ralm.config.strategies.registry.ranks_target]: the
+                oracle).
+            lm: another LM to rank with (``None``: the reader).
+
+        Returns:
+            Per item, its options' sums; ``None`` for an item with nothing to rank on (an item whose only option is
+            no passage may be left unranked).
+        """
 
 
 @dataclass
 class Selection:
-    """What the policy chose, per item: ``chosen`` (the index of the passage put in context first among the item's
-    passages, [`NO_PASSAGE`][hf_ralm.config.passages.NO_PASSAGE] for none), ``ranking_nlls`` (the reranker's, one per
-    option, no passage last when it was one; ``None`` where no LM ranked), ``gate_scores`` (what a gate decided on, or
-    ``None`` without a gate), ``reranked`` (the item had candidates to rerank, after the score gate), ``none_chosen``
-    (the reranker chose no passage) and ``gated`` (a gate closed the item)."""
+    """What the policy chose, per item.
+
+    Attributes:
+        chosen: the index of the passage put in context first among the item's passages
+            ([`NO_PASSAGE`][hf_ralm.config.passages.NO_PASSAGE] for none).
+        ranking_nlls: the reranker's, one per option, no passage last when it was one (``None`` where no LM ranked).
+        gate_scores: what a gate decided on (``None`` without a gate).
+        reranked: whether the item had candidates to rerank, after the score gate.
+        none_chosen: whether the reranker chose no passage.
+        gated: whether a gate closed the item.
+    """
 
     chosen: list[int]
     ranking_nlls: list[list[float] | None]
@@ -73,10 +88,17 @@ class Selection:
 
 
 class PassagePolicy:
-    """Gate, rerank, gate (see the module docstring) under ``config``; ``retriever`` normalises scores for the score
-    gate; ``reranker`` is what ranks when the reader does not: an [`LMReranker`][hf_ralm.selection.rankers.LMReranker]
-    (``"lm"`` with another LM) or a [`PredictiveReranker`][hf_ralm.selection.predictive.PredictiveReranker]
-    (``"predictive"``).
+    """Gate, rerank, gate (see the module docstring) under ``config``.
+
+    Args:
+        config: the settings (checked here): the strategies and theirs.
+        retriever: what normalises scores for the score gate.
+        reranker: what ranks when the reader does not: an [`LMReranker`][hf_ralm.selection.rankers.LMReranker]
+            (``"lm"`` with another LM) or a [`PredictiveReranker`][hf_ralm.selection.predictive.PredictiveReranker]
+            (``"predictive"``).
+
+    Raises:
+        SettingError: the settings are wrong, or ``reranker`` is not what ``config.rerank`` ranks with.
 
     Examples:
         ```python
@@ -93,8 +115,17 @@ class PassagePolicy:
 
     def select(self, queries: Sequence[str], found: Sequence[Sequence[Passage]], ranker: Ranker,
                random_keys: Sequence[int]) -> Selection:
-        """Choose for each item (its ``queries[i]``, retrieved passages ``found[i]`` in retrieval order, and
-        ``random_keys[i]``, what a random choice is keyed on) with ``ranker`` ranking for the LM strategies."""
+        """Choose the passages of each item: gate, rerank, gate.
+
+        Args:
+            queries: ``queries[i]`` is item ``i``'s query.
+            found: ``found[i]`` are its retrieved passages, in retrieval order.
+            ranker: what ranks for the LM strategies.
+            random_keys: ``random_keys[i]`` is what a random choice for item ``i`` is keyed on.
+
+        Returns:
+            The [`Selection`][hf_ralm.selection.policy.Selection].
+        """
         gate = self.gate
         pools = [list(passages)[: self.config.rerank_candidates] if self.strategy.chooses else list(passages)
                  for passages in found]
@@ -118,9 +149,18 @@ class PassagePolicy:
 
     def rerank(self, queries: Sequence[str], pools: Sequence[list[Passage]], ranker: Ranker,
                random_keys: Sequence[int]) -> tuple[list[int], list[list[float] | None]]:
-        """The reranking step alone: per item, the chosen index into its pool
-        ([`NO_PASSAGE`][hf_ralm.selection.policy.NO_PASSAGE] for none) and the NLLs an LM ranked its options on
-        (``None`` where no LM ranked)."""
+        """The reranking step alone.
+
+        Args:
+            queries: ``queries[i]`` is item ``i``'s query.
+            pools: ``pools[i]`` are its candidates, in retrieval order.
+            ranker: what ranks for the LM strategies.
+            random_keys: what each item's random choice is keyed on.
+
+        Returns:
+            Per item, the chosen index into its pool ([`NO_PASSAGE`][hf_ralm.config.passages.NO_PASSAGE] for none),
+            and the NLLs an LM ranked its options on (``None`` where no LM ranked).
+        """
         items = self.candidates(self.strategy, queries, pools, random_keys, ranker, self.config, self.reranker)
         chosen = [self.strategy.choose(item, self.config) if item.passages else NO_PASSAGE for item in items]
         ranking = [(item.ranking_nlls if item.target_nlls is None else item.target_nlls) if item.passages else None
@@ -129,10 +169,22 @@ class PassagePolicy:
 
     def candidates(self, strategy: Strategy, queries: Sequence[str], pools: Sequence[list[Passage]],
                    random_keys: Sequence[int], ranker: Ranker, config: RalmConfig, lm) -> list[Candidates]:
-        """Each item's [`Candidates`][hf_ralm.config.strategies.registry.Candidates] with what ``strategy`` needs,
-        computed under ``config``: an LM's NLLs through ``ranker`` (``lm``, or the reader) for every item, one without
-        passages included (the reader's pass then scores it too), the cross-encoder's choices, the normalised top
-        scores."""
+        """Each item's [`Candidates`][hf_ralm.config.strategies.registry.Candidates] with what ``strategy`` needs.
+
+        Args:
+            strategy: the strategy about to choose.
+            queries: the items' queries.
+            pools: the items' candidates.
+            random_keys: what each item's random choice is keyed on.
+            ranker: what computes an LM's NLLs, for every item (one without passages included: the reader's pass
+                then scores it too).
+            config: the settings the numbers are computed under.
+            lm: another LM to rank with (``None``: the reader).
+
+        Returns:
+            Per item, its candidates with the LM's NLLs, the cross-encoder's choice and the normalised top score,
+            those the strategy needs.
+        """
         options = [rerank_options(pool, config) for pool in pools]
         nlls = picks = normalized = [None] * len(pools)
         if strategy.needs & {RANKING_NLLS, TARGET_NLLS}:
@@ -149,10 +201,17 @@ class PassagePolicy:
 
 
 def check_reranker(config: RalmConfig, reranker) -> None:
-    """Raise a ``ValueError`` unless ``reranker`` is what ``config.rerank`` ranks with: a trained reranker for a
-    strategy that needs a cross-encoder (``"predictive"``), an [`LMReranker`][hf_ralm.selection.rankers.LMReranker] (or
-    nothing: the reader) for one that ranks with ``reranker_model``'s LM (``"lm"``), and one whenever
-    ``reranker_model`` names one."""
+    """Check that ``reranker`` is what ``config.rerank`` ranks with.
+
+    Args:
+        config: the settings.
+        reranker: a trained reranker for a strategy that needs a cross-encoder (``"predictive"``), an
+            [`LMReranker`][hf_ralm.selection.rankers.LMReranker] (or nothing: the reader) for one that ranks with
+            ``reranker_model``'s LM (``"lm"``), and one whenever ``reranker_model`` names one.
+
+    Raises:
+        SettingError: it is not (the message says how to load the right one).
+    """
     hint = "pass reranker=load_reranker(config, model) (RetrievalAugmentedModel passes its own)"
     strategy = get_strategy(RERANK, config.rerank)
     if CROSS_ENCODER in strategy.needs and reranker is None:

@@ -27,8 +27,17 @@ if TYPE_CHECKING:  # sentence-transformers (the ``rerank`` extra) is imported on
 class PredictiveReranker:
     """A cross-encoder that scores (prefix, passage) pairs; the passage it scores highest goes in context.
 
-    ``model_name_or_path`` is a cross-encoder folder, a Hub id, or a loaded ``CrossEncoder``. ``device=None`` keeps
-    the device sentence-transformers picks (CUDA when available) or the one the given model is on.
+    Args:
+        model_name_or_path: a cross-encoder folder, a Hub id, or a loaded ``CrossEncoder`` (trained with one label,
+            as [`train_reranker`][hf_ralm.reranker_training.train_reranker] trains it).
+        device: where it runs (``None``: the device sentence-transformers picks, CUDA when available, or the one the
+            given model is on).
+        batch_size: the pairs scored in one pass.
+
+    Raises:
+        SettingError: ``batch_size`` is below 1.
+        ValueError: the cross-encoder has more than one label.
+        MissingExtraError: sentence-transformers (the ``rerank`` extra) is not installed.
 
     Examples:
         ```python
@@ -66,7 +75,19 @@ class PredictiveReranker:
         self, prefixes: Sequence[str], candidates: Sequence[Sequence[str]], show_progress: bool = False
     ) -> list[list[float]]:
         """The raw scores ``f(x, d)`` (logits, no sigmoid) of every candidate of every prefix, in one batched pass
-        over all pairs; ``scores[i][j]`` belongs to ``candidates[i][j]``."""
+        over all pairs.
+
+        Args:
+            prefixes: the texts the passages would go before.
+            candidates: per prefix, its candidates' texts.
+            show_progress: show a progress bar of the batches.
+
+        Returns:
+            ``scores[i][j]``, the score of ``candidates[i][j]``.
+
+        Raises:
+            ValueError: ``prefixes`` and ``candidates`` differ in length.
+        """
         if len(prefixes) != len(candidates):
             raise ValueError(f"Got {len(prefixes)} prefixes but {len(candidates)} candidate lists; give one each.")
         pairs = [(prefix, passage) for prefix, passages in zip(prefixes, candidates) for passage in passages]
@@ -87,8 +108,17 @@ class PredictiveReranker:
     def choose(
         self, prefixes: Sequence[str], candidates: Sequence[Sequence[str]], show_progress: bool = False
     ) -> list[int]:
-        """For each prefix, the index of its best-scored candidate; ties go to the lower index (the better
-        retrieval rank), and an empty candidate list gives -1."""
+        """For each prefix, the index of its best-scored candidate.
+
+        Args:
+            prefixes: the texts the passages would go before.
+            candidates: per prefix, its candidates' texts, in retrieval order.
+            show_progress: show a progress bar of the batches.
+
+        Returns:
+            Per prefix, the index of its highest-scored candidate (ties go to the lower index, the better retrieval
+            rank); -1 for an empty candidate list.
+        """
         return [argmax_first(scores) for scores in self.scores(prefixes, candidates, show_progress)]
 
 
@@ -98,11 +128,20 @@ use alike."""
 
 
 def choose_predictive(reranker, queries: Sequence[str], pools: Sequence[Sequence], config) -> list[int]:
-    """Per query, the index of the passage of its pool ([`Passage`][hf_ralm.Passage], retrieval order) that ``reranker``
-    scores highest, or -1 for none: an empty pool, or, with ``config.rerank_allow_no_passage``, the empty passage
-    ([`NO_PASSAGE_TEXT`][hf_ralm.selection.predictive.NO_PASSAGE_TEXT], one more candidate after the passages) scored
-    highest. The passages are read as put in context (``config.passage_text``). What evaluation (per window) and
-    generation (per stride) choose with.
+    """The predictive reranker's choice per query: what evaluation (per window) and generation (per stride) choose
+    with.
+
+    Args:
+        reranker: the cross-encoder ([`PredictiveReranker`][hf_ralm.selection.predictive.PredictiveReranker]).
+        queries: the prefixes' texts.
+        pools: per query, its passages ([`Passage`][hf_ralm.Passage]) in retrieval order.
+        config: the settings: the passages are read as put in context (``config.passage_text``), and with
+            ``config.rerank_allow_no_passage`` the empty passage
+            ([`NO_PASSAGE_TEXT`][hf_ralm.selection.predictive.NO_PASSAGE_TEXT]) is one more candidate after them.
+
+    Returns:
+        Per query, the index of the passage of its pool that ``reranker`` scores highest, or -1 for none (an empty
+        pool, or the empty passage scored highest).
 
     Examples:
         ```python
@@ -119,7 +158,13 @@ def choose_predictive(reranker, queries: Sequence[str], pools: Sequence[Sequence
 
 
 def argmax_first(values: Sequence[float]) -> int:
-    """The index of the largest value, the first one on ties; -1 for an empty sequence.
+    """The index of the largest value, the first one on ties.
+
+    Args:
+        values: the values.
+
+    Returns:
+        The index, or -1 for an empty sequence.
 
     Examples:
         ```python

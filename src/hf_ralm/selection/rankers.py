@@ -25,7 +25,14 @@ from ..config.strategies import CROSS_ENCODER, RANKING_NLLS, RERANK, get_strateg
 
 class LMReranker:
     """Another causal LM that ranks candidates for the reader (e.g. a small LM for a large one), in text: see
-    [`fit_reranker_input`][hf_ralm.config.rules.fit_reranker_input] for how its input is built from its own tokens."""
+    [`fit_reranker_input`][hf_ralm.config.rules.fit_reranker_input] for how its input is built from its own tokens.
+
+    Args:
+        model: the ranking LM.
+        tokenizer: its tokenizer.
+        max_length: the reader's window length; the ranker's inputs fit the smaller of it and the LM's own maximum
+            (``None``: the LM's).
+    """
 
     def __init__(self, model, tokenizer, max_length: int | None = None):
         self.model, self.tokenizer = model, tokenizer
@@ -35,10 +42,18 @@ class LMReranker:
 
     def inputs(self, prefix_text: str, ranking_text: str, options: Sequence[Passage | None],
                config: RalmConfig) -> list[ScoredInput]:
-        """Its input for each candidate (``None``: no passage), scoring its tokens of ``ranking_text``: its tokens of
-        the passage, of ``prefix_text`` cut from the left, and of ``ranking_text``
-        ([`fit_reranker_input`][hf_ralm.config.rules.fit_reranker_input]). Evaluation and generation both rank with
-        these inputs.
+        """Its input for each candidate, scoring its tokens of ``ranking_text``. Evaluation and generation both rank
+        with these inputs.
+
+        Args:
+            prefix_text: the text before the ranking tokens (cut from the left to fit).
+            ranking_text: the text whose NLL ranks the candidates.
+            options: the candidates (``None``: no passage).
+            config: the settings the passages are encoded under.
+
+        Returns:
+            Per candidate, its tokens of the passage, of ``prefix_text`` and of ``ranking_text``
+            ([`fit_reranker_input`][hf_ralm.config.rules.fit_reranker_input]), scoring those of ``ranking_text``.
 
         Examples:
             ```python
@@ -59,9 +74,20 @@ class LMReranker:
 
 def load_reranker(config: RalmConfig, reader):
     """The reranker ``config``'s strategy ranks with, on ``reader``'s device (the default one for a reader without
-    weights) and in its dtype: an [`LMReranker`][hf_ralm.selection.rankers.LMReranker] for one that needs ranking NLLs
-    (``"lm"``) with a ``reranker_model``, a [`PredictiveReranker`][hf_ralm.selection.predictive.PredictiveReranker] for
-    one that needs a cross-encoder (``"predictive"``), else ``None`` (the reader ranks, or nothing does)."""
+    weights) and in its dtype.
+
+    Args:
+        config: the settings (``rerank`` and ``reranker_model``).
+        reader: the reader.
+
+    Returns:
+        An [`LMReranker`][hf_ralm.selection.rankers.LMReranker] for a strategy that needs ranking NLLs (``"lm"``)
+        with a ``reranker_model``, a [`PredictiveReranker`][hf_ralm.selection.predictive.PredictiveReranker] for one
+        that needs a cross-encoder (``"predictive"``), else ``None`` (the reader ranks, or nothing does).
+
+    Raises:
+        OSError: the reranker LM cannot be loaded (the message says what was looked for).
+    """
     needs = get_strategy(RERANK, config.rerank).needs
     if config.reranker_model is None:
         return None

@@ -44,12 +44,19 @@ from ..config.strategies import RANKING_NLLS, RERANK, TARGET_NLLS, get_strategy,
 
 @dataclass
 class RerankOutcome:
-    """Per window: ``chosen`` (index into its candidates, [`NO_PASSAGE`][hf_ralm.config.passages.NO_PASSAGE] for none)
-    and ``ranking_nlls`` (one per candidate, the no-passage candidate last when allowed; ``None`` where no LM ranked).
-    When the reader ranked: ``target_nlls`` (per window, the reader's summed NLL of the window's scored tokens under
-    each candidate, in the same order: what the oracle ranks on, and ``-log p(y | [d_i; x])`` for the predictive
-    reranker's training data) and ``token_nlls`` (the reader's NLL of every text token with the chosen passages,
-    float64, NaN for token 0); else ``None``."""
+    """What reranking chose, per window.
+
+    Attributes:
+        chosen: per window, an index into its candidates ([`NO_PASSAGE`][hf_ralm.config.passages.NO_PASSAGE] for
+            none).
+        ranking_nlls: per window, one NLL per candidate, the no-passage candidate last when allowed (``None`` where
+            no LM ranked).
+        token_nlls: when the reader ranked, its NLL of every text token with the chosen passages (float64, NaN for
+            token 0); else ``None``.
+        target_nlls: when the reader ranked, per window its summed NLL of the window's scored tokens under each
+            candidate, in the same order (what the oracle ranks on, and ``-log p(y | [d_i; x])`` for the predictive
+            reranker's training data); else ``None``.
+    """
 
     chosen: list[int]
     ranking_nlls: list[list[float] | None]
@@ -70,6 +77,16 @@ class WindowRanker:
         sums = ranker.rank(range(len(chunk)), [[p, None] for p in top], config, None)
         ranker.window_nlls(chunk[3], None)   # window 3's NLLs without a passage, from that pass
         ```
+
+    Args:
+        model: the reader.
+        tokenizer: its tokenizer.
+        ids: the text's token ids.
+        windows: the text's windows that may be asked about (``items`` index them).
+        batch_size: the inputs scored in one forward pass.
+        reuse_prefix_kv: compute each distinct passage's keys/values once.
+        passage_cache: the store to keep them in (by default one per call).
+        show_progress: show a progress bar of the windows.
     """
 
     def __init__(self, model, tokenizer, ids: Sequence[int], windows: Sequence[Window], batch_size: int = 8,
@@ -82,6 +99,18 @@ class WindowRanker:
 
     def rank(self, items: Sequence[int], options: Sequence[Sequence[Passage | None]], config: RalmConfig,
              lm: LMReranker | None) -> list[list[float] | None]:
+        """The summed ranking NLL of each option of each window asked about (the target's, for a strategy that ranks
+        on it).
+
+        Args:
+            items: indices into ``windows``.
+            options: per item, its options (a passage, or ``None`` for none).
+            config: the settings (``rerank_tokens``; whether the strategy ranks on the target).
+            lm: another LM that ranks in text (``None``: the reader).
+
+        Returns:
+            Per item, its options' summed NLLs (``None`` where another LM had nothing to rank).
+        """
         if lm is not None:
             return self._other_lm_ranks(items, options, config, lm)
         windows = [self.windows[i] for i in items]
@@ -101,11 +130,27 @@ class WindowRanker:
 
     def window_nlls(self, window: Window, option: Passage | None) -> torch.Tensor | None:
         """The reader's NLLs of the tokens ``window`` scores with ``option`` in context, from the last pass that ran
-        it (``None`` when none did)."""
+        it.
+
+        Args:
+            window: the window.
+            option: the passage in context (``None``: none).
+
+        Returns:
+            The NLLs, or ``None`` when no pass ran the window with that option.
+        """
         return self._targets.get(window.index, {}).get(option)
 
     def target_sums(self, window: Window, options: Sequence[Passage | None]) -> list[float] | None:
-        """The summed target NLL of each of ``options`` from the last pass that ran ``window`` with them."""
+        """The summed target NLL of each of ``options`` from the last pass that ran ``window`` with them.
+
+        Args:
+            window: the window.
+            options: its options (a passage, or ``None`` for none).
+
+        Returns:
+            The sums, or ``None`` when no pass ran the window.
+        """
         targets = self._targets.get(window.index)
         return None if targets is None else [float(targets[option].sum()) for option in options]
 
@@ -149,10 +194,25 @@ def rerank_windows(
     """Choose the passage of every window under ``config.rerank`` (the reranking step of
     [`PassagePolicy`][hf_ralm.selection.policy.PassagePolicy]; no gate).
 
-    ``candidates[w.index]`` are the window's retrieved passages in retrieval order (at most
-    ``config.rerank_candidates`` are considered); ``windows`` may be any of the text's windows, and the outcome's lists
-    follow their order; ``reranker`` is an [`LMReranker`][hf_ralm.selection.rankers.LMReranker] (``"lm"`` with another
-    model) or a [`PredictiveReranker`][hf_ralm.selection.predictive.PredictiveReranker] (``"predictive"``).
+    Args:
+        model: the reader.
+        tokenizer: its tokenizer.
+        ids: the text's token ids.
+        windows: any of the text's windows; the outcome's lists follow their order.
+        queries: ``queries[w.index]`` is window ``w``'s query (what the predictive reranker reads).
+        candidates: ``candidates[w.index]`` are the window's retrieved passages in retrieval order (at most
+            ``config.rerank_candidates`` are considered).
+        config: the settings (``rerank`` and its own).
+        reranker: an [`LMReranker`][hf_ralm.selection.rankers.LMReranker] (``"lm"`` with another model) or a
+            [`PredictiveReranker`][hf_ralm.selection.predictive.PredictiveReranker] (``"predictive"``); ``None``: the
+            reader ranks.
+        batch_size: the inputs scored in one forward pass.
+        reuse_prefix_kv: compute each distinct passage's keys/values once.
+        passage_cache: the store to keep them in.
+        show_progress: show a progress bar of the windows.
+
+    Returns:
+        The [`RerankOutcome`][hf_ralm.selection.rerank.RerankOutcome].
     """
     policy = PassagePolicy(config, reranker=reranker)
     ranker = WindowRanker(model, tokenizer, ids, windows, batch_size, reuse_prefix_kv, passage_cache, show_progress)

@@ -23,7 +23,16 @@ import numpy as np
 
 
 def reference_bm25_scores(matrix: Mapping, vocab: Mapping[str, int], terms: Sequence[str]) -> np.ndarray:
-    """Every passage's float64 score for one query's analysed ``terms`` (unknown terms ignored)."""
+    """Every passage's score for one query.
+
+    Args:
+        matrix: the index's score matrix, as stored (``data``, ``indices``, ``indptr``, ``num_docs``).
+        vocab: term → column.
+        terms: the query's analysed terms (unknown ones ignored; a repeated one counts again).
+
+    Returns:
+        The float64 scores, one per passage.
+    """
     scores = np.zeros(int(matrix["num_docs"]), dtype=np.float64)
     indptr = matrix["indptr"]
     for term in terms:  # a repeated term adds its column again
@@ -38,9 +47,20 @@ def reference_bm25_scores(matrix: Mapping, vocab: Mapping[str, int], terms: Sequ
 
 def reference_bm25_top_k(matrix: Mapping, vocab: Mapping[str, int], queries: Sequence[Sequence[str]], k: int,
                          forbidden: Collection[int] = ()) -> list[list[tuple[int, float]]]:
-    """Per query (its analysed terms), its top ``k`` ``(passage id, score)``: every passage scored
-    ([`reference_bm25_scores`][hf_ralm.testing.bm25.reference_bm25_scores]), sorted by ``(-score, id)``, zeros and
-    ``forbidden`` ids dropped."""
+    """Each query's top passages, every passage scored
+    ([`reference_bm25_scores`][hf_ralm.testing.bm25.reference_bm25_scores]).
+
+    Args:
+        matrix: the index's score matrix, as stored.
+        vocab: term → column.
+        queries: each query's analysed terms.
+        k: the passages per query.
+        forbidden: passage ids never returned.
+
+    Returns:
+        Per query, its top ``k`` ``(passage id, score)``, sorted by ``(-score, id)``, zeros and ``forbidden`` ids
+        dropped.
+    """
     forbidden = np.fromiter(forbidden, dtype=np.int64)
     found = []
     for terms in queries:

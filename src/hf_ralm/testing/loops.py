@@ -33,8 +33,15 @@ def _unscored(ids: Sequence[int]) -> torch.Tensor:
 
 @torch.no_grad()
 def full_nlls(model, tokens: Sequence[int], labels: Sequence[int] | None = None) -> torch.Tensor:
-    """NLL of ``labels[t]`` (default: the input's own tokens) at every position ``t`` after the first, predicted from
-    ``tokens[:t]`` in one full forward; index ``t - 1`` holds position ``t``'s (float64, on the CPU).
+    """The NLL of each label after the first, predicted from the tokens before it in one full forward.
+
+    Args:
+        model: a causal LM.
+        tokens: the input.
+        labels: the tokens whose NLLs are computed (default: the input's own).
+
+    Returns:
+        A float64 tensor on the CPU: index ``t - 1`` holds the NLL of ``labels[t]`` predicted from ``tokens[:t]``.
 
     Examples:
         ```python
@@ -50,16 +57,33 @@ def full_nlls(model, tokens: Sequence[int], labels: Sequence[int] | None = None)
 
 @torch.no_grad()
 def next_token_logits(model, tokens: Sequence[int]) -> torch.Tensor:
-    """The float32 logits after ``tokens`` from one full forward without a cache (on the model's device, where
-    generation's scores are): a generation step of a plain loop that rebuilds its context every step."""
+    """A generation step of a plain loop that rebuilds its context every step.
+
+    Args:
+        model: a causal LM.
+        tokens: the context.
+
+    Returns:
+        The float32 logits after ``tokens`` from one full forward without a cache (on the model's device, where
+        generation's scores are).
+    """
     inputs = torch.tensor([list(tokens)], device=model_device(model))
     return model(input_ids=inputs, use_cache=False).logits[0, -1].float()
 
 
 @torch.inference_mode()
 def reference_window_nlls(model, ids: Sequence[int], windows: Sequence[Window], prefixes: PerWindow) -> torch.Tensor:
-    """The paper's ``eval_lm.py`` loop: per window, batch 1, logits for every position, its prefix
-    (``prefixes[w.index]``, token ids) written over its first positions; per-token NLLs of the text's tokens.
+    """The paper's ``eval_lm.py`` loop: per window, batch 1, logits for every position, its prefix written over its
+    first positions.
+
+    Args:
+        model: the reader.
+        ids: the text's token ids.
+        windows: its windows.
+        prefixes: ``prefixes[w.index]``: the token ids written over window ``w``'s first positions.
+
+    Returns:
+        The per-token NLLs of the text's tokens (float64, NaN for token 0).
 
     Examples:
         ```python
@@ -89,8 +113,18 @@ def reference_rerank_nlls(
 ) -> tuple[list[int], torch.Tensor]:
     """The paper's ``logprob`` reranking: per window one ``(k, L)`` batch of its candidates' inputs with logits for
     every position; the candidate with the lowest summed NLL of the ``rerank_tokens`` text tokens before the window's
-    scored tokens is chosen and its row scores the window. ``candidate_prefixes[w.index]`` lists what each candidate
-    writes over the window (a single entry: nothing to rank). Returns the choices and the per-token NLLs.
+    scored tokens is chosen and its row scores the window.
+
+    Args:
+        model: the reader.
+        ids: the text's token ids.
+        windows: its windows.
+        candidate_prefixes: ``candidate_prefixes[w.index]`` lists what each candidate writes over window ``w`` (a
+            single entry: nothing to rank).
+        rerank_tokens: ``s'``, the ranking tokens.
+
+    Returns:
+        The choice per window, and the per-token NLLs.
 
     Examples:
         ```python
@@ -121,17 +155,41 @@ def reference_rerank_nlls(
 
 def plain_window_nlls(model, tokenizer, ids: Sequence[int], windows: Sequence[Window], in_context: PerWindow,
                       config: RalmConfig, separator: str = PASSAGE_SEPARATOR) -> torch.Tensor:
-    """Per-token NLLs with ``in_context[w.index]`` (passages, most relevant first; none: the window alone) put in
-    front of each window as [`spec_prefix`][hf_ralm.testing.spec.spec_prefix] says, each window in one full forward."""
+    """The per-token NLLs with passages in front of each window, as
+    [`spec_prefix`][hf_ralm.testing.spec.spec_prefix] says, each window in one full forward.
+
+    Args:
+        model: the reader.
+        tokenizer: its tokenizer.
+        ids: the text's token ids.
+        windows: its windows.
+        in_context: ``in_context[w.index]``: window ``w``'s passages, most relevant first (none: the window alone).
+        config: the settings of the passages' encoding.
+        separator: the text between two passages.
+
+    Returns:
+        The per-token NLLs (float64, NaN for token 0).
+    """
     prefixes = {w.index: spec_prefix(tokenizer, in_context[w.index], config, separator) for w in windows}
     return reference_window_nlls(model, ids, windows, prefixes)
 
 
 def plain_ensemble_nlls(model, tokenizer, ids: Sequence[int], windows: Sequence[Window], members: PerWindow,
                         config: RalmConfig) -> torch.Tensor:
-    """Per-token NLLs of the ensemble: each window once per member passage (``members[w.index]``), the token's
-    probabilities mixed in float64 with the softmax of the members' retrieval scores over ``ensemble_temperature``;
-    a window without members is the plain window."""
+    """The per-token NLLs of the ensemble: each window once per member passage, the token's probabilities mixed in
+    float64 with the softmax of the members' retrieval scores over ``ensemble_temperature``.
+
+    Args:
+        model: the reader.
+        tokenizer: its tokenizer.
+        ids: the text's token ids.
+        windows: its windows.
+        members: ``members[w.index]``: window ``w``'s member passages (none: the plain window).
+        config: the settings (``ensemble_temperature``, the passages' encoding).
+
+    Returns:
+        The per-token NLLs (float64, NaN for token 0).
+    """
     nll = _unscored(ids)
     for w in windows:
         found = members[w.index]
@@ -163,18 +221,41 @@ def _summed(nlls: torch.Tensor, w: Window, positions: range) -> float:
 
 
 def ranking_nll(model, tokenizer, ids: Sequence[int], w: Window, passage: Passage | None, config: RalmConfig) -> float:
-    """The summed NLL of the ranking tokens (the last ``rerank_tokens`` before the window's first scored token, never
-    its first token) with ``passage`` (or none) written over the window."""
+    """The summed NLL of a window's ranking tokens with a passage written over the window.
+
+    Args:
+        model: the reader.
+        tokenizer: its tokenizer.
+        ids: the text's token ids.
+        w: the window.
+        passage: the passage (``None``: none).
+        config: the settings (``rerank_tokens``, the passage's encoding).
+
+    Returns:
+        The sum over the last ``rerank_tokens`` tokens before the window's first scored token (never its first
+        token).
+    """
     return _summed(_window_nlls(model, tokenizer, ids, w, passage, config), w,
                    ranking_positions(w, config.rerank_tokens))
 
 
 def other_lm_ranking_nll(reranker, tokenizer, ids: Sequence[int], w: Window, option: Passage | None,
                          config: RalmConfig) -> float:
-    """The summed NLL another LM (``reranker``: its ``model``, ``tokenizer`` and ``max_length``) gives the ranking
-    tokens, in text: its tokens of the passage (cut to leave room for the ranking tokens), then its tokens of the
-    window's text before the ranking tokens cut from the left to the room left, then its tokens of the ranking
-    tokens' text."""
+    """The summed NLL another LM gives a window's ranking tokens, in text: its tokens of the passage (cut to leave room
+    for the ranking tokens), then its tokens of the window's text before the ranking tokens cut from the left to the
+    room left, then its tokens of the ranking tokens' text.
+
+    Args:
+        reranker: the other LM: its ``model``, ``tokenizer`` and ``max_length``.
+        tokenizer: the reader's tokenizer (the text's ids are its tokens).
+        ids: the text's token ids.
+        w: the window.
+        option: the passage (``None``: none).
+        config: the settings (``rerank_tokens``, the passage's encoding).
+
+    Returns:
+        The sum of the other LM's NLLs of its ranking tokens.
+    """
     rtok = reranker.tokenizer
     begin = ranking_positions(w, config.rerank_tokens).start
     passage = spec_passage_ids(rtok, option, config)
@@ -192,8 +273,20 @@ def plain_rerank(model, tokenizer, ids: Sequence[int], windows: Sequence[Window]
     no passage last, with ``rerank_allow_no_passage``), each written over the window as the chosen passage will be and
     ranked by [`ranking_nll`][hf_ralm.testing.loops.ranking_nll] (``"lm"``; with ``reranker``,
     [`other_lm_ranking_nll`][hf_ralm.testing.loops.other_lm_ranking_nll]) or by the NLL of the window's own scored
-    tokens (``"oracle"``), or one of them drawn (``"random"``); the window is then scored with the choice. Returns the
-    choice per window ([`NO_PASSAGE`][hf_ralm.config.passages.NO_PASSAGE] for none) and the NLL of every token.
+    tokens (``"oracle"``), or one of them drawn (``"random"``); the window is then scored with the choice.
+
+    Args:
+        model: the reader.
+        tokenizer: its tokenizer.
+        ids: the text's token ids.
+        windows: its windows.
+        candidates: ``candidates[w.index]``: window ``w``'s retrieved passages, in retrieval order.
+        config: the settings (``rerank`` and its own).
+        reranker: another LM that ranks, in text (``None``: the reader).
+
+    Returns:
+        The choice per window ([`NO_PASSAGE`][hf_ralm.config.passages.NO_PASSAGE] for none) and the NLL of every
+        token.
 
     Examples:
         ```python

@@ -15,8 +15,15 @@ class ScoredRetriever:
     ([`max_scores`][hf_ralm.testing.retrievers.ScoredRetriever.max_scores]). The n-th distinct query it sees gets, by n
     mod 5, k passages, none, one, k, or k-1, and a top score of 0.9, 0.1, 0.6, 0.3 or 0.75 of its maximum: any
     evaluation of five windows or more meets every case (a gate that closes and one that opens, empty and short
-    retrievals), and a plain loop that asks for the windows in order gets what the fast path got. Records the queries
-    and the k asked (``calls``).
+    retrievals), and a plain loop that asks for the windows in order gets what the fast path got.
+
+    Args:
+        words: what the passages' texts are drawn from.
+        seed: the draw's seed.
+        max_words: the longest passage, in words.
+
+    Attributes:
+        calls: the queries and the ``k`` of each call, in order.
 
     Examples:
         >>> retriever = ScoredRetriever(["rome", "city", "the"], seed=1)
@@ -48,8 +55,25 @@ class ScoredRetriever:
                 for i, score in enumerate(scores[: self.COUNTS[case](k)])]
 
     def retrieve(self, queries: Sequence[str], k: int = 1) -> list[list[Passage]]:
+        """The passages found for each query, best first (recorded in ``calls``).
+
+        Args:
+            queries: the queries.
+            k: the most passages per query.
+
+        Returns:
+            Per query, its passages (as many as its case gives).
+        """
         self.calls.append((list(queries), k))
         return [self._found(query, k) for query in queries]
 
     def max_scores(self, queries: Sequence[str]) -> list[float]:
+        """Each query's maximum attainable score (what the score gate divides by).
+
+        Args:
+            queries: the queries.
+
+        Returns:
+            One bound per query.
+        """
         return [self._bound(query) for query in queries]

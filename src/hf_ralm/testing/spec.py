@@ -31,11 +31,18 @@ LM_GATE_MARGIN = 2.0
 
 
 def spec_passage_ids(tokenizer, passage: Passage | None, config: RalmConfig) -> list[int]:
-    """What one passage puts in front of the text: its text (``title + "\\n" + text`` through
-    ``config.passage_template``, the text alone without a title) encoded with the tokenizer's default special tokens
-    and truncated to ``max_doc_tokens`` by the tokenizer (as the paper's code does). No passage puts nothing. With
-    ``bos_every_window``, whatever does not start with the tokenizer's BOS gets one in front (no passage: a lone
-    BOS), still within ``max_doc_tokens``.
+    """What one passage puts in front of the text, as docs/conventions.md says.
+
+    Args:
+        tokenizer: the reader's tokenizer.
+        passage: the passage (``None``: none).
+        config: ``passage_template``, ``max_doc_tokens`` and ``bos_every_window``.
+
+    Returns:
+        Its text (``title + "\\n" + text`` through ``config.passage_template``, the text alone without a title)
+        encoded with the tokenizer's default special tokens and truncated to ``max_doc_tokens`` by the tokenizer (as
+        the paper's code does); nothing for no passage. With ``bos_every_window``, whatever does not start with the
+        tokenizer's BOS gets one in front (no passage: a lone BOS), still within ``max_doc_tokens``.
 
     Examples:
         ```python
@@ -55,11 +62,22 @@ def spec_passage_ids(tokenizer, passage: Passage | None, config: RalmConfig) -> 
 
 def spec_prefix(tokenizer, passages: Sequence[Passage], config: RalmConfig,
                 separator: str = PASSAGE_SEPARATOR) -> list[int]:
-    """What ``passages`` (most relevant first) put in front of the text: ``[d_n; sep; ...; sep; d_1]``, each ``d_i`` one
-    passage's [`spec_passage_ids`][hf_ralm.testing.spec.spec_passage_ids]; their total, separators included, capped by
-    ``max_context_doc_tokens`` (at most and by default ``num_passages × max_doc_tokens``): taken from the most relevant
-    on, each with the separator after it, the first that does not fit cut to the room left, the rest left out. No
-    passage: [`spec_passage_ids`][hf_ralm.testing.spec.spec_passage_ids] of none."""
+    """What several passages put in front of the text: ``[d_n; sep; ...; sep; d_1]``.
+
+    Each ``d_i`` is one passage's [`spec_passage_ids`][hf_ralm.testing.spec.spec_passage_ids]; their total,
+    separators included, is capped by ``max_context_doc_tokens`` (at most and by default ``num_passages ×
+    max_doc_tokens``): taken from the most relevant on, each with the separator after it, the first that does not fit
+    cut to the room left, the rest left out.
+
+    Args:
+        tokenizer: the reader's tokenizer.
+        passages: the passages, most relevant first.
+        config: the settings of the passages' encoding and cap.
+        separator: the text between two passages.
+
+    Returns:
+        The token ids; for no passage, [`spec_passage_ids`][hf_ralm.testing.spec.spec_passage_ids] of none.
+    """
     if not passages:
         return spec_passage_ids(tokenizer, None, config)
     sep = tokenizer(separator, add_special_tokens=False)["input_ids"]
@@ -76,36 +94,81 @@ def spec_prefix(tokenizer, passages: Sequence[Passage], config: RalmConfig,
 
 
 def write_over(text: Sequence[int], prefix: Sequence[int]) -> list[int]:
-    """The window's input: ``prefix`` overwrites its first positions, the length stays the text's."""
+    """A window's input with its prefix.
+
+    Args:
+        text: the window's tokens.
+        prefix: what overwrites its first positions.
+
+    Returns:
+        The input, as long as ``text``.
+    """
     return (list(prefix) + list(text[len(prefix) :]))[: len(text)]
 
 
 def ranking_positions(window: Window, rerank_tokens: int) -> range:
-    """The text positions an LM ranks a window's candidates on: the last ``rerank_tokens`` before its first scored
-    token, never the window's first token (each needs the one before it in the window)."""
+    """The text positions an LM ranks a window's candidates on.
+
+    Args:
+        window: the window.
+        rerank_tokens: ``s'``, the ranking tokens.
+
+    Returns:
+        The last ``rerank_tokens`` positions before its first scored token, never the window's first token (each
+        needs the one before it in the window).
+    """
     return range(max(window.begin + 1, window.score_begin - rerank_tokens), window.score_begin)
 
 
 def target_positions(window: Window) -> range:
-    """The tokens a window scores (what the oracle ranks on)."""
+    """The tokens a window scores (what the oracle ranks on).
+
+    Args:
+        window: the window.
+
+    Returns:
+        Their positions.
+    """
     return range(window.score_begin, window.end)
 
 
 def spec_choice(nlls: Sequence[float], margin: float | None = None) -> int:
-    """The candidate with the lowest summed NLL, ties going to the better retrieval rank (the earlier one). With a
-    ``margin``, the last candidate is no passage: the best passage is chosen over it only when it saves at least
-    ``margin`` nats (``NLL(no passage) - NLL(passage) >= margin``), else no passage."""
+    """The candidate with the lowest summed NLL, ties going to the better retrieval rank (the earlier one).
+
+    Args:
+        nlls: the candidates' summed NLLs, in retrieval order.
+        margin: when given, the last candidate is no passage: the best passage is chosen over it only when it saves
+            at least ``margin`` nats (``NLL(no passage) - NLL(passage) >= margin``).
+
+    Returns:
+        The chosen candidate's index.
+    """
     passages = len(nlls) - (margin is not None)
     best = min(range(passages), key=lambda i: (nlls[i], i))
     return best if margin is None or nlls[-1] - nlls[best] >= margin else len(nlls) - 1
 
 
 def spec_random_choice(seed: int, key: int, num_candidates: int) -> int:
-    """``rerank="random"``: ``numpy.random.default_rng([rerank_seed, key]).integers(k)``, the key being the window's
-    index in evaluation (in generation, ``crc32(prompt ids) · 2**32 + stride index``), whatever the batching."""
+    """``rerank="random"``'s choice, whatever the batching.
+
+    Args:
+        seed: ``rerank_seed``.
+        key: the window's index in evaluation (in generation, ``crc32(prompt ids) · 2**32 + stride index``).
+        num_candidates: ``k``.
+
+    Returns:
+        ``numpy.random.default_rng([seed, key]).integers(num_candidates)``.
+    """
     return int(np.random.default_rng([seed, key]).integers(num_candidates))
 
 
 def lm_gate_margin(config: RalmConfig) -> float:
-    """The nats a passage must save over none for the lm gate to keep it."""
+    """The nats a passage must save over none for the lm gate to keep it.
+
+    Args:
+        config: the settings.
+
+    Returns:
+        ``gate_threshold``, or 2 nats when it is ``None``.
+    """
     return LM_GATE_MARGIN if config.gate_threshold is None else config.gate_threshold

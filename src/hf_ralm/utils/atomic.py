@@ -46,9 +46,18 @@ def file_mode() -> int:
 
 
 def write_text_atomic(path: str, text: str, suffix: str = ".tmp") -> None:
-    """Write ``text`` to a temporary file beside ``path``, flush it to disk (fsync) and rename it over ``path``, so a
-    crash leaves either the old file or the new one, never a truncated one. The file gets the permissions a plain
-    ``open(path, "w")`` would ([`file_mode`][hf_ralm.utils.atomic.file_mode])."""
+    """Write a text file atomically: to a temporary file beside ``path``, flushed to disk (fsync) and renamed over
+    ``path``, so a crash leaves either the old file or the new one, never a truncated one.
+
+    Args:
+        path: the file (its folder is made if missing). It gets the permissions a plain ``open(path, "w")`` would
+            ([`file_mode`][hf_ralm.utils.atomic.file_mode]).
+        text: what it holds (UTF-8).
+        suffix: the temporary file's suffix.
+
+    Raises:
+        OSError: the file cannot be written (the message names ``path``, not the temporary file).
+    """
     directory = os.path.dirname(os.path.abspath(path))
     with naming_errors(path):
         os.makedirs(directory, exist_ok=True)
@@ -79,8 +88,16 @@ def json_text(data: Any) -> str:
 
 
 def write_json_atomic(path: str, data) -> None:
-    """Write [`json_text`][hf_ralm.utils.atomic.json_text] of ``data`` atomically
-    ([`write_text_atomic`][hf_ralm.utils.atomic.write_text_atomic])."""
+    """Write a JSON file atomically ([`write_text_atomic`][hf_ralm.utils.atomic.write_text_atomic]).
+
+    Args:
+        path: the file.
+        data: what it holds, as [`json_text`][hf_ralm.utils.atomic.json_text] writes it.
+
+    Raises:
+        ValueError: ``data`` holds a NaN or an infinity.
+        OSError: the file cannot be written.
+    """
     write_text_atomic(path, json_text(data), suffix=".json")
 
 

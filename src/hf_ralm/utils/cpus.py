@@ -45,8 +45,12 @@ def available_cpus() -> int:
 
 
 def bfloat16_instructions() -> bool | None:
-    """Whether this CPU computes bfloat16 in hardware: on x86, AVX512-BF16 or AMX (as PyTorch detects them);
-    ``None`` where it cannot be told (another architecture, or a PyTorch without these probes)."""
+    """Whether this CPU computes bfloat16 in hardware.
+
+    Returns:
+        On x86, whether it has AVX512-BF16 or AMX (as PyTorch detects them); ``None`` where it cannot be told
+        (another architecture, or a PyTorch without these probes).
+    """
     import torch  # here: the searches that count CPUs need no torch
 
     probes = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]

@@ -27,6 +27,12 @@ PACKAGES = {"faiss": "faiss-cpu", "sentence_transformers": "sentence-transformer
 def install_command(extra: str) -> str:
     """The command that installs an extra (quoted for every shell: bash, zsh, PowerShell, cmd).
 
+    Args:
+        extra: the extra's name.
+
+    Returns:
+        The ``pip install`` command.
+
     Examples:
         >>> install_command("lucene")
         'pip install "hf-ralm[lucene]"'
@@ -41,9 +47,21 @@ class MissingExtraError(NamesSettings, ImportError):
 
 
 def require(module: str, extra: str, what: str) -> ModuleType:
-    """``module`` imported, or a [`MissingExtraError`][hf_ralm.utils.extras.MissingExtraError]: "``what`` needs PACKAGE,
-    which is not installed: ``pip install "hf-ralm[extra]"``" (or "which fails to import (ERROR)", when it is there but
-    broken: reinstalling the extra is then the fix too)."""
+    """An optional package's module, imported.
+
+    Args:
+        module: the module to import.
+        extra: the extra that installs its package.
+        what: what needs it, as the message says.
+
+    Returns:
+        The module.
+
+    Raises:
+        MissingExtraError: it is not installed ("``what`` needs PACKAGE, which is not installed: ``pip install
+            "hf-ralm[extra]"``"), or fails to import ("which fails to import (ERROR)": reinstalling the extra is then
+            the fix too).
+    """
     try:
         return importlib.import_module(module)
     except ImportError as error:

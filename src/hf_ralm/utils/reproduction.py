@@ -26,9 +26,16 @@ _PACKAGES = ("hf-ralm", "torch", "transformers", "sentence-transformers", "bm25s
 
 
 def provenance(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    """The command (``argv``, by default this process's), the git commit of the checkout hf-ralm runs from (``None``
-    for an installed package; ``git_dirty`` when it has uncommitted changes to tracked files), the versions of
-    hf-ralm and the libraries results depend on, and the start time (UTC)."""
+    """How a run is reproduced, as its records keep it.
+
+    Args:
+        argv: the command (by default this process's).
+
+    Returns:
+        The command, the git commit of the checkout hf-ralm runs from (``None`` for an installed package;
+        ``git_dirty`` when it has uncommitted changes to tracked files), the versions of hf-ralm and the libraries
+        results depend on, and the start time (UTC).
+    """
     argv = list(sys.argv if argv is None else argv)
     if argv and argv[0].replace("\\", "/").endswith(("/hf-ralm", "hf_ralm/cli/__main__.py")):  # the script or python -m
         argv[0] = "hf-ralm"

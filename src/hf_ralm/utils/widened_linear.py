@@ -32,13 +32,22 @@ class WidenedLinear(torch.nn.Linear):
 
 
 def widen_bfloat16_matmuls(model: torch.nn.Module) -> int:
-    """Make ``model``'s bfloat16 ``torch.nn.Linear`` layers
-    [`WidenedLinear`][hf_ralm.utils.widened_linear.WidenedLinear] (in place; state dict, parameters and saving
-    unchanged) and return how many. What comes out is bfloat16, as from PyTorch's own bfloat16 kernels, which also add
-    in float32 and round once: the two differ by that rounding only (one element in about 10,000, by one bfloat16 step,
-    measured on a layer of SmolLM2's size). Subclasses of ``Linear`` (quantized layers and the like) are left as they
-    are, and so are layers that are not ``Linear`` (GPT-2's ``Conv1D``). hf-ralm does this to the models it loads in
-    bfloat16 on a CPU without bfloat16 instructions; call it on a model of your own to do the same."""
+    """Compute a model's bfloat16 linear layers in float32, rounding their outputs back to bfloat16.
+
+    What comes out is bfloat16, as from PyTorch's own bfloat16 kernels, which also add in float32 and round once: the
+    two differ by that rounding only (one element in about 10,000, by one bfloat16 step, measured on a layer of
+    SmolLM2's size). hf-ralm does this to the models it loads in bfloat16 on a CPU without bfloat16 instructions; call
+    it on a model of your own to do the same.
+
+    Args:
+        model: the model, changed in place: its bfloat16 ``torch.nn.Linear`` layers become
+            [`WidenedLinear`][hf_ralm.utils.widened_linear.WidenedLinear] (state dict, parameters and saving
+            unchanged). Subclasses of ``Linear`` (quantized layers and the like) are left as they are, and so are
+            layers that are not ``Linear`` (GPT-2's ``Conv1D``).
+
+    Returns:
+        How many layers were widened.
+    """
     widened = 0
     for module in model.modules():
         if type(module) is torch.nn.Linear and module.weight.dtype == torch.bfloat16:
@@ -48,10 +57,17 @@ def widen_bfloat16_matmuls(model: torch.nn.Module) -> int:
 
 
 def widen_where_bfloat16_is_slow(model: torch.nn.Module) -> int:
-    """[`widen_bfloat16_matmuls`][hf_ralm.utils.widened_linear.widen_bfloat16_matmuls] when ``model`` (its first
-    parameter) is bfloat16 on a CPU without bfloat16 instructions ([`slow_bfloat16`][hf_ralm.utils.cpus.slow_bfloat16]),
-    else nothing; returns the number of layers widened. What ``from_pretrained`` and the dense encoder do to the models
-    they load."""
+    """Widen a model's bfloat16 linear layers where bfloat16 is slow: what ``from_pretrained`` and the dense encoder do
+    to the models they load.
+
+    Args:
+        model: the model.
+
+    Returns:
+        The layers [`widen_bfloat16_matmuls`][hf_ralm.utils.widened_linear.widen_bfloat16_matmuls] widened when the
+        model (its first parameter) is bfloat16 on a CPU without bfloat16 instructions
+        ([`slow_bfloat16`][hf_ralm.utils.cpus.slow_bfloat16]), else 0.
+    """
     first = next(model.parameters(), None)
     if first is None or not slow_bfloat16(first.dtype, first.device):
         return 0

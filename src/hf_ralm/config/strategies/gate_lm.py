@@ -50,12 +50,27 @@ class LMGate(GateStrategy):
         return 2  # the passage and no passage
 
     def margin(self, config) -> float:
-        """The nats the passage must save: ``gate_threshold`` when ``config`` gates with it, else the default."""
+        """The nats the passage must save.
+
+        Args:
+            config: the settings.
+
+        Returns:
+            ``gate_threshold`` when ``config`` gates with the lm gate and gives one, else
+            [`LM_GATE_MARGIN`][hf_ralm.config.strategies.gate_lm.LM_GATE_MARGIN].
+        """
         given = config.retrieval_gate == self.name and config.gate_threshold is not None
         return config.gate_threshold if given else LM_GATE_MARGIN
 
     def ranking_settings(self, config) -> dict:
-        """LM reranking by the reader of one passage (the window's) against none, the passage needing the margin."""
+        """LM reranking by the reader of one passage (the window's) against none, the passage needing the margin.
+
+        Args:
+            config: the run's settings.
+
+        Returns:
+            The settings the gate ranks under, on top of ``config``'s.
+        """
         return {"rerank": "lm", "rerank_candidates": 1, "rerank_allow_no_passage": True,
                 "rerank_no_passage_margin": self.margin(config), "reranker_model": None, "retrieval_gate": "always",
                 "gate_threshold": None}

@@ -23,7 +23,7 @@ A strategy chooses from numbers alone ([`Candidates`][hf_ralm.config.strategies.
 policy ([`PassagePolicy`][hf_ralm.selection.policy.PassagePolicy]) computes what it needs, for evaluation and generation
 alike, and ``--compare`` reads the same numbers from one scored pass
 ([`choose_from_scores`][hf_ralm.selection.candidates.choose_from_scores]). So whatever reads a setting's strategies
-(:meth:`RalmConfig.validate <hf_ralm.config.configuration_ralm.RalmConfig.validate>`, the policy, ``--compare``, the
+([`RalmConfig.validate`][hf_ralm.RalmConfig.validate], the policy, ``--compare``, the
 run-cost estimate, generation, the command line's choices and help, the benchmarks) reads this table, and a strategy
 registered from outside the package is everywhere at once.
 
@@ -90,14 +90,20 @@ Given under a strategy that does not own it, a setting is refused rather than ig
 
 @dataclass(frozen=True)
 class Candidates:
-    """What a strategy chooses from for one window (or generation stride): its ``passages`` in retrieval order (for
-    reranking, the first ``rerank_candidates`` retrieved, after a gate that decides before; for a gate that decides
-    after reranking, the chosen passage), the ``options`` ranked among them (the passages, then ``None`` for no passage
-    with ``rerank_allow_no_passage``), its ``query`` and ``key`` (what a random choice is keyed on: the window's index,
-    or a generation row's prompt and stride), and what the strategy
-    [`needs`][hf_ralm.config.strategies.registry.Strategy.needs], one value per option where it is per option (``None``
-    when not needed, or nothing could be ranked): ``ranking_nlls``, ``target_nlls``, ``predicted`` (the cross-encoder's
-    choice, -1 for none) and ``normalized_score`` (the top passage's).
+    """What a strategy chooses from for one window (or generation stride), with what the strategy
+    [`needs`][hf_ralm.config.strategies.registry.Strategy.needs] (``None`` when not needed, or nothing could be
+    ranked).
+
+    Attributes:
+        passages: in retrieval order: for reranking, the first ``rerank_candidates`` retrieved (after a gate that
+            decides before); for a gate that decides after reranking, the chosen passage.
+        query: the window's query.
+        key: what a random choice is keyed on: the window's index, or a generation row's prompt and stride.
+        options: the options ranked: the passages, then ``None`` for no passage with ``rerank_allow_no_passage``.
+        ranking_nlls: one per option: the NLL of the ranking tokens.
+        target_nlls: one per option: the NLL of the window's target tokens.
+        predicted: the cross-encoder's choice (-1 for none).
+        normalized_score: the top passage's score over the query's maximum attainable score.
 
     Examples:
         >>> rome = Passage("1", "Rome", "rome was the city", 7.5)
@@ -122,9 +128,15 @@ class Candidates:
 
 @dataclass(frozen=True)
 class ComparisonRow:
-    """A row ``--compare`` offers: its ``name``, ``what`` it chooses, and the ``settings`` of the separate ``eval-lm``
-    run whose figures it gives, from the run's config (``None``: no passage in any window, the baseline). Settings not
-    given are the paper's (no reranking, no gate) over the pass's candidates."""
+    """A row ``--compare`` offers.
+
+    Attributes:
+        name: the row's name (what ``--compare`` lists).
+        what: what it chooses, in words.
+        settings: the settings of the separate ``eval-lm`` run whose figures it gives, from the run's config
+            (``None``: no passage in any window, the baseline). Settings not given are the paper's (no reranking, no
+            gate) over the pass's candidates.
+    """
 
     name: str
     what: str
@@ -171,18 +183,34 @@ class Strategy:
         return TARGET_NLLS in self.needs
 
     def validate(self, config: RalmConfig) -> None:
-        """Raise a [`SettingError`][hf_ralm.errors.SettingError] unless ``config``'s settings fit this strategy (after
-        the generic checks: the settings' own ranges,
-        [`EXCLUSIVE_FIELDS`][hf_ralm.config.strategies.registry.EXCLUSIVE_FIELDS])."""
+        """Check that ``config``'s settings fit this strategy, after the generic checks (the settings' own ranges,
+        [`EXCLUSIVE_FIELDS`][hf_ralm.config.strategies.registry.EXCLUSIVE_FIELDS]).
+
+        Args:
+            config: the settings.
+
+        Raises:
+            SettingError: they do not (the message names the setting).
+        """
 
     def reader_inputs(self, config: RalmConfig) -> int:
-        """The reader inputs a window with retrieval runs to choose under ``config`` (0: the reader does not run to
-        choose; the chosen passage's own input is not counted)."""
+        """The reader inputs a window with retrieval runs to choose under ``config``.
+
+        Args:
+            config: the settings.
+
+        Returns:
+            The count (0: the reader does not run to choose; the chosen passage's own input is not counted).
+        """
         return 0
 
     def comparisons(self) -> list[ComparisonRow]:
-        """The rows it offers ``--compare``: by default one, under its name, when one scored pass gives what it
-        needs ([`SCORED_PASS`][hf_ralm.config.strategies.registry.SCORED_PASS]) and it chooses."""
+        """The rows it offers ``--compare``.
+
+        Returns:
+            By default one, under its name, when one scored pass gives what it needs
+            ([`SCORED_PASS`][hf_ralm.config.strategies.registry.SCORED_PASS]) and it chooses; else none.
+        """
         if not self.chooses or not self.needs <= SCORED_PASS:
             return []
         return [ComparisonRow(self.name, self.help, lambda config: {self.stage: self.name})]
@@ -192,39 +220,78 @@ class Strategy:
 
 
 class RerankStrategy(Strategy):
-    """A reranking strategy (``rerank=name``): which of a window's candidates goes in context first."""
+    """A reranking strategy (``rerank=name``): which of a window's candidates goes in context first.
+
+    Subclasses set the [`Strategy`][hf_ralm.config.strategies.registry.Strategy] attributes and define
+    [`choose`][hf_ralm.config.strategies.registry.RerankStrategy.choose] (an example:
+    [`hf_ralm.config.strategies`][hf_ralm.config.strategies]'s docstring).
+    """
 
     stage = RERANK
 
     def choose(self, candidates: Candidates, config: RalmConfig) -> int:
-        """The index of the chosen passage among ``candidates.passages`` (never empty), or
-        [`NO_PASSAGE`][hf_ralm.config.passages.NO_PASSAGE] for none."""
+        """Choose a window's passage.
+
+        Args:
+            candidates: the window's candidates (``candidates.passages`` is never empty) and what the strategy
+                needs.
+            config: the settings.
+
+        Returns:
+            The index of the chosen passage among ``candidates.passages``, or
+            [`NO_PASSAGE`][hf_ralm.config.passages.NO_PASSAGE] for none.
+        """
         raise NotImplementedError
 
 
 class GateStrategy(Strategy):
-    """A retrieval gate (``retrieval_gate=name``): whether a window keeps a passage. ``position``:
-    [`BEFORE`][hf_ralm.config.strategies.registry.BEFORE] (it decides on retrieval's passages, before reranking),
-    [`AFTER`][hf_ralm.config.strategies.registry.AFTER] (on the chosen passage, ranked against no passage under
-    [`ranking_settings`][hf_ralm.config.strategies.registry.GateStrategy.ranking_settings]) or ``None`` (it never
-    closes); ``one_passage``: it weighs one passage against none, so it is not combined with several passages in context
-    or an ensemble."""
+    """A retrieval gate (``retrieval_gate=name``): whether a window keeps a passage.
+
+    Attributes:
+        position: [`BEFORE`][hf_ralm.config.strategies.registry.BEFORE] (it decides on retrieval's passages, before
+            reranking), [`AFTER`][hf_ralm.config.strategies.registry.AFTER] (on the chosen passage, ranked against no
+            passage under [`ranking_settings`][hf_ralm.config.strategies.registry.GateStrategy.ranking_settings]) or
+            ``None`` (it never closes).
+        one_passage: it weighs one passage against none, so it is not combined with several passages in context or
+            an ensemble.
+    """
 
     stage = GATE
     position: str | None = None
     one_passage: bool = False
 
     def opens(self, candidates: Candidates, config: RalmConfig) -> bool:
-        """Whether the window keeps its passages (``config``: for a gate after reranking, its ranking config)."""
+        """Whether the window keeps its passages.
+
+        Args:
+            candidates: the window's passages and what the gate needs.
+            config: the settings (for a gate after reranking, its ranking config).
+
+        Returns:
+            True to keep them.
+        """
         return True
 
     def score(self, candidates: Candidates) -> float | None:
-        """What the gate decided on, recorded per window (``gate_score``); ``None`` where it decided on nothing."""
+        """What the gate decided on, recorded per window (``gate_score``).
+
+        Args:
+            candidates: the window's passages and what the gate needs.
+
+        Returns:
+            The number, or ``None`` where it decided on nothing.
+        """
         return None
 
     def ranking_settings(self, config: RalmConfig) -> dict:
-        """For a gate after reranking: the settings it ranks the chosen passage against no passage under (on top of
-        ``config``'s)."""
+        """For a gate after reranking: the settings it ranks the chosen passage against no passage under.
+
+        Args:
+            config: the run's settings.
+
+        Returns:
+            The settings that replace ``config``'s for the gate's ranking (none for a gate before reranking).
+        """
         return {}
 
 
@@ -234,8 +301,19 @@ _STRATEGIES: dict[tuple[str, str], Strategy] = {}
 def register_strategy(strategy: Strategy) -> Strategy:
     """Add ``strategy`` to the table: its name becomes a value of its stage's setting (``RalmConfig(rerank=name)``,
     ``hf-ralm ... --rerank name``), in evaluation, generation, the run-cost estimate and, when one scored pass gives
-    what it needs, ``--compare``. Returns it. A name already registered in the stage, or a ``--compare`` row name
-    already taken, is refused.
+    what it needs, ``--compare``.
+
+    Args:
+        strategy: a [`RerankStrategy`][hf_ralm.config.strategies.registry.RerankStrategy] or a
+            [`GateStrategy`][hf_ralm.config.strategies.registry.GateStrategy].
+
+    Returns:
+        ``strategy``.
+
+    Raises:
+        TypeError: it is neither.
+        ValueError: it has no name, its name is registered already in its stage, its ``needs`` are unknown (or both
+            NLLs), or a ``--compare`` row it offers is taken.
 
     Examples:
         ```python
@@ -262,17 +340,49 @@ def register_strategy(strategy: Strategy) -> Strategy:
 
 
 def strategies(stage: str) -> list[Strategy]:
-    """The registered strategies of ``stage``, in the order they were registered."""
+    """The registered strategies of a stage.
+
+    Args:
+        stage: [`RERANK`][hf_ralm.config.strategies.registry.RERANK] or
+            [`GATE`][hf_ralm.config.strategies.registry.GATE].
+
+    Returns:
+        Its strategies, in the order they were registered.
+    """
     return [strategy for (of, _), strategy in _STRATEGIES.items() if of == stage]
 
 
 def strategy_names(stage: str) -> tuple[str, ...]:
-    """The values ``stage``'s setting takes (the command line's choices)."""
+    """The values a stage's setting takes (the command line's choices).
+
+    Args:
+        stage: [`RERANK`][hf_ralm.config.strategies.registry.RERANK] or
+            [`GATE`][hf_ralm.config.strategies.registry.GATE].
+
+    Returns:
+        The registered strategies' names, in the order they were registered.
+
+    Examples:
+        >>> strategy_names(GATE)[0]
+        'always'
+    """
     return tuple(strategy.name for strategy in strategies(stage))
 
 
 def get_strategy(stage: str, name: str) -> Strategy:
-    """The strategy ``name`` of ``stage``; an unknown one is refused, listing those registered."""
+    """The strategy a setting's value names.
+
+    Args:
+        stage: [`RERANK`][hf_ralm.config.strategies.registry.RERANK] or
+            [`GATE`][hf_ralm.config.strategies.registry.GATE].
+        name: the setting's value.
+
+    Returns:
+        The registered strategy.
+
+    Raises:
+        SettingError: no strategy of ``stage`` has that name (the message lists those registered).
+    """
     strategy = _STRATEGIES.get((stage, name))
     if strategy is None:
         raise SettingError(f"{setting(stage)} must be one of {', '.join(strategy_names(stage))}, got {name!r}.")
@@ -287,9 +397,14 @@ def _chooses(stage: str, name: str | None) -> bool:
 
 
 def reranks(name: str | None) -> bool:
-    """Whether the reranking strategy ``name`` chooses among the retrieved candidates (every one but ``"none"``);
-    ``None``, a file that records no reranking, does not; a name not registered here (read from another process's
-    file) does.
+    """Whether a reranking strategy chooses among the retrieved candidates.
+
+    Args:
+        name: its name; ``None`` is a file that records no reranking.
+
+    Returns:
+        True for every registered strategy but ``"none"``, and for a name not registered here (read from another
+        process's file); False for ``None``.
 
     Examples:
         >>> reranks("lm"), reranks("none"), reranks(None)
@@ -299,14 +414,28 @@ def reranks(name: str | None) -> bool:
 
 
 def gates(name: str | None) -> bool:
-    """Whether the retrieval gate ``name`` can close a window (every one but ``"always"``), as
-    [`reranks`][hf_ralm.config.strategies.registry.reranks]."""
+    """Whether a retrieval gate can close a window, as [`reranks`][hf_ralm.config.strategies.registry.reranks] tells
+    of a reranking strategy.
+
+    Args:
+        name: its name (``None``: none recorded).
+
+    Returns:
+        True for every registered gate but ``"always"``, and for a name not registered here.
+    """
     return _chooses(GATE, name)
 
 
 def future_looking(rerank: str | None, retrieval_gate: str | None = None) -> list[Strategy]:
-    """The strategies among these (registered ones) that look at the future
+    """The strategies among these that look at the future
     ([`Strategy.looks_at_future`][hf_ralm.config.strategies.registry.Strategy.looks_at_future]).
+
+    Args:
+        rerank: a reranking strategy's name.
+        retrieval_gate: a gate's name.
+
+    Returns:
+        Those of them registered here that look at the future.
 
     Examples:
         >>> future_looking("oracle", "always"), future_looking("lm", "lm")
@@ -318,15 +447,35 @@ def future_looking(rerank: str | None, retrieval_gate: str | None = None) -> lis
 
 def ranks_target(config: RalmConfig) -> bool:
     """Whether an LM ranking under ``config`` ranks on the window's target tokens (the strategy needs
-    [`TARGET_NLLS`][hf_ralm.config.strategies.registry.TARGET_NLLS]) rather than on the ranking tokens before it."""
+    [`TARGET_NLLS`][hf_ralm.config.strategies.registry.TARGET_NLLS]) rather than on the ranking tokens before it.
+
+    Args:
+        config: the settings.
+
+    Returns:
+        True for a strategy that ranks on the target (the oracle).
+    """
     return TARGET_NLLS in get_strategy(RERANK, config.rerank).needs
 
 
 def check_strategy(config: RalmConfig, stage: str) -> Strategy:
-    """The strategy ``config`` picks for ``stage``, after the checks of its settings: an unknown name, a setting of
-    [`EXCLUSIVE_FIELDS`][hf_ralm.config.strategies.registry.EXCLUSIVE_FIELDS] it does not own, several passages under a
-    gate that weighs one, and its own [`validate`][hf_ralm.config.strategies.registry.Strategy.validate]
-    (:meth:`RalmConfig.validate <hf_ralm.config.configuration_ralm.RalmConfig.validate>` runs this for both stages)."""
+    """The strategy ``config`` picks for ``stage``, after the checks of its settings
+    ([`RalmConfig.validate`][hf_ralm.RalmConfig.validate] runs this for both stages).
+
+    Args:
+        config: the settings.
+        stage: [`RERANK`][hf_ralm.config.strategies.registry.RERANK] or
+            [`GATE`][hf_ralm.config.strategies.registry.GATE].
+
+    Returns:
+        The strategy.
+
+    Raises:
+        SettingError: an unknown name, a setting of
+            [`EXCLUSIVE_FIELDS`][hf_ralm.config.strategies.registry.EXCLUSIVE_FIELDS] it does not own, several
+            passages under a gate that weighs one, or what its own
+            [`validate`][hf_ralm.config.strategies.registry.Strategy.validate] refuses.
+    """
     strategy = get_strategy(stage, getattr(config, stage))
     for name, (of, unset, what) in EXCLUSIVE_FIELDS.items():
         if of == stage and getattr(config, name) != unset and name not in strategy.fields:
@@ -342,9 +491,14 @@ def check_strategy(config: RalmConfig, stage: str) -> Strategy:
 
 
 def check_generation(config: RalmConfig) -> None:
-    """Raise a [`SettingError`][hf_ralm.errors.SettingError] unless generation can choose as ``config`` asks: a strategy
-    that looks at the future ranks on tokens not generated yet. (An ensemble with reranking is refused by the config
+    """Check that generation can choose as ``config`` asks. (An ensemble with reranking is refused by the config
     itself, [`check_ensemble`][hf_ralm.config.configuration_ralm.check_ensemble].)
+
+    Args:
+        config: the settings.
+
+    Raises:
+        SettingError: a strategy looks at the future: it ranks on tokens not generated yet.
 
     Examples:
         >>> from hf_ralm.config.configuration_ralm import RalmConfig
@@ -362,8 +516,13 @@ def check_generation(config: RalmConfig) -> None:
 
 
 def reader_inputs_per_window(config: RalmConfig) -> int:
-    """How many reader inputs a window with retrieval costs under ``config``: what its reranking runs to choose, else
-    what its gate runs, else one per passage mixed (an ensemble) or one. The run-cost estimate multiplies it.
+    """How many reader inputs a window with retrieval costs under ``config``: the run-cost estimate multiplies it.
+
+    Args:
+        config: the settings.
+
+    Returns:
+        What its reranking runs to choose, else what its gate runs, else one per passage mixed (an ensemble) or one.
 
     Examples:
         >>> from hf_ralm.config.configuration_ralm import RalmConfig
@@ -382,6 +541,12 @@ def reader_ranks(config: RalmConfig) -> bool:
     """Whether choosing passages under ``config`` runs the reader (its own LM reranking, the oracle, the lm gate).
     Otherwise retrieval needs only the reader's tokenizer and maximum length.
 
+    Args:
+        config: the settings.
+
+    Returns:
+        True when the reader runs to choose.
+
     Examples:
         >>> from hf_ralm.config.configuration_ralm import RalmConfig
         >>> reader_ranks(RalmConfig(rerank="predictive", reranker_model="me/reranker")), reader_ranks(RalmConfig())
@@ -393,14 +558,24 @@ def reader_ranks(config: RalmConfig) -> bool:
 
 
 def comparison_rows() -> dict[str, ComparisonRow]:
-    """Every row ``--compare`` offers, by name: no retrieval, then the registered strategies' rows in the order they
-    were registered."""
+    """Every row ``--compare`` offers.
+
+    Returns:
+        The rows by name: no retrieval, then the registered strategies' rows in the order they were registered.
+    """
     rows = [NO_RETRIEVAL] + [row for strategy in _STRATEGIES.values() for row in strategy.comparisons()]
     return {row.name: row for row in rows}
 
 
 def strategies_help(stage: str) -> str:
-    """``stage``'s strategies for ``--help``: ``name (help)``, listed.
+    """A stage's strategies for ``--help``.
+
+    Args:
+        stage: [`RERANK`][hf_ralm.config.strategies.registry.RERANK] or
+            [`GATE`][hf_ralm.config.strategies.registry.GATE].
+
+    Returns:
+        ``name (help)`` of each, listed.
 
     Examples:
         >>> strategies_help(GATE).split(" (")[0]
@@ -410,7 +585,14 @@ def strategies_help(stage: str) -> str:
 
 
 def either(names: Sequence[str], quote: bool = True) -> str:
-    """``'a', 'b' or 'c'``.
+    """Names listed as a sentence lists them: ``'a', 'b' or 'c'``.
+
+    Args:
+        names: the names.
+        quote: quote each (``repr``).
+
+    Returns:
+        The list (empty for no names).
 
     Examples:
         >>> either(["lm", "oracle", "predictive"]), either(["a"], quote=False)

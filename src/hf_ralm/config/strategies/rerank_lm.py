@@ -31,7 +31,14 @@ class LMReranking(RerankStrategy):
     needs = frozenset({RANKING_NLLS})
 
     def ranked(self, candidates: Candidates) -> list[float] | None:
-        """The NLLs it ranks on, one per option."""
+        """The NLLs it ranks on.
+
+        Args:
+            candidates: the window's candidates.
+
+        Returns:
+            One NLL per option (``None`` when nothing was ranked).
+        """
         return candidates.ranking_nlls
 
     def choose(self, candidates: Candidates, config) -> int:
