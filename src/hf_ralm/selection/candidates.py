@@ -130,6 +130,9 @@ def score_candidates(
             ``shard.index, shard.index + shard.count, ...``.
         max_length: the window length the windows were planned with (the plan's ``max_length``; ``None``: the
             model's under ``config``).
+        times: gathers the seconds of the retrieval done here and of the reader's passes, apart
+            ([`StageTimes`][hf_ralm.utils.stage_times.StageTimes]; ``None``: a new one); the run's bar shows them
+            after each chunk.
 
     Returns:
         The records saved so far, in window order: every window's once the other workers' chunks are in too (check
@@ -139,9 +142,6 @@ def score_candidates(
         SettingError: ``batch_size`` is not a count.
         OutputFolderError: the output folder holds records made with other settings (overwrite to start afresh).
         ValueError: the output folder holds the records of other windows.
-
-    ``times`` (a [`StageTimes`][hf_ralm.utils.stage_times.StageTimes]) gathers the seconds of the retrieval done
-    here and of the reader's passes, apart; the run's bar shows them after each chunk.
 
     Examples:
         ```python
