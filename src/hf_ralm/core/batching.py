@@ -41,7 +41,14 @@ T = TypeVar("T")
 
 
 def is_out_of_memory(error: BaseException) -> bool:
-    """Whether ``error`` says a device ran out of memory (CUDA's, or the CPU allocator's)."""
+    """Whether an error says a device ran out of memory.
+
+    Args:
+        error: the error.
+
+    Returns:
+        True for CUDA's out-of-memory error, or the CPU allocator's.
+    """
     if isinstance(error, torch.OutOfMemoryError):
         return True
     message = str(error)
@@ -49,7 +56,21 @@ def is_out_of_memory(error: BaseException) -> bool:
 
 
 def parse_batch_size(value: str | int) -> int | str:
-    """A batch size as the command line gives it: a count, or ``"auto"``."""
+    """A batch size as the command line gives it.
+
+    Args:
+        value: a count (or its text), or ``"auto"``.
+
+    Returns:
+        The count, or ``"auto"``.
+
+    Raises:
+        SettingError: it is neither a count of at least 1 nor ``"auto"``.
+
+    Examples:
+        >>> parse_batch_size("16"), parse_batch_size("auto")
+        (16, 'auto')
+    """
     if value == AUTO:
         return AUTO
     try:

@@ -258,11 +258,23 @@ def cut_at_stop(tokenizer, generated: Sequence[int], new: Sequence[int], samplin
 
 def generate_on_engine(reader, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
                        generation_config: GenerationConfig | None = None, **kwargs) -> torch.Tensor:
-    """An engine reader's ``generate``, as transformers' takes it for a causal LM (``input_ids``, maybe left-padded with
-    their ``attention_mask``; ``generation_config`` and its fields as keyword arguments, those of
-    [`EngineSampling`][hf_ralm.core.engine_generation.EngineSampling]; ``tokenizer`` for stop strings): every row
-    continued in one engine call, returned as ``generate`` returns them (the prompts, then the new tokens, a row that
-    stopped early padded with the pad id). No retrieval: the prompts are given whole (eval-qa's passages are in them).
+    """An engine reader's ``generate``, as transformers' takes it for a causal LM: every row continued in one engine
+    call. No retrieval: the prompts are given whole (eval-qa's passages are in them).
+
+    Args:
+        reader: the engine reader.
+        input_ids: the prompts, maybe left-padded.
+        attention_mask: 0 at the padding.
+        generation_config: the generation settings (``None``: the reader's).
+        **kwargs: generation settings (those of [`EngineSampling`][hf_ralm.core.engine_generation.EngineSampling]),
+            and ``tokenizer`` for stop strings.
+
+    Returns:
+        What ``generate`` returns: the prompts, then the new tokens, a row that stopped early padded with the pad id.
+
+    Raises:
+        SettingError: a setting or an argument the engine does not apply
+            ([`EngineSampling.of`][hf_ralm.core.engine_generation.EngineSampling.of]).
 
     Examples:
         ```python
@@ -291,8 +303,18 @@ def generate_on_engine(reader, input_ids: torch.Tensor | None = None, attention_
 
 
 def append_tokens(input_ids: torch.Tensor, new: Sequence[Sequence[int]], pad_token_id: int | None) -> torch.Tensor:
-    """``input_ids`` followed by each row's ``new`` tokens, the rows that have fewer padded with ``pad_token_id``:
-    the ``sequences`` transformers' ``generate`` returns.
+    """The ``sequences`` transformers' ``generate`` returns.
+
+    Args:
+        input_ids: the prompts.
+        new: each row's new tokens.
+        pad_token_id: pads the rows that have fewer.
+
+    Returns:
+        ``input_ids`` followed by each row's new tokens.
+
+    Raises:
+        SettingError: rows differ in length and there is no pad id.
 
     Examples:
         >>> import torch

@@ -34,21 +34,47 @@ from ..config.windows import Window
 
 
 def ensemble_log_weights(scores: Sequence[float], temperature: float) -> torch.Tensor:
-    """``log softmax(scores / temperature)`` in float64: the log mixture weights of passages with these retrieval
-    scores."""
+    """The log mixture weights of passages with these retrieval scores.
+
+    Args:
+        scores: the passages' retrieval scores.
+        temperature: ``τ`` (``ensemble_temperature``).
+
+    Returns:
+        ``log softmax(scores / temperature)``, float64.
+    """
     return torch.log_softmax(torch.tensor([float(s) for s in scores], dtype=torch.float64) / temperature, dim=0)
 
 
 def mix_nlls(rows: Sequence[torch.Tensor], log_weights: torch.Tensor) -> torch.Tensor:
-    """The mixture's NLL per token, ``-logsumexp_j(log w_j - rows[j])``, from each member's per-token NLLs."""
+    """The mixture's NLL per token.
+
+    Args:
+        rows: each member's per-token NLLs.
+        log_weights: the members' log weights
+            ([`ensemble_log_weights`][hf_ralm.core.ensemble.ensemble_log_weights]).
+
+    Returns:
+        ``-logsumexp_j(log w_j - rows[j])`` per token, float64.
+    """
     return -torch.logsumexp(log_weights[:, None] - torch.stack([row.double() for row in rows]), dim=0)
 
 
 def ensemble_members(windows: Sequence[Window], passages: Sequence[Sequence[Passage]], chosen: Sequence[int] | None,
                      ensemble_size: int) -> list[list[Passage]]:
-    """Per window, the passages it mixes: its top ``ensemble_size``
-    ([`context_indices`][hf_ralm.core.model_inputs.context_indices] of ``chosen``, whose -1 marks a window without a
-    passage; by default every window's top), none for window 0."""
+    """The passages each window mixes.
+
+    Args:
+        windows: the windows.
+        passages: each window's retrieved passages, by window index.
+        chosen: per window index, the passage the members start from (-1: a window without a passage); ``None``:
+            every window's top.
+        ensemble_size: the members per window.
+
+    Returns:
+        Per window, its top ``ensemble_size`` from the chosen one on
+        ([`context_indices`][hf_ralm.core.model_inputs.context_indices]); none for window 0.
+    """
     members = []
     for w in windows:
         found = passages[w.index] if w.has_retrieval else []

@@ -21,10 +21,19 @@ from .modeling_utils import model_identity
 
 
 def run_identity(model, config: RalmConfig, *, window_length: int, **parts: Any) -> dict[str, Any]:
-    """The identity of a run of ``model`` (the reader: [`model_identity`][hf_ralm.model_identity]) under
-    ``config`` (every field of [`RALM_FIELDS`][hf_ralm.config.settings.RALM_FIELDS]) with windows of
-    ``window_length`` tokens (the plan's ``max_length``), and the run's own ``parts``: its data, retriever, batching
-    and whatever else its records depend on (a part may not reuse the name of a setting).
+    """The identity of a run: what its settings file records and a resumed run compares.
+
+    Args:
+        model: the reader ([`model_identity`][hf_ralm.model_identity]).
+        config: the RALM settings (every field of [`RALM_FIELDS`][hf_ralm.config.settings.RALM_FIELDS]).
+        window_length: the window length (the plan's ``max_length``).
+        **parts: the run's own parts: its data, retriever, batching and whatever else its records depend on.
+
+    Returns:
+        The reader's identity, every RALM setting under its own name, ``window_length`` and ``parts``.
+
+    Raises:
+        ValueError: a part reuses the name of a setting.
 
     Examples:
         ```python

@@ -26,8 +26,14 @@ from .engines.reader import engine_reader
 
 
 def model_device(model: torch.nn.Module) -> torch.device:
-    """Where the model's inputs go (the input embeddings' device, which also works with ``device_map``; an engine
-    reader's own device)."""
+    """Where the model's inputs go.
+
+    Args:
+        model: the reader.
+
+    Returns:
+        The input embeddings' device (which also works with ``device_map``), or an engine reader's own device.
+    """
     reader = engine_reader(model)
     if reader is not None:
         return reader.device
@@ -35,9 +41,15 @@ def model_device(model: torch.nn.Module) -> torch.device:
 
 
 def vocabulary_size(model) -> int | None:
-    """How many token ids ``model`` embeds (its input embeddings' rows; else, an engine reader's for one, its config's
-    ``vocab_size``), what every id given to it must be below
-    ([`check_vocabulary`][hf_ralm.utils.checks.check_vocabulary]); ``None`` when it does not say.
+    """How many token ids a model embeds: what every id given to it must be below
+    ([`check_vocabulary`][hf_ralm.utils.checks.check_vocabulary]).
+
+    Args:
+        model: the reader.
+
+    Returns:
+        Its input embeddings' rows (else, an engine reader's for one, its config's ``vocab_size``), or ``None`` when
+        it does not say.
 
     Examples:
         ```python
@@ -67,7 +79,14 @@ def _takes_logits_to_keep(forward) -> bool:
 
 
 def one_logit_kwargs(model: torch.nn.Module) -> dict:
-    """Keyword arguments that make ``model`` compute the LM head at the last position only, when it can."""
+    """Keyword arguments that make a model compute the LM head at the last position only, when it can.
+
+    Args:
+        model: a transformers causal LM.
+
+    Returns:
+        ``{"logits_to_keep": 1}`` when its forward takes it, else nothing.
+    """
     return {"logits_to_keep": 1} if _accepts_logits_to_keep(model) else {}
 
 
@@ -76,6 +95,13 @@ def cache_kwargs(model: torch.nn.Module, cache: DynamicCache | None) -> dict:
 
     transformers renamed ``past_key_values`` to ``cache`` (the old name warns from 5.24 on and goes in 5.40); the
     oldest versions we support know only the old name, so the forward's own signature decides.
+
+    Args:
+        model: a transformers causal LM.
+        cache: the KV cache (``None``: none).
+
+    Returns:
+        ``{name: cache}``, or nothing without a cache.
     """
     if cache is None:
         return {}
@@ -85,9 +111,16 @@ def cache_kwargs(model: torch.nn.Module, cache: DynamicCache | None) -> dict:
 
 def last_logits(model: torch.nn.Module, input_ids: torch.Tensor, keep: int, cache: DynamicCache | None = None
                 ) -> torch.Tensor:
-    """Logits of the last ``keep`` positions, computing the LM head only there when the model allows it.
+    """Logits of the last positions, computing the LM head only there when the model allows it.
 
-    ``cache`` (a KV cache) is extended in place with ``input_ids``' keys/values.
+    Args:
+        model: a transformers causal LM.
+        input_ids: a batch of inputs.
+        keep: the last positions whose logits are returned.
+        cache: a KV cache, extended in place with ``input_ids``' keys/values (``None``: none).
+
+    Returns:
+        The logits, ``(batch, keep, vocabulary)``.
     """
     kwargs: dict = {"use_cache": cache is not None, **cache_kwargs(model, cache)}
     if _accepts_logits_to_keep(model):
@@ -96,15 +129,29 @@ def last_logits(model: torch.nn.Module, input_ids: torch.Tensor, keep: int, cach
 
 
 def empty_cache(model: torch.nn.Module) -> DynamicCache:
-    """A fresh cache laid out for ``model`` (sliding-window layers included)."""
+    """A fresh KV cache laid out for a model (sliding-window layers included).
+
+    Args:
+        model: a transformers causal LM.
+
+    Returns:
+        The empty cache.
+    """
     return DynamicCache(config=model.config)
 
 
 def stackable_rows(cache: DynamicCache) -> bool:
     """Whether [`cache_rows`][hf_ralm.core.modeling_utils.cache_rows] and
     [`stack_cache_rows`][hf_ralm.core.modeling_utils.stack_cache_rows] can take caches of ``cache``'s kind apart and put
-    them together row by row: every layer a dynamic one (full attention or sliding window), whose state is its
-    keys/values and counts of tokens that rows of equal length share."""
+    them together row by row.
+
+    Args:
+        cache: a KV cache.
+
+    Returns:
+        True when every layer is a dynamic one (full attention or sliding window), whose state is its keys/values
+        and counts of tokens that rows of equal length share.
+    """
     return bool(cache.layers) and all(type(layer) in (DynamicLayer, DynamicSlidingWindowLayer)
                                       for layer in cache.layers)
 
@@ -121,17 +168,29 @@ def _with_tensors(cache: DynamicCache, tensors: Sequence[tuple[torch.Tensor, tor
 
 
 def cache_rows(cache: DynamicCache) -> list[DynamicCache]:
-    """Each row of a batched cache ([`stackable_rows`][hf_ralm.core.modeling_utils.stackable_rows]) as a cache of its
-    own, its tensors copied out of the batch's (so the batch's memory goes with it)."""
+    """Each row of a batched cache as a cache of its own.
+
+    Args:
+        cache: a batched cache ([`stackable_rows`][hf_ralm.core.modeling_utils.stackable_rows]).
+
+    Returns:
+        One cache per row, its tensors copied out of the batch's (so the batch's memory goes with it).
+    """
     return [_with_tensors(cache, [(layer.keys[i : i + 1].clone(), layer.values[i : i + 1].clone())
                                   for layer in cache.layers])
             for i in range(cache.layers[0].keys.shape[0])]
 
 
 def stack_cache_rows(caches: Sequence[DynamicCache], repeats: Sequence[int]) -> DynamicCache:
-    """One cache whose rows are each of ``caches`` (one row each, all of one length;
-    [`stackable_rows`][hf_ralm.core.modeling_utils.stackable_rows]) repeated ``repeats[i]`` times, in order: inputs with
-    different passages of one length run in one batch. The caches given are left as they are.
+    """One cache of several caches' rows, so that inputs with different passages of one length run in one batch.
+
+    Args:
+        caches: caches of one row each, all of one length
+            ([`stackable_rows`][hf_ralm.core.modeling_utils.stackable_rows]); left as they are.
+        repeats: how many rows each takes, in order.
+
+    Returns:
+        A cache of ``sum(repeats)`` rows.
 
     Examples:
         ```python
@@ -146,7 +205,14 @@ def stack_cache_rows(caches: Sequence[DynamicCache], repeats: Sequence[int]) -> 
 
 
 def cache_nbytes(cache: DynamicCache) -> int:
-    """Bytes held by the key/value tensors of a cache."""
+    """The bytes held by the key/value tensors of a cache.
+
+    Args:
+        cache: a KV cache.
+
+    Returns:
+        The bytes.
+    """
     total = 0
     for layer in getattr(cache, "layers", ()):
         for name in ("keys", "values"):
@@ -157,9 +223,15 @@ def cache_nbytes(cache: DynamicCache) -> int:
 
 
 def model_max_length(model) -> int | None:
-    """The longest input ``model``'s config allows (``max_position_embeddings``, or GPT-2's ``n_positions``), or
-    ``None`` when its config does not say; an engine reader's, the longest input its engine takes
-    (``max_input_length``)."""
+    """The longest input a model takes.
+
+    Args:
+        model: the reader.
+
+    Returns:
+        What its config allows (``max_position_embeddings``, or GPT-2's ``n_positions``), or ``None`` when its config
+        does not say; an engine reader's, the longest input its engine takes (``max_input_length``).
+    """
     reader = engine_reader(model)
     if reader is not None:
         return reader.max_input_length
@@ -169,9 +241,20 @@ def model_max_length(model) -> int | None:
 
 
 def resolve_max_length(model, max_length: int | None) -> int:
-    """``max_length``, or the model's maximum context when ``None``. A ``max_length`` beyond the model's maximum is
-    refused (a [`SettingError`][hf_ralm.errors.SettingError]), not capped: a run at another length than its settings say
-    would report figures of a configuration nobody asked for."""
+    """The window length a model runs at.
+
+    Args:
+        model: the reader.
+        max_length: the length asked for (``None``: the model's maximum).
+
+    Returns:
+        ``max_length``, or the model's maximum context when it is ``None``.
+
+    Raises:
+        SettingError: ``max_length`` is beyond the model's maximum (refused, not capped: a run at another length than
+            its settings say would report figures of a configuration nobody asked for), or it is ``None`` and the
+            model's maximum is unknown.
+    """
     model_max = model_max_length(model)
     if max_length is None:
         if model_max is None:
@@ -187,11 +270,17 @@ def resolve_max_length(model, max_length: int | None) -> int:
 
 
 def padding_id(tokenizer) -> int:
-    """The id that left-pads a batch of prompts (generation, QA): the tokenizer's pad token, else its EOS, else 0.
+    """The id that left-pads a batch of prompts (generation, QA).
 
     A tokenizer needs no pad token for hf-ralm: padded positions are masked out by the attention mask and never
     scored or generated from, so any id works there (and evaluation batches windows of equal length, with no padding
     at all).
+
+    Args:
+        tokenizer: the reader's tokenizer.
+
+    Returns:
+        Its pad token, else its EOS, else 0.
 
     Examples:
         ```python
@@ -203,9 +292,14 @@ def padding_id(tokenizer) -> int:
 
 @dataclass
 class PromptBatch:
-    """Text prompts as one left-padded batch: ``input_ids`` and ``attention_mask`` (tensors), and per prompt its
-    ``lengths`` (tokens kept) and whether it was ``truncated``. ``width`` is the padded length: a row's generated
-    tokens start there."""
+    """Text prompts as one left-padded batch.
+
+    Attributes:
+        input_ids: the padded ids.
+        attention_mask: 0 at padding, 1 at a prompt's tokens.
+        lengths: per prompt, the tokens kept.
+        truncated: per prompt, whether it was cut.
+    """
 
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
@@ -214,12 +308,19 @@ class PromptBatch:
 
     @property
     def width(self) -> int:
+        """The padded length: a row's generated tokens start there."""
         return self.input_ids.shape[1]
 
 
 def prompt_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> list[list[int]]:
-    """Each row's prompt ids, its padding (where ``attention_mask`` is 0, left or right) left out: what generation
-    continues.
+    """Each row's prompt ids, its padding left out: what generation continues.
+
+    Args:
+        input_ids: a batch of prompts.
+        attention_mask: 0 at padding, left or right (``None``: no padding).
+
+    Returns:
+        Per row, its ids where the mask is 1.
 
     Examples:
         >>> prompt_rows(torch.tensor([[0, 5, 6], [7, 8, 9]]), torch.tensor([[0, 1, 1], [1, 1, 1]]))
@@ -231,9 +332,16 @@ def prompt_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor | None) ->
 
 
 def left_pad(tokenizer, prompts: Sequence[str], budget: int | None = None) -> PromptBatch:
-    """Prompts tokenized with the tokenizer's default special tokens, each cut from the left to ``budget`` tokens
-    (keeping a leading BOS; ``None``: no cut), left-padded with [`padding_id`][hf_ralm.core.modeling_utils.padding_id]
-    into one batch: how generation and QA batch prompts.
+    """Prompts as one left-padded batch: how generation and QA batch prompts.
+
+    Args:
+        tokenizer: the reader's tokenizer (its default special tokens are added).
+        prompts: the prompts.
+        budget: cut each from the left to this many tokens, keeping a leading BOS (``None``: no cut).
+
+    Returns:
+        The [`PromptBatch`][hf_ralm.core.modeling_utils.PromptBatch], padded with
+        [`padding_id`][hf_ralm.core.modeling_utils.padding_id].
 
     Examples:
         ```python
@@ -257,10 +365,16 @@ def left_pad(tokenizer, prompts: Sequence[str], budget: int | None = None) -> Pr
 
 
 def model_identity(model) -> dict[str, Any]:
-    """What identifies a model in settings that must compare equal on another machine: its name (a local folder's name,
-    not its path; a Hub id as it is; the class name when it has neither), class, parameter count and dtype. An engine
-    reader's (a [`Reader`][hf_ralm.Reader]) has the same keys and its ``engine`` and ``engine_options`` (what its
-    figures depend on); a transformers model's names no engine, so its runs' identities stay as they were.
+    """What identifies a model in settings that must compare equal on another machine.
+
+    Args:
+        model: the reader.
+
+    Returns:
+        Its name (a local folder's name, not its path; a Hub id as it is; the class name when it has neither), class,
+        parameter count and dtype. An engine reader's (a [`Reader`][hf_ralm.Reader]) has the same keys and its
+        ``engine`` and ``engine_options`` (what its figures depend on); a transformers model's names no engine, so its
+        runs' identities stay as they were.
 
     Examples:
         ```python
@@ -278,8 +392,16 @@ def model_identity(model) -> dict[str, Any]:
 
 def reader_identity(name_or_path: str, reader_class: str, parameters: int, dtype: torch.dtype | str
                     ) -> dict[str, Any]:
-    """The keys of [`model_identity`][hf_ralm.model_identity] every reader has, whatever runs it: its name (a local
-    folder's name, not its path; a Hub id as it is), class, parameter count and dtype.
+    """The keys of [`model_identity`][hf_ralm.model_identity] every reader has, whatever runs it.
+
+    Args:
+        name_or_path: a local folder (its name is kept, not its path) or a Hub id (kept as it is).
+        reader_class: the model's class name.
+        parameters: its parameter count.
+        dtype: its precision.
+
+    Returns:
+        ``reader``, ``reader_class``, ``reader_parameters`` and ``dtype``.
 
     Examples:
         >>> reader_identity("HuggingFaceTB/SmolLM2-135M", "LlamaForCausalLM", 134515008, torch.bfloat16)
@@ -292,6 +414,13 @@ def reader_identity(name_or_path: str, reader_class: str, parameters: int, dtype
 
 
 def model_path(model) -> str:
-    """Where a model was loaded from (a local folder's absolute path, else its name): what ``reproduce`` records."""
+    """Where a model was loaded from: what ``reproduce`` records.
+
+    Args:
+        model: a transformers model.
+
+    Returns:
+        A local folder's absolute path, else the model's name.
+    """
     name = getattr(model.config, "name_or_path", None) or type(model).__name__
     return os.path.abspath(name) if os.path.isdir(name) else name

@@ -35,9 +35,16 @@ order [`default_device`][hf_ralm.core.placement.default_device] prefers them, an
 
 
 def default_device(local_rank: int | None = None) -> torch.device:
-    """The accelerator PyTorch sees, else the CPU: ``cuda`` (``cuda:<local_rank>``: one GPU per rank), else ``xpu``
-    (an Intel GPU; ``xpu:<local_rank>``), else ``mps`` (an Apple GPU), else ``cpu``. A PyTorch built for Apple GPUs
-    that sees none says why it stays on the CPU (a logged warning, once)."""
+    """The accelerator PyTorch sees, else the CPU. A PyTorch built for Apple GPUs that sees none says why it stays on
+    the CPU (a logged warning, once).
+
+    Args:
+        local_rank: this process's rank on its machine (one GPU per rank); ``None``: the default GPU.
+
+    Returns:
+        ``cuda`` (``cuda:<local_rank>``), else ``xpu`` (an Intel GPU; ``xpu:<local_rank>``), else ``mps`` (an Apple
+        GPU), else ``cpu``.
+    """
     for kind in INDEXED_DEVICES:
         if getattr(torch, kind).is_available():  # torch.cuda, torch.xpu
             return torch.device(kind if local_rank is None else f"{kind}:{local_rank}")
@@ -50,8 +57,17 @@ def default_device(local_rank: int | None = None) -> torch.device:
 
 
 def resolve_device(device: str | torch.device) -> torch.device:
-    """The device ``device`` names, refused in one line (a [`SettingError`][hf_ralm.errors.SettingError]) when PyTorch
-    does not know the name or this machine has no such device, instead of PyTorch's error deep inside loading.
+    """The device a name names, checked against this machine before anything loads.
+
+    Args:
+        device: a device name (``cuda:1``) or a ``torch.device``.
+
+    Returns:
+        The ``torch.device``.
+
+    Raises:
+        SettingError: PyTorch does not know the name, or this machine has no such device (one line, instead of
+            PyTorch's error deep inside loading).
 
     Examples:
         >>> resolve_device("cpu")
@@ -98,11 +114,23 @@ they give infinities, then NaN, in float16 (Gemma-3-270M: NaN perplexity where f
 
 def resolve_dtype(dtype: str | torch.dtype, device: str | torch.device,
                   model_type: str | None = None) -> torch.dtype | str:
-    """The precision ``dtype`` names (one of [`DTYPES`][hf_ralm.core.placement.DTYPES], or a ``torch.dtype``):
-    ``"auto"`` stays ``"auto"``, which transformers resolves to the checkpoint's own precision while loading;
-    ``"device-default"``: bfloat16 on a CUDA GPU that supports it, float16 on another CUDA GPU unless the model's family
-    (``model_type``) overflows in it ([`FLOAT16_OVERFLOWS`][hf_ralm.core.placement.FLOAT16_OVERFLOWS]: then float32,
-    with a warning), float32 on a CPU (or any other device: an Apple or Intel GPU)."""
+    """The precision a model is loaded in.
+
+    Args:
+        dtype: one of [`DTYPES`][hf_ralm.core.placement.DTYPES], or a ``torch.dtype``.
+        device: where the model runs.
+        model_type: the model's family (``config.model_type``).
+
+    Returns:
+        The ``torch.dtype``; ``"auto"`` stays ``"auto"``, which transformers resolves to the checkpoint's own
+        precision while loading. ``"device-default"`` is bfloat16 on a CUDA GPU that supports it, float16 on another
+        CUDA GPU unless the model's family overflows in it
+        ([`FLOAT16_OVERFLOWS`][hf_ralm.core.placement.FLOAT16_OVERFLOWS]: then float32, with a warning), float32 on a
+        CPU (or any other device: an Apple or Intel GPU).
+
+    Raises:
+        SettingError: ``dtype`` names no precision.
+    """
     if isinstance(dtype, torch.dtype):
         return dtype
     if dtype not in DTYPES:
@@ -125,7 +153,14 @@ def resolve_dtype(dtype: str | torch.dtype, device: str | torch.device,
 
 
 def working_device(model: torch.nn.Module) -> torch.device:
-    """The device of ``model``'s inputs, or [`default_device`][hf_ralm.core.placement.default_device] for a model
-    without weights (on ``meta``): where what works beside it (a reranker) goes."""
+    """Where what works beside a model (a reranker) goes.
+
+    Args:
+        model: the reader.
+
+    Returns:
+        The device of its inputs, or [`default_device`][hf_ralm.core.placement.default_device] for a model without
+        weights (on ``meta``).
+    """
     device = model_device(model)
     return default_device() if device.type == "meta" else device

@@ -93,8 +93,16 @@ class WindowPlan:
 
 
 def window_futures(tokenizer, ids: Sequence[int], windows: Sequence[Window]) -> list[str]:
-    """Each window's ``future`` as a retrieval file records it: its tokens after the previous window's end, decoded
-    (what identifies the text a retrieval file was made for)."""
+    """Each window's ``future`` as a retrieval file records it (what identifies the text the file was made for).
+
+    Args:
+        tokenizer: the reader's tokenizer.
+        ids: the text's token ids.
+        windows: its windows.
+
+    Returns:
+        Per window, its tokens after the previous window's end, decoded.
+    """
     return [tokenizer.decode(list(ids[w.prev_end : w.end])) for w in windows]
 
 
@@ -194,10 +202,23 @@ TEXT_OR_IDS = "a text (str) or its token ids (a list of int, or a 1-D tensor)"
 
 def evaluation_tokens(tokenizer, text_or_ids: str | Sequence[int], max_eval_tokens: int | None,
                       vocab_size: int | None = None) -> tuple[list[int], str]:
-    """The token ids evaluated and the text their words are counted in (the decoded ids when ids are given or
-    ``max_eval_tokens`` cuts the text). Refused in one line naming ``text_or_ids``: what is neither a text nor token ids
-    ([`token_id_list`][hf_ralm.utils.checks.token_id_list]; a list of texts is told to join them first), and given ids
-    outside a vocabulary of ``vocab_size`` ([`check_vocabulary`][hf_ralm.utils.checks.check_vocabulary]).
+    """The token ids an evaluation scores, and the text their words are counted in.
+
+    Args:
+        tokenizer: the reader's tokenizer.
+        text_or_ids: a text, or its token ids.
+        max_eval_tokens: evaluate only the first this many tokens (at least 2).
+        vocab_size: the reader's vocabulary, which given ids must be inside (``None``: not checked).
+
+    Returns:
+        The ids, and the text (the decoded ids when ids are given or ``max_eval_tokens`` cuts the text).
+
+    Raises:
+        InputTypeError: ``text_or_ids`` is neither a text nor token ids
+            ([`token_id_list`][hf_ralm.utils.checks.token_id_list]; a list of texts is told to join them first).
+        SettingError: no ids, ids outside the vocabulary
+            ([`check_vocabulary`][hf_ralm.utils.checks.check_vocabulary]), or ``max_eval_tokens`` below 2; each in
+            one line naming ``text_or_ids``.
 
     Examples:
         >>> evaluation_tokens(None, ["the king", "the queen"], None)
@@ -247,7 +268,14 @@ def tokenize_text(tokenizer, text: str, max_eval_tokens: int | None = None) -> l
 
 
 def first_tokens(ids: Sequence[int], max_eval_tokens: int | None = None) -> list[int]:
-    """The first ``max_eval_tokens`` ids (all of them when ``None``).
+    """The first ids of a text.
+
+    Args:
+        ids: the token ids.
+        max_eval_tokens: how many (``None``: all of them).
+
+    Returns:
+        The first ``max_eval_tokens`` ids.
 
     Examples:
         >>> first_tokens([5, 6, 7], 2)
@@ -260,16 +288,36 @@ def first_tokens(ids: Sequence[int], max_eval_tokens: int | None = None) -> list
 
 
 def window_queries(tokenizer, ids: Sequence[int], windows: Sequence[Window], query_length: int) -> list[str | None]:
-    """The decoded query of every window (``None`` for window 0, which gets no retrieval)."""
+    """The decoded query of every window.
+
+    Args:
+        tokenizer: the reader's tokenizer.
+        ids: the text's token ids.
+        windows: its windows.
+        query_length: ``ℓ``, the query's tokens (the last before a window's first scored token).
+
+    Returns:
+        Per window, its query (``None`` for window 0, which gets no retrieval).
+    """
     spans = [query_span(w, query_length) for w in windows]
     return [None if span is None else tokenizer.decode(ids[span[0] : span[1]]) for span in spans]
 
 
 def retrieve(retriever, queries: Sequence[str], k: int, show_progress: bool = False,
              batch_size: int = 512) -> list[list[Passage]]:
-    """The top ``k`` passages of each query, ``batch_size`` queries per call of ``retriever.retrieve``, under a bar of
-    queries (a chunk's retrieval in a run names itself on the run's bar:
-    [`hf_ralm.utils.progress`][hf_ralm.utils.progress])."""
+    """The top passages of each query, under a bar of queries (a chunk's retrieval in a run names itself on the run's
+    bar: [`hf_ralm.utils.progress`][hf_ralm.utils.progress]).
+
+    Args:
+        retriever: what retrieves (its ``retrieve``).
+        queries: the queries.
+        k: the passages per query.
+        show_progress: show the bar.
+        batch_size: the queries per call of ``retriever.retrieve``.
+
+    Returns:
+        Per query, its top ``k`` passages.
+    """
     found: list[list[Passage]] = []
     with tqdm(total=len(queries), desc="Retrieving", unit="query", disable=not show_progress or not queries) as bar:
         for start in range(0, len(queries), batch_size):

@@ -41,15 +41,32 @@ from ..config.windows import Window, place_passage
 
 
 def token_nlls(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """``-log p(target)`` per position, with the softmax in float32 whatever the model's dtype."""
+    """``-log p(target)`` per position, with the softmax in float32 whatever the model's dtype.
+
+    Args:
+        logits: the logits, ``(..., vocabulary)``.
+        targets: the token at each position.
+
+    Returns:
+        The NLLs, one per position (float32).
+    """
     log_probs = torch.log_softmax(logits.float(), dim=-1)
     return -log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
 
 
 def check_finite(nlls: torch.Tensor, batch: Sequence["ScoredInput"], model) -> None:
-    """Raise [`NonFiniteError`][hf_ralm.errors.NonFiniteError] when a row of ``nlls`` (one per input of ``batch``) holds
-    a NaN or an infinity: a figure summed from it would be NaN or infinite, reported as if it were a result. The message
-    names the first such input's tokens and the model's precision, and says what fixes it."""
+    """Check that a batch's NLLs are finite: a figure summed from a NaN or an infinity would be reported as if it were a
+    result.
+
+    Args:
+        nlls: the batch's NLLs, one row per input of ``batch``.
+        batch: the inputs.
+        model: the reader (its precision is named).
+
+    Raises:
+        NonFiniteError: a row holds a NaN or an infinity; the message names the first such input's tokens and the
+            model's precision, and says what fixes it.
+    """
     bad = ~torch.isfinite(nlls)
     if not bad.any():
         return
@@ -68,11 +85,15 @@ def check_finite(nlls: torch.Tensor, batch: Sequence["ScoredInput"], model) -> N
 @dataclass(frozen=True)
 class ScoredInput:
     """One model input and the tokens it scores: ``ids[begin:end]`` with ``prefix`` written over its first positions
-    ([`place_passage`][hf_ralm.config.windows.place_passage]), scoring the tokens from text position ``first_scored`` to
-    ``end``.
+    ([`place_passage`][hf_ralm.config.windows.place_passage]). Inputs that put the same prefix before what they score
+    share the prefix's keys/values.
 
-    ``ids`` is shared, not copied (a text's ids for the reader's windows, or an input of its own). Inputs that put the
-    same prefix before what they score share the prefix's keys/values.
+    Attributes:
+        ids: the text's ids, shared, not copied (a text's ids for the reader's windows, or an input of its own).
+        begin: the input's first text position.
+        end: one past its last.
+        prefix: what is written over its first positions (a passage's ids, a BOS, or nothing).
+        first_scored: the first text position it scores (it scores up to ``end``).
     """
 
     ids: Sequence[int]
@@ -83,10 +104,12 @@ class ScoredInput:
 
     @property
     def length(self) -> int:
+        """The input's tokens: ``end - begin``."""
         return self.end - self.begin
 
     @property
     def num_scored(self) -> int:
+        """The tokens it scores: ``end - first_scored``."""
         return self.end - self.first_scored
 
     @property
@@ -97,14 +120,23 @@ class ScoredInput:
         return prefix if 0 < len(prefix) <= self.first_scored - 1 - self.begin else None
 
     def tokens(self) -> list[int]:
+        """The input's token ids: its text with the prefix written over its first positions."""
         return place_passage(list(self.ids[self.begin : self.end]), self.prefix)
 
 
 def window_inputs(
     ids: Sequence[int], windows: Sequence[Window], prefixes: Sequence[Sequence[int]]
 ) -> list[ScoredInput]:
-    """The reader's input of every window: its prefix (``prefixes[w.index]``) over its tokens, scoring what the
-    window scores."""
+    """The reader's input of every window.
+
+    Args:
+        ids: the text's token ids.
+        windows: its windows.
+        prefixes: ``prefixes[w.index]`` is written over window ``w``'s first positions.
+
+    Returns:
+        Per window, its [`ScoredInput`][hf_ralm.core.scoring.ScoredInput], scoring what the window scores.
+    """
     return [ScoredInput(ids, w.begin, w.end, tuple(prefixes[w.index]), w.score_begin) for w in windows]
 
 
@@ -116,14 +148,29 @@ def score_inputs(
     passage_cache: PassageKVCache | None = None,
     progress: tqdm | WindowShare | None = None,
 ) -> list[torch.Tensor]:
-    """NLLs (float64, on the CPU) of the scored tokens of every input, in order.
+    """The NLLs of the scored tokens of every input, in order.
 
     Inputs of equal length that score equally many tokens run in one batch (no padding needed) and the LM head runs only
     where a token is scored. With ``reuse_prefix_kv``, inputs that share a prefix are grouped by prefix: its keys/values
     come from ``passage_cache`` (computed once per distinct prefix) and only the rest is run; an input whose prefix no
     other input shares (and the store does not hold) runs whole, batched with the other such inputs of its shape. An
     engine reader (a [`Reader`][hf_ralm.Reader], e.g. vLLM's) gets all the inputs in one call and batches them
-    itself. """
+    itself.
+
+    Args:
+        model: the reader.
+        inputs: the inputs.
+        batch_size: the inputs run in one forward pass.
+        reuse_prefix_kv: compute each shared prefix's keys/values once.
+        passage_cache: the store the prefixes' keys/values are taken from and kept in (by default one per call).
+        progress: advanced by the inputs scored.
+
+    Returns:
+        Per input, the NLLs of its scored tokens (float64, on the CPU).
+
+    Raises:
+        NonFiniteError: the model gives a NaN or infinite NLL.
+    """
     reader = engine_reader(model)
     if reader is not None:
         nlls = reader.score_inputs(inputs)
@@ -141,10 +188,20 @@ def score_inputs(
 
 def score_continuations(model, inputs: Sequence[ScoredInput], batch_size: int = 8, reuse_prefix_kv: bool = True,
                         passage_cache: PassageKVCache | None = None) -> list[tuple[float, bool]]:
-    """Per input, the summed log-probability of its scored tokens and whether each of them is the model's most likely
-    next token there (greedy decoding would produce them): lm-evaluation-harness's ``(logprob, is_greedy)``. Batched and
-    computed as [`score_inputs`][hf_ralm.core.scoring.score_inputs] computes the NLLs (the same batches, passages'
-    keys/values reused; an engine reader's all in one call).
+    """lm-evaluation-harness's ``(logprob, is_greedy)`` of each input's scored tokens, batched and computed as
+    [`score_inputs`][hf_ralm.core.scoring.score_inputs] computes the NLLs (the same batches, passages' keys/values
+    reused; an engine reader's all in one call).
+
+    Args:
+        model: the reader.
+        inputs: the inputs.
+        batch_size: the inputs run in one forward pass.
+        reuse_prefix_kv: compute each shared prefix's keys/values once.
+        passage_cache: the store of the prefixes' keys/values.
+
+    Returns:
+        Per input, the summed log-probability of its scored tokens, and whether each of them is the model's most
+        likely next token there (greedy decoding would produce them).
 
     Examples:
         ```python
@@ -286,6 +343,7 @@ class WindowShare:
         self.bar, self.windows, self.inputs, self.done, self.shown = bar, windows, inputs, 0, 0
 
     def update(self, n: int) -> None:
+        """Count ``n`` more inputs scored, moving the bar by the whole windows they complete."""
         self.done += n
         shown = self.windows if self.done >= self.inputs else self.done * self.windows // self.inputs
         if shown > self.shown:
@@ -297,13 +355,34 @@ def reader_nlls(model, tokenizer, ids: Sequence[int], windows: Sequence[Window],
                 options: Sequence[Sequence[Passage | None]], firsts: Sequence[int], config: RalmConfig,
                 batch_size: int = 8, reuse_prefix_kv: bool = True, passage_cache: PassageKVCache | None = None,
                 progress: tqdm | None = None) -> Iterator[list[torch.Tensor]]:
-    """For each window in order, the reader's NLLs (float64) of the text tokens from ``firsts[i]`` to its end under
-    each of ``options[i]``: the window with [`passage_prefix`][hf_ralm.passage_prefix] of the option (``None``:
-    no passage) written over its start, as the chosen passage will be. The inputs of
-    [`WINDOWS_PER_CHUNK`][hf_ralm.core.scoring.WINDOWS_PER_CHUNK] windows run in one
-    [`score_inputs`][hf_ralm.core.scoring.score_inputs] call (batched, each distinct passage's keys/values computed once
-    with ``reuse_prefix_kv``). What ranking ([`rerank_windows`][hf_ralm.selection.rerank.rerank_windows]) and ensembles
+    """The reader's NLLs of each window under each of its options: what ranking
+    ([`rerank_windows`][hf_ralm.selection.rerank.rerank_windows]) and ensembles
     ([`hf_ralm.core.ensemble`][hf_ralm.core.ensemble]) score their candidates with.
+
+    Each option's input is the window with [`passage_prefix`][hf_ralm.passage_prefix] of the option written over its
+    start, as the chosen passage will be. The inputs of [`WINDOWS_PER_CHUNK`][hf_ralm.core.scoring.WINDOWS_PER_CHUNK]
+    windows run in one [`score_inputs`][hf_ralm.core.scoring.score_inputs] call (batched, each distinct passage's
+    keys/values computed once with ``reuse_prefix_kv``).
+
+    Args:
+        model: the reader.
+        tokenizer: its tokenizer.
+        ids: the text's token ids.
+        windows: the windows.
+        options: ``options[i]`` are window ``i``'s options (a passage, or ``None`` for none).
+        firsts: ``firsts[i]`` is the first text position whose NLL is returned for window ``i``.
+        config: the settings the passages are encoded under (and the room a prefix has).
+        batch_size: the inputs run in one forward pass.
+        reuse_prefix_kv: compute each distinct passage's keys/values once.
+        passage_cache: the store to keep them in.
+        progress: a bar of windows, advanced as their inputs are scored.
+
+    Yields:
+        For each window in order, one float64 row per option: the NLLs of the text tokens from ``firsts[i]`` to the
+        window's end.
+
+    Raises:
+        SettingError: a window cannot hold an option's prefix and a stride.
 
     Examples:
         ```python
