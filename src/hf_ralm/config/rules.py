@@ -34,30 +34,63 @@ if TYPE_CHECKING:  # the strategies the config validates against choose with the
 
 
 def ranking_span(window: Window, rerank_tokens: int) -> tuple[int, int]:
-    """Text positions ``[start, stop)`` of the window's ranking tokens: the last ``rerank_tokens`` tokens before
-    its first scored token, clipped so that each has a predecessor inside the window."""
+    """The text positions of a window's ranking tokens.
+
+    Args:
+        window: the window.
+        rerank_tokens: ``s'``.
+
+    Returns:
+        ``[start, stop)``: the last ``rerank_tokens`` tokens before its first scored token, clipped so that each has
+        a predecessor inside the window.
+    """
     stop = window.score_begin
     return max(window.begin + 1, stop - rerank_tokens), stop
 
 
 def oracle_span(window: Window) -> tuple[int, int]:
-    """The oracle ranks candidates on the window's own scored tokens."""
+    """The text positions the oracle ranks candidates on: the window's own scored tokens.
+
+    Args:
+        window: the window.
+
+    Returns:
+        ``[score_begin, end)``.
+    """
     return window.score_begin, window.end
 
 
 def choose_lowest(ranking_nlls: Sequence[float]) -> int:
-    """Index of the lowest ranking NLL; ties go to the earlier candidate (the better retrieval rank)."""
+    """The candidate with the lowest ranking NLL.
+
+    Args:
+        ranking_nlls: the candidates' ranking NLLs, in retrieval order.
+
+    Returns:
+        Its index; ties go to the earlier candidate (the better retrieval rank).
+
+    Raises:
+        ValueError: there is no candidate.
+    """
     if len(ranking_nlls) == 0:
         raise ValueError("No candidate to choose from.")
     return int(np.argmin(np.asarray(ranking_nlls, dtype=np.float64)))  # argmin returns the first of equal values
 
 
 def choose_option(ranking_nlls: Sequence[float], no_passage_last: bool, no_passage_margin: float = 0.0) -> int:
-    """Index of the chosen candidate: the lowest ranking NLL ([`choose_lowest`][hf_ralm.config.rules.choose_lowest]),
-    except that when the last candidate is no passage (``no_passage_last``), the best passage is chosen over it only
-    when it saves at least ``no_passage_margin`` nats (``NLL(no passage) - NLL(passage) >= margin``; 0: the lowest wins,
-    ties keep the passage). A margin asks a passage for clear evidence that it helps before it displaces the text's own
-    tokens."""
+    """The chosen candidate: the lowest ranking NLL ([`choose_lowest`][hf_ralm.config.rules.choose_lowest]), no
+    passage winning unless a passage saves a margin over it. A margin asks a passage for clear evidence that it helps
+    before it displaces the text's own tokens.
+
+    Args:
+        ranking_nlls: the candidates' ranking NLLs, in retrieval order.
+        no_passage_last: the last candidate is no passage.
+        no_passage_margin: then the best passage is chosen over it only when it saves at least this many nats
+            (``NLL(no passage) - NLL(passage) >= margin``; 0: the lowest wins, ties keep the passage).
+
+    Returns:
+        The chosen candidate's index.
+    """
     if not no_passage_last or len(ranking_nlls) < 2:
         return choose_lowest(ranking_nlls)
     best = choose_lowest(ranking_nlls[:-1])
@@ -92,7 +125,19 @@ def rank_correlation(ranking_nlls: Sequence[float], target_nlls: Sequence[float]
 
 
 def random_choice(seed: int, window_index: int, num_candidates: int) -> int:
-    """A uniform choice among ``num_candidates``, reproducible per ``(seed, window)`` whatever the batching."""
+    """A uniform choice among the candidates, reproducible per ``(seed, window)`` whatever the batching.
+
+    Args:
+        seed: ``rerank_seed``.
+        window_index: the window's index (or a generation stride's key).
+        num_candidates: the candidates.
+
+    Returns:
+        The chosen index.
+
+    Raises:
+        ValueError: there is no candidate.
+    """
     if num_candidates < 1:
         raise ValueError("No candidate to choose from.")
     return int(np.random.default_rng([seed, window_index]).integers(num_candidates))
@@ -101,10 +146,22 @@ def random_choice(seed: int, window_index: int, num_candidates: int) -> int:
 def fit_reranker_input(
     passage_ids: Sequence[int], prefix_ids: Sequence[int], ranking_ids: Sequence[int], max_length: int
 ) -> tuple[list[int], int]:
-    """A reranker LM's input for one candidate when it does not share the reader's tokenizer: its tokens of the
-    passage, then its tokens of the prefix text cut from the left to fit ``max_length``, then its tokens of the
-    ranking text. Returns the input and the position of the first ranking token. The ranking tokens are kept
-    whole; the passage gives way before them when both do not fit."""
+    """A reranker LM's input for one candidate when it does not share the reader's tokenizer. The ranking tokens are
+    kept whole; the passage gives way before them when both do not fit.
+
+    Args:
+        passage_ids: its tokens of the passage.
+        prefix_ids: its tokens of the prefix text (cut from the left to fit).
+        ranking_ids: its tokens of the ranking text.
+        max_length: its window length.
+
+    Returns:
+        The input (passage, prefix, ranking tokens) and the position of the first ranking token.
+
+    Raises:
+        SettingError: the window cannot hold the ranking tokens and the token before them.
+        ValueError: the ranking text has no tokens, or nothing comes before it.
+    """
     ranking = list(ranking_ids)
     if not ranking:
         raise ValueError("The ranking text has no tokens for the reranker.")
@@ -122,8 +179,14 @@ def fit_reranker_input(
 
 
 def rerank_options(pool: list[Passage], config: RalmConfig) -> list[Passage | None]:
-    """The candidates an LM ranks, in order: the retrieved ones, then no passage (``None``) when
-    ``rerank_allow_no_passage`` (ties prefer a passage). Evaluation and generation both rank these.
+    """The candidates an LM ranks, in order. Evaluation and generation both rank these.
+
+    Args:
+        pool: the retrieved candidates.
+        config: the settings (``rerank_allow_no_passage``).
+
+    Returns:
+        The retrieved ones, then no passage (``None``) with ``rerank_allow_no_passage`` (ties prefer a passage).
 
     Examples:
         >>> from hf_ralm.config.configuration_ralm import RalmConfig
@@ -135,9 +198,16 @@ def rerank_options(pool: list[Passage], config: RalmConfig) -> list[Passage | No
 
 
 def choose_ranked(ranking_nlls: Sequence[float], options: Sequence[Passage | None], config: RalmConfig) -> int:
-    """Index into ``options`` ([`rerank_options`][hf_ralm.config.rules.rerank_options]) of the one chosen on
-    ``ranking_nlls``: the lowest, no passage winning unless a passage saves ``config.rerank_no_passage_margin`` nats
-    over it ([`choose_option`][hf_ralm.config.rules.choose_option]). Evaluation and generation both choose so.
+    """The option chosen on its ranking NLLs. Evaluation and generation both choose so.
+
+    Args:
+        ranking_nlls: one per option.
+        options: the options ([`rerank_options`][hf_ralm.config.rules.rerank_options]).
+        config: the settings (``rerank_no_passage_margin``).
+
+    Returns:
+        The index into ``options`` of the lowest, no passage winning unless a passage saves
+        ``config.rerank_no_passage_margin`` nats over it ([`choose_option`][hf_ralm.config.rules.choose_option]).
 
     Examples:
         >>> from hf_ralm.config.configuration_ralm import RalmConfig

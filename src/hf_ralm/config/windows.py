@@ -71,9 +71,17 @@ class Window:
 
 
 def check_window_overlap(max_length: int, stride: int, stride_name: str = "stride") -> None:
-    """Raise a [`SettingError`][hf_ralm.errors.SettingError] unless windows of ``max_length`` tokens that start every
-    ``stride`` tokens overlap (``max_length > stride``); otherwise tokens between two windows would never be scored.
-    ``stride_name`` is the setting the caller calls its stride."""
+    """Check that windows of ``max_length`` tokens that start every ``stride`` tokens overlap; otherwise tokens
+    between two windows would never be scored.
+
+    Args:
+        max_length: the window length.
+        stride: the tokens between two windows' starts.
+        stride_name: the setting the caller calls its stride, as the message names it.
+
+    Raises:
+        SettingError: ``max_length <= stride``.
+    """
     if max_length <= stride:
         raise SettingError(
             f"{setting('max_length')} ({max_length}) must be larger than {setting(stride_name)} ({stride}), or windows "
@@ -83,13 +91,23 @@ def check_window_overlap(max_length: int, stride: int, stride_name: str = "strid
 
 def check_prefix_room(max_length: int, prefix_length: int, stride: int, bound: str, bound_value: int,
                       model_max: int | None = None) -> None:
-    """Raise a [`SettingError`][hf_ralm.errors.SettingError] unless a window of ``max_length`` tokens holds a passage
-    prefix of ``prefix_length`` tokens and the ``stride`` tokens after it (``prefix_length + stride <= max_length``).
+    """Check that a window holds a passage prefix and the stride after it (``prefix_length + stride <= max_length``).
+
     Then a passage never covers a scored token in evaluation (every window with retrieval holds ``max_length - stride``
     tokens before its scored ones) and leaves room in every generation context for the stride being generated.
-    ``bound``: the setting that cut the prefix (``"max_doc_tokens"``, or ``"max_context_doc_tokens"`` for several
-    passages), at ``bound_value``; ``model_max``: the model's maximum length, when that is what ``max_length`` is (the
-    fix is then a shorter passage).
+
+    Args:
+        max_length: the window length.
+        prefix_length: the prefix's tokens.
+        stride: ``retrieval_stride``.
+        bound: the setting that cut the prefix (``"max_doc_tokens"``, or ``"max_context_doc_tokens"`` for several
+            passages).
+        bound_value: its value.
+        model_max: the model's maximum length, when that is what ``max_length`` is (the fix is then a shorter
+            passage).
+
+    Raises:
+        SettingError: the window cannot hold them; the message says what to lower or raise, and to what.
 
     Examples:
         >>> check_prefix_room(512, 256, 4, "max_doc_tokens", 256)
@@ -153,9 +171,15 @@ def plan_windows(num_tokens: int, max_length: int, stride: int) -> list[Window]:
 
 
 def plan_settings(ends: Sequence[int]) -> tuple[int | None, int | None, int] | None:
-    """``(stride, max_length, num_tokens)`` of the [`plan_windows`][hf_ralm.plan_windows] whose windows end at ``ends``
-    (in order), as far as they tell: one window leaves the stride and length open (``None``), two the stride. ``None``
-    when no plan gives these ends (they are not sliding windows). How a retrieval file says what it was made with.
+    """The plan whose windows end where a retrieval file's do: how the file says what it was made with.
+
+    Args:
+        ends: the windows' ends, in order.
+
+    Returns:
+        ``(stride, max_length, num_tokens)`` of the [`plan_windows`][hf_ralm.plan_windows] whose windows end at
+        ``ends``, as far as they tell: one window leaves the stride and length open (``None``), two the stride;
+        ``None`` when no plan gives these ends (they are not sliding windows).
 
     Examples:
         >>> plan_settings([w.end for w in plan_windows(30, max_length=10, stride=4)])
@@ -179,7 +203,22 @@ def plan_settings(ends: Sequence[int]) -> tuple[int | None, int | None, int] | N
 
 
 def query_span(window: Window, query_length: int) -> tuple[int, int] | None:
-    """Token span ``[start, stop)`` of the window's retrieval query, or ``None`` for window 0 (no retrieval)."""
+    """The tokens of a window's retrieval query.
+
+    Args:
+        window: the window.
+        query_length: ``ℓ``, the query's tokens: the last before the window's first scored token.
+
+    Returns:
+        Their span ``[start, stop)``, or ``None`` for window 0 (no retrieval).
+
+    Raises:
+        SettingError: ``query_length`` is not a count.
+
+    Examples:
+        >>> query_span(plan_windows(10, max_length=6, stride=2)[1], query_length=4)
+        (2, 6)
+    """
     check_count("query_length", query_length)
     if not window.has_retrieval:
         return None
@@ -191,6 +230,17 @@ def place_passage(window_ids: Sequence[int], passage_ids: Sequence[int]) -> list
 
     A passage longer than the window would fill the whole window; evaluation never gives one, since its window
     length holds a passage and a stride ([`check_prefix_room`][hf_ralm.config.windows.check_prefix_room]).
+
+    Args:
+        window_ids: the window's tokens.
+        passage_ids: the prefix written over its first positions.
+
+    Returns:
+        The window's input, as long as the window.
+
+    Examples:
+        >>> place_passage([5, 6, 7, 8], [1, 2])
+        [1, 2, 7, 8]
     """
     width = min(len(passage_ids), len(window_ids))
     return list(passage_ids[:width]) + list(window_ids[width:])

@@ -40,8 +40,15 @@ from .atomic import naming_errors
 
 
 def check_count(name: str, value: int, minimum: int = 1) -> None:
-    """Raise a [`SettingError`][hf_ralm.errors.SettingError] that names the argument unless ``value`` is an integer of
-    at least ``minimum``.
+    """Check that a value is a count.
+
+    Args:
+        name: the argument, as the message names it.
+        value: its value.
+        minimum: the least it may be.
+
+    Raises:
+        SettingError: ``value`` is not an integer of at least ``minimum`` (the message names the argument).
 
     Examples:
         >>> check_count("stride", 0)
@@ -56,8 +63,18 @@ def check_count(name: str, value: int, minimum: int = 1) -> None:
 
 
 def with_named_options(options: Mapping[str, Any], named: Mapping[str, Any], what: str) -> dict[str, Any]:
-    """``options`` (a mapping, e.g. ``retriever_options``) with the options also given by name added (``None``: not
-    given); one given both ways is refused in one line naming ``what`` the mapping is.
+    """A mapping of options with the options also given by name.
+
+    Args:
+        options: the mapping (e.g. ``retriever_options``).
+        named: the options given by name (``None``: not given).
+        what: the mapping's name, as the message names it.
+
+    Returns:
+        ``options`` with the named ones added.
+
+    Raises:
+        SettingError: an option is given both ways.
 
     Examples:
         >>> with_named_options({"k1": 0.9}, {"b": 0.4, "n_threads": None}, "retriever_options")
@@ -100,9 +117,18 @@ def described(value: Any) -> str:
 
 
 def refuse_type(name: str, value: Any, takes: str, fix: str = "", item: int | None = None) -> NoReturn:
-    """Raise the [`InputTypeError`][hf_ralm.errors.InputTypeError] of argument ``name`` (of its item ``item`` when
-    given): what it ``takes``, what was given ([`described`][hf_ralm.utils.checks.described]) and, when given, the
-    ``fix``."""
+    """Refuse an argument of the wrong type, in one line.
+
+    Args:
+        name: the argument.
+        value: what was given ([`described`][hf_ralm.utils.checks.described]).
+        takes: what it takes.
+        fix: what to do instead, when there is something to say.
+        item: the index of the item refused, when it is one of the argument's items.
+
+    Raises:
+        InputTypeError: always.
+    """
     where = setting(name) + ("" if item is None else f"[{item}]")
     raise InputTypeError(f"{where} takes {takes}, got {described(value)}{': ' + fix if fix else ''}.")
 
@@ -113,10 +139,20 @@ def _is_collection(value: Any) -> bool:
 
 
 def check_texts(name: str, value: Any, allow_empty: bool = False) -> list[str]:
-    """``value`` (a list, a tuple or another iterable of ``str``) as a list; refused in one line naming argument
-    ``name`` ([`InputTypeError`][hf_ralm.errors.InputTypeError], or a [`SettingError`][hf_ralm.errors.SettingError] for
-    an empty one unless ``allow_empty``): ``None``, a single text (iterating it would make one item per character),
-    anything else that holds no items, and an item that is no ``str`` (named by its index).
+    """Texts given to the Python API, as a list.
+
+    Args:
+        name: the argument, as the message names it.
+        value: a list, a tuple or another iterable of ``str``.
+        allow_empty: take an empty one.
+
+    Returns:
+        The texts.
+
+    Raises:
+        InputTypeError: ``None``, a single text (iterating it would make one item per character), anything else that
+            holds no items, or an item that is no ``str`` (named by its index).
+        SettingError: an empty one, unless ``allow_empty``.
 
     Examples:
         >>> check_texts("queries", ["the emperor", None])
@@ -139,9 +175,19 @@ def check_texts(name: str, value: Any, allow_empty: bool = False) -> list[str]:
 
 
 def token_id_list(name: str, value: Any, takes: str = "token ids (a list of int)") -> list[int]:
-    """``value`` (a sequence of ints, or a 1-D tensor or array) as a list of ints; refused in one line naming
-    argument ``name`` and what it ``takes``: no sequence, one of more than one dimension, an item that is no
-    integer (a bool is none either).
+    """Token ids given to the Python API, as a list of ints.
+
+    Args:
+        name: the argument, as the message names it.
+        value: a sequence of ints, or a 1-D tensor or array.
+        takes: what the argument takes, as the message says.
+
+    Returns:
+        The ids.
+
+    Raises:
+        InputTypeError: no sequence, one of more than one dimension, or an item that is no integer (a bool is none
+            either).
 
     Examples:
         >>> token_id_list("text_or_ids", (5, 6, 7))
@@ -165,10 +211,17 @@ def token_id_list(name: str, value: Any, takes: str = "token ids (a list of int)
 
 
 def check_vocabulary(name: str, ids: Sequence[int] | Sequence[Sequence[int]], vocab_size: int | None) -> None:
-    """Refuse (a [`SettingError`][hf_ralm.errors.SettingError] naming argument ``name``, the first id out of range,
-    where it is and the vocabulary's size) token ``ids`` (a row of them, or rows) that are not all ids of a vocabulary
-    of ``vocab_size`` (``None``: not known, nothing checked), before an embedding lookup fails with an index error that
-    names none of them.
+    """Check token ids against a vocabulary, before an embedding lookup fails with an index error that names none of
+    them.
+
+    Args:
+        name: the argument, as the message names it.
+        ids: a row of ids, or rows.
+        vocab_size: the vocabulary's size (``None``: not known, nothing checked).
+
+    Raises:
+        SettingError: an id is outside the vocabulary (the message names the first, where it is and the vocabulary's
+            size).
 
     Examples:
         >>> check_vocabulary("input_ids", [[5, 6], [7, 900]], 128)
@@ -189,8 +242,18 @@ def check_vocabulary(name: str, ids: Sequence[int] | Sequence[Sequence[int]], vo
 
 
 def check_path(name: str, value: Any, what: str = "a folder's path") -> str:
-    """``value`` (a ``str`` or an ``os.PathLike``) as a ``str``; anything else is refused in one line naming argument
-    ``name`` ([`InputTypeError`][hf_ralm.errors.InputTypeError]), before a ``None`` or a number becomes a file name.
+    """A path given to the Python API, as a ``str``, before a ``None`` or a number becomes a file name.
+
+    Args:
+        name: the argument, as the message names it.
+        value: a ``str`` or an ``os.PathLike``.
+        what: what the path is of, as the message says.
+
+    Returns:
+        The path.
+
+    Raises:
+        InputTypeError: anything else.
 
     Examples:
         >>> check_path("save_directory", None)
