@@ -15,7 +15,22 @@ from typing import Any, Sequence
 
 
 def as_json(mapping: Mapping[str, Any], what: str) -> dict[str, Any]:
-    """``mapping`` as it reads back from JSON (tuples become lists), so a stored copy compares equal to it."""
+    """A mapping as it reads back from JSON (tuples become lists), so a stored copy compares equal to it.
+
+    Args:
+        mapping: the settings.
+        what: what they are, as the message names them.
+
+    Returns:
+        The mapping, through JSON and back.
+
+    Raises:
+        TypeError: a value is not JSON-serializable.
+
+    Examples:
+        >>> as_json({"ends": (4, 8)}, "settings")
+        {'ends': [4, 8]}
+    """
     try:
         return json.loads(json.dumps(dict(mapping)))
     except TypeError as error:
@@ -43,7 +58,13 @@ def digest(value: Any) -> str:
 
 
 def ids_fingerprint(ids: Sequence[int]) -> str:
-    """A short identity of a text's token ids (their count and digest), to record in settings instead of the text.
+    """A short identity of a text's token ids, to record in settings instead of the text.
+
+    Args:
+        ids: the token ids.
+
+    Returns:
+        Their count and [`digest`][hf_ralm.digest].
 
     Examples:
         >>> ids_fingerprint([1, 2, 3])
@@ -55,6 +76,12 @@ def ids_fingerprint(ids: Sequence[int]) -> str:
 def titles_fingerprint(titles: Iterable[str]) -> str:
     """A short, order-free identity of a set of titles (forbidden or excluded ones), to record in settings instead of
     the titles themselves.
+
+    Args:
+        titles: the titles (repeats count once).
+
+    Returns:
+        Their count and the [`digest`][hf_ralm.digest] of the sorted, distinct titles.
 
     Examples:
         >>> titles_fingerprint(["Nero", "Rome"]) == titles_fingerprint(["Rome", "Nero", "Rome"])

@@ -86,8 +86,16 @@ def _is_stopped(pid: int) -> bool:
 
 
 def lock_holder(path: str | os.PathLike) -> tuple[str, int | None]:
-    """Who holds the lock of ``path`` as its lock file says, in words (``"pid 123 on node7 since 2025-01-01T10:00:00
-    +01:00"``, with ``(stopped)`` for a stopped process of this machine), and its process id when it runs here."""
+    """Who holds a lock, as its lock file says.
+
+    Args:
+        path: the lock file.
+
+    Returns:
+        The holder in words (``"pid 123 on node7 since 2025-01-01T10:00:00 +01:00"``, with ``(stopped)`` for a
+        stopped process of this machine; ``"another process"`` when the file does not say), and its process id when
+        it runs here.
+    """
     try:
         with open(path, encoding="utf-8") as f:
             identity = json.load(f)
@@ -138,10 +146,21 @@ def _wait(descriptor: int, path: str | os.PathLike, what: str, timeout: float) -
 
 @contextmanager
 def file_lock(path: str | os.PathLike, what: str) -> Iterator[None]:
-    """Hold the exclusive lock of ``path`` (created when missing, with its folder) for the ``with`` block, its holder's
-    identity written in it; when another process holds it, wait (saying who holds it, every
-    [`REPORT_SECONDS`][hf_ralm.runs.locks.REPORT_SECONDS], and that ``what`` is going on there) for at most
-    [`lock_timeout`][hf_ralm.runs.locks.lock_timeout] seconds."""
+    """Hold the exclusive lock of a file for the ``with`` block, its holder's identity written in it.
+
+    When another process holds it, wait for at most [`lock_timeout`][hf_ralm.runs.locks.lock_timeout] seconds,
+    saying who holds it every [`REPORT_SECONDS`][hf_ralm.runs.locks.REPORT_SECONDS].
+
+    Args:
+        path: the lock file (created when missing, with its folder).
+        what: what is going on under the lock, as the waiting message says.
+
+    Yields:
+        Nothing; the lock is held until the block ends.
+
+    Raises:
+        LockTimeoutError: the lock was not had in time (the message names its holder).
+    """
     timeout = lock_timeout()
     try:
         import fcntl

@@ -37,7 +37,14 @@ class Shard:
     local_rank: int | None = None
 
     def takes(self, chunk: int) -> bool:
-        """Whether this worker computes chunk number ``chunk``."""
+        """Whether this worker computes a chunk of the run's grid.
+
+        Args:
+            chunk: the chunk's number.
+
+        Returns:
+            True when ``chunk % count == index``.
+        """
         return chunk % self.count == self.index
 
     @property
@@ -70,8 +77,20 @@ class Shard:
     @classmethod
     def resolve(cls, num_shards: int | None = None, shard_id: int | None = None,
                 environ: Mapping[str, str] | None = None) -> "Shard":
-        """The shard of the arguments when given (``shard_id`` is then needed with more than one shard), else of the
-        environment (``os.environ`` by default; see the module docstring)."""
+        """This worker's shard: of the arguments when given, else of the environment (see the module docstring).
+
+        Args:
+            num_shards: how many workers share the run.
+            shard_id: which of them this one is (needed with more than one shard).
+            environ: the environment read otherwise (``os.environ`` by default).
+
+        Returns:
+            The shard.
+
+        Raises:
+            SettingError: ``num_shards`` is not a count, ``shard_id`` is missing or out of range, or the
+                environment's numbers make no worker of the run.
+        """
         environ = os.environ if environ is None else environ
         if num_shards is not None or shard_id is not None:
             check_count("num_shards", 1 if num_shards is None else num_shards)
@@ -119,8 +138,15 @@ def _environment_numbers(environ: Mapping[str, str]) -> Callable[[str], int]:
 
 
 def uncovered(start: int, stop: int, ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The runs of positions of ``[start, stop)`` that none of the ``[begin, end)`` ``ranges`` covers: what is left
-    to compute of a chunk when a run resumed with another chunk size saved some of it.
+    """What is left to compute of a chunk when a run resumed with another chunk size saved some of it.
+
+    Args:
+        start: the chunk's first position.
+        stop: one past its last.
+        ranges: the ``[begin, end)`` of the records held.
+
+    Returns:
+        The runs of positions of ``[start, stop)`` that none of ``ranges`` covers, in order.
 
     Examples:
         >>> uncovered(0, 8, [(2, 4), (5, 6)]), uncovered(4, 6, [(0, 8)])
