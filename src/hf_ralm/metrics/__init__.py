@@ -23,8 +23,16 @@ CITATION = "Ram et al., In-Context Retrieval-Augmented Language Models, TACL 202
 
 
 def metric_info(description: str, inputs_description: str, features):
-    """The ``evaluate.MetricInfo`` of a shipped metric: its description, arguments and input features, the paper's
-    citation."""
+    """The ``evaluate.MetricInfo`` of a shipped metric, with the paper's citation.
+
+    Args:
+        description: what it measures.
+        inputs_description: its arguments.
+        features: its input features.
+
+    Returns:
+        The ``evaluate.MetricInfo``.
+    """
     import evaluate
 
     return evaluate.MetricInfo(module_type="metric", description=description, citation=CITATION,
@@ -42,14 +50,33 @@ class CheckedInputs:
 
     def compute(self, *, predictions=None, references=None, **kwargs):
         """``evaluate``'s ``compute``, the inputs checked first (``evaluate`` appends the metric's arguments to this
-        text, as it does to its own ``compute``'s)."""
+        text, as it does to its own ``compute``'s).
+
+        Args:
+            predictions: the predictions (``None``: those added before).
+            references: the references (``None``: those added before).
+            **kwargs: the metric's own arguments.
+
+        Returns:
+            The metric's figures.
+        """
         if predictions is not None or references is not None or getattr(self, "writer", None) is None:
             self.check_inputs(predictions, references)
         return super().compute(predictions=predictions, references=references, **kwargs)
 
 
 def metric_path(name: str) -> str:
-    """The folder of a shipped metric, for ``evaluate.load(path)``."""
+    """The folder of a shipped metric, for ``evaluate.load(path)``.
+
+    Args:
+        name: ``ralm_perplexity`` or ``ralm_exact_match``.
+
+    Returns:
+        The folder.
+
+    Raises:
+        ValueError: no metric of that name is shipped.
+    """
     if name not in METRICS:
         raise ValueError(f"Unknown hf-ralm metric {name!r}; shipped metrics: {', '.join(METRICS)}.")
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), name)
@@ -67,7 +94,11 @@ def modules_cache() -> str:
 
 def register_metrics() -> list[str]:
     """Write the shim of every shipped metric into ``evaluate``'s module cache where it is missing (one ``stat`` per
-    metric when present; written atomically). Returns the paths written."""
+    metric when present; written atomically), so that ``evaluate.load("ralm_perplexity")`` resolves offline.
+
+    Returns:
+        The paths written.
+    """
     root = os.path.join(modules_cache(), "evaluate_modules", "metrics")
     written = []
     for name, class_name in METRICS.items():

@@ -17,11 +17,19 @@ JOINED_KEYS = ("nll_sum", "num_tokens", "num_scored", "num_words", "token_ppl", 
 
 
 def prediction_perplexity(model, text: str, **kwargs) -> tuple[float, int | None]:
-    """One prediction's perplexity on its own, as ``evaluate``'s ``perplexity`` defines it: ``exp`` of the mean NLL of
-    its scored tokens (every token after its first), with In-Context RALM's retrieval inside the text; and its windows
-    with a passage in context. ``(nan, None)`` for a prediction with nothing to score (fewer than two tokens, or only
-    whitespace). ``kwargs`` go to [`evaluate_perplexity`][hf_ralm.RetrievalAugmentedModel.evaluate_perplexity]
-    (``max_eval_tokens`` cuts the prediction first)."""
+    """One prediction's perplexity on its own, as ``evaluate``'s ``perplexity`` defines it, with In-Context RALM's
+    retrieval inside the text.
+
+    Args:
+        model: the RALM.
+        text: the prediction.
+        **kwargs: what [`evaluate_perplexity`][hf_ralm.RetrievalAugmentedModel.evaluate_perplexity] takes
+            (``max_eval_tokens`` cuts the prediction first).
+
+    Returns:
+        ``exp`` of the mean NLL of its scored tokens (every token after its first), and its windows with a passage in
+        context; ``(nan, None)`` for a prediction with nothing to score (fewer than two tokens, or only whitespace).
+    """
     max_eval_tokens = kwargs.pop("max_eval_tokens", None)
     ids = tokenize_text(model.tokenizer, text, max_eval_tokens) if text.strip() else []
     if len(ids) < 2:
@@ -47,14 +55,37 @@ def compute_ralm_perplexity(
     bos_every_window: bool = RalmConfig.bos_every_window,
     device: str | None = None,
 ) -> dict:
-    """The figures of In-Context RALM perplexity: for ``predictions`` joined into one text
-    ([`JOINED_KEYS`][hf_ralm.metrics.compute.JOINED_KEYS], the paper's), and for each prediction on its own
-    (``perplexities``, [`prediction_perplexity`][hf_ralm.metrics.compute.prediction_perplexity]) with their mean over
-    the predictions that have one (``mean_perplexity``; NaN when none has), as ``evaluate``'s ``perplexity`` gives them.
-    The settings are [`RalmConfig`][hf_ralm.RalmConfig]'s (``stride`` is ``retrieval_stride``; ``query_length=None``:
-    the retriever's default); ``device=None``: the accelerator when there is one. ``predictions`` that are no list of
-    texts (``None``, a single text, an item that is no text) or an empty list are refused in one line before the model
-    is loaded ([`check_texts`][hf_ralm.utils.checks.check_texts])."""
+    """The figures of In-Context RALM perplexity: what the ``ralm_perplexity`` metric computes.
+
+    Args:
+        predictions: the texts.
+        model_id: the reader (a Hub id or a folder).
+        retriever: the retriever's name (``"none"``: no retrieval).
+        index_dir: its index folder.
+        corpus: its corpus (an index is built from it when missing).
+        forbidden_titles: the titles never retrieved (a file, or a known name such as ``wikitext-103``).
+        stride: ``retrieval_stride``.
+        query_length: ``ℓ`` (``None``: the retriever's default).
+        max_length: the window length (``None``: the model's maximum).
+        max_doc_tokens: a passage's most tokens.
+        max_eval_tokens: evaluate only the first this many tokens.
+        dtype: the reader's precision, a torch dtype's name.
+        batch_size: the windows scored in one forward pass.
+        bos_every_window: a BOS at the start of every window.
+        device: where the reader runs (``None``: the accelerator when there is one).
+
+    Returns:
+        The figures of ``predictions`` joined into one text ([`JOINED_KEYS`][hf_ralm.metrics.compute.JOINED_KEYS], the
+        paper's), and of each prediction on its own (``perplexities``,
+        [`prediction_perplexity`][hf_ralm.metrics.compute.prediction_perplexity]) with their mean over the
+        predictions that have one (``mean_perplexity``; NaN when none has), as ``evaluate``'s ``perplexity`` gives
+        them.
+
+    Raises:
+        InputTypeError: ``predictions`` are no list of texts (``None``, a single text, an item that is no text),
+            refused in one line before the model is loaded ([`check_texts`][hf_ralm.utils.checks.check_texts]).
+        SettingError: ``predictions`` is empty, or a setting is wrong.
+    """
     import torch
 
     from ..modeling_ralm import RetrievalAugmentedModel
