@@ -1,11 +1,11 @@
 """The default query length ℓ of each retriever, as its backend declares it, in plain Python (nothing is imported):
-what ``query_length=None`` means (:func:`default_query_length`,
-:meth:`~hf_ralm.config.configuration_ralm.RalmConfig.query_length_for`) and what ``--query-length``'s help states.
+what ``query_length=None`` means ([`default_query_length`][hf_ralm.default_query_length],
+[`RalmConfig.query_length_for`][hf_ralm.RalmConfig.query_length_for]) and what ``--query-length``'s help states.
 The settings sit below retrieval and import none of it, so the retriever registry writes each backend's default here
-(:func:`declare_query_length`): hf-ralm's own when ``hf_ralm`` is imported, one from outside when it is registered
-(:func:`~hf_ralm.retrieval.registry.register_retriever`).
+(``declare_query_length``): hf-ralm's own when ``hf_ralm`` is imported, one from outside when it is registered
+([`register_retriever`][hf_ralm.retrieval.register_retriever]).
 
-Example:
+Examples:
     >>> default_query_length("dense"), default_query_length("bm25"), default_query_length("none")
     (64, 32, 32)
 """
@@ -18,13 +18,13 @@ and of none."""
 
 _QUERY_LENGTHS: dict[str, int] = {}
 """Each registered retriever's default query length ℓ, by name, as its backend declares it
-(:func:`declare_query_length`)."""
+(``declare_query_length``)."""
 
 
 def declare_query_length(retriever: str, length: int) -> None:
     """Record ``length`` as the default query length ℓ of the retriever named ``retriever``: what
-    :func:`~hf_ralm.retrieval.registry.register_retriever` (and the registry, for hf-ralm's own backends) calls with
-    the backend's ``default_query_length``.
+    [`register_retriever`][hf_ralm.retrieval.register_retriever] (and the registry, for hf-ralm's own backends) calls
+    with the backend's ``default_query_length``.
 
     Args:
         retriever: The retriever's registry name.
@@ -41,7 +41,7 @@ def declare_query_length(retriever: str, length: int) -> None:
 
 def default_query_length(retriever: str | None) -> int:
     """The query length ℓ a retriever kind gets when ``query_length`` is not set: its backend's declared default
-    (:func:`declare_query_length`; 64 tokens for ``"dense"`` and ``"hybrid"``, 32 for ``"bm25"`` and ``"lucene"``),
+    (``declare_query_length``; 64 tokens for ``"dense"`` and ``"hybrid"``, 32 for ``"bm25"`` and ``"lucene"``),
     and 32 for none (``None`` or ``"none"``).
 
     Args:
@@ -53,7 +53,7 @@ def default_query_length(retriever: str | None) -> int:
     Raises:
         ValueError: ``retriever`` names no registered retriever.
 
-    Example:
+    Examples:
         >>> default_query_length("dense"), default_query_length("bm25"), default_query_length(None)
         (64, 32, 32)
     """
@@ -70,7 +70,7 @@ def query_lengths_help() -> str:
     """The retrievers' default query lengths as ``--query-length``'s help states them, grouped by length in the order
     the retrievers were registered (read when a parser is built: a backend may be registered later).
 
-    Example:
+    Examples:
         >>> query_lengths_help()
         '32 for bm25 and lucene, 64 for dense and hybrid'
     """

@@ -9,7 +9,7 @@ in their metadata are the options given by name: a command-line flag each, and l
 loader (`Engine.load`). Neither torch nor transformers is imported here: the command line's flags are read from this
 table.
 
-Example:
+Examples:
     >>> engine_names()[0]
     'transformers'
     >>> get_engine("sglang")  # doctest: +ELLIPSIS
@@ -72,8 +72,8 @@ class Engine:
     ``device`` and ``load_weights=False`` are refused before anything loads (`check_loading`). By default an engine
     takes the model's precision, revision and remote code: it places and loads the model itself.
 
-    Example::
-
+    Examples:
+        ```python
         class MyEngine(Engine):
             name = "my-engine"
             help = "my inference server"
@@ -83,6 +83,7 @@ class Engine:
                 return MyReader(name_or_path, options)   # a hf_ralm.core.engines.reader.Reader
 
         register_engine(MyEngine())
+        ```
     """
 
     name: ClassVar[str] = ""
@@ -188,11 +189,12 @@ def register_engine(engine: Engine) -> Engine:
             type).
         TypeError: no `Engine`, or an ``Options`` that is no dataclass.
 
-    Example::
-
+    Examples:
+        ```python
         register_engine(MyEngine())
         RetrievalAugmentedModel.from_pretrained("HuggingFaceTB/SmolLM2-135M", engine="my-engine",
                                                 engine_options={"url": "http://localhost:8000"})
+        ```
     """
     if not isinstance(engine, Engine):
         raise TypeError(f"register_engine takes an Engine, got {engine!r}.")
@@ -220,7 +222,7 @@ def register_engine(engine: Engine) -> Engine:
 def option_type(option: dataclasses.Field) -> str:
     """An option's type as its annotation names it, ``None`` left out.
 
-    Example:
+    Examples:
         >>> @dataclass(frozen=True)
         ... class Options:
         ...     max_input_length: int | None = None
@@ -263,7 +265,7 @@ def named_options(engine: Engine) -> tuple[dataclasses.Field, ...]:
 def option_owners() -> dict[str, tuple[str, ...]]:
     """Every option given by name, with the engines that declare it, in the table's order.
 
-    Example:
+    Examples:
         >>> any(DEFAULT_ENGINE in owners for owners in option_owners().values())  # the transformers engine has none
         False
     """

