@@ -1,18 +1,20 @@
 """The RALM's settings and the values and arithmetic they define, below everything that runs a model: the settings
-(:mod:`.configuration_ralm`: :class:`~hf_ralm.config.configuration_ralm.RalmConfig` and its one ``validate()``), the
-default query length each retriever declares (:mod:`.query_lengths`), a passage (:mod:`.passages`), the window
-plan's arithmetic (:mod:`.windows`), and the selection strategies the settings name, one file each with their
-registry (:mod:`.strategies`) and the exact rules they share (:mod:`.rules`).
+([`configuration_ralm`][hf_ralm.config.configuration_ralm]: [`RalmConfig`][hf_ralm.RalmConfig] and its one
+``validate()``), the default query length each retriever declares ([`query_lengths`][hf_ralm.config.query_lengths]), a
+passage ([`passages`][hf_ralm.config.passages]), the window plan's arithmetic ([`windows`][hf_ralm.config.windows]), and
+the selection strategies the settings name, one file each with their registry
+([`strategies`][hf_ralm.config.strategies]) and the exact rules they share ([`rules`][hf_ralm.config.rules]).
 
 The settings and the strategies they name live in one package because each asks the other: ``RalmConfig.validate``
 asks the registry about ``rerank`` and ``retrieval_gate``, and a strategy reads its settings from a ``RalmConfig``.
 
-Example::
-
+Examples:
+    ```python
     from hf_ralm.config.configuration_ralm import RalmConfig
     from hf_ralm.config.windows import plan_windows
 
     windows = plan_windows(1_000, max_length=512, stride=RalmConfig().retrieval_stride)
+    ```
 """
 
 from ..utils.lazy import lazy_exports

@@ -3,11 +3,12 @@ protocol of a reader an engine runs (`reader`: `Reader`, `engine_reader`) and on
 its register line, imported here: `transformers` (the default: a model in this process) and those of the engines
 hf-ralm ships. An engine from outside hf-ralm is its class and its register line alone.
 
-Example::
-
+Examples:
+    ```python
     from hf_ralm.core.engines.registry import engine_names
 
     engine_names()   # ('transformers', ...): the default first, then the engines hf-ralm ships
+    ```
 """
 
 from . import transformers, vllm  # noqa: F401  (each registers its engine; neither imports torch)

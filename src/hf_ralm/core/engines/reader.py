@@ -6,10 +6,11 @@ processes: it scores token inputs and continues token prompts itself, holding no
 Evaluation, ``--compare``, reranking, generation and lm-eval's requests need nothing else of it; `engine_reader` is how
 they tell the two apart.
 
-Example::
-
+Examples:
+    ```python
     reader = engine_reader(model)
     nlls = reader.score_inputs(inputs) if reader is not None else score_batches(model, inputs)
+    ```
 """
 
 from __future__ import annotations
@@ -88,9 +89,10 @@ def engine_reader(model) -> Reader | None:
     Raises:
         TypeError: ``model`` scores inputs itself (``score_inputs``) but lacks what else a `Reader` has.
 
-    Example::
-
+    Examples:
+        ```python
         engine_reader(model), engine_reader(reader)   # (None, reader): a transformers model, an engine's reader
+        ```
     """
     if isinstance(model, torch.nn.Module):  # first: a RALM forwards its reader's attributes
         return None

@@ -2,10 +2,11 @@
 ``AutoModelForCausalLM`` on hf-ralm's device and precision (or placed by accelerate's ``device_map``), which hf-ralm
 runs itself. It takes every loading argument of ``from_pretrained`` and no options of its own.
 
-Example::
-
+Examples:
+    ```python
     engine = get_engine("transformers")
     model = engine.load("HuggingFaceTB/SmolLM2-135M", engine.options(), Loading({"dtype": "float32"}))
+    ```
 """
 
 from __future__ import annotations
