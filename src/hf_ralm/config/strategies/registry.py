@@ -91,8 +91,7 @@ Given under a strategy that does not own it, a setting is refused rather than ig
 @dataclass(frozen=True)
 class Candidates:
     """What a strategy chooses from for one window (or generation stride), with what the strategy
-    [`needs`][hf_ralm.config.strategies.registry.Strategy.needs] (``None`` when not needed, or nothing could be
-    ranked).
+    [`needs`][hf_ralm.config.strategies.registry.Strategy.needs] (``None`` when not needed, or nothing could be ranked).
 
     Attributes:
         passages: in retrieval order: for reranking, the first ``rerank_candidates`` retrieved (after a gate that
@@ -414,8 +413,7 @@ def reranks(name: str | None) -> bool:
 
 
 def gates(name: str | None) -> bool:
-    """Whether a retrieval gate can close a window, as [`reranks`][hf_ralm.config.strategies.registry.reranks] tells
-    of a reranking strategy.
+    """Whether a retrieval gate can close a window (see [`reranks`][hf_ralm.config.strategies.registry.reranks]).
 
     Args:
         name: its name (``None``: none recorded).
