@@ -48,7 +48,8 @@ def _flag_options(field: dataclasses.Field) -> dict:
     from ..retrieval.declarations import INDEX_FLAG
 
     declared = field.metadata[INDEX_FLAG]
-    kind = str(field.type).split(" | ")[0]
+    annotation = field.type if isinstance(field.type, str) else getattr(field.type, "__name__", str(field.type))
+    kind = annotation.split(" | ")[0]  # "int | None", or int itself where annotations are not postponed
     options = {"default": None, "help": declared["help"].replace("%", "%%")}
     if kind == "bool":
         options["action"] = "store_true"
