@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from benchmarks.tables.datastore_tables import STRATEGIES, SizePass, size_rows, table
+from benchmarks.tables.datastore_tables import (NONE_TOLERANCE, STRATEGIES, SizePass, no_retrieval_spread, size_rows,
+                                                table)
 
 
 def size(shift_top1: float, shift_gate: float, windows: int = 65, stride: int = 4) -> SizePass:
@@ -49,3 +50,18 @@ def test_the_table_has_a_line_per_size_in_order():
     lines = table(rows, "text")
     assert lines[3].startswith("| 1% | 7,714 |") and lines[4].startswith("| 3% | 7,714 |")
     assert len(lines) == 5 and "| -6." in lines[3] and "| +7." in lines[4]
+
+
+def test_the_no_retrieval_row_may_move_only_within_the_tolerance():
+    base = size(0.1, 0.0)
+    moved = size(0.1, 0.0)
+    moved.nll[1:, 0] += 1e-5  # a bfloat16 rounding elsewhere: a little on each window
+    spread = no_retrieval_spread("text", {1: base, 3: moved})
+    expected = np.exp((moved.nll[:, 0].sum() - base.nll[:, 0].sum()) / base.num_tokens) - 1
+    assert spread == pytest.approx(expected) and 0 < spread < NONE_TOLERANCE
+    assert no_retrieval_spread("text", {1: base, 3: size(0.1, 0.0)}) == 0.0
+    assert no_retrieval_spread("text", {}) == 0.0
+    other = size(0.1, 0.0)
+    other.nll[1:, 0] *= 1.5  # another reader or dtype
+    with pytest.raises(SystemExit, match=r"text: the no-retrieval token perplexity differs .*\(1%: .*, 3%: "):
+        no_retrieval_spread("text", {1: base, 3: other})
