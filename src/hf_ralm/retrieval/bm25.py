@@ -1,22 +1,23 @@
 """Embedded BM25 (no Java): bm25s with Lucene's scoring (k1=0.9, b=0.4) and Lucene's English analysis.
 
 Text becomes terms as in the Lucene backend (Anserini's ``DefaultEnglishAnalyzer``), so that results agree with the
-paper's pyserini retrieval (top-1 agreement with Lucene: docs/lucene.md): :mod:`hf_ralm.retrieval.analysis` cuts
-words at Unicode word boundaries as Lucene's ``StandardTokenizer`` does (``20,000``, ``3.14`` and ``U.S`` stay
-whole), drops the possessive ``'s``, lowercases, removes Lucene's 33 English stop words and applies Lucene's Porter
-stemmer. The index is bm25s's score matrix of these terms; the search is :mod:`hf_ralm.retrieval.bm25_stream`'s
-(exact float64 sums, ties by passage id, each query's scores updated from the last query of its text).
+paper's pyserini retrieval (top-1 agreement with Lucene: docs/lucene.md): ``hf_ralm.retrieval.analysis`` cuts words at
+Unicode word boundaries as Lucene's ``StandardTokenizer`` does (``20,000``, ``3.14`` and ``U.S`` stay whole), drops the
+possessive ``'s``, lowercases, removes Lucene's 33 English stop words and applies Lucene's Porter stemmer. The index is
+bm25s's score matrix of these terms; the search is ``hf_ralm.retrieval.bm25_stream``'s (exact float64 sums, ties by
+passage id, each query's scores updated from the last query of its text).
 
-An index folder holds the bm25s matrices (memory-mapped when loaded), the passages as an Arrow table (memory-mapped
-by ``datasets``) and ``hf_ralm_index.json``, which records the corpus fingerprint so a folder is reused only for the
-corpus it was built from, and the text analysis (``ANALYSIS``), so an index built with another one is
-refused (and rebuilt when the corpus is given).
+An index folder holds the bm25s matrices (memory-mapped when loaded), the passages as an Arrow table (memory-mapped by
+``datasets``) and ``hf_ralm_index.json``, which records the corpus fingerprint so a folder is reused only for the corpus
+it was built from, and the text analysis (``ANALYSIS``), so an index built with another one is refused (and rebuilt when
+the corpus is given).
 
-Example::
-
+Examples:
+    ```python
     retriever = BM25Retriever.build_or_load("articles.jsonl.gz", "index/")
     retriever = BM25Retriever.load("index/", forbidden_titles={"Nero"})
     retriever.retrieve(["the emperor of Rome"], k=2)[0][0].title   # 'Augustus'
+    ```
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ BM25_PARAMS = {"method": "lucene", "k1": 0.9, "b": 0.4}
 # queries must be analyzed as the passages were
 INDEX_SETTINGS = {**BM25_PARAMS, **ANALYSIS}
 QUERY_TERM_CACHE = 100_000
-"""Distinct query words whose terms a retriever remembers (:class:`~hf_ralm.retrieval.analysis.TermCache`, cleared
+"""Distinct query words whose terms a retriever remembers (``TermCache``, in ``hf_ralm.retrieval.analysis``, cleared
 when full): a RALM text's queries repeat most of their words, so each is stemmed once."""
 BM25_FILES = ("bm25s/params.index.json", "bm25s/vocab.index.json", "bm25s/data.csc.index.npy",
               "bm25s/indices.csc.index.npy", "bm25s/indptr.csc.index.npy", "passages/state.json", "passages/*.arrow")
@@ -55,10 +56,14 @@ BM25_FILES = ("bm25s/params.index.json", "bm25s/vocab.index.json", "bm25s/data.c
 
 @dataclass(frozen=True)
 class BM25Options(IndexOptions):
-    """The bm25 backend's options: ``n_threads``, the threads of a batch of queries' search and the processes that
-    analyse the passages of a build (``None``: the CPUs this process may use, :func:`~hf_ralm.utils.cpus.
-    available_cpus`); ``memory_budget``, the bytes of score-matrix postings a build holds at once
-    (:data:`~hf_ralm.retrieval.bm25_index.MEMORY_BUDGET`: 2 GiB), which does not change the index."""
+    """The bm25 backend's options (beside those of every local index).
+
+    Attributes:
+        n_threads: the threads of a batch of queries' search and the processes that analyse the passages of a build
+            (``None``: the CPUs this process may use, ``available_cpus`` in ``hf_ralm.utils.cpus``).
+        memory_budget: the bytes of score-matrix postings a build holds at once (``MEMORY_BUDGET`` of
+            ``hf_ralm.retrieval.bm25_index``: 2 GiB), which does not change the index.
+    """
 
     n_threads: int | None = None
     memory_budget: int = MEMORY_BUDGET
@@ -69,7 +74,16 @@ class BM25Options(IndexOptions):
 
 
 class BM25Retriever(LocalIndexRetriever):
-    """BM25 over 100-word passages, with optional exclusion of passages by article title (contamination)."""
+    """BM25 over 100-word passages, with optional exclusion of passages by article title (contamination).
+
+    Opened from its options with [`from_options`][hf_ralm.retrieval.Retriever.from_options] (``retriever="bm25"``),
+    which builds the index from ``corpus`` when it is missing or stale; the constructor opens a built index.
+
+    Args:
+        index_dir: the index folder, checked to hold a whole bm25 index before it is opened.
+        forbidden_titles: the article titles whose passages are never returned.
+        n_threads: the threads of a batch of queries' search (``None``: the CPUs this process may use).
+    """
 
     name = "bm25"
     Options = BM25Options
@@ -107,17 +121,27 @@ class BM25Retriever(LocalIndexRetriever):
     @classmethod
     def load(cls, index_dir: str, forbidden_titles: Iterable[str] = (), n_threads: int | None = None
              ) -> "BM25Retriever":
+        """The retriever over the bm25 index in ``index_dir``, built before (as the constructor: nothing is built here).
+
+        Args:
+            index_dir: the index folder.
+            forbidden_titles: the article titles whose passages are never returned.
+            n_threads: the threads of a batch of queries' search (``None``: the CPUs this process may use).
+
+        Returns:
+            The retriever.
+        """
         return cls(index_dir, forbidden_titles=forbidden_titles, n_threads=n_threads)
 
     @classmethod
     def _write_index(cls, tmp_dir: str, passages: Iterator[dict], paths: Sequence[str] | None,
                      options: BM25Options, show_progress: bool) -> tuple[int, dict]:
-        """The passages stream through once (:mod:`hf_ralm.retrieval.bm25_index`): each is written to the passages
-        table and its terms counted into files of the build folder, and nothing more of its text is kept; the score
-        matrix is then written from those files a range of terms at a time (``memory_budget``), so memory grows with
-        the vocabulary, not with the corpus. With ``n_threads`` > 1 (default: the CPUs this process may use), that
-        many worker processes analyse the passages a batch at a time while this one reads, writes and counts them in
-        corpus order (:func:`~hf_ralm.retrieval.analysis.iter_analyzed`): the same index, sooner."""
+        """The passages stream through once (``hf_ralm.retrieval.bm25_index``): each is written to the passages table
+        and its terms counted into files of the build folder, and nothing more of its text is kept; the score matrix is
+        then written from those files a range of terms at a time (``memory_budget``), so memory grows with the
+        vocabulary, not with the corpus. With ``n_threads`` > 1 (default: the CPUs this process may use), that many
+        worker processes analyse the passages a batch at a time while this one reads, writes and counts them in corpus
+        order (``iter_analyzed``): the same index, sooner."""
         from datasets import Features, Value
         from datasets.arrow_writer import ArrowWriter
 
@@ -150,9 +174,17 @@ class BM25Retriever(LocalIndexRetriever):
 
     def retrieve(self, queries: Sequence[str], k: int = 1) -> list[list[Passage]]:
         """Top-``k`` passages per query, best first, ties by passage id; passages with a zero score (no query term
-        matched) and forbidden titles are never returned. A passage's score is the float64 sum of its stored term
-        scores over the query's analysed terms, each as often as it occurs in the query
-        (:class:`~hf_ralm.retrieval.bm25_stream.BM25Stream`: exact, and updated from the last query of a text)."""
+        matched) and forbidden titles are never returned. A passage's score is the float64 sum of its stored term scores
+        over the query's analysed terms, each as often as it occurs in the query (``BM25Stream``, in
+        ``hf_ralm.retrieval.bm25_stream``: exact, and updated from the last query of a text).
+
+        Args:
+            queries: the query texts.
+            k: the passages per query.
+
+        Returns:
+            Per query, its passages (fewer than ``k`` when fewer match).
+        """
         queries = checked_queries(queries, k)
         if not queries:
             return []
@@ -176,9 +208,16 @@ class BM25Retriever(LocalIndexRetriever):
 
     def max_scores(self, queries: Sequence[str]) -> list[float]:
         """Per query, its maximum attainable BM25 score: with Lucene's scoring a term adds
-        ``idf · tf / (tf + k1 · (1 - b + b · dl / avgdl))``, always below ``idf = log(1 + (N - df + 0.5) / (df +
-        0.5))``, so the bound is the sum of the idf of the query's analysed terms found in the index (each time a
-        term occurs in the query, as scoring counts it); 0 when none is found (nothing can be retrieved then)."""
+        ``idf · tf / (tf + k1 · (1 - b + b · dl / avgdl))``, always below
+        ``idf = log(1 + (N - df + 0.5) / (df + 0.5))``, so the bound is the sum of the idf of the query's analysed terms
+        found in the index (each time a term occurs in the query, as scoring counts it).
+
+        Args:
+            queries: the query texts.
+
+        Returns:
+            Per query, its bound; 0 when none of its terms is found (nothing can be retrieved then).
+        """
         queries = checked_queries(queries)
         matrix = self.bm25.scores  # one column per term: indptr[t + 1] - indptr[t] passages hold term t
         num_docs = matrix["num_docs"]

@@ -1,25 +1,26 @@
 """Whether an index folder holds a usable index, and which of its files hf-ralm wrote: the checks every retrieval
 backend (``bm25``, ``lucene``, ``dense``; ``hybrid``'s two sides) runs before it opens or rebuilds an index.
 
-A manifest alone (:mod:`~hf_ralm.retrieval.index_manifest`) does not make a folder hf-ralm's: it must be valid and
-every file it lists must be there, with the size it records (for an index built before sizes were recorded: the
-backend's own files must be there, and hf-ralm wrote the entries that hold them): :func:`folder_contents`, the one
-place that decides which files a build may remove (:mod:`~hf_ralm.retrieval.index_builds`).
+A manifest alone (``hf_ralm.retrieval.index_manifest``) does not make a folder hf-ralm's: it must be valid and every
+file it lists must be there, with the size it records (for an index built before sizes were recorded: the backend's own
+files must be there, and hf-ralm wrote the entries that hold them): ``folder_contents``, the one place that decides
+which files a build may remove (``hf_ralm.retrieval.index_builds``).
 
-Before an index is used, :func:`index_problem` checks that it is whole (every recorded file there, with its size; for
-an index built before sizes were recorded, the backend's own files), that each file holds what was written there (its
-digest, when the file may have changed since it was last verified; :func:`verify_index` hashes every file), that it
-is the backend's and that it records what this version reads. An index that fails is refused with the command that
-rebuilds it (:func:`check_index`), or rebuilt when the corpus is given
-(:func:`~hf_ralm.retrieval.index_builds.reusable_index_info`); another backend's index is never built over.
+Before an index is used, ``index_problem`` checks that it is whole (every recorded file there, with its size; for an
+index built before sizes were recorded, the backend's own files), that each file holds what was written there (its
+digest, when the file may have changed since it was last verified; [`verify_index`][hf_ralm.retrieval.verify_index]
+hashes every file), that it is the backend's and that it records what this version reads. An index that fails is refused
+with the command that rebuilds it (``check_index``), or rebuilt when the corpus is given (``reusable_index_info``, in
+``hf_ralm.retrieval.index_builds``); another backend's index is never built over.
 
-The files of hf-ralm's cache that belong to an index folder (its build lock, the stamps of its verified files) are
-named here (:func:`cache_file`, in :func:`hf_ralm_cache_dir`).
+The files of hf-ralm's cache that belong to an index folder (its build lock, the stamps of its verified files) are named
+here (``cache_file``, in ``hf_ralm_cache_dir``).
 
-Example::
-
+Examples:
+    ```python
     check_index("wiki-bm25", "bm25")["num_passages"]   # 666157
     verify_index("wiki-bm25")   # {'index_dir': 'wiki-bm25', 'checksum': 'sha256', 'files': 8, 'bytes': 1630284}
+    ```
 """
 
 from __future__ import annotations
@@ -41,8 +42,17 @@ logger = logging.get_logger(__name__)
 
 
 def read_index_info(index_dir: str) -> dict | None:
-    """The ``hf_ralm_index.json`` of an index folder, or ``None`` if the folder holds no finished index; an unreadable
-    or invalid one (:func:`read_manifest`) raises :class:`~hf_ralm.errors.IndexFolderError` naming it."""
+    """The ``hf_ralm_index.json`` of an index folder.
+
+    Args:
+        index_dir: the index folder.
+
+    Returns:
+        Its ``hf_ralm_index.json``, or ``None`` if the folder holds no finished index.
+
+    Raises:
+        IndexFolderError: the ``hf_ralm_index.json`` is unreadable or invalid (``read_manifest``); the message names it.
+    """
     info, problem = read_manifest(index_dir)
     if problem is not None:
         raise IndexFolderError(f"The index in {index_dir!r} {problem} ({os.path.join(index_dir, INDEX_FILE)}). "
@@ -53,8 +63,8 @@ def read_index_info(index_dir: str) -> dict | None:
 def rebuild_hint(index_dir: str, retriever: str) -> str:
     """How to (re)build the index of ``index_dir``: the ``hf-ralm index`` command (with the corpus files its
     ``hf_ralm_index.json`` records, else ``FILE``), or the corpus passed where the index is used, which rebuilds it
-    there; once the user has deleted the folder when it holds an ``hf_ralm_index.json`` that does not make it
-    hf-ralm's (a damaged or incomplete index: :func:`folder_contents`), which hf-ralm does not remove itself."""
+    there; once the user has deleted the folder when it holds an ``hf_ralm_index.json`` that does not make it hf-ralm's
+    (a damaged or incomplete index: ``folder_contents``), which hf-ralm does not remove itself."""
     info, _ = read_manifest(index_dir) if os.path.isdir(index_dir) else Manifest(None, None)
     corpus = " ".join(f"--corpus {path}" for path in (info or {}).get("corpus") or ["FILE"])
     hint = (f"`hf-ralm index --retriever {retriever} {corpus} --index-dir {index_dir}`, or pass the corpus where the "
@@ -86,7 +96,7 @@ def _written_files(index_dir: str, info: dict, files: Sequence[str]) -> tuple[li
     """``(written, problem)``: the files the valid ``hf_ralm_index.json`` ``info`` of ``index_dir`` says hf-ralm wrote
     there, when they are: every file it lists, there with the size it records; for an index built before sizes were
     recorded, every file under the entries that hold the backend's own ``files`` (glob patterns), when each pattern
-    finds one. Otherwise ``(None, problem)``, as :func:`index_problem` words it."""
+    finds one. Otherwise ``(None, problem)``, as ``index_problem`` words it."""
     recorded = info.get("files")
     if recorded is None:
         missing = [pattern for pattern in files if not glob.glob(os.path.join(index_dir, pattern))]
@@ -121,7 +131,7 @@ def _backend_files(retriever) -> tuple[str, ...]:
 
 
 class FolderContents(NamedTuple):
-    """What an existing index folder holds, as :func:`folder_contents` sorts it."""
+    """What an existing index folder holds, as ``folder_contents`` sorts it."""
 
     written: tuple[str, ...]
     """The files hf-ralm wrote there, which a build may remove (``hf_ralm_index.json`` last); ``()`` when the folder
@@ -130,22 +140,29 @@ class FolderContents(NamedTuple):
     """The entries hf-ralm did not write (top-level names; paths inside a folder of the index's): every entry of a
     folder that is no hf-ralm index."""
     problem: str | None
-    """Why the ``hf_ralm_index.json`` there does not make the folder hf-ralm's (:func:`index_problem`'s words), or
+    """Why the ``hf_ralm_index.json`` there does not make the folder hf-ralm's (``index_problem``'s words), or
     ``None``."""
 
 
 def folder_contents(index_dir: str) -> FolderContents:
     """Which entries of the existing folder ``index_dir`` hf-ralm wrote (and a build may remove) and which it did not:
     the one place that decides it. The folder is an hf-ralm index only when its ``hf_ralm_index.json`` is valid
-    (:func:`read_manifest`) and every file it lists is there with its recorded size (:func:`_written_files`; an older
-    index's: the files of its backend's own entries); then hf-ralm wrote those files and the ``hf_ralm_index.json``,
-    and nothing else (a folder inside the index that holds none of them is not the index's either).
+    (``read_manifest``) and every file it lists is there with its recorded size (``_written_files``; an older index's:
+    the files of its backend's own entries); then hf-ralm wrote those files and the ``hf_ralm_index.json``, and nothing
+    else (a folder inside the index that holds none of them is not the index's either).
 
-    Example::
+    Args:
+        index_dir: an existing folder.
 
+    Returns:
+        Its ``FolderContents``.
+
+    Examples:
+        ```python
         folder_contents("wiki-bm25")
         # FolderContents(written=('bm25s/params.index.json', ..., 'hf_ralm_index.json'), others=('notes.txt',),
         #                problem=None)
+        ```
     """
     names = sorted(os.listdir(index_dir))
     info, problem = read_manifest(index_dir)
@@ -170,18 +187,29 @@ def index_problem(index_dir: str, retriever: str, files: Sequence[str] = (), key
                   settings: dict | None = None, trust_stamps: bool = True) -> str | None:
     """Why the folder ``index_dir`` holds no usable finished index of ``retriever``, or ``None`` when it does.
 
-    Checked before anything is loaded (whose index it is, :func:`check_kind`, first): the folder and its
-    ``hf_ralm_index.json`` exist and are valid (:func:`read_manifest`), it records ``retriever``, ``keys`` and
-    ``settings`` (an index built by an older hf-ralm may not), with the values of ``settings``, and its files are all
-    there: each with the size recorded when it was built (a copy that stopped short, a disk that filled up) or, for an
-    index built before sizes were recorded, the backend's own ``files`` (glob patterns relative to the folder); and
-    each holds what was written there, by the checksum recorded when it was built (:func:`_content_problem`; a file
-    unchanged since it was last verified is trusted when ``trust_stamps``).
+    Checked before anything is loaded (whose index it is, ``check_kind``, first): the folder and its
+    ``hf_ralm_index.json`` exist and are valid (``read_manifest``), it records ``retriever``, ``keys`` and ``settings``
+    (an index built by an older hf-ralm may not), with the values of ``settings``, and its files are all there: each
+    with the size recorded when it was built (a copy that stopped short, a disk that filled up) or, for an index built
+    before sizes were recorded, the backend's own ``files``; and each holds what was written there, by the checksum
+    recorded when it was built (``_content_problem``).
 
-    Example::
+    Args:
+        index_dir: the index folder.
+        retriever: the backend's name.
+        files: the backend's own files (glob patterns relative to the folder).
+        keys: what the index must record for the backend to open it.
+        settings: the values the index must record (its scoring, its text analysis).
+        trust_stamps: trust a file unchanged since it was last verified (else hash every file).
 
+    Returns:
+        The problem, worded to follow "the index" (``'is incomplete: ...'``), or ``None``.
+
+    Examples:
+        ```python
         index_problem("wiki-bm25", "bm25", ["bm25s/params.index.json"])
         # 'is incomplete: bm25s/data.csc.index.npy is missing'
+        ```
     """
     if not os.path.isdir(index_dir):
         return "does not exist"
@@ -205,10 +233,10 @@ _UNCHECKED_SAID: set[str] = set()
 
 def _content_problem(index_dir: str, retriever: str, info: dict, trust_stamps: bool = True) -> str | None:
     """Why the files of the whole index in ``index_dir`` (its valid ``hf_ralm_index.json``, ``info``: every file it
-    lists there with its size) do not hold what its build wrote, by the SHA-256 digests it recorded
-    (:func:`~hf_ralm.retrieval.index_checks.verify_files`, its stamps in hf-ralm's cache: :func:`cache_file`), or
-    ``None``. An index built before checksums were recorded is checked by its sizes only, which is said once (logged:
-    warning), with how to rebuild it."""
+    lists there with its size) do not hold what its build wrote, by the SHA-256 digests it recorded (``verify_files``,
+    in ``hf_ralm.retrieval.index_checks``, its stamps in hf-ralm's cache: ``cache_file``), or ``None``. An index built
+    before checksums were recorded is checked by its sizes only, which is said once (logged: warning), with how to
+    rebuild it."""
     digests = info.get(DIGEST_KEY)
     if digests is None:
         if os.path.realpath(index_dir) not in _UNCHECKED_SAID:
@@ -229,8 +257,16 @@ def _content_problem(index_dir: str, retriever: str, info: dict, trust_stamps: b
 
 
 def check_kind(index_dir: str, retriever: str) -> None:
-    """Raise :class:`~hf_ralm.errors.IndexFolderError` when ``index_dir`` holds another backend's index: one index
-    folder per retriever, and no build overwrites another backend's index."""
+    """Refuse a folder that holds another backend's index: one index folder per retriever, and no build overwrites
+    another backend's index.
+
+    Args:
+        index_dir: the index folder.
+        retriever: the backend's name.
+
+    Raises:
+        IndexFolderError: ``index_dir`` holds another backend's index.
+    """
     info = read_manifest(index_dir).info if os.path.isdir(index_dir) else None  # a damaged one: index_problem says
     kind = (info or {}).get("retriever", retriever)
     if kind != retriever:
@@ -240,12 +276,22 @@ def check_kind(index_dir: str, retriever: str) -> None:
 
 def check_index(index_dir: str, retriever: str, files: Sequence[str] = (), keys: Sequence[str] = (),
                 settings: dict | None = None) -> dict:
-    """The ``hf_ralm_index.json`` of the usable ``retriever`` index in ``index_dir`` (see :func:`index_problem`).
+    """The ``hf_ralm_index.json`` of the usable ``retriever`` index in ``index_dir`` (see ``index_problem``).
+
+    Args:
+        index_dir: the index folder.
+        retriever: the backend's name.
+        files: the backend's own files (glob patterns), checked in an index that records no file sizes.
+        keys: what the index must record for the backend to open it.
+        settings: the values the index must record (its scoring, its text analysis).
+
+    Returns:
+        The index's ``hf_ralm_index.json``.
 
     Raises:
         FileNotFoundError: the folder holds no finished index; the message says how to build one.
-        IndexFolderError: the index cannot be used (damaged, older, another backend's, other settings); the message
-            says what is wrong and how to rebuild it.
+        IndexFolderError: the index cannot be used (damaged, older, another backend's, other settings); the message says
+            what is wrong and how to rebuild it.
     """
     check_kind(index_dir, retriever)
     if not os.path.isfile(os.path.join(index_dir, INDEX_FILE)):
@@ -258,17 +304,21 @@ def check_index(index_dir: str, retriever: str, files: Sequence[str] = (), keys:
 
 
 def _unusable(index_dir: str, retriever: str, problem: str) -> IndexFolderError:
-    """The error for the ``retriever`` index in ``index_dir`` that cannot be used (``problem``, as
-    :func:`index_problem` words it), with how to rebuild it."""
+    """The error for the ``retriever`` index in ``index_dir`` that cannot be used (``problem``, as ``index_problem``
+    words it), with how to rebuild it."""
     return IndexFolderError(f"The {retriever} index in {index_dir!r} {problem}. Rebuild it: "
                             f"{rebuild_hint(index_dir, retriever)}.")
 
 
 def verify_index(index_dir: str, trust_stamps: bool = False) -> dict:
-    """Check every file of the index in ``index_dir`` against the SHA-256 digest recorded when it was built, each
-    one read whole (no file is trusted for being unchanged since it was last verified, unless ``trust_stamps``: the
-    check a load makes): what ``hf-ralm index --verify DIR`` runs. A hybrid folder's two indexes are checked both.
-    Verified files are stamped as such.
+    """Check every file of the index in ``index_dir`` against the SHA-256 digest recorded when it was built, each one
+    read whole: what ``hf-ralm index --verify DIR`` runs. A hybrid folder's two indexes are checked both. Verified files
+    are stamped as such.
+
+    Args:
+        index_dir: the index folder.
+        trust_stamps: trust a file unchanged since it was last verified (the check a load makes); by default no file is
+            trusted.
 
     Returns:
         ``{"index_dir", "checksum": "sha256", "files", "bytes"}``: what was verified.
@@ -276,14 +326,15 @@ def verify_index(index_dir: str, trust_stamps: bool = False) -> dict:
     Raises:
         FileNotFoundError: no such folder.
         IndexFolderError: a file is damaged (the message names it and says how to rebuild the index), missing or of
-            another size; the index records no checksums (built by an older hf-ralm); the folder holds no index
-            hf-ralm built (a Lucene index from elsewhere, a pyserini prebuilt index: they have no checksums).
+            another size; the index records no checksums (built by an older hf-ralm); the folder holds no index hf-ralm
+            built (a Lucene index from elsewhere, a pyserini prebuilt index: they have no checksums).
 
-    Example::
-
+    Examples:
+        ```python
         from hf_ralm.retrieval import verify_index
 
         verify_index("wiki-bm25")   # {'index_dir': 'wiki-bm25', 'checksum': 'sha256', 'files': 8, 'bytes': 1630284}
+        ```
     """
     if not os.path.isdir(index_dir):
         raise FileNotFoundError(f"No index folder {index_dir!r} to verify.")
@@ -314,8 +365,13 @@ def verify_index(index_dir: str, trust_stamps: bool = False) -> dict:
 
 @contextmanager
 def reading_index(index_dir: str, retriever: str) -> Iterator[None]:
-    """Report an error raised while a backend opens the files of a checked index (:func:`check_index`: all there, of
-    the right sizes, yet unreadable) as :class:`~hf_ralm.errors.IndexFolderError` saying how to rebuild it."""
+    """Report an error raised while a backend opens the files of a checked index (``check_index``: all there, of the
+    right sizes, yet unreadable) as [`IndexFolderError`][hf_ralm.errors.IndexFolderError] saying how to rebuild it.
+
+    Args:
+        index_dir: the index folder.
+        retriever: the backend's name.
+    """
     try:
         yield
     except (OSError, ValueError, KeyError, RuntimeError) as error:
@@ -326,8 +382,17 @@ def reading_index(index_dir: str, retriever: str) -> Iterator[None]:
 
 def cache_file(index_dir: str, kind: str, suffix: str) -> str:
     """The file of hf-ralm's cache that belongs to the index folder ``index_dir``, whatever path names it:
-    ``<cache>/<kind>/<name>-<hash of the folder's real path><suffix>`` (:func:`hf_ralm_cache_dir`): its build lock
-    (:func:`~hf_ralm.retrieval.index_builds.building`), the stamps of its verified files (:func:`_content_problem`)."""
+    ``<cache>/<kind>/<name>-<hash of the folder's real path><suffix>`` (``hf_ralm_cache_dir``): its build lock
+    (``building``, in ``hf_ralm.retrieval.index_builds``), the stamps of its verified files (``_content_problem``).
+
+    Args:
+        index_dir: the index folder.
+        kind: the cache's sub-folder (``"locks"``, ``"index-checks"``).
+        suffix: the file's extension.
+
+    Returns:
+        The file's path.
+    """
     real = os.path.realpath(index_dir)
     key = hashlib.sha256(real.encode("utf-8", "surrogateescape")).hexdigest()[:16]
     return os.path.join(hf_ralm_cache_dir(), kind, f"{os.path.basename(real)}-{key}{suffix}")
@@ -337,9 +402,10 @@ def hf_ralm_cache_dir() -> str:
     """hf-ralm's cache folder: ``$HF_HOME/hf-ralm`` when ``HF_HOME`` is set, else ``$XDG_CACHE_HOME/hf-ralm``, else
     ``~/.cache/hf-ralm``.
 
-    Example::
-
+    Examples:
+        ```python
         hf_ralm_cache_dir()   # '/home/me/.cache/hf-ralm'
+        ```
     """
     for variable in ("HF_HOME", "XDG_CACHE_HOME"):
         if os.environ.get(variable):

@@ -3,21 +3,22 @@
 Three ways to open an index:
 
 * build one from our corpus format (``LuceneRetriever.build(corpus, index_dir)``): every 100-word passage becomes a
-  pyserini ``JsonCollection`` document ``{"id": row number, "contents": title + "\\n" + text, "title": title}``,
-  indexed by Anserini's ``IndexCollection`` (Porter stemmer, Lucene's English stop words) in a child ``java``
-  process, with the raw JSON stored;
+  pyserini ``JsonCollection`` document ``{"id": row number, "contents": title + "\\n" + text, "title": title}``, indexed
+  by Anserini's ``IndexCollection`` (Porter stemmer, Lucene's English stop words) in a child ``java`` process, with the
+  raw JSON stored;
 * open a local Lucene index folder (one built here, or any pyserini/Anserini index with stored ``raw`` JSON);
 * name a pyserini prebuilt index (e.g. ``"wikipedia-dpr"``), which pyserini downloads into ``~/.cache/pyserini``
-  (``$PYSERINI_CACHE``) the first time; offline, that is a clear :class:`ConnectionError`.
+  (``$PYSERINI_CACHE``) the first time; offline, that is a clear ``ConnectionError``.
 
-Which Java runs, how the in-process JVM starts (lazily, the first time an index is opened) and how Anserini is
-called without importing ``pyserini.search.lucene`` is :mod:`hf_ralm.retrieval.lucene_compat`'s business.
+Which Java runs, how the in-process JVM starts (lazily, the first time an index is opened) and how Anserini is called
+without importing ``pyserini.search.lucene`` is ``hf_ralm.retrieval.lucene_compat``'s business.
 
-Example::
-
+Examples:
+    ```python
     retriever = LuceneRetriever.build_or_load("articles.jsonl.gz", "index-lucene/")
     retriever = LuceneRetriever.load("index-lucene/", forbidden_titles={"Nero"})
     retriever.retrieve(["the emperor of Rome"], k=2)[0][0].title   # 'Augustus'
+    ```
 """
 
 from __future__ import annotations
@@ -82,10 +83,15 @@ def _passage_from_raw(docid: str, raw: str | None, contents: str | None, score: 
 
 @dataclass(frozen=True)
 class LuceneOptions(IndexOptions):
-    """The lucene backend's options: ``n_threads``, the threads of a batch of queries' search and of a build
-    (``None``: the CPUs this process may use, :func:`~hf_ralm.utils.cpus.available_cpus`), and the BM25 parameters
-    ``k1`` and ``b`` (pyserini's defaults, as the paper used). ``index_dir`` may also name a pyserini prebuilt
-    index."""
+    """The lucene backend's options (beside those of every local index, whose ``index_dir`` may also name a pyserini
+    prebuilt index).
+
+    Attributes:
+        n_threads: the threads of a batch of queries' search and of a build (``None``: the CPUs this process may use,
+            ``available_cpus`` in ``hf_ralm.utils.cpus``).
+        k1: BM25's ``k1`` (pyserini's default, as the paper used).
+        b: BM25's ``b`` (pyserini's default, as the paper used).
+    """
 
     n_threads: int | None = None
     k1: float = BM25_K1
@@ -95,8 +101,22 @@ class LuceneOptions(IndexOptions):
 class LuceneRetriever(LocalIndexRetriever):
     """BM25 (Lucene, through Anserini) over 100-word passages, with optional exclusion of passages by article title.
 
-    ``index_dir`` is an hf-ralm Lucene index folder, any local Lucene index folder with stored ``raw`` documents, or
-    a pyserini prebuilt index name such as ``"wikipedia-dpr"``.
+    Opened from its options with [`from_options`][hf_ralm.retrieval.Retriever.from_options] (``retriever="lucene"``),
+    which builds the index from ``corpus`` when it is missing or stale; the constructor opens an index.
+
+    Args:
+        index_dir: an hf-ralm Lucene index folder, any local Lucene index folder with stored ``raw`` documents, or a
+            pyserini prebuilt index name such as ``"wikipedia-dpr"``.
+        forbidden_titles: the article titles whose passages are never returned.
+        n_threads: the threads of a batch of queries' search (``None``: the CPUs this process may use).
+        k1: BM25's ``k1``.
+        b: BM25's ``b``.
+
+    Raises:
+        FileNotFoundError: ``index_dir`` is neither a Lucene index folder nor a prebuilt index's name; the message says
+            how to build one.
+        ValueError: the index stores no document text (its passages would come back empty).
+        ConnectionError: a prebuilt index not in pyserini's cache could not be downloaded.
     """
 
     name = "lucene"
@@ -154,6 +174,18 @@ class LuceneRetriever(LocalIndexRetriever):
         cls, index_dir: str, forbidden_titles: Iterable[str] = (), n_threads: int | None = None, k1: float = BM25_K1,
         b: float = BM25_B,
     ) -> "LuceneRetriever":
+        """The retriever over the Lucene index ``index_dir`` (as the constructor: nothing is built here).
+
+        Args:
+            index_dir: an index folder or a pyserini prebuilt index's name.
+            forbidden_titles: the article titles whose passages are never returned.
+            n_threads: the threads of a batch of queries' search (``None``: the CPUs this process may use).
+            k1: BM25's ``k1``.
+            b: BM25's ``b``.
+
+        Returns:
+            The retriever.
+        """
         return cls(index_dir, forbidden_titles=forbidden_titles, n_threads=n_threads, k1=k1, b=b)
 
     @classmethod
@@ -199,8 +231,16 @@ class LuceneRetriever(LocalIndexRetriever):
 
     def retrieve(self, queries: Sequence[str], k: int = 1) -> list[list[Passage]]:
         """Top-``k`` passages per query, best first. Only passages matching a query term come back. With forbidden
-        titles, the search goes ``max(100, 4k)`` deep (deeper again for queries still short of ``k`` allowed
-        passages) so that ``k`` allowed passages come back whenever the index has them."""
+        titles, the search goes ``max(100, 4k)`` deep (deeper again for queries still short of ``k`` allowed passages)
+        so that ``k`` allowed passages come back whenever the index has them.
+
+        Args:
+            queries: the query texts.
+            k: the passages per query.
+
+        Returns:
+            Per query, its passages.
+        """
         queries = checked_queries(queries, k)
         if not queries:
             return []
@@ -225,8 +265,8 @@ class LuceneRetriever(LocalIndexRetriever):
         return results  # type: ignore[return-value]
 
     def config(self) -> dict:
-        """What :meth:`from_config` rebuilds this retriever from: the index folder, or the prebuilt index's name
-        (``"prebuilt"``), and the BM25 parameters."""
+        """What [`from_config`][hf_ralm.retrieval.lucene.LuceneRetriever.from_config] rebuilds this retriever from: the
+        index folder, or the prebuilt index's name (``"prebuilt"``), and the BM25 parameters."""
         if self.prebuilt:
             where = {"prebuilt": self.prebuilt}
         else:
@@ -237,9 +277,22 @@ class LuceneRetriever(LocalIndexRetriever):
     @classmethod
     def from_config(cls, config: dict, *, base_dir: str | None = None, config_file: str = RETRIEVER_CONFIG_FILE,
                     **overrides) -> "LuceneRetriever":
-        """As :meth:`Retriever.from_config`; a prebuilt index is recorded by name (``{"prebuilt": "wikipedia-dpr"}``),
-        which is no path relative to ``base_dir``: a saved folder's "name" that would open a local folder (a path) is
-        refused unless ``index_dir`` is given."""
+        """As [`Retriever.from_config`][hf_ralm.retrieval.Retriever.from_config]; a prebuilt index is recorded by name
+        (``{"prebuilt": "wikipedia-dpr"}``), which is no path relative to ``base_dir``.
+
+        Args:
+            config: the description (``type`` and options).
+            base_dir: the folder the config was read from (``None``: a description the caller gives).
+            config_file: the config's file in ``base_dir``, for messages.
+            **overrides: replace saved values (``None`` keeps the saved value).
+
+        Returns:
+            The retriever.
+
+        Raises:
+            SavedFolderError: a saved folder's prebuilt "name" would open a local folder (a path), and no ``index_dir``
+                is given.
+        """
         if "prebuilt" in config:
             name = config["prebuilt"]
             if base_dir is not None and overrides.get("index_dir") is None and names_a_local_path(name):
