@@ -1,11 +1,12 @@
-"""Retrievers: the :class:`Retriever` contract (its options, its identity), the build-or-load of the backends with a
-local index (:class:`LocalIndexRetriever`), the registry of backends (``bm25``, ``lucene``, ``dense``, ``hybrid``, and
-those added with :func:`register_retriever`), loading and saving, corpus tools, retrieval files and retrieval
-datasets. Every name is imported from its module when first used (:data:`LAZY_EXPORTS`), as the registry imports the
-backends: the ones that need optional extras (``lucene``, ``dense``, ``hybrid``) only then, and nothing here imports
-torch or transformers before a name that needs them is asked for (``hf-ralm --help``).
+"""Retrievers: the [`Retriever`][hf_ralm.retrieval.Retriever] contract (its options, its identity), the build-or-load of
+the backends with a local index (``LocalIndexRetriever``), the registry of backends (``bm25``, ``lucene``, ``dense``,
+``hybrid``, and those added with [`register_retriever`][hf_ralm.retrieval.register_retriever]), loading and saving,
+corpus tools, retrieval files and retrieval datasets. Every name is imported from its module when first used
+(``LAZY_EXPORTS``), as the registry imports the backends: the ones that need optional extras (``lucene``, ``dense``,
+``hybrid``) only then, and nothing here imports torch or transformers before a name that needs them is asked for
+(``hf-ralm --help``).
 
-Example:
+Examples:
     >>> from hf_ralm.retrieval import analyze, split_passages
     >>> [p["text"] for p in split_passages([{"id": "7", "title": "Rome", "text": "a b c d e"}], words_per_passage=2)]
     ['a b', 'c d', 'e']

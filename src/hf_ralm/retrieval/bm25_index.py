@@ -3,20 +3,19 @@ matrix is written from them a range of terms at a time, so that memory holds the
 whatever the corpus's size (as Lucene writes segments and merges them on disk).
 
 bm25s builds its index from every passage's tokens held as Python lists (about 3.8 GB for the 666k passages of the
-Wikipedia sample, some 120 GB projected for the paper's 21M). Here the passages stream through once
-(:func:`count_terms`): each passage's analysed terms become the ids of its distinct terms and their counts, a batch of
-:data:`BATCH_DOCS` passages at a time, appended to files in a spill folder (:class:`SpilledCounts`: 4 bytes per term id,
-2 per count, 8 per passage), and only the vocabulary (term → id: a Python dict, about 120 bytes a term, 110 MB for the
-987k terms of 2M passages) and each term's document frequency stay in memory. Then :func:`save_bm25s` writes bm25s's
-score matrix (CSC: one column per term, its passages in order) as the ``.npy`` files bm25s loads, a range of terms
-per pass over the spilled counts: each pass holds that range's scores and passage ids (8 bytes a posting, at most
-``memory_budget`` bytes unless one term alone has more) and writes them after the previous range's, so the files grow
-front to back and nothing is written twice. The scores are bm25s's own
-arithmetic (Lucene's idf, Robertson's term-frequency part, float64 rounded to float32), so they are bm25s's to the bit,
-and the files are the same bytes whatever the budget or the batches. Term ids are numbered by first appearance (bm25s
-numbers them in a set's order, which changes from run to run; retrieval does not depend on it).
+Wikipedia sample, some 120 GB projected for the paper's 21M). Here the passages stream through once (``count_terms``):
+each passage's analysed terms become the ids of its distinct terms and their counts, a batch of ``BATCH_DOCS`` passages
+at a time, appended to files in a spill folder (``SpilledCounts``: 4 bytes per term id, 2 per count, 8 per passage), and
+only the vocabulary (term → id: a Python dict, about 120 bytes a term, 110 MB for the 987k terms of 2M passages) and
+each term's document frequency stay in memory. Then ``save_bm25s`` writes bm25s's score matrix (CSC: one column per
+term, its passages in order) as the ``.npy`` files bm25s loads, a range of terms per pass over the spilled counts: each
+pass holds that range's scores and passage ids (8 bytes a posting, at most ``memory_budget`` bytes unless one term alone
+has more) and writes them after the previous range's, so the files grow front to back and nothing is written twice. The
+scores are bm25s's own arithmetic (Lucene's idf, Robertson's term-frequency part, float64 rounded to float32), so they
+are bm25s's to the bit, and the files are the same bytes whatever the budget or the batches. Term ids are numbered by
+first appearance (bm25s numbers them in a set's order, which changes from run to run; retrieval does not depend on it).
 
-Example:
+Examples:
     >>> import tempfile
     >>> counts = count_terms([["rome", "emperor", "rome"], ["sea", "sailor"], ["rome"]], tempfile.mkdtemp())
     >>> counts.vocab, counts.num_docs, counts.df.tolist()   # "rome" is in passages 0 and 2
@@ -39,20 +38,27 @@ from ..errors import CorpusError
 
 BATCH_DOCS = 10_000  # passages whose counts become one batch of arrays (and are scored together)
 MEMORY_BUDGET = 2 * 2**30
-"""Bytes of postings (a float32 score and an int32 passage id each) one pass of :func:`save_bm25s` holds: 2 GiB, so
-that a build of the paper's 21M passages (some 1.2G postings) takes about five passes and stays well within a
-machine of 8 GB."""
+"""Bytes of postings (a float32 score and an int32 passage id each) one pass of ``save_bm25s`` holds: 2 GiB, so that a
+build of the paper's 21M passages (some 1.2G postings) takes about five passes and stays well within a machine of 8
+GB."""
 POSTING_BYTES = 8
 _FILES = ("term_ids", "counts", "num_terms", "lengths")  # the spill files, one per array of a batch
 
 
 @dataclass
 class SpilledCounts:
-    """Per passage, its distinct terms' ids and counts, in passage order, in batches written to files under
-    ``folder`` (``term_ids``, ``counts``, ``num_terms``: how many distinct terms each passage has, ``lengths``: each
-    passage's number of terms, repeats counted); in memory only ``vocab`` (term → id), ``df`` (each term's number of
-    passages), the passages' total length and each batch's sizes. :meth:`batches` reads them back in order;
-    :meth:`remove` deletes the files."""
+    """Per passage, its distinct terms' ids and counts, in passage order, in batches written to files under ``folder``
+    (``term_ids``, ``counts``, ``num_terms``: how many distinct terms each passage has, ``lengths``: each passage's
+    number of terms, repeats counted); in memory only the vocabulary, the document frequencies, the passages' total
+    length and each batch's sizes. ``batches`` reads them back in order; ``remove`` deletes the files.
+
+    Attributes:
+        folder: the spill folder.
+        vocab: term → id.
+        df: each term's number of passages.
+        total_length: the passages' total number of terms.
+        sizes: per batch, its passages, its (passage, term) pairs and the dtype of its counts.
+    """
 
     folder: str
     vocab: dict[str, int] = field(default_factory=dict)
@@ -87,8 +93,16 @@ class SpilledCounts:
 
 
 def count_terms(analysed: Iterable[list[str]], folder: str, batch_docs: int | None = None) -> SpilledCounts:
-    """The :class:`SpilledCounts` of passages given as their analysed terms (read once, one at a time), written to
-    the (new or empty) ``folder``, ``batch_docs`` passages a batch (``None``: :data:`BATCH_DOCS`)."""
+    """The ``SpilledCounts`` of passages given as their analysed terms (read once, one at a time).
+
+    Args:
+        analysed: per passage, its analysed terms.
+        folder: the (new or empty) spill folder the counts are written to.
+        batch_docs: the passages of a batch (``None``: ``BATCH_DOCS``).
+
+    Returns:
+        The counts.
+    """
     batch_docs = batch_docs or BATCH_DOCS
     os.makedirs(folder, exist_ok=True)
     counts = SpilledCounts(folder)
@@ -153,11 +167,20 @@ def column_starts(counts: SpilledCounts) -> np.ndarray:
 
 def term_postings(counts: SpilledCounts, k1: float, b: float, memory_budget: int = MEMORY_BUDGET
                   ) -> Iterator[tuple[np.ndarray, np.ndarray, range]]:
-    """bm25s's score matrix of ``counts`` for Lucene's BM25 (``method="lucene"``), a range of terms at a time:
-    ``(data, indices, terms)``, the float32 scores and int32 passage ids of the postings of the terms ``terms``
-    (term after term, passages in order within a term), at most ``memory_budget`` bytes of them unless one term alone
-    has more. A term's score in a passage is ``idf · tf / (tf + k1 · (1 - b + b · dl / avgdl))`` with
-    ``idf = log(1 + (N - df + 0.5) / (df + 0.5))``, computed as bm25s computes it."""
+    """bm25s's score matrix of ``counts`` for Lucene's BM25 (``method="lucene"``), a range of terms at a time. A term's
+    score in a passage is ``idf · tf / (tf + k1 · (1 - b + b · dl / avgdl))`` with
+    ``idf = log(1 + (N - df + 0.5) / (df + 0.5))``, computed as bm25s computes it.
+
+    Args:
+        counts: the spilled counts.
+        k1: BM25's term-frequency saturation.
+        b: BM25's length normalisation.
+        memory_budget: the bytes of postings a range holds at most, unless one term alone has more.
+
+    Yields:
+        ``(data, indices, terms)``: the float32 scores and int32 passage ids of the postings of the terms ``terms`` (a
+            ``range``; term after term, passages in order within a term).
+    """
     num_docs = counts.num_docs
     # as bm25s: the float64 mean of the passages' lengths (the sum of integers is exact in float64 below 2**53)
     avg_length = np.float64(counts.total_length) / num_docs if num_docs else 0.0
@@ -208,9 +231,19 @@ def _range_postings(counts: SpilledCounts, k1: float, b: float, idf: np.ndarray,
 
 
 def save_bm25s(folder: str, counts: SpilledCounts, params: dict, memory_budget: int = MEMORY_BUDGET) -> None:
-    """Write ``folder`` as bm25s saves an index (``bm25s.BM25.load`` reads it): the matrix (:func:`term_postings`,
-    its data and indices written range after range), the vocabulary (with bm25s's empty term, the id after the last,
-    which scores nothing) and the parameters."""
+    """Write ``folder`` as bm25s saves an index (``bm25s.BM25.load`` reads it): the matrix (``term_postings``, its data
+    and indices written range after range), the vocabulary (with bm25s's empty term, the id after the last, which scores
+    nothing) and the parameters.
+
+    Args:
+        folder: the folder to write.
+        counts: the spilled counts.
+        params: bm25s's parameters (``method``, ``k1``, ``b``).
+        memory_budget: the bytes of postings a pass holds at most.
+
+    Raises:
+        CorpusError: the corpus has 2**31 (passage, term) pairs or more, more than bm25s's int32 column starts hold.
+    """
     import bm25s
 
     indptr = column_starts(counts)

@@ -1,18 +1,17 @@
 """Exact BM25 top-k for streams of queries, over the bm25 backend's score matrix (bm25s's CSC: ``data`` float32 term
 scores, ``indices`` passage ids, ``indptr`` one column per term).
 
-In-Context RALM asks every 4 tokens with the last 32: consecutive queries of one text share most of their terms.
-A :class:`BM25Stream` keeps, per stream, every passage's score of the last query (float64) and that query's term
-counts; the next query's scores are the last ones plus, for each term whose count changed by ``Δ``, ``Δ`` times its
-column (a tile of passages at a time, so that the scores being changed stay in the core's cache). The stored
-scores are float32, so a float64 sum of a few dozen of them is exact (:meth:`BM25Stream.
-exact_terms` says how many): the scores do not depend on the order terms came and went, and equal a plain sum over
-the query's terms. The top-k reads few passages: the scores are cut in blocks of ``2**BLOCK_SHIFT`` passages, each
-with an upper bound of its scores (raised when a score rises, left loose when one falls, made exact when the block
-is read); the blocks holding the last top-k are read first, which gives the k-th score, and then only the blocks
-whose bound reaches it. Forbidden passages hold ``-inf``, which no term lifts.
+In-Context RALM asks every 4 tokens with the last 32: consecutive queries of one text share most of their terms. A
+``BM25Stream`` keeps, per stream, every passage's score of the last query (float64) and that query's term counts; the
+next query's scores are the last ones plus, for each term whose count changed by ``Δ``, ``Δ`` times its column (a tile
+of passages at a time, so that the scores being changed stay in the core's cache). The stored scores are float32, so a
+float64 sum of a few dozen of them is exact (``BM25Stream.exact_terms`` says how many): the scores do not depend on the
+order terms came and went, and equal a plain sum over the query's terms. The top-k reads few passages: the scores are
+cut in blocks of ``2**BLOCK_SHIFT`` passages, each with an upper bound of its scores (raised when a score rises, left
+loose when one falls, made exact when the block is read); the blocks holding the last top-k are read first, which gives
+the k-th score, and then only the blocks whose bound reaches it. Forbidden passages hold ``-inf``, which no term lifts.
 
-Example:
+Examples:
     >>> import numpy as np
     >>> stream = BM25Stream(np.array([1.0, 2.0, 0.5], np.float32), np.array([0, 1, 1], np.int32),
     ...                     np.array([0, 2, 3], np.int32), num_docs=2)
@@ -224,10 +223,18 @@ class _State:
 
 
 class BM25Stream:
-    """Exact top-k of queries given as ``{term id: count}`` over a CSC score matrix, each query's scores updated
-    from the last one of a stream (see the module's docstring). ``forbidden``: passage ids never returned.
-    ``n_threads``: a batch is cut into that many contiguous runs at most, searched in parallel, each on a stream
-    of its own (``num_docs`` float64 scores each: 8 bytes a passage)."""
+    """Exact top-k of queries given as ``{term id: count}`` over a CSC score matrix, each query's scores updated from
+    the last one of a stream (see the module's docstring).
+
+    Args:
+        data: the matrix's float32 term scores.
+        indices: their int32 passage ids.
+        indptr: where each term's column starts (one more than the terms).
+        num_docs: the passages.
+        forbidden: passage ids never returned.
+        n_threads: a batch is cut into that many contiguous runs at most, searched in parallel, each on a stream of its
+            own (``num_docs`` float64 scores each: 8 bytes a passage).
+    """
 
     def __init__(self, data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, num_docs: int,
                  forbidden: np.ndarray | None = None, n_threads: int = 1):
@@ -283,9 +290,16 @@ class BM25Stream:
         state.top = out_ids[-1, : out_counts[-1]].copy()
 
     def search(self, queries: list[dict[int, int]], k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per query (``{term id: count}``; ids outside the matrix are ignored), its top ``min(k, num_docs)``:
-        ``ids`` and ``scores`` (float64) of shape ``(len(queries), k)``, row ``q``'s first ``counts[q]`` filled, best
-        first, ties by id ascending, scores above 0 only."""
+        """Per query, its top ``min(k, num_docs)``: best first, ties by id ascending, scores above 0 only.
+
+        Args:
+            queries: per query, ``{term id: count}`` (ids outside the matrix are ignored).
+            k: the passages per query.
+
+        Returns:
+            ``(ids, scores, counts)``: ``ids`` and ``scores`` (float64) of shape ``(len(queries), k)``, row ``q``'s
+                first ``counts[q]`` filled.
+        """
         queries = [{t: c for t, c in query.items() if 0 <= t < self.num_terms and c > 0} for query in queries]
         k = max(0, min(int(k), self.num_docs))
         ids = np.zeros((len(queries), k), np.int64)

@@ -1,18 +1,21 @@
 """Retrieval files in the paper's JSON format, so retrieval is done once and reused (and files made by the paper's
 ``prepare_retrieval_data.py`` can be evaluated).
 
-The file is a list with one item per evaluation window::
+The file is a list with one item per evaluation window:
 
-    {"begin_location": prev_end, "end_location": end, "future": decoded scored tokens, "query": text,
-     "retrieved_docs": [{"id", "title", "text", "score"}, ...]}
+```
+{"begin_location": prev_end, "end_location": end, "future": decoded scored tokens, "query": text,
+ "retrieved_docs": [{"id", "title", "text", "score"}, ...]}
+```
 
-Window 0 is listed too (with no query and no passages) because the reference counts it. A reranked file (``hf-ralm
-retrieve --rerank ...``) lists the ``k`` candidates in retrieval order, as the reference's ranking runs do, each with
-its ``ranking_nll`` when an LM ranked them, and adds ``"chosen"`` (the index of the passage put in context, -1 for
-none), ``"rerank"`` (the strategy) and, when the window without a passage was a candidate, ``"no_passage_ranking_nll"``.
-A file written with a retrieval gate (``--retrieval-gate score|lm``) records the choices too (``"rerank": "none"``,
-``"chosen"`` -1 where the gate closed), with ``"retrieval_gate"``, ``"gate_threshold"`` (when set) and each window's
-``"gate_score"``. Files without ``chosen`` (the paper's scripts write none) put their first passage(s) in context.
+Window 0 is listed too (with no query and no passages) because the reference counts it. A reranked file
+(``hf-ralm retrieve --rerank ...``) lists the ``k`` candidates in retrieval order, as the reference's ranking runs do,
+each with its ``ranking_nll`` when an LM ranked them, and adds ``"chosen"`` (the index of the passage put in context, -1
+for none), ``"rerank"`` (the strategy) and, when the window without a passage was a candidate,
+``"no_passage_ranking_nll"``. A file written with a retrieval gate (``--retrieval-gate score|lm``) records the choices
+too (``"rerank": "none"``, ``"chosen"`` -1 where the gate closed), with ``"retrieval_gate"``, ``"gate_threshold"`` (when
+set) and each window's ``"gate_score"``. Files without ``chosen`` (the paper's scripts write none) put their first
+passage(s) in context.
 """
 
 from __future__ import annotations
@@ -30,9 +33,16 @@ from ..config.windows import Window, plan_settings
 
 @dataclass
 class Retrievals:
-    """What a retrieval file holds for an evaluation: per window its passages (candidates, in retrieval order) and,
-    when it was reranked or gated, the chosen one's index (``NO_PASSAGE`` = -1 for none), the strategy that chose it,
-    the gate's settings (``{"retrieval_gate": ..., "gate_threshold": ...}``) and per window its gate score."""
+    """What a retrieval file holds for an evaluation.
+
+    Attributes:
+        passages: per window, its passages (candidates, in retrieval order).
+        chosen: when the file was reranked or gated, per window the chosen passage's index (``NO_PASSAGE`` = -1 for
+            none).
+        rerank: the strategy that chose them.
+        gate: the gate's settings (``{"retrieval_gate": ..., "gate_threshold": ...}``).
+        gate_scores: per window, its gate score.
+    """
 
     passages: list[list[Passage]]
     chosen: list[int] | None = None
@@ -53,7 +63,22 @@ def retrieval_records(
     gate_scores: Sequence[float | None] | None = None,
 ) -> list[dict]:
     """One reference-format record per window, with the reranker's choice and ranking NLLs when given, and a retrieval
-    gate's settings (``gate``, written into every record) and per-window scores."""
+    gate's settings and per-window scores.
+
+    Args:
+        windows: the evaluation's windows.
+        queries: per window, its query (``None`` for window 0).
+        futures: per window, its decoded tokens after the previous window's end.
+        passages: per window, its passages (candidates, in retrieval order).
+        chosen: per window, the index of the passage put in context (``NO_PASSAGE``: none).
+        ranking_nlls: per window, its candidates' ranking NLLs (and the no-passage option's, last, when it was one).
+        rerank: the strategy that chose.
+        gate: the retrieval gate's settings, written into every record.
+        gate_scores: per window, its gate score.
+
+    Returns:
+        The records.
+    """
     records = []
     for w, query, future, docs in zip(windows, queries, futures, passages):
         nlls = ranking_nlls[w.index] if ranking_nlls is not None and ranking_nlls[w.index] is not None else None
@@ -113,11 +138,17 @@ def _item_problem(item) -> str | None:
 def read_retrieval_items(path: str) -> list[dict]:
     """The items of a retrieval file, checked to be a JSON list of windows with their locations and passages.
 
+    Args:
+        path: the retrieval file.
+
+    Returns:
+        Its items.
+
     Raises:
         FileNotFoundError: no such file.
-        RetrievalFileError: not UTF-8, not JSON, not a list, or an item without its fields; the message names the
-            file (and the item) and says what a retrieval file holds. A FIFO or a device, refused before it is opened
-            (:func:`~hf_ralm.utils.checks.reading`).
+        RetrievalFileError: not UTF-8, not JSON, not a list, or an item without its fields; the message names the file
+            (and the item) and says what a retrieval file holds. A FIFO or a device, refused before it is opened
+            (``reading``, in ``hf_ralm.utils.checks``).
     """
     if not is_input_file(path, "retrieval file", RetrievalFileError):
         raise FileNotFoundError(f"Retrieval file not found: {path!r}. Write one with hf-ralm retrieve "
@@ -140,7 +171,7 @@ def read_retrieval_items(path: str) -> list[dict]:
 
 
 def _describe_plan(plan: tuple[int | None, int | None, int] | None) -> str:
-    """What :func:`~hf_ralm.config.windows.plan_settings` found out about some windows, for a message."""
+    """What ``plan_settings`` (in ``hf_ralm.config.windows``) found out about some windows, for a message."""
     if plan is None:
         return f"no sliding windows of any {setting('retrieval_stride')} and {setting('max_length')}"
     stride, max_length, num_tokens = plan
@@ -150,9 +181,18 @@ def _describe_plan(plan: tuple[int | None, int | None, int] | None) -> str:
 
 
 def check_window_locations(path: str, items: Sequence[dict], windows: Sequence[Window]) -> None:
-    """Raise :class:`~hf_ralm.errors.RetrievalFileError` unless the items of the retrieval file ``path`` are the
-    evaluation's ``windows`` (same ``begin_location``/``end_location``); the message says which settings the file
-    was made with (inferred from its locations: :func:`~hf_ralm.config.windows.plan_settings`) and how to match them."""
+    """Check that the items of the retrieval file ``path`` are the evaluation's ``windows`` (same
+    ``begin_location``/``end_location``).
+
+    Args:
+        path: the retrieval file, for the message.
+        items: its items.
+        windows: the evaluation's windows.
+
+    Raises:
+        RetrievalFileError: they are not; the message says which settings the file was made with (inferred from its
+            locations: ``plan_settings``, in ``hf_ralm.config.windows``) and how to match them.
+    """
     found = [(item["begin_location"], item["end_location"]) for item in items]
     wanted = [(w.prev_end, w.end) for w in windows]
     if found == wanted:
@@ -181,12 +221,20 @@ def _words(text: str) -> str:
 
 
 def check_window_texts(path: str, items: Sequence[dict], futures: Sequence[str]) -> None:
-    """Raise :class:`~hf_ralm.errors.RetrievalFileError` when the retrieval file ``path`` was made for another text:
-    an item's ``future`` (its window's tokens after the previous window, decoded) differs from that window's here
-    (compared word by word, so that a tokenizer's spacing of the decoded text does not matter). The queries are not
-    compared: they depend on the query length the file was made with, which a run that reads passages from a file
-    does not use; the futures depend on the text alone. Items without a ``future`` (or with an empty one, as
-hand-made files have) are not checked."""
+    """Check that the retrieval file ``path`` was made for this text: each item's ``future`` (its window's tokens after
+    the previous window, decoded) is that window's here (compared word by word, so that a tokenizer's spacing of the
+    decoded text does not matter). The queries are not compared: they depend on the query length the file was made with,
+    which a run that reads passages from a file does not use; the futures depend on the text alone. Items without a
+    ``future`` (or with an empty one, as hand-made files have) are not checked.
+
+    Args:
+        path: the retrieval file, for the message.
+        items: its items.
+        futures: per window, its decoded tokens here.
+
+    Raises:
+        RetrievalFileError: an item's ``future`` differs from its window's here.
+    """
     for i, (item, future) in enumerate(zip(items, futures)):
         stored = item.get("future")
         if isinstance(stored, str) and stored.strip() and _words(stored) != _words(future):
@@ -198,15 +246,24 @@ hand-made files have) are not checked."""
 
 def load_retrieval_file(path: str, windows: Sequence[Window], futures: Sequence[str] | None = None) -> Retrievals:
     """Passages (and a reranked file's choices) per window from a retrieval file, checked against the windows being
-    evaluated and, with ``futures`` (each window's decoded tokens: :func:`~hf_ralm.core.plan.window_futures`), against
-    the text (:func:`check_window_texts`)."""
+    evaluated and, with ``futures``, against the text (``check_window_texts``).
+
+    Args:
+        path: the retrieval file.
+        windows: the evaluation's windows.
+        futures: per window, its decoded tokens (``window_futures``, in ``hf_ralm.core.plan``); ``None``: the text is
+            not checked.
+
+    Returns:
+        The file's ``Retrievals``.
+    """
     return retrievals_from_items(path, read_retrieval_items(path), windows, futures)
 
 
 def retrievals_from_items(path: str, records: Sequence[dict], windows: Sequence[Window],
                           futures: Sequence[str] | None = None) -> Retrievals:
-    """What :func:`load_retrieval_file` gives for the items of a retrieval file (or of a retrieval dataset's rows in
-    the same layout: :mod:`hf_ralm.retrieval.dataset`), named ``path`` in messages."""
+    """What ``load_retrieval_file`` gives for the items of a retrieval file (or of a retrieval dataset's rows in the
+    same layout: ``hf_ralm.retrieval.dataset``), named ``path`` in messages."""
     check_window_locations(path, records, windows)
     if futures is not None:
         check_window_texts(path, records, futures)

@@ -1,29 +1,31 @@
 """Building an index folder atomically: every retrieval backend's build goes through here.
 
 A build writes everything under ``<index_dir>.tmp`` and moves it to ``index_dir`` only when complete
-(``hf_ralm_index.json`` last), so an interrupted build leaves no half-index behind, and builds of one folder take
-turns (:func:`building`: the first builds, the others wait and then reuse its index).
+(``hf_ralm_index.json`` last), so an interrupted build leaves no half-index behind, and builds of one folder take turns
+(``building``: the first builds, the others wait and then reuse its index).
 
 What hf-ralm deletes, by name only: an index is built into a missing or empty folder, or over an hf-ralm index
-(:func:`check_build_folder`), and a (re)build removes exactly the files that index's ``hf_ralm_index.json`` lists
-as written by hf-ralm, the ``hf_ralm_index.json`` itself and the sub-folders those files leave empty
-(:func:`~hf_ralm.retrieval.index_folder.folder_contents`), never the folder. Any other entry (a user's notes, a
-corpus kept inside the folder, a folder a stray ``hf_ralm_index.json`` was copied into) stops the build with one line
-naming it, and nothing is changed. A temporary build folder is emptied or removed only when it holds
-:data:`BUILD_MARKER`, written when hf-ralm makes it (:func:`build_folder`). An index that cannot be used is rebuilt
-when the corpus is given (:func:`reusable_index_info`, which logs a warning), if it is hf-ralm's by the rule above
-(one whose files are missing or of other sizes is not: the user removes it; one whose files hold other bytes, at their
-sizes, is).
+(``check_build_folder``), and a (re)build removes exactly the files that index's ``hf_ralm_index.json`` lists as written
+by hf-ralm, the ``hf_ralm_index.json`` itself and the sub-folders those files leave empty (``folder_contents``, in
+``hf_ralm.retrieval.index_folder``), never the folder. Any other entry (a user's notes, a corpus kept inside the folder,
+a folder a stray ``hf_ralm_index.json`` was copied into) stops the build with one line naming it, and nothing is
+changed. A temporary build folder is emptied or removed only when it holds ``BUILD_MARKER``, written when hf-ralm makes
+it (``build_folder``). An index that cannot be used is rebuilt when the corpus is given (``reusable_index_info``, which
+logs a warning), if it is hf-ralm's by the rule above (one whose files are missing or of other sizes is not: the user
+removes it; one whose files hold other bytes, at their sizes, is).
 
-Without a folder, an index goes to ``<cache>/indexes/<backend>-<corpus fingerprint[:16]>``
-(:func:`default_index_dir`, ``<cache>`` from :func:`~hf_ralm.retrieval.index_folder.hf_ralm_cache_dir`).
+Without a folder, an index goes to ``<cache>/indexes/<backend>-<corpus fingerprint[:16]>`` (``default_index_dir``,
+``<cache>`` from ``hf_ralm_cache_dir``).
 
-Example (what :class:`~hf_ralm.retrieval.local.LocalIndexRetriever`'s build does for every backend)::
+Examples:
+    What ``LocalIndexRetriever``'s build does for every backend:
 
+    ```python
     paths, articles = corpus_paths_and_articles(corpus)
     with new_build(index_dir) as tmp_dir:   # removed if the build fails or is interrupted
         ...  # write the backend's files into tmp_dir
         finish_build(tmp_dir, index_dir, "bm25", paths, words_per_passage, num_passages, settings)
+    ```
 """
 
 from __future__ import annotations
@@ -56,8 +58,7 @@ folder is ever emptied or removed (a user's folder of that name is refused)."""
 
 
 def _is_build_folder(folder: str) -> bool:
-    """Whether ``folder`` is a temporary build folder hf-ralm made (:data:`BUILD_MARKER`), which it may empty or
-    remove."""
+    """Whether ``folder`` is a temporary build folder hf-ralm made (``BUILD_MARKER``), which it may empty or remove."""
     return os.path.isfile(os.path.join(folder, BUILD_MARKER))
 
 
@@ -68,20 +69,28 @@ def _entries(names: Sequence[str]) -> str:
 
 
 def check_build_folder(index_dir: str, retriever: str | None = None, parts: Sequence[str] = ()) -> tuple[str, ...]:
-    """Raise :class:`~hf_ralm.errors.IndexFolderError` unless an index may be built into ``index_dir``: a missing or
-    empty folder, or an hf-ralm index (of ``retriever`` when given: :func:`check_kind`) that holds nothing hf-ralm
-    did not write (:func:`folder_contents`), or one that holds only ``parts`` (a hybrid folder: its sides' folders,
-    which their own builds check). Anything else (a mistyped ``--index-dir`` naming the corpus's folder, the working
-    folder, a user's file or a corpus put inside an index, a damaged or incomplete index) is refused, untouched.
+    """Check that an index may be built into ``index_dir``: a missing or empty folder, or an hf-ralm index (of
+    ``retriever`` when given: ``check_kind``) that holds nothing hf-ralm did not write (``folder_contents``), or one
+    that holds only ``parts``.
+
+    Args:
+        index_dir: the folder to build into.
+        retriever: the backend whose index the folder may hold (``None``: any).
+        parts: entries the folder may hold besides (a hybrid folder: its sides' folders, which their own builds check).
 
     Returns:
-        The files there that hf-ralm wrote, which the build replaces (:attr:`FolderContents.written`).
+        The files there that hf-ralm wrote, which the build replaces (``FolderContents.written``).
 
-    Example::
+    Raises:
+        IndexFolderError: anything else (a mistyped ``--index-dir`` naming the corpus's folder, the working folder, a
+            user's file or a corpus put inside an index, a damaged or incomplete index), refused, untouched.
 
+    Examples:
+        ```python
         check_build_folder("data", "bm25")
         # IndexFolderError: 'data' is not an hf-ralm index folder and is not empty: it holds notes.txt, wiki.jsonl
         # (2 entries). ...
+        ```
     """
     if retriever is not None:
         check_kind(index_dir, retriever)
@@ -114,11 +123,22 @@ def check_build_folder(index_dir: str, retriever: str | None = None, parts: Sequ
 
 def reusable_index_info(index_dir: str, retriever: str, files: Sequence[str] = (), keys: Sequence[str] = (),
                         settings: dict | None = None) -> dict | None:
-    """For ``build_or_load`` with a corpus: the ``hf_ralm_index.json`` of the index in ``index_dir`` when it is
-    usable (:func:`index_problem`), else ``None``, and the index is (re)built there, which a logged warning says
-    when the folder held an index that cannot be used. Another backend's index, a folder that is no whole hf-ralm
-    index, or one that holds anything hf-ralm did not write, is never built over (:func:`check_build_folder`); a
-    usable index is reused whatever lies beside it (reading it changes nothing)."""
+    """For ``build_or_load`` with a corpus: the ``hf_ralm_index.json`` of the index in ``index_dir`` when it is usable
+    (``index_problem``), else ``None``, and the index is (re)built there, which a logged warning says when the folder
+    held an index that cannot be used. Another backend's index, a folder that is no whole hf-ralm index, or one that
+    holds anything hf-ralm did not write, is never built over (``check_build_folder``); a usable index is reused
+    whatever lies beside it (reading it changes nothing).
+
+    Args:
+        index_dir: the folder to reuse or build into.
+        retriever: the backend that builds there.
+        files: its ``index_files`` (``LocalIndexRetriever``'s hooks).
+        keys: its ``index_keys``.
+        settings: its ``index_settings``.
+
+    Returns:
+        The index's ``hf_ralm_index.json``, or ``None`` when it is to be (re)built.
+    """
     check_kind(index_dir, retriever)
     problem = index_problem(index_dir, retriever, files, keys, settings)
     if problem is None:
@@ -138,10 +158,18 @@ def corpus_paths_and_articles(
     corpus: str | Sequence[str] | Iterable[dict], show_progress: bool = False,
     pace: Callable[[int, int], None] | None = None,
 ) -> tuple[list[str] | None, Iterable[dict]]:
-    """``(paths, articles)`` for a corpus given as file path(s) (``articles`` then reads them lazily, with a
-    progress bar over their bytes when ``show_progress``, and ``pace`` told how far: :func:`~hf_ralm.retrieval.
-    corpus.read_corpora`) or as rows (``paths`` is then ``None``; a bar over the rows, with their number when they
-    have one)."""
+    """``(paths, articles)`` for a corpus given as file path(s) (``articles`` then reads them lazily: ``read_corpora``,
+    in ``hf_ralm.retrieval.corpus``) or as rows (``paths`` is then ``None``).
+
+    Args:
+        corpus: the corpus file path(s), or rows.
+        show_progress: show a progress bar, over the files' bytes or over the rows (with their number when they have
+            one).
+        pace: told how far the reading of files is (``(bytes read, bytes in all)``).
+
+    Returns:
+        The corpus file paths (``None`` for rows) and the articles, read lazily.
+    """
     from ..utils.progress import tqdm
 
     paths = [corpus] if isinstance(corpus, str) else list(corpus) if _is_paths(corpus) else None
@@ -152,7 +180,7 @@ def corpus_paths_and_articles(
 
 
 def check_corpus_files(paths: Iterable[str]) -> None:
-    """Refuse the first of ``paths`` that is no corpus file (:func:`~hf_ralm.retrieval.corpus.check_corpus_file`)."""
+    """Refuse the first of ``paths`` that is no corpus file (``check_corpus_file``)."""
     for path in paths:
         check_corpus_file(path)
 
@@ -166,27 +194,38 @@ def corpus_files(corpus: str | Sequence[str]) -> list[str]:
 
 def building(index_dir: str):
     """The lock of the builds of ``index_dir``: held while a process checks whether the index is there and builds it
-    when not, so that concurrent builds (the ranks of a torchrun job, the tasks of a Slurm array) never write one
-    folder at once; the others wait, then find the index built (a waiter says who holds the lock and gives up after
-    a timeout: :mod:`hf_ralm.runs.locks`).
+    when not, so that concurrent builds (the ranks of a torchrun job, the tasks of a Slurm array) never write one folder
+    at once; the others wait, then find the index built (a waiter says who holds the lock and gives up after a timeout:
+    ``hf_ralm.runs.locks``).
 
     The lock file lies in hf-ralm's cache, ``<cache>/locks/<name>-<hash of the folder's real path>.lock``
-    (:func:`hf_ralm_cache_dir`), not beside the folder: no lock file is left in the user's folders. The processes
-    that build one folder share that cache (the default, ``~/.cache/hf-ralm``, is shared by the nodes of a cluster
-    whose home folders are).
+    (``hf_ralm_cache_dir``), not beside the folder: no lock file is left in the user's folders. The processes that build
+    one folder share that cache (the default, ``~/.cache/hf-ralm``, is shared by the nodes of a cluster whose home
+    folders are).
+
+    Args:
+        index_dir: the index folder.
+
+    Returns:
+        The lock, a context manager.
     """
     return file_lock(cache_file(index_dir, "locks", ".lock"), f"the build of {index_dir}")
 
 
 BUILD_SECONDS_PER_MB = {"bm25": 0.65}
-"""Seconds of an index build per MB of corpus file (as stored: gzip'd or not), measured on 2 CPU cores (the
-Wikipedia sample, 150 MB gzip'd, built its BM25 index in about 95 s): what :func:`announce_build`'s estimate
-scales."""
+"""Seconds of an index build per MB of corpus file (as stored: gzip'd or not), measured on 2 CPU cores (the Wikipedia
+sample, 150 MB gzip'd, built its BM25 index in about 95 s): what ``announce_build``'s estimate scales."""
 
 
 def announce_build(retriever: str, paths: Sequence[str] | None, index_dir: str) -> None:
     """One logged line (info) before a one-time build: what is built from what, where, and (for the backends measured in
-    :data:`BUILD_SECONDS_PER_MB`) roughly how long; later runs reuse the folder."""
+    ``BUILD_SECONDS_PER_MB``) roughly how long; later runs reuse the folder.
+
+    Args:
+        retriever: the backend's name.
+        paths: the corpus files (``None``: rows).
+        index_dir: the index folder.
+    """
     source = "the given rows"
     estimate = ""
     if paths:
@@ -203,25 +242,32 @@ def announce_build(retriever: str, paths: Sequence[str] | None, index_dir: str) 
 
 
 BUILD_READ_SHARE = {"bm25": 0.85}
-"""The share of a build's time spent reading (and analysing) the corpus, for the backends whose build is mostly that:
-a BM25 build of the Wikipedia sample read for 42 s of its 50 s (the rest: the score matrix and the passages table).
-What :func:`build_pace` scales the measured reading time by."""
+"""The share of a build's time spent reading (and analysing) the corpus, for the backends whose build is mostly that: a
+BM25 build of the Wikipedia sample read for 42 s of its 50 s (the rest: the score matrix and the passages table). What
+``build_pace`` scales the measured reading time by."""
 
 RESTATE_AFTER_S = 10.0
-"""Seconds of reading the corpus after which :func:`build_pace` says the build's estimate at the speed measured."""
+"""Seconds of reading the corpus after which ``build_pace`` says the build's estimate at the speed measured."""
 
 
 def build_pace(retriever: str, clock: Callable[[], float] = time.perf_counter) -> Callable[[int, int], None] | None:
-    """What the corpus reader calls with ``(bytes read, bytes in all)`` during a build of a ``retriever`` index
-    measured in :data:`BUILD_READ_SHARE` (``None`` for others): once the read has run :data:`RESTATE_AFTER_S` seconds
-    past its first step (which also starts the analysis workers: timed, it tripled the estimate), it logs the build's
-    estimate again at the speed this machine reads now (its load, not the idle machine of
-    :data:`BUILD_SECONDS_PER_MB`: a build announced as 2 minutes took 6 on 2 busy cores).
+    """What the corpus reader calls with ``(bytes read, bytes in all)`` during a build of a ``retriever`` index: once
+    the read has run ``RESTATE_AFTER_S`` seconds past its first step (which also starts the analysis workers: timed, it
+    tripled the estimate), it logs the build's estimate again at the speed this machine reads now (its load, not the
+    idle machine of ``BUILD_SECONDS_PER_MB``: a build announced as 2 minutes took 6 on 2 busy cores).
 
-    Example::
+    Args:
+        retriever: the backend's name.
+        clock: the clock the reading is timed by.
 
+    Returns:
+        The function, for the backends measured in ``BUILD_READ_SHARE``; ``None`` for others.
+
+    Examples:
+        ```python
         pace = build_pace("bm25")
         pace(0, 150_000_000); ...; pace(40_000_000, 150_000_000)   # 'hf-ralm: ... roughly 2 min in all ...'
+        ```
     """
     if retriever not in BUILD_READ_SHARE:
         return None
@@ -247,14 +293,24 @@ def build_pace(retriever: str, clock: Callable[[], float] = time.perf_counter) -
 
 def build_folder(index_dir: str, retriever: str | None = None) -> str:
     """``<index_dir>.tmp``, where a build of ``index_dir`` is written before it is moved there: made when missing (or
-    empty), with :data:`BUILD_MARKER` in it, at once (a folder prepared beside it, then renamed, so that the workers
-    of a shared build all find the marker); one that hf-ralm did not make is the user's, and refused. Refused before
-    anything is written when ``index_dir`` is no folder to build a ``retriever`` index into
-    (:func:`check_build_folder`). Made as any folder is, with the permissions the umask leaves.
+    empty), with ``BUILD_MARKER`` in it, at once (a folder prepared beside it, then renamed, so that the workers of a
+    shared build all find the marker). Made as any folder is, with the permissions the umask leaves.
 
-    Example::
+    Args:
+        index_dir: the index folder.
+        retriever: the backend whose index the folder may hold (``None``: any).
 
+    Returns:
+        The build folder's path.
+
+    Raises:
+        IndexFolderError: ``index_dir`` is no folder to build a ``retriever`` index into (``check_build_folder``),
+            refused before anything is written; or ``<index_dir>.tmp`` exists and hf-ralm did not make it (the user's).
+
+    Examples:
+        ```python
         build_folder("wiki-dense")   # '/home/me/wiki-dense.tmp'
+        ```
     """
     check_build_folder(index_dir, retriever)
     tmp_dir = os.path.abspath(index_dir) + ".tmp"
@@ -275,8 +331,8 @@ def build_folder(index_dir: str, retriever: str | None = None) -> str:
 
 
 def clear_build_folder(tmp_dir: str, keep: Sequence[str] = ()) -> None:
-    """Remove what an interrupted build left in its folder ``tmp_dir`` (:func:`build_folder`), but for the folder's
-    marker and the entries named in ``keep`` (the dense build's encoded chunks)."""
+    """Remove what an interrupted build left in its folder ``tmp_dir`` (``build_folder``), but for the folder's marker
+    and the entries named in ``keep`` (the dense build's encoded chunks)."""
     for name in os.listdir(tmp_dir):
         if name not in (BUILD_MARKER, *keep):
             path = os.path.join(tmp_dir, name)
@@ -285,11 +341,19 @@ def clear_build_folder(tmp_dir: str, keep: Sequence[str] = ()) -> None:
 
 @contextlib.contextmanager
 def new_build(index_dir: str, retriever: str | None = None) -> Iterator[str]:
-    """An empty build folder for ``index_dir`` (:func:`build_folder`, which first checks that a ``retriever`` index
-    may be built there; what an interrupted build left is removed) to build into, removed again when the build fails
-    or is interrupted (a bad corpus row, no passages, Ctrl-C), so no half-written build is left behind;
-    :func:`finish_build`, inside, moves it to ``index_dir``. A full disk that the backend's writes report naming no
-    file (numpy, pyarrow) names ``index_dir`` (:func:`~hf_ralm.utils.atomic.naming_full_disk`)."""
+    """An empty build folder for ``index_dir`` to build into, removed again when the build fails or is interrupted (a
+    bad corpus row, no passages, Ctrl-C), so no half-written build is left behind; ``finish_build``, inside, moves it to
+    ``index_dir``. A full disk that the backend's writes report naming no file (numpy, pyarrow) names ``index_dir``
+    (``naming_full_disk``, in ``hf_ralm.utils.atomic``).
+
+    Args:
+        index_dir: the index folder.
+        retriever: the backend whose index is built (``build_folder`` first checks that one may be built there; what an
+            interrupted build left is removed).
+
+    Yields:
+        The build folder's path.
+    """
     tmp_dir = build_folder(index_dir, retriever)
     clear_build_folder(tmp_dir)
     try:
@@ -301,11 +365,11 @@ def new_build(index_dir: str, retriever: str | None = None) -> Iterator[str]:
 
 
 def _install(tmp_dir: str, index_dir: str) -> None:
-    """Move the filled build folder ``tmp_dir`` to ``index_dir``: renamed there when it is missing; otherwise the
-    files hf-ralm wrote there are removed, by name, with the sub-folders they leave empty (checked again, since
-    something may have been put there while the build ran: :func:`check_build_folder` refuses a folder that holds
-    anything else), and the build's entries are moved in, its ``hf_ralm_index.json`` last, so that the index is
-    whole only once all of it is there. The folder itself stays, with its permissions."""
+    """Move the filled build folder ``tmp_dir`` to ``index_dir``: renamed there when it is missing; otherwise the files
+    hf-ralm wrote there are removed, by name, with the sub-folders they leave empty (checked again, since something may
+    have been put there while the build ran: ``check_build_folder`` refuses a folder that holds anything else), and the
+    build's entries are moved in, its ``hf_ralm_index.json`` last, so that the index is whole only once all of it is
+    there. The folder itself stays, with its permissions."""
     written = check_build_folder(index_dir)
     os.remove(os.path.join(tmp_dir, BUILD_MARKER))  # an index now (its hf_ralm_index.json says so)
     if not os.path.lexists(index_dir):
@@ -335,9 +399,19 @@ def finish_build(
     num_passages: int,
     settings: dict,
 ) -> None:
-    """Write ``hf_ralm_index.json`` into the filled ``tmp_dir`` (with the size and the SHA-256 digest of every file)
-    and move ``tmp_dir`` to ``index_dir`` (:func:`_install`), where its files are stamped as verified: the first load
-    hashes none of them again."""
+    """Write ``hf_ralm_index.json`` into the filled ``tmp_dir`` (with the size and the SHA-256 digest of every file) and
+    move ``tmp_dir`` to ``index_dir`` (``_install``), where its files are stamped as verified: the first load hashes
+    none of them again.
+
+    Args:
+        tmp_dir: the build folder.
+        index_dir: the index folder.
+        retriever: the backend's name.
+        paths: the corpus files (``None``: rows, which record no corpus and no fingerprint).
+        words_per_passage: the passage size.
+        num_passages: the passages indexed.
+        settings: what the backend records (its scoring, its text analysis).
+    """
     files = file_sizes(tmp_dir)  # what index_problem checks before the index is used
     del files[BUILD_MARKER]  # removed when the build folder becomes the index
     hashed = hash_files(tmp_dir, list(files))
@@ -360,21 +434,33 @@ def finish_build(
 def index_matches(
     info: dict | None, paths: Sequence[str], words_per_passage: int, settings: dict | None = None
 ) -> bool:
-    """Whether an index (its ``info``) can be reused: it records ``settings`` and was built from the same corpus
-    files (same fingerprint, hence the same ``words_per_passage``)."""
+    """Whether an index (its ``info``) can be reused: it records ``settings`` and was built from the same corpus files
+    (same fingerprint, hence the same ``words_per_passage``)."""
     if info is None or any(info.get(k) != v for k, v in (settings or {}).items()):
         return False
     return info.get("fingerprint") == corpus_fingerprint(paths, words_per_passage)
 
 
 def default_index_dir(retriever: str, corpus: str | Sequence[str] | None, words_per_passage: int) -> str:
-    """Where ``retriever``'s index of ``corpus`` goes when no folder is given: ``<cache>/indexes/<retriever>-<corpus
-    fingerprint[:16]>``, so the same corpus files (and passage size) find their index again. Says where (logged:
-    info).
+    """Where ``retriever``'s index of ``corpus`` goes when no folder is given:
+    ``<cache>/indexes/<retriever>-<corpus fingerprint[:16]>``, so the same corpus files (and passage size) find their
+    index again. Says where (logged: info).
 
-    Example::
+    Args:
+        retriever: the backend's name.
+        corpus: the corpus file(s).
+        words_per_passage: the passage size.
 
+    Returns:
+        The index folder's path.
+
+    Raises:
+        ValueError: no corpus (the message asks for an index folder or a corpus).
+
+    Examples:
+        ```python
         default_index_dir("bm25", "wiki.jsonl.gz", 100)   # '/home/me/.cache/hf-ralm/indexes/bm25-3f1c0e9a7b2d4c11'
+        ```
     """
     if corpus is None:
         raise ValueError(
@@ -388,9 +474,17 @@ def default_index_dir(retriever: str, corpus: str | Sequence[str] | None, words_
 
 
 def copy_index(index_dir: str, target: str) -> str:
-    """Copy the index folder ``index_dir`` to ``target`` (into a missing or empty folder or over an hf-ralm index
-    there that holds nothing else, :func:`check_build_folder`; through ``<target>.tmp`` so an interrupted copy leaves
-    no half index) unless it is already there; returns ``target``."""
+    """Copy the index folder ``index_dir`` to ``target`` (into a missing or empty folder or over an hf-ralm index there
+    that holds nothing else, ``check_build_folder``; through ``<target>.tmp`` so an interrupted copy leaves no half
+    index) unless it is already there.
+
+    Args:
+        index_dir: the index folder.
+        target: where the copy goes.
+
+    Returns:
+        ``target``.
+    """
     if os.path.realpath(index_dir) != os.path.realpath(target):
         with new_build(target) as tmp_dir:
             shutil.copytree(index_dir, tmp_dir, dirs_exist_ok=True)

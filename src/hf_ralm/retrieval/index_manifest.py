@@ -1,16 +1,16 @@
-"""An index folder's manifest, ``hf_ralm_index.json``: its name and the one reading of it, checked before anything
-reads it.
+"""An index folder's manifest, ``hf_ralm_index.json``: its name and the one reading of it, checked before anything reads
+it.
 
-The manifest records the retriever, the corpus files, their fingerprint
-(:func:`~hf_ralm.retrieval.corpus.corpus_fingerprint`), the passage size, the number of passages, the backend's
-settings and the size and SHA-256 digest of every file (:mod:`~hf_ralm.retrieval.index_checks`).
-:func:`read_manifest` gives it with the reason it is invalid, if it is (no JSON object, a key hf-ralm reads of
-another type: :data:`MANIFEST_SCHEMA`); whether the folder's files match it is :mod:`~hf_ralm.retrieval.index_folder`'s
-question.
+The manifest records the retriever, the corpus files, their fingerprint (``corpus_fingerprint``, in
+``hf_ralm.retrieval.corpus``), the passage size, the number of passages, the backend's settings and the size and SHA-256
+digest of every file (``hf_ralm.retrieval.index_checks``). ``read_manifest`` gives it with the reason it is invalid, if
+it is (no JSON object, a key hf-ralm reads of another type: ``MANIFEST_SCHEMA``); whether the folder's files match it is
+``hf_ralm.retrieval.index_folder``'s question.
 
-Example::
-
+Examples:
+    ```python
     read_manifest("wiki-bm25").info["num_passages"]   # 666157
+    ```
 """
 
 from __future__ import annotations
@@ -25,9 +25,13 @@ INDEX_FILE = "hf_ralm_index.json"
 
 
 class Manifest(NamedTuple):
-    """An index folder's ``hf_ralm_index.json`` as :func:`read_manifest` read it: ``info`` (``None`` when there is
-    none or it is invalid) and ``problem``, why it is invalid (``None`` when it is not), as
-    :func:`~hf_ralm.retrieval.index_folder.index_problem` words it ("is damaged: ...")."""
+    """An index folder's ``hf_ralm_index.json`` as ``read_manifest`` read it.
+
+    Attributes:
+        info: the parsed ``hf_ralm_index.json`` (``None`` when there is none or it is invalid).
+        problem: why it is invalid (``None`` when it is not), as ``index_problem`` (in
+            ``hf_ralm.retrieval.index_folder``) words it ("is damaged: ...").
+    """
 
     info: dict | None
     problem: str | None
@@ -42,15 +46,15 @@ MANIFEST_SCHEMA: dict[str, tuple[tuple[type, ...], str]] = {
     "files": ((dict,), "an object of file names and their sizes"),
     DIGEST_KEY: ((dict,), "an object of file names and their SHA-256 digests"),
 }
-"""The types of the keys of ``hf_ralm_index.json`` that hf-ralm itself reads (a backend's settings are checked by
-what they must equal, :func:`~hf_ralm.retrieval.index_folder.index_problem`); a key may be missing (an older index),
-not of another type."""
+"""The types of the keys of ``hf_ralm_index.json`` that hf-ralm itself reads (a backend's settings are checked by what
+they must equal, ``index_problem`` in ``hf_ralm.retrieval.index_folder``); a key may be missing (an older index), not of
+another type."""
 
 
 def _schema_problem(info) -> str | None:
-    """What makes the parsed ``hf_ralm_index.json`` ``info`` unusable, or ``None``: it is no JSON object, or a key
-    that hf-ralm reads has another type (:data:`MANIFEST_SCHEMA`; ``corpus`` a list of paths, ``files`` an object of
-    file names and sizes in bytes, ``sha256`` of file names and hex digests)."""
+    """What makes the parsed ``hf_ralm_index.json`` ``info`` unusable, or ``None``: it is no JSON object, or a key that
+    hf-ralm reads has another type (``MANIFEST_SCHEMA``; ``corpus`` a list of paths, ``files`` an object of file names
+    and sizes in bytes, ``sha256`` of file names and hex digests)."""
     if not isinstance(info, dict):
         return "is not a JSON object"
     for key, (types, wanted) in MANIFEST_SCHEMA.items():
@@ -69,7 +73,14 @@ def _schema_problem(info) -> str | None:
 
 
 def read_manifest(index_dir: str) -> Manifest:
-    """The ``hf_ralm_index.json`` of an index folder, checked (:func:`_schema_problem`) before anything reads it."""
+    """The ``hf_ralm_index.json`` of an index folder, checked (``_schema_problem``) before anything reads it.
+
+    Args:
+        index_dir: the index folder.
+
+    Returns:
+        The ``Manifest``: ``(None, None)`` when the folder holds none.
+    """
     path = os.path.join(index_dir, INDEX_FILE)
     if not os.path.isfile(path):
         return Manifest(None, None)

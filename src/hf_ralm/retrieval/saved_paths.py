@@ -1,14 +1,14 @@
 """The paths a saved or downloaded folder records, followed only inside it: a folder is no way to make hf-ralm open,
 build or delete anything elsewhere.
 
-A retriever saved with ``save_pretrained`` records its index folder relative to the saved folder when it lies inside
-it (:func:`path_for_folder`), so that folder can be moved or pushed to the Hub. A path read from a saved or downloaded
-folder is followed only inside it (:func:`saved_path`: the corpus files and forbidden titles of a saved retriever, a
-saved RALM's reranker; :func:`leads_outside`, also what the list of files in ``hf_ralm_index.json`` is held to). The
-one exception is read only: an index saved outside the folder on this machine is opened there when it is still the
-index it was saved with (:func:`recorded_index_dir` records its identity, :func:`saved_index_dir` follows it).
+A retriever saved with ``save_pretrained`` records its index folder relative to the saved folder when it lies inside it
+(``path_for_folder``), so that folder can be moved or pushed to the Hub. A path read from a saved or downloaded folder
+is followed only inside it (``saved_path``: the corpus files and forbidden titles of a saved retriever, a saved RALM's
+reranker; ``leads_outside``, also what the list of files in ``hf_ralm_index.json`` is held to). The one exception is
+read only: an index saved outside the folder on this machine is opened there when it is still the index it was saved
+with (``recorded_index_dir`` records its identity, ``saved_index_dir`` follows it).
 
-Example:
+Examples:
     >>> leads_outside("index", "saved"), leads_outside("../wiki-bm25", "saved")
     (False, True)
 """
@@ -30,19 +30,26 @@ def _within(path: str, folder: str) -> bool:
 
 def path_for_folder(path: str, folder: str) -> str:
     """How a file saved in ``folder`` records ``path``: relative to ``folder`` when it lies inside it (the folder can
-    then be moved), absolute otherwise (which :func:`saved_path` refuses to follow: the caller must give it; an index
-    folder is followed on the machine where it was saved, :func:`saved_index_dir`). :func:`saved_path` reads it
-    back."""
+    then be moved), absolute otherwise (which ``saved_path`` refuses to follow: the caller must give it; an index folder
+    is followed on the machine where it was saved, ``saved_index_dir``). ``saved_path`` reads it back."""
     path, folder = os.path.realpath(path), os.path.realpath(folder)
     return os.path.relpath(path, folder) if _within(path, folder) else path
 
 
 def leads_outside(path: str, folder: str, follow_last: bool = True) -> bool:
-    """Whether ``path``, as a file of ``folder`` records it, names something outside ``folder``: an absolute path,
-    one that climbs out with ``..``, or one through a symbolic link that leads out (its last part only when
-    ``follow_last``: the files of a Hub download are links into the cache's blobs).
+    """Whether ``path``, as a file of ``folder`` records it, names something outside ``folder``: an absolute path, one
+    that climbs out with ``..``, or one through a symbolic link that leads out.
 
-    Example:
+    Args:
+        path: the recorded path.
+        folder: the folder whose file records it.
+        follow_last: follow a link in the path's last part too (``False`` for the files of a Hub download, which are
+            links into the cache's blobs).
+
+    Returns:
+        Whether it leads outside.
+
+    Examples:
         >>> leads_outside("index", "saved"), leads_outside("../wiki-bm25", "saved"), leads_outside("/data", "saved")
         (False, True, True)
     """
@@ -55,13 +62,14 @@ def leads_outside(path: str, folder: str, follow_last: bool = True) -> bool:
 
 def names_a_local_path(name: str) -> bool:
     """Whether a name a saved folder records (a prebuilt index, an encoder) would be opened as a local file or folder
-    rather than looked up by name: it looks like a path (:func:`~hf_ralm.utils.paths.looks_local`) or one is there."""
+    rather than looked up by name: it looks like a path (``looks_local``, in ``hf_ralm.utils.paths``) or one is
+    there."""
     return looks_local(name) or os.path.exists(name)
 
 
 FOLLOWED_ONLY_INSIDE = "hf-ralm follows the paths of a saved or downloaded folder only inside it"
 """Why a path that leads out of a saved folder is not followed, unless the caller says more
-(:func:`outside_folder_error`)."""
+(``outside_folder_error``)."""
 
 
 def outside_folder_error(folder: str, file: str, key: str, path: str, fix: str,
@@ -73,14 +81,26 @@ def outside_folder_error(folder: str, file: str, key: str, path: str, fix: str,
 
 
 def saved_path(path: str, folder: str, file: str, key: str, fix: str) -> str:
-    """``path``, recorded under ``key`` in ``file`` of the saved (or downloaded) ``folder`` by
-    :func:`path_for_folder`, joined to ``folder``; one that leads outside it (:func:`leads_outside`) raises
-    :class:`~hf_ralm.errors.SavedFolderError` saying ``fix``: a folder from elsewhere (a Hub repository) must not make
-    hf-ralm open, build or delete anything outside it.
+    """``path``, recorded in a file of a saved (or downloaded) folder by ``path_for_folder``, joined to the folder: a
+    folder from elsewhere (a Hub repository) must not make hf-ralm open, build or delete anything outside it.
 
-    Example::
+    Args:
+        path: the recorded path.
+        folder: the saved folder.
+        file: the file of ``folder`` that records it.
+        key: the key it is recorded under.
+        fix: how to go on, for the error.
 
+    Returns:
+        ``path`` joined to ``folder``.
+
+    Raises:
+        SavedFolderError: ``path`` leads outside ``folder`` (``leads_outside``); the message says ``fix``.
+
+    Examples:
+        ```python
         saved_path("index", "my-ralm", "retriever_config.json", "index_dir", "...")   # 'my-ralm/index'
+        ```
     """
     if leads_outside(path, folder):
         raise outside_folder_error(folder, file, key, path, fix)
@@ -88,19 +108,26 @@ def saved_path(path: str, folder: str, file: str, key: str, fix: str) -> str:
 
 
 SAVED_INDEX_IDENTITY = "index_identity"
-"""The key of a saved retriever's description (``retriever_config.json``) that holds the identity
-(:func:`index_identity`) of an index folder it records outside the saved folder, by its absolute path: what
-:func:`saved_index_dir` recognises that index by on the machine where it was saved."""
+"""The key of a saved retriever's description (``retriever_config.json``) that holds the identity (``index_identity``)
+of an index folder it records outside the saved folder, by its absolute path: what ``saved_index_dir`` recognises that
+index by on the machine where it was saved."""
 
 
 def index_identity(index_dir: str) -> dict | None:
-    """What recognises the index in ``index_dir`` when it is looked at again: its retriever, the fingerprint of its
-    corpus and a digest of the files (names and sizes) its ``hf_ralm_index.json`` lists; ``None`` for a folder without
-    a valid ``hf_ralm_index.json`` or one that records no corpus fingerprint (nothing to recognise it by).
+    """What recognises the index in ``index_dir`` when it is looked at again.
 
-    Example::
+    Args:
+        index_dir: the index folder.
 
+    Returns:
+        Its retriever, the fingerprint of its corpus and a digest of the files (names and sizes) its
+            ``hf_ralm_index.json`` lists; ``None`` for a folder without a valid ``hf_ralm_index.json`` or one that
+            records no corpus fingerprint (nothing to recognise it by).
+
+    Examples:
+        ```python
         index_identity("wiki-bm25")   # {'retriever': 'bm25', 'fingerprint': 'e0b8cc01...', 'files': '5c1f...'}
+        ```
     """
     info, _ = read_manifest(index_dir)
     if info is None or not info.get("fingerprint"):
@@ -111,13 +138,21 @@ def index_identity(index_dir: str) -> dict | None:
 
 
 def recorded_index_dir(index_dir: str, folder: str) -> dict:
-    """How a retriever saved in ``folder`` records its index folder ``index_dir``: ``index_dir`` as
-    :func:`path_for_folder` writes it and, for an index outside ``folder``, its identity (:func:`index_identity`)
-    under :data:`SAVED_INDEX_IDENTITY`, by which :func:`saved_index_dir` recognises it on this machine.
+    """How a retriever saved in ``folder`` records its index folder ``index_dir``.
 
-    Example::
+    Args:
+        index_dir: the index folder.
+        folder: the saved folder.
 
+    Returns:
+        ``index_dir`` as ``path_for_folder`` writes it and, for an index outside ``folder``, its identity
+            (``index_identity``) under ``SAVED_INDEX_IDENTITY``, by which ``saved_index_dir`` recognises it on this
+            machine.
+
+    Examples:
+        ```python
         recorded_index_dir("wiki-bm25", "my-ralm")   # {'index_dir': '/data/wiki-bm25', 'index_identity': {...}}
+        ```
     """
     recorded = path_for_folder(index_dir, folder)
     identity = index_identity(index_dir) if os.path.isabs(recorded) else None
@@ -129,7 +164,7 @@ def is_hub_download(folder: str) -> bool:
     (``.../models--OWNER--NAME/snapshots/REVISION``, what ``snapshot_download`` returns) or a folder that
     ``hf download --local-dir`` filled (it keeps ``.cache/huggingface`` inside).
 
-    Example:
+    Examples:
         >>> is_hub_download("/cache/hub/models--me--ralm/snapshots/0123abcd"), is_hub_download("/data/my-ralm")
         (True, False)
     """
@@ -140,17 +175,31 @@ def is_hub_download(folder: str) -> bool:
 
 
 def saved_index_dir(recorded: str, identity, folder: str, file: str, fix: str, may_follow: bool) -> str:
-    """The index folder recorded as ``recorded`` (under ``index_dir`` in ``file`` of the saved or downloaded
-    ``folder``, by :func:`recorded_index_dir`) on this machine: inside ``folder``, joined to it; outside it, its
+    """The index folder recorded as ``recorded`` on this machine: inside ``folder``, joined to it; outside it, its
     absolute path, followed to be read only, when ``folder`` was saved here (not downloaded from the Hub:
-    :func:`is_hub_download`), ``may_follow`` (no corpus given that would build there) and that folder holds the index
-    of the ``identity`` recorded when it was saved (:func:`index_identity`). Otherwise
-    :class:`~hf_ralm.errors.SavedFolderError` says why and ``fix``: a folder from elsewhere never makes hf-ralm open
-    anything outside it, and nothing ever builds or deletes there.
+    ``is_hub_download``), ``may_follow`` and that folder holds the index of the ``identity`` recorded when it was saved
+    (``index_identity``). A folder from elsewhere never makes hf-ralm open anything outside it, and nothing ever builds
+    or deletes there.
 
-    Example::
+    Args:
+        recorded: the index folder as ``recorded_index_dir`` wrote it, under ``index_dir`` in ``file``.
+        identity: the identity recorded beside it (``None`` when none was).
+        folder: the saved or downloaded folder.
+        file: its file that records the index folder.
+        fix: how to go on, for the error.
+        may_follow: whether a folder outside may be followed (no corpus given that would build there).
 
+    Returns:
+        The index folder's path.
+
+    Raises:
+        SavedFolderError: the recorded folder leads outside ``folder`` and may not be followed; the message says why and
+            ``fix``.
+
+    Examples:
+        ```python
         saved_index_dir("index", None, "my-ralm", "retriever_config.json", "...", True)   # 'my-ralm/index'
+        ```
     """
     if not leads_outside(recorded, folder):
         return os.path.join(folder, recorded)
