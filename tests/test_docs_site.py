@@ -43,13 +43,6 @@ STILL_RAW = {
     "hf_ralm.integrations.lm_eval",
     "hf_ralm.modeling_ralm",
     "hf_ralm.reranker_training.collect",
-    "hf_ralm.retrieval.building",
-    "hf_ralm.retrieval.corpus",
-    "hf_ralm.retrieval.declarations",
-    "hf_ralm.retrieval.dense",
-    "hf_ralm.retrieval.factory",
-    "hf_ralm.retrieval.hybrid",
-    "hf_ralm.retrieval.registry",
     "hf_ralm.runs.store",
 }
 

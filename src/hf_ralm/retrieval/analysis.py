@@ -4,7 +4,7 @@ Anserini's ``DefaultEnglishAnalyzer`` (the analyzer of ``retriever="lucene"`` in
 ``StandardTokenizer`` (Unicode word boundaries, UAX #29), ``EnglishPossessiveFilter``, ``LowerCaseFilter``, a
 ``StopFilter`` with the 33 English stop words and ``PorterStemFilter``. This module does the same steps:
 
-* :func:`words`: the tokens ``StandardTokenizer`` cuts (its JFlex grammar, written as a regular expression over
+* ``words``: the tokens ``StandardTokenizer`` cuts (its JFlex grammar, written as a regular expression over
   Unicode Word_Break properties). Numbers keep their separators (``20,000``, ``3.14``, ``2,621.3``), letters joined
   by ``.``, ``:`` or an apostrophe stay one token (``A.H.H``, ``U.S``, ``don't``, ``O'Neill's``), and
   hyphens, slashes and ``@`` split (``e-mail`` → ``e``, ``mail``; an e-mail address or URL becomes its dotted
@@ -12,16 +12,16 @@ Anserini's ``DefaultEnglishAnalyzer`` (the analyzer of ``retriever="lucene"`` in
   scripts one token per run, emoji one token per sequence; tokens longer than 255 characters are cut as Lucene cuts
   them. Text without combining marks, emoji or the scripts that need special rules (nearly every passage) takes
   a faster equivalent expression.
-* :func:`word_term`: one token's term: a final ``'s`` (``'``, ``’`` or ``＇``) removed, lowercased as Java does,
-  ``""`` for a stop word, else :func:`~hf_ralm.retrieval.porter.porter_stem` (Lucene's Porter variant).
+* ``word_term``: one token's term: a final ``'s`` (``'``, ``’`` or ``＇``) removed, lowercased as Java does,
+  ``""`` for a stop word, else ``hf_ralm.retrieval.porter.porter_stem`` (Lucene's Porter variant).
 
 Character classes come from the ``regex`` module's Unicode data, put back into Lucene's (Unicode 9) classes where
-the two differ (:data:`_LUCENE_CLASSES`). The tests compare :func:`analyze` with Lucene's own analyzer, run through
+the two differ (``_LUCENE_CLASSES``). The tests compare ``analyze`` with Lucene's own analyzer, run through
 the JVM, on tricky strings, on Wikipedia passages and on every code point that Unicode 14 assigns. Known gaps:
 characters assigned after Unicode 14 are not checked, and emoji sequences are matched as written in Lucene's grammar
 but without its longest-match search, so unusual sequences (a joiner in odd places) can cut differently.
 
-Example:
+Examples:
     >>> analyze("Darwin's 20,000 U.S. e-mails don't possibly")
     ['darwin', '20,000', 'u.', 'e', 'mail', "don't", 'possibl']
 """
@@ -48,7 +48,7 @@ ANALYSIS = {
     "stemmer": "lucene-porter",
 }
 """What an index records about its analysis; an index built with other values is refused (see
-:class:`~hf_ralm.retrieval.bm25.BM25Retriever`)."""
+[`BM25Retriever`][hf_ralm.retrieval.BM25Retriever])."""
 # Lucene's EnglishAnalyzer.ENGLISH_STOP_WORDS_SET (also bm25s' "en" list)
 STOP_WORDS = frozenset(
     "a an and are as at be but by for if in into is it no not of on or such that the their then there these they "
@@ -105,7 +105,7 @@ _LUCENE_CLASSES = {
 
 def _class(properties: str, lucene_class: str = "") -> str:
     """A ``regex`` character class: the characters of ``properties`` (class items), without those of
-    :data:`_LUCENE_CLASSES`, and with those that Lucene puts in ``lucene_class``."""
+    ``_LUCENE_CLASSES``, and with those that Lucene puts in ``lucene_class``."""
     corrected = "".join(_LUCENE_CLASSES.values())
     return f"[[{properties}--[{corrected}]]{_LUCENE_CLASSES.get(lucene_class, '')}]"
 
@@ -209,7 +209,7 @@ def _cut_long(text: str, grammar: regex.Pattern) -> list[str]:
 def words(text: str) -> list[str]:
     """The tokens of Lucene's ``StandardTokenizer``, as written in ``text`` (not lowercased).
 
-    Example:
+    Examples:
         >>> words("In 1990–1995, 20,000 e-mails (3.14%) went to the U.S.")
         ['In', '1990', '1995', '20,000', 'e', 'mails', '3.14', 'went', 'to', 'the', 'U.S']
     """
@@ -223,7 +223,7 @@ def words(text: str) -> list[str]:
 def word_term(word: str) -> str:
     """A token's term: possessive ``'s`` removed, lowercased, ``""`` for a stop word, else its Porter stem.
 
-    Example:
+    Examples:
         >>> word_term("Darwin’s"), word_term("The"), word_term("ECOLOGY")
         ('darwin', '', 'ecolog')
     """
@@ -239,32 +239,53 @@ def analyze(text: str) -> list[str]:
 
 
 def analyze_texts(texts: Iterable[str], show_progress: bool = False) -> list[list[str]]:
-    """:func:`analyze` for many texts (a corpus or a batch of queries); each distinct token is analyzed once."""
+    """``analyze`` for many texts (a corpus or a batch of queries); each distinct token is analyzed once.
+
+    Args:
+        texts: The texts.
+        show_progress: Show a progress bar of the texts.
+
+    Returns:
+        Per text, its terms.
+    """
     from ..utils.progress import tqdm
 
     return list(iter_analyzed(tqdm(texts, desc="Analyze", unit=" texts", disable=not show_progress)))
 
 
 BATCH_TEXTS = 1000
-"""Texts a worker process analyses per task (:func:`iter_analyzed`): enough that sending them and their terms costs
+"""Texts a worker process analyses per task (``iter_analyzed``): enough that sending them and their terms costs
 little beside their analysis (some 0.1 s for 1000 Wikipedia passages), few enough to keep every worker busy."""
 BATCHES_PER_PROCESS = 4
-"""Batches per worker process sent ahead of the one being used (:func:`iter_analyzed`): no worker waits for work, and
+"""Batches per worker process sent ahead of the one being used (``iter_analyzed``): no worker waits for work, and
 memory holds only these, whatever the corpus's size."""
 
 
 def iter_analyzed(texts: Iterable[str], cache_size: int = 1_000_000, processes: int = 1,
                   batch_size: int = BATCH_TEXTS) -> Iterator[list[str]]:
-    """:func:`analyze` of each text, in order, one at a time (a corpus streamed through, none of it kept); a token's
+    """``analyze`` of each text, in order, one at a time (a corpus streamed through, none of it kept); a token's
     term is computed once and remembered, for up to ``cache_size`` distinct tokens at a time (all processes together).
 
     With ``processes`` > 1, that many worker processes analyse the texts, ``batch_size`` at a time, while this one
-    reads the next texts and uses the terms; at most :data:`BATCHES_PER_PROCESS` batches per worker are sent ahead,
+    reads the next texts and uses the terms; at most ``BATCHES_PER_PROCESS`` batches per worker are sent ahead,
     so memory stays bounded. The terms, and their order, are the same as with one process.
 
-    Example::
+    Args:
+        texts: The texts, read as they are needed.
+        cache_size: The distinct tokens whose terms are remembered at a time.
+        processes: The worker processes (1: this process alone).
+        batch_size: The texts a worker analyses per task.
 
+    Yields:
+        Each text's terms, in order.
+
+    Raises:
+        RuntimeError: a worker process died during the analysis.
+
+    Examples:
+        ```python
         iter_analyzed(passage_texts, processes=available_cpus())   # yields each passage's terms, in order
+        ```
     """
     if processes <= 1:
         terms = TermCache(cache_size)
@@ -275,11 +296,11 @@ def iter_analyzed(texts: Iterable[str], cache_size: int = 1_000_000, processes: 
 
 
 class TermCache(dict):
-    """token -> :func:`word_term` (``""`` for a stop word), computed the first time a token is looked up, for up to
-    ``cache_size`` distinct tokens at a time; :meth:`analyze` is :func:`analyze` through it. Kept across calls (the
-    bm25 retriever keeps one for its queries), a text stream's repeated words are stemmed once.
+    """token -> ``word_term`` (``""`` for a stop word), computed the first time a token is looked up, for up to
+    ``cache_size`` distinct tokens at a time; its ``analyze`` is the module's ``analyze`` through it. Kept across calls
+    (the bm25 retriever keeps one for its queries), a text stream's repeated words are stemmed once.
 
-    Example:
+    Examples:
         >>> terms = TermCache(cache_size=1000)
         >>> terms.analyze("Darwin's finches"), terms.analyze("the finches")
         (['darwin', 'finch'], ['finch'])
@@ -294,14 +315,14 @@ class TermCache(dict):
         return term
 
     def analyze(self, text: str) -> list[str]:
-        """:func:`analyze` of ``text``, through this cache."""
+        """The module's ``analyze`` of ``text``, through this cache."""
         if len(self) > self.cache_size:  # bounded: a 21M-passage corpus has tens of millions of distinct tokens
             self.clear()
         return [term for term in map(self.__getitem__, words(text)) if term]
 
 
 def _analyzed_in_pool(texts: Iterator[str], cache_size: int, processes: int, batch_size: int) -> Iterator[list[str]]:
-    """:func:`iter_analyzed` by ``processes`` worker processes (:class:`~hf_ralm.utils.worker_processes.WorkerPool`:
+    """``iter_analyzed`` by ``processes`` worker processes (``hf_ralm.utils.worker_processes.WorkerPool``:
     fresh interpreters started from hf-ralm's own entry point, so any Python context can build), each with its share
     of the ``cache_size``: batches are sent as they are read, and their terms yielded in the order they were sent.
     Workers that cannot start leave the analysis to this process, with one log line saying so."""
@@ -326,6 +347,6 @@ def _analyzed_in_pool(texts: Iterator[str], cache_size: int, processes: int, bat
 
 
 def _batch_analyzer(cache_size: int) -> Callable[[list[str]], list[list[str]]]:
-    """A worker's work (:func:`_analyzed_in_pool`): each batch's terms, through a term cache kept between batches."""
+    """A worker's work (``_analyzed_in_pool``): each batch's terms, through a term cache kept between batches."""
     terms = TermCache(cache_size)
     return lambda texts: [terms.analyze(text) for text in texts]

@@ -1,7 +1,6 @@
 """Building an index, also by many workers: what ``hf-ralm index`` runs. The backend decides how its workers share a
-build (:meth:`~hf_ralm.retrieval.local.LocalIndexRetriever.build_shared`): a dense index's encoding chunk by chunk,
-a hybrid one by one process, the others by one worker while the others wait on the folder's lock, then open its
-index."""
+build (``LocalIndexRetriever.build_shared``): a dense index's encoding chunk by chunk, a hybrid one by one process, the
+others by one worker while the others wait on the folder's lock, then open its index."""
 
 from __future__ import annotations
 
@@ -22,7 +21,7 @@ def build_index(retriever: str, corpus: str | Sequence[str], index_dir: str | No
 
     Args:
         retriever: A registered retriever with a local index (``"bm25"``, ``"lucene"``, ``"dense"``, ``"hybrid"``,
-            or one added with :func:`~hf_ralm.retrieval.registry.register_retriever`).
+            or one added with [`register_retriever`][hf_ralm.retrieval.register_retriever]).
         corpus: The corpus file(s).
         index_dir: The index folder.
         words_per_passage: The passage size (0 keeps the corpus rows as they are).
@@ -34,16 +33,17 @@ def build_index(retriever: str, corpus: str | Sequence[str], index_dir: str | No
             what ``hf-ralm index`` gives from the flags of the backend's ``BuildOptions``.
 
     Returns:
-        An :class:`~hf_ralm.retrieval.local.IndexSummary`; a dense build shared by workers, its
-        :class:`~hf_ralm.retrieval.dense.DenseBuild` (also whether it is complete and what this worker encoded).
+        An ``IndexSummary``; a dense build shared by workers, its ``DenseBuild`` (also whether it is complete and
+        what this worker encoded).
 
     Raises:
         SettingError: the retriever keeps no local index, or cannot share its build among these workers (hybrid).
 
-    Example::
-
+    Examples:
+        ```python
         build_index("bm25", "wiki.jsonl.gz", "wiki-bm25")            # IndexSummary(index_dir='wiki-bm25', ...)
         build_index("dense", "wiki.jsonl.gz", "wiki-dense", num_shards=4, shard_id=1)   # this worker's quarter
+        ```
     """
     backend = retriever_class(retriever)
     if not issubclass(backend, LocalIndexRetriever):

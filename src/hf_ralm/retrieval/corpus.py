@@ -5,7 +5,7 @@ Accepted inputs: JSONL or JSONL.gz rows with ``id``, ``title``, ``text``; a DPR-
 a local dataset folder, or a folder written by ``Dataset.save_to_disk``; its ``train`` split, or the only one); or a
 ``datasets.Dataset`` with those columns.
 
-Example:
+Examples:
     >>> list(split_passages([{"id": "7", "title": "T", "text": "a b c d e"}], words_per_passage=2))
     [{'title': 'T', 'text': 'a b', 'source_id': '7'}, {'title': 'T', 'text': 'c d', 'source_id': '7'}, \
 {'title': 'T', 'text': 'e', 'source_id': '7'}]
@@ -25,7 +25,8 @@ from ..utils.checks import check_count, check_json_text, is_input_file, reading
 from ..utils.datasets_io import load_hf_dataset
 
 WORDS_PER_PASSAGE = 100
-"""The words of a passage cut from an article (:func:`split_passages`): DPR's passage size, the paper's corpus."""
+"""The words of a passage cut from an article ([`split_passages`][hf_ralm.retrieval.split_passages]): DPR's passage
+size, the paper's corpus."""
 
 TSV_FIELD_LIMIT = min(sys.maxsize, 2**31 - 1)
 """The longest field a TSV corpus may hold, in characters: any (the ``csv`` module's default, 131,072, is shorter
@@ -41,8 +42,8 @@ def is_hub_corpus(path: str) -> bool:
 
 
 def load_hub_corpus(spec: str):
-    """The ``datasets.Dataset`` an ``hf:DATASET[:CONFIG]`` corpus names (:func:`~hf_ralm.utils.datasets_io.
-    load_hf_dataset`: its ``train`` split, or its only one); refused unless it has ``text`` and ``title`` columns."""
+    """The ``datasets.Dataset`` an ``hf:DATASET[:CONFIG]`` corpus names (``hf_ralm.utils.datasets_io.load_hf_dataset``:
+    its ``train`` split, or its only one); refused unless it has ``text`` and ``title`` columns."""
     name, _, config = spec[len(HUB_PREFIX):].partition(":")
     try:
         loaded = load_hf_dataset(name, config or None)
@@ -64,7 +65,7 @@ def _hub_rows(spec: str) -> Iterator[dict]:
 
 def is_corpus_file(path: str) -> bool:
     """Whether a ``--corpus`` names a file that is there (not an ``hf:`` dataset); a FIFO or a device is refused
-    (:class:`~hf_ralm.errors.CorpusError`, :func:`~hf_ralm.utils.checks.is_input_file`) before anything opens it."""
+    ([`CorpusError`][hf_ralm.errors.CorpusError], ``hf_ralm.utils.checks.is_input_file``) before anything opens it."""
     return not is_hub_corpus(path) and is_input_file(path, "corpus", CorpusError)
 
 
@@ -75,10 +76,10 @@ CORPUS_FORMATS = ("a JSONL/JSONL.gz file with id, title and text fields, a DPR-s
 
 def check_corpus_file(path: str) -> None:
     """Refuse a ``--corpus`` that names no corpus file, before anything slow loads: a missing path
-    (``FileNotFoundError``), a folder (:class:`~hf_ralm.errors.CorpusError`), a FIFO or a device
-    (:func:`is_corpus_file`); an ``hf:`` dataset passes.
+    (``FileNotFoundError``), a folder ([`CorpusError`][hf_ralm.errors.CorpusError]), a FIFO or a device
+    (``is_corpus_file``); an ``hf:`` dataset passes.
 
-    Example:
+    Examples:
         >>> import tempfile
         >>> check_corpus_file(tempfile.mkdtemp())
         Traceback (most recent call last):
@@ -94,10 +95,10 @@ def check_corpus_file(path: str) -> None:
 
 
 def check_corpus_paths(corpus) -> None:
-    """Refuse (:func:`check_corpus_file`) each corpus file that ``corpus`` names, a path or a list of paths (rows or a
+    """Refuse (``check_corpus_file``) each corpus file that ``corpus`` names, a path or a list of paths (rows or a
     dataset name none), before anything slow loads.
 
-    Example:
+    Examples:
         >>> check_corpus_paths([{"id": "1", "title": "Rome", "text": "..."}])   # rows: no file to check
     """
     paths = [corpus] if isinstance(corpus, (str, os.PathLike)) else corpus if isinstance(corpus, (list, tuple)) else []
@@ -107,13 +108,19 @@ def check_corpus_paths(corpus) -> None:
 
 
 def read_corpus(path: str) -> Iterator[dict]:
-    """Yield ``{"id", "title", "text"}`` rows from a JSONL(.gz) or TSV(.gz) file, or a Hugging Face dataset named
-    ``hf:DATASET[:CONFIG]`` (:func:`load_hub_corpus`), read row by row.
+    """The rows of a corpus, read row by row.
+
+    Args:
+        path: A JSONL(.gz) or TSV(.gz) file, or a Hugging Face dataset named ``hf:DATASET[:CONFIG]``
+            (``load_hub_corpus``).
+
+    Yields:
+        ``{"id", "title", "text"}`` rows.
 
     Raises:
         CorpusError: a line that is no JSON object with a ``text`` string (and a ``title`` string, when it has one)
             (JSONL), a TSV without ``id`` and ``text`` columns, or bytes that are not UTF-8, the message naming the
-            file and the line; a damaged gzip file, a FIFO or a device (:func:`~hf_ralm.utils.checks.reading`).
+            file and the line; a damaged gzip file, a FIFO or a device (``hf_ralm.utils.checks.reading``).
     """
     for row, _ in _rows_and_bytes(path):
         yield row
@@ -144,10 +151,10 @@ def corpus_bytes(paths: Iterable[str]) -> int:
 
 def read_corpora(paths: Sequence[str], show_progress: bool = False,
                  pace: Callable[[int, int], None] | None = None) -> Iterator[dict]:
-    """The rows of several corpora in order (:func:`read_corpus`), with one progress bar over the files' bytes, so
-    that a one-time index build shows how far it is and how long is left (``hf:`` corpora count no bytes); ``pace``
-    is called with the bytes read and in all as the bar moves (a build's estimate at the measured speed:
-    :func:`~hf_ralm.retrieval.index_builds.build_pace`)."""
+    """The rows of several corpora in order ([`read_corpus`][hf_ralm.retrieval.read_corpus]), with one progress bar
+    over the files' bytes, so that a one-time index build shows how far it is and how long is left (``hf:`` corpora
+    count no bytes); ``pace`` is called with the bytes read and in all as the bar moves (a build's estimate at the
+    measured speed: ``hf_ralm.retrieval.index_builds.build_pace``)."""
     from ..utils.progress import tqdm
 
     total = corpus_bytes(paths)
@@ -200,10 +207,11 @@ def _tsv_rows(path: str, f) -> Iterator[dict]:
 
 
 def check_words_per_passage(words_per_passage: int) -> None:
-    """Raise a :class:`~hf_ralm.errors.SettingError` naming ``words_per_passage`` unless it is a number of words, or 0
-    (the rows are the passages): checked before a corpus is read, which a negative size would cut into nothing.
+    """Raise a [`SettingError`][hf_ralm.errors.SettingError] naming ``words_per_passage`` unless it is a number of
+    words, or 0 (the rows are the passages): checked before a corpus is read, which a negative size would cut into
+    nothing.
 
-    Example:
+    Examples:
         >>> check_words_per_passage(-5)
         Traceback (most recent call last):
         ...
@@ -214,7 +222,22 @@ def check_words_per_passage(words_per_passage: int) -> None:
 
 def split_passages(articles: Iterable[dict], words_per_passage: int = WORDS_PER_PASSAGE) -> Iterator[dict]:
     """Cut each article's text into consecutive, non-overlapping passages of ``words_per_passage`` words (the last
-    one shorter), keeping the title and the article's id as ``source_id``, as DPR did for Wikipedia."""
+    one shorter), keeping the title and the article's id as ``source_id``, as DPR did for Wikipedia.
+
+    Args:
+        articles: ``{"id", "title", "text"}`` rows ([`read_corpus`][hf_ralm.retrieval.read_corpus]'s).
+        words_per_passage: The words of a passage, at least 1.
+
+    Yields:
+        ``{"title", "text", "source_id"}`` passages, in order.
+
+    Raises:
+        SettingError: ``words_per_passage`` is not a count of at least 1 (raised as the first passage is asked for).
+
+    Examples:
+        >>> [p["text"] for p in split_passages([{"id": "7", "title": "Rome", "text": "a b c"}], words_per_passage=2)]
+        ['a b', 'c']
+    """
     check_count("words_per_passage", words_per_passage)  # 0 keeps the rows: passage_rows
     for article in articles:
         words = article["text"].split()
@@ -228,7 +251,8 @@ def split_passages(articles: Iterable[dict], words_per_passage: int = WORDS_PER_
 
 def passage_rows(articles: Iterable[dict], words_per_passage: int = WORDS_PER_PASSAGE) -> Iterator[dict]:
     """The passages every backend indexes, in this order (their ids are these row numbers):
-    :func:`split_passages`, or with ``words_per_passage=0`` the rows as they are (already passages)."""
+    [`split_passages`][hf_ralm.retrieval.split_passages], or with ``words_per_passage=0`` the rows as they are
+    (already passages)."""
     check_words_per_passage(words_per_passage)  # now, not when the first row is read
     if words_per_passage:
         return split_passages(articles, words_per_passage)
@@ -243,7 +267,7 @@ PASSAGE_COLUMNS = ("title", "text", "source_id")
 
 
 def passage_columns(articles: Iterable[dict], words_per_passage: int = WORDS_PER_PASSAGE) -> dict[str, list[str]]:
-    """:func:`passage_rows` as columns (:data:`PASSAGE_COLUMNS`), for ``datasets.Dataset.from_dict``."""
+    """``passage_rows`` as columns (``PASSAGE_COLUMNS``), for ``datasets.Dataset.from_dict``."""
     columns: dict[str, list[str]] = {name: [] for name in PASSAGE_COLUMNS}
     for row in passage_rows(articles, words_per_passage):
         for key, values in columns.items():
@@ -252,8 +276,8 @@ def passage_columns(articles: Iterable[dict], words_per_passage: int = WORDS_PER
 
 
 def check_passage_count(num_passages: int, paths: Sequence[str] | None) -> None:
-    """Raise :class:`~hf_ralm.errors.CorpusError` when a corpus (its ``paths``, ``None`` for rows) gave no passage
-    to index, before any index is written."""
+    """Raise [`CorpusError`][hf_ralm.errors.CorpusError] when a corpus (its ``paths``, ``None`` for rows) gave no
+    passage to index, before any index is written."""
     if num_passages == 0:
         where = f"the corpus {', '.join(paths)}" if paths else "the corpus rows"
         raise CorpusError(f"{where[0].upper()}{where[1:]} gave no passages: no row has a non-empty 'text'. Give "

@@ -2,29 +2,29 @@
 depend on, so they can be shared (``push_retrieval_dataset``, a Hub dataset repository) and reused only where they
 hold (``eval-lm --retrieval-file DIR`` or ``hf:REPO_ID``).
 
-A retrieval dataset is a folder laid out as a Hub dataset repository::
+A retrieval dataset is a folder laid out as a Hub dataset repository:
 
-    DIR/
-      README.md                          the dataset card (YAML header: tags, the data files, the fingerprint's digest)
-      retrieval_fingerprint.json         the fingerprint and what the rows hold (also in the Parquet file's metadata)
-      data/train-00000-of-00001.parquet  one row per window, window 0 included (as in the paper's retrieval files)
+```text
+DIR/
+  README.md                          the dataset card (YAML header: tags, the data files, the fingerprint's digest)
+  retrieval_fingerprint.json         the fingerprint and what the rows hold (also in the Parquet file's metadata)
+  data/train-00000-of-00001.parquet  one row per window, window 0 included (as in the paper's retrieval files)
+```
 
-The rows are the paper's retrieval-file items (:mod:`hf_ralm.retrieval.files`) in columns: ``window``,
+The rows are the paper's retrieval-file items (``hf_ralm.retrieval.files``) in columns: ``window``,
 ``begin_location``, ``end_location``, ``query``, ``future``, and per passage (lists in retrieval order)
-``passage_ids``, ``titles``, ``scores`` and, unless left out, ``texts`` (then fetched back by id from the index:
-:meth:`~hf_ralm.retrieval.base.Retriever.passages_by_id`); a reranked or gated run adds ``chosen``, ``rerank``,
+``passage_ids``, ``titles``, ``scores`` and, unless left out, ``texts`` (else fetched by id from the index:
+[`passages_by_id`][hf_ralm.retrieval.Retriever.passages_by_id]); a reranked or gated run adds ``chosen``, ``rerank``,
 ``ranking_nlls``, ``no_passage_ranking_nll``, ``retrieval_gate``, ``gate_threshold`` and ``gate_score`` where it has
-them. The fingerprint (:class:`RetrievalFingerprint`) names the text (its token ids' digest), the tokenizer (name and
-vocabulary digest), the retriever (kind, corpus fingerprint, index settings, forbidden titles), the window length,
-the stride ``s``, the query length ``ℓ``, ``k`` and the settings that chose among the passages (reranking, gates, and
-the reader when it ranked); a run whose own fingerprint differs is refused, naming what differs.
+them. A run whose own fingerprint (``RetrievalFingerprint``) differs is refused, naming what differs.
 
-Example::
-
+Examples:
+    ```python
     result = evaluate_retrieval(model, tokenizer, text, retriever, config)
     result.save_retrieval_dataset("retrievals", tokenizer)               # or hf-ralm retrieve --save-retrieval-dataset
     push_retrieval_dataset("retrievals", "me/wikitext-bm25-retrievals")
     evaluate_perplexity(model, tokenizer, text, retriever, config, retrieval_file="hf:me/wikitext-bm25-retrievals")
+    ```
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ METADATA_KEY = b"hf_ralm"
 
 SELECTION_FIELDS = ("rerank", "rerank_candidates", "rerank_tokens", "reranker_model", "rerank_allow_no_passage",
                     "rerank_no_passage_margin", "rerank_seed", "retrieval_gate", "gate_threshold")
-"""The :class:`RalmConfig` settings that choose among the retrieved passages (a reranked or gated run's choices)."""
+"""The [`RalmConfig`][hf_ralm.RalmConfig] settings that choose among the retrieved passages (reranking, gates)."""
 READER_INPUT_FIELDS = ("max_doc_tokens", "bos_every_window", "passage_template")
 """What shapes the reader's inputs when it ranks the passages (the LM reranker, the oracle, the LM gate)."""
 
@@ -90,24 +90,24 @@ def vocabulary_fingerprint(tokenizer) -> str:
     """A short identity of a tokenizer's vocabulary (tokens and ids, added tokens included): two tokenizers with the
     same one split a text into the same ids' meanings, wherever they were loaded from.
 
-    Example::
-
+    Examples:
+        ```python
         vocabulary_fingerprint(AutoTokenizer.from_pretrained("HuggingFaceTB/SmolLM2-135M"))  # '49152 tokens, 8d…'
+        ```
     """
     vocabulary = tokenizer.get_vocab()
     return f"{len(vocabulary)} tokens, {digest(sorted(vocabulary.items()))}"
 
 
 def retrieval_settings(config: RalmConfig, retriever, *, window_length: int, reader: dict | None = None) -> dict:
-    """What the passages a run retrieves (and the choices it makes among them) depend on besides its text and
-    tokenizer: the retriever (:func:`~hf_ralm.retrieval.base.retriever_identity`; ``None`` without one), the window
-    length, ``s``, ``ℓ``, the passage length cap ``max_doc_tokens`` (what the window must hold besides a stride), ``k``
-    (:attr:`RalmConfig.num_retrieved`) and, for a run that reranks or gates, the settings
-    that choose (with ``reader``, the identity of the LM that ranked, and the settings of its inputs).
+    """What the passages a run retrieves (and its choices among them) depend on besides its text and tokenizer: the
+    retriever (``retriever_identity``; ``None`` without one), the window length, ``s``, ``ℓ``, the passage length cap
+    ``max_doc_tokens`` (what the window must hold besides a stride), ``k`` (``num_retrieved``) and, for a run that
+    reranks or gates, those that choose (with ``reader``, the identity of the LM that ranked, and its inputs' settings).
 
-    Example::
-
-        retrieval_settings(config, bm25, window_length=512)["k"]   # 1: one passage per window, the paper's
+    Examples:
+        >>> retrieval_settings(RalmConfig(), None, window_length=512)["k"]   # one passage per window, the paper's
+        1
     """
     selection = {"rerank": config.rerank, "retrieval_gate": config.retrieval_gate}
     if config.rerank != "none" or config.retrieval_gate != "always":
@@ -121,13 +121,26 @@ def retrieval_settings(config: RalmConfig, retriever, *, window_length: int, rea
 
 @dataclass(frozen=True)
 class RetrievalFingerprint:
-    """Everything a run's retrievals depend on (see the module docstring): a retrieval dataset records the one it was
-    made with, and a run that reads it compares its own (:meth:`mismatch`).
+    """Everything a run's retrievals depend on: a retrieval dataset records the one it was made with, and a run that
+    reads it compares its own (``mismatch``).
 
-    Example::
+    Attributes:
+        text: The digest of the text's token ids.
+        tokenizer: The tokenizer's name (a local folder's name, not its path), or ``None``.
+        vocabulary: Its vocabulary's fingerprint (``vocabulary_fingerprint``).
+        retriever: The retriever's identity (kind, corpus fingerprint, index settings, forbidden titles), or ``None``.
+        window_length: The window length.
+        retrieval_stride: The stride ``s``.
+        query_length: The query length ``ℓ``.
+        k: The passages retrieved per window.
+        selection: The settings that chose among the passages (reranking, gates, and the reader when it ranked).
+        max_doc_tokens: The passage length cap (``None``: a dataset from before it was recorded; not compared then).
 
+    Examples:
+        ```python
         fingerprint = RetrievalFingerprint.of(tokenizer, ids, retrieval_settings(config, bm25, window_length=512))
         fingerprint.digest()   # 'c0ffee…': what the dataset card shows
+        ```
     """
 
     text: str
@@ -140,12 +153,10 @@ class RetrievalFingerprint:
     k: int
     selection: dict
     max_doc_tokens: int | None = None
-    """``None``: a dataset written before the passage length cap was recorded (then not compared: any run's)."""
 
     @classmethod
     def of(cls, tokenizer, ids: Sequence[int], settings: dict) -> "RetrievalFingerprint":
-        """The fingerprint of retrievals for the token ids ``ids`` (tokenized by ``tokenizer``) under ``settings``
-        (:func:`retrieval_settings`)."""
+        """The fingerprint of retrievals for ``tokenizer``'s ids ``ids`` under ``settings`` (``retrieval_settings``)."""
         name = getattr(tokenizer, "name_or_path", None)
         if name and os.path.isdir(name):  # a local folder's name, not where it is on this machine (as model_identity)
             name = os.path.basename(os.path.normpath(name))
@@ -154,8 +165,7 @@ class RetrievalFingerprint:
 
     @classmethod
     def from_dict(cls, values: dict) -> "RetrievalFingerprint":
-        """The fingerprint a ``retrieval_fingerprint.json`` records (one written before ``max_doc_tokens`` was
-        recorded has none: ``None``)."""
+        """The fingerprint a ``retrieval_fingerprint.json`` records (``max_doc_tokens=None`` in one predating it)."""
         return cls(**{field.name: values[field.name] if field.default is dataclasses.MISSING
                       else values.get(field.name, field.default) for field in dataclasses.fields(cls)})
 
@@ -217,16 +227,15 @@ _WINDOW_SETTINGS = {"window_length": ("max_length", "windows of {} tokens"),
                     "query_length": ("query_length", "queries of {} tokens"),
                     "max_doc_tokens": ("max_doc_tokens", "passages cut to {} tokens")}
 """The fingerprint's window settings: the setting that gives each, and how a message says it; a run must have the
-same (what the card's command gives: :func:`run_flags`). One not recorded (``None``: an older dataset) is not
-compared."""
+same (what the card's command gives: ``run_flags``). One not recorded (``None``: an older dataset) is not compared."""
 
 
 def run_flags(fingerprint: RetrievalFingerprint) -> str:
-    """The ``eval-lm`` flags a run needs to match ``fingerprint`` (what :meth:`RetrievalFingerprint.mismatch`
+    """The ``eval-lm`` flags a run needs to match ``fingerprint`` (what ``RetrievalFingerprint.mismatch``
     compares): each window setting's flag with its value (one not recorded left out) and, when the retrievals record
     no choices and hold more than one passage per window, ``--num-passages``.
 
-    Example:
+    Examples:
         >>> run_flags(RetrievalFingerprint(text="t", tokenizer=None, vocabulary="v", retriever=None, window_length=16,
         ...           retrieval_stride=4, query_length=8, k=1, selection={"rerank": "none",
         ...           "retrieval_gate": "always"}, max_doc_tokens=8))
@@ -255,9 +264,9 @@ def _index_settings(identity: dict) -> str:
 
 def dataset_columns(records: Sequence[dict], passage_texts: bool = True) -> dict[str, list]:
     """The columns of the rows of a retrieval dataset from retrieval-file items
-    (:func:`~hf_ralm.retrieval.files.retrieval_records`), without the passages' texts unless ``passage_texts``.
+    (``hf_ralm.retrieval.files.retrieval_records``), without the passages' texts unless ``passage_texts``.
 
-    Example:
+    Examples:
         >>> items = [{"begin_location": 0, "end_location": 8, "future": "a b", "query": None, "retrieved_docs": []},
         ...          {"begin_location": 8, "end_location": 12, "future": "c", "query": "a b",
         ...           "retrieved_docs": [{"id": "3", "title": "Rome", "text": "rome was", "score": 2.5}]}]
@@ -284,9 +293,9 @@ def dataset_columns(records: Sequence[dict], passage_texts: bool = True) -> dict
 
 
 def dataset_items(rows: dict[str, list]) -> list[dict]:
-    """The retrieval-file items of a retrieval dataset's rows (columns as :func:`dataset_columns` makes them; a
-    passage without its text when the rows hold none). Raises :class:`~hf_ralm.errors.RetrievalFileError` when the
-    rows are not the windows in order or a window's passage lists differ in length."""
+    """The retrieval-file items of a retrieval dataset's rows (columns as ``dataset_columns`` makes them; a
+    passage without its text when the rows hold none). Raises [`RetrievalFileError`][hf_ralm.errors.RetrievalFileError]
+    when the rows are not the windows in order or a window's passage lists differ in length."""
     items = []
     for i in range(len(rows["window"])):
         if rows["window"][i] != i:
@@ -309,8 +318,8 @@ def dataset_items(rows: dict[str, list]) -> list[dict]:
 
 
 def check_dataset_folder(path: str | os.PathLike) -> None:
-    """Refuse (an :class:`~hf_ralm.errors.OutputFolderError`) a folder a retrieval dataset cannot be written to:
-    only a missing or empty one, or a retrieval dataset hf-ralm wrote (it holds ``retrieval_fingerprint.json``),
+    """Refuse ([`OutputFolderError`][hf_ralm.errors.OutputFolderError]) a folder a retrieval dataset cannot be saved
+    in: only a missing or empty one, or a retrieval dataset hf-ralm wrote (it holds ``retrieval_fingerprint.json``),
     whose files are then replaced. Called before a run, so that its results are not lost at the end."""
     own = (FINGERPRINT_FILE, CARD_FILE, DATA_DIR) if (Path(path) / FINGERPRINT_FILE).is_file() else ()
     check_output_folder(path, own, "retrieval dataset", name="save_retrieval_dataset")
@@ -319,16 +328,16 @@ def check_dataset_folder(path: str | os.PathLike) -> None:
 def save_retrieval_dataset(path: str | os.PathLike, records: Sequence[dict], fingerprint: RetrievalFingerprint, *,
                            passage_texts: bool = True, repo_id: str | None = None,
                            argv: Sequence[str] | None = None) -> None:
-    """Write the retrieval-file items ``records`` (one per window, :func:`~hf_ralm.retrieval.files.retrieval_records`)
-    and their ``fingerprint`` as a retrieval dataset folder (see the module docstring), each file atomically; with
-    ``passage_texts=False`` the passages' texts are left out (a reader fetches them by id from the index). The card's
-    examples load it as ``hf:repo_id`` when given, and it shows the command that made it (``argv``; by default this
-    process's). Only a missing or empty folder, or an earlier retrieval dataset, is written to
-    (:func:`check_dataset_folder`).
+    """Write the retrieval-file items ``records`` (one per window, ``hf_ralm.retrieval.files.retrieval_records``) and
+    their ``fingerprint`` as a retrieval dataset folder (see the module), each file atomically; with
+    ``passage_texts=False`` without the passages' texts (read back by id from the index). The card's examples load it as
+    ``hf:repo_id`` when given, and it shows the command that made it (``argv``; default: this process's). Only a missing
+    or empty folder, or an earlier retrieval dataset, is written to (``check_dataset_folder``).
 
-    Example::
-
+    Examples:
+        ```python
         save_retrieval_dataset("retrievals", result.retrieval_records(tokenizer), fingerprint)
+        ```
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -403,10 +412,9 @@ def retrieval_dataset_card(info: dict, repo_id: str | None = None):
 
 
 def is_retrieval_dataset(spec: str | os.PathLike) -> bool:
-    """Whether ``--retrieval-file`` names a retrieval dataset (``hf:REPO_ID``, or a folder) rather than a JSON
-    retrieval file.
+    """Whether a ``--retrieval-file`` is a retrieval dataset (``hf:REPO_ID``, or a folder), not a JSON retrieval file.
 
-    Example:
+    Examples:
         >>> is_retrieval_dataset("hf:me/retrievals"), is_retrieval_dataset("retrieval.json")
         (True, False)
     """
@@ -415,14 +423,18 @@ def is_retrieval_dataset(spec: str | os.PathLike) -> bool:
 
 @dataclass
 class RetrievalDataset:
-    """A retrieval dataset on this machine: its ``folder`` (a Hub repository's downloaded snapshot for
-    ``hf:REPO_ID``) and ``info`` (its ``retrieval_fingerprint.json``, checked to be the one its data was written
-    with); ``name`` is what it was opened as.
+    """A retrieval dataset on this machine.
 
-    Example::
+    Attributes:
+        name: What it was opened as.
+        folder: Its folder (a Hub repository's downloaded snapshot for ``hf:REPO_ID``).
+        info: Its ``retrieval_fingerprint.json``, checked to be the one its data was written with.
 
+    Examples:
+        ```python
         dataset = RetrievalDataset.open("hf:me/wikitext-bm25-retrievals")
         dataset.fingerprint.retrieval_stride   # 4
+        ```
     """
 
     name: str
@@ -431,9 +443,8 @@ class RetrievalDataset:
 
     @classmethod
     def open(cls, spec: str | os.PathLike, **hub_kwargs: Any) -> "RetrievalDataset":
-        """The retrieval dataset of a folder, or of the Hub dataset repository ``hf:REPO_ID`` (downloaded into the
-        Hugging Face cache; offline, ``HF_HUB_OFFLINE=1``, from there). ``hub_kwargs``: ``revision``, ``cache_dir``,
-        ``token``."""
+        """The retrieval dataset of a folder, or of the Hub dataset repository ``hf:REPO_ID`` (downloaded into the HF
+        cache; offline, ``HF_HUB_OFFLINE=1``, from there). ``hub_kwargs``: ``revision``, ``cache_dir``, ``token``."""
         spec = str(spec)
         folder = spec
         if spec.startswith(HUB_PREFIX):
@@ -489,8 +500,8 @@ class RetrievalDataset:
 
     def check_run(self, run: RetrievalFingerprint) -> None:
         """Refuse a run whose fingerprint is ``run`` when this dataset was not made for it: a
-        :class:`~hf_ralm.errors.RetrievalFileError`, one line naming what differs and how to match it
-        (:meth:`RetrievalFingerprint.mismatch`)."""
+        [`RetrievalFileError`][hf_ralm.errors.RetrievalFileError], one line naming what differs and how to match it
+        (``RetrievalFingerprint.mismatch``)."""
         problem = self.fingerprint.mismatch(run)
         if problem is not None:
             raise RetrievalFileError(f"{self.name} {problem}; or write a retrieval dataset for this run with hf-ralm "
@@ -498,10 +509,12 @@ class RetrievalDataset:
 
     def retrievals(self, windows: Sequence[Window], run: RetrievalFingerprint, retriever=None) -> Retrievals:
         """The passages (and recorded choices) per window for a run with the fingerprint ``run`` over ``windows``,
-        the passages' texts fetched by id from ``retriever`` when the dataset holds none. Raises
-        :class:`~hf_ralm.errors.RetrievalFileError` (one line naming what differs and how to match it) when the
-        dataset was made for another text, tokenizer, settings or index, or holds no texts and there is no
-        retriever."""
+        the passages' texts fetched by id from ``retriever`` when the dataset holds none.
+
+        Raises:
+            RetrievalFileError: the dataset was made for another text, tokenizer, settings or index (one line naming
+                what differs and how to match it), or holds no texts and there is no retriever.
+        """
         self.check_run(run)
         rows = load_hf_dataset(self.folder).to_dict()
         try:
@@ -532,7 +545,7 @@ def _id_order(passage_id: str) -> tuple[int, int | str]:
 
 def retrieval_source_digest(path: str | os.PathLike) -> str:
     """The digest of what a run reads its retrievals from: a JSON retrieval file's bytes, or a retrieval dataset
-    folder's data (:meth:`RetrievalDataset.digest`)."""
+    folder's data (``RetrievalDataset.digest``)."""
     if os.path.isdir(path):
         return RetrievalDataset.open(path).digest()
     return digest(Path(path).read_bytes())
@@ -541,14 +554,25 @@ def retrieval_source_digest(path: str | os.PathLike) -> str:
 def push_retrieval_dataset(path: str | os.PathLike, repo_id: str, *, private: bool | None = None,
                            token: str | None = None, commit_message: str | None = None,
                            revision: str | None = None) -> str:
-    """Upload the retrieval dataset folder ``path`` (:func:`save_retrieval_dataset`) to the Hub dataset repository
-    ``repo_id`` (created when missing), where ``eval-lm --retrieval-file hf:REPO_ID`` (or
-    ``datasets.load_dataset(repo_id)``) finds it. A card as hf-ralm wrote it is first rewritten to name ``repo_id``
-    in its examples; a card you edited is uploaded as it is. Returns the commit's URL.
+    """Upload a retrieval dataset folder to a Hub dataset repository, where ``eval-lm --retrieval-file hf:REPO_ID``
+    (or ``datasets.load_dataset(repo_id)``) finds it. A card as hf-ralm wrote it is first rewritten to name
+    ``repo_id`` in its examples; a card you edited is uploaded as it is.
 
-    Example::
+    Args:
+        path: The folder (``save_retrieval_dataset``'s).
+        repo_id: The repository, created when missing.
+        private: Whether a repository created here is private (``None``: the Hub's default).
+        token: The Hub token (``None``: the one logged in).
+        commit_message: The commit's message (``None``: one naming what is uploaded).
+        revision: The branch committed to (``None``: the default one).
 
+    Returns:
+        The commit's URL.
+
+    Examples:
+        ```python
         push_retrieval_dataset("retrievals", "me/wikitext-bm25-retrievals", private=True)
+        ```
     """
     from huggingface_hub import HfApi
 

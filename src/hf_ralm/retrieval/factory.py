@@ -1,6 +1,6 @@
 """Turning a retriever name, a saved description or a saved folder (local or on the Hub) into a retriever.
 
-Example:
+Examples:
     >>> load_retriever("none") is None
     True
     >>> load_retriever("bm25", corpus="wiki.jsonl.gz")                     # index in the cache  # doctest: +SKIP
@@ -29,18 +29,35 @@ def load_retriever(
     forbidden_titles: Iterable[str] = (),
     **options,
 ) -> Retriever | None:
-    """A retriever from a registry name, a description (a :meth:`Retriever.config`), or an object with a
-    ``retrieve`` method (returned as is); ``None`` for ``None`` or ``"none"``.
+    """A retriever from a registry name, a description (a [`Retriever.config`][hf_ralm.retrieval.Retriever.config]),
+    or an object with a ``retrieve`` method (returned as is); ``None`` for ``None`` or ``"none"``.
 
-    A name is opened with the backend's ``from_options``, which takes ``index_dir``, ``corpus``, ``forbidden_titles``
-    and ``options`` as one set of options, each backend the ones it declares (``None`` means the default; one it does
-    not take is refused): a local index is built from ``corpus`` when missing or stale, in hf-ralm's cache when
-    ``index_dir`` is not given. A description is rebuilt with ``from_config``; arguments given here (an empty
-    ``forbidden_titles`` counts as not given) replace its values.
+    A name is opened with the backend's [`from_options`][hf_ralm.retrieval.Retriever.from_options], which takes
+    ``index_dir``, ``corpus``, ``forbidden_titles`` and ``options`` as one set of options, each backend the ones it
+    declares (``None`` means the default; one it does not take is refused): a local index is built from ``corpus``
+    when missing or stale, in hf-ralm's cache when ``index_dir`` is not given. A description is rebuilt with
+    [`from_config`][hf_ralm.retrieval.Retriever.from_config]; arguments given here (an empty ``forbidden_titles``
+    counts as not given) replace its values.
 
-    Example::
+    Args:
+        spec: A registered retriever's name, a description (a dict with a ``type``), a retriever, or ``None``.
+        index_dir: The index folder.
+        corpus: The corpus file(s) a local index is built from.
+        forbidden_titles: The article titles whose passages are never retrieved (with a name, also a file of them
+            or a shipped list's name, ``"wikitext-103"``).
+        **options: The backend's other options (its ``Options``).
 
+    Returns:
+        The retriever, or ``None`` for no retrieval.
+
+    Raises:
+        ValueError: a description has no ``type``, or a name or ``type`` is no registered retriever's.
+        InputTypeError: ``spec`` is neither a name, a description nor an object with a ``retrieve`` method.
+
+    Examples:
+        ```python
         load_retriever("dense", index_dir="wiki-dense", encoder="BAAI/bge-small-en-v1.5")
+        ```
     """
     if spec is None or spec == "none":
         return None
@@ -61,8 +78,15 @@ def load_retriever(
 
 def pretrained_folder(name_or_path: str | os.PathLike, **hub_kwargs) -> str:
     """A saved folder on this machine: ``name_or_path`` itself when it is a folder, else the Hub repository of that
-    id, downloaded with ``huggingface_hub.snapshot_download`` (``hub_kwargs``: ``revision``, ``cache_dir``,
-    ``token``, ``local_files_only``) into the Hugging Face cache."""
+    id, downloaded with ``huggingface_hub.snapshot_download`` into the Hugging Face cache.
+
+    Args:
+        name_or_path: A folder, or a Hub repository id.
+        **hub_kwargs: ``snapshot_download``'s options: ``revision``, ``cache_dir``, ``token``, ``local_files_only``.
+
+    Returns:
+        The folder's path.
+    """
     if os.path.isdir(name_or_path):
         return str(name_or_path)
     from huggingface_hub import snapshot_download
@@ -76,11 +100,24 @@ def load_retriever_from_pretrained(
     corpus: str | list[str] | None = None,
     **overrides,
 ) -> Retriever:
-    """The retriever saved by :meth:`Retriever.save_pretrained` in a folder (or a Hub repository, fetched with
-    :func:`pretrained_folder`). ``forbidden_titles`` replaces the saved ones when given; ``corpus`` rebuilds a stale
-    index; ``overrides`` (``index_dir``, the backend's options) replace saved values. The saved description is checked
-    first (:func:`read_retriever_config`), and the paths it records are followed only inside the folder
-    (:func:`retriever_from_folder`)."""
+    """The retriever saved by [`Retriever.save_pretrained`][hf_ralm.retrieval.Retriever.save_pretrained] in a folder
+    (or a Hub repository, fetched with ``pretrained_folder``). The saved description is checked first
+    (``read_retriever_config``), and the paths it records are followed only inside the folder
+    (``retriever_from_folder``).
+
+    Args:
+        name_or_path: The saved folder, or a Hub repository id.
+        forbidden_titles: The article titles never retrieved, replacing the saved ones when given.
+        corpus: The corpus to rebuild a stale index from.
+        **overrides: Replace saved values (``index_dir``, the backend's options).
+
+    Returns:
+        The retriever.
+
+    Raises:
+        FileNotFoundError: the folder holds no ``retriever_config.json``.
+        SavedFolderError: the saved description is damaged, or a path it records leads outside the folder.
+    """
     directory = pretrained_folder(name_or_path)
     path = os.path.join(directory, RETRIEVER_CONFIG_FILE)
     if not os.path.isfile(path):
@@ -93,12 +130,13 @@ def load_retriever_from_pretrained(
 
 def read_retriever_config(folder: str) -> dict:
     """The retriever description a saved folder holds in its ``retriever_config.json``, checked
-    (:func:`check_retriever_config`); a file that is no JSON raises :class:`~hf_ralm.errors.SavedFolderError` naming
-    it.
+    (``check_retriever_config``); a file that is no JSON raises [`SavedFolderError`][hf_ralm.errors.SavedFolderError]
+    naming it.
 
-    Example::
-
+    Examples:
+        ```python
         read_retriever_config("my-ralm")   # {'type': 'bm25', 'index_dir': 'index', 'forbidden_titles': []}
+        ```
     """
     path = os.path.join(folder, RETRIEVER_CONFIG_FILE)
     try:
@@ -117,12 +155,13 @@ def check_retriever_config(config: Any, folder: str, file: str, key: str | None 
     declares (its ``saved_path_options``: a string such as ``index_dir``, a string or a list of them such as
     ``corpus`` and ``forbidden_titles``), and whose parts that describe other retrievers (its ``saved_parts``: a
     hybrid one's ``sparse`` and ``dense`` sides) are descriptions too. Anything else raises
-    :class:`~hf_ralm.errors.SavedFolderError` naming the file and the key, before any of it is used.
+    [`SavedFolderError`][hf_ralm.errors.SavedFolderError] naming the file and the key, before any of it is used.
 
-    Example::
-
+    Examples:
+        ```python
         check_retriever_config(["bm25"], "my-ralm", "retriever_config.json")
         # SavedFolderError: my-ralm/retriever_config.json: it holds a list, not a JSON object describing the ...
+        ```
     """
     where = os.path.join(folder, file)
     names = ", ".join(retriever_names()[1:])
@@ -170,18 +209,18 @@ def _kind(value: Any) -> str:
 
 def retriever_from_folder(folder: str, config: dict, config_file: str = RETRIEVER_CONFIG_FILE, **overrides
                           ) -> Retriever:
-    """The retriever that ``config`` (checked by :func:`check_retriever_config`), read from ``config_file`` in the
-    saved or downloaded ``folder``, describes; ``overrides`` (``None``: not given) replace its values. Every path it
-    records is followed only inside ``folder``: its corpus files and forbidden-titles file here
-    (:func:`_saved_paths`), its index folder and encoder where the backend reads them
-    (:meth:`Retriever._saved_settings`); one that leads outside is refused
-    (:class:`~hf_ralm.errors.SavedFolderError`, naming the file and the key) unless the caller gives that value, but
-    for an index saved outside a folder on this machine, read there while it is still that index
-    (:func:`~hf_ralm.retrieval.saved_paths.saved_index_dir`).
+    """The retriever that ``config`` (checked by ``check_retriever_config``), read from ``config_file`` in the saved or
+    downloaded ``folder``, describes; ``overrides`` (``None``: not given) replace its values. Every path it records is
+    followed only inside ``folder``: its corpus files and forbidden-titles file here (``_saved_paths``), its index
+    folder and encoder where the backend reads them (``Retriever._saved_settings``); one that leads outside is refused
+    ([`SavedFolderError`][hf_ralm.errors.SavedFolderError], naming the file and the key) unless the caller gives that
+    value, but for an index saved outside a folder on this machine, read there while it is still that index
+    (``hf_ralm.retrieval.saved_paths.saved_index_dir``).
 
-    Example::
-
+    Examples:
+        ```python
         retriever_from_folder("my-ralm", {"type": "bm25", "index_dir": "index"}, forbidden_titles=["Nero"])
+        ```
     """
     config = _saved_paths(config, folder, config_file, {k for k, v in overrides.items() if v is not None})
     return retriever_class(config["type"]).from_config(config, base_dir=folder, config_file=config_file, **overrides)
@@ -189,7 +228,7 @@ def retriever_from_folder(folder: str, config: dict, config_file: str = RETRIEVE
 
 def _saved_paths(config: dict, folder: str, config_file: str, given: set[str]) -> dict:
     """``config`` with the corpus files and the forbidden-titles file it names (at any depth: a hybrid retriever's
-    sides too) joined to ``folder`` (:func:`~hf_ralm.retrieval.saved_paths.saved_path`, which refuses one that leads
+    sides too) joined to ``folder`` (``hf_ralm.retrieval.saved_paths.saved_path``, which refuses one that leads
     outside it), but for those the caller gives (``given``: they replace the saved ones), a Hub corpus
     (``hf:DATASET``) and a list shipped with hf-ralm named by its name (``wikitext-103``): neither is a path."""
     def inside(path: str, key: str, fix: str) -> str:

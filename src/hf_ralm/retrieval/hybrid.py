@@ -6,7 +6,7 @@ index the same passages (same corpus fingerprint, checked), so that their passag
 coincide. ``HybridRetriever.build_or_load(corpus, index_dir)`` keeps both indexes in one folder: ``<index_dir>/bm25``
 (or ``<index_dir>/lucene``) and ``<index_dir>/dense``.
 
-Example:
+Examples:
     >>> rrf_fuse([["a", "b"], ["b", "c"]], k_rrf=60)[0]
     ('b', 0.03252247488101534)
 """
@@ -78,10 +78,28 @@ class HybridOptions(IndexOptions):
 
 
 class HybridRetriever(LocalIndexRetriever):
-    """RRF of a sparse (``BM25Retriever`` or ``LuceneRetriever``) and a dense retriever over the same passages.
+    """RRF of a sparse ([`BM25Retriever`][hf_ralm.retrieval.BM25Retriever] or
+    [`LuceneRetriever`][hf_ralm.retrieval.lucene.LuceneRetriever]) and a dense retriever over the same passages.
 
     Its folder holds no index of its own, only its sides' (``<index_dir>/<sparse>``, ``<index_dir>/dense``), each
-    built, reused and opened by its own backend."""
+    built, reused and opened by its own backend.
+
+    Args:
+        sparse: The sparse side, an opened BM25 or Lucene retriever.
+        dense: The dense side, over the same passages (the same corpus fingerprint and passage count).
+        k_rrf: The fusion's ``k_rrf``: a passage scores ``1 / (k_rrf + rank)`` per list that holds it.
+        depth: Each side's list is ``max(k, depth)`` deep.
+
+    Raises:
+        ValueError: a side records no corpus fingerprint, or the two sides were built from different corpora (or
+            passage sizes).
+
+    Examples:
+        ```python
+        retriever = HybridRetriever.build_or_load("wiki.jsonl.gz", "wiki-hybrid")   # wiki-hybrid/{bm25,dense}
+        retriever.retrieve(["the emperor of Rome"], k=2)
+        ```
+    """
 
     name = "hybrid"
     Options = HybridOptions
@@ -117,8 +135,9 @@ class HybridRetriever(LocalIndexRetriever):
         return self.sparse.passages_by_id(ids)  # both sides number the same corpus's passages alike
 
     def index_record(self) -> dict:
-        """The common corpus's ``fingerprint`` and size, and each side's :meth:`~Retriever.identity` (its folder has
-        no ``hf_ralm_index.json`` of its own: what decides the ranking is the two sides' and the fusion's)."""
+        """The common corpus's ``fingerprint`` and size, and each side's
+        [`identity`][hf_ralm.retrieval.Retriever.identity] (its folder has no ``hf_ralm_index.json`` of its own: what
+        decides the ranking is the two sides' and the fusion's)."""
         return {**self.info, "k_rrf": self.k_rrf, "depth": self.depth,
                 "sparse": self.sparse.identity(), "dense": self.dense.identity()}
 
@@ -143,7 +162,16 @@ class HybridRetriever(LocalIndexRetriever):
     @classmethod
     def build_shared(cls, corpus: str | Sequence[str], index_dir: str | os.PathLike | None = None, *,
                      shard: Shard | None = None, **options: Any) -> IndexSummary:
-        """As :meth:`LocalIndexRetriever.build_shared`, by one process only: its workers would each build both sides.
+        """As ``LocalIndexRetriever.build_shared``, by one process only: its workers would each build both sides.
+
+        Args:
+            corpus: The corpus file(s).
+            index_dir: The folder of both sides' indexes (``None``: one in hf-ralm's cache).
+            shard: This worker's part of the build, of one worker only (``None``: one process).
+            **options: ``words_per_passage`` and the backend's own options (its ``Options``; ``None``: its default).
+
+        Returns:
+            The built (or reused) index's ``IndexSummary``.
 
         Raises:
             SettingError: ``shard`` has more than one worker; the message says how to share the dense side's
@@ -169,7 +197,20 @@ class HybridRetriever(LocalIndexRetriever):
         """Rebuild both sides from their saved configs (``config["sparse"]``, ``config["dense"]``; ``encoder`` applies
         to the dense one, ``forbidden_titles`` and ``corpus`` to both). A description without sides, such as
         ``{"type": "hybrid", "index_dir": ...}``, or an ``index_dir`` override, opens that folder with
-        :meth:`build_or_load`."""
+        ``build_or_load``.
+
+        Args:
+            config: The saved description (as [`config`][hf_ralm.retrieval.hybrid.HybridRetriever.config] gives it).
+            base_dir: The saved folder the description's paths are relative to.
+            config_file: The file in ``base_dir`` the description was read from, as errors name it.
+            **overrides: Values that replace the saved ones (``None``: not given).
+
+        Returns:
+            The hybrid retriever.
+
+        Raises:
+            ValueError: an override is no option of the hybrid retriever.
+        """
         overrides = {key: value for key, value in overrides.items() if value is not None}
         if "sparse" not in config or "index_dir" in overrides:
             settings = {k: v for k, v in config.items() if k not in ("sparse", "dense")}
@@ -212,7 +253,7 @@ class HybridRetriever(LocalIndexRetriever):
 
     def _saved_config(self, save_directory: str, index_copy: str | None) -> dict:
         """Each side's saved config; with an index copy, the sides go to ``<index_copy>/<sparse name>`` and
-        ``<index_copy>/dense``, the layout of :meth:`build_or_load`."""
+        ``<index_copy>/dense``, the layout of ``build_or_load``."""
         sides = {}
         for side in ("sparse", "dense"):
             retriever = getattr(self, side)

@@ -2,15 +2,17 @@
 
 hf-ralm's own backends are imported only when asked for (``lucene`` and ``dense`` need optional extras, ``hybrid`` the
 dense one): their line here names their module and class and carries their declaration
-(:class:`~hf_ralm.retrieval.declarations.RetrieverDeclaration`: the default query length and the build options the
-class itself declares, from the backend's plain-Python module), so that the settings and ``hf-ralm --help`` know them
-without importing the backend. A backend from outside hf-ralm is added with :func:`register_retriever`, after which
-every ``retriever=`` that takes a name (``load_retriever``, ``RetrievalAugmentedModel.from_pretrained``, a saved
+([`RetrieverDeclaration`][hf_ralm.retrieval.RetrieverDeclaration]: the default query length and the build options
+the class itself declares, from the backend's plain-Python module), so that the settings and ``hf-ralm --help`` know
+them without importing the backend. A backend from outside hf-ralm is added with
+[`register_retriever`][hf_ralm.retrieval.register_retriever], after which every ``retriever=`` that takes a name
+([`load_retriever`][hf_ralm.retrieval.load_retriever],
+[`RetrievalAugmentedModel.from_pretrained`][hf_ralm.RetrievalAugmentedModel.from_pretrained], a saved
 ``retriever_config.json``), ``--retriever`` and ``hf-ralm index`` find it. Importing this module declares each
 backend's default query length to the settings, which sit below retrieval
-(:func:`~hf_ralm.config.query_lengths.declare_query_length`): ``import hf_ralm`` does.
+(``hf_ralm.config.query_lengths.declare_query_length``): ``import hf_ralm`` does.
 
-Example:
+Examples:
     >>> RETRIEVER_NAMES
     ('none', 'bm25', 'lucene', 'dense', 'hybrid')
     >>> retriever_class("bm25").__name__
@@ -40,14 +42,15 @@ _BACKENDS: dict[str, tuple[str, str, RetrieverDeclaration] | type[Retriever]] = 
     "hybrid": ("hybrid", "HybridRetriever", RetrieverDeclaration(DENSE_QUERY_LENGTH, DenseBuildOptions)),
 }
 RETRIEVER_NAMES = ("none", *_BACKENDS)  # hf-ralm's own; "none": no retrieval
-"""The retrievers hf-ralm ships; :func:`retriever_names` adds the registered ones (the command line's choices)."""
+"""The retrievers hf-ralm ships; ``retriever_names`` adds the registered ones (the command line's choices)."""
 
 for _name, (_, _, _declared) in _BACKENDS.items():
     declare_query_length(_name, _declared.query_length)
 
 
 def retriever_names() -> tuple[str, ...]:
-    """Every retriever name: ``"none"``, hf-ralm's backends, then those added with :func:`register_retriever`."""
+    """Every retriever name: ``"none"``, hf-ralm's backends, then those added with
+    [`register_retriever`][hf_ralm.retrieval.register_retriever]."""
     return ("none", *_BACKENDS)
 
 
@@ -59,12 +62,12 @@ def retriever_declaration(name: str) -> RetrieverDeclaration:
         name: A registered retriever's name.
 
     Returns:
-        Its :class:`~hf_ralm.retrieval.declarations.RetrieverDeclaration`.
+        Its [`RetrieverDeclaration`][hf_ralm.retrieval.RetrieverDeclaration].
 
     Raises:
         ValueError: no backend has that name.
 
-    Example:
+    Examples:
         >>> retriever_declaration("dense").build_options.__name__
         'DenseBuildOptions'
     """
@@ -79,11 +82,11 @@ def declaration_of(cls: type[Retriever]) -> RetrieverDeclaration:
 
 
 def register_retriever(cls: type[Retriever]) -> type[Retriever]:
-    """Add the backend ``cls`` (a :class:`~hf_ralm.retrieval.base.Retriever` subclass) under its ``name``, so that
+    """Add the backend ``cls`` (a [`Retriever`][hf_ralm.retrieval.Retriever] subclass) under its ``name``, so that
     ``retriever_class(cls.name)`` gives it, with what it declares: its ``default_query_length`` (what
-    ``query_length=None`` means with it, :func:`~hf_ralm.config.query_lengths.default_query_length`) and, for a backend
-    with a local index, its ``BuildOptions`` (:func:`~hf_ralm.retrieval.declarations.index_flag` fields: flags of
-    ``hf-ralm index``, each an option of its ``Options``). Registering the same class again does nothing.
+    ``query_length=None`` means with it, [`default_query_length`][hf_ralm.config.query_lengths.default_query_length])
+    and, for a backend with a local index, its ``BuildOptions`` ([`index_flag`][hf_ralm.retrieval.index_flag] fields:
+    flags of ``hf-ralm index``, each an option of its ``Options``). Registering the same class again does nothing.
 
     Args:
         cls: The backend class.
@@ -96,8 +99,8 @@ def register_retriever(cls: type[Retriever]) -> type[Retriever]:
         ValueError: its name is missing or taken by another backend, its default query length is no count, or a
             build option is no option of its ``Options`` or is another backend's flag declared otherwise.
 
-    Example::
-
+    Examples:
+        ```python
         @register_retriever
         class SearchServiceRetriever(Retriever):
             name = "search-service"
@@ -106,6 +109,7 @@ def register_retriever(cls: type[Retriever]) -> type[Retriever]:
 
         RetrievalAugmentedModel.from_pretrained("HuggingFaceTB/SmolLM2-135M", retriever="search-service",
                                                 retriever_options={"url": "http://localhost:9200"})
+        ```
     """
     from .base import Retriever, option_names
 
@@ -136,8 +140,14 @@ def register_retriever(cls: type[Retriever]) -> type[Retriever]:
 
 
 def retriever_class(name: str) -> type[Retriever]:
-    """The :class:`~hf_ralm.retrieval.base.Retriever` subclass registered as ``name`` (``"bm25"``, ``"lucene"``,
-    ``"dense"``, ``"hybrid"``, or one added with :func:`register_retriever`), imported now for hf-ralm's own.
+    """The [`Retriever`][hf_ralm.retrieval.Retriever] subclass registered as ``name``, imported now for hf-ralm's own.
+
+    Args:
+        name: A registered retriever's name: ``"bm25"``, ``"lucene"``, ``"dense"``, ``"hybrid"``, or one added with
+            [`register_retriever`][hf_ralm.retrieval.register_retriever].
+
+    Returns:
+        The backend class.
 
     Raises:
         ValueError: ``name`` is ``"none"`` or no registered backend's.
