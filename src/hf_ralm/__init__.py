@@ -1,14 +1,17 @@
 """hf-ralm: In-Context Retrieval-Augmented Language Modeling (Ram et al., 2023) for any Hugging Face causal LM.
 
-Besides the front ends (:class:`RetrievalAugmentedModel`, :func:`evaluate` with its :class:`RunOptions`, the
-retrievers), the steps they are built from are public too, for scripts that time or check one step (the benchmarks):
-reading texts (:func:`load_dataset_text`), the window plan (:func:`prepare`, :func:`plan_windows`), the model inputs
-(:func:`window_prefixes`, :func:`passage_prefix`), the scorer (:func:`score_windows`, :class:`PassageKVCache`,
-:class:`BatchSize`), ensembles, the figures (:func:`perplexity_figures`), the record store (:class:`RecordStore`),
-the run harness (:class:`ChunkRun`) and open-domain QA (:func:`evaluate_qa`).
+Besides the front ends ([`RetrievalAugmentedModel`][hf_ralm.RetrievalAugmentedModel], [`evaluate`][hf_ralm.evaluate]
+with its [`RunOptions`][hf_ralm.RunOptions], the retrievers), the steps they are built from are public too, for
+scripts that time or check one step (the benchmarks): reading texts ([`load_dataset_text`][hf_ralm.load_dataset_text]),
+the window plan ([`prepare`][hf_ralm.prepare], [`plan_windows`][hf_ralm.plan_windows]), the model inputs
+([`window_prefixes`][hf_ralm.window_prefixes], [`passage_prefix`][hf_ralm.passage_prefix]), the scorer
+([`score_windows`][hf_ralm.score_windows], [`PassageKVCache`][hf_ralm.PassageKVCache],
+[`BatchSize`][hf_ralm.BatchSize]), ensembles, the figures ([`perplexity_figures`][hf_ralm.perplexity_figures]), the
+record store ([`RecordStore`][hf_ralm.RecordStore]), the run harness ([`ChunkRun`][hf_ralm.ChunkRun]) and open-domain
+QA ([`evaluate_qa`][hf_ralm.evaluate_qa]).
 
-Example::
-
+Examples:
+    ```python
     from hf_ralm import (BM25Retriever, RalmConfig, load_dataset_text, perplexity_figures, prepare, score_windows,
                          window_prefixes)
 
@@ -19,6 +22,7 @@ Example::
     nll = score_windows(model, plan.ids, plan.windows, window_prefixes(tokenizer, plan.windows, passages, config))
     scored = sum(w.num_scored for w in plan.windows)
     perplexity_figures(float(nll[1:].sum()), len(plan.ids), scored, plan.num_words)["token_ppl"]
+    ```
 """
 
 import importlib
@@ -118,7 +122,7 @@ __version__ = "0.1.0"
 
 
 def _register_metrics() -> None:
-    """Make ``evaluate.load("ralm_perplexity")`` resolve offline (see :mod:`hf_ralm.metrics`); an unwritable cache
+    """Make ``evaluate.load("ralm_perplexity")`` resolve offline (see ``hf_ralm.metrics``); an unwritable cache
     folder must never make ``import hf_ralm`` fail."""
     from .metrics import register_metrics
 
@@ -140,7 +144,7 @@ def _register_lm_eval() -> None:
     """Register the ``ralm`` model with lm-evaluation-harness when it is installed: lm-eval 0.4.13 reads no entry
     points (the releases after its pull request #4013 find ``ralm`` in the ``lm_eval.models`` entry point that
     pyproject.toml declares, and a name already there is left as it is). Only lm-eval's registry is imported here (a
-    few milliseconds), neither its evaluator nor :mod:`hf_ralm.integrations.lm_eval`; without lm-eval nothing
+    few milliseconds), neither its evaluator nor ``hf_ralm.integrations.lm_eval``; without lm-eval nothing
     happens."""
     try:
         from lm_eval.api.registry import model_registry
@@ -165,12 +169,12 @@ _declare_retrievers()
 AUTO_CLASS_MODULES = {"transformers.models.auto.configuration_auto": "config.configuration_ralm",
                       "transformers.models.auto.modeling_auto": "modeling_ralm"}
 """transformers' Auto classes' modules, and the module of hf-ralm's that registers the RALM with them on import
-(``AutoConfig``: :class:`RalmConfig`; ``AutoModelForCausalLM``: :class:`RetrievalAugmentedModel`)."""
+(``AutoConfig``: ``RalmConfig``; ``AutoModelForCausalLM``: ``RetrievalAugmentedModel``)."""
 
 
 class _AutoClassRegistration(importlib.abc.MetaPathFinder):
     """After ``import hf_ralm`` the Auto classes load a saved RALM, as when the import loaded everything, while
-    ``import hf_ralm`` itself loads no transformers: once an Auto module of :data:`AUTO_CLASS_MODULES` is loaded, the
+    ``import hf_ralm`` itself loads no transformers: once an Auto module of ``AUTO_CLASS_MODULES`` is loaded, the
     hf-ralm module that registers the RALM with it is imported, as soon as no module of transformers' or hf-ralm's is
     half-imported (it would import them: ``tokenization_auto`` loads ``modeling_auto`` halfway through)."""
 

@@ -1,19 +1,22 @@
-"""The loading of a [`RetrievalAugmentedModel`][hf_ralm.RetrievalAugmentedModel], what its `from_pretrained` runs: a
-saved RALM folder read and checked before anything loads, the reader loaded by its engine (the registry's
-[`Engine`][hf_ralm.Engine]), the retriever by its backend.
+"""The loading of a [`RetrievalAugmentedModel`][hf_ralm.RetrievalAugmentedModel], what its
+[`from_pretrained`][hf_ralm.RetrievalAugmentedModel.from_pretrained] runs: a saved RALM folder read and checked before
+anything loads, the reader loaded by its engine (the registry's [`Engine`][hf_ralm.Engine]), the retriever by its
+backend.
 
 A saved RALM's files are checked before they are used, each refusal one line naming the file and the key: its
-settings (`RalmConfig.validate`), its retriever's description (`hf_ralm.retrieval.factory.check_retriever_config`), a
-base model that is the folder itself (or a chain of saved RALMs that comes back to it), and every path it names (index
-folder, corpus, forbidden titles, encoder, ``reranker_model``), followed only inside the folder unless the caller
-gives that value ([`SavedFolderError`][hf_ralm.errors.SavedFolderError]); the one exception, read only, is an index
-that `save_pretrained` recorded outside a folder saved on this machine, opened there while it is still that index
-(never from a Hub download, never built there: `hf_ralm.retrieval.saved_paths.saved_index_dir`).
+settings ([`RalmConfig.validate`][hf_ralm.RalmConfig.validate]), its retriever's description
+(``hf_ralm.retrieval.factory.check_retriever_config``), a base model that is the folder itself (or a chain of saved
+RALMs that comes back to it), and every path it names (index folder, corpus, forbidden titles, encoder,
+``reranker_model``), followed only inside the folder unless the caller gives that value
+([`SavedFolderError`][hf_ralm.errors.SavedFolderError]); the one exception, read only, is an index that
+``save_pretrained`` recorded outside a folder saved on this machine, opened there while it is still that index (never
+from a Hub download, never built there: ``hf_ralm.retrieval.saved_paths.saved_index_dir``).
 
-Example::
-
+Examples:
+    ```python
     parts = load_ralm("my-ralm", index_dir="wiki-bm25")   # a folder written by save_pretrained
     parts.config.retrieval_stride, type(parts.reader).__name__   # (4, 'LlamaForCausalLM')
+    ```
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from .utils.paths import missing_local_path
 def _saved_ralm_config(path: str, hub_kwargs: dict) -> tuple[RalmConfig, dict | None] | None:
     """The RalmConfig stored at ``path`` (folder or Hub id) and the retriever description that config.json held
     before retrievers were saved in their own ``retriever_config.json`` (``None`` in newer folders); ``None`` when
-    ``path`` is a plain model. A saved setting that :meth:`RalmConfig.validate` refuses (a ``passage_template`` with
+    ``path`` is a plain model. A saved setting that ``RalmConfig.validate`` refuses (a ``passage_template`` with
     an unknown field, ...) is refused here, naming the file, before anything loads; so is a local ``config.json``
     that is no JSON (not taken for a model to fetch from the Hub)."""
     _check_config_json(os.path.join(path, CONFIG_NAME))
@@ -63,7 +66,7 @@ def _saved_ralm_config(path: str, hub_kwargs: dict) -> tuple[RalmConfig, dict | 
 
 
 def _check_config_json(file: str) -> None:
-    """Refuse (an :class:`~hf_ralm.errors.InputError` naming ``file`` and where it goes wrong) a model folder's
+    """Refuse (an ``InputError`` naming ``file`` and where it goes wrong) a model folder's
     ``config.json`` that is there but no JSON object: transformers would report it as a model the Hub does not
     have."""
     if not os.path.isfile(file):
@@ -87,7 +90,7 @@ def _saved_retriever_config(path: str, old_retriever: dict | None, hub_kwargs: d
     """The retriever saved with the RALM folder ``path`` (a folder or a Hub id, then downloaded), if any: the folder
     on this machine, the file that describes it (``retriever_config.json``; an older folder's ``config.json``, which
     held it under ``retriever``, recorded by absolute paths: those need ``index_dir=``) and its description, checked
-    (:func:`~hf_ralm.retrieval.factory.check_retriever_config`)."""
+    (``hf_ralm.retrieval.factory.check_retriever_config``)."""
     folder = pretrained_folder(path, **hub_kwargs)
     if old_retriever is not None:
         return folder, CONFIG_NAME, check_retriever_config(old_retriever, folder, CONFIG_NAME, "retriever")
@@ -97,9 +100,9 @@ def _saved_retriever_config(path: str, old_retriever: dict | None, hub_kwargs: d
 
 
 def _saved_retriever(path: str, old_retriever: dict | None, hub_kwargs: dict, **overrides) -> Retriever | None:
-    """The retriever saved with the RALM folder ``path`` (:func:`_saved_retriever_config`), if any: ``overrides``
-    replace its saved values (see :meth:`Retriever.from_config`). The paths the folder records are followed only
-    inside it (:func:`~hf_ralm.retrieval.factory.retriever_from_folder`)."""
+    """The retriever saved with the RALM folder ``path`` (``_saved_retriever_config``), if any: ``overrides``
+    replace its saved values (see ``Retriever.from_config``). The paths the folder records are followed only
+    inside it (``hf_ralm.retrieval.factory.retriever_from_folder``)."""
     saved = _saved_retriever_config(path, old_retriever, hub_kwargs)
     if saved is None:
         return None
@@ -108,17 +111,25 @@ def _saved_retriever(path: str, old_retriever: dict | None, hub_kwargs: dict, **
 
 
 def saved_ralm_settings(name_or_path: str | os.PathLike, **hub_kwargs) -> tuple[RalmConfig, dict | None] | None:
-    """The settings of the saved RALM ``name_or_path`` (a folder written by
-    :meth:`RetrievalAugmentedModel.save_pretrained`, or a Hub id, then downloaded: ``hub_kwargs`` are ``revision``,
-    ``cache_dir``, ``token``, ``local_files_only``) and its retriever's description (``None``: saved without one),
-    both checked as :meth:`~RetrievalAugmentedModel.from_pretrained` checks them; ``None`` for a plain model. What a
-    front end reads before loading, to tell a saved value from a default (the command line: ``--model SAVED`` keeps
-    the folder's retriever and settings unless a flag is given).
+    """The settings of a saved RALM and its retriever's description, both checked as
+    [`from_pretrained`][hf_ralm.RetrievalAugmentedModel.from_pretrained] checks them. What a front end reads before
+    loading, to tell a saved value from a default (the command line: ``--model SAVED`` keeps the folder's retriever
+    and settings unless a flag is given).
 
-    Example::
+    Args:
+        name_or_path: a folder written by
+            [`save_pretrained`][hf_ralm.RetrievalAugmentedModel.save_pretrained], or a Hub id, then downloaded.
+        **hub_kwargs: ``revision``, ``cache_dir``, ``token``, ``local_files_only``.
 
+    Returns:
+        The saved [`RalmConfig`][hf_ralm.RalmConfig] and its retriever's description (``None``: saved without one);
+            ``None`` for a plain model.
+
+    Examples:
+        ```python
         config, retriever = saved_ralm_settings("my-ralm")
         config.retrieval_stride, retriever["type"]   # (4, 'bm25')
+        ```
     """
     path = str(name_or_path)
     found = None if missing_local_path(path) else _saved_ralm_config(path, hub_kwargs)
@@ -131,7 +142,7 @@ def saved_ralm_settings(name_or_path: str | os.PathLike, **hub_kwargs) -> tuple[
 
 _LOADING: ContextVar[tuple[str, ...]] = ContextVar("hf_ralm_saved_ralms_loading", default=())
 """The saved RALMs whose base model is loading in this context, outermost first (a base model may itself be a saved
-RALM, loaded through ``AutoModelForCausalLM``): what :func:`_loading_base_of` checks a base model against."""
+RALM, loaded through ``AutoModelForCausalLM``): what ``_loading_base_of`` checks a base model against."""
 
 
 def _folder_key(name_or_path: str) -> str:
@@ -143,8 +154,8 @@ def _folder_key(name_or_path: str) -> str:
 def _loading_base_of(path: str, base_name: str) -> Iterator[None]:
     """The block that loads the base model ``base_name`` of the saved RALM ``path``. A base model that is that folder
     itself, or a saved RALM whose base model is loading around it (a chain that comes back to a folder), is refused
-    with one line naming the folder (:class:`~hf_ralm.errors.SavedFolderError`): it would load itself forever; so is a
-    local base model that is not there."""
+    with one line naming the folder ([`SavedFolderError`][hf_ralm.errors.SavedFolderError]): it would load itself
+    forever; so is a local base model that is not there."""
     if missing_local_path(base_name):  # not asked of the Hub, which would only say it is no repository id
         raise SavedFolderError(f"{os.path.join(path, CONFIG_NAME)}: its base_model_name_or_path {base_name!r} does "
                                "not exist on this machine: set it to the causal LM's folder or Hub id, or load the "
@@ -167,7 +178,7 @@ def _loading_base_of(path: str, base_name: str) -> Iterator[None]:
 
 def _saved_reranker_model(path: str, reranker_model: str, hub_kwargs: dict) -> str:
     """The ``reranker_model`` saved in the RALM ``path``'s ``config.json``: a Hub id as it is; a local path only
-    inside the folder (joined to it: :func:`~hf_ralm.retrieval.saved_paths.saved_path`), one that leads outside
+    inside the folder (joined to it: ``hf_ralm.retrieval.saved_paths.saved_path``), one that leads outside
     refused (the caller gives it instead)."""
     if not names_a_local_path(reranker_model):
         return reranker_model
@@ -190,7 +201,7 @@ def _retriever_options(options: Mapping[str, Any] | None, **named) -> dict[str, 
 def _from_auto_class(kwargs: dict) -> tuple[dict, RalmConfig | None]:
     """The keyword arguments of a saved RALM's loading without what ``AutoModelForCausalLM.from_pretrained`` adds
     for the class it hands the folder to, and the config it read there (its RALM settings given to the Auto class
-    applied): ``None`` when no :class:`RalmConfig` was given. ``trust_remote_code`` stays only when ``True`` (the
+    applied): ``None`` when no ``RalmConfig`` was given. ``trust_remote_code`` stays only when ``True`` (the
     user's, for the base model; the Auto class passes ``False`` for a folder of a registered class)."""
     config = kwargs.get("config")
     if not isinstance(config, RalmConfig):
@@ -201,8 +212,15 @@ def _from_auto_class(kwargs: dict) -> tuple[dict, RalmConfig | None]:
 
 
 def check_model_path(name_or_path: str) -> None:
-    """Refuse at once a model that looks like a local folder (:func:`~hf_ralm.utils.paths.looks_local`) and is not
-    there, instead of asking the Hub for it."""
+    """Refuse at once a model that looks like a local folder (``hf_ralm.utils.paths.looks_local``) and is not
+    there, instead of asking the Hub for it.
+
+    Args:
+        name_or_path: the model's folder or Hub id.
+
+    Raises:
+        MissingFileError: it looks like a local folder and is not there.
+    """
     if missing_local_path(name_or_path):
         raise MissingFileError(f"The {setting('model')} {name_or_path!r} does not exist: give a model folder (with "
                                "config.json), a GGUF file's folder, or a Hub id such as HuggingFaceTB/SmolLM2-135M.")
@@ -210,8 +228,14 @@ def check_model_path(name_or_path: str) -> None:
 
 @dataclass
 class LoadedRalm:
-    """What `load_ralm` loads: a RALM's settings, its reader (a transformers model, or a
-    [`Reader`][hf_ralm.Reader]), its retriever and its tokenizer."""
+    """What ``load_ralm`` loads.
+
+    Attributes:
+        config: the RALM's settings.
+        reader: a transformers model, or a [`Reader`][hf_ralm.Reader].
+        retriever: its retriever (``None``: none).
+        tokenizer: the reader's tokenizer.
+    """
 
     config: RalmConfig
     reader: Any
@@ -226,12 +250,17 @@ def load_ralm(pretrained_model_name_or_path: str | os.PathLike | PreTrainedModel
               load_weights: bool = True, n_threads: int | None = None,
               retriever_options: Mapping[str, Any] | None = None, engine: str = DEFAULT_ENGINE,
               engine_options: Any = None) -> LoadedRalm:
-    """The parts of a RALM, loaded as `RetrievalAugmentedModel.from_pretrained` describes its arguments
-    (``model_args`` and ``kwargs``: its positional and other keyword arguments): the engine and its options checked
-    first, then the saved folder, then the reader, the tokenizer and the retriever.
+    """The parts of a RALM, loaded as [`from_pretrained`][hf_ralm.RetrievalAugmentedModel.from_pretrained] describes
+    its arguments: the engine and its options checked first, then the saved folder, then the reader, the tokenizer and
+    the retriever.
+
+    Args:
+        pretrained_model_name_or_path: as ``from_pretrained`` takes it; so are the keyword-only arguments.
+        model_args: ``from_pretrained``'s positional arguments.
+        kwargs: its other keyword arguments.
 
     Returns:
-        The `LoadedRalm`.
+        The ``LoadedRalm``.
 
     Raises:
         SettingError: an unknown engine (the registered ones listed), an option or a loading argument the engine

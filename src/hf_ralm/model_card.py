@@ -3,12 +3,13 @@
 when figures were measured, ``model-index`` results), then what the folder holds and how to load it, its retriever
 and corpus, its settings and the measured figures' table.
 
-Example::
-
+Examples:
+    ```python
     card = ralm_model_card(model.config, model.retriever, comparison=model.compare_strategies(text),
                            dataset="wikitext")
     card.data.eval_results[0].metric_value   # the first strategy's token perplexity
     print(card)                              # the README.md
+    ```
 """
 
 from __future__ import annotations
@@ -33,15 +34,22 @@ EVAL_TASK = {"task_type": "text-generation", "task_name": "Language modeling (In
 
 
 def comparison_results(comparison: Comparison, dataset: str | None = None) -> list[EvalResult]:
-    """``comparison``'s rows as ``model-index`` results: per strategy its token and word perplexity (metric type
-    ``perplexity``, the strategy as the metric's config), on ``dataset`` (a Hub dataset id or a name; ``"text"``,
-    named "evaluated text", when not given). None for a comparison that is not complete (a worker of a sharded
-    pass before the others are done).
+    """``comparison``'s rows as ``model-index`` results.
 
-    Example::
+    Args:
+        comparison: the measured strategies.
+        dataset: what they were measured on: a Hub dataset id or a name (``"text"``, named "evaluated text", when
+            not given).
 
+    Returns:
+        Per strategy its token and word perplexity (metric type ``perplexity``, the strategy as the metric's config);
+            none for a comparison that is not complete (a worker of a sharded pass before the others are done).
+
+    Examples:
+        ```python
         [(r.metric_name, r.metric_value) for r in comparison_results(comparison, "wikitext")]
         # [('token perplexity (none)', 31.2), ('word perplexity (none)', 52.0), ('token perplexity (top1)', ...]
+        ```
     """
     if not comparison.complete:
         return []
@@ -54,9 +62,21 @@ def comparison_results(comparison: Comparison, dataset: str | None = None) -> li
 def ralm_model_card(config: RalmConfig, retriever: Retriever | None, *, repo_id: str | None = None,
                     index_included: bool = False, comparison: Comparison | None = None, dataset: str | None = None,
                     tags: Sequence[str] = ()) -> ModelCard:
-    """The card: ``ModelCardData`` metadata (``base_model`` only when it is a Hub id, not a local folder; ``tags``
-    after :data:`CARD_TAGS`; ``comparison``'s figures as ``model-index`` results on ``dataset``,
-    :func:`comparison_results`) and the Markdown body."""
+    """The card: ``ModelCardData`` metadata and the Markdown body.
+
+    Args:
+        config: the RALM's settings (``base_model`` in the metadata only when it is a Hub id, not a local folder).
+        retriever: its retriever (``None``: none saved).
+        repo_id: the Hub repository the card's loading line names (``None``: a folder).
+        index_included: whether the folder holds the retriever's index.
+        comparison: measured figures, as ``model-index`` results on ``dataset`` (``comparison_results``) and as a
+            table.
+        dataset: what ``comparison`` was measured on.
+        tags: the card's tags after ``CARD_TAGS``.
+
+    Returns:
+        The ``huggingface_hub`` ``ModelCard``.
+    """
     base = config.base_model_name_or_path or "unknown"
     name = repo_id or "this folder"
     results = comparison_results(comparison, dataset) if comparison is not None else []

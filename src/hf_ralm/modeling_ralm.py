@@ -1,19 +1,22 @@
-"""``RetrievalAugmentedModel``: any frozen causal LM plus a retriever, PEFT-style.
+"""[`RetrievalAugmentedModel`][hf_ralm.RetrievalAugmentedModel]: any frozen causal LM plus a retriever, PEFT-style.
 
-It owns only a :class:`RalmConfig` and a retriever; everything else is forwarded to the wrapped model, and
-``save_pretrained`` writes the config and the retriever's ``retriever_config.json`` (with ``save_index=True`` its
+It owns only a [`RalmConfig`][hf_ralm.RalmConfig] and a retriever; everything else is forwarded to the wrapped model,
+and ``save_pretrained`` writes the config and the retriever's ``retriever_config.json`` (with ``save_index=True`` its
 index too), never the base weights.
 
-Example:
-    >>> from hf_ralm import RetrievalAugmentedModel
-    >>> model = RetrievalAugmentedModel.from_pretrained(
-    ...     "HuggingFaceTB/SmolLM2-135M", retriever="bm25", index_dir="wiki-index", corpus="wiki.jsonl.gz",
-    ...     retrieval_stride=4, query_length=32, max_length=512)                       # doctest: +SKIP
-    >>> ids = model.tokenizer("Some text to score ...", return_tensors="pt").input_ids  # doctest: +SKIP
-    >>> out = model(ids)                                                               # doctest: +SKIP
-    >>> out.loss, out.token_nlls.shape, out.passages[0][out.token_windows[0, -1]]      # doctest: +SKIP
-    >>> model.save_pretrained("my-ralm", save_index=True)   # config, retriever and index  # doctest: +SKIP
-    >>> RetrievalAugmentedModel.from_pretrained("my-ralm")   # a folder or a Hub id          # doctest: +SKIP
+Examples:
+    ```python
+    from hf_ralm import RetrievalAugmentedModel
+
+    model = RetrievalAugmentedModel.from_pretrained(
+        "HuggingFaceTB/SmolLM2-135M", retriever="bm25", index_dir="wiki-index", corpus="wiki.jsonl.gz",
+        retrieval_stride=4, query_length=32, max_length=512)
+    ids = model.tokenizer("Some text to score ...", return_tensors="pt").input_ids
+    out = model(ids)
+    out.loss, out.token_nlls.shape, out.passages[0][out.token_windows[0, -1]]
+    model.save_pretrained("my-ralm", save_index=True)   # config, retriever and index
+    RetrievalAugmentedModel.from_pretrained("my-ralm")   # a folder or a Hub id
+    ```
 """
 
 from __future__ import annotations
@@ -50,17 +53,21 @@ from .utils.checks import check_path, check_vocabulary, refuse_type
 from .utils.outputs import check_no_links
 
 SAVED_ENTRIES = (CONFIG_NAME, RETRIEVER_CONFIG_FILE, "README.md", SAVED_INDEX_DIR, f"{SAVED_INDEX_DIR}.tmp")
-"""What :meth:`RetrievalAugmentedModel.save_pretrained` writes in its folder (the index and its build folder with
-``save_index``)."""
+"""What [`RetrievalAugmentedModel.save_pretrained`][hf_ralm.RetrievalAugmentedModel.save_pretrained] writes in its
+folder (the index and its build folder with ``save_index``)."""
 
 
 @dataclass
 class RalmCausalLMOutput(ModelOutput):
     """Like ``CausalLMOutput``: ``loss`` is the mean NLL over the scored tokens of all rows.
 
-    ``token_nlls[b, t]`` is the NLL of token ``t`` of row ``b`` (NaN where not scored: token 0, padding, ignored
-    labels); ``token_windows[b, t]`` is the window that scored it and ``passages[b][window]`` the passages retrieved
-    for that window (the first was in context; an empty list means none was).
+    Attributes:
+        loss: the mean NLL over the scored tokens of all rows.
+        token_nlls: ``token_nlls[b, t]`` is the NLL of token ``t`` of row ``b`` (NaN where not scored: token 0,
+            padding, ignored labels).
+        token_windows: ``token_windows[b, t]`` is the window that scored token ``t`` of row ``b`` (-1 where none did).
+        passages: ``passages[b][window]`` are the passages retrieved for that window of row ``b`` (the first was in
+            context; an empty list means none was).
     """
 
     loss: torch.FloatTensor | None = None
@@ -75,20 +82,29 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
 
     A ``transformers`` causal LM where one is expected: ``generate`` decodes with retrieval every
     ``retrieval_stride`` tokens, so ``pipeline("text-generation", model=ralm, tokenizer=ralm.tokenizer)`` works
-    (:meth:`collect_sources` gives the passages behind its text), and after ``import hf_ralm``
-    ``AutoModelForCausalLM.from_pretrained(folder_or_hub_id)`` loads a saved RALM as this class. Its reader
-    (``language_model``) is a transformers model, or with ``from_pretrained(..., engine=NAME)`` another engine's
-    [`Reader`][hf_ralm.Reader] (no torch module: its weights live in the engine's processes), on which evaluation,
-    `compare_strategies`, `forward` and `generate` run as on transformers.
+    ([`collect_sources`][hf_ralm.RetrievalAugmentedModel.collect_sources] gives the passages behind its text), and
+    after ``import hf_ralm`` ``AutoModelForCausalLM.from_pretrained(folder_or_hub_id)`` loads a saved RALM as this
+    class. Its reader (``language_model``) is a transformers model, or with ``from_pretrained(..., engine=NAME)``
+    another engine's [`Reader`][hf_ralm.Reader] (no torch module: its weights live in the engine's processes), on
+    which evaluation, ``compare_strategies``, ``forward`` and ``generate`` run as on transformers.
 
-    Example::
+    Args:
+        config: the RALM's settings.
+        language_model: the reader: a transformers causal LM, or an engine's [`Reader`][hf_ralm.Reader].
+        retriever: what retrieves the passages (``None``: no retrieval).
+        tokenizer: the reader's tokenizer (it also decodes the queries).
+        reranker: what ranks the candidates when the reader does not (``None``: loaded on first use, see
+            [`reranker`][hf_ralm.RetrievalAugmentedModel.reranker]).
 
+    Examples:
+        ```python
         from transformers import pipeline
 
         generator = pipeline("text-generation", model=ralm, tokenizer=ralm.tokenizer)
         with ralm.collect_sources() as sources:
             text = generator("The Eiffel tower is", max_new_tokens=16, do_sample=False)[0]["generated_text"]
         sources[0][0]["title"]   # the passage in context for the first stride
+        ```
     """
 
     config_class = RalmConfig
@@ -134,27 +150,33 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
                         engine_options: Any = None, **kwargs) -> "RetrievalAugmentedModel":
         """Wrap a causal LM given as a Hub id, a local folder or a loaded model, or rebuild a saved RALM folder.
 
+        ``AutoModelForCausalLM.from_pretrained(saved_ralm)`` lands here (after ``import hf_ralm``), with the same
+        keyword arguments. A saved RALM's files are checked before they are used, each refusal one line naming the file
+        and the key (``hf_ralm.loading_ralm``, which loads the RALM, says what is checked).
+
         Args:
             pretrained_model_name_or_path: model id/folder (loaded with ``AutoModelForCausalLM``), a loaded model,
-                or a folder written by :meth:`save_pretrained`.
+                or a folder written by [`save_pretrained`][hf_ralm.RetrievalAugmentedModel.save_pretrained].
+            model_args: positional arguments for the base model's loading.
             retriever: a retriever name (``"bm25"``, ``"lucene"``, ``"dense"``, ``"hybrid"``, ``"none"``), a
                 description (``Retriever.config()``), or any object with ``retrieve(queries, k)``. Not given, a
                 saved RALM folder's own retriever (its ``retriever_config.json``); others get none.
-            index_dir, corpus: where the index is (built there from ``corpus`` when missing or stale; without
-                ``index_dir``, in hf-ralm's cache). For a saved retriever, they replace its index folder / rebuild
-                its index from ``corpus`` when stale.
+            tokenizer: the reader's tokenizer (default: the base model's, loaded with ``AutoTokenizer``).
+            index_dir: where the index is (built there from ``corpus`` when missing or stale; without it, in
+                hf-ralm's cache). For a saved retriever, it replaces its index folder.
+            corpus: what the index is built from when missing or stale; for a saved retriever, what rebuilds its
+                index when stale.
             forbidden_titles: a file with one title per line, or titles, never to retrieve (contamination).
             encoder: the dense retriever's encoder (``"dense"``, ``"hybrid"``); ``query_length`` then defaults to
                 64 (the paper's best for dense retrieval) instead of 32 unless given.
             device: where a model loaded here goes (default: the GPU when there is one, this rank's under torchrun,
-                else the CPU: :func:`~hf_ralm.core.placement.default_device`); not with ``device_map``, which places it
+                else the CPU: ``hf_ralm.core.placement.default_device``); not with ``device_map``, which places it
                 itself (accelerate's big-model placement, for a model larger than one GPU). A loaded model given
                 here stays where it is. A model loaded here in bfloat16 on a CPU without bfloat16 instructions gets
                 its linear layers computed in float32 and rounded back to bfloat16, several times faster there
-                (:func:`~hf_ralm.utils.widened_linear.widen_bfloat16_matmuls`); a model given here is left as it
-                is.
+                (``hf_ralm.utils.widened_linear.widen_bfloat16_matmuls``); a model given here is left as it is.
             n_threads: the threads of a BM25 or Lucene search (``"bm25"``, ``"lucene"``, ``"hybrid"``'s sparse side;
-                default: the CPUs this process may use, :func:`~hf_ralm.utils.cpus.available_cpus`).
+                default: the CPUs this process may use, ``hf_ralm.utils.cpus.available_cpus``).
             retriever_options: the retriever backend's options as one mapping, those its ``Options`` declare (a
                 remote backend's address, the dense backend's ``pooling``, ...; one it does not take is refused):
                 ``index_dir``, ``corpus``, ``forbidden_titles``, ``encoder`` and ``n_threads`` above are entries of it
@@ -171,20 +193,17 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
                 transformers. An unknown name is refused in one line listing the registered engines.
             engine_options: the engine's options: its ``Options`` dataclass, or a mapping of its fields, checked by
                 the engine (one it does not take is refused, naming the engines that take it).
-            kwargs: :class:`RalmConfig` fields (``retrieval_stride``, ``query_length``, ``max_length``, ...); the
-                rest (``dtype``, ``device_map``, ``attn_implementation``, ``gguf_file``, ``revision``, ...) go to the
-                base model's loading. ``dtype`` (or ``torch_dtype``): ``"auto"`` is transformers' (the checkpoint's
-                own precision); not given, ``"device-default"``, hf-ralm's choice for the device: bfloat16 on a GPU
-                that has it, float16 on another GPU (float32 for the families that overflow in float16: Gemma, T5)
-                and float32 elsewhere (:func:`~hf_ralm.core.placement.resolve_dtype`; the command line's
-                ``--dtype auto``); a name or a ``torch.dtype`` is used as it is. For a saved RALM, ``revision``
-                names one of its repository, and the base model loads at its own default.
+            **kwargs: [`RalmConfig`][hf_ralm.RalmConfig] fields (``retrieval_stride``, ``query_length``,
+                ``max_length``, ...); the rest (``dtype``, ``device_map``, ``attn_implementation``, ``gguf_file``,
+                ``revision``, ...) go to the base model's loading. ``dtype`` (or ``torch_dtype``): ``"auto"`` is
+                transformers' (the checkpoint's own precision); not given, ``"device-default"``, hf-ralm's choice for
+                the device: bfloat16 on a GPU that has it, float16 on another GPU (float32 for the families that
+                overflow in float16: Gemma, T5) and float32 elsewhere (``hf_ralm.core.placement.resolve_dtype``; the
+                command line's ``--dtype auto``); a name or a ``torch.dtype`` is used as it is. For a saved RALM,
+                ``revision`` names one of its repository, and the base model loads at its own default.
 
-        ``AutoModelForCausalLM.from_pretrained(saved_ralm)`` lands here (after ``import hf_ralm``), with the same
-        keyword arguments.
-
-        A saved RALM's files are checked before they are used, each refusal one line naming the file and the key
-        (`hf_ralm.loading_ralm`, which loads the RALM, says what is checked).
+        Returns:
+            The RALM over the loaded (or given) reader.
         """
         parts = load_ralm(pretrained_model_name_or_path, model_args, kwargs, retriever=retriever, tokenizer=tokenizer,
                           index_dir=index_dir, corpus=corpus, forbidden_titles=forbidden_titles, encoder=encoder,
@@ -197,17 +216,29 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
                         dataset: str | None = None, tags: Sequence[str] = (), base_model: str | None = None,
                         **kwargs) -> None:
         """Write the RALM config (``config.json``), the retriever's ``retriever_config.json`` (see
-        :meth:`Retriever.save_pretrained`) and a model card (``README.md``, :func:`~hf_ralm.model_card.ralm_model_card`:
-        base model, retriever and corpus, settings, and ``comparison``'s figures when given, also as the card's
-        ``model-index`` results on ``dataset``; ``tags`` join the card's own); the base model stays where it is. With
-        ``save_index`` the retriever's index is copied into ``save_directory/index``, so the folder works on its own
-        once moved or uploaded to the Hub (:meth:`push_to_hub`); without it, an index outside the folder is recorded
-        by its path and identity, and the folder loads on this machine while that index is unchanged. A retriever that
-        is no :class:`Retriever` is not saved.
+        [`Retriever.save_pretrained`][hf_ralm.retrieval.Retriever.save_pretrained]) and a model card (``README.md``,
+        ``hf_ralm.model_card.ralm_model_card``: base model, retriever and corpus, settings, and ``comparison``'s figures
+        when given, also as the card's ``model-index`` results on ``dataset``); the base model stays where it is.
 
-        The config names the base model by ``base_model``, its Hub id, when given (as :meth:`push_to_hub` does),
-        else as this RALM names it; a base model that is a folder on this machine is said in a warning, since the
-        saved folder then loads only where that folder is."""
+        The config names the base model by ``base_model``, its Hub id, when given (as
+        [`push_to_hub`][hf_ralm.RetrievalAugmentedModel.push_to_hub] does), else as this RALM names it; a base model
+        that is a folder on this machine is said in a warning, since the saved folder then loads only where that
+        folder is.
+
+        Args:
+            save_directory: the folder to write (created when missing; a link where it writes is refused).
+            save_index: copy the retriever's index into ``save_directory/index``, so the folder works on its own once
+                moved or uploaded to the Hub ([`push_to_hub`][hf_ralm.RetrievalAugmentedModel.push_to_hub]); without
+                it, an index outside the folder is recorded by its path and identity, and the folder loads on this
+                machine while that index is unchanged. A retriever that is no
+                [`Retriever`][hf_ralm.retrieval.Retriever] is not saved.
+            comparison: measured figures for the card.
+            repo_id: the Hub repository the card names.
+            dataset: the dataset the ``comparison`` was measured on.
+            tags: tags that join the card's own.
+            base_model: the base model's Hub id, for the config to name.
+            **kwargs: for ``RalmConfig.save_pretrained``.
+        """
         save_directory = check_path("save_directory", save_directory)
         config = self.config if base_model is None else self._hub_config(base_model)
         base = config.base_model_name_or_path
@@ -222,8 +253,8 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
     def _write_folder(self, save_directory: str | os.PathLike, config: RalmConfig, *, save_index: bool,
                       comparison: Comparison | None, repo_id: str | None, dataset: str | None, tags: Sequence[str],
                       **kwargs) -> None:
-        """:meth:`save_pretrained` with ``config`` as the folder's RALM config (:meth:`push_to_hub`'s names its base
-        model by its Hub id). A link where it writes is refused first: a user's file is never written through one."""
+        """``save_pretrained`` with ``config`` as the folder's RALM config (``push_to_hub``'s names its base model by
+        its Hub id). A link where it writes is refused first: a user's file is never written through one."""
         check_no_links(save_directory, SAVED_ENTRIES,
                        f"remove the link, or save to another folder than {save_directory}")
         os.makedirs(save_directory, exist_ok=True)
@@ -238,9 +269,9 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
         write_text_atomic(os.path.join(save_directory, "README.md"), str(card), suffix=".md")
 
     def _hub_config(self, base_model: str | None) -> RalmConfig:
-        """The RALM config :meth:`push_to_hub` uploads: its base model named by ``base_model`` (a Hub id) when given;
-        a base model that is a folder on this machine (or none) without it is refused in one line
-        (:class:`~hf_ralm.errors.SavedFolderError`): the repository would load nowhere else."""
+        """The RALM config ``push_to_hub`` uploads: its base model named by ``base_model`` (a Hub id) when given; a
+        base model that is a folder on this machine (or none) without it is refused in one line
+        ([`SavedFolderError`][hf_ralm.errors.SavedFolderError]): the repository would load nowhere else."""
         base = base_model or self.config.base_model_name_or_path
         if base_model is not None and names_a_local_path(base_model):
             raise SavedFolderError(f"base_model={base_model!r} is a local path: give the base model's Hub id (such as "
@@ -258,21 +289,40 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
                     commit_description: str | None = None, private: bool | None = None,
                     token: str | bool | None = None, revision: str | None = None, create_pr: bool = False,
                     tags: Sequence[str] | None = None, base_model: str | None = None) -> str:
-        """Upload what :meth:`save_pretrained` writes (config, retriever config, model card; with ``push_index`` the
-        index under ``index/``) to the Hub repository ``repo_id`` (created when missing), so that
-        ``RetrievalAugmentedModel.from_pretrained(repo_id)`` downloads and rebuilds the RALM. The base model is
-        referred to, not uploaded: by ``base_model``, its Hub id, when given (needed when this RALM's base model is a
-        local folder, which is refused in one line otherwise; the RALM itself keeps its own), else by this RALM's
-        ``base_model_name_or_path``. Keyword arguments after ``repo_id``, as transformers' ``push_to_hub``:
-        ``private`` for a new repository, ``token``, ``revision`` (the branch), ``create_pr`` (a pull request instead
-        of a commit), ``commit_message``/``commit_description``, ``tags`` (added to the card's); ``comparison`` and
-        ``dataset`` put measured figures on the card (its ``model-index``). Returns the commit's URL (the pull
-        request's with ``create_pr``).
+        """Upload what [`save_pretrained`][hf_ralm.RetrievalAugmentedModel.save_pretrained] writes (config,
+        retriever config, model card; with ``push_index`` the index under ``index/``) to the Hub repository ``repo_id``
+        (created when missing), so that ``RetrievalAugmentedModel.from_pretrained(repo_id)`` downloads and rebuilds the
+        RALM. The base model is referred to, not uploaded. The keyword arguments after ``repo_id`` are as
+        transformers' ``push_to_hub``.
 
-        Example::
+        Args:
+            repo_id: the Hub repository.
+            push_index: upload the retriever's index too, under ``index/``.
+            comparison: measured figures to put on the card (its ``model-index``).
+            dataset: the dataset of ``comparison``'s figures.
+            commit_message: the commit's message.
+            commit_description: the commit's description.
+            private: whether a new repository is private.
+            token: the Hub token.
+            revision: the branch to push to.
+            create_pr: open a pull request instead of committing.
+            tags: tags added to the card's.
+            base_model: the base model's Hub id, which the upload names (needed when this RALM's base model is a
+                local folder, which is refused in one line otherwise; the RALM itself keeps its own); without it, this
+                RALM's ``base_model_name_or_path``.
 
+        Returns:
+            The commit's URL (the pull request's with ``create_pr``).
+
+        Raises:
+            SavedFolderError: the base model is a local folder (or not known) and no ``base_model`` is given, or
+                ``base_model`` is a local path; refused before the repository is created.
+
+        Examples:
+            ```python
             model.push_to_hub("me/smollm2-ralm-wiki", push_index=True, comparison=comparison, dataset="wikitext",
                               base_model="HuggingFaceTB/SmolLM2-135M")   # the base model was loaded from a folder
+            ```
         """
         from huggingface_hub import HfApi
 
@@ -301,14 +351,24 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
 
     def evaluate_perplexity(self, text_or_ids: str | Sequence[int], **kwargs) -> RalmEvalResult:
         """In-Context RALM perplexity of a text under the paper's conventions:
-        :func:`hf_ralm.evaluation.pipeline.evaluate` with this model's retriever, config and reranker; the keyword
-        arguments are its own and the run options
-        (``run=``, a :class:`~hf_ralm.runs.harness.RunOptions`, or its fields as keywords: ``output_dir=`` saves the
-        progress chunk by chunk, and a rerun resumes it).
+        [`evaluate`][hf_ralm.evaluate] with this model's retriever, config and reranker.
 
-        Example::
+        Args:
+            text_or_ids: a text or its token ids.
+            **kwargs: [`evaluate`][hf_ralm.evaluate]'s own keyword arguments and the run options (``run=``, a
+                [`RunOptions`][hf_ralm.RunOptions], or its fields as keywords: ``output_dir=`` saves the progress
+                chunk by chunk, and a rerun resumes it).
 
+        Returns:
+            The [`RalmEvalResult`][hf_ralm.RalmEvalResult].
+
+        Raises:
+            ValueError: this model has no tokenizer.
+
+        Examples:
+            ```python
             model.evaluate_perplexity(text, output_dir="runs/bm25").figures["num_resumed_windows"]   # 0
+            ```
         """
         if self.tokenizer is None:
             raise ValueError("This model has no tokenizer: pass tokenizer= to from_pretrained.")
@@ -318,16 +378,28 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
 
     def compare_strategies(self, text_or_ids: str | Sequence[int], strategies: Sequence[str] = DEFAULT_STRATEGIES,
                            **kwargs) -> Comparison:
-        """Several passage-selection strategies (``"none"``, ``"top1"``, ``"lm-gate"``, ``"zero-shot"``,
-        ``"oracle"``, ...) on the same windows of a text, from one reader pass; see
-        :func:`hf_ralm.evaluation.compare.compare_strategies` for the keyword arguments (``run=``, a
-        :class:`~hf_ralm.runs.harness.RunOptions`, or its fields as keywords, as :meth:`evaluate_perplexity` takes
-        them).
-        Example::
+        """Several passage-selection strategies on the same windows of a text, from one reader pass.
 
+        Args:
+            text_or_ids: a text or its token ids.
+            strategies: the strategies' names (``"none"``, ``"top1"``, ``"lm-gate"``, ``"zero-shot"``, ``"oracle"``,
+                ...; [`strategy_choices`][hf_ralm.strategy_choices] lists them).
+            **kwargs: ``hf_ralm.evaluation.compare.compare_strategies``'s keyword arguments, and the run options
+                (``run=``, a [`RunOptions`][hf_ralm.RunOptions], or its fields as keywords, as
+                [`evaluate_perplexity`][hf_ralm.RetrievalAugmentedModel.evaluate_perplexity] takes them).
+
+        Returns:
+            The ``Comparison`` of the strategies.
+
+        Raises:
+            ValueError: this model has no tokenizer.
+
+        Examples:
+            ```python
             comparison = model.compare_strategies(text, ["none", "top1", "lm-gate"], max_eval_tokens=1024)
             print(comparison.to_markdown())
             model.compare_strategies(text, ["top1", "oracle"], run=RunOptions(output_dir="runs/compare"))
+            ```
         """
         if self.tokenizer is None:
             raise ValueError("This model has no tokenizer: pass tokenizer= to from_pretrained.")
@@ -337,9 +409,19 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
 
     def generate(self, inputs=None, **kwargs):
         """Generate with In-Context RALM, re-retrieving every ``retrieval_stride`` new tokens (and reranking the
-        candidates as ``config.rerank`` says, with :attr:`reranker` when the reader does not rank); takes what
-        ``transformers``' ``generate`` takes (and text prompts). See :func:`hf_ralm.generation.ralm_generate`.
-        Inside :meth:`collect_sources`, every generated row's sources are recorded there too."""
+        candidates as ``config.rerank`` says, with [`reranker`][hf_ralm.RetrievalAugmentedModel.reranker] when the
+        reader does not rank). Inside [`collect_sources`][hf_ralm.RetrievalAugmentedModel.collect_sources], every
+        generated row's sources are recorded there too.
+
+        Args:
+            inputs: the prompts: token ids, or a text or a list of texts (tokenized with the RALM's tokenizer,
+                left-padded).
+            **kwargs: what ``transformers``' ``generate`` takes (see ``hf_ralm.generation.ralm_generate``).
+
+        Returns:
+            ``ralm_generate``'s output: the token ids, or with ``return_dict_in_generate=True`` a
+                [`RalmGenerateOutput`][hf_ralm.RalmGenerateOutput].
+        """
         # transformers' generate spells stop strings with tokenizer= (a pipeline passes its own): here the RALM's,
         # which is the reader's, spells them, as it decodes the queries
         kwargs.pop("tokenizer", None)
@@ -352,18 +434,22 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
 
     @contextmanager
     def collect_sources(self) -> Iterator[list[list[dict]]]:
-        """Record the sources of every generation run inside the block (by :meth:`generate`, a ``pipeline``, ...):
-        the yielded list gets one entry per generated row, in the order they were generated, each the row's list of
-        passages in context (:attr:`~hf_ralm.generation.RalmGenerateOutput.sources`: ``start``/``end`` generated
-        tokens, ``id``, ``title``, ``text``, ``score``). A ``pipeline`` keeps only the tensors of ``generate``'s
-        output, so this is how its text's passages come out: one entry per prompt (``num_return_sequences`` entries
-        per prompt when sampling several).
+        """Record the sources of every generation run inside the block (by
+        [`generate`][hf_ralm.RetrievalAugmentedModel.generate], a ``pipeline``, ...). A ``pipeline`` keeps only the
+        tensors of ``generate``'s output, so this is how its text's passages come out.
 
-        Example::
+        Yields:
+            A list that gets one entry per generated row, in the order they were generated, each the row's list of
+                passages in context (as [`RalmGenerateOutput`][hf_ralm.RalmGenerateOutput]'s ``sources``:
+                ``start``/``end`` generated tokens, ``id``, ``title``, ``text``, ``score``): one entry per prompt
+                (``num_return_sequences`` entries per prompt when sampling several).
 
+        Examples:
+            ```python
             with ralm.collect_sources() as sources:
                 outputs = generator(["The Eiffel tower is", "Rome was"], max_new_tokens=16)
             [[source["title"] for source in row] for row in sources]   # per prompt, the passage of each stride
+            ```
         """
         sink: list[list[dict]] = []
         self._source_sinks.append(sink)
@@ -374,13 +460,20 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
 
     def generate_texts(self, prompts: Sequence[str], **kwargs) -> list:
         """Generate from text prompts (one batch) and get, per prompt, the generated text and the passages that
-        grounded it (:class:`~hf_ralm.generation.texts.GeneratedText`, printable with its sources); ``kwargs`` as
-        :meth:`generate` takes them. What ``hf-ralm generate`` runs.
+        grounded it. What ``hf-ralm generate`` runs.
 
-        Example::
+        Args:
+            prompts: the text prompts.
+            **kwargs: as [`generate`][hf_ralm.RetrievalAugmentedModel.generate] takes them.
 
+        Returns:
+            Per prompt, its ``hf_ralm.generation.texts.GeneratedText`` (printable with its sources).
+
+        Examples:
+            ```python
             text = model.generate_texts(["The Eiffel tower is"], max_new_tokens=16)[0]
             print(text.format(model.tokenizer, show_sources=True))
+            ```
         """
         from .generation.texts import generate_texts
 
@@ -399,9 +492,23 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
     ) -> RalmCausalLMOutput:
         """Evaluate every row of ``input_ids`` with In-Context RALM (retrieving as it goes).
 
-        ``labels`` follows the transformers convention for causal LMs: equal to ``input_ids``, with ``-100`` where a
-        token must not count in the loss. Rows may be right-padded (``attention_mask``). ``input_ids`` that are no
-        tensor, or that hold an id outside the reader's vocabulary, are refused in one line before anything runs.
+        Args:
+            input_ids: the token ids, 1-D or 2-D with a row per text. Ids that are no tensor, or that hold an id
+                outside the reader's vocabulary, are refused in one line before anything runs.
+            attention_mask: for right-padded rows, 1 on each row's tokens.
+            labels: the transformers convention for causal LMs: equal to ``input_ids``, with ``-100`` where a token
+                must not count in the loss.
+            retrieval_file: a retrieval file to take the passages from, instead of retrieving.
+            batch_size: inputs per forward pass.
+            show_progress: show a progress bar.
+
+        Returns:
+            The [`RalmCausalLMOutput`][hf_ralm.RalmCausalLMOutput].
+
+        Raises:
+            InputTypeError: ``input_ids`` is no 1-D or 2-D tensor.
+            SettingError: an id is outside the reader's vocabulary.
+            ValueError: ``labels`` differ from ``input_ids`` other than by ``-100``.
         """
         if not isinstance(input_ids, torch.Tensor) or input_ids.dim() not in (1, 2):
             refuse_type("input_ids", input_ids, "a tensor of token ids (1-D, or 2-D with a row per text)")
