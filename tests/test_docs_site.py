@@ -36,8 +36,6 @@ DOCTEST_AS_QUOTES = re.compile(r"<blockquote>\s*<blockquote>\s*<blockquote>")
 # mkdocstrings' cross-references. Checked exactly: a module converted must leave this set (else the test fails), and
 # a page that gains raw markup fails it too.
 STILL_RAW = {
-    "hf_ralm.evaluation.compare",
-    "hf_ralm.evaluation.pipeline",
     "hf_ralm.generation.logits_process",
     "hf_ralm.integrations.lm_eval",
     "hf_ralm.reranker_training.collect",

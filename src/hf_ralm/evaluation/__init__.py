@@ -1,8 +1,7 @@
-"""Evaluating a RALM: language modeling over a text (:mod:`.pipeline`: :func:`~hf_ralm.evaluate`), its window
-records (:mod:`.window_records`), several strategies from one reader pass (:mod:`.compare`), what a run will cost
-before it starts (:mod:`.run_cost`) and open-domain QA (:mod:`.qa`).
+"""Evaluating a RALM: language modeling over a text (``pipeline``: [`evaluate`][hf_ralm.evaluate]), its window
+records (``window_records``), several strategies from one reader pass (``compare``), what a run will cost before it
+starts (``run_cost``) and open-domain QA (``qa``).
 
-Example::
-
-    from hf_ralm.evaluation.pipeline import evaluate
+Examples:
+    >>> from hf_ralm.evaluation.pipeline import evaluate
 """

@@ -2,7 +2,7 @@
 none,top1,lm-gate`` and ``model.compare_strategies(text)``.
 
 The reader runs each window once with each of its first ``k`` retrieved passages and once without a passage
-(:func:`~hf_ralm.selection.candidates.score_candidates`: every option's ranking NLL, of the last ``rerank_tokens``
+(``hf_ralm.selection.candidates.score_candidates``: every option's ranking NLL, of the last ``rerank_tokens``
 prefix tokens, and target NLL, of the window's scored tokens). A strategy is a choice of option per window, so its
 perplexity is the sum of the chosen options' target NLLs, the same figures a separate ``eval-lm`` run of that
 strategy gives (``none``: ``--retriever none``; ``top1``: the plain run; ``lm-gate``: ``--retrieval-gate lm``;
@@ -10,16 +10,17 @@ strategy gives (``none``: ``--retriever none``; ``top1``: the plain run; ``lm-ga
 ``random``: ``--rerank oracle`` / ``random``). ``k`` is 1 unless a strategy chooses among several passages
 (``rerank_candidates``, 16).
 
-The strategies are the registry's rows (:func:`~hf_ralm.config.strategies.comparison_rows`): each row is the
-settings of that separate run, and its choices are the selection policy's own, read from the pass
-(:func:`~hf_ralm.selection.candidates.choose_from_scores`), so a strategy registered from outside the package that
-needs no more than the pass holds is a row too, under its name.
+The strategies are the registry's rows (the strategies registry's ``comparison_rows``): each row is the settings of
+that separate run, and its choices are the selection policy's own, read from the pass
+(``hf_ralm.selection.candidates.choose_from_scores``), so a strategy registered from outside the package that needs no
+more than the pass holds is a row too, under its name.
 
-Example::
-
+Examples:
+    ```python
     comparison = compare_strategies(model, tokenizer, text, retriever, RalmConfig(max_length=512),
                                     ["none", "top1", "lm-gate"], run=RunOptions(output_dir="runs/compare"))
     print(comparison.to_markdown())   # one row per strategy: token ppl, word ppl, share with a passage, inputs
+    ```
 """
 
 from __future__ import annotations
@@ -68,8 +69,8 @@ class _Rows(Mapping):
 
 
 STRATEGIES: Mapping[str, ComparisonRow] = _Rows()
-"""Every strategy :func:`compare_strategies` knows, by the name ``--compare`` takes (no retrieval, then the
-registered strategies' rows: :func:`~hf_ralm.config.strategies.comparison_rows`)."""
+"""Every strategy ``compare_strategies`` knows, by the name ``--compare`` takes (no retrieval, then the
+registered strategies' rows: the strategies registry's ``comparison_rows``)."""
 
 SELECTION_DEFAULTS = ("rerank", "reranker_model", "rerank_allow_no_passage", "rerank_no_passage_margin",
                       "retrieval_gate", "gate_threshold", "num_passages", "ensemble_size")
@@ -78,11 +79,18 @@ scores them) before its own are applied."""
 
 
 def row_config(name: str, config: RalmConfig, k: int) -> RalmConfig | None:
-    """The settings of the separate run strategy ``name`` gives the figures of: ``config``'s, with the selection at
-    its defaults (:data:`SELECTION_DEFAULTS`) over ``k`` candidates, then the row's own settings; ``None`` for no
-    retrieval.
+    """The settings of the separate run strategy ``name`` gives the figures of.
 
-    Example:
+    Args:
+        name: the strategy.
+        config: the settings the comparison runs with.
+        k: the candidates per window.
+
+    Returns:
+        ``config``'s settings, with the selection at its defaults (``SELECTION_DEFAULTS``) over ``k`` candidates, then
+            the row's own settings; ``None`` for no retrieval.
+
+    Examples:
         >>> row_config("zero-shot", RalmConfig(rerank_tokens=8), k=16).rerank, row_config("none", RalmConfig(), 1)
         ('lm', None)
     """
@@ -94,8 +102,15 @@ def row_config(name: str, config: RalmConfig, k: int) -> RalmConfig | None:
 
 
 def candidates_per_window(strategies: Sequence[str], config: RalmConfig) -> int:
-    """``k``, the passages per window the pass scores for ``strategies``: ``config.rerank_candidates`` when one of
-    them reranks (chooses among several), else 1."""
+    """``k``, the passages per window the pass scores for ``strategies``.
+
+    Args:
+        strategies: the strategies' names.
+        config: the settings the comparison runs with.
+
+    Returns:
+        ``config.rerank_candidates`` when one of them reranks (chooses among several), else 1.
+    """
     chooses = (row_config(name, config, config.rerank_candidates) for name in strategies)
     return config.rerank_candidates if any(row is not None and reranks(row.rerank) for row in chooses) else 1
 
@@ -103,10 +118,19 @@ def candidates_per_window(strategies: Sequence[str], config: RalmConfig) -> int:
 def strategy_choices(strategies: Sequence[str], scores: Sequence[CandidateScores], config: RalmConfig, *,
                      retriever: Retriever | None = None, queries: Sequence[str | None] | None = None
                      ) -> dict[str, list[int]]:
-    """Per strategy, per window of the scored pass (``scores``, over :func:`candidates_per_window` passages), the
-    option it chooses: the index of a candidate, or ``no_passage``
-    (:func:`~hf_ralm.selection.candidates.choose_from_scores` under :func:`row_config`; ``retriever`` and the
-    windows' ``queries`` for a gate that normalises scores)."""
+    """The option each strategy chooses in each window of a scored pass, as the selection policy chooses it
+    (``hf_ralm.selection.candidates.choose_from_scores`` under the strategy's ``row_config``).
+
+    Args:
+        strategies: the strategies' names.
+        scores: the scored pass, per window (over ``candidates_per_window`` passages).
+        config: the settings the comparison runs with.
+        retriever: the retriever, for a gate that normalises scores.
+        queries: the windows' queries, for a gate that normalises scores.
+
+    Returns:
+        Per strategy, per window, the option it chooses: the index of a candidate, or ``no_passage``.
+    """
     k = candidates_per_window(strategies, config)
     choices = {}
     for name in strategies:
@@ -121,7 +145,18 @@ DEFAULT_STRATEGIES = ("none", "top1", "lm-gate")
 
 @dataclass
 class StrategyFigures:
-    """One row of a comparison: the strategy's figures over the text, as ``eval-lm`` reports them."""
+    """One row of a comparison: the strategy's figures over the text, as ``eval-lm`` reports them.
+
+    Attributes:
+        strategy: the strategy's name.
+        token_ppl: its token perplexity.
+        word_ppl: its word perplexity.
+        nll_sum: the summed NLL of the scored tokens.
+        retrieved_fraction: the share of the windows that retrieve (those after the first) with a passage in
+            context (``None``: no window retrieves).
+        num_windows_with_passage: the windows with a passage in context.
+        inputs_per_window: the reader inputs a separate run of the strategy takes per window.
+    """
 
     strategy: str
     token_ppl: float
@@ -134,9 +169,23 @@ class StrategyFigures:
 
 @dataclass
 class Comparison:
-    """What :func:`compare_strategies` measured: a row per strategy, the text's counts, ``k`` and the seconds of
-    the reader pass that served every row (``seconds``; ``num_resumed_windows`` of its windows were read back), of
-    which ``times`` says how many went to retrieval and how many to the reader."""
+    """What ``compare_strategies`` measured: a row per strategy, the text's counts, ``k`` and the seconds of the
+    reader pass that served every row.
+
+    Attributes:
+        rows: a row per strategy (none in an incomplete comparison).
+        num_tokens: the text's tokens.
+        num_scored: its scored tokens.
+        num_words: its words.
+        num_windows: its windows.
+        k: the passages per window the pass scored.
+        seconds: the seconds of the reader pass.
+        num_resumed_windows: the windows of the pass read back.
+        num_done_windows: the windows scored so far, in a comparison that is not complete (``None``: complete).
+        shard: the worker, in a sharded pass.
+        warnings: the warnings of the comparison.
+        times: how many of ``seconds`` went to retrieval and how many to the reader.
+    """
 
     rows: list[StrategyFigures]
     num_tokens: int
@@ -199,7 +248,7 @@ class Comparison:
 def _leakage_warnings(retriever: Retriever, queries: Sequence[str | None],
                       scores: Sequence[CandidateScores]) -> list[str]:
     """Warn (and return the warnings) when retrieval's top passages hold the evaluated text itself in most windows
-    (:func:`~hf_ralm.evaluation.pipeline.text_in_passage`); not checked with a retriever that cannot look passages up by
+    (``hf_ralm.evaluation.pipeline.text_in_passage``); not checked with a retriever that cannot look passages up by
     id."""
     top = {s.window: s.passage_ids[0] for s in scores if s.passage_ids}
     try:
@@ -214,8 +263,17 @@ def _leakage_warnings(retriever: Retriever, queries: Sequence[str | None],
 
 
 def check_strategies(strategies: Sequence[str]) -> list[str]:
-    """The strategies' names, refused (a :class:`~hf_ralm.errors.SettingError` listing the known ones) when one is
-    unknown or none is given."""
+    """The strategies' names, checked.
+
+    Args:
+        strategies: the names.
+
+    Returns:
+        The names, each once, in their order.
+
+    Raises:
+        SettingError: one is unknown or none is given (the message lists the known ones).
+    """
     names = list(strategies)
     unknown = [name for name in names if name not in STRATEGIES]
     if unknown or not names:
@@ -235,29 +293,42 @@ def compare_strategies(
     max_eval_tokens: int | None = None,
     run: RunOptions = RunOptions(),
 ) -> Comparison:
-    """Each of ``strategies`` (names of :data:`STRATEGIES`) over the same windows of ``text_or_ids``, from one reader
-    pass (see the module docstring). ``run`` (:class:`~hf_ralm.runs.harness.RunOptions`) gives the reader's
-    ``batch_size`` and how the pass is kept: with ``run.output_dir`` the pass's records are kept there
-    (``candidates-k<k>/``, in
-    chunks of ``run.chunk_size`` windows, :data:`~hf_ralm.selection.candidates.CHUNK_SIZE` (32) when ``None``: a
-    rerun resumes them, ``run.overwrite`` starts afresh, ``run.repair`` computes damaged chunks again) and
-    ``compare.json`` / ``compare.csv`` written; a folder holding anything else is refused. Each chunk's passages are
-    retrieved as it starts, so a resumed pass retrieves only what it computes.
+    """Each of ``strategies`` over the same windows of ``text_or_ids``, from one reader pass (see the module
+    docstring). Each chunk's passages are retrieved as it starts, so a resumed pass retrieves only what it computes.
 
-    ``run.num_shards`` workers (``run.shard_id``, or a launcher's environment: :class:`~hf_ralm.runs.shards.Shard`)
-    share the pass through ``run.output_dir``, each computing every ``num_shards``-th chunk; a worker that finds the
-    others' chunks missing returns an incomplete :class:`Comparison` (``complete`` false, no rows), and the last one
-    to finish, or any worker run again afterwards, gives the table.
+    ``run.num_shards`` workers (``run.shard_id``, or a launcher's environment: ``hf_ralm.runs.shards.Shard``) share
+    the pass through ``run.output_dir``, each computing every ``num_shards``-th chunk; a worker that finds the others'
+    chunks missing returns an incomplete ``Comparison`` (``complete`` false, no rows), and the last one to finish, or
+    any worker run again afterwards, gives the table.
 
-    ``config`` gives the RALM settings, ``rerank_candidates`` (``k``, for the strategies that rank),
-    ``rerank_tokens``, the lm gate's margin (``gate_threshold`` when ``retrieval_gate`` is ``"lm"``, else the lm
-    gate's default), ``rerank_no_passage_margin`` and ``rerank_seed``.
+    Args:
+        model: the reader.
+        tokenizer: its tokenizer.
+        text_or_ids: the text, or its token ids.
+        retriever: what retrieves the candidates.
+        config: the RALM settings, ``rerank_candidates`` (``k``, for the strategies that rank), ``rerank_tokens``, the
+            lm gate's margin (``gate_threshold`` when ``retrieval_gate`` is ``"lm"``, else the lm gate's default),
+            ``rerank_no_passage_margin`` and ``rerank_seed``.
+        strategies: names of ``STRATEGIES``.
+        max_eval_tokens: evaluate only the first this many tokens.
+        run: the reader's ``batch_size`` and how the pass is kept (a [`RunOptions`][hf_ralm.RunOptions]): with
+            ``run.output_dir`` the pass's records are kept there (``candidates-k<k>/``, in chunks of
+            ``run.chunk_size`` windows, ``hf_ralm.selection.candidates.CHUNK_SIZE`` (32) when ``None``: a rerun
+            resumes them, ``run.overwrite`` starts afresh, ``run.repair`` computes damaged chunks again) and
+            ``compare.json`` / ``compare.csv`` written; a folder holding anything else is refused.
 
-    Example::
+    Returns:
+        The ``Comparison``.
 
+    Raises:
+        SettingError: an unknown strategy, or no retriever.
+
+    Examples:
+        ```python
         comparison = compare_strategies(model, tokenizer, text, retriever, config, ["none", "top1", "lm-gate"],
                                         run=RunOptions(output_dir="runs/compare", batch_size=16))
         comparison.row("lm-gate").token_ppl
+        ```
     """
     names = check_strategies(strategies)
     output_dir, overwrite = run.output_dir, run.overwrite

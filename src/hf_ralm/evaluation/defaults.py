@@ -2,7 +2,7 @@
 is given, and what the command line shows as its flags' defaults before it loads anything (``hf-ralm eval-lm
 --help``).
 
-Example:
+Examples:
     >>> CHUNK_SIZE
     256
 """

@@ -1,13 +1,5 @@
-"""In-Context RALM perplexity: text → tokens → windows → queries → passages → window inputs → scores.
-
-Example:
-    >>> from hf_ralm import RetrievalAugmentedModel
-    >>> model = RetrievalAugmentedModel.from_pretrained("HuggingFaceTB/SmolLM2-135M", retriever="bm25",
-    ...                                                 index_dir="index/", corpus="wiki.jsonl.gz")  # doctest: +SKIP
-    >>> result = evaluate(model.base_model, model.tokenizer, text, model.retriever, model.config,
-    ...                   run=RunOptions(output_dir="runs/bm25"))                                    # doctest: +SKIP
-    >>> result.figures["token_ppl"]                                                                  # doctest: +SKIP
-"""
+"""In-Context RALM perplexity: text → tokens → windows → queries → passages → window inputs → scores
+([`evaluate`][hf_ralm.evaluate], whose example runs on the parts of a RALM)."""
 
 from __future__ import annotations
 
@@ -57,20 +49,30 @@ from ..config.windows import Window
 EVAL_REPORT = json_object_with("settings_digest")
 """An ``eval.json`` hf-ralm wrote: its JSON, with the digest of the settings of the records beside it."""
 RETRIEVAL_FILE = json_records_with("begin_location", "end_location", "retrieved_docs")
-"""A retrieval file hf-ralm wrote (:meth:`RalmEvalResult.save_retrieval_file`): its JSON list of windows."""
+"""A retrieval file hf-ralm wrote (``RalmEvalResult.save_retrieval_file``): its JSON list of windows."""
 
 
 @dataclass
 class RalmEvalResult:
-    """What one evaluation produced. ``token_nlls[t]`` is the NLL of token ``t`` (NaN for token 0) and
-    ``token_windows[t]`` the window that scored it. ``passages[w]`` are window ``w``'s retrieved passages (the
-    reranker's candidates, in retrieval order) and ``chosen[w]`` the index of the most relevant one in context (-1:
-    none), so :meth:`in_context` ``[token_windows[t]]`` was in context for token ``t`` (``context_size`` passages of
-    it: ``num_passages``, or the ensemble's). ``ranking_nlls[w]`` are the ranking NLLs of the candidates when an LM
-    ranked them (the window without a passage last, when it was a candidate); ``gate_scores[w]`` what a retrieval gate
-    decided on (:mod:`hf_ralm.selection.gates`). ``retrieval_settings`` are what the passages depend on besides the
-    text and tokenizer (:func:`~hf_ralm.retrieval.dataset.retrieval_settings`), when a retriever found them here (not
-    when they were read from a retrieval file or dataset)."""
+    """What one evaluation produced: [`in_context`][hf_ralm.RalmEvalResult.in_context] ``[token_windows[t]]`` was in
+    context for token ``t``.
+
+    Attributes:
+        figures: the figures ([`evaluate`][hf_ralm.evaluate] lists them).
+        ids: the evaluated token ids.
+        token_nlls: ``token_nlls[t]``, the NLL of token ``t`` (NaN for token 0).
+        token_windows: ``token_windows[t]``, the window that scored token ``t``.
+        windows: the windows.
+        queries: their queries (``None`` for window 0).
+        passages: ``passages[w]``, window ``w``'s retrieved passages (the reranker's candidates, in retrieval order).
+        chosen: ``chosen[w]``, the index of the most relevant one in context (-1: none).
+        ranking_nlls: per window, its candidates' ranking NLLs when an LM ranked them (no passage last, when one).
+        timings: the seconds of each stage.
+        gate_scores: ``gate_scores[w]``, what a retrieval gate decided on (``hf_ralm.selection.gates``).
+        context_size: the passages in context per window: ``num_passages``, or the ensemble's.
+        retrieval_settings: what the passages depend on besides the text and tokenizer
+            (``hf_ralm.retrieval.dataset.retrieval_settings``), when a retriever found them here, not in a file.
+    """
 
     figures: dict
     ids: list[int]
@@ -88,8 +90,7 @@ class RalmEvalResult:
 
     @property
     def stage_times(self) -> StageTimes:
-        """The seconds this process spent in retrieval and in the reader (``timings``' ``retrieval_s`` and
-        ``reader_s``)."""
+        """The seconds spent here in retrieval and in the reader (``timings``' ``retrieval_s`` and ``reader_s``)."""
         return StageTimes(retrieval_s=self.timings.get("retrieval_s", 0.0), reader_s=self.timings.get("reader_s", 0.0))
 
     def in_context(self) -> list[list[Passage]]:
@@ -98,28 +99,31 @@ class RalmEvalResult:
                 for found, choice in zip(self.passages, self.chosen)]
 
     def save_retrieval_file(self, path: str, tokenizer) -> None:
-        """Write :meth:`retrieval_records` to ``path`` (atomically): a file ``eval-lm --retrieval-file`` reads. A file
+        """Write [`retrieval_records`][hf_ralm.RalmEvalResult.retrieval_records] to ``path`` (atomically): a file
+        ``eval-lm --retrieval-file`` reads ([`evaluate_retrieval`][hf_ralm.evaluate_retrieval]'s example). A file
         there is replaced only when it is a retrieval file hf-ralm wrote (else an
-        :class:`~hf_ralm.errors.OutputFolderError`).
-
-        Example::
-
-            evaluate_retrieval(model, tokenizer, text, retriever, config).save_retrieval_file("r.json", tokenizer)
+        [`OutputFolderError`][hf_ralm.errors.OutputFolderError]).
         """
         check_replaceable(path, RETRIEVAL_FILE, "retrieval file", "give another path, or move the file away")
         write_json_atomic(path, self.retrieval_records(tokenizer))
 
     def save_retrieval_dataset(self, path: str, tokenizer, *, passage_texts: bool = True, repo_id: str | None = None,
                                argv: Sequence[str] | None = None) -> None:
-        """Write :meth:`retrieval_records` as a retrieval dataset folder (Parquet rows, the fingerprint of what they
-        depend on, a dataset card: :func:`~hf_ralm.retrieval.dataset.save_retrieval_dataset`), which
-        ``eval-lm --retrieval-file DIR`` reads and :func:`~hf_ralm.retrieval.dataset.push_retrieval_dataset` shares;
-        ``passage_texts=False`` leaves the passages' texts out (fetched back by id from the index); ``repo_id`` is the
-        Hub repository the card's examples name, ``argv`` the command it shows (by default this process's).
+        """Write [`retrieval_records`][hf_ralm.RalmEvalResult.retrieval_records] as a retrieval dataset folder
+        (Parquet rows, the fingerprint of what they depend on, a dataset card:
+        ``hf_ralm.retrieval.dataset.save_retrieval_dataset``), which ``eval-lm --retrieval-file DIR`` reads and
+        ``hf_ralm.retrieval.dataset.push_retrieval_dataset`` shares; refused (a ``ValueError``) for an evaluation not
+        complete or whose passages were not retrieved here.
 
-        Example::
+        Args:
+            passage_texts: ``False`` leaves the passages' texts out (fetched back by id from the index).
+            repo_id: the Hub repository the card's examples name.
+            argv: the command the card shows (by default this process's).
 
+        Examples:
+            ```python
             evaluate_retrieval(model, tokenizer, text, retriever, config).save_retrieval_dataset("r", tokenizer)
+            ```
         """
         if self.retrieval_settings is None or not self.figures.get("complete", True):
             why = ("it is not complete (other workers' windows are missing)" if self.retrieval_settings else
@@ -133,7 +137,7 @@ class RalmEvalResult:
 
     def retrieval_records(self, tokenizer) -> list[dict]:
         """The evaluation's retrievals in the paper's retrieval-file format (with the choices when reranked or
-        gated)."""
+        gated), each window's text decoded with ``tokenizer``."""
         futures = window_futures(tokenizer, self.ids, self.windows)
         rerank = self.figures.get("rerank", "none")
         gated = gates(self.figures.get("retrieval_gate"))
@@ -148,7 +152,7 @@ def no_retrieval_warning(num_tokens: int, max_length: int, stride: int) -> RalmW
     """Why a run with a retriever retrieves nothing: its text fits in the first window, which has no earlier tokens
     to query with (the perplexity is then the model's alone); the flags that change it.
 
-    Example:
+    Examples:
         >>> print(no_retrieval_warning(256, 256, 4))   # doctest: +ELLIPSIS
         no retrieval happened: the text (256 tokens) fits in one window of max_length 256, ... (below 256).
     """
@@ -161,16 +165,16 @@ def no_retrieval_warning(num_tokens: int, max_length: int, stride: int) -> RalmW
 
 LEAKAGE_SHARE = 0.5
 """The share of the windows with a passage above which passages that quote the evaluated text are reported as
-leakage (:func:`text_in_passage`)."""
+leakage (``text_in_passage``)."""
 
 
 def text_in_passage(queries: Sequence[str | None], passages: Sequence[Passage | None]) -> tuple[float | None,
                                                                                                 RalmWarning | None]:
     """The share of the windows with a passage in context (``passages[w]``, ``None``: none) whose passage holds the
-    evaluated text itself (:func:`~hf_ralm.config.passages.quotes_query` of the window's query), and, when that is most
-    of them (above :data:`LEAKAGE_SHARE`), a warning: the corpus holds the text, so the passage shows the model what
-    comes next (the README's example on an article of the corpus: the article itself in 22 of 22 windows, a 31%
-    "gain"). ``(None, None)`` without passages."""
+    evaluated text itself (``quotes_query`` of the window's query), and, when that is most of them (above
+    ``LEAKAGE_SHARE``), a warning: the corpus holds the text, so the passage shows the model what comes next (the
+    README's example on an article of the corpus: the article itself in 22 of 22 windows, a 31% "gain").
+    ``(None, None)`` without passages."""
     pairs = [(query, passage) for query, passage in zip(queries, passages) if passage is not None]
     if not pairs:
         return None, None
@@ -202,53 +206,51 @@ def evaluate(
 ) -> RalmEvalResult:
     """In-Context RALM perplexity of a text (or of token ids) under the paper's conventions (``hf-ralm eval-lm``),
     or with ``score=False`` its tokens, windows, queries, passages and the passage each window puts in context alone
-    (``hf-ralm retrieve``).
-
-    Passages come from ``retrieval_file`` when given (the reference's JSON format, or a retrieval dataset: its folder
-    or ``hf:REPO_ID``, refused unless made for this text, tokenizer and settings, :mod:`hf_ralm.retrieval.dataset`;
-    the texts it leaves out are fetched by id from ``retriever``), else from ``retriever`` (the top
-    ``config.num_retrieved`` passages of every window's query: the reranker's candidates, or the ones put in context
-    or mixed), else none. ``config.rerank`` chooses among ``config.rerank_candidates`` retrieved passages (a strategy
-    of :mod:`hf_ralm.config.strategies`, with ``reranker`` for another LM or a trained cross-encoder) and
-    ``config.retrieval_gate`` whether a window retrieves at all (:mod:`hf_ralm.selection.gates`; the score gate asks
-    ``retriever`` for each query's maximum score); a retrieval file that records choices (written with reranking or a
-    gate) fixes them instead. Each window puts ``config.num_passages`` passages in context
-    (:func:`~hf_ralm.core.model_inputs.context_prefix`), or with ``config.ensemble_size > 1`` mixes its top passages'
-    probabilities (:mod:`hf_ralm.core.ensemble`); when the reader ranked, the windows are already scored
-    (``token_nlls``, also with ``score=False``). Word-level perplexity counts the spaces of the text (of the decoded
-    tokens when ids are
+    (``hf-ralm retrieve``). Word-level perplexity counts the spaces of the text (of the decoded tokens when ids are
     given or ``max_eval_tokens`` cuts the text).
 
-    The figures count the windows (``num_windows``), the retrievals made or read from the file (``num_retrievals``:
-    every window but window 0, or none without retrieval), those that found nothing (``num_empty_retrievals``), those
-    where a passage was found but none chosen (a reranker's no-passage choice or a closed gate:
-    ``num_windows_without_passage_chosen``) and those with a passage in context (``num_windows_with_passage``: the
-    rest, so the three add up to ``num_retrievals``), and give the share of the windows after the first that had a
-    passage in context (``retrieved_fraction``: ``num_windows_with_passage / num_retrievals``).
+    The windows run in chunks of ``run.chunk_size`` (256 by default), each end to end (retrieve, choose, score). With
+    ``run.output_dir`` each chunk's records (passages, choices, NLLs: ``hf_ralm.evaluation.window_records``) are saved
+    once done, and ``eval.json`` at the end, with ``run.report_extra`` (its ``timings`` join the evaluation's) and the
+    settings' digest every chunk has too (``settings_digest``; an ``eval.json`` without it is a user's, never written
+    over): an interrupted run loses at most one chunk, and a rerun resumes with exactly an uninterrupted run's figures.
+    Other settings, model, data or retrieval, a damaged chunk, an older version's chunks and files hf-ralm did not
+    write are refused, naming what is wrong ([`OutputFolderError`][hf_ralm.errors.OutputFolderError]), unless
+    ``run.overwrite``, ``run.repair`` or ``run.accept_unverified`` (``eval.json``'s ``accepted_unverified_chunks``)
+    allow them. A worker of a sharded run that finds the others' windows missing returns ``complete: False``.
 
-    ``run`` (:class:`~hf_ralm.runs.harness.RunOptions`) says how the run is kept and shared. The windows run in chunks
-    of ``run.chunk_size`` windows (256 by default), each end to end (retrieve, choose, score), in forward passes of
-    ``run.batch_size``. With ``run.output_dir``, each chunk's per-window records (passages, choices, NLLs) are saved
-    there as soon as it is done, and ``eval.json`` at the end: an interrupted run loses at most one chunk, and a rerun
-    with the same settings resumes after the saved chunks with exactly the figures of an uninterrupted run
-    (``num_resumed_windows`` counts the windows it did not compute again). Other settings, model, data or retrieval
-    are refused, naming what differs (an :class:`~hf_ralm.errors.OutputFolderError`), unless ``run.overwrite`` (start
-    afresh), and so is a damaged chunk, naming it, unless ``run.repair`` (it is moved aside and computed again), and
-    a folder holding files hf-ralm did not write; chunks of an older version (without checksum and settings digest)
-    are refused too, unless ``run.repair`` or ``run.accept_unverified`` (they are used as they are, and
-    ``eval.json``'s ``accepted_unverified_chunks`` counts them). ``eval.json`` carries the digest of the settings
-    (``settings_digest``), as every chunk does (an ``eval.json`` without it is a user's: refused, never
-    written over), and ``run.report_extra`` (what else the caller records, e.g. the
-    command line's arguments; its ``timings`` join the evaluation's). See :mod:`hf_ralm.evaluation.window_records`.
-    Many workers share
-    a run through ``run.output_dir`` (``run.num_shards``/``run.shard_id``, or torchrun's, accelerate's or a Slurm
-    array's environment): a worker that finds the others' windows missing returns ``complete: False``.
+    Args:
+        retriever: the passages without ``retrieval_file`` (each window's top ``config.num_retrieved``: the
+            reranker's candidates, or those put in context or mixed; ``None``: none), else the texts the file leaves
+            out, by id; the score gate asks it for each query's maximum score.
+        config: ``rerank`` chooses among ``rerank_candidates`` retrieved passages (a strategy of the registry;
+            ``reranker`` for another LM or a trained cross-encoder), ``retrieval_gate`` whether a window retrieves
+            (``hf_ralm.selection.gates``); a window puts ``num_passages`` passages in context
+            ([`context_prefix`][hf_ralm.core.model_inputs.context_prefix]) or, with ``ensemble_size > 1``, mixes its
+            top passages' probabilities (``hf_ralm.core.ensemble``).
+        run: how the run is kept and shared ([`RunOptions`][hf_ralm.RunOptions]).
+        retrieval_file: the passages: the reference's JSON format, or a retrieval dataset (its folder or
+            ``hf:REPO_ID``, refused unless made for this text, tokenizer and settings: ``hf_ralm.retrieval.dataset``);
+            one that records choices (written with reranking or a gate) fixes them.
+        max_eval_tokens: evaluate only the first this many tokens.
+        reuse_prefix_kv: compute each passage's keys/values once ([`score_windows`][hf_ralm.score_windows]).
+        score: ``False`` retrieves and chooses only (a reader that ranked scored the windows all the same).
 
-    Example::
+    Returns:
+        The [`RalmEvalResult`][hf_ralm.RalmEvalResult]. Its figures count the windows (``num_windows``), those read back
+            (``num_resumed_windows``), the retrievals made or read from the file (``num_retrievals``: every window but
+            window 0, or none without retrieval), those that found nothing (``num_empty_retrievals``), those where a
+            passage was found but none chosen (a reranker's no-passage choice or a closed gate:
+            ``num_windows_without_passage_chosen``) and those with a passage in context (``num_windows_with_passage``:
+            the rest, so the three add up to ``num_retrievals``); ``retrieved_fraction``, ``num_windows_with_passage /
+            num_retrievals``, is the share of the windows after the first that had a passage in context.
 
-        result = evaluate(model, tokenizer, text, retriever, config, run=RunOptions(output_dir="runs/bm25"))
+    Examples:
+        ```python
+        result = evaluate(ralm.base_model, ralm.tokenizer, text, ralm.retriever, ralm.config,   # ralm: a RALM
+                          run=RunOptions(output_dir="runs/bm25"))
         result.figures["token_ppl"], result.figures["num_resumed_windows"]   # (..., 0)
-        evaluate(model, tokenizer, text, retriever, config, score=False).save_retrieval_file("r.json", tokenizer)
+        ```
     """
     run.check_output_dir((RECORDS_DIR, EVAL_FILE), "evaluation results")  # before any work
     if run.output_dir is not None:  # a user's own eval.json is never written over (nor deleted by an overwrite)
@@ -291,14 +293,14 @@ def evaluate(
 
 def evaluate_perplexity(model, tokenizer, text_or_ids: str | Sequence[int], retriever: Retriever | None,
                         config: RalmConfig, **options: Any) -> RalmEvalResult:
-    """:func:`evaluate` with its run options given as keywords of their own (the fields of
-    :class:`~hf_ralm.runs.harness.RunOptions`: ``output_dir=``, ``chunk_size=``, ``batch_size=``, ...), as
-    :meth:`~hf_ralm.RetrievalAugmentedModel.evaluate_perplexity` takes them.
+    """[`evaluate`][hf_ralm.evaluate] with its run options given as keywords of their own (the fields of
+    [`RunOptions`][hf_ralm.RunOptions]: ``output_dir=``, ``batch_size=``, ...), as ``model.evaluate_perplexity``.
 
-    Example::
-
+    Examples:
+        ```python
         evaluate_perplexity(model, tokenizer, text, retriever, config,
                             output_dir="runs/bm25").figures["num_resumed_windows"]   # 0
+        ```
     """
     run, rest = RunOptions.split(options)
     return evaluate(model, tokenizer, text_or_ids, retriever, config, run=run, **rest)
@@ -306,12 +308,13 @@ def evaluate_perplexity(model, tokenizer, text_or_ids: str | Sequence[int], retr
 
 def evaluate_retrieval(model, tokenizer, text_or_ids: str | Sequence[int], retriever: Retriever | None,
                        config: RalmConfig, **options: Any) -> RalmEvalResult:
-    """:func:`evaluate` without scoring (``score=False``, ``hf-ralm retrieve``), its run options given as keywords
-    of their own (see :func:`evaluate_perplexity`).
+    """[`evaluate`][hf_ralm.evaluate] without scoring (``score=False``, ``hf-ralm retrieve``), its run options given
+    as keywords of their own (see [`evaluate_perplexity`][hf_ralm.evaluate_perplexity]).
 
-    Example::
-
+    Examples:
+        ```python
         evaluate_retrieval(model, tokenizer, text, retriever, config).save_retrieval_file("r.json", tokenizer)
+        ```
     """
     return evaluate_perplexity(model, tokenizer, text_or_ids, retriever, config, **options, score=False)
 
@@ -319,7 +322,7 @@ def evaluate_retrieval(model, tokenizer, text_or_ids: str | Sequence[int], retri
 def gate_settings(config: RalmConfig) -> dict:
     """The retrieval gate's figures: ``retrieval_gate`` and, when it has one, ``gate_threshold``.
 
-    Example:
+    Examples:
         >>> gate_settings(RalmConfig(retrieval_gate="score", gate_threshold=0.3))
         {'retrieval_gate': 'score', 'gate_threshold': 0.3}
     """
@@ -332,13 +335,14 @@ def gate_settings(config: RalmConfig) -> dict:
 def check_retrieval_dataset(model, tokenizer, text_or_ids: str | Sequence[int], retriever: Retriever | None,
                             config: RalmConfig, retrieval_file: str, *, max_eval_tokens: int | None = None) -> None:
     """Refuse, before anything is measured or scored, a run that the retrieval dataset ``retrieval_file`` was not
-    made for (:meth:`~hf_ralm.retrieval.dataset.RetrievalDataset.check_run`): what :func:`evaluate` checks when it
-    opens the dataset, for a front end that first times a window (``hf-ralm eval-lm``'s estimate).
+    made for (``RetrievalDataset.check_run``): what ``evaluate`` checks when it opens the dataset, for a front end
+    that first times a window (``hf-ralm eval-lm``'s estimate).
 
-    Example::
-
+    Examples:
+        ```python
         check_retrieval_dataset(model, tokenizer, text, bm25, config, "retrievals")
         # RetrievalFileError: retrievals was made with passages cut to 8 tokens and this run has passages cut to 256 ...
+        ```
     """
     plan = prepare(text_or_ids, tokenizer, config, retriever, model=model, max_eval_tokens=max_eval_tokens)
     RetrievalDataset.open(retrieval_file).check_run(RetrievalFingerprint.of(tokenizer, plan.ids, retrieval_settings(
@@ -346,9 +350,8 @@ def check_retrieval_dataset(model, tokenizer, text_or_ids: str | Sequence[int], 
 
 
 def check_file_choices(retrievals: Retrievals, config: RalmConfig, path: str) -> None:
-    """Raise a ``ValueError`` when a retrieval file's recorded choices clash with ``config``: a file that records
-    choices (reranked or gated) is evaluated as it is, and an ensemble mixes retrieval's top passages, not a
-    reranker's choice."""
+    """Refuse (a ``SettingError``) retrieval-file choices that clash with ``config``: a file that records choices
+    (reranked or gated) is evaluated as it is, and an ensemble mixes retrieval's top passages, not a reranker's."""
     if retrievals.chosen is None:
         return
     reranked = reranks(retrievals.rerank)
@@ -395,9 +398,8 @@ def _plan(model, tokenizer, text_or_ids, retriever, config: RalmConfig, *, retri
 
 
 def _loop(evaluation: _Evaluation, run: RunOptions) -> tuple[_WindowState, ChunkRun]:
-    """The windows, chunk by chunk, through the run harness (:class:`~hf_ralm.runs.harness.ChunkRun`): the saved records
-    read back, this worker's chunks computed (each saved with ``run.output_dir``), the other workers' read once they are
-    in."""
+    """The windows, chunk by chunk, through the run harness (``ChunkRun``): the saved records read back, this worker's
+    chunks computed (each saved with ``run.output_dir``), the other workers' read once they are in."""
     plan, batches = evaluation.plan, evaluation.batches
     chunks = ChunkRun(run, chunk_size=run.chunk_size or CHUNK_SIZE)
     if run.output_dir is not None:
@@ -426,8 +428,7 @@ def _loop(evaluation: _Evaluation, run: RunOptions) -> tuple[_WindowState, Chunk
 
 
 def _figures(evaluation: _Evaluation, state: _WindowState, chunks: ChunkRun) -> tuple[dict, list[RalmWarning]]:
-    """A complete evaluation's figures (see :func:`evaluate`) and the warnings about them (no retrieval happened;
-    the passages quote the text)."""
+    """A complete evaluation's figures (see ``evaluate``) and their warnings (no retrieval; passages quote the text)."""
     plan, config, retrievals = evaluation.plan, evaluation.config, evaluation.retrievals
     windows = plan.windows
     num_retrievals = sum(1 for w in windows if w.has_retrieval) if evaluation.retrieving else 0
@@ -548,8 +549,8 @@ class _Evaluation:
 
     def chunk_records(self, chunk: Sequence[Window], state: _WindowState, batch_size: int) -> list[WindowRecord]:
         """One chunk of windows end to end: its passages (retrieved, or from the retrieval file), each window's
-        choice (:class:`~hf_ralm.selection.policy.PassagePolicy`: gate, rerank, gate) and, when ``scored``, its
-        NLLs, in forward passes of ``batch_size``. ``state``'s passages and choices of the chunk are filled in on the
+        choice (``PassagePolicy``: gate, rerank, gate) and, when ``scored``, its NLLs, in forward passes of
+        ``batch_size``. ``state``'s passages and choices of the chunk are filled in on the
         way (the scorers index them by window), the same when the chunk runs again."""
         config, first, stop = self.config, chunk[0].index, chunk[-1].index + 1
         t0 = time.perf_counter()

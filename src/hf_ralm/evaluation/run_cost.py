@@ -2,14 +2,15 @@
 one window's time measured here with the run's own scorer, and the whole run's estimate; a CPU run estimated beyond
 an hour is refused unless asked for (a whole dataset at a model's maximum length runs for weeks on a CPU).
 
-Example::
-
+Examples:
+    ```python
     from hf_ralm.evaluation.run_cost import check_run_length, describe_run, estimate_run
 
     estimate = estimate_run(model.language_model, model.tokenizer, text, model.config, max_eval_tokens=2048)
     print(describe_run(estimate))   # 2,048 tokens in 512 windows of L=512 every 4 tokens, ... roughly 3 min in all.
     estimate.seconds                 # the estimate, in seconds
     check_run_length(estimate)       # a SettingError for a CPU run beyond an hour (allow_long_run=True starts it)
+    ```
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from ..config.strategies import reader_inputs_per_window
 from ..utils.progress import format_duration, tqdm
 
 LONG_RUN_S = 3600
-"""A CPU run estimated beyond this many seconds is refused unless ``allow_long_run`` (:func:`check_run_length`)."""
+"""A CPU run estimated beyond this many seconds is refused unless ``allow_long_run`` (``check_run_length``)."""
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ class RunEstimate:
     @property
     def seconds(self) -> float:
         """The whole run's estimate: a window without retrieval costs one input, one with retrieval
-        :attr:`reader_inputs`."""
+        ``reader_inputs``."""
         later = self.num_retrievals
         return self.window_seconds * (self.num_windows - later + later * self.reader_inputs)
 
@@ -68,7 +69,7 @@ class RunEstimate:
 def estimate_run(language_model, tokenizer, text: str, config: RalmConfig, *, retrieving: bool = True,
                  max_eval_tokens: int | None = None, batch_size: int | str = 8,
                  reader_inputs: int | None = None, show_progress: bool = True) -> RunEstimate:
-    """Plan the evaluation of ``text`` as :func:`~hf_ralm.evaluation.pipeline.evaluate_perplexity` does and time one
+    """Plan the evaluation of ``text`` as [`evaluate_perplexity`][hf_ralm.evaluate_perplexity] does and time one
     batch of its longest windows through its scorer (after one untimed batch: the first of a shape pays one-time set-up
     costs).
 
@@ -80,14 +81,18 @@ def estimate_run(language_model, tokenizer, text: str, config: RalmConfig, *, re
         retrieving: whether the windows after the first retrieve (a retriever or a retrieval file; ``False``: none).
         max_eval_tokens: evaluate only the first this many tokens (default: all).
         batch_size: windows per forward pass, or ``"auto"``.
-        reader_inputs: the reader inputs a window with a passage costs (default: its strategies',
-            :func:`~hf_ralm.config.strategies.reader_inputs_per_window`).
+        reader_inputs: the reader inputs a window with a passage costs (default: its strategies', the strategies
+            registry's ``reader_inputs_per_window``).
         show_progress: a bar over the timed windows.
 
-    Example::
+    Returns:
+        The ``RunEstimate``.
 
+    Examples:
+        ```python
         estimate = estimate_run(model.language_model, model.tokenizer, text, model.config, max_eval_tokens=2048)
         print(f"{estimate.seconds / 60:.0f} min on {estimate.device}")
+        ```
     """
     plan = prepare(text, tokenizer, config, None, model=language_model, max_eval_tokens=max_eval_tokens)
     later = sum(1 for w in plan.windows if w.has_retrieval) if retrieving else 0
@@ -114,7 +119,7 @@ def estimate_run(language_model, tokenizer, text: str, config: RalmConfig, *, re
 def describe_run(estimate: RunEstimate) -> str:
     """The plan and the estimate in one line, as ``hf-ralm eval-lm`` prints it before it starts.
 
-    Example:
+    Examples:
         >>> describe_run(RunEstimate(2048, 512, 512, 4, 511, 1, 0.25, "cpu", "float32"))
         '2,048 tokens in 512 windows of L=512 every 4 tokens, 511 retrievals, 1 reader input(s) per window with a \
 passage; one window took 0.25 s on cpu (float32): roughly 2 min in all.'
@@ -126,10 +131,16 @@ passage; one window took 0.25 s on cpu (float32): roughly 2 min in all.'
 
 
 def check_run_length(estimate: RunEstimate, *, allow_long_run: bool = False) -> None:
-    """Raise a :class:`~hf_ralm.errors.SettingError` for a run on a CPU estimated beyond :data:`LONG_RUN_S`, unless
-    ``allow_long_run``.
+    """Refuse a run on a CPU estimated beyond ``LONG_RUN_S``, unless ``allow_long_run``.
 
-    Example:
+    Args:
+        estimate: the run's estimate.
+        allow_long_run: start it anyway.
+
+    Raises:
+        SettingError: the run is refused (the message says how to shorten it).
+
+    Examples:
         >>> check_run_length(RunEstimate(2048, 512, 512, 4, 511, 16, 1.0, "cpu", "float32"))
         Traceback (most recent call last):
         ...

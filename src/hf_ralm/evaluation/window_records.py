@@ -1,31 +1,32 @@
 """Resumable evaluation: the records of each chunk of windows, saved in ``output_dir`` as soon as they are done.
 
-An evaluation (:func:`~hf_ralm.evaluation.pipeline.evaluate`: ``hf-ralm eval-lm``, and with ``score=False`` ``hf-ralm
-retrieve``) runs its windows in chunks of ``chunk_size`` through the run harness
-(:class:`~hf_ralm.runs.harness.ChunkRun`),
-each chunk end to end (retrieve, rerank or gate, score), and with ``output_dir`` saves each chunk's per-window
-records::
+An evaluation ([`evaluate`][hf_ralm.evaluate]: ``hf-ralm eval-lm``, and with ``score=False`` ``hf-ralm retrieve``)
+runs its windows in chunks of ``chunk_size`` through the run harness ([`ChunkRun`][hf_ralm.ChunkRun]), each chunk end
+to end (retrieve, rerank or gate, score), and with ``output_dir`` saves each chunk's per-window records:
 
-    OUTPUT_DIR/
-      eval.json            the figures, written once at the end (atomically)
-      windows/
-        settings.json      what the records depend on: model, tokenizer, data, retrieval, RALM settings, batching
-        chunk-00000000-00000256.json.gz   one record per window: its passages, the choice, ranking NLLs, gate score
-                                          and NLLs (a :class:`~hf_ralm.runs.store.RecordStore` chunk)
+```text
+OUTPUT_DIR/
+  eval.json            the figures, written once at the end (atomically)
+  windows/
+    settings.json      what the records depend on: model, tokenizer, data, retrieval, RALM settings, batching
+    chunk-00000000-00000256.json.gz   one record per window: its passages, the choice, ranking NLLs, gate score
+                                      and NLLs (a RecordStore chunk)
+```
 
 A rerun with the same settings reads the saved records and goes on with the first window without one; as every chunk
 is computed the same way whether the run was interrupted or not, the figures are the same to the last digit. A rerun
-with other settings is refused (:class:`~hf_ralm.errors.OutputFolderError`, naming what differs) unless
+with other settings is refused ([`OutputFolderError`][hf_ralm.errors.OutputFolderError], naming what differs) unless
 ``overwrite``.
 
 Every chunk records how many tokens its windows score (``num_scored_tokens``), and a chunk read back must hold the
 records of the windows its name says, each with as many NLLs as its window scores (none for ``retrieve``): a chunk
-altered or damaged is refused by name, or moved aside and computed again (``repair``; see :mod:`hf_ralm.runs.store`).
+altered or damaged is refused by name, or moved aside and computed again (``repair``; see ``hf_ralm.runs.store``).
 
-Example::
-
+Examples:
+    ```python
     with WindowRecordWriter("out/windows", settings, chunk_size=256, windows=plan.windows) as writer:
         saved = writer.rows()                                                    # WindowRecords, window 0 first
+    ```
 """
 
 from __future__ import annotations
@@ -49,18 +50,34 @@ EVAL_FILE = "eval.json"
 
 def run_settings(*, model, tokenizer, ids: Sequence[int], retriever, config: RalmConfig, retrieval_file: str | None,
                  max_length: int, batch_size: int, reuse_prefix_kv: bool, scored: bool, chunk_size: int) -> dict:
-    """Everything an evaluation's per-window records depend on, as :class:`WindowRecordWriter` compares it: the
-    model (:func:`~hf_ralm.core.modeling_utils.model_identity`), the tokenizer, the data (its token ids' count and
-    digest), the retriever (:func:`~hf_ralm.retrieval.base.retriever_identity`: its corpus by fingerprint, not its
-    folder) or
-    retrieval file or dataset (its contents' digest), the RALM settings, the window length and the batching (the
-    batch size changes fp32 results in their last digits).
+    """Everything an evaluation's per-window records depend on, as ``WindowRecordWriter`` compares it: the model
+    (``hf_ralm.core.modeling_utils.model_identity``), the tokenizer, the data (its token ids' count and digest), the
+    retriever (``hf_ralm.retrieval.base.retriever_identity``: its corpus by fingerprint, not its folder) or retrieval
+    file or dataset (its contents' digest), the RALM settings, the window length and the batching (the batch size
+    changes fp32 results in their last digits).
 
-    Example::
+    Args:
+        model: the reader.
+        tokenizer: its tokenizer (by its ``name_or_path``).
+        ids: the evaluated token ids.
+        retriever: the retriever (``None``: none, or a retrieval file).
+        config: the RALM settings.
+        retrieval_file: the retrieval file or dataset the passages come from (``None``: none).
+        max_length: the window length.
+        batch_size: the batch size setting.
+        reuse_prefix_kv: whether passages' keys/values are reused.
+        scored: whether the windows are scored (``False``: ``retrieve``).
+        chunk_size: the windows per chunk.
 
+    Returns:
+        The reader's identity, every RALM setting, ``window_length`` and the parts above, by name.
+
+    Examples:
+        ```python
         run_settings(model=model, tokenizer=tokenizer, ids=ids, retriever=None, config=RalmConfig(),
                      retrieval_file=None, max_length=512, batch_size=8, reuse_prefix_kv=True, scored=True,
                      chunk_size=256)["window_length"]   # 512
+        ```
     """
     return run_identity(
         model, config, window_length=max_length,
@@ -77,11 +94,17 @@ def run_settings(*, model, tokenizer, ids: Sequence[int], retriever, config: Ral
 
 @dataclass
 class WindowRecord:
-    """One window's record: what the evaluation needs of it to go on without computing it again: its passages
-    (retrieval order), the index of the one put in context first (-1: none), the reranker's ranking NLLs, the gate's
-    score and the NLLs of the tokens it scores (``None`` when not scored: ``retrieve``).
+    """One window's record: what the evaluation needs of it to go on without computing it again.
 
-    Example:
+    Attributes:
+        window: the window's index.
+        passages: its passages (retrieval order).
+        chosen: the index of the one put in context first (-1: none).
+        ranking_nlls: the reranker's ranking NLLs.
+        gate_score: the gate's score.
+        nlls: the NLLs of the tokens it scores (``None`` when not scored: ``retrieve``).
+
+    Examples:
         >>> record = WindowRecord(3, [Passage("7", "Rome", "rome was", 6.5)], 0, None, None, [2.5, 1.0])
         >>> record.to_row()["passages"], WindowRecord.from_row(record.to_row()) == record
         ([{'id': '7', 'title': 'Rome', 'text': 'rome was', 'score': 6.5}], True)
@@ -103,9 +126,15 @@ class WindowRecord:
 
 
 class WindowRecordWriter(RecordStore):
-    """The per-window records of an evaluation (:class:`WindowRecord`; see the module docstring). With ``windows``
-    (the evaluation's, :class:`~hf_ralm.config.windows.Window`), every record read back is checked against its window:
-    as many NLLs as it scores when the settings say ``scored``, none otherwise."""
+    """The per-window records of an evaluation (``WindowRecord``; see the module docstring).
+
+    Args:
+        folder: the records' folder.
+        settings: what the records depend on (``run_settings``).
+        windows: the evaluation's windows: every record read back is checked against its window, as many NLLs as it
+            scores when the settings say ``scored``, none otherwise.
+        **options: [`RecordStore`][hf_ralm.RecordStore]'s options.
+    """
 
     what = "window records"
     record_type = WindowRecord

@@ -5,7 +5,7 @@ gets and the paper's prompts), ``exact_match`` (SQuAD's normalization, ``has_ans
 questions' gold passages as a corpus) and ``run`` (``evaluate_qa``: the resumable, sharded run, its identity and
 its output folder). The names below are the package's public face.
 
-Example:
+Examples:
     >>> from hf_ralm.evaluation.qa import build_qa_prompt, exact_match
     >>> build_qa_prompt("what is the capital of France")
     'Answer these questions:\\nQ: what is the capital of France?\\nA:'

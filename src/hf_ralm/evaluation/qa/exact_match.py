@@ -2,7 +2,7 @@
 one of the gold answers; ``has_answer`` says whether a normalized gold answer occurs, as a run of whole words, in the
 normalized passages of a prompt. ``exact_match_score`` is what the ``ralm_exact_match`` metric returns.
 
-Example:
+Examples:
     >>> exact_match("The Shakespeare.", ["shakespeare"])
     True
 """
@@ -24,7 +24,7 @@ _PUNCTUATION = frozenset(string.punctuation)
 def normalize_answer(text: str) -> str:
     """SQuAD's normalization: lower case, no punctuation, no articles (a, an, the), single spaces.
 
-    Example:
+    Examples:
         >>> normalize_answer("The  Eiffel-Tower!")
         'eiffeltower'
     """
@@ -58,7 +58,7 @@ def check_exact_match_inputs(predictions: Any, references: Any) -> tuple[list[st
     same length, or a one-line refusal naming the argument (and the item) that is not
     (``check_texts``): what the ``ralm_exact_match`` metric checks first.
 
-    Example:
+    Examples:
         >>> check_exact_match_inputs(["Paris"], [["Paris", "paris"]])
         (['Paris'], [['Paris', 'paris']])
     """

@@ -28,10 +28,10 @@ def write_gold_corpus(examples: Sequence[Mapping], path: str) -> dict:
         path: The corpus file written.
 
     Returns:
-        Counts of what it wrote: ``num_rows`` (the questions), ``num_passages`` and ``num_over_100_words`` (the
-        passages longer than a corpus passage).
+        Counts of what it wrote: ``num_rows`` (the questions), ``num_passages`` and ``num_over_100_words`` (the passages
+            longer than a corpus passage).
 
-    Example:
+    Examples:
         ```python
         write_gold_corpus(load_questions("nq-open-gold-2000.jsonl.gz"), "runs/nq/gold-passages.jsonl")
         # {'num_rows': 2000, 'num_passages': 1968, 'num_over_100_words': 80}

@@ -1,14 +1,16 @@
 """The QA prompt: the passages a question gets (``find_passages``) and the paper's prompts (appendix C, and its
-``eval_qa.py``)::
+``eval_qa.py``):
 
-    closed book (no passage):  Answer these questions:\\nQ: {question}\\nA:
-    one passage:               {title}\\n\\n{text}\\n\\nBased on this text, answer these questions:\\nQ: {question}\\nA:
-    several passages:          {title}\\n\\n{text}\\n\\n{title}\\n\\n{text}\\n\\nBased on these texts, answer these ...
+```text
+closed book (no passage):  Answer these questions:\\nQ: {question}\\nA:
+one passage:               {title}\\n\\n{text}\\n\\nBased on this text, answer these questions:\\nQ: {question}\\nA:
+several passages:          {title}\\n\\n{text}\\n\\n{title}\\n\\n{text}\\n\\nBased on these texts, answer these ...
+```
 
 where ``{question}`` is normalized by ``normalize_question`` (a trailing ``?``, a lower-case first letter); the
 answer is the first line of the generation (``first_line``).
 
-Example:
+Examples:
     >>> build_qa_prompt("Who wrote Hamlet", [{"title": "Hamlet", "text": "A play by Shakespeare."}])
     'Hamlet\\n\\nA play by Shakespeare.\\n\\nBased on this text, answer these questions:\\nQ: who wrote Hamlet?\\nA:'
 """
@@ -26,7 +28,7 @@ def normalize_question(question: str) -> str:
     """The question as the paper puts it in the prompt: a trailing ``?`` (added when missing) and a lower-case first
     letter. Surrounding white space is dropped.
 
-    Example:
+    Examples:
         >>> normalize_question("Who got the first Nobel prize in physics")
         'who got the first Nobel prize in physics?'
     """
@@ -54,7 +56,7 @@ def format_passages(passages: Sequence[Any]) -> str:
 def build_qa_prompt(question: str, passages: Sequence[Any] = ()) -> str:
     """The paper's QA prompt for ``question`` with ``passages`` in front (none: the closed-book prompt).
 
-    Example:
+    Examples:
         >>> build_qa_prompt("what is the capital of France")
         'Answer these questions:\\nQ: what is the capital of France?\\nA:'
     """
@@ -74,7 +76,7 @@ def default_num_docs(num_docs: int | None, use_ctxs: bool, retrieving: bool) -> 
     """Passages per prompt: ``num_docs`` when given, else 1 with passages to give (``use_ctxs`` or a retriever) and 0
     (closed book) without.
 
-    Example:
+    Examples:
         >>> default_num_docs(None, use_ctxs=False, retrieving=True), default_num_docs(None, False, False)
         (1, 0)
     """
@@ -88,7 +90,7 @@ def find_passages(examples: Sequence[dict], retriever=None, num_docs: int = 0, u
     when known): none (closed book) when ``num_docs`` is 0, else the first of its own ``ctxs`` with ``use_ctxs``, else
     the ``retriever``'s for the question.
 
-    Example:
+    Examples:
         >>> find_passages([{"question": "q", "answers": [], "ctxs": [{"title": "T", "text": "x"}]}], num_docs=1,
         ...               use_ctxs=True)
         [[{'title': 'T', 'text': 'x'}]]

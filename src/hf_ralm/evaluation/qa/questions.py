@@ -109,7 +109,7 @@ def load_questions(path: str, max_questions: int | None = None, name: str | None
         InputError: A row that is no JSON, or whose fields are not of those types; bytes that are not UTF-8; a
             damaged gzip file, a FIFO or a device. The message names the file, the line (JSONL) and the field.
 
-    Example:
+    Examples:
         ```python
         examples = load_questions("nq-open-test.jsonl", max_questions=100)
         examples[0]["question"], examples[0]["answers"]

@@ -230,7 +230,7 @@ def evaluate_qa(
         ValueError: No questions, or an output folder that holds another questions file's answers or a run with
             other settings.
 
-    Example:
+    Examples:
         ```python
         examples = load_questions("nq-open-test.jsonl", max_questions=100)
         report = evaluate_qa(model, tokenizer, examples, retriever, num_docs=2,
@@ -276,22 +276,34 @@ def qa_run_settings(*, model: str, dtype, num_docs: int, retriever: str = "none"
                     gguf_file: str | None = None, corpus: Sequence[str] | None = None, index_dir: str | None = None,
                     forbidden_titles: str | None = None, reader_identity: Mapping[str, Any] | None = None) -> dict:
     """The identity of a QA run's model and retrieval, which ``evaluate_qa``'s ``settings`` takes: a run is only
-    resumed with the same ones. ``model``, ``tokenizer`` and ``gguf_file`` as the model was named; ``dtype``: the
-    precision the model was loaded in (a ``torch.dtype``: what ``dtype="auto"`` chose); closed book (``num_docs`` 0)
-    retrieves nothing, whatever ``retriever`` was given. ``reader_identity``: the reader's
-    ``model_identity``, whose ``engine`` and ``engine_options`` (an engine reader's:
-    the answers depend on them) are recorded; a transformers model's names no engine, and adds nothing, so its runs'
-    settings stay as they were.
+    resumed with the same ones.
 
-    Example:
+    Args:
+        model: the model, as it was named.
+        dtype: the precision the model was loaded in (a ``torch.dtype``: what ``dtype="auto"`` chose).
+        num_docs: the passages per prompt: closed book (0) retrieves nothing, whatever ``retriever`` was given.
+        retriever: the retriever's name.
+        tokenizer: the tokenizer, as it was named.
+        gguf_file: the GGUF file, as it was named.
+        corpus: the retriever's corpus files.
+        index_dir: its index folder.
+        forbidden_titles: the forbidden titles' file.
+        reader_identity: the reader's ``model_identity``, whose ``engine`` and ``engine_options`` (an engine
+            reader's: the answers depend on them) are recorded; a transformers model's names no engine, and adds
+            nothing, so its runs' settings stay as they were.
+
+    Returns:
+        The settings.
+
+    Examples:
         >>> import torch
         >>> qa_run_settings(model="gpt2", dtype=torch.float32, num_docs=0, retriever="bm25")
         {'model': 'gpt2', 'tokenizer': None, 'gguf_file': None, 'retriever': 'none', 'corpus': None, \
 'index_dir': None, 'forbidden_titles': None, 'dtype': 'float32'}
-        >>> engine = {"reader": "gpt2", "engine": "vllm", "engine_options": {"tensor_parallel_size": 2}}
+        >>> engine = {"reader": "gpt2", "engine": "my-engine", "engine_options": {"url": "http://localhost:8000"}}
         >>> settings = qa_run_settings(model="gpt2", dtype=torch.float32, num_docs=0, reader_identity=engine)
         >>> settings["engine"], settings["engine_options"], "reader" in settings
-        ('vllm', {'tensor_parallel_size': 2}, False)
+        ('my-engine', {'url': 'http://localhost:8000'}, False)
     """
     settings = {"model": model, "tokenizer": tokenizer, "gguf_file": gguf_file, "retriever": retriever,
                 "corpus": corpus, "index_dir": index_dir, "forbidden_titles": forbidden_titles,
