@@ -39,7 +39,6 @@ STILL_RAW = {
     "hf_ralm.generation.logits_process",
     "hf_ralm.integrations.lm_eval",
     "hf_ralm.reranker_training.collect",
-    "hf_ralm.runs.store",
 }
 
 

@@ -1,7 +1,7 @@
-"""Long runs that resume, shard and never lose work: the record store ([`store`][hf_ralm.runs.store]: gzip'd JSON chunks
+"""Long runs that resume, shard and never lose work: the record store (``store``: gzip'd JSON chunks
 written atomically and fsynced, checked when read), the one run harness every long run goes through
-([`harness`][hf_ralm.runs.harness]: [`ChunkRun`][hf_ralm.ChunkRun]), a worker's part of a run
-([`shards`][hf_ralm.runs.shards]) and the locks that keep two processes apart ([`locks`][hf_ralm.runs.locks]).
+(``harness``: [`ChunkRun`][hf_ralm.ChunkRun]), a worker's part of a run
+(``shards``) and the locks that keep two processes apart (``locks``).
 
 Examples:
     ```python

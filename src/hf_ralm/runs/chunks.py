@@ -5,7 +5,7 @@ settings, and holds rows of the store's schema), and a folder's records read wit
 (``ChunkFolder``, the base of [`RecordStore`][hf_ralm.RecordStore], whose hooks ``check_row`` and ``chunk_counts``
 a store overrides).
 
-Example:
+Examples:
     >>> import tempfile
     >>> from hf_ralm.runs.store import RecordStore
     >>> folder = tempfile.mkdtemp()
@@ -57,7 +57,7 @@ class ChunkFolder:
     messages) and ``chunk_suffix``, and may check more of each row (``check_row``) and count more of a chunk
     (``chunk_counts``).
 
-    Example:
+    Examples:
         >>> ChunkFolder.complete_chunks("no/such/folder"), ChunkFolder.chunk_counts([{"a": 1}])
         ([], {'num_records': 1})
     """
@@ -69,15 +69,28 @@ class ChunkFolder:
 
     @classmethod
     def chunk_counts(cls, rows: Sequence[dict[str, Any]]) -> dict[str, int]:
-        """What a chunk's header counts of its saved ``rows``, compared when it is read: the records (a subclass adds,
-        e.g., the tokens they score)."""
+        """What a chunk's header counts of its saved ``rows``, compared when it is read.
+
+        Args:
+            rows: the chunk's rows, as saved.
+
+        Returns:
+            The counts by name: the records (a subclass adds, e.g., the tokens they score).
+        """
         return {"num_records": len(rows)}
 
     @classmethod
     def check_row(cls, row: Any, verified: bool) -> None:
-        """Raise a ``ValueError`` saying what is wrong with a row read from a chunk: by default, that it is not a saved
-        ``record_type`` (a field missing or unknown, a value of another type, a number not finite, unless the chunk
-        is ``verified`` by its checksum: then it was saved so)."""
+        """Check a row read from a chunk.
+
+        Args:
+            row: the row, as saved.
+            verified: whether the chunk is verified by its checksum (a number not finite was then saved so).
+
+        Raises:
+            ValueError: what is wrong with the row: by default, that it is not a saved ``record_type`` (a field
+                missing or unknown, a value of another type, a number not finite unless ``verified``).
+        """
         if cls.record_type is not None:
             problem = fields_problem(cls.record_type, row, "", finite=not verified)
             if problem:
@@ -85,10 +98,20 @@ class ChunkFolder:
 
     @classmethod
     def checked_rows(cls, content: Any, settings_digest: str | None) -> list[Any]:
-        """The rows of a chunk file's ``content``, checked: its checksum and settings digest (both, or neither: a
-        chunk of an older version, :func:`is_unstamped`, which its reader refuses unless told to accept it), that it
-        was computed under the settings of digest ``settings_digest`` (unless ``None``), its counts and each row
-        (:meth:`check_row`); a ``ValueError`` says what is wrong."""
+        """The rows of a chunk file's content, checked: its checksum and settings digest (both, or neither: a chunk of
+        an older version, which its reader refuses unless told to accept it), its counts and each row
+        ([`check_row`][hf_ralm.RecordStore.check_row]).
+
+        Args:
+            content: the chunk file's content ([`read_chunk_file`][hf_ralm.RecordStore.read_chunk_file]).
+            settings_digest: the digest of the settings it must have been computed under (``None``: not checked).
+
+        Returns:
+            The rows.
+
+        Raises:
+            ValueError: what is wrong.
+        """
         if not isinstance(content, dict) or not isinstance(content.get("rows"), list):
             raise ValueError("it holds no list of rows")
         rows, verified = content["rows"], "checksum" in content
@@ -121,8 +144,8 @@ class ChunkFolder:
 
     @classmethod
     def _checked_file(cls, path: Path, settings_digest: str | None) -> dict[str, Any]:
-        """A chunk file's contents, its rows checked (:meth:`checked_rows`); an
-        :class:`~hf_ralm.errors.OutputFolderError` naming the file when it is damaged."""
+        """A chunk file's contents, its rows checked (``checked_rows``); an ``OutputFolderError`` naming the file when
+        it is damaged."""
         try:
             content = cls.read_chunk_file(path)
             check_chunk_length(range_of(path), cls.checked_rows(content, settings_digest))
@@ -133,9 +156,8 @@ class ChunkFolder:
 
     @classmethod
     def _checked_files(cls, folder: str | os.PathLike, accept_unverified: bool = False) -> list[dict[str, Any]]:
-        """The contents of a folder's complete chunks, in order, each checked (:meth:`_checked_file`) against the
-        folder's settings; those of an older version refused (:func:`unverified_error`) unless
-        ``accept_unverified``."""
+        """The contents of a folder's complete chunks, in order, each checked (``_checked_file``) against the
+        folder's settings; those of an older version refused (``unverified_error``) unless ``accept_unverified``."""
         settings = Path(folder) / cls.settings_file
         settings_digest = digest(cls.read_settings(folder)[0]) if settings.is_file() else None
         paths = cls.complete_chunks(folder)
@@ -173,14 +195,25 @@ class ChunkFolder:
     @classmethod
     def read_rows(cls, folder: str | os.PathLike, *, accept_unverified: bool = False) -> list[dict[str, Any]]:
         """The records of a folder's complete chunks, in order, as saved and checked (without opening the folder for
-        writing); an :class:`~hf_ralm.errors.OutputFolderError` naming a damaged chunk, or counting the chunks of
-        an older version unless ``accept_unverified``."""
+        writing).
+
+        Args:
+            folder: the records' folder.
+            accept_unverified: take the chunks of an older version (without checksum and settings digest) as they are.
+
+        Returns:
+            The rows, as saved.
+
+        Raises:
+            OutputFolderError: a damaged chunk (named), or chunks of an older version (counted) unless
+                ``accept_unverified``.
+        """
         return [row for content in cls._checked_files(folder, accept_unverified) for row in content["rows"]]
 
     @classmethod
     def chunk_seconds(cls, folder: str | os.PathLike, *, accept_unverified: bool = False) -> float:
         """The summed ``seconds`` of a folder's complete chunks: what its records took to compute, across resumes
-        (checked as :meth:`read_rows` checks them)."""
+        (checked as [`read_rows`][hf_ralm.RecordStore.read_rows] checks them)."""
         return sum(content["seconds"] for content in cls._checked_files(folder, accept_unverified))
 
     @classmethod
@@ -214,7 +247,7 @@ def damage_reason(error: BaseException) -> str:
 
 
 def is_unstamped(content: Mapping[str, Any]) -> bool:
-    """Whether a chunk file's ``content`` (checked: :meth:`RecordStore.checked_rows`) is of an older version,
+    """Whether a chunk file's ``content`` (checked: ``RecordStore.checked_rows``) is of an older version,
     without checksum and settings digest: nothing shows it was computed under its folder's settings."""
     return "checksum" not in content and "settings_digest" not in content
 

@@ -6,8 +6,8 @@ sharded run and the final file, written once, by the right worker. The steps sta
 records of positions ``[start, stop)``.
 
 Every run cuts its positions (windows, questions, passages) into a fixed grid of ``chunk_size``: worker ``I`` of
-``N`` computes the chunks ``I, I + N, ...`` ([`Shard`][hf_ralm.runs.shards.Shard]), each minus what the store holds
-already (a run resumed with another chunk size saved parts of it: [`uncovered`][hf_ralm.runs.shards.uncovered]), so a
+``N`` computes the chunks ``I, I + N, ...`` (``Shard``), each minus what the store holds
+already (a run resumed with another chunk size saved parts of it: ``uncovered``), so a
 chunk never depends on what was resumed, and an interrupted run goes on where it stopped with the same figures.
 
 Examples:

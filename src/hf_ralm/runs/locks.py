@@ -3,8 +3,8 @@
 
 The lock is the operating system's (``flock``): it is released when its holder exits, crashed or not, so a killed build
 never leaves a stale lock behind. The holder writes who it is into the lock file (process id, host, since when) and
-empties it when done; a waiter says every [`REPORT_SECONDS`][hf_ralm.runs.locks.REPORT_SECONDS] who holds the lock, and
-gives up after [`LOCK_TIMEOUT_SECONDS`][hf_ralm.runs.locks.LOCK_TIMEOUT_SECONDS] (environment variable
+empties it when done; a waiter says every ``REPORT_SECONDS`` who holds the lock, and
+gives up after ``LOCK_TIMEOUT_SECONDS`` (environment variable
 ``HF_RALM_LOCK_TIMEOUT``, in seconds) with one line that names the holder: a holder that was stopped (``kill -STOP``,
 Ctrl-Z) or hangs blocks no one forever. The lock file itself stays: deleting it while another process waits on it would
 let a third take a second, unrelated lock. On a system without ``fcntl`` (Windows), or where the lock file cannot be
@@ -44,12 +44,12 @@ POLL_SECONDS = 0.2  # how often a waiter tries to take the lock
 
 class LockTimeoutError(TimeoutError):
     """A lock still held by another process after the waiter's timeout
-    ([`lock_timeout`][hf_ralm.runs.locks.lock_timeout]); the message names the holder and how to go on."""
+    (``lock_timeout``); the message names the holder and how to go on."""
 
 
 def lock_timeout() -> float:
     """The seconds a waiter waits for a lock: ``$HF_RALM_LOCK_TIMEOUT`` when set, else
-    [`LOCK_TIMEOUT_SECONDS`][hf_ralm.runs.locks.LOCK_TIMEOUT_SECONDS].
+    ``LOCK_TIMEOUT_SECONDS``.
 
     Examples:
         >>> lock_timeout() == float(os.environ.get("HF_RALM_LOCK_TIMEOUT", LOCK_TIMEOUT_SECONDS))
@@ -92,9 +92,9 @@ def lock_holder(path: str | os.PathLike) -> tuple[str, int | None]:
         path: the lock file.
 
     Returns:
-        The holder in words (``"pid 123 on node7 since 2025-01-01T10:00:00 +01:00"``, with ``(stopped)`` for a
-        stopped process of this machine; ``"another process"`` when the file does not say), and its process id when
-        it runs here.
+        The holder in words (``"pid 123 on node7 since 2025-01-01T10:00:00 +01:00"``, with ``(stopped)`` for a stopped
+            process of this machine; ``"another process"`` when the file does not say), and its process id when it runs
+            here.
     """
     try:
         with open(path, encoding="utf-8") as f:
@@ -120,8 +120,8 @@ def _how_to_go_on(pid: int | None, words: str) -> str:
 
 def _wait(descriptor: int, path: str | os.PathLike, what: str, timeout: float) -> None:
     """Take the lock of ``descriptor`` once the other process lets go of it, saying every
-    [`REPORT_SECONDS`][hf_ralm.runs.locks.REPORT_SECONDS] who holds it; raise
-    [`LockTimeoutError`][hf_ralm.runs.locks.LockTimeoutError] after ``timeout`` seconds."""
+    ``REPORT_SECONDS`` who holds it; raise
+    ``LockTimeoutError`` after ``timeout`` seconds."""
     import fcntl
 
     start = time.monotonic()
@@ -148,8 +148,8 @@ def _wait(descriptor: int, path: str | os.PathLike, what: str, timeout: float) -
 def file_lock(path: str | os.PathLike, what: str) -> Iterator[None]:
     """Hold the exclusive lock of a file for the ``with`` block, its holder's identity written in it.
 
-    When another process holds it, wait for at most [`lock_timeout`][hf_ralm.runs.locks.lock_timeout] seconds,
-    saying who holds it every [`REPORT_SECONDS`][hf_ralm.runs.locks.REPORT_SECONDS].
+    When another process holds it, wait for at most ``lock_timeout`` seconds,
+    saying who holds it every ``REPORT_SECONDS``.
 
     Args:
         path: the lock file (created when missing, with its folder).

@@ -30,7 +30,7 @@ def check_output_folder(folder: str | os.PathLike, own: Sequence[str], what: str
         OutputFolderError: A file where the folder should be, an unwritable folder, files of others (a few of them
             named) or a link.
 
-    Example:
+    Examples:
         >>> import tempfile
         >>> check_output_folder(tempfile.mkdtemp(), ("eval.json", "windows"), "evaluation results")  # empty: fine
     """

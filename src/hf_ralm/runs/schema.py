@@ -1,9 +1,9 @@
 """The checks of a record type's rows as they read back from JSON: every field of the dataclass there, each value
 of its field's type (numbers finite unless told), with a message that names what is wrong where. The record store
-([`hf_ralm.runs.store`][hf_ralm.runs.store]) runs them on every chunk it reads.
+(``hf_ralm.runs.store``) runs them on every chunk it reads.
 
 Examples:
-    >>> from hf_ralm.config.passages import Passage
+    >>> from hf_ralm import Passage
     >>> fields_problem(Passage, {"id": "7", "title": "Rome", "text": "rome was"}, "", finite=True) is None
     True
 """
@@ -23,8 +23,14 @@ def fields_problem(record_type: type, row: Any, where: str, finite: bool) -> str
     """What keeps ``row`` (read back from JSON) from being a saved ``record_type`` (a dataclass, whose fields' types
     say what each value must be): a field missing or unknown, a value of another type; ``None`` when nothing.
 
+    Args:
+        record_type: the dataclass.
+        row: the row, as read back from JSON.
+        where: where the row is, as the message names it (``""``: the record itself).
+        finite: refuse numbers that are not finite.
+
     Examples:
-        >>> from hf_ralm.config.passages import Passage
+        >>> from hf_ralm import Passage
         >>> fields_problem(Passage, {"id": "7", "title": "Rome", "text": None}, "", finite=True)
         'text is null, not str'
     """
@@ -41,7 +47,7 @@ def fields_problem(record_type: type, row: Any, where: str, finite: bool) -> str
 
 
 def value_problem(value: Any, hint: Any, where: str, finite: bool) -> str | None:
-    """What keeps ``value`` from being of type ``hint`` (see [`fields_problem`][hf_ralm.runs.schema.fields_problem];
+    """What keeps ``value`` from being of type ``hint`` (see ``fields_problem``;
     types it does not know, such as ``dict``, are not checked)."""
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):

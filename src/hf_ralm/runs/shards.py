@@ -1,10 +1,10 @@
 """Which part of a run this process does when many workers share it: worker ``index`` of ``count`` takes the chunks
-``index, index + count, ...`` of the run's one plan ([`Shard.takes`][hf_ralm.runs.shards.Shard.takes]). The shard comes
+``index, index + count, ...`` of the run's one plan (``Shard.takes``). The shard comes
 from the arguments (``--num-shards N --shard-id I``), else from what launched the process: ``torchrun`` and ``accelerate
 launch`` set ``RANK`` and ``WORLD_SIZE`` (and ``LOCAL_RANK``, the GPU of the process on its machine), a Slurm job array
 sets ``SLURM_ARRAY_TASK_ID`` and ``SLURM_ARRAY_TASK_COUNT`` (counted from ``SLURM_ARRAY_TASK_MIN``; ignored with
 ``HF_RALM_IGNORE_SLURM=1``, for an array that runs a sweep of separate runs); else one worker does it all.
-[`Shard.announcement`][hf_ralm.runs.shards.Shard.announcement] says which part a worker takes when the environment, not
+``Shard.announcement`` says which part a worker takes when the environment, not
 the arguments, decided it.
 
 Examples:

@@ -2,39 +2,41 @@
 benchmarks' passes) writes as it goes, so that a crash or Ctrl-C loses at most one chunk and a rerun with the same
 settings goes on after the saved ones, here or from a copy of the folder elsewhere.
 
-A folder::
+A folder:
 
-    FOLDER/
-      settings.json                      the settings the records depend on, and under "reproduce" how the run was
-                                         started (command, git commit, versions, paths)
-      chunk-00000000-00000064.json.gz    a complete chunk: records 0 to 63, {"rows": [...], "num_records": 64,
-                                         "checksum": C, "settings_digest": D, "seconds": S, "git_commit": G}
-                                         (C: a digest of the rows; D: of the settings they were computed under;
-                                         S: what they took to compute; a store may add counts, e.g. scored tokens)
-      .tmp-chunk-00000064-...            a chunk being written, or left by a crash: never read, replaced
-      .workers.lock                      the lock the workers computing there hold (shared), and an overwrite takes
-                                         (exclusive); gone once the last worker closes
-      .worker-0.<host>-<pid>             one per worker holding the lock: who an overwrite names when refused
-      damaged/                           chunks that failed their checks, moved aside (with a timestamp) by repair
+```text
+FOLDER/
+  settings.json                      the settings the records depend on, and under "reproduce" how the run was
+                                     started (command, git commit, versions, paths)
+  chunk-00000000-00000064.json.gz    a complete chunk: records 0 to 63, {"rows": [...], "num_records": 64,
+                                     "checksum": C, "settings_digest": D, "seconds": S, "git_commit": G}
+                                     (C: a digest of the rows; D: of the settings they were computed under;
+                                     S: what they took to compute; a store may add counts, e.g. scored tokens)
+  .tmp-chunk-00000064-...            a chunk being written, or left by a crash: never read, replaced
+  .workers.lock                      the lock the workers computing there hold (shared), and an overwrite takes
+                                     (exclusive); gone once the last worker closes
+  .worker-0.<host>-<pid>             one per worker holding the lock: who an overwrite names when refused
+  damaged/                           chunks that failed their checks, moved aside (with a timestamp) by repair
+```
 
-Each chunk is written under a temporary name of its own writer (``.tmp-chunk-<range>.json.gz.<host>-<pid>``), flushed
-to disk (fsync) and renamed once complete, so only complete chunks are ever visible, and several workers can write
-chunks of one run into one folder (:meth:`RecordStore.save` at any range; a reader accepts gaps). The settings file is
-created exclusively (the first worker's) and always compared when a folder is opened: other settings are refused,
-naming what differs (two configurations never mix). The ``reproduce`` part is written with it and never compared,
-since a run may be resumed from another checkout, command line or machine. A record type (a dataclass) makes the rows
-typed: they are saved as dicts and read back as instances; floats keep all their digits.
+Each chunk is written under a temporary name of its own writer (``.tmp-chunk-<range>.json.gz.<host>-<pid>``), flushed to
+disk (fsync) and renamed once complete, so only complete chunks are ever visible, and several workers can write chunks
+of one run into one folder ([`RecordStore.save`][hf_ralm.RecordStore.save] at any range; a reader accepts gaps). The
+settings file is created exclusively (the first worker's) and always compared when a folder is opened: other settings
+are refused, naming what differs (two configurations never mix). The ``reproduce`` part is written with it and never
+compared, since a run may be resumed from another checkout, command line or machine. A record type (a dataclass) makes
+the rows typed: they are saved as dicts and read back as instances; floats keep all their digits.
 
 Every chunk is checked when it is read: it must decompress and parse, hold as many records as its name says, match its
 checksum and counts, carry the digest of the folder's settings, and hold rows of the store's schema (every field of the
 record type, of its type; numbers finite unless the checksum shows they were saved so; a store checks more, e.g. a
 window record's NLLs against the window). A chunk that fails is named in one line (an
-:class:`~hf_ralm.errors.OutputFolderError`), never used; ``repair`` moves it to ``damaged/`` and the run computes its
-records again. A chunk with a checksum but no settings digest, or the other way round, was altered: it is damaged.
-Chunks of older versions, without either, cannot be verified against the folder's settings: they are refused too
-(one line, counting them), unless ``accept_unverified`` takes them as they are, after the other checks (a run
-records how many it took: ``eval.json``'s ``accepted_unverified_chunks``), or :meth:`RecordStore.stamp_older_chunks`
-verifies them once and stamps them.
+[`OutputFolderError`][hf_ralm.errors.OutputFolderError]), never used; ``repair`` moves it to ``damaged/`` and the run
+computes its records again. A chunk with a checksum but no settings digest, or the other way round, was altered: it is
+damaged. Chunks of older versions, without either, cannot be verified against the folder's settings: they are refused
+too (one line, counting them), unless ``accept_unverified`` takes them as they are, after the other checks (a run
+records how many it took: ``eval.json``'s ``accepted_unverified_chunks``), or
+[`RecordStore.stamp_older_chunks`][hf_ralm.RecordStore.stamp_older_chunks] verifies them once and stamps them.
 
 ``overwrite`` deletes a folder's records (its chunks, temporary files and settings; nothing else, and never
 ``damaged/``). It is refused while a worker computes there: each store holds a shared ``flock`` on
@@ -45,7 +47,7 @@ older versions, are still seen by their temporary chunk files.) And should the f
 hand, or overwritten from a machine the lock does not reach), a worker compares the settings file with its own before
 each chunk it saves and stops, saving nothing more, once they differ.
 
-Example:
+Examples:
     >>> import tempfile
     >>> folder = tempfile.mkdtemp()
     >>> with RecordStore(folder, {"k": 16}, chunk_size=2) as store:
@@ -181,7 +183,7 @@ class RecordStore(ChunkFolder):
 
     @functools.cached_property
     def settings_digest(self) -> str:
-        """The digest of the settings (:func:`digest`), which every chunk saved under them carries (and
+        """The digest of the settings ([`digest`][hf_ralm.digest]), which every chunk saved under them carries (and
         ``eval.json``)."""
         return digest(self.settings)
 
@@ -204,21 +206,28 @@ class RecordStore(ChunkFolder):
         return dataclasses.asdict(row) if dataclasses.is_dataclass(row) else dict(row)
 
     def prepare_rows(self, rows: Sequence[Any]) -> Sequence[Any]:
-        """``rows`` as :meth:`write_chunk` saves them (by default each row's :meth:`prepare_row`)."""
+        """``rows`` as [`write_chunk`][hf_ralm.RecordStore.write_chunk] saves them (by default each row's
+        [`prepare_row`][hf_ralm.RecordStore.prepare_row])."""
         return [self.prepare_row(row) for row in rows]
 
     def write_chunk(self, path: Path, rows: Sequence[Any], info: Mapping[str, Any]) -> None:
         """Writes a chunk file: gzip'd JSON ``{"rows": rows, **counts, "checksum": ..., **info}`` (a subclass may
-        store its rows another way, with its own ``chunk_suffix``)."""
+        store its rows another way, with its own ``chunk_suffix``).
+
+        Args:
+            path: the file to write.
+            rows: the chunk's rows, as [`prepare_rows`][hf_ralm.RecordStore.prepare_rows] made them.
+            info: what else the chunk file holds (``seconds``, ``git_commit``, ``settings_digest``, ...).
+        """
         content = {"rows": rows, **self.chunk_counts(rows), "checksum": digest(rows), **info}
         data = json.dumps(content, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
         with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as f:
             f.write(data)
 
     def read_chunk(self, path: Path) -> Sequence[Any]:
-        """The records of a chunk file, checked (:meth:`checked_rows`; a ``ValueError`` says what is wrong), as the
-        store holds them (typed); a chunk of an older version (:func:`is_unstamped`) is noted, for :meth:`_read_saved`
-        to refuse or accept."""
+        """The records of a chunk file, checked ([`checked_rows`][hf_ralm.RecordStore.checked_rows]; a ``ValueError``
+        says what is wrong), as the store holds them (typed); a chunk of an older version
+        (``hf_ralm.runs.chunks.is_unstamped``) is noted, for the store's opening to refuse or accept."""
         content = self.read_chunk_file(path)
         rows = self.checked_rows(content, self.settings_digest)
         if is_unstamped(content):
@@ -277,13 +286,24 @@ class RecordStore(ChunkFolder):
 
     def save(self, start: int, rows: Sequence[Any], *, prepared: bool = False, **info: Any) -> None:
         """Saves ``rows`` as the chunk of records ``[start, start + len(rows))`` (written under this writer's own
-        temporary name, fsynced, renamed); ``info`` goes into the chunk file beside ``rows``, ``seconds`` (the time
-        since the store's previous save, or its opening), ``git_commit`` and ``settings_digest``. Refused (see
-        :meth:`check_unchanged`) once the folder's settings are no longer the store's.
+        temporary name, fsynced, renamed).
 
-        Example::
+        Args:
+            start: the position of the chunk's first record.
+            rows: its records (none: nothing is saved).
+            prepared: the rows are already as they are saved
+                ([`prepare_rows`][hf_ralm.RecordStore.prepare_rows]).
+            **info: what goes into the chunk file beside ``rows``, ``seconds`` (the time since the store's previous
+                save, or its opening), ``git_commit`` and ``settings_digest``.
 
+        Raises:
+            OutputFolderError: the folder's settings are no longer the store's
+                ([`check_unchanged`][hf_ralm.RecordStore.check_unchanged]).
+
+        Examples:
+            ```python
             store.save(256, records_of_windows_256_to_511, batch_size=8)   # a worker's chunk of a sharded run
+            ```
         """
         rows = rows if prepared else self.prepare_rows(rows)
         if not len(rows):
@@ -299,8 +319,8 @@ class RecordStore(ChunkFolder):
         self._saved[span] = self.held_rows(rows, final)
 
     def _write_chunk_file(self, span: tuple[int, int], rows: Sequence[Any], info: Mapping[str, Any]) -> Path:
-        """Writes the chunk of records ``span`` (:meth:`write_chunk`) under this writer's own temporary name,
-        fsynced and renamed (replacing a chunk file there); its path."""
+        """Writes the chunk of records ``span`` (``write_chunk``) under this writer's own temporary name, fsynced and
+        renamed (replacing a chunk file there); its path."""
         final = self._chunk_path(span)
         write_durably(final, lambda path: self.write_chunk(path, rows, info),
                       self.folder / f"{TMP_PREFIX}{final.name[len(CHUNK_PREFIX):]}.{WORKER}")
@@ -314,15 +334,24 @@ class RecordStore(ChunkFolder):
     def stamp_older_chunks(cls, folder: str | os.PathLike, **options: Any) -> list[Path]:
         """Verify the chunks of an older version in ``folder`` (without checksum and settings digest) against its
         settings, with every check a store of this class makes when it opens the folder (each row's schema, the
-        counts, :meth:`check_chunk`: the records of the chunk's range; ``options`` go to the store, e.g. a window
-        store's ``windows=``), then stamp them: each is written again (durably, as :meth:`save` writes) with the same
-        rows, ``seconds`` and ``git_commit``, plus its counts, checksum and the folder's settings digest. When any
-        chunk fails, nothing is stamped: an :class:`~hf_ralm.errors.OutputFolderError` names it. Returns the
-        stamped chunks' paths.
+        counts, [`check_chunk`][hf_ralm.RecordStore.check_chunk]: the records of the chunk's range), then stamp them:
+        each is written again (durably, as [`save`][hf_ralm.RecordStore.save] writes) with the same rows, ``seconds``
+        and ``git_commit``, plus its counts, checksum and the folder's settings digest.
 
-        Example::
+        Args:
+            folder: the store's folder.
+            **options: for the store, e.g. a window store's ``windows=``.
 
+        Returns:
+            The stamped chunks' paths.
+
+        Raises:
+            OutputFolderError: a chunk fails (it is named); nothing is stamped then.
+
+        Examples:
+            ```python
             CandidateRecordWriter.stamp_older_chunks("results/scale/wikitext-103-test/candidates-k1")
+            ```
         """
         settings, _ = cls.read_settings(folder)
         with cls(folder, settings, accept_unverified=True, **options) as store:
@@ -336,10 +365,13 @@ class RecordStore(ChunkFolder):
         return stamped
 
     def check_unchanged(self) -> None:
-        """Raise an :class:`~hf_ralm.errors.OutputFolderError` when the folder's settings file is no longer the
-        store's (another run replaced the folder, or it was deleted, while this one computed); the store then saves
-        nothing more. :meth:`save` checks before every chunk; a caller checks before writing what it derives from the
-        records (``eval.json``)."""
+        """Check that the folder's settings file is still the store's. [`save`][hf_ralm.RecordStore.save] checks
+        before every chunk; a caller checks before writing what it derives from the records (``eval.json``).
+
+        Raises:
+            OutputFolderError: another run replaced the folder, or it was deleted, while this one computed; the store
+                then saves nothing more.
+        """
         path = self.folder / self.settings_file
         try:
             stored = self.read_settings(self.folder)[0]
@@ -381,8 +413,8 @@ class RecordStore(ChunkFolder):
 
     def _read_saved(self, paths: Sequence[Path]) -> dict[tuple[int, int], Sequence[Any]]:
         """The records of the chunks ``paths``, checked; the damaged ones refused, naming them, or with ``repair``
-        moved aside (:meth:`_set_aside`); so are those of an older version that pass the checks, unless
-        ``accept_unverified`` (refused in a line of their own when there are no others: :func:`unverified_error`)."""
+        moved aside (``_set_aside``); so are those of an older version that pass the checks, unless
+        ``accept_unverified`` (refused in a line of their own when there are no others: ``unverified_error``)."""
         saved, damaged, unverified = {}, {}, []
         for path in paths:
             span = range_of(path)
@@ -430,9 +462,15 @@ class RecordStore(ChunkFolder):
     @classmethod
     def remove(cls, folder: str | os.PathLike) -> None:
         """Deletes what a store put in ``folder`` (its chunks, temporary files and settings; not ``damaged/``), under
-        the folder's exclusive lock; an :class:`~hf_ralm.errors.OutputFolderError` while a worker computes there
-        (naming it), or when the folder holds files that are not the store's, its settings file included (nothing is
-        deleted then)."""
+        the folder's exclusive lock.
+
+        Args:
+            folder: the store's folder (nothing happens when it is not there).
+
+        Raises:
+            OutputFolderError: a worker computes there (it is named), or the folder holds files that are not the
+                store's, its settings file included; nothing is deleted then.
+        """
         folder = Path(folder)
         if not folder.is_dir():
             return

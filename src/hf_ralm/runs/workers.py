@@ -1,8 +1,8 @@
 """The workers that compute one run in one folder: the folder's lock (shared by the workers, exclusive to an
 overwrite, which is refused rather than kept waiting), the cards that name its holders, whether a process still
 runs, and the files a worker's process names (its temporary chunks, its card): those a crashed one left
-([`dead_leftovers`][hf_ralm.runs.workers.dead_leftovers]) and those being written now
-([`live_writers`][hf_ralm.runs.workers.live_writers]). The record store ([`hf_ralm.runs.store`][hf_ralm.runs.store])
+(``dead_leftovers``) and those being written now
+(``live_writers``). The record store (``hf_ralm.runs.store``)
 holds this lock from its opening to its closing.
 
 Examples:
