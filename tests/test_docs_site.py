@@ -38,7 +38,6 @@ DOCTEST_AS_QUOTES = re.compile(r"<blockquote>\s*<blockquote>\s*<blockquote>")
 STILL_RAW = {
     "hf_ralm.generation.logits_process",
     "hf_ralm.integrations.lm_eval",
-    "hf_ralm.reranker_training.collect",
 }
 
 

@@ -1,17 +1,19 @@
 """Training the predictive reranker of In-Context RALM (Ram et al. 2023, §6.2). Choosing passages at evaluation and
-generation time, this reranker's use included, is :mod:`hf_ralm.selection`'s (the ``"predictive"`` strategy).
+generation time, this reranker's use included, is ``hf_ralm.selection``'s (the ``"predictive"`` strategy).
 
-:func:`collect_rerank_data` collects its training data with the frozen reader as compact records
-(:class:`RerankDataWriter`; :func:`load_rerank_data` gives back their texts, :func:`rerank_data_summary` counts
-them), :func:`train_reranker` trains it with the loss of Eq. 9, and :class:`PredictiveReranker` uses it. Training and
-using it need the ``rerank`` extra (``pip install "hf-ralm[rerank]"``); sentence-transformers is imported only then.
+[`collect_rerank_data`][hf_ralm.reranker_training.collect_rerank_data] collects its training data with the frozen
+reader as compact records (``RerankDataWriter``; ``load_rerank_data`` gives back their texts, ``rerank_data_summary``
+counts them), [`train_reranker`][hf_ralm.reranker_training.train_reranker] trains it with the loss of Eq. 9, and
+[`PredictiveReranker`][hf_ralm.reranker_training.PredictiveReranker] uses it. Training and using it need the
+``rerank`` extra (``pip install "hf-ralm[rerank]"``); sentence-transformers is imported only then.
 
-Example::
-
+Examples:
+    ```python
     from hf_ralm.reranker_training import PredictiveReranker, train_reranker
 
     train_reranker("data/rerank", output_dir="models/reranker")
     PredictiveReranker("models/reranker").choose(["the emperor of"], [["Rome\\nrome was", "Music\\nthe band"]])
+    ```
 """
 
 from typing import TYPE_CHECKING
@@ -29,7 +31,7 @@ LAZY_EXPORTS = {
     "training": ("PredictiveReranker", "push_reranker", "train_reranker", "training_steps"),
 }
 """The public names, by the module they are imported from when first used (torch, datasets): so that the command
-line reads the training's defaults (:mod:`.defaults`) without them."""
+line reads the training's defaults (``defaults``) without them."""
 
 if TYPE_CHECKING:  # what type checkers and the API reference read; at run time, LAZY_EXPORTS
     from .articles import TrainingTitles, articles_source

@@ -3,7 +3,7 @@
 Hub's metadata (``library_name``, ``pipeline_tag``, tags, ``base_model``), then the setting the data was collected in,
 the training data, the loss (Eq. 9), the held-out figures, the usage and the citation.
 
-Example:
+Examples:
     ```python
     card = reranker_model_card(metadata, results, hyperparameters, model_id="me/reranker",
                                base_model="sentence-transformers/all-MiniLM-L6-v2")
@@ -69,7 +69,7 @@ def reranker_model_card(metadata: Mapping[str, Any], results: Mapping[str, Any],
     Returns:
         The ``huggingface_hub.ModelCard``; ``str(card)`` is the ``README.md``.
 
-    Example:
+    Examples:
         ```python
         card = reranker_model_card({"reader": "gpt2", "rerank_candidates": 16}, results, hyperparameters,
                                    model_id="me/reranker", base_model=None)

@@ -3,21 +3,21 @@
 For each training article (``{"id", "title", "text"}``, in the given order):
 
 1. its tokens are cut into the evaluation windows of the config (stride ``s``, window length ``L``), exactly as
-   evaluation cuts a text (:func:`~hf_ralm.config.windows.plan_windows`);
+   evaluation cuts a text ([`plan_windows`][hf_ralm.plan_windows]);
 2. up to ``windows_per_article`` windows after window 0 are kept, spread evenly over the article
-   (:func:`spread_windows`);
+   (``spread_windows``);
 3. each kept window's query (the last ``ℓ`` tokens before its first scored token) retrieves ``k``
-   (``rerank_candidates``) passages, the article's own passages excluded (:func:`retrieve_excluding_title`: a
+   (``rerank_candidates``) passages, the article's own passages excluded (``retrieve_excluding_title``: a
    passage of the same article would hold the very text to predict);
 4. the reader scores each kept window with every candidate ``d_i`` in context and with none (one batched pass,
-   :func:`~hf_ralm.selection.rerank.rerank_windows` with the no-passage candidate): the NLL of its last ``s'`` prefix
+   ``hf_ralm.selection.rerank.rerank_windows`` with the no-passage candidate): the NLL of its last ``s'`` prefix
    tokens (zero-shot ranking) and of its next stride ``y`` (``-log p(y | [d_i; x])``, what the oracle ranks on and
    the predictive reranker learns);
-5. the window becomes one compact record (:mod:`hf_ralm.reranker_training.data`): the article's corpus id, the
+5. the window becomes one compact record (``hf_ralm.reranker_training.data``): the article's corpus id, the
    window, its query's token positions, the candidates' ids and retrieval scores, and the two NLL lists (no passage
    last).
 
-Records go to a :class:`~hf_ralm.reranker_training.data.RerankDataWriter` folder in gzip'd chunks. Its settings record
+Records go to a ``RerankDataWriter`` folder in gzip'd chunks. Its settings record
 what the records depend on by fingerprint (the articles file, the index's corpus, the excluded titles), never by path,
 so a copy of the folder (e.g. committed to a repository) resumes anywhere; ``reproduce`` records the command, the code's
 commit and the paths. The kept windows of all articles, in order, are the run's one plan: record ``n`` is its ``n``-th
@@ -26,12 +26,12 @@ computes only the windows no chunk holds (the saved records are checked to be th
 identify articles, so an article without a title, or whose id or title came before, is skipped); a rerun with other
 settings is refused, naming the setting, unless ``overwrite``, and a damaged chunk by its name, unless ``repair`` (moved
 aside and computed again). Many workers share a run (``num_shards`` and ``shard_id``, or the environment of torchrun,
-accelerate or a Slurm array: :class:`~hf_ralm.runs.shards.Shard`): each walks the plan (tokenizing and retrieving,
+accelerate or a Slurm array: ``hf_ralm.runs.shards.Shard``): each walks the plan (tokenizing and retrieving,
 which is cheap beside the reader) and worker I scores chunks I, I + N, ...; together their chunks are one training set,
 the same as one process writes.
 
-Example::
-
+Examples:
+    ```python
     from hf_ralm import RetrievalAugmentedModel, RunOptions
     from hf_ralm.reranker_training import collect_rerank_data, training_articles
 
@@ -40,6 +40,7 @@ Example::
     articles = training_articles("wiki.jsonl.gz", exclude_titles=eval_titles, num_articles=1000)
     collect_rerank_data(model.language_model, model.tokenizer, model.retriever, articles, model.config,
                         "data/rerank", windows_per_article=8, run=RunOptions(batch_size=16, chunk_size=128))
+    ```
 """
 
 from __future__ import annotations
@@ -91,32 +92,47 @@ def collect_rerank_data(
 ) -> dict[str, Any]:
     """Write the predictive reranker's training data for ``articles`` to ``output_dir`` (see the module docstring).
 
-    ``config`` gives the RALM settings (``retrieval_stride``, ``max_length``, ``query_length``, ``max_doc_tokens``,
-    ``bos_every_window``, ``passage_template``, ``rerank_candidates`` as ``k``, ``rerank_tokens`` as ``s'``); its
-    reranking strategy is not used: every candidate is scored. Collection stops after ``max_windows`` windows
-    (resumed ones included; ``None``: all articles). ``run`` (:class:`~hf_ralm.runs.harness.RunOptions`; its
-    ``output_dir`` is ``output_dir``) says how the run is kept: ``run.chunk_size`` windows a chunk (:data:`CHUNK_SIZE`
-    when ``None``), ``run.overwrite``, ``run.repair``, progress; ``run.batch_size`` counts the reader's inputs (one per
-    candidate) per forward pass (``"auto"``: :class:`~hf_ralm.core.batching.BatchSize`). ``metadata`` adds settings the
-    records depend on that this function cannot see, above all which articles they come from (e.g.
-    ``{"articles_fingerprint": file_fingerprint(path),
-    "num_articles": 1000}``: :func:`load_rerank_data` checks that fingerprint), and ``reproduce`` what reruns it
-    (e.g. ``{"articles": path}``, which :func:`load_rerank_data` reads the texts from); the settings are the run's
-    identity (:func:`~hf_ralm.core.identity.run_identity`: the reader, every RALM setting of the scoring pass under its
-    own name, ``query_length`` as used, and the window length), the index's identity and ``windows_per_article``,
-    and ``reproduce`` the command, git commit, reader and index paths (``rerank_data.json``).
+    The folder's settings are the run's identity (``hf_ralm.core.identity.run_identity``: the reader, every RALM
+    setting of the scoring pass under its own name, ``query_length`` as used, and the window length), the index's
+    identity, ``windows_per_article`` and ``metadata``; its ``reproduce`` the command, git commit, reader and index
+    paths and ``reproduce`` (``rerank_data.json``).
 
-    ``run.num_shards``/``run.shard_id`` make this one of many workers (see the module docstring).
+    Args:
+        model: the frozen reader.
+        tokenizer: its tokenizer.
+        retriever: what retrieves the candidates.
+        articles: the training articles (``{"id", "title", "text"}``, in order; ``training_articles`` reads them).
+        config: the RALM settings (``retrieval_stride``, ``max_length``, ``query_length``, ``max_doc_tokens``,
+            ``bos_every_window``, ``passage_template``, ``rerank_candidates`` as ``k``, ``rerank_tokens`` as ``s'``);
+            its reranking strategy is not used: every candidate is scored.
+        output_dir: the data folder.
+        windows_per_article: the windows kept per article, spread evenly over it.
+        max_windows: collection stops after this many windows (resumed ones included; ``None``: all articles).
+        metadata: settings the records depend on that this function cannot see, above all which articles they come
+            from (e.g. ``{"articles_fingerprint": file_fingerprint(path), "num_articles": 1000}``:
+            ``load_rerank_data`` checks that fingerprint).
+        reproduce: what reruns it (e.g. ``{"articles": path}``, which ``load_rerank_data`` reads the texts from).
+        run: how the run is kept ([`RunOptions`][hf_ralm.RunOptions]; its ``output_dir`` is ``output_dir``):
+            ``run.chunk_size`` windows a chunk (``CHUNK_SIZE`` when ``None``), ``run.overwrite``, ``run.repair``,
+            progress; ``run.batch_size`` counts the reader's inputs (one per candidate) per forward pass (``"auto"``:
+            [`BatchSize`][hf_ralm.BatchSize]); ``run.num_shards``/``run.shard_id`` make this one of many workers
+            (see the module docstring).
 
-    Returns ``output_dir``, ``rows_written`` (this run), ``rows_resumed`` (found in the folder), ``rows_total`` (in
-    the folder now), ``complete`` (every window of the plan is in), ``articles_read`` (this run), ``seconds``,
-    ``windows_per_s`` and, sharded, ``shard``.
+    Returns:
+        ``output_dir``, ``rows_written`` (this run), ``rows_resumed`` (found in the folder), ``rows_total`` (in the
+            folder now), ``complete`` (every window of the plan is in), ``articles_read`` (this run), ``seconds``,
+            ``windows_per_s`` and, sharded, ``shard``.
 
-    Example::
+    Raises:
+        SettingError: ``run.output_dir`` is another folder than ``output_dir``, or a count is below 1.
+        ValueError: the folder holds records of other articles, or more windows than the articles make.
 
+    Examples:
+        ```python
         summary = collect_rerank_data(reader, tokenizer, retriever, articles, config, "data/rerank", max_windows=20,
                                       run=RunOptions(overwrite=True))
         summary["rows_total"]  # 20, or fewer when the articles run out
+        ```
     """
     check_count("windows_per_article", windows_per_article)
     if run.output_dir is not None and os.fspath(run.output_dir) != os.fspath(output_dir):
@@ -230,7 +246,7 @@ def spread_windows(num_windows: int, count: int) -> list[int]:
     """Indices of up to ``count`` of the windows ``1 .. num_windows - 1`` (window 0 has no retrieval), spread evenly:
     the middle window of each of ``count`` equal parts; all of them when there are no more than ``count``.
 
-    Example:
+    Examples:
         >>> spread_windows(101, 4), spread_windows(4, 8)
         ([13, 38, 63, 88], [1, 2, 3])
     """
@@ -245,9 +261,19 @@ def retrieve_excluding_title(retriever, queries: Sequence[str], k: int, title: s
     then doubling) for the queries whose top passages are too often of that title, until ``k`` others are found or
     the retriever returns fewer passages than asked (it has no more).
 
-    Example::
+    Args:
+        retriever: what retrieves.
+        queries: the queries.
+        k: the passages per query.
+        title: the title left out.
 
+    Returns:
+        Per query, its top-``k`` passages of other titles.
+
+    Examples:
+        ```python
         retrieve_excluding_title(retriever, ["the emperor of rome"], k=2, title="Rome")  # no passage of "Rome"
+        ```
     """
     results: list[list[Passage]] = [[] for _ in queries]
     todo, depth = list(range(len(queries))), 2 * k
@@ -270,9 +296,10 @@ def training_articles(
     leaving out those whose title is in ``exclude_titles`` (e.g. the evaluation articles and WikiText-103's titles);
     the first ``num_articles`` of the rest (all when ``None``).
 
-    Example::
-
+    Examples:
+        ```python
         articles = training_articles("wiki.jsonl.gz", exclude_titles={"Nero"}, num_articles=500)
+        ```
     """
     if num_articles is not None:
         check_count("num_articles", num_articles)

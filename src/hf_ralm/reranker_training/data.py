@@ -1,36 +1,41 @@
 """Training data of the predictive reranker (Ram et al. 2023, §6.2): compact records, and the texts they stand for.
 
-:func:`~hf_ralm.reranker_training.collect.collect_rerank_data` writes one **record** per window of a training article:
-numbers and ids only, never texts, so that a long collection can be committed to a repository chunk by chunk::
+[`collect_rerank_data`][hf_ralm.reranker_training.collect_rerank_data] writes one **record** per window of a training
+article: numbers and ids only, never texts, so that a long collection can be committed to a repository chunk by chunk:
 
-    {"article": "12",                  # the article's corpus id
-     "window": 57, "query": [211, 243],  # its window and the token positions of its query in the article
-     "passage_ids": ["50012", ...],    # its k candidates (the retriever's ids, stable for an index's corpus)
-     "retrieval_scores": [21.3, ...],
-     "ranking_nlls": [40.1, ..., 41.7],  # the reader's NLL of the s' tokens before the target: zero-shot ranking
-     "target_nlls": [9.8, ..., 10.4]}    # -log p(y | [d_i; x]) of the window's next stride y; both: no passage last
+```python
+{"article": "12",                  # the article's corpus id
+ "window": 57, "query": [211, 243],  # its window and the token positions of its query in the article
+ "passage_ids": ["50012", ...],    # its k candidates (the retriever's ids, stable for an index's corpus)
+ "retrieval_scores": [21.3, ...],
+ "ranking_nlls": [40.1, ..., 41.7],  # the reader's NLL of the s' tokens before the target: zero-shot ranking
+ "target_nlls": [9.8, ..., 10.4]}    # -log p(y | [d_i; x]) of the window's next stride y; both: no passage last
+```
 
-A data folder (a :class:`~hf_ralm.runs.store.RecordStore` folder)::
+A data folder (a [`RecordStore`][hf_ralm.RecordStore] folder):
 
-    DATA_DIR/
-      rerank_data.json          the settings (reader, k, s, ℓ, s', corpus and articles fingerprints, ...) and, under
-                                "reproduce", the command, git commit and paths of the run that started it
-      chunk-00000000-00000064.json.gz   a complete chunk: the records of windows 0 to 63 (in writing order)
-      .tmp-chunk-00000064-...           a chunk being written, or left by a crash: never read, replaced
+```text
+DATA_DIR/
+  rerank_data.json          the settings (reader, k, s, ℓ, s', corpus and articles fingerprints, ...) and, under
+                            "reproduce", the command, git commit and paths of the run that started it
+  chunk-00000000-00000064.json.gz   a complete chunk: the records of windows 0 to 63 (in writing order)
+  .tmp-chunk-00000064-...           a chunk being written, or left by a crash: never read, replaced
+```
 
-:func:`load_rerank_data` gives the records back as **text rows**, what the cross-encoder trains on: the query text
+``load_rerank_data`` gives the records back as **text rows**, what the cross-encoder trains on: the query text
 (the reader's tokens of the article at the recorded positions, decoded), each candidate's text (``title\\ntext`` as
 put in context, looked up by id in the index) and ``target_logprobs`` (negated target NLLs), with the no-passage
 candidate's log-probability in ``no_passage_logprob``. It checks that the articles file and the index are the ones
 the records were made from (their fingerprints).
 
-Example::
-
+Examples:
+    ```python
     from hf_ralm.reranker_training import load_rerank_data, rerank_data_summary
 
     rerank_data_summary("data/rerank")   # {'windows': 2000, 'articles': 251, 'distinct_passages': 20417, ...}
     dataset, settings = load_rerank_data("data/rerank")   # the articles, index and tokenizer the run recorded
     dataset[0]["prefix"], dataset[0]["candidates"][0], dataset[0]["target_logprobs"][0]
+    ```
 """
 
 from __future__ import annotations
@@ -71,7 +76,7 @@ FEATURES = datasets.Features(
         "window": datasets.Value("int64"),
     }
 )
-"""The text rows a reranker trains on (:func:`load_rerank_data`; :func:`text_rows` checks hand-made ones)."""
+"""The text rows a reranker trains on (``load_rerank_data``; ``text_rows`` checks hand-made ones)."""
 COLUMNS = tuple(FEATURES)
 
 # Summed log-probabilities are <= 0; a little slack absorbs float rounding, while NLLs passed by mistake (> 0) fail.
@@ -83,16 +88,17 @@ class RerankDataWriter(RecordStore):
     ``chunk_size`` windows.
 
     Opening a folder that already holds data of the same settings resumes it (``num_done`` records, read back with
-    :meth:`rows`); other settings are refused unless ``overwrite=True``, which deletes the folder's data files first.
+    ``rows``); other settings are refused unless ``overwrite=True``, which deletes the folder's data files first.
 
-    Example::
-
+    Examples:
+        ```python
         settings = {"reader": "gpt2", "rerank_candidates": 2, "retrieval_stride": 4, "query_length": 32,
                     "rerank_tokens": 16}
         with RerankDataWriter("data/rerank", settings, chunk_size=64) as writer:
             writer.add([{"article": "7", "window": 3, "query": [0, 32], "passage_ids": ["10", "4"],
                          "retrieval_scores": [7.5, 3.1], "ranking_nlls": [30.2, 33.0, 31.5],
                          "target_nlls": [6.2, 9.8, 7.0]}])
+        ```
     """
 
     settings_file = METADATA_FILE
@@ -117,7 +123,7 @@ class RerankDataWriter(RecordStore):
 
 
 def validate_record(record: Mapping[str, Any]) -> dict[str, Any]:
-    """``record`` as a plain dict of :data:`RECORD_KEYS`, or a ValueError saying what is wrong with it."""
+    """``record`` as a plain dict of ``RECORD_KEYS``, or a ValueError saying what is wrong with it."""
     if not isinstance(record, Mapping):
         raise TypeError(f"A record must be a dict with the keys {list(RECORD_KEYS)}, got {type(record).__name__}.")
     missing, extra = set(RECORD_KEYS) - set(record), set(record) - set(RECORD_KEYS)
@@ -154,10 +160,14 @@ def read_rerank_records(folder: str | os.PathLike) -> tuple[list[dict[str, Any]]
     """The records of a rerank data folder's complete chunks (in writing order), its settings and how its run was
     started (``{}`` when not recorded).
 
-    Example::
+    Raises:
+        FileNotFoundError: ``folder`` is no rerank data folder, or holds no complete chunk.
 
+    Examples:
+        ```python
         records, settings, reproduce = read_rerank_records("data/rerank")
         records[0]["target_nlls"][-1]   # the first window's target NLL without a passage
+        ```
     """
     folder = Path(folder)
     if not folder.is_dir():
@@ -183,15 +193,16 @@ def rerank_data_summary(folder: str | os.PathLike, max_records: int | None = Non
     ``candidates`` (passages in all), ``no_passage_best`` (share of windows whose lowest target NLL is without a
     passage), ``top1_is_oracle`` (share whose best passage is retrieval's first), ``zero_shot_is_oracle`` (share
     whose best passage is also the reader's lowest ranking NLL: zero-shot reranking's hit rate),
-    ``ranking_target_correlation`` (the mean over windows of :func:`~hf_ralm.config.rules.rank_correlation`
+    ``ranking_target_correlation`` (the mean over windows of the ``rank_correlation``
     between the passages' ranking and target NLLs), ``target_nll_by_rank`` (the mean target NLL of the passage at each
     retrieval rank, over the windows that have one there) and ``target_nll_no_passage`` (without a passage): what
     each candidate position is worth on average, the part of the choice a reranker needs no text for; and ``seconds``
     (what the chunks took to compute, across resumes).
 
-    Example::
-
+    Examples:
+        ```python
         rerank_data_summary("results/rerank-data-smollm2")["windows"]
+        ```
     """
     records = read_rerank_records(folder)[0][:max_records]
     best = [min(range(len(r["target_nlls"])), key=r["target_nlls"].__getitem__) for r in records]
@@ -219,7 +230,7 @@ def rerank_data_summary(folder: str | os.PathLike, max_records: int | None = Non
 def file_fingerprint(path: str | os.PathLike) -> str:
     """A SHA-256 of a file's bytes: what settings record of the articles file (its path may differ elsewhere).
 
-    Example:
+    Examples:
         >>> import os, tempfile
         >>> path = os.path.join(tempfile.mkdtemp(), "articles.jsonl")
         >>> _ = open(path, "w").write("")
@@ -240,17 +251,30 @@ def load_rerank_data(
     index_dir: str | os.PathLike | None = None,
     tokenizer=None,
 ) -> tuple[datasets.Dataset, dict[str, Any]]:
-    """The records of a rerank data folder as text rows (:data:`FEATURES`, in writing order) and its settings.
+    """The records of a rerank data folder as text rows (``FEATURES``, in writing order) and its settings.
 
-    The texts come back from where the records were made: ``articles`` (the corpus-format file of the training
-    articles), ``index_dir`` (the retriever's index, which gives each passage's text by its id) and ``tokenizer``
-    (the reader's, a tokenizer or a name or folder), by default those the run recorded under ``reproduce``. The
-    articles file and the index must have the fingerprints the settings record.
+    The texts come back from where the records were made, by default what the run recorded under ``reproduce``.
 
-    Example::
+    Args:
+        folder: the rerank data folder.
+        articles: the corpus-format file of the training articles (its fingerprint must be the one the settings
+            record).
+        index_dir: the retriever's index, which gives each passage's text by its id (built from the corpus the
+            settings record).
+        tokenizer: the reader's: a tokenizer, or a name or folder.
 
+    Returns:
+        The text rows (a ``datasets.Dataset``) and the folder's settings.
+
+    Raises:
+        ValueError: the articles file or the index is not the one the records were made from, or the file lacks an
+            article of the records.
+
+    Examples:
+        ```python
         dataset, settings = load_rerank_data("data/rerank", index_dir="~/indexes/wiki-bm25")
         dataset[0]["prefix"], dataset[0]["no_passage_logprob"]
+        ```
     """
     from ..config.passages import passage_text
     from ..retrieval.corpus import read_corpus
@@ -302,11 +326,11 @@ def load_rerank_data(
 
 
 def text_rows(rows: Iterable[Mapping[str, Any]] | datasets.Dataset) -> datasets.Dataset:
-    """Text rows (hand-made, or :func:`load_rerank_data`'s) checked and cast to :data:`FEATURES`: each needs
+    """Text rows (hand-made, or ``load_rerank_data``'s) checked and cast to ``FEATURES``: each needs
     ``prefix``, ``candidates`` (non-empty), one ``retrieval_scores`` and one ``target_logprobs`` (<= 0) per
     candidate; ``no_passage_logprob`` (``None`` when unknown), ``article`` and ``window`` may be left out.
 
-    Example:
+    Examples:
         >>> text_rows([{"prefix": "the emperor of", "candidates": ["Rome\\nrome was"], "retrieval_scores": [7.5],
         ...             "target_logprobs": [-6.2]}])[0]["no_passage_logprob"] is None
         True

@@ -1,9 +1,9 @@
 """The predictive reranker's training defaults in plain Python (neither torch nor transformers is imported): the
-defaults of :func:`~hf_ralm.reranker_training.collect.collect_rerank_data` and
-:func:`~hf_ralm.reranker_training.training.train_reranker`, which their signatures take from here and the command
+defaults of [`collect_rerank_data`][hf_ralm.reranker_training.collect_rerank_data] and
+[`train_reranker`][hf_ralm.reranker_training.train_reranker], which their signatures take from here and the command
 line shows before it loads anything (``hf-ralm rerank-data --help``, ``hf-ralm train-reranker --help``).
 
-Example:
+Examples:
     >>> WINDOWS_PER_ARTICLE, TRAINING_DEFAULTS["learning_rate"]
     (8, 2e-05)
 """

@@ -34,7 +34,7 @@ def split_by_article(dataset: datasets.Dataset, eval_fraction: float,
     Raises:
         SettingError: One side would be empty.
 
-    Example:
+    Examples:
         >>> import datasets
         >>> rows = datasets.Dataset.from_dict({"article": [str(i // 4) for i in range(400)]})
         >>> train, held_out = split_by_article(rows, 0.1, max_train_windows=100)
@@ -76,12 +76,12 @@ def rerank_metrics(
 
     Returns:
         ``oracle_agreement``, ``retrieval_oracle_agreement``, ``chance_agreement``, ``nll_reranker``,
-        ``nll_retrieval_top1`` and ``nll_oracle`` (and the two no-passage figures).
+            ``nll_retrieval_top1`` and ``nll_oracle`` (and the two no-passage figures).
 
     Raises:
         ValueError: No windows, or not as many score lists as target lists.
 
-    Example:
+    Examples:
         ```python
         rerank_metrics([[0.1, 0.9]], [[-4.0, -2.0]])
         # {'oracle_agreement': 1.0, 'retrieval_oracle_agreement': 0.0, 'chance_agreement': 0.5,

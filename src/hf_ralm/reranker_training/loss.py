@@ -37,7 +37,7 @@ def predictive_loss(scores: Sequence[Tensor], target_logprobs: Sequence[Tensor])
         ValueError: Not one target list per score list, or a window without candidates or with another number of
             targets than of scores.
 
-    Example:
+    Examples:
         ```python
         predictive_loss([torch.tensor([2.0, 0.0])], [torch.tensor([-1.0, -5.0])])  # tensor(1.1245)
         ```
@@ -93,7 +93,7 @@ class PredictiveRerankLoss(nn.Module):
     Raises:
         ValueError: The model has more than one label.
 
-    Example:
+    Examples:
         ```python
         loss = PredictiveRerankLoss(cross_encoder)
         # dataset columns: prefix, candidates, labels (the target log-probabilities)

@@ -3,7 +3,7 @@ listwise loss of Eq. 9 (``loss.py``) on data written by ``RerankDataWriter``, ev
 (``held_out.py``), and save (and optionally push) a standard cross-encoder folder with its model card (``card.py``),
 resuming an interrupted training from its last checkpoint.
 
-Example:
+Examples:
     ```python
     from hf_ralm.reranker_training import train_reranker
 
@@ -122,13 +122,13 @@ def train_reranker(
 
     Returns:
         The figures also written to ``output_dir/eval_results.json``: data sizes, the held-out Eq. 9 loss before and
-        after training, the held-out figures of ``rerank_metrics`` and ``train_seconds``.
+            after training, the held-out figures of ``rerank_metrics`` and ``train_seconds``.
 
     Raises:
         SettingError: A setting out of its range, too few windows to hold some out, an ``attention_dropout`` for a
             model that has none, or a checkpoint in ``output_dir`` of another training.
 
-    Example:
+    Examples:
         ```python
         results = train_reranker("data/rerank", output_dir="models/reranker", no_passage_candidate=True)
         CrossEncoder("models/reranker")  # a standard cross-encoder folder, with a model card
@@ -249,7 +249,7 @@ def push_reranker(folder: str | os.PathLike, repo_id: str, *, token: str | None 
         RuntimeError: The upload failed (network, login, name); the folder is untouched and the message says how to
             push it again.
 
-    Example:
+    Examples:
         ```python
         push_reranker("models/reranker", "me/ralm-predictive-reranker-gpt2")
         ```
@@ -274,7 +274,7 @@ def training_steps(windows: int, batch_size: int, epochs: float) -> int:
     """How many optimizer steps ``train_reranker`` takes over ``windows`` training windows (the trainer's count:
     the batches of an epoch, times the epochs, rounded up).
 
-    Example:
+    Examples:
         >>> training_steps(4000, 8, 1.0), training_steps(1000, 8, 1.5)
         (500, 188)
     """
