@@ -5,19 +5,20 @@
 
 The command line only parses: each command is one module here (its parser, then parse → one library call → print),
 built from the flag groups it uses (argparse parent parsers: model, retriever, RALM settings, passages, dataset,
-batching, output, :mod:`hf_ralm.cli.common`), so ``--help`` lists exactly what a command takes. The RALM settings'
-flags are generated from :mod:`hf_ralm.config.settings` (:mod:`hf_ralm.cli.settings`: their defaults, types and
-help have one source with :class:`~hf_ralm.config.configuration_ralm.RalmConfig`, read without transformers); the
-checks live in the library, and :data:`FLAGS` names their arguments as flags.
+batching, output, ``hf_ralm.cli.common``), so ``--help`` lists exactly what a command takes. The RALM settings'
+flags are generated from ``hf_ralm.config.settings`` (``hf_ralm.cli.settings``: their defaults, types and
+help have one source with [`RalmConfig`][hf_ralm.RalmConfig], read without transformers); the
+checks live in the library, and ``FLAGS`` names their arguments as flags.
 Every usage error ends with one line ``hf-ralm: error: ...`` and exit status 2: the library's errors for bad input (a
-``ValueError`` such as :class:`~hf_ralm.errors.InputError`, an ``OSError``) name the file or the setting, and
-:func:`main` prints them, naming settings by their flags (:func:`error_message`); ``--debug`` (before or after the
+``ValueError`` such as [`InputError`][hf_ralm.errors.InputError], an ``OSError``) name the file or the setting, and
+``main`` prints them, naming settings by their flags (``error_message``); ``--debug`` (before or after the
 command) prints the traceback first.
 
-Example::
-
+Examples:
+    ```bash
     hf-ralm eval-lm --model HuggingFaceTB/SmolLM2-135M --dataset-path test.jsonl --retriever bm25 \\
         --corpus wiki.jsonl.gz --index-dir wiki-index --max-length 512 --max-eval-tokens 2048 --output-dir out/
+    ```
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ COMMANDS = {command.NAME: command for command in (index, retrieve, eval_lm, gene
                                                   train_reranker)}
 """Each command's module: its name and one-line help (``NAME``, ``HELP``), its parser (``add_parser(sub)``), what it
 runs (``run(args)``) and how its result is printed (``show(result, args)``); ``lm-eval`` hands its arguments to
-lm-evaluation-harness (:mod:`hf_ralm.cli.lm_eval`). A module imports the library when its parser is made or it runs,
+lm-evaluation-harness (``hf_ralm.cli.lm_eval``). A module imports the library when its parser is made or it runs,
 so that ``hf-ralm --help``, ``--version`` and the top-level usage errors load neither torch nor transformers."""
 
 RESUMABLE = ("eval-lm", "retrieve", "rerank-data", "eval-qa")
@@ -83,12 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _commands_parser(full: str | None = None) -> argparse.ArgumentParser:
     """The ``hf-ralm`` parser with the commands' names and help but none of their flags, except those of the command
-    ``full``. Without ``full``, what :func:`main` parses first: it answers ``--help``, ``--version`` and a missing or
-    unknown command exactly as :func:`build_parser` does, before any command's flags (whose defaults and choices
+    ``full``. Without ``full``, what ``main`` parses first: it answers ``--help``, ``--version`` and a missing or
+    unknown command exactly as ``build_parser`` does, before any command's flags (whose defaults and choices
     are read from the library) are made, and names the command; with it, what parses that command's flags, as
-    :func:`build_parser` would, without importing what the other commands' flags need.
+    ``build_parser`` would, without importing what the other commands' flags need.
 
-    Example:
+    Examples:
         >>> _commands_parser().parse_known_args(["eval-lm", "--stride", "0"])[0].command
         'eval-lm'
         >>> _commands_parser("eval-lm").parse_args(["eval-lm", "--stride", "8"]).stride
@@ -151,7 +152,7 @@ def _library_messages() -> Iterator[None]:
 
 
 def _start_workers(args: argparse.Namespace) -> Shard:
-    """This process's shard of the run (:class:`~hf_ralm.runs.shards.Shard`), announced on stderr before any work
+    """This process's shard of the run (``Shard``), announced on stderr before any work
     when the environment set it; under torchrun or accelerate with more than one rank, the process group is started
     here (NCCL on GPUs, gloo on CPUs), so the ranks can meet before rank 0 writes the merged results."""
     shard = Shard.resolve(getattr(args, "num_shards", None), getattr(args, "shard_id", None))

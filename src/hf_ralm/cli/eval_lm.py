@@ -1,7 +1,8 @@
-"""``hf-ralm eval-lm``: In-Context RALM perplexity (:meth:`~hf_ralm.RetrievalAugmentedModel.evaluate_perplexity`), or
-several passage-selection strategies side by side (``--compare``:
-:meth:`~hf_ralm.RetrievalAugmentedModel.compare_strategies`), after the run's plan and estimate
-(:mod:`hf_ralm.evaluation.run_cost`)."""
+"""``hf-ralm eval-lm``: In-Context RALM perplexity
+([`evaluate_perplexity`][hf_ralm.RetrievalAugmentedModel.evaluate_perplexity]), or several passage-selection
+strategies side by side (``--compare``:
+[`compare_strategies`][hf_ralm.RetrievalAugmentedModel.compare_strategies]), after the run's plan and estimate
+(``hf_ralm.evaluation.run_cost``)."""
 
 from __future__ import annotations
 
@@ -47,9 +48,15 @@ def add_parser(sub) -> None:
 
 
 def plan_or_refuse(args: argparse.Namespace, model, text: str, compare_k: int | None = None) -> None:
-    """Say on stderr what the run will do and how long one window took here
-    (:func:`~hf_ralm.evaluation.run_cost.estimate_run`);
-    a CPU run estimated beyond an hour is refused unless ``--allow-long-run``."""
+    """Say on stderr what the run will do and how long one window took here (``estimate_run``); a CPU run estimated
+    beyond an hour is refused unless ``--allow-long-run``.
+
+    Args:
+        args: the parsed flags.
+        model: the RALM.
+        text: the text to evaluate.
+        compare_k: with ``--compare``, the passages per window the pass scores (``None``: a plain run).
+    """
     from ..evaluation.run_cost import check_run_length, describe_run, estimate_run
 
     estimate = estimate_run(model.language_model, model.tokenizer, text, model.config,
@@ -62,7 +69,7 @@ def plan_or_refuse(args: argparse.Namespace, model, text: str, compare_k: int | 
 
 def run(args: argparse.Namespace):
     """The figures of the evaluation, with passages retrieved as it goes or read from ``--retrieval-file``; with
-    ``--compare``, the strategies' :class:`~hf_ralm.evaluation.compare.Comparison`."""
+    ``--compare``, the strategies' ``Comparison``."""
     if args.compare is not None:
         return _compare(args)
     from ..evaluation.pipeline import RETRIEVAL_FILE

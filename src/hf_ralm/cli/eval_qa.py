@@ -1,4 +1,4 @@
-"""``hf-ralm eval-qa``: open-domain QA exact match, the paper's §7 (:func:`hf_ralm.evaluation.qa.evaluate_qa`)."""
+"""``hf-ralm eval-qa``: open-domain QA exact match, the paper's §7 ([`evaluate_qa`][hf_ralm.evaluate_qa])."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """``hf-ralm generate``: text with its sources, retrieving every ``--stride`` tokens
-(:func:`hf_ralm.generation.texts.generate_texts_in_batches`)."""
+(``hf_ralm.generation.texts.generate_texts_in_batches``)."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def add_parser(sub) -> None:
 def positive_number(value: str) -> float:
     """``--temperature``: a finite number above 0 (argparse names the flag in its one-line error).
 
-    Example:
+    Examples:
         >>> positive_number("0.7")
         0.7
     """
@@ -64,7 +64,7 @@ def positive_number(value: str) -> float:
 def probability(value: str) -> float:
     """``--top-p``: a share of the probability mass, above 0 and at most 1 (argparse names the flag).
 
-    Example:
+    Examples:
         >>> probability("2")
         Traceback (most recent call last):
         ...
@@ -90,7 +90,7 @@ def _read_prompts(args: argparse.Namespace) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> tuple[list, object]:
-    """Per prompt a :class:`~hf_ralm.generation.texts.GeneratedText`, and the tokenizer."""
+    """Per prompt a ``GeneratedText``, and the tokenizer."""
     import torch
 
     from ..config.configuration_ralm import RalmConfig

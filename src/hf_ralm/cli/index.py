@@ -1,7 +1,7 @@
-"""``hf-ralm index``: build (or reuse) an index of a corpus (:func:`hf_ralm.retrieval.build_index`), or, with
+"""``hf-ralm index``: build (or reuse) an index of a corpus ([`build_index`][hf_ralm.retrieval.build_index]), or, with
 ``--verify DIR``, check every file of an index against the checksum recorded when it was built
-(:func:`~hf_ralm.retrieval.index_folder.verify_index`). The options of a backend's build are the flags its
-``BuildOptions`` declares (:func:`~hf_ralm.retrieval.declarations.index_flag`), listed under the backends that take
+([`verify_index`][hf_ralm.retrieval.verify_index]). The options of a backend's build are the flags its
+``BuildOptions`` declares ([`index_flag`][hf_ralm.retrieval.index_flag]), listed under the backends that take
 them: a backend registered from outside hf-ralm brings its own."""
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ _KINDS = {"int": int, "float": float}
 
 def build_flags() -> dict[str, tuple[dataclasses.Field, list[str]]]:
     """Every registered backend's build options as ``hf-ralm index`` offers them: flag → (the
-    :func:`~hf_ralm.retrieval.declarations.index_flag` field, the backends that declare it), in the order of the
+    [`index_flag`][hf_ralm.retrieval.index_flag] field, the backends that declare it), in the order of the
     backends and of their fields; read now, without importing any backend (a backend may have been registered since).
 
-    Example:
+    Examples:
         >>> flags = build_flags()
         >>> list(flags)[:2], flags["--faiss-factory"][1]
         (['--encoder', '--pooling'], ['dense', 'hybrid'])

@@ -1,5 +1,5 @@
 """``hf-ralm lm-eval``: lm-evaluation-harness's own command line with the ``ralm`` model
-(:func:`hf_ralm.integrations.lm_eval.cli_main`); its flags are lm-eval's, parsed there."""
+(``hf_ralm.integrations.lm_eval.cli_main``); its flags are lm-eval's, parsed there."""
 
 from __future__ import annotations
 

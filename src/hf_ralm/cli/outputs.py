@@ -1,13 +1,14 @@
 """What every command checks of the paths it writes, first (before its model or data is loaded): no input is an output
-(:mod:`hf_ralm.utils.outputs`). Each output file and folder is refused when it is one of the command's input files
-(:data:`INPUT_FLAGS`, links resolved) or cannot be written to; an output file, or a final file of an output folder
+(``hf_ralm.utils.outputs``). Each output file and folder is refused when it is one of the command's input files
+(``INPUT_FLAGS``, links resolved) or cannot be written to; an output file, or a final file of an output folder
 (``eval.json``), when it exists but hf-ralm did not write it, or is a symbolic link, a device or a FIFO; an output
 folder that holds a symbolic link. A file hf-ralm wrote is replaced (a rerun), and the
 command says so when it writes it.
 
-Example::
-
+Examples:
+    ```python
     check_outputs(args, files=[("--output-json", args.output_json, GENERATED_TEXTS, "generation output")])
+    ```
 """
 
 from __future__ import annotations
@@ -35,11 +36,10 @@ def command_inputs(args: argparse.Namespace) -> InputPaths:
 
 def check_outputs(args: argparse.Namespace, *, files: Sequence[tuple[str, str | None, Recogniser, str]] = (),
                   folders: Sequence[tuple[str, str | None, FinalFiles]] = ()) -> None:
-    """Before any work: each output file ``(flag, path, recogniser, what)`` given is no input of the command, its
-    folder can be written to, and it is missing or a ``what`` hf-ralm wrote (:func:`~hf_ralm.utils.outputs.
-    check_output_file`, which says when it is replaced); each output folder ``(flag, path, final files)`` given is no
-    input, can be made or written to, and its final files are no inputs and missing or hf-ralm's (replaced when the
-    run writes them)."""
+    """Before any work: each output file ``(flag, path, recogniser, what)`` given is no input of the command, its folder
+    can be written to, and it is missing or a ``what`` hf-ralm wrote (``hf_ralm.utils.outputs.check_output_file``, which
+    says when it is replaced); each output folder ``(flag, path, final files)`` given is no input, can be made or
+    written to, and its final files are no inputs and missing or hf-ralm's (replaced when the run writes them)."""
     inputs = command_inputs(args)
     for flag, folder, final in folders:
         if not folder:
@@ -58,7 +58,7 @@ def check_outputs(args: argparse.Namespace, *, files: Sequence[tuple[str, str | 
 
 
 def evaluation_output_dir(args: argparse.Namespace) -> tuple[str, str | None, FinalFiles]:
-    """``--output-dir`` of ``retrieve`` and ``eval-lm`` for :func:`check_outputs`: its final ``eval.json``."""
+    """``--output-dir`` of ``retrieve`` and ``eval-lm`` for ``check_outputs``: its final ``eval.json``."""
     from ..evaluation.pipeline import EVAL_REPORT
     from ..evaluation.window_records import EVAL_FILE
 

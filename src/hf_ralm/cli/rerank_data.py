@@ -1,5 +1,5 @@
 """``hf-ralm rerank-data``: the predictive reranker's training data, collected with the reader
-(:func:`hf_ralm.reranker_training.collect_rerank_data`)."""
+([`collect_rerank_data`][hf_ralm.reranker_training.collect_rerank_data])."""
 
 from __future__ import annotations
 

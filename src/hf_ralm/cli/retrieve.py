@@ -1,5 +1,5 @@
 """``hf-ralm retrieve``: every evaluation window's retrieved passages (and, reranked or gated, the choices) as a
-retrieval file or a Hugging Face dataset (:func:`hf_ralm.evaluation.pipeline.evaluate` without scoring)."""
+retrieval file or a Hugging Face dataset ([`evaluate`][hf_ralm.evaluate] without scoring)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
-"""The RALM settings as command-line flags, generated from :data:`~hf_ralm.config.settings.SETTING_FLAGS` (each
-setting's flag, group and help) and :class:`~hf_ralm.config.settings.RalmSettings` (its default and type, those of
-:class:`~hf_ralm.config.configuration_ralm.RalmConfig`): one source for ``hf-ralm`` and for any script that takes the
-same settings (the benchmarks). Neither torch nor transformers is imported until :func:`ralm_settings` checks the
+"""The RALM settings as command-line flags, generated from ``SETTING_FLAGS`` (each
+setting's flag, group and help) and ``RalmSettings`` (its default and type, those of
+[`RalmConfig`][hf_ralm.RalmConfig]): one source for ``hf-ralm`` and for any script that takes the
+same settings (the benchmarks). Neither torch nor transformers is imported until ``ralm_settings`` checks the
 values read back, so that a command answers ``--help`` and its usage errors without them.
 
-Example::
-
+Examples:
+    ```python
     import argparse
 
     from hf_ralm import RalmConfig
@@ -15,6 +15,7 @@ Example::
     add_ralm_arguments(parser, groups=["RALM settings", "reranking"], defaults={"max_length": 512})
     args = parser.parse_args(["--stride", "8", "--rerank", "lm"])
     config = RalmConfig(**ralm_settings(args))   # retrieval_stride=8, rerank="lm", max_length=512
+    ```
 """
 
 from __future__ import annotations
@@ -71,19 +72,19 @@ FLAGS: dict[str, str] = {
     "engine": "--engine",
 }
 """The one place where Python argument names (RALM settings, from
-:data:`~hf_ralm.config.settings.SETTING_FLAGS`, and the evaluation functions' arguments) become flags: the flag of
+``SETTING_FLAGS``, and the evaluation functions' arguments) become flags: the flag of
 each, for the RALM settings a command passes on and for the errors of the checks it runs (``retrieval_stride must be
 at least 1`` is printed as ``--stride must be at least 1``). A flag's ``args`` name is the flag without ``--``. The
-reader engines' options are the engines' own (:func:`hf_ralm.cli.common.engine_option_flags`)."""
+reader engines' options are the engines' own (``hf_ralm.cli.common.engine_option_flags``)."""
 
 RALM_GROUPS: tuple[str, ...] = tuple(dict.fromkeys(flag.group for flag in SETTING_FLAGS.values()))
 """The groups the RALM settings are listed under, in order: ``RALM settings``, ``passages in context``,
 ``reranking``, ``retrieval gate``, ``several passages``."""
 
 RALM_SETTING = "ralm_setting"
-"""The attribute by which a flag that :func:`add_ralm_arguments` made names the RALM setting it gives
+"""The attribute by which a flag that ``add_ralm_arguments`` made names the RALM setting it gives
 (a command's own flag of the same ``args`` name, such as ``eval-qa``'s ``--max-length``, has none): the flags a saved
-RALM's settings stand in for (:func:`hf_ralm.cli.common.use_saved_settings`)."""
+RALM's settings stand in for (``hf_ralm.cli.common.use_saved_settings``)."""
 
 _KINDS = {"int": int, "float": float}  # the types a setting's flag converts to (a str needs none)
 _DEFAULT_CLAUSE = re.compile(r"\(default\b[^()]*\)")  # "(default: the model's maximum)", "(default 2, chosen ...)"
@@ -92,7 +93,7 @@ _DEFAULT_CLAUSE = re.compile(r"\(default\b[^()]*\)")  # "(default: the model's m
 def dest(name: str) -> str:
     """The ``args`` attribute of a Python argument: its flag's name (``retrieval_stride`` → ``stride``).
 
-    Example:
+    Examples:
         >>> dest("retrieval_stride"), dest("ensemble_size")
         ('stride', 'ensemble')
     """
@@ -104,7 +105,7 @@ def setting_help(name: str) -> str:
     setting, the registered strategies listed, for the query length the registered retrievers' defaults (read now: a
     plugin may have registered one since import).
 
-    Example:
+    Examples:
         >>> setting_help("rerank_tokens")
         "s': prefix tokens --rerank lm ranks on (default %(default)s)"
     """
@@ -116,10 +117,10 @@ def setting_help(name: str) -> str:
 
 
 def _own_default_help(text: str) -> str:
-    """A setting's help for a script whose default is not :class:`RalmSettings`': the help's default clause (the
+    """A setting's help for a script whose default is not ``RalmSettings``': the help's default clause (the
     first ``(default ...)``) becomes ``(default %(default)s)``, or is added, unless the help already shows the value.
 
-    Example:
+    Examples:
         >>> _own_default_help("window length L (default: the model's maximum)")
         'window length L (default %(default)s)'
     """
@@ -140,15 +141,23 @@ def add_ralm_arguments(
     helps: Mapping[str, str] | None = None,
     sweeps: Collection[str] = (),
 ) -> None:
-    """Add the flags of the RALM settings to ``parser``, each under its group's title: those of ``groups`` (titles of
-    :data:`RALM_GROUPS`; default: all), or only the named ``settings``. A flag's default is :class:`RalmSettings`'
-    (``defaults`` overrides some: a script's own, which their help then states), its type the field's, a ``bool``
-    setting is a switch, and a strategy setting's choices are the registered strategies; ``helps`` replaces the help
-    of some (``%(default)s`` allowed). The settings named in ``sweeps`` take one or more values, for a script that
-    measures each: a list (default: the list in ``defaults``, else one value, RalmSettings'). Read single values back
-    with :func:`ralm_settings`.
+    """Add the flags of the RALM settings to ``parser``, each under its group's title. A flag's default is
+    ``RalmSettings``', its type the field's, a ``bool`` setting is a switch, and a strategy setting's choices are the
+    registered strategies. Read single values back with ``ralm_settings``.
 
-    Example:
+    Args:
+        parser: the parser.
+        groups: the groups whose settings are added (titles of ``RALM_GROUPS``; default: all).
+        settings: only these settings, by name.
+        defaults: defaults that override some (a script's own, which their help then states).
+        helps: helps that replace some (``%(default)s`` allowed).
+        sweeps: settings that take one or more values, for a script that measures each: a list (default: the list
+            in ``defaults``, else one value, RalmSettings').
+
+    Raises:
+        ValueError: an unknown group or setting, or a sweep of a switch or of a setting not added here.
+
+    Examples:
         >>> import argparse
         >>> parser = argparse.ArgumentParser()
         >>> add_ralm_arguments(parser, ["RALM settings"], defaults={"retrieval_stride": 8})
@@ -194,11 +203,11 @@ def add_ralm_arguments(
 
 
 def ralm_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """The RALM settings the parsed flags of :func:`add_ralm_arguments` hold, checked by
-    :meth:`~hf_ralm.config.configuration_ralm.RalmConfig.validate` (a ``SettingError`` names the setting: the command
+    """The RALM settings the parsed flags of ``add_ralm_arguments`` hold, checked by
+    [`validate`][hf_ralm.RalmConfig.validate] (a ``SettingError`` names the setting: the command
     line shows it as its flag).
 
-    Example:
+    Examples:
         >>> import argparse
         >>> parser = argparse.ArgumentParser()
         >>> add_ralm_arguments(parser, ["RALM settings"])

@@ -1,5 +1,5 @@
 """``hf-ralm train-reranker``: train the predictive reranker on rerank-data's folder
-(:func:`hf_ralm.reranker_training.train_reranker`)."""
+([`train_reranker`][hf_ralm.reranker_training.train_reranker])."""
 
 from __future__ import annotations
 
