@@ -59,6 +59,10 @@ class SizePass:
     with_passage: np.ndarray  # (strategies,)
     retrievals: int
 
+    def token_ppl(self, strategy: str) -> float:
+        """The strategy's token perplexity over the text (token 0, never scored, in the denominator)."""
+        return float(np.exp(self.nll[:, STRATEGIES.index(strategy)].sum() / self.num_tokens))
+
 
 def load_size(percent: int, name: str, tokenizer) -> SizePass | str:
     """The records of ``name`` at ``percent``% of the sample, per window and strategy; or why they cannot be."""
@@ -100,7 +104,7 @@ def size_rows(percent: int, name: str, size: SizePass) -> list[dict]:
     rows = []
     for j, strategy in enumerate(STRATEGIES):
         row = {"data": name, "percent": percent, "num_passages": size.num_passages, "strategy": strategy,
-               "token_ppl": float(np.exp(size.nll[:, j].sum() / size.num_tokens))}
+               "token_ppl": size.token_ppl(strategy)}
         row["token_ppl_low"], row["token_ppl_high"] = ppl_interval(size.nll[:, j], block=BLOCK_WINDOWS,
                                                                    counts=size.counts, unscored=unscored)
         if j != none:
@@ -170,7 +174,7 @@ def no_retrieval_spread(name: str, sizes: dict[int, SizePass]) -> float:
     and a bfloat16 forward on another CPU rounds otherwise (measured here: some windows' NLLs move by up to 2 nats,
     the row's perplexity by about 1e-4). Each window's options still come from one forward pass on one machine, so a
     size's paired changes are unaffected; the check bounds what the mixing does to the row they are measured from."""
-    ppl = [float(np.exp(size.nll[:, STRATEGIES.index("none")].sum() / size.num_tokens)) for size in sizes.values()]
+    ppl = [size.token_ppl("none") for size in sizes.values()]
     if not ppl:
         return 0.0
     spread = max(ppl) / min(ppl) - 1.0
