@@ -179,7 +179,7 @@ def test_expected_values_are_lucenes(lucene):
 def test_wikipedia_passages_are_analyzed_as_lucene_does(lucene):
     """Token streams of real Wikipedia passages (every 40th of the sample's first 40,000: names, dates, numbers,
     foreign words) and the stems of all their distinct words."""
-    from hf_ralm.config.passages import passage_text
+    from hf_ralm.config.passage_template import passage_text
     from hf_ralm.retrieval.corpus import passage_rows
 
     path = require_shared_file(SHARED_DATA / "wikipedia-2015-sample" / "articles.jsonl.gz")

@@ -113,18 +113,19 @@ def test_modules_import_only_their_layer_and_below():
 
 def test_the_check_catches_an_upward_import():
     """An import from a higher layer is caught, also one inside a function."""
-    path = PACKAGE / "config" / "windows.py"
+    path = PACKAGE / "core" / "windows.py"
     leaking = path.read_text(encoding="utf-8") + "\n\ndef _leak():\n    from ..evaluation.pipeline import evaluate\n"
     assert upward_imports(path, layers()) == []
     assert [problem.split(" (")[0] for problem in upward_imports(path, layers(), leaking)] == [
-        f"config/windows.py:{len(leaking.splitlines())} imports evaluation/pipeline"]
+        f"core/windows.py:{len(leaking.splitlines())} imports evaluation/pipeline"]
 
 
-FLOW = [("config/windows", "core/plan"), ("core/plan", "evaluation/pipeline"), ("core/model_inputs", "core/scoring"),
+FLOW = [("core/windows", "core/plan"), ("core/plan", "evaluation/pipeline"), ("core/model_inputs", "core/scoring"),
         ("core/scoring", "selection/policy"), ("core/perplexity", "evaluation/pipeline"),
         ("selection/policy", "evaluation/pipeline"), ("selection/policy", "generation/decoder"),
         ("runs/harness", "evaluation/pipeline"), ("evaluation/pipeline", "cli/eval_lm"),
-        ("config/rules", "reranker_training/training")]
+        ("selection/rules", "reranker_training/training"),
+        ("selection/strategies/registry", "selection/policy")]
 """Steps of the flow, each before one that uses it: windows, the plan, model inputs, scores, the choice of passages,
 the figures, the run's driver and the front end."""
 

@@ -18,7 +18,7 @@ from hf_ralm.cli import main
 from hf_ralm.errors import IndexFolderError, SavedFolderError
 from hf_ralm.retrieval import load_retriever_from_pretrained, retriever_class
 from hf_ralm.retrieval.index_folder import INDEX_FILE
-from hf_ralm.config.windows import plan_settings, plan_windows
+from hf_ralm.core.windows import plan_settings, plan_windows
 
 
 def settings(files, *extra: str) -> list[str]:

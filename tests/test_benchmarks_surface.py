@@ -20,7 +20,7 @@ from conftest import REPO_ROOT
 
 BENCHMARKS = REPO_ROOT / "benchmarks"
 SOURCE = REPO_ROOT / "src" / "hf_ralm"
-FACES = ("hf_ralm", "hf_ralm.retrieval", "hf_ralm.selection", "hf_ralm.config", "hf_ralm.config.strategies",
+FACES = ("hf_ralm", "hf_ralm.retrieval", "hf_ralm.selection", "hf_ralm.config", "hf_ralm.selection.strategies",
          "hf_ralm.generation", "hf_ralm.reranker_training", "hf_ralm.metrics", "hf_ralm.integrations",
          "hf_ralm.testing", "hf_ralm.utils", "hf_ralm.cli")
 """The public faces a benchmark may import from (docs/architecture.md)."""

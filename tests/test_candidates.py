@@ -20,7 +20,7 @@ from hf_ralm.runs.store import RecordStore
 from hf_ralm.errors import OutputFolderError
 from hf_ralm.selection.candidates import CandidateScores, score_candidates
 from hf_ralm.testing import full_nlls, ranking_positions, spec_passage_ids, write_over
-from hf_ralm.config.windows import plan_windows
+from hf_ralm.core.windows import plan_windows
 from test_reranking import make_candidates, make_text
 
 CONFIG = RalmConfig(max_length=24, retrieval_stride=4, query_length=8, max_doc_tokens=6, rerank_candidates=3,

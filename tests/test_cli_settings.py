@@ -15,7 +15,7 @@ from hf_ralm.cli.settings import RALM_GROUPS, add_ralm_arguments, dest, ralm_set
 from hf_ralm.config.configuration_ralm import RalmConfig
 from hf_ralm.config.settings import RALM_FIELDS, SETTING_FLAGS
 from hf_ralm.errors import SettingError
-from hf_ralm.config.strategies import reader_inputs_per_window
+from hf_ralm.selection.strategies import reader_inputs_per_window
 
 NOT_FLAGS = {"base_model_name_or_path", "passage_template"}  # --model names the first; the template is Python's
 

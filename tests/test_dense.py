@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from conftest import ARTICLES, TEST_DEVICE_ARGS, TINY_VOCAB_WORDS, require_dense, write_jsonl
-from hf_ralm.config.passages import Passage
+from hf_ralm.core.passages import Passage
 from hf_ralm.retrieval.corpus import corpus_fingerprint
 from hf_ralm.retrieval.hybrid import HybridRetriever, rrf_fuse
 

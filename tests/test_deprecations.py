@@ -50,7 +50,7 @@ def test_cache_goes_by_the_name_the_forward_takes(tiny_llama):
 def test_the_kv_paths_raise_no_deprecation(tiny_llama):
     """Scoring with a passage's keys/values reused, which passes a cache to every forward, raises no FutureWarning."""
     from hf_ralm.core.scoring import score_windows
-    from hf_ralm.config.windows import plan_windows
+    from hf_ralm.core.windows import plan_windows
 
     ids = list(range(4, 44))
     windows = plan_windows(len(ids), 16, 4)

@@ -121,7 +121,7 @@ def test_the_raw_markup_check_finds_each_kind():
         "a doctest rendered as quotes": "<blockquote>\n<blockquote>\n<blockquote>\n<p>x = 1</p>",
     }
     for what, body in cases.items():
-        assert raw_markup(heading + body + "</article>") == [("hf_ralm.config.windows", what)]
+        assert raw_markup(heading + body + "</article>") == [("hf_ralm.core.windows", what)]
     clean = heading + '<p>see <a href="#x"><code>prepare</code></a>: <code>a::b</code></p></article>'
     assert raw_markup(clean) == []
 
@@ -204,7 +204,7 @@ def test_the_faces_the_architecture_names_are_the_public_ones():
 def test_resolves_tells_a_stale_name():
     assert resolves("hf_ralm.core.plan.window_length") and resolves("hf_ralm.RalmConfig.validate")
     assert not resolves("hf_ralm.core.model_inputs.window_length")
-    assert not resolves("hf_ralm.config.strategies.SCORED_PASS")
+    assert not resolves("hf_ralm.selection.strategies.SCORED_PASS")
 
 
 # --------------------------------------------------------------------------------------------------------------

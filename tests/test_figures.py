@@ -236,7 +236,7 @@ def test_context_points_score_the_same_tokens_each_with_a_full_window(tiny_resou
 
 
 def test_eval_slice_counts_the_same_tokens_whatever_the_window_length():
-    from hf_ralm.config.windows import plan_windows
+    from hf_ralm.core.windows import plan_windows
 
     for length in (8, 16, 32):
         start, end, first = perplexity.eval_slice(context_tokens=32, max_length=length, num_tokens=20)
@@ -512,7 +512,7 @@ def test_gate_points_pair_with_no_retrieval_window_by_window():
     from types import SimpleNamespace
 
     from benchmarks.tables import gate_tables, table_runs
-    from hf_ralm.config.windows import plan_windows
+    from hf_ralm.core.windows import plan_windows
 
     run = SimpleNamespace(windows=plan_windows(40, max_length=16, stride=4))
     rng = np.random.default_rng(0)

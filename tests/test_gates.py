@@ -14,9 +14,10 @@ from conftest import ARCHS, ARTICLES
 from hf_ralm import RalmConfig
 from hf_ralm.evaluation.pipeline import evaluate_perplexity, evaluate_retrieval
 from hf_ralm.selection.gates import LM_GATE_MARGIN, lm_gate_config, normalized_top_scores, retrieved_fraction
-from hf_ralm.config.passages import NO_PASSAGE, Passage, passage_text
+from hf_ralm.core.passages import NO_PASSAGE, Passage
+from hf_ralm.config.passage_template import passage_text
 from hf_ralm.retrieval.analysis import analyze
-from hf_ralm.config.windows import plan_windows
+from hf_ralm.core.windows import plan_windows
 from hf_ralm.testing import ScoredRetriever, lm_gate_margin, plain_rerank, plain_window_nlls, ranking_nll
 from test_reranking import WORDS, make_text
 

@@ -9,7 +9,7 @@ import pytest
 
 from hf_ralm import RalmConfig, RunOptions
 from hf_ralm.config.settings import RALM_FIELDS
-from hf_ralm.config.windows import plan_windows
+from hf_ralm.core.windows import plan_windows
 from hf_ralm.core.identity import run_identity
 from hf_ralm.core.modeling_utils import model_identity
 from hf_ralm.core.plan import prepare, window_length

@@ -18,9 +18,9 @@ from hf_ralm.evaluation.pipeline import evaluate_retrieval
 from hf_ralm.core.model_inputs import window_prefixes
 from hf_ralm.testing import reference_window_nlls
 from hf_ralm.retrieval import BM25Retriever
-from hf_ralm.config.passages import Passage
+from hf_ralm.core.passages import Passage
 from hf_ralm.core.scoring import score_windows
-from hf_ralm.config.windows import plan_windows
+from hf_ralm.core.windows import plan_windows
 from hf_ralm.core.data import join_rows
 
 pytestmark = pytest.mark.integration

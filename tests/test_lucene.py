@@ -19,7 +19,7 @@ import pytest
 
 from conftest import ARTICLES, write_jsonl
 from hf_ralm.retrieval import RETRIEVER_NAMES, BM25Retriever, Retriever, load_retriever, load_retriever_from_pretrained
-from hf_ralm.config.passages import Passage
+from hf_ralm.core.passages import Passage
 from hf_ralm.retrieval.corpus import WORDS_PER_PASSAGE, corpus_fingerprint
 from hf_ralm.retrieval.index_folder import INDEX_FILE, read_index_info
 from hf_ralm.retrieval.lucene import LUCENE_SUBDIR, LuceneRetriever, _passage_from_raw

@@ -21,8 +21,8 @@ from hf_ralm.errors import SettingError
 from hf_ralm.core.modeling_utils import resolve_max_length
 from hf_ralm.testing import reference_window_nlls
 from hf_ralm.retrieval import BM25Retriever
-from hf_ralm.config.passages import Passage
-from hf_ralm.config.windows import plan_windows
+from hf_ralm.core.passages import Passage
+from hf_ralm.core.windows import plan_windows
 from hf_ralm.core.perplexity import count_words
 
 SETTINGS = dict(retrieval_stride=4, query_length=8, max_length=16, max_doc_tokens=12)  # L holds a passage and s

@@ -23,7 +23,7 @@ import pytest
 from conftest import ARTICLES, EVAL_TEXT, ON_TEST_DEVICE, TEST_DEVICE_ARGS, write_jsonl
 from hf_ralm import RalmConfig, RetrievalAugmentedModel, default_query_length, prepare
 from hf_ralm.cli import main
-from hf_ralm.config.passages import Passage
+from hf_ralm.core.passages import Passage
 from hf_ralm.retrieval import (
     IndexOptions,
     IndexSummary,

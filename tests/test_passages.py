@@ -15,9 +15,9 @@ from hf_ralm.core.ensemble import ensemble_log_weights, ensemble_member_nlls, mi
 from hf_ralm.evaluation.pipeline import evaluate_perplexity
 from hf_ralm.generation import RalmLogitsProcessor
 from hf_ralm.core.model_inputs import context_indices, context_prefix, passage_prefix
-from hf_ralm.config.passages import Passage
+from hf_ralm.core.passages import Passage
 from hf_ralm.testing import ScoredRetriever, plain_ensemble_nlls, plain_rerank, plain_window_nlls
-from hf_ralm.config.windows import plan_windows
+from hf_ralm.core.windows import plan_windows
 from test_reranking import WORDS, make_text
 
 

@@ -27,7 +27,7 @@ from hf_ralm.selection.predictive import NO_PASSAGE_TEXT, argmax_first, choose_p
 from hf_ralm.reranker_training.card import CURVE_FILE
 from hf_ralm.reranker_training.held_out import split_by_article
 from hf_ralm.reranker_training.training import default_init
-from hf_ralm.config.passages import Passage
+from hf_ralm.core.passages import Passage
 
 METADATA = {"reader": "tiny-llama", "rerank_candidates": 4, "retrieval_stride": 4, "query_length": 32,
             "rerank_tokens": 16, "window_length": 128, "max_doc_tokens": 64, "corpus": "synthetic"}

@@ -58,7 +58,7 @@ def test_prompt_two_passages():
 
 
 def test_prompt_takes_passage_objects_and_untitled_passages():
-    from hf_ralm.config.passages import Passage
+    from hf_ralm.core.passages import Passage
 
     assert build_qa_prompt("q", [Passage("7", "Rome", "Augustus was the first emperor.", 3.0)]) == \
         build_qa_prompt("q", [P1])

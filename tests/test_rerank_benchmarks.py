@@ -62,7 +62,7 @@ def test_a_record_without_its_model_is_kept_and_said(tmp_path, capsys):
 
 def test_the_paired_interval_against_top1_resamples_blocks_of_windows_and_keeps_the_first():
     from benchmarks.tables.rerank_tables import paired_interval
-    from hf_ralm.config.windows import plan_windows
+    from hf_ralm.core.windows import plan_windows
 
     windows = plan_windows(160, max_length=32, stride=4)  # window 0 scores 31 tokens, then 32 windows of 4
     top1 = [10.0] * len(windows)

@@ -27,13 +27,13 @@ from hf_ralm.reranker_training import collect_rerank_data, load_rerank_data
 from hf_ralm.reranker_training.collect import retrieve_excluding_title, spread_windows
 from hf_ralm.reranker_training.data import read_rerank_records, rerank_data_summary
 from hf_ralm.config.settings import RALM_FIELDS
-from hf_ralm.config.rules import rank_correlation
-from hf_ralm.config.rules import ranking_span
+from hf_ralm.selection.rules import rank_correlation
+from hf_ralm.selection.rules import ranking_span
 from hf_ralm.retrieval.analysis import ANALYSIS
-from hf_ralm.config.passages import Passage
+from hf_ralm.core.passages import Passage
 from hf_ralm.retrieval.bm25 import BM25Retriever
 from hf_ralm.testing import full_nlls
-from hf_ralm.config.windows import place_passage, plan_windows
+from hf_ralm.core.windows import place_passage, plan_windows
 from test_predictive_reranker import tiny_init  # noqa: F401 - a fixture: the tiny cross-encoder to start from
 
 # Articles mixing two topics, so that a window's query finds passages of other articles too.

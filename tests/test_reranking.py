@@ -24,11 +24,11 @@ from hf_ralm import RalmConfig
 from hf_ralm.evaluation.pipeline import evaluate_perplexity
 from hf_ralm.selection.rerank import rerank_windows
 from hf_ralm.selection.rankers import LMReranker
-from hf_ralm.config.rules import choose_option, fit_reranker_input, rank_correlation, ranking_span
-from hf_ralm.config.passages import NO_PASSAGE, Passage
+from hf_ralm.selection.rules import choose_option, fit_reranker_input, rank_correlation, ranking_span
+from hf_ralm.core.passages import NO_PASSAGE, Passage
 from hf_ralm.retrieval.files import load_retrieval_file
 from hf_ralm.testing import plain_rerank
-from hf_ralm.config.windows import plan_windows
+from hf_ralm.core.windows import plan_windows
 
 WORDS = TINY_VOCAB_WORDS[:60]
 

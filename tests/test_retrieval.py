@@ -23,12 +23,13 @@ from hf_ralm.retrieval import (
     read_forbidden_titles,
     retriever_class,
 )
-from hf_ralm.config.passages import Passage, passage_text
+from hf_ralm.core.passages import Passage
+from hf_ralm.config.passage_template import passage_text
 from hf_ralm.retrieval.analysis import ANALYSIS
 from hf_ralm.retrieval.index_folder import INDEX_FILE, read_index_info
 from hf_ralm.retrieval.corpus import WORDS_PER_PASSAGE, corpus_fingerprint, read_corpus, split_passages
 from hf_ralm.retrieval.files import load_retrieval_file, retrieval_records, save_retrieval_file
-from hf_ralm.config.windows import plan_windows
+from hf_ralm.core.windows import plan_windows
 
 # --------------------------------------------------------------------------------------------------------------
 # Reading corpora

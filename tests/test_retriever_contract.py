@@ -24,7 +24,7 @@ import pytest
 from conftest import ARTICLES, EVAL_TEXT, ON_TEST_DEVICE, write_jsonl
 from hf_ralm import RetrievalAugmentedModel
 from hf_ralm.errors import IndexFolderError, SettingError
-from hf_ralm.config.passages import Passage
+from hf_ralm.core.passages import Passage
 from hf_ralm.runs.fingerprints import titles_fingerprint
 from hf_ralm.retrieval import (
     RETRIEVER_NAMES,

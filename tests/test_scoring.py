@@ -15,7 +15,7 @@ from conftest import ARCHS, BOS_ID, MODEL_VOCAB_SIZE, make_tiny_model
 from hf_ralm.core.passage_cache import PassageKVCache
 from hf_ralm.testing import reference_window_nlls
 from hf_ralm.core.scoring import score_windows
-from hf_ralm.config.windows import plan_windows
+from hf_ralm.core.windows import plan_windows
 
 ATOL = 1e-4
 RTOL_SUM = 1e-4

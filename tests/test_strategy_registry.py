@@ -1,4 +1,4 @@
-"""The strategy registry (:mod:`hf_ralm.config.strategies`): a strategy registered from outside the package is a
+"""The strategy registry (:mod:`hf_ralm.selection.strategies`): a strategy registered from outside the package is a
 value of ``--rerank`` everywhere at once, in ``RalmConfig``, ``eval-lm``, ``--compare`` and ``generate``, and chooses
 there exactly as a plain loop over the retriever's scores does; the built-in strategies are entries of the same
 table, with the costs and properties the run-cost estimate and the refusals read.
@@ -17,10 +17,10 @@ from hf_ralm import RalmConfig
 from hf_ralm.cli import build_parser, main
 from hf_ralm.evaluation.compare import STRATEGIES as COMPARE_ROWS
 from hf_ralm.errors import SettingError
-from hf_ralm.config.passages import NO_PASSAGE
-from hf_ralm.config.strategies import (
-    GATE,
-    RERANK,
+from hf_ralm.core.passages import NO_PASSAGE
+from hf_ralm.config import strategy_settings
+from hf_ralm.config.strategy_settings import GATE, RERANK, strategy_names
+from hf_ralm.selection.strategies import (
     RETRIEVAL_SCORES,
     RerankStrategy,
     check_generation,
@@ -28,8 +28,6 @@ from hf_ralm.config.strategies import (
     reader_inputs_per_window,
     reader_ranks,
     register_strategy,
-    registry,
-    strategy_names,
 )
 
 MARGIN = 0.75  # on the tiny corpus, some windows' top two BM25 scores are closer than this and some farther apart
@@ -61,7 +59,7 @@ def plain_choice(found) -> int:
 @pytest.fixture()
 def bm25_margin(monkeypatch):
     """``bm25-margin`` registered for one test; the table is the built-in one again afterwards."""
-    monkeypatch.setattr(registry, "_STRATEGIES", dict(registry._STRATEGIES))
+    monkeypatch.setattr(strategy_settings, "_STRATEGIES", dict(strategy_settings._STRATEGIES))
     return register_strategy(ScoreMargin())
 
 

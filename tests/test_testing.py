@@ -13,7 +13,7 @@ import pytest
 from conftest import BOS_ID, REPO_ROOT, SPECIAL_TOKENS, TINY_VOCAB_WORDS, device_problem
 from hf_ralm import RalmConfig
 from hf_ralm.core.model_inputs import context_prefix, passage_prefix
-from hf_ralm.config.passages import Passage
+from hf_ralm.core.passages import Passage
 from hf_ralm.testing import spec_passage_ids, spec_prefix
 from test_architecture import PACKAGE, imported_modules
 
@@ -85,7 +85,7 @@ CHECKED = {"core/model_inputs", "core/scoring", "core/ensemble", "core/passage_c
 
 def test_the_spec_imports_no_code_it_checks():
     """Only values and arithmetic (windows, passages, settings) and where a model's inputs go."""
-    allowed = {"config/configuration_ralm", "core/modeling_utils", "config/passages", "config/windows"}
+    allowed = {"config/configuration_ralm", "core/modeling_utils", "core/passages", "core/windows"}
     for path in sorted((PACKAGE / "testing").glob("*.py")):
         imported = {module for _, module in imported_modules(path) if not module.startswith("testing/")}
         assert imported <= allowed, f"{path.name} imports {sorted(imported - allowed)}"

@@ -1,4 +1,4 @@
-"""Exhaustive tests of the window arithmetic (hf_ralm.config.windows), checked against the paper's ``eval_lm.py``
+"""Exhaustive tests of the window arithmetic (hf_ralm.core.windows), checked against the paper's ``eval_lm.py``
 loop."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from hf_ralm.config.windows import Window, place_passage, plan_windows, query_span
+from hf_ralm.core.windows import Window, place_passage, plan_windows, query_span
 from hf_ralm.utils.checks import check_count
 from hf_ralm.core.perplexity import count_words, perplexity_figures
 from hf_ralm.core.data import join_rows

@@ -11,7 +11,7 @@ last s' prefix tokens) and target NLL both ways. Every gate is then a choice per
 the chosen target NLLs: none = without, always = with, lm t = the lm gate's choice at threshold t (with when the passage
 saves >= t nats of ranking NLL; t=0: ranking NLL with <= without), score t = with when the top passage's BM25 score over
 its query's maximum attainable score is >= t (``normalized_top_scores``): the library's gates
-(:mod:`hf_ralm.config.strategies`), choosing from the pass (``choose_from_scores``). Several passages run
+(:mod:`hf_ralm.selection.strategies`), choosing from the pass (``choose_from_scores``). Several passages run
 ``evaluate_perplexity`` with ``num_passages=n`` (capped at ``--max-context-doc-tokens``, 384 by default: the window must
 hold them and a stride); n=1 is measured that way too (the cap does not bind: one passage is at most 256 tokens), and
 its difference from ``always`` (the same windows, from the pass) is printed as a check. Ensembles come from one more

@@ -11,7 +11,7 @@ of its k candidates and with no passage (:func:`hf_ralm.selection.candidates.sco
 option's ranking NLL (the last s' prefix tokens) and target NLL (the window's scored tokens). Every strategy is then a
 choice per window, and its perplexity the sum of the chosen options' target NLLs. The choices are the library's
 selection policy under each row's settings, read from the pass
-(:func:`hf_ralm.selection.candidates.choose_from_scores`, the strategies of :mod:`hf_ralm.config.strategies`):
+(:func:`hf_ralm.selection.candidates.choose_from_scores`, the strategies of :mod:`hf_ralm.selection.strategies`):
 none = no passage, top-1 = candidate 0 (``rerank="none"``), zero-shot = the lowest ranking NLL among the passages
 (``"lm"``; with the no-passage choice: a passage only when it saves the margin over no passage), the lm gate = the
 same between candidate 0 and no passage (``retrieval_gate="lm"``), oracle = the lowest target NLL among the passages
@@ -312,9 +312,9 @@ def paired_interval(nlls: list[float], top1: list[float], windows: list, num_tok
 
 def ranking_signal(scores: list) -> float:
     """How well the reader's ranking NLL (the last s' prefix tokens) tells which passage helps the window: the mean
-    :func:`~hf_ralm.config.rules.rank_correlation` of the k passages' ranking and target NLLs over the windows
+    :func:`~hf_ralm.selection.rules.rank_correlation` of the k passages' ranking and target NLLs over the windows
     with candidates."""
-    from hf_ralm.config import rank_correlation
+    from hf_ralm.selection import rank_correlation
 
     rhos = [rank_correlation(s.ranking_nlls[:-1], s.target_nlls[:-1]) for s in scores if s.passage_ids]
     return sum(rhos) / len(rhos)

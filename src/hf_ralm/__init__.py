@@ -58,9 +58,10 @@ LAZY_EXPORTS = {
     "runs.harness": ("ChunkRun", "RunOptions"),
     "retrieval": ("RETRIEVER_NAMES", "BM25Retriever", "Retriever", "load_retriever", "load_retriever_from_pretrained",
                   "register_retriever", "retriever_class"),
-    "config.passages": ("Passage", "passage_text"),
+    "core.passages": ("Passage",),
+    "config.passage_template": ("passage_text",),
     "core.scoring": ("score_windows",),
-    "config.windows": ("Window", "plan_windows"),
+    "core.windows": ("Window", "plan_windows"),
 }
 """The package's public names, by the module that defines them: imported when first used (PEP 562), so that
 ``import hf_ralm`` (and ``hf-ralm --help``, whose package this is) loads neither torch nor transformers."""
@@ -101,9 +102,10 @@ if TYPE_CHECKING:  # what type checkers and the API reference read; at run time,
         register_retriever,
         retriever_class,
     )
-    from .config.passages import Passage, passage_text
+    from .core.passages import Passage
+    from .config.passage_template import passage_text
     from .core.scoring import score_windows
-    from .config.windows import Window, plan_windows
+    from .core.windows import Window, plan_windows
 
 _export, _exported = lazy_exports(__name__, LAZY_EXPORTS)
 
@@ -165,6 +167,17 @@ def _declare_retrievers() -> None:
 
 
 _declare_retrievers()
+
+
+def _declare_strategies() -> None:
+    """Declare hf-ralm's selection strategies to the settings, which sit below selection and import none of it: each
+    strategy's module registers it as it is imported (``register_strategy``, which declares it to
+    ``config.strategy_settings``), so that every module of hf-ralm finds them declared, its package being imported
+    first. Neither torch nor transformers is imported."""
+    from .selection import strategies  # noqa: F401  (imported for what its import declares)
+
+
+_declare_strategies()
 
 AUTO_CLASS_MODULES = {"transformers.models.auto.configuration_auto": "config.configuration_ralm",
                       "transformers.models.auto.modeling_auto": "modeling_ralm"}

@@ -34,7 +34,7 @@ from transformers import AutoModelForCausalLM, GenerationMixin, PreTrainedModel
 from transformers.utils import CONFIG_NAME, ModelOutput
 
 from .config.configuration_ralm import RalmConfig
-from .config.passages import Passage
+from .core.passages import Passage
 from .core.engines.reader import Reader, engine_reader
 from .core.engines.registry import DEFAULT_ENGINE
 from .core.modeling_utils import vocabulary_size

@@ -29,7 +29,7 @@ EVAL_LM_KEYS = ("token_ppl", "word_ppl", "nll_sum", "num_tokens", "num_scored", 
 
 
 def add_parser(sub) -> None:
-    from ..config.strategies import comparison_rows  # evaluation.compare.STRATEGIES, without torch
+    from ..selection.strategies import comparison_rows  # evaluation.compare.STRATEGIES, without torch
 
     parser = sub.add_parser(NAME, help=HELP, parents=[parent(title) for title in (*GROUPS, "engine")])
     parser.add_argument("--allow-long-run", action="store_true",

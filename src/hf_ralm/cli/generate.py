@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> tuple[list, object]:
     from ..config.configuration_ralm import RalmConfig
     from ..generation.texts import GeneratedText, generate_texts_in_batches
     from ..utils.stage_times import StageTimes
-    from ..config.strategies import check_generation
+    from ..selection.strategies import check_generation
     from .settings import ralm_settings
 
     settings = ralm_settings(args)

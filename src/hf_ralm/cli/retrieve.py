@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> dict:
     from ..config.configuration_ralm import RalmConfig
     from ..evaluation.pipeline import RETRIEVAL_FILE, evaluate
     from ..retrieval.dataset import check_dataset_folder, push_retrieval_dataset
-    from ..config.strategies import reader_ranks
+    from ..selection.strategies import reader_ranks
     from .settings import ralm_settings
 
     if not args.save_retrieval_file and not args.save_retrieval_dataset:

@@ -28,7 +28,7 @@ from typing import Any, Collection, Mapping, Sequence
 from ..config.query_lengths import query_lengths_help
 from ..config.settings import RALM_FIELDS, SETTING_FLAGS, RalmSettings
 from ..errors import name_settings
-from ..config.strategies import strategies_help, strategy_names
+from ..config.strategy_settings import strategies_help, strategy_names
 
 FLAGS: dict[str, str] = {
     **{name: flag.flag for name, flag in SETTING_FLAGS.items()},

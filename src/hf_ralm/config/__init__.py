@@ -1,26 +1,29 @@
-"""The RALM's settings and the values and arithmetic they define, below everything that runs a model: the settings
+"""The RALM's settings, below everything that runs a model: the settings
 ([`configuration_ralm`][hf_ralm.config.configuration_ralm]: [`RalmConfig`][hf_ralm.RalmConfig] and its one
-``validate()``), the default query length each retriever declares ([`query_lengths`][hf_ralm.config.query_lengths]), a
-passage ([`passages`][hf_ralm.config.passages]), the window plan's arithmetic ([`windows`][hf_ralm.config.windows]), and
-the selection strategies the settings name, one file each with their registry
-([`strategies`][hf_ralm.config.strategies]) and the exact rules they share ([`rules`][hf_ralm.config.rules]).
+``validate()``; [`settings`][hf_ralm.config.settings]: their defaults, types, flags and checks of single values in plain
+Python), the default query length each retriever declares ([`query_lengths`][hf_ralm.config.query_lengths]), the
+passage template ([`passage_template`][hf_ralm.config.passage_template]), the checks of the window settings
+([`window_checks`][hf_ralm.config.window_checks]) and what the settings know of the selection strategies they name
+([`strategy_settings`][hf_ralm.config.strategy_settings]: the stages, the names registered, the settings each owns and
+their checks).
 
-The settings and the strategies they name live in one package because each asks the other: ``RalmConfig.validate``
-asks the registry about ``rerank`` and ``retrieval_gate``, and a strategy reads its settings from a ``RalmConfig``.
+The strategies themselves live with what runs them, in [`hf_ralm.selection.strategies`][hf_ralm.selection.strategies];
+registering one declares it here, so the settings name and check it without importing it.
 
 Examples:
     ```python
     from hf_ralm.config.configuration_ralm import RalmConfig
-    from hf_ralm.config.windows import plan_windows
+    from hf_ralm.config.strategy_settings import RERANK, strategy_names
 
-    windows = plan_windows(1_000, max_length=512, stride=RalmConfig().retrieval_stride)
+    RalmConfig(rerank="lm").rerank in strategy_names(RERANK)
     ```
 """
 
 from ..utils.lazy import lazy_exports
 
 LAZY_EXPORTS = {
-    "rules": ("rank_correlation",),
+    "strategy_settings": ("GATE", "RERANK", "StrategySettings", "check_strategy", "gates", "reranks",
+                          "strategies_help", "strategy_names"),
 }
 """The public names, by the module that defines them (imported when first used: the settings import transformers)."""
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 from transformers import AutoConfig, PreTrainedConfig
 
 from ..errors import SettingError, setting
-from .passages import passage_text
+from .passage_template import passage_text
 from .query_lengths import SPARSE_QUERY_LENGTH, default_query_length
 from .settings import VALUE_CHECKS, RalmSettings, check_setting_values
-from .strategies import GATE, RERANK, check_strategy, get_strategy, reranks, strategy_names
-from .windows import check_prefix_room, check_window_overlap
+from .strategy_settings import GATE, RERANK, check_strategy, declared_strategy, reranks, strategy_names
+from .window_checks import check_prefix_room, check_window_overlap
 
 
 DROPPED_KEYS = frozenset({"num_docs"})
@@ -22,8 +22,8 @@ DROPPED_KEYS = frozenset({"num_docs"})
 def __getattr__(name: str) -> tuple[str, ...]:
     """``RERANK_STRATEGIES`` and ``RETRIEVAL_GATES``, the values ``rerank`` and ``retrieval_gate`` take, as earlier
     versions named them: now the registered strategies' names
-    ([`hf_ralm.config.strategies`][hf_ralm.config.strategies]), read when asked for, so that they include strategies
-    registered since."""
+    ([`hf_ralm.selection.strategies`][hf_ralm.selection.strategies]), read when asked for, so that they include
+    strategies registered since."""
     stages = {"RERANK_STRATEGIES": RERANK, "RETRIEVAL_GATES": GATE}
     if name in stages:
         return strategy_names(stages[name])
@@ -55,11 +55,11 @@ class RalmConfig(RalmSettings, PreTrainedConfig):
             ``rerank_tokens`` tokens of the prefix likeliest), ``"predictive"`` (a trained cross-encoder,
             ``reranker_model``), ``"oracle"`` (the reader's NLL of the window's own target tokens: an upper bound
             that looks at the future) or ``"random"`` (a floor); or a strategy registered since
-            (``hf_ralm.config.strategies``).
+            (``hf_ralm.selection.strategies``).
         rerank_candidates: ``k``, the retrieved passages a reranker chooses among (16).
         rerank_tokens: ``s'``, the prefix tokens ``"lm"`` ranks on (16).
         reranker_model: the LM that ranks for ``"lm"`` (default: the reader itself; another model works in text, see
-            ``hf_ralm.config.rules``), or the cross-encoder of ``"predictive"`` (a folder or Hub
+            ``hf_ralm.selection.rules``), or the cross-encoder of ``"predictive"`` (a folder or Hub
             id).
         rerank_allow_no_passage: with ``"lm"``, ``"oracle"`` or ``"predictive"``, the window without a passage is one
             more candidate (the predictive reranker reads it as the empty passage).
@@ -269,7 +269,7 @@ def check_ensemble(config: RalmConfig, ensemble_size: int) -> None:
         raise SettingError(f"{setting('ensemble_size')}={ensemble_size} mixes the top passages, one in each context; "
                            f"{setting('num_passages')}={config.num_passages} puts several in one context: use one or "
                            "the other.")
-    if get_strategy(GATE, config.retrieval_gate).one_passage:
+    if declared_strategy(GATE, config.retrieval_gate).one_passage:
         raise SettingError(f"{setting('ensemble_size')}={ensemble_size} mixes several passages, while "
                            f"{setting('retrieval_gate')}={config.retrieval_gate!r} weighs one passage against none: "
                            f"use {setting('retrieval_gate')}='score' with an ensemble.")

@@ -20,8 +20,8 @@ from dataclasses import dataclass, fields
 from typing import Any, Callable, Mapping
 
 from ..errors import SettingError, setting
-from .passages import PASSAGE_TEMPLATE, passage_text
-from .strategies import GATE, RERANK, get_strategy
+from .passage_template import PASSAGE_TEMPLATE, passage_text
+from .strategy_settings import GATE, RERANK, declared_strategy
 from ..utils.checks import check_count, is_finite_number
 
 
@@ -67,15 +67,15 @@ TYPED_FIELDS = {"base_model_name_or_path": (str, type(None)), "passage_template"
 """The settings that are no token counts, and the types they take (checked by :data:`VALUE_CHECKS`)."""
 
 TEMPLATE_FIELDS = ("title", "text")
-"""The fields a ``passage_template`` may use: :func:`~hf_ralm.config.passages.passage_text` fills them with
+"""The fields a ``passage_template`` may use: :func:`~hf_ralm.config.passage_template.passage_text` fills them with
 ``str.format``."""
 
 
 def check_passage_template(template: str) -> None:
     """Raise a :class:`~hf_ralm.errors.SettingError` unless ``template`` is a format string whose fields are only
     ``{title}`` and ``{text}`` (with a conversion or format spec that a string takes): what
-    :func:`~hf_ralm.config.passages.passage_text` fills in for every passage, so a wrong template is refused when the
-    config is made or read (a saved ``config.json``), not at the first passage.
+    :func:`~hf_ralm.config.passage_template.passage_text` fills in for every passage, so a wrong template is refused
+    when the config is made or read (a saved ``config.json``), not at the first passage.
 
     Example:
         >>> check_passage_template("Title: {title}\\n{text}")
@@ -136,7 +136,7 @@ VALUE_CHECKS: dict[str, Callable[[Any], None]] = {
     "max_doc_tokens": _count("max_doc_tokens"),
     "query_length": _count("query_length", optional=True),
     "max_length": _count("max_length", optional=True),
-    "rerank": lambda value: get_strategy(RERANK, value),  # an unknown strategy before its settings
+    "rerank": lambda value: declared_strategy(RERANK, value),  # an unknown strategy before its settings
     "rerank_candidates": _count("rerank_candidates"),
     "rerank_tokens": _count("rerank_tokens"),
     "rerank_seed": _count("rerank_seed", minimum=0),

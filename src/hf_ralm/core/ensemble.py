@@ -28,9 +28,9 @@ from ..utils.progress import tqdm
 
 from ..config.configuration_ralm import RalmConfig
 from .model_inputs import context_indices
-from ..config.passages import Passage
+from .passages import Passage
 from .scoring import reader_nlls
-from ..config.windows import Window
+from .windows import Window
 
 
 def ensemble_log_weights(scores: Sequence[float], temperature: float) -> torch.Tensor:

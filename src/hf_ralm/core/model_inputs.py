@@ -12,7 +12,7 @@ Examples:
     >>> context_indices(chosen=0, num_found=5, num_passages=3), context_indices(2, 5, 3), context_indices(-1, 5, 3)
     ([0, 1, 2], [2, 0, 1], [])
     >>> prefix = context_prefix(tokenizer, [passage], config)   # one passage: passage_prefix   # doctest: +SKIP
-    >>> place_passage(window_ids, prefix)   # hf_ralm.config.windows: the window's input                # doctest: +SKIP
+    >>> place_passage(window_ids, prefix)   # hf_ralm.core.windows: the window's input                # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..config.configuration_ralm import RalmConfig
-from ..config.passages import Passage
-from ..config.windows import Window
+from .passages import Passage
+from .windows import Window
 
 
 PASSAGE_SEPARATOR = "\n\n"

@@ -23,11 +23,11 @@ from ..utils.progress import tqdm
 
 from ..config.configuration_ralm import RalmConfig
 from ..errors import RalmWarning, SettingError, setting
-from ..config.passages import Passage
+from .passages import Passage
 from .modeling_utils import resolve_max_length, vocabulary_size
 from .perplexity import count_words
 from ..utils.checks import check_count, check_vocabulary, refuse_type, token_id_list
-from ..config.windows import Window, plan_windows, query_span
+from .windows import Window, plan_windows, query_span
 
 
 @dataclass

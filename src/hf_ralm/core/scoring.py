@@ -36,8 +36,8 @@ from .model_inputs import passage_prefix
 from .engines.reader import engine_reader
 from .modeling_utils import last_logits, model_device
 from .passage_cache import PassageKVCache
-from ..config.passages import Passage
-from ..config.windows import Window, place_passage
+from .passages import Passage
+from .windows import Window, place_passage
 
 
 def token_nlls(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -85,7 +85,7 @@ def check_finite(nlls: torch.Tensor, batch: Sequence["ScoredInput"], model) -> N
 @dataclass(frozen=True)
 class ScoredInput:
     """One model input and the tokens it scores: ``ids[begin:end]`` with ``prefix`` written over its first positions
-    ([`place_passage`][hf_ralm.config.windows.place_passage]). Inputs that put the same prefix before what they score
+    ([`place_passage`][hf_ralm.core.windows.place_passage]). Inputs that put the same prefix before what they score
     share the prefix's keys/values.
 
     Attributes:

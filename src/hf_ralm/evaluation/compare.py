@@ -46,7 +46,8 @@ from ..runs.store import RecordStore
 from ..retrieval.base import Retriever, retriever_identity
 from ..runs.harness import RunOptions
 from ..selection.candidates import CandidateScores, choose_from_scores, score_candidates
-from ..config.strategies import ComparisonRow, comparison_rows, reader_inputs_per_window, reranks
+from ..selection.strategies import ComparisonRow, comparison_rows, reader_inputs_per_window
+from ..config.strategy_settings import reranks
 from ..utils.atomic import write_json_atomic, write_text_atomic
 from ..utils.stage_times import StageTimes
 

@@ -20,7 +20,7 @@ from ..errors import RalmWarning, SettingError, setting
 from ..core.model_inputs import context_indices, window_prefixes
 from ..core.modeling_utils import model_device, model_identity
 from ..core.passage_cache import PassageKVCache
-from ..config.passages import Passage, quotes_query
+from ..core.passages import Passage, quotes_query
 from ..core.perplexity import perplexity_figures
 from ..core.plan import WindowPlan, prepare, window_futures
 from .defaults import CHUNK_SIZE
@@ -39,11 +39,12 @@ from ..core.scoring import score_windows
 from ..selection.gates import retrieved_fraction
 from ..selection.policy import PassagePolicy
 from ..selection.rerank import WindowRanker
-from ..config.strategies import future_looking, gates, reader_ranks, reranks
+from ..selection.strategies import future_looking, reader_ranks
+from ..config.strategy_settings import gates, reranks
 from ..utils.atomic import write_json_atomic
 from ..utils.outputs import check_output_file, check_replaceable, json_object_with, json_records_with
 from ..utils.stage_times import StageTimes
-from ..config.windows import Window
+from ..core.windows import Window
 
 
 EVAL_REPORT = json_object_with("settings_digest")

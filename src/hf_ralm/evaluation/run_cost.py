@@ -24,7 +24,7 @@ from ..errors import SettingError, setting
 from ..core.modeling_utils import model_device
 from ..core.plan import prepare
 from ..core.scoring import ScoredInput, score_inputs
-from ..config.strategies import reader_inputs_per_window
+from ..selection.strategies import reader_inputs_per_window
 from ..utils.progress import format_duration, tqdm
 
 LONG_RUN_S = 3600

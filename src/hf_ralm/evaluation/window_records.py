@@ -37,12 +37,12 @@ from typing import Any, Sequence
 
 from ..config.configuration_ralm import RalmConfig
 from ..core.identity import run_identity
-from ..config.passages import Passage
+from ..core.passages import Passage
 from ..runs.store import RecordStore
 from ..runs.fingerprints import ids_fingerprint
 from ..retrieval.base import retriever_identity
 from ..retrieval.dataset import retrieval_source_digest
-from ..config.windows import Window
+from ..core.windows import Window
 
 RECORDS_DIR = "windows"
 EVAL_FILE = "eval.json"

@@ -15,7 +15,7 @@ Semantics (exact; ``s`` = ``retrieval_stride``, ``ℓ`` = ``query_length``, ``L`
 * A stride whose retrieval returns nothing uses ``x[a_j:]`` alone (``[BOS] + x[a_j:]`` with ``bos_every_window``).
 * Each row of a batch retrieves for itself; padding (left or right, from ``attention_mask``) is not part of ``x``.
 
-Reranking (``config.rerank``, the paper's §6; a strategy of :mod:`hf_ralm.config.strategies`, ranked through
+Reranking (``config.rerank``, the paper's §6; a strategy of :mod:`hf_ralm.selection.strategies`, ranked through
 :mod:`.ranker`): at the start of stride ``j`` each row retrieves
 ``k = rerank_candidates`` candidates for its query instead of one, and one of them, ``d``, is chosen; the stride then
 uses ``d`` exactly as it would use a retrieved top passage (its ``a_j``, its context), or with the no-passage
@@ -28,13 +28,13 @@ choice it runs as a stride whose retrieval returned nothing. A stride that retri
   (prompt + output so far), fewer when ``x`` is shorter or a context holds fewer, ``r = max(len(x) - s',
   max_i a_i + 1)`` (:func:`.ranker.ranking_start`), so that every candidate ranks on the same tokens and none
   is the first of ``x`` in a context. The lowest wins, ties to the better retrieval rank
-  (:func:`~hf_ralm.config.rules.choose_lowest`); with no token to rank on (``r = len(x)``) retrieval's top. The
+  (:func:`~hf_ralm.selection.rules.choose_lowest`); with no token to rank on (``r = len(x)``) retrieval's top. The
   inputs of all rows × candidates of a stride run in one :func:`~hf_ralm.core.scoring.score_inputs` call (the
   evaluation's scorer), batched, a passage's keys/values taken from the decoder's passage cache.
 * ``"lm"`` with another LM (``reranker_model``; an :class:`~hf_ralm.selection.rankers.LMReranker`): the same ranking
-  tokens, in text, as the evaluation ranks (:func:`~hf_ralm.config.rules.fit_reranker_input`): its tokens of the
+  tokens, in text, as the evaluation ranks (:func:`~hf_ralm.selection.rules.fit_reranker_input`): its tokens of the
   passage, of the decoded ``x[:r]`` cut from the left, and of the decoded ``x[r:]``, whose summed NLL ranks.
-* ``"random"``: :func:`~hf_ralm.config.rules.random_choice` with ``rerank_seed`` and the key
+* ``"random"``: :func:`~hf_ralm.selection.rules.random_choice` with ``rerank_seed`` and the key
   ``crc32(prompt ids) · 2**32 + j`` (:func:`.ranker.random_key`): reproducible per prompt and stride, whatever
   the batch.
 * ``"predictive"``: the trained cross-encoder (:class:`~hf_ralm.selection.predictive.PredictiveReranker`) scores
@@ -42,9 +42,9 @@ choice it runs as a stride whose retrieval returned nothing. A stride that retri
   the empty passage too (:func:`~hf_ralm.selection.predictive.choose_predictive`); the highest wins, ties to the
   better rank.
 * ``"oracle"`` ranks on the tokens a stride is about to generate: refused (a ``ValueError``,
-  :func:`~hf_ralm.config.strategies.check_generation`: so is any strategy that looks at the future), as is
+  :func:`~hf_ralm.selection.strategies.check_generation`: so is any strategy that looks at the future), as is
   reranking with an ensemble of passages (``RalmLogitsProcessor(ensemble_size > 1)``).
-* A strategy registered from outside the package (:func:`~hf_ralm.config.strategies.register_strategy`) chooses
+* A strategy registered from outside the package (:func:`~hf_ralm.selection.strategies.register_strategy`) chooses
   per stride from what it needs, as in evaluation.
 
 ``sources`` give the chosen passage's ``"rank"`` among the candidates, ``ralm_stats`` the ``reranked_strides`` and

@@ -27,7 +27,7 @@ from transformers.cache_utils import DynamicLayer
 from ..config.configuration_ralm import RalmConfig
 from ..core.model_inputs import passage_prefix
 from ..core.modeling_utils import cache_kwargs, last_logits, model_device, one_logit_kwargs
-from ..config.passages import Passage
+from ..core.passages import Passage
 
 
 def encode_passage(tokenizer, passage: Passage | None, config: RalmConfig) -> list[int]:

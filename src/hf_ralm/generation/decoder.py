@@ -29,10 +29,11 @@ from ..core.plan import window_length
 from ..core.engines.reader import engine_reader
 from ..core.modeling_utils import empty_cache
 from ..core.passage_cache import DEFAULT_MAX_BYTES, PassageKVCache
-from ..config.passages import Passage
+from ..core.passages import Passage
 from ..retrieval.base import Retriever
 from ..selection.policy import PassagePolicy
-from ..config.strategies import check_generation, reranks
+from ..selection.strategies import check_generation
+from ..config.strategy_settings import reranks
 from ..utils.checks import check_count
 from ..utils.stage_times import StageTimes
 from .contexts import Context, Row, RowBatch, pending_tokens, stride_start

@@ -21,7 +21,7 @@ from typing import Sequence
 
 from ..config.configuration_ralm import RalmConfig
 from ..core.passage_cache import PassageKVCache
-from ..config.passages import Passage
+from ..core.passages import Passage
 from ..core.scoring import ScoredInput, score_inputs
 from ..selection.rankers import LMReranker
 from .contexts import Row, encode_passage, stride_start
@@ -35,7 +35,7 @@ def ranking_start(num_tokens: int, rerank_tokens: int, starts: Sequence[int]) ->
 
 
 def random_key(prompt_ids: Sequence[int], stride_index: int) -> int:
-    """The key of :func:`~hf_ralm.config.rules.random_choice` for stride ``j = stride_index`` of a row:
+    """The key of :func:`~hf_ralm.selection.rules.random_choice` for stride ``j = stride_index`` of a row:
     ``crc32(prompt) · 2**32 + j``, the CRC-32 of the prompt's token ids written in decimal and joined by spaces. A
     row's choices depend on its prompt and the stride only, whatever the batch, its padding or its order.
 

@@ -87,7 +87,7 @@ from ..core.placement import default_device
 from ..retrieval.base import retriever_identity
 from ..retrieval.corpus import check_corpus_paths
 from ..core.scoring import ScoredInput, score_continuations
-from ..config.strategies import future_looking
+from ..selection.strategies import future_looking
 from ..utils.progress import tqdm
 
 __all__ = ["RalmLM", "RalmRequestStats", "cli_main"]

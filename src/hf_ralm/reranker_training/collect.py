@@ -59,7 +59,7 @@ from ..config.settings import RALM_FIELDS
 from ..errors import SettingError
 from ..core.batching import BatchSize
 from ..core.modeling_utils import model_device, model_path
-from ..config.passages import Passage
+from ..core.passages import Passage
 from ..core.identity import run_identity
 from ..core.plan import WindowPlan, prepare, window_length
 from ..retrieval.base import retriever_identity
@@ -69,7 +69,7 @@ from ..runs.harness import ChunkRun, RunOptions
 from ..selection.rerank import rerank_windows
 from ..utils.checks import check_count
 from ..utils.reproduction import provenance
-from ..config.windows import Window, query_span
+from ..core.windows import Window, query_span
 from .data import RerankDataWriter
 from .defaults import CHUNK_SIZE, WINDOWS_PER_ARTICLE
 

@@ -52,7 +52,7 @@ import datasets
 
 from ..errors import SettingError, setting
 from ..runs.store import RecordStore
-from ..config.rules import choose_lowest, rank_correlation
+from ..selection.rules import choose_lowest, rank_correlation
 
 METADATA_FILE = "rerank_data.json"
 
@@ -276,7 +276,7 @@ def load_rerank_data(
         dataset[0]["prefix"], dataset[0]["no_passage_logprob"]
         ```
     """
-    from ..config.passages import passage_text
+    from ..config.passage_template import passage_text
     from ..retrieval.corpus import read_corpus
     from ..retrieval.factory import load_retriever
     from ..retrieval.index_folder import read_index_info

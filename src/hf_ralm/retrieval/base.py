@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping, Sequence
 
 from ..errors import InputError, MissingFileError, SettingError, setting, utf8_errors
-from ..config.passages import Passage
+from ..core.passages import Passage
 from ..config.query_lengths import SPARSE_QUERY_LENGTH
 from ..runs.fingerprints import titles_fingerprint
 from ..utils.atomic import write_json_atomic

@@ -30,7 +30,8 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from ..config.passages import Passage, passage_text
+from ..core.passages import Passage
+from ..config.passage_template import passage_text
 from ..utils.checks import check_count
 from ..utils.cpus import available_cpus
 from ..utils.datasets_io import DATASET_SHARD, finish_saved_dataset

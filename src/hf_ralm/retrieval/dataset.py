@@ -45,7 +45,7 @@ from ..utils.atomic import write_durably, write_json_atomic, write_text_atomic
 from ..utils.datasets_io import load_hf_dataset
 from ..utils.paths import OFFLINE_HINT
 from ..utils.reproduction import provenance
-from ..config.windows import Window
+from ..core.windows import Window
 from .base import retriever_identity
 from .corpus import HUB_PREFIX
 from .factory import pretrained_folder

@@ -48,7 +48,8 @@ import numpy as np
 from transformers.utils import logging
 
 from ..errors import OutputFolderError, setting
-from ..config.passages import Passage, passage_text
+from ..core.passages import Passage
+from ..config.passage_template import passage_text
 from ..runs.store import RecordStore
 from ..runs.harness import ChunkRun, RunOptions
 from ..utils.extras import require

@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..errors import RetrievalFileError, setting
-from ..config.passages import NO_PASSAGE, Passage
+from ..core.passages import NO_PASSAGE, Passage
 from ..utils.atomic import write_json_atomic
 from ..utils.checks import is_input_file, reading
-from ..config.windows import Window, plan_settings
+from ..core.windows import Window, plan_settings
 
 
 @dataclass
@@ -171,7 +171,7 @@ def read_retrieval_items(path: str) -> list[dict]:
 
 
 def _describe_plan(plan: tuple[int | None, int | None, int] | None) -> str:
-    """What ``plan_settings`` (in ``hf_ralm.config.windows``) found out about some windows, for a message."""
+    """What ``plan_settings`` (in ``hf_ralm.core.windows``) found out about some windows, for a message."""
     if plan is None:
         return f"no sliding windows of any {setting('retrieval_stride')} and {setting('max_length')}"
     stride, max_length, num_tokens = plan
@@ -191,7 +191,7 @@ def check_window_locations(path: str, items: Sequence[dict], windows: Sequence[W
 
     Raises:
         RetrievalFileError: they are not; the message says which settings the file was made with (inferred from its
-            locations: ``plan_settings``, in ``hf_ralm.config.windows``) and how to match them.
+            locations: ``plan_settings``, in ``hf_ralm.core.windows``) and how to match them.
     """
     found = [(item["begin_location"], item["end_location"]) for item in items]
     wanted = [(w.prev_end, w.end) for w in windows]

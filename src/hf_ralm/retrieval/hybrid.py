@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ..config.passages import Passage
+from ..core.passages import Passage
 from ..errors import SettingError
 from ..runs.shards import Shard
 from .base import RETRIEVER_CONFIG_FILE, Retriever, checked_queries

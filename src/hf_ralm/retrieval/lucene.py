@@ -34,7 +34,8 @@ from typing import Iterable, Iterator, Sequence
 from transformers.utils import logging
 
 from ..errors import setting
-from ..config.passages import Passage, passage_text
+from ..core.passages import Passage
+from ..config.passage_template import passage_text
 from ..utils.cpus import available_cpus
 from .base import RETRIEVER_CONFIG_FILE, checked_queries
 from .corpus import check_passage_count

@@ -1,8 +1,8 @@
 """Which retrieved passages a window (evaluation) or a stride (generation) puts in context, computed with the
-reader: the one policy that applies the selection strategies ([`policy`][hf_ralm.selection.policy]; the strategies
-    themselves, one file
-each, and the exact rules they share are values in [`hf_ralm.config.strategies`][hf_ralm.config.strategies] and
-[`hf_ralm.config.rules`][hf_ralm.config.rules]), computing what each needs; the retrieval gates' scores
+reader: the selection strategies, one file each with their registry
+([`strategies`][hf_ralm.selection.strategies]), and the exact rules they share ([`rules`][hf_ralm.selection.rules]);
+the one policy that applies them ([`policy`][hf_ralm.selection.policy]), computing what each needs; the retrieval
+gates' scores
 ([`gates`][hf_ralm.selection.gates]); how the reader ranks a text's windows ([`rerank`][hf_ralm.selection.rerank]) and
 what ranks when it does not ([`rankers`][hf_ralm.selection.rankers]: another LM;
 [`predictive`][hf_ralm.selection.predictive]: a trained cross-encoder); and every window's candidates scored in one pass
@@ -29,6 +29,7 @@ LAZY_EXPORTS = {
     "predictive": ("NO_PASSAGE_TEXT", "PredictiveReranker", "argmax_first"),
     "rankers": ("LMReranker",),
     "rerank": ("rerank_windows",),
+    "rules": ("rank_correlation",),
 }
 """The public names, by the module that defines them."""
 

@@ -36,17 +36,17 @@ from ..config.settings import RALM_FIELDS
 from ..errors import SettingError, setting
 from ..core.identity import run_identity
 from ..core.plan import window_length
-from ..config.passages import NO_PASSAGE, Passage
+from ..core.passages import NO_PASSAGE, Passage
 from ..runs.store import RecordStore
 from ..runs.harness import ChunkRun, RunOptions
 from ..utils.checks import check_count
 from ..utils.stage_times import StageTimes
 from ..runs.shards import Shard
-from ..config.windows import Window
+from ..core.windows import Window
 from .policy import PassagePolicy
 from .rankers import LMReranker
 from .rerank import rerank_windows
-from ..config.strategies import ranks_target
+from .strategies import ranks_target
 
 
 @dataclass
@@ -253,7 +253,7 @@ def choose_from_scores(scores: Sequence[CandidateScores], config: RalmConfig, *,
     These are the choices a run of ``config`` makes on the same candidates
     ([`PassagePolicy`][hf_ralm.selection.policy.PassagePolicy] over the pass's numbers,
     [`ScoredRanker`][hf_ralm.selection.candidates.ScoredRanker]), for every strategy that needs no more than the pass
-    holds ([`SCORED_PASS`][hf_ralm.config.strategies.registry.SCORED_PASS]).
+    holds ([`SCORED_PASS`][hf_ralm.selection.strategies.registry.SCORED_PASS]).
 
     Args:
         scores: the pass's records: every window of a text from window 0, or a sharded pass's.

@@ -1,6 +1,6 @@
 """Retrieval gates: whether a window (or a generation stride) retrieves at all (``RalmConfig.retrieval_gate``). The
-gates are strategies of the registry ([`hf_ralm.config.strategies`][hf_ralm.config.strategies]: ``gate_always.py``,
-``gate_score.py``, ``gate_lm.py``); this module computes what they decide on.
+gates are strategies of the registry ([`hf_ralm.selection.strategies`][hf_ralm.selection.strategies]:
+``gate_always.py``, ``gate_score.py``, ``gate_lm.py``); this module computes what they decide on.
 
 * ``"always"``: every window after the first puts retrieval's passage in context (the paper).
 * ``"score"``: only when the top passage's retrieval score, divided by its query's maximum attainable score
@@ -11,12 +11,12 @@ gates are strategies of the registry ([`hf_ralm.config.strategies`][hf_ralm.conf
 * ``"lm"``: the reader decides, zero-shot. It *is* LM reranking with two candidates, the window's passage and no
   passage ([`lm_gate_config`][hf_ralm.selection.gates.lm_gate_config]: ``rerank="lm"``, ``rerank_candidates=1``,
   ``rerank_allow_no_passage=True``), ranked on the same ranking tokens (the last ``rerank_tokens`` prefix tokens,
-  [`hf_ralm.config.rules`][hf_ralm.config.rules]): the passage stays when it saves at least ``gate_threshold`` nats of
-  their NLL (``None``: [`LM_GATE_MARGIN`][hf_ralm.selection.gates.LM_GATE_MARGIN], 2 nats, chosen on validation data; 0
-  keeps it whenever its ranking NLL is not higher than without it; ties keep it, as reranking's ties go to the better
-  rank). The gate score is ``NLL(no passage) - NLL(passage)``, the nats the passage saves: it stays when that is >= the
-  threshold. A positive threshold is a margin: the reader must find clear evidence on the prefix that the passage helps,
-  since a passage that merely ties displaces up to 256 of the window's own tokens.
+  [`hf_ralm.selection.rules`][hf_ralm.selection.rules]): the passage stays when it saves at least ``gate_threshold``
+  nats of their NLL (``None``: [`LM_GATE_MARGIN`][hf_ralm.selection.gates.LM_GATE_MARGIN], 2 nats, chosen on validation
+  data; 0 keeps it whenever its ranking NLL is not higher than without it; ties keep it, as reranking's ties go to the
+  better rank). The gate score is ``NLL(no passage) - NLL(passage)``, the nats the passage saves: it stays when that is
+  >= the threshold. A positive threshold is a margin: the reader must find clear evidence on the prefix that the passage
+  helps, since a passage that merely ties displaces up to 256 of the window's own tokens.
 
 [`PassagePolicy`][hf_ralm.selection.policy.PassagePolicy] applies them: with reranking (``rerank``), the score gate
 decides first, on retrieval's top passage (a closed window has no candidates, so nothing is ranked there), and the lm
@@ -38,10 +38,11 @@ from typing import Sequence
 from ..config.configuration_ralm import RalmConfig
 from ..errors import SettingError, setting
 from ..core.model_inputs import context_indices
-from ..config.passages import Passage
-from ..config.windows import Window
-from ..config.strategies import GATE, GateStrategy, get_strategy
-from ..config.strategies.gate_lm import LM_GATE_MARGIN  # noqa: F401  (documented here too: the lm gate's margin)
+from ..core.passages import Passage
+from ..core.windows import Window
+from ..config.strategy_settings import GATE
+from .strategies import GateStrategy, get_strategy
+from .strategies.gate_lm import LM_GATE_MARGIN  # noqa: F401  (documented here too: the lm gate's margin)
 
 
 def normalized_top_scores(retriever, queries: Sequence[str | None],
@@ -93,7 +94,7 @@ def gate_ranking_config(config: RalmConfig, gate: GateStrategy) -> RalmConfig:
 
     Returns:
         ``config`` with the gate's ranking settings
-        ([`ranking_settings`][hf_ralm.config.strategies.registry.GateStrategy.ranking_settings]).
+        ([`ranking_settings`][hf_ralm.selection.strategies.registry.GateStrategy.ranking_settings]).
     """
     return RalmConfig(**{**config.to_dict(), **gate.ranking_settings(config)})
 
@@ -129,7 +130,7 @@ def retrieved_fraction(windows: Sequence[Window], passages: Sequence[Sequence[Pa
         The share, or ``None`` for a text of one window.
 
     Examples:
-        >>> from hf_ralm.config.windows import plan_windows
+        >>> from hf_ralm.core.windows import plan_windows
         >>> retrieved_fraction(plan_windows(10, 6, 2), [[], ["a"], ["b"]], [-1, 0, -1])
         0.5
     """

@@ -1,7 +1,8 @@
 """One passage-selection policy for evaluation (per window) and generation (per stride): a gate that decides before
 reranking, the reranking strategy of ``config.rerank``, a gate that decides after it. The strategies are the registry's
-([`hf_ralm.config.strategies`][hf_ralm.config.strategies]): the policy computes what each one needs and lets it choose,
-so a strategy registered from outside the package is chosen here as the built-in ones are, in evaluation and generation.
+([`hf_ralm.selection.strategies`][hf_ralm.selection.strategies]): the policy computes what each one needs and lets it
+choose, so a strategy registered from outside the package is chosen here as the built-in ones are, in evaluation and
+generation.
 
 What differs between evaluation and generation is only how an LM ranks a set of options (a window's input, or a stride's
 growing context): a [`Ranker`][hf_ralm.selection.policy.Ranker] gives the summed ranking NLLs of each item's options,
@@ -35,13 +36,14 @@ from typing import Protocol, Sequence
 
 from ..config.configuration_ralm import RalmConfig
 from ..errors import SettingError, setting
-from ..config.passages import NO_PASSAGE, Passage
+from ..core.passages import NO_PASSAGE, Passage
 from .gates import gate_ranking_config, normalized_top_scores
 from .predictive import choose_predictive
 from .rankers import LMReranker
-from ..config.rules import rerank_options
-from ..config.strategies import AFTER, BEFORE, CROSS_ENCODER, GATE, NORMALIZED_SCORES, RANKING_NLLS, RERANK, TARGET_NLLS
-from ..config.strategies import Candidates, Strategy, get_strategy
+from .rules import rerank_options
+from .strategies import AFTER, BEFORE, CROSS_ENCODER, NORMALIZED_SCORES, RANKING_NLLS, TARGET_NLLS
+from ..config.strategy_settings import GATE, RERANK
+from .strategies import Candidates, Strategy, get_strategy
 
 
 class Ranker(Protocol):
@@ -55,7 +57,7 @@ class Ranker(Protocol):
             items: indices into the caller's windows or rows.
             options: per item, its options (a passage, or ``None`` for none).
             config: the tokens ranked on: ``rerank_tokens`` before the target, or the target itself when the
-                strategy needs target NLLs ([`ranks_target`][hf_ralm.config.strategies.registry.ranks_target]: the
+                strategy needs target NLLs ([`ranks_target`][hf_ralm.selection.strategies.registry.ranks_target]: the
                 oracle).
             lm: another LM to rank with (``None``: the reader).
 
@@ -71,7 +73,7 @@ class Selection:
 
     Attributes:
         chosen: the index of the passage put in context first among the item's passages
-            ([`NO_PASSAGE`][hf_ralm.config.passages.NO_PASSAGE] for none).
+            ([`NO_PASSAGE`][hf_ralm.core.passages.NO_PASSAGE] for none).
         ranking_nlls: the reranker's, one per option, no passage last when it was one (``None`` where no LM ranked).
         gate_scores: what a gate decided on (``None`` without a gate).
         reranked: whether the item had candidates to rerank, after the score gate.
@@ -158,7 +160,7 @@ class PassagePolicy:
             random_keys: what each item's random choice is keyed on.
 
         Returns:
-            Per item, the chosen index into its pool ([`NO_PASSAGE`][hf_ralm.config.passages.NO_PASSAGE] for none),
+            Per item, the chosen index into its pool ([`NO_PASSAGE`][hf_ralm.core.passages.NO_PASSAGE] for none),
             and the NLLs an LM ranked its options on (``None`` where no LM ranked).
         """
         items = self.candidates(self.strategy, queries, pools, random_keys, ranker, self.config, self.reranker)
@@ -169,7 +171,7 @@ class PassagePolicy:
 
     def candidates(self, strategy: Strategy, queries: Sequence[str], pools: Sequence[list[Passage]],
                    random_keys: Sequence[int], ranker: Ranker, config: RalmConfig, lm) -> list[Candidates]:
-        """Each item's [`Candidates`][hf_ralm.config.strategies.registry.Candidates] with what ``strategy`` needs.
+        """Each item's [`Candidates`][hf_ralm.selection.strategies.registry.Candidates] with what ``strategy`` needs.
 
         Args:
             strategy: the strategy about to choose.

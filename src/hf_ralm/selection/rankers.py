@@ -16,16 +16,17 @@ from typing import Sequence
 from ..config.configuration_ralm import RalmConfig
 from ..core.model_inputs import passage_prefix
 from ..core.modeling_utils import model_max_length, resolve_max_length
-from ..config.passages import Passage
+from ..core.passages import Passage
 from ..core.placement import working_device
 from ..core.scoring import ScoredInput
-from ..config.rules import fit_reranker_input
-from ..config.strategies import CROSS_ENCODER, RANKING_NLLS, RERANK, get_strategy
+from .rules import fit_reranker_input
+from .strategies import CROSS_ENCODER, RANKING_NLLS, get_strategy
+from ..config.strategy_settings import RERANK
 
 
 class LMReranker:
     """Another causal LM that ranks candidates for the reader (e.g. a small LM for a large one), in text: see
-    [`fit_reranker_input`][hf_ralm.config.rules.fit_reranker_input] for how its input is built from its own tokens.
+    [`fit_reranker_input`][hf_ralm.selection.rules.fit_reranker_input] for how its input is built from its own tokens.
 
     Args:
         model: the ranking LM.
@@ -53,7 +54,7 @@ class LMReranker:
 
         Returns:
             Per candidate, its tokens of the passage, of ``prefix_text`` and of ``ranking_text``
-            ([`fit_reranker_input`][hf_ralm.config.rules.fit_reranker_input]), scoring those of ``ranking_text``.
+            ([`fit_reranker_input`][hf_ralm.selection.rules.fit_reranker_input]), scoring those of ``ranking_text``.
 
         Examples:
             ```python

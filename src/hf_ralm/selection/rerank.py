@@ -1,13 +1,14 @@
 """Reranking a text's windows (the paper's §6), exactly: the evaluation's [`Ranker`][hf_ralm.selection.policy.Ranker].
 
-Strategies (``RalmConfig.rerank``: the registry's, [`hf_ralm.config.strategies`][hf_ralm.config.strategies], chosen by
-[`PassagePolicy`][hf_ralm.selection.policy.PassagePolicy]): ``"none"`` (retrieval's top passage), ``"lm"`` (zero-shot:
-the candidate under which an LM finds the ranking tokens likeliest, [`hf_ralm.config.rules`][hf_ralm.config.rules]),
-``"oracle"`` (the reader's own NLL of the window's target tokens: it looks at the future, an upper bound), ``"random"``
-(a seeded uniform choice: a floor) and ``"predictive"`` (a trained cross-encoder,
-[`PredictiveReranker`][hf_ralm.selection.predictive.PredictiveReranker]). With ``rerank_allow_no_passage`` the window
-without a passage is one more candidate (``"lm"``, ``"oracle"``, ``"predictive"``), chosen unless a passage saves
-``rerank_no_passage_margin`` nats over it ([`choose_ranked`][hf_ralm.config.rules.choose_ranked]).
+Strategies (``RalmConfig.rerank``: the registry's, [`hf_ralm.selection.strategies`][hf_ralm.selection.strategies],
+chosen by [`PassagePolicy`][hf_ralm.selection.policy.PassagePolicy]): ``"none"`` (retrieval's top passage), ``"lm"``
+(zero-shot: the candidate under which an LM finds the ranking tokens likeliest,
+[`hf_ralm.selection.rules`][hf_ralm.selection.rules]), ``"oracle"`` (the reader's own NLL of the window's target tokens:
+it looks at the future, an upper bound), ``"random"`` (a seeded uniform choice: a floor) and ``"predictive"`` (a trained
+cross-encoder, [`PredictiveReranker`][hf_ralm.selection.predictive.PredictiveReranker]). With
+``rerank_allow_no_passage`` the window without a passage is one more candidate (``"lm"``, ``"oracle"``,
+``"predictive"``), chosen unless a passage saves ``rerank_no_passage_margin`` nats over it
+([`choose_ranked`][hf_ralm.selection.rules.choose_ranked]).
 
 When the reader ranks (``"lm"`` without a reranker LM, ``"oracle"``), every candidate's input runs once through
 [`score_inputs`][hf_ralm.core.scoring.score_inputs] and yields both its ranking NLLs and its target NLLs (the ranking
@@ -33,13 +34,14 @@ from ..utils.progress import tqdm
 
 from ..config.configuration_ralm import RalmConfig
 from ..core.passage_cache import PassageKVCache
-from ..config.passages import NO_PASSAGE, Passage
+from ..core.passages import NO_PASSAGE, Passage
 from ..core.scoring import WINDOWS_PER_CHUNK, reader_nlls, score_inputs
-from ..config.windows import Window
+from ..core.windows import Window
 from .policy import PassagePolicy
 from .rankers import LMReranker
-from ..config.rules import oracle_span, ranking_span, rerank_options
-from ..config.strategies import RANKING_NLLS, RERANK, TARGET_NLLS, get_strategy, ranks_target
+from .rules import oracle_span, ranking_span, rerank_options
+from .strategies import RANKING_NLLS, TARGET_NLLS, get_strategy, ranks_target
+from ..config.strategy_settings import RERANK
 
 
 @dataclass
@@ -47,7 +49,7 @@ class RerankOutcome:
     """What reranking chose, per window.
 
     Attributes:
-        chosen: per window, an index into its candidates ([`NO_PASSAGE`][hf_ralm.config.passages.NO_PASSAGE] for
+        chosen: per window, an index into its candidates ([`NO_PASSAGE`][hf_ralm.core.passages.NO_PASSAGE] for
             none).
         ranking_nlls: per window, one NLL per candidate, the no-passage candidate last when allowed (``None`` where
             no LM ranked).

@@ -16,8 +16,8 @@ import torch
 
 from ..config.configuration_ralm import RalmConfig
 from ..core.modeling_utils import model_device
-from ..config.passages import NO_PASSAGE, Passage
-from ..config.windows import Window
+from ..core.passages import NO_PASSAGE, Passage
+from ..core.windows import Window
 from .spec import (
     PASSAGE_SEPARATOR, ranking_positions, spec_choice, spec_passage_ids, spec_prefix, spec_random_choice,
     target_positions, write_over,
@@ -285,7 +285,7 @@ def plain_rerank(model, tokenizer, ids: Sequence[int], windows: Sequence[Window]
         reranker: another LM that ranks, in text (``None``: the reader).
 
     Returns:
-        The choice per window ([`NO_PASSAGE`][hf_ralm.config.passages.NO_PASSAGE] for none) and the NLL of every
+        The choice per window ([`NO_PASSAGE`][hf_ralm.core.passages.NO_PASSAGE] for none) and the NLL of every
         token.
 
     Examples:

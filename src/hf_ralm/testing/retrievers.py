@@ -7,7 +7,7 @@ import random
 import zlib
 from typing import Sequence
 
-from ..config.passages import Passage
+from ..core.passages import Passage
 
 
 class ScoredRetriever:

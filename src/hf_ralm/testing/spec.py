@@ -5,7 +5,7 @@ margin and the random choice are not [`hf_ralm.selection`][hf_ralm.selection]'s.
 ([`Passage`][hf_ralm.Passage], [`Window`][hf_ralm.Window], [`RalmConfig`][hf_ralm.RalmConfig]'s settings).
 
 Examples:
-    >>> from hf_ralm.config.windows import plan_windows
+    >>> from hf_ralm.core.windows import plan_windows
     >>> window = plan_windows(100, max_length=32, stride=4)[3]   # tokens [12, 44), scores [40, 44)
     >>> ranking_positions(window, 16), ranking_positions(window, 50), target_positions(window)
     (range(24, 40), range(13, 40), range(40, 44))
@@ -20,8 +20,8 @@ from typing import Sequence
 import numpy as np
 
 from ..config.configuration_ralm import RalmConfig
-from ..config.passages import Passage
-from ..config.windows import Window
+from ..core.passages import Passage
+from ..core.windows import Window
 
 PASSAGE_SEPARATOR = "\n\n"
 """Between two passages in one context: the tokens of a blank line, encoded without special tokens."""

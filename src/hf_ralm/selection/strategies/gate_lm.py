@@ -1,13 +1,13 @@
 """``retrieval_gate="lm"``: the reader decides, zero-shot. It *is* LM reranking with two candidates, the window's
 passage (retrieval's top, or the reranked choice: it decides after reranking) and no passage, ranked on the same ranking
-tokens ([`LMGate.ranking_settings`][hf_ralm.config.strategies.gate_lm.LMGate.ranking_settings]); the passage stays when
-it saves at least ``gate_threshold`` nats of their NLL (``None``:
-[`LM_GATE_MARGIN`][hf_ralm.config.strategies.gate_lm.LM_GATE_MARGIN]; ties keep it). Its score is ``NLL(no passage) -
+tokens ([`LMGate.ranking_settings`][hf_ralm.selection.strategies.gate_lm.LMGate.ranking_settings]); the passage stays
+when it saves at least ``gate_threshold`` nats of their NLL (``None``:
+[`LM_GATE_MARGIN`][hf_ralm.selection.strategies.gate_lm.LM_GATE_MARGIN]; ties keep it). Its score is ``NLL(no passage) -
 NLL(passage)``.
 
 Examples:
     >>> from hf_ralm.config.configuration_ralm import RalmConfig
-    >>> from hf_ralm.config.passages import Passage
+    >>> from hf_ralm.core.passages import Passage
     >>> rome = Passage("1", "", "rome", 6.1)
     >>> gate = LMGate()
     >>> ranking = RalmConfig(**gate.ranking_settings(RalmConfig(retrieval_gate="lm")))   # the margin: 2 nats
@@ -57,7 +57,7 @@ class LMGate(GateStrategy):
 
         Returns:
             ``gate_threshold`` when ``config`` gates with the lm gate and gives one, else
-            [`LM_GATE_MARGIN`][hf_ralm.config.strategies.gate_lm.LM_GATE_MARGIN].
+            [`LM_GATE_MARGIN`][hf_ralm.selection.strategies.gate_lm.LM_GATE_MARGIN].
         """
         given = config.retrieval_gate == self.name and config.gate_threshold is not None
         return config.gate_threshold if given else LM_GATE_MARGIN

@@ -1,9 +1,10 @@
 """``rerank="random"``: a uniform choice among the candidates, seeded by ``rerank_seed`` and the window (a generation
-stride: its prompt and index), whatever the batching ([`random_choice`][hf_ralm.config.rules.random_choice]): a floor.
+stride: its prompt and index), whatever the batching ([`random_choice`][hf_ralm.selection.rules.random_choice]): a
+floor.
 
 Examples:
     >>> from hf_ralm.config.configuration_ralm import RalmConfig
-    >>> from hf_ralm.config.passages import Passage
+    >>> from hf_ralm.core.passages import Passage
     >>> pool = [Passage(str(i), "", "text", 1.0) for i in range(4)]
     >>> RandomReranking().choose(Candidates(pool, None, 7), RalmConfig(rerank="random")) == random_choice(0, 7, 4)
     True

@@ -4,7 +4,7 @@ nothing to rank). The score is [`normalized_top_scores`][hf_ralm.selection.gates
 
 Examples:
     >>> from hf_ralm.config.configuration_ralm import RalmConfig
-    >>> from hf_ralm.config.passages import Passage
+    >>> from hf_ralm.core.passages import Passage
     >>> config = RalmConfig(retrieval_gate="score", gate_threshold=0.3)
     >>> [ScoreGate().opens(Candidates([Passage("1", "", "rome", 6.1)], None, 0, normalized_score=score), config)
     ...  for score in (0.43, 0.12)]

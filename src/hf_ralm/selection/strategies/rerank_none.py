@@ -1,7 +1,7 @@
 """``rerank="none"``: retrieval's own order, the paper's: a window puts its top passage(s) in context.
 
 Examples:
-    >>> from hf_ralm.config.passages import Passage
+    >>> from hf_ralm.core.passages import Passage
     >>> RetrievalOrder().choose(Candidates([Passage("1", "", "rome", 7.5)], "the emperor of", 0), config=None)
     0
 """

@@ -5,7 +5,7 @@ more candidate. The policy asks the cross-encoder
 [`hf_ralm.reranker_training`][hf_ralm.reranker_training]'s.
 
 Examples:
-    >>> from hf_ralm.config.passages import Passage
+    >>> from hf_ralm.core.passages import Passage
     >>> PredictiveReranking().choose(Candidates([Passage("1", "", "rome", 7.5)], "the emperor of", 0, predicted=-1),
     ...                              config=None)
     -1

@@ -1,30 +1,32 @@
 """The registry of passage-selection strategies (peft's register line, bm25s's table of scorers).
 
 Every way of choosing what a window (evaluation) or a generation stride puts in context is one object, in one file of
-[`hf_ralm.config.strategies`][hf_ralm.config.strategies], registered with
-[`register_strategy`][hf_ralm.config.strategies.registry.register_strategy]. It declares its ``name``, the stage it
-belongs to, the settings it owns ([`Strategy.fields`][hf_ralm.config.strategies.registry.Strategy.fields]) and their
-checks ([`Strategy.validate`][hf_ralm.config.strategies.registry.Strategy.validate]), what it needs
-([`Strategy.needs`][hf_ralm.config.strategies.registry.Strategy.needs]), its cost per window in reader inputs
-([`Strategy.reader_inputs`][hf_ralm.config.strategies.registry.Strategy.reader_inputs]), whether it looks at the future
-([`Strategy.looks_at_future`][hf_ralm.config.strategies.registry.Strategy.looks_at_future]), the rows it offers
-``--compare`` ([`Strategy.comparisons`][hf_ralm.config.strategies.registry.Strategy.comparisons]) and its choice. Two
-stages, each named by the [`RalmConfig`][hf_ralm.RalmConfig] setting that picks its strategy:
+[`hf_ralm.selection.strategies`][hf_ralm.selection.strategies], registered with
+[`register_strategy`][hf_ralm.selection.strategies.registry.register_strategy]. It declares its ``name``, the stage it
+belongs to, the settings it owns ([`Strategy.fields`][hf_ralm.selection.strategies.registry.Strategy.fields]) and their
+checks ([`Strategy.validate`][hf_ralm.selection.strategies.registry.Strategy.validate]), what it needs
+([`Strategy.needs`][hf_ralm.selection.strategies.registry.Strategy.needs]), its cost per window in reader inputs
+([`Strategy.reader_inputs`][hf_ralm.selection.strategies.registry.Strategy.reader_inputs]), whether it looks at the
+future ([`Strategy.looks_at_future`][hf_ralm.selection.strategies.registry.Strategy.looks_at_future]), the rows it
+offers ``--compare`` ([`Strategy.comparisons`][hf_ralm.selection.strategies.registry.Strategy.comparisons]) and its
+choice. Two stages, each named by the [`RalmConfig`][hf_ralm.RalmConfig] setting that picks its strategy:
 
-* [`RERANK`][hf_ralm.config.strategies.registry.RERANK] (``rerank``,
-  [`RerankStrategy`][hf_ralm.config.strategies.registry.RerankStrategy]): which of a window's retrieved candidates goes
-  in context first ([`RerankStrategy.choose`][hf_ralm.config.strategies.registry.RerankStrategy.choose]);
-* [`GATE`][hf_ralm.config.strategies.registry.GATE] (``retrieval_gate``,
-  [`GateStrategy`][hf_ralm.config.strategies.registry.GateStrategy]): whether a window keeps a passage at all
-  ([`GateStrategy.opens`][hf_ralm.config.strategies.registry.GateStrategy.opens]), deciding before reranking (on
+* [`RERANK`][hf_ralm.config.strategy_settings.RERANK] (``rerank``,
+  [`RerankStrategy`][hf_ralm.selection.strategies.registry.RerankStrategy]): which of a window's retrieved candidates
+  goes in context first ([`RerankStrategy.choose`][hf_ralm.selection.strategies.registry.RerankStrategy.choose]);
+* [`GATE`][hf_ralm.config.strategy_settings.GATE] (``retrieval_gate``,
+  [`GateStrategy`][hf_ralm.selection.strategies.registry.GateStrategy]): whether a window keeps a passage at all
+  ([`GateStrategy.opens`][hf_ralm.selection.strategies.registry.GateStrategy.opens]), deciding before reranking (on
   retrieval's passages) or after it (on the chosen one).
 
-A strategy chooses from numbers alone ([`Candidates`][hf_ralm.config.strategies.registry.Candidates]): the selection
+A strategy chooses from numbers alone ([`Candidates`][hf_ralm.selection.strategies.registry.Candidates]): the selection
 policy ([`PassagePolicy`][hf_ralm.selection.policy.PassagePolicy]) computes what it needs, for evaluation and generation
 alike, and ``--compare`` reads the same numbers from one scored pass
 ([`choose_from_scores`][hf_ralm.selection.candidates.choose_from_scores]). So whatever reads a setting's strategies
 ([`RalmConfig.validate`][hf_ralm.RalmConfig.validate], the policy, ``--compare``, the
-run-cost estimate, generation, the command line's choices and help, the benchmarks) reads this table, and a strategy
+run-cost estimate, generation, the command line's choices and help, the benchmarks) reads this table (the settings
+through [`hf_ralm.config.strategy_settings`][hf_ralm.config.strategy_settings], where
+[`register_strategy`][hf_ralm.selection.strategies.registry.register_strategy] declares each strategy), and a strategy
 registered from outside the package is everywhere at once.
 
 Examples:
@@ -43,17 +45,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Sequence
 
+from ...config.strategy_settings import (
+    GATE,
+    RERANK,
+    declare_strategy,
+    declared_strategies,
+    declared_strategy,
+    either,
+    strategy_names,
+)
+from ...core.passages import Passage
 from ...errors import SettingError, setting
-from ..passages import Passage
 
-if TYPE_CHECKING:  # the config asks this table, so the table never imports the config
-    from ..configuration_ralm import RalmConfig
-
-RERANK = "rerank"
-"""The reranking stage, named by the setting that picks its strategy."""
-
-GATE = "retrieval_gate"
-"""The retrieval-gate stage, named by the setting that picks its strategy."""
+if TYPE_CHECKING:
+    from ...config.configuration_ralm import RalmConfig
 
 RETRIEVAL_SCORES = "retrieval scores"
 """A need: the retriever's scores of the candidates (``Passage.score``, always at hand)."""
@@ -80,18 +85,12 @@ candidate and on no passage, the retriever at hand): a strategy that needs no mo
 BEFORE, AFTER = "before reranking", "after reranking"
 """Where a gate decides: on retrieval's passages before reranking, or on the chosen passage after it."""
 
-EXCLUSIVE_FIELDS = {"reranker_model": (RERANK, None, "the ranking model"),
-                    "rerank_allow_no_passage": (RERANK, False, "the no-passage candidate"),
-                    "gate_threshold": (GATE, None, "the threshold")}
-"""Settings that only the strategies owning them take (in their
-[`fields`][hf_ralm.config.strategies.registry.Strategy.fields]): ``field: (stage, value when not given, what it is)``.
-Given under a strategy that does not own it, a setting is refused rather than ignored."""
-
 
 @dataclass(frozen=True)
 class Candidates:
     """What a strategy chooses from for one window (or generation stride), with what the strategy
-    [`needs`][hf_ralm.config.strategies.registry.Strategy.needs] (``None`` when not needed, or nothing could be ranked).
+    [`needs`][hf_ralm.selection.strategies.registry.Strategy.needs] (``None`` when not needed, or nothing could be
+    ranked).
 
     Attributes:
         passages: in retrieval order: for reranking, the first ``rerank_candidates`` retrieved (after a gate that
@@ -148,22 +147,22 @@ NO_RETRIEVAL = ComparisonRow("none", "no passage", None)
 
 class Strategy:
     """A passage-selection strategy: one object, one file, registered with
-    [`register_strategy`][hf_ralm.config.strategies.registry.register_strategy]. Subclass
-    [`RerankStrategy`][hf_ralm.config.strategies.registry.RerankStrategy] or
-    [`GateStrategy`][hf_ralm.config.strategies.registry.GateStrategy], set the class attributes and override what
+    [`register_strategy`][hf_ralm.selection.strategies.registry.register_strategy]. Subclass
+    [`RerankStrategy`][hf_ralm.selection.strategies.registry.RerankStrategy] or
+    [`GateStrategy`][hf_ralm.selection.strategies.registry.GateStrategy], set the class attributes and override what
     differs.
 
     Attributes:
-        stage: [`RERANK`][hf_ralm.config.strategies.registry.RERANK] or
-            [`GATE`][hf_ralm.config.strategies.registry.GATE], the setting whose value names it.
+        stage: [`RERANK`][hf_ralm.config.strategy_settings.RERANK] or
+            [`GATE`][hf_ralm.config.strategy_settings.GATE], the setting whose value names it.
         name: that value (``"lm"``, ``"score"``, ...).
         help: one line for ``--help`` (settings marked with [`setting`][hf_ralm.errors.setting], named by their flags).
         fields: the settings it reads; those of
-            [`EXCLUSIVE_FIELDS`][hf_ralm.config.strategies.registry.EXCLUSIVE_FIELDS] are refused under a strategy not
+            [`EXCLUSIVE_FIELDS`][hf_ralm.config.strategy_settings.EXCLUSIVE_FIELDS] are refused under a strategy not
             owning them.
-        needs: what the policy computes for it ([`NEEDS`][hf_ralm.config.strategies.registry.NEEDS]: at most one of
-            [`RANKING_NLLS`][hf_ralm.config.strategies.registry.RANKING_NLLS] and
-            [`TARGET_NLLS`][hf_ralm.config.strategies.registry.TARGET_NLLS]).
+        needs: what the policy computes for it ([`NEEDS`][hf_ralm.selection.strategies.registry.NEEDS]: at most one of
+            [`RANKING_NLLS`][hf_ralm.selection.strategies.registry.RANKING_NLLS] and
+            [`TARGET_NLLS`][hf_ralm.selection.strategies.registry.TARGET_NLLS]).
         chooses: whether it changes what retrieval's order puts in context (all but the paper's ``"none"`` and
             ``"always"``).
     """
@@ -183,7 +182,7 @@ class Strategy:
 
     def validate(self, config: RalmConfig) -> None:
         """Check that ``config``'s settings fit this strategy, after the generic checks (the settings' own ranges,
-        [`EXCLUSIVE_FIELDS`][hf_ralm.config.strategies.registry.EXCLUSIVE_FIELDS]).
+        [`EXCLUSIVE_FIELDS`][hf_ralm.config.strategy_settings.EXCLUSIVE_FIELDS]).
 
         Args:
             config: the settings.
@@ -208,7 +207,7 @@ class Strategy:
 
         Returns:
             By default one, under its name, when one scored pass gives what it needs
-            ([`SCORED_PASS`][hf_ralm.config.strategies.registry.SCORED_PASS]) and it chooses; else none.
+            ([`SCORED_PASS`][hf_ralm.selection.strategies.registry.SCORED_PASS]) and it chooses; else none.
         """
         if not self.chooses or not self.needs <= SCORED_PASS:
             return []
@@ -221,9 +220,9 @@ class Strategy:
 class RerankStrategy(Strategy):
     """A reranking strategy (``rerank=name``): which of a window's candidates goes in context first.
 
-    Subclasses set the [`Strategy`][hf_ralm.config.strategies.registry.Strategy] attributes and define
-    [`choose`][hf_ralm.config.strategies.registry.RerankStrategy.choose] (an example:
-    [`hf_ralm.config.strategies`][hf_ralm.config.strategies]'s docstring).
+    Subclasses set the [`Strategy`][hf_ralm.selection.strategies.registry.Strategy] attributes and define
+    [`choose`][hf_ralm.selection.strategies.registry.RerankStrategy.choose] (an example:
+    [`hf_ralm.selection.strategies`][hf_ralm.selection.strategies]'s docstring).
     """
 
     stage = RERANK
@@ -238,7 +237,7 @@ class RerankStrategy(Strategy):
 
         Returns:
             The index of the chosen passage among ``candidates.passages``, or
-            [`NO_PASSAGE`][hf_ralm.config.passages.NO_PASSAGE] for none.
+            [`NO_PASSAGE`][hf_ralm.core.passages.NO_PASSAGE] for none.
         """
         raise NotImplementedError
 
@@ -247,9 +246,9 @@ class GateStrategy(Strategy):
     """A retrieval gate (``retrieval_gate=name``): whether a window keeps a passage.
 
     Attributes:
-        position: [`BEFORE`][hf_ralm.config.strategies.registry.BEFORE] (it decides on retrieval's passages, before
-            reranking), [`AFTER`][hf_ralm.config.strategies.registry.AFTER] (on the chosen passage, ranked against no
-            passage under [`ranking_settings`][hf_ralm.config.strategies.registry.GateStrategy.ranking_settings]) or
+        position: [`BEFORE`][hf_ralm.selection.strategies.registry.BEFORE] (it decides on retrieval's passages, before
+            reranking), [`AFTER`][hf_ralm.selection.strategies.registry.AFTER] (on the chosen passage, ranked against no
+            passage under [`ranking_settings`][hf_ralm.selection.strategies.registry.GateStrategy.ranking_settings]) or
             ``None`` (it never closes).
         one_passage: it weighs one passage against none, so it is not combined with several passages in context or
             an ensemble.
@@ -294,17 +293,14 @@ class GateStrategy(Strategy):
         return {}
 
 
-_STRATEGIES: dict[tuple[str, str], Strategy] = {}
-
-
 def register_strategy(strategy: Strategy) -> Strategy:
     """Add ``strategy`` to the table: its name becomes a value of its stage's setting (``RalmConfig(rerank=name)``,
     ``hf-ralm ... --rerank name``), in evaluation, generation, the run-cost estimate and, when one scored pass gives
     what it needs, ``--compare``.
 
     Args:
-        strategy: a [`RerankStrategy`][hf_ralm.config.strategies.registry.RerankStrategy] or a
-            [`GateStrategy`][hf_ralm.config.strategies.registry.GateStrategy].
+        strategy: a [`RerankStrategy`][hf_ralm.selection.strategies.registry.RerankStrategy] or a
+            [`GateStrategy`][hf_ralm.selection.strategies.registry.GateStrategy].
 
     Returns:
         ``strategy``.
@@ -324,9 +320,9 @@ def register_strategy(strategy: Strategy) -> Strategy:
         raise TypeError(f"A strategy is a RerankStrategy or a GateStrategy, got {strategy!r}.")
     if not isinstance(getattr(strategy, "name", None), str) or not strategy.name:
         raise ValueError(f"{type(strategy).__name__} needs a name: the value of {strategy.stage} that picks it.")
-    if (strategy.stage, strategy.name) in _STRATEGIES:
+    if strategy.name in strategy_names(strategy.stage):
         raise ValueError(f"{strategy.stage}={strategy.name!r} is registered already "
-                         f"({_STRATEGIES[strategy.stage, strategy.name]!r}): give the strategy another name.")
+                         f"({declared_strategy(strategy.stage, strategy.name)!r}): give the strategy another name.")
     unknown = set(strategy.needs) - NEEDS
     if unknown or {RANKING_NLLS, TARGET_NLLS} <= set(strategy.needs):
         raise ValueError(f"{strategy!r} needs {sorted(strategy.needs)}: each must be one of {sorted(NEEDS)}, and at "
@@ -334,99 +330,25 @@ def register_strategy(strategy: Strategy) -> Strategy:
     taken = set(comparison_rows()) & {row.name for row in strategy.comparisons()}
     if taken:
         raise ValueError(f"{strategy!r} offers --compare rows {sorted(taken)}, which other strategies offer already.")
-    _STRATEGIES[strategy.stage, strategy.name] = strategy
+    declare_strategy(strategy)
     return strategy
-
-
-def strategies(stage: str) -> list[Strategy]:
-    """The registered strategies of a stage.
-
-    Args:
-        stage: [`RERANK`][hf_ralm.config.strategies.registry.RERANK] or
-            [`GATE`][hf_ralm.config.strategies.registry.GATE].
-
-    Returns:
-        Its strategies, in the order they were registered.
-    """
-    return [strategy for (of, _), strategy in _STRATEGIES.items() if of == stage]
-
-
-def strategy_names(stage: str) -> tuple[str, ...]:
-    """The values a stage's setting takes (the command line's choices).
-
-    Args:
-        stage: [`RERANK`][hf_ralm.config.strategies.registry.RERANK] or
-            [`GATE`][hf_ralm.config.strategies.registry.GATE].
-
-    Returns:
-        The registered strategies' names, in the order they were registered.
-
-    Examples:
-        >>> strategy_names(GATE)[0]
-        'always'
-    """
-    return tuple(strategy.name for strategy in strategies(stage))
 
 
 def get_strategy(stage: str, name: str) -> Strategy:
-    """The strategy a setting's value names.
-
-    Args:
-        stage: [`RERANK`][hf_ralm.config.strategies.registry.RERANK] or
-            [`GATE`][hf_ralm.config.strategies.registry.GATE].
-        name: the setting's value.
-
-    Returns:
-        The registered strategy.
-
-    Raises:
-        SettingError: no strategy of ``stage`` has that name (the message lists those registered).
-    """
-    strategy = _STRATEGIES.get((stage, name))
-    if strategy is None:
-        raise SettingError(f"{setting(stage)} must be one of {', '.join(strategy_names(stage))}, got {name!r}.")
-    return strategy
-
-
-def _chooses(stage: str, name: str | None) -> bool:
-    if name is None:
-        return False
-    strategy = _STRATEGIES.get((stage, name))
-    return strategy is None or strategy.chooses  # a strategy this process does not know (a file's) chose something
-
-
-def reranks(name: str | None) -> bool:
-    """Whether a reranking strategy chooses among the retrieved candidates.
-
-    Args:
-        name: its name; ``None`` is a file that records no reranking.
-
-    Returns:
-        True for every registered strategy but ``"none"``, and for a name not registered here (read from another
-        process's file); False for ``None``.
+    """The strategy a setting's value names, with how it chooses: the registered object that
+    [`declared_strategy`][hf_ralm.config.strategy_settings.declared_strategy] finds (a ``SettingError`` listing the
+    registered names when none of ``stage`` has that name).
 
     Examples:
-        >>> reranks("lm"), reranks("none"), reranks(None)
-        (True, False, False)
+        >>> get_strategy(RERANK, "predictive").needs == {CROSS_ENCODER}
+        True
     """
-    return _chooses(RERANK, name)
-
-
-def gates(name: str | None) -> bool:
-    """Whether a retrieval gate can close a window (see [`reranks`][hf_ralm.config.strategies.registry.reranks]).
-
-    Args:
-        name: its name (``None``: none recorded).
-
-    Returns:
-        True for every registered gate but ``"always"``, and for a name not registered here.
-    """
-    return _chooses(GATE, name)
+    return declared_strategy(stage, name)
 
 
 def future_looking(rerank: str | None, retrieval_gate: str | None = None) -> list[Strategy]:
     """The strategies among these that look at the future
-    ([`Strategy.looks_at_future`][hf_ralm.config.strategies.registry.Strategy.looks_at_future]).
+    ([`Strategy.looks_at_future`][hf_ralm.selection.strategies.registry.Strategy.looks_at_future]).
 
     Args:
         rerank: a reranking strategy's name.
@@ -439,13 +361,14 @@ def future_looking(rerank: str | None, retrieval_gate: str | None = None) -> lis
         >>> future_looking("oracle", "always"), future_looking("lm", "lm")
         ([OracleReranking(rerank='oracle')], [])
     """
-    chosen = [_STRATEGIES.get((RERANK, rerank)), _STRATEGIES.get((GATE, retrieval_gate))]
+    declared = {(strategy.stage, strategy.name): strategy for strategy in declared_strategies()}
+    chosen = [declared.get((RERANK, rerank)), declared.get((GATE, retrieval_gate))]
     return [strategy for strategy in chosen if strategy is not None and strategy.looks_at_future]
 
 
 def ranks_target(config: RalmConfig) -> bool:
     """Whether an LM ranking under ``config`` ranks on the window's target tokens (the strategy needs
-    [`TARGET_NLLS`][hf_ralm.config.strategies.registry.TARGET_NLLS]) rather than on the ranking tokens before it.
+    [`TARGET_NLLS`][hf_ralm.selection.strategies.registry.TARGET_NLLS]) rather than on the ranking tokens before it.
 
     Args:
         config: the settings.
@@ -454,38 +377,6 @@ def ranks_target(config: RalmConfig) -> bool:
         True for a strategy that ranks on the target (the oracle).
     """
     return TARGET_NLLS in get_strategy(RERANK, config.rerank).needs
-
-
-def check_strategy(config: RalmConfig, stage: str) -> Strategy:
-    """The strategy ``config`` picks for ``stage``, after the checks of its settings
-    ([`RalmConfig.validate`][hf_ralm.RalmConfig.validate] runs this for both stages).
-
-    Args:
-        config: the settings.
-        stage: [`RERANK`][hf_ralm.config.strategies.registry.RERANK] or
-            [`GATE`][hf_ralm.config.strategies.registry.GATE].
-
-    Returns:
-        The strategy.
-
-    Raises:
-        SettingError: an unknown name, a setting of
-            [`EXCLUSIVE_FIELDS`][hf_ralm.config.strategies.registry.EXCLUSIVE_FIELDS] it does not own, several
-            passages under a gate that weighs one, or what its own
-            [`validate`][hf_ralm.config.strategies.registry.Strategy.validate] refuses.
-    """
-    strategy = get_strategy(stage, getattr(config, stage))
-    for name, (of, unset, what) in EXCLUSIVE_FIELDS.items():
-        if of == stage and getattr(config, name) != unset and name not in strategy.fields:
-            owners = either([s.name for s in strategies(stage) if name in s.fields])
-            raise SettingError(f"{setting(name)} is {what} of {setting(stage)}={owners}; "
-                               f"{setting(stage)}={strategy.name!r} uses none: drop {setting(name)}.")
-    if getattr(strategy, "one_passage", False) and config.num_passages > 1:
-        raise SettingError(f"{setting(stage)}={strategy.name!r} weighs one passage against none; "
-                           f"{setting('num_passages')}={config.num_passages} puts several in context: use "
-                           f"{setting(GATE)}='score' with several passages, or {setting('num_passages')}=1.")
-    strategy.validate(config)
-    return strategy
 
 
 def check_generation(config: RalmConfig) -> None:
@@ -506,7 +397,7 @@ def check_generation(config: RalmConfig) -> None:
         hf_ralm.errors.SettingError: rerank='oracle' ranks the candidates on the very tokens they are to predict, ...
     """
     for strategy in future_looking(config.rerank, config.retrieval_gate):
-        others = [s.name for s in strategies(strategy.stage) if s.chooses and not s.looks_at_future]
+        others = [s.name for s in declared_strategies(strategy.stage) if s.chooses and not s.looks_at_future]
         raise SettingError(f"{setting(strategy.stage)}={strategy.name!r} ranks the candidates on the very tokens "
                            "they are to predict, which generation has not produced yet: generate with "
                            f"{setting(strategy.stage)}={either(others)} (a strategy that looks at the future is for "
@@ -561,40 +452,5 @@ def comparison_rows() -> dict[str, ComparisonRow]:
     Returns:
         The rows by name: no retrieval, then the registered strategies' rows in the order they were registered.
     """
-    rows = [NO_RETRIEVAL] + [row for strategy in _STRATEGIES.values() for row in strategy.comparisons()]
+    rows = [NO_RETRIEVAL] + [row for strategy in declared_strategies() for row in strategy.comparisons()]
     return {row.name: row for row in rows}
-
-
-def strategies_help(stage: str) -> str:
-    """A stage's strategies for ``--help``.
-
-    Args:
-        stage: [`RERANK`][hf_ralm.config.strategies.registry.RERANK] or
-            [`GATE`][hf_ralm.config.strategies.registry.GATE].
-
-    Returns:
-        ``name (help)`` of each, listed.
-
-    Examples:
-        >>> strategies_help(GATE).split(" (")[0]
-        'always'
-    """
-    return either([f"{strategy.name} ({strategy.help})" for strategy in strategies(stage)], quote=False)
-
-
-def either(names: Sequence[str], quote: bool = True) -> str:
-    """Names listed as a sentence lists them: ``'a', 'b' or 'c'``.
-
-    Args:
-        names: the names.
-        quote: quote each (``repr``).
-
-    Returns:
-        The list (empty for no names).
-
-    Examples:
-        >>> either(["lm", "oracle", "predictive"]), either(["a"], quote=False)
-        ("'lm', 'oracle' or 'predictive'", 'a')
-    """
-    shown = [repr(name) if quote else name for name in names]
-    return " or ".join(filter(None, [", ".join(shown[:-1]), shown[-1]])) if shown else ""

@@ -1,12 +1,12 @@
 """``rerank="lm"``: zero-shot LM reranking (the paper's §6.1). Each candidate is ranked by an LM's summed NLL of the
-ranking tokens (the last ``rerank_tokens`` tokens of the prefix, [`hf_ralm.config.rules`][hf_ralm.config.rules]) with
-the candidate in context: the reader's own, or another LM's (``reranker_model``, in text). The lowest wins, ties to the
-better retrieval rank; with ``rerank_allow_no_passage`` no passage is one more candidate, which a passage must beat by
-``rerank_no_passage_margin`` nats ([`choose_ranked`][hf_ralm.config.rules.choose_ranked]).
+ranking tokens (the last ``rerank_tokens`` tokens of the prefix, [`hf_ralm.selection.rules`][hf_ralm.selection.rules])
+with the candidate in context: the reader's own, or another LM's (``reranker_model``, in text). The lowest wins, ties to
+the better retrieval rank; with ``rerank_allow_no_passage`` no passage is one more candidate, which a passage must beat
+by ``rerank_no_passage_margin`` nats ([`choose_ranked`][hf_ralm.selection.rules.choose_ranked]).
 
 Examples:
     >>> from hf_ralm.config.configuration_ralm import RalmConfig
-    >>> from hf_ralm.config.passages import Passage
+    >>> from hf_ralm.core.passages import Passage
     >>> rome, music = Passage("1", "", "rome", 7.5), Passage("2", "", "music", 6.0)
     >>> ranked = Candidates([rome, music], "the emperor of", 0, options=[rome, music], ranking_nlls=[12.0, 11.0])
     >>> LMReranking().choose(ranked, RalmConfig(rerank="lm"))
@@ -16,7 +16,7 @@ Examples:
 from __future__ import annotations
 
 from ...errors import setting
-from ..passages import NO_PASSAGE
+from ...core.passages import NO_PASSAGE
 from ..rules import choose_ranked
 from .registry import RANKING_NLLS, Candidates, ComparisonRow, RerankStrategy, register_strategy
 

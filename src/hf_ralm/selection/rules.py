@@ -9,7 +9,7 @@ ranked on the same tokens. They are clipped to the window (a token needs the one
 ``oracle`` ranks on the window's own scored tokens instead (it looks at the future: an upper bound).
 
 Examples:
-    >>> from hf_ralm.config.windows import plan_windows
+    >>> from hf_ralm.core.windows import plan_windows
     >>> window = plan_windows(100, max_length=32, stride=4)[3]
     >>> (window.begin, window.score_begin, window.end), ranking_span(window, 16)
     ((12, 40, 44), (24, 40))
@@ -23,14 +23,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
-import numpy as np
-
+from ..core.passages import Passage
+from ..core.windows import Window
 from ..errors import SettingError, setting
-from .passages import Passage
-from .windows import Window
 
-if TYPE_CHECKING:  # the strategies the config validates against choose with these rules
-    from .configuration_ralm import RalmConfig
+if TYPE_CHECKING:
+    from ..config.configuration_ralm import RalmConfig
 
 
 def ranking_span(window: Window, rerank_tokens: int) -> tuple[int, int]:
@@ -74,11 +72,13 @@ def choose_lowest(ranking_nlls: Sequence[float]) -> int:
     """
     if len(ranking_nlls) == 0:
         raise ValueError("No candidate to choose from.")
+    import numpy as np  # here, not on import: the strategies import these rules when hf_ralm is imported
+
     return int(np.argmin(np.asarray(ranking_nlls, dtype=np.float64)))  # argmin returns the first of equal values
 
 
 def choose_option(ranking_nlls: Sequence[float], no_passage_last: bool, no_passage_margin: float = 0.0) -> int:
-    """The chosen candidate: the lowest ranking NLL ([`choose_lowest`][hf_ralm.config.rules.choose_lowest]), no
+    """The chosen candidate: the lowest ranking NLL ([`choose_lowest`][hf_ralm.selection.rules.choose_lowest]), no
     passage winning unless a passage saves a margin over it. A margin asks a passage for clear evidence that it helps
     before it displaces the text's own tokens.
 
@@ -119,6 +119,8 @@ def rank_correlation(ranking_nlls: Sequence[float], target_nlls: Sequence[float]
     if len(ranking_nlls) != len(target_nlls) or len(ranking_nlls) < 2:
         raise ValueError(f"A rank correlation needs two equally long lists of at least 2 NLLs, not "
                          f"{len(ranking_nlls)} and {len(target_nlls)}.")
+    import numpy as np
+
     ranking, target = (np.argsort(np.argsort(np.asarray(v, dtype=np.float64), kind="stable"))
                        for v in (ranking_nlls, target_nlls))  # ranks; the inner sort keeps ties in candidate order
     return float(np.corrcoef(ranking, target)[0, 1])
@@ -140,6 +142,8 @@ def random_choice(seed: int, window_index: int, num_candidates: int) -> int:
     """
     if num_candidates < 1:
         raise ValueError("No candidate to choose from.")
+    import numpy as np
+
     return int(np.random.default_rng([seed, window_index]).integers(num_candidates))
 
 
@@ -202,12 +206,12 @@ def choose_ranked(ranking_nlls: Sequence[float], options: Sequence[Passage | Non
 
     Args:
         ranking_nlls: one per option.
-        options: the options ([`rerank_options`][hf_ralm.config.rules.rerank_options]).
+        options: the options ([`rerank_options`][hf_ralm.selection.rules.rerank_options]).
         config: the settings (``rerank_no_passage_margin``).
 
     Returns:
         The index into ``options`` of the lowest, no passage winning unless a passage saves
-        ``config.rerank_no_passage_margin`` nats over it ([`choose_option`][hf_ralm.config.rules.choose_option]).
+        ``config.rerank_no_passage_margin`` nats over it ([`choose_option`][hf_ralm.selection.rules.choose_option]).
 
     Examples:
         >>> from hf_ralm.config.configuration_ralm import RalmConfig

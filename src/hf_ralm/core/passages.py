@@ -1,7 +1,9 @@
-"""A retrieved passage, what it puts in context as text, and how a choice says "no passage": the values every layer
-above retrieval passes around.
+"""A retrieved passage, how a choice says "no passage", and whether a passage quotes its query: the values retrieval
+and every step after it pass around (the text a passage puts in context is the ``passage_template`` setting's,
+[`passage_text`][hf_ralm.passage_text]).
 
 Examples:
+    >>> from hf_ralm.config.passage_template import passage_text
     >>> passage = Passage("7", "Rome", "rome was the city", 6.5)
     >>> passage_text(passage.title, passage.text)
     'Rome\\nrome was the city'
@@ -13,8 +15,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
-
-PASSAGE_TEMPLATE = "{title}\n{text}"
 
 NO_PASSAGE = -1
 """What a choice among a window's (or a stride's) passages holds when none is put in context: nothing retrieved, no
@@ -46,26 +46,8 @@ class Passage:
         return asdict(self)
 
 
-def passage_text(title: str | None, text: str, template: str = PASSAGE_TEMPLATE) -> str:
-    """How a passage becomes the text put in context.
-
-    Args:
-        title: the passage's title (``None`` or empty: none).
-        text: the passage's text.
-        template: how a title and a text are joined (``RalmConfig.passage_template``; the default is the paper's).
-
-    Returns:
-        ``template`` filled in, by default ``title + "\\n" + text``; just ``text`` without a title.
-
-    Examples:
-        >>> passage_text("Rome", "Rome is the capital of Italy."), passage_text("", "No title.")
-        ('Rome\\nRome is the capital of Italy.', 'No title.')
-    """
-    return template.format(title=title, text=text) if title else text
-
-
 QUOTE_WORDS = 12
-"""How many of a query's last words [`quotes_query`][hf_ralm.config.passages.quotes_query] looks for in a passage."""
+"""How many of a query's last words [`quotes_query`][hf_ralm.core.passages.quotes_query] looks for in a passage."""
 
 _WORD = re.compile(r"\w+")
 _UNKNOWN = "unk"  # what an unknown-word token (WikiText's <unk>) leaves of a word: it matches nothing, so skipped
@@ -77,7 +59,7 @@ def _four_grams(words: list[str]) -> set[tuple[str, ...]]:
 
 def quotes_query(passage: Passage, query: str | None) -> bool:
     """Whether ``passage`` holds the text of ``query`` (the words just before a window's target) itself: at least half
-    of the word 4-grams of its last [`QUOTE_WORDS`][hf_ralm.config.passages.QUOTE_WORDS] words (at least two of them)
+    of the word 4-grams of its last [`QUOTE_WORDS`][hf_ralm.core.passages.QUOTE_WORDS] words (at least two of them)
     stand in the passage. Runs of words shared that densely are a copy of the evaluated text, not a passage on its
     topic, so retrieval reads ahead (leakage). Words are compared lower-cased, punctuation and spacing aside, so
     WikiText's tokenized text (``well @-@ known``) matches Wikipedia's (``well-known``); 4-grams with an unknown word

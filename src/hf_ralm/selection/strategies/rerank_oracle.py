@@ -4,7 +4,7 @@ bound, not a method; generation and lm-eval refuse it, and an evaluation under i
 
 Examples:
     >>> from hf_ralm.config.configuration_ralm import RalmConfig
-    >>> from hf_ralm.config.passages import Passage
+    >>> from hf_ralm.core.passages import Passage
     >>> rome, music = Passage("1", "", "rome", 7.5), Passage("2", "", "music", 6.0)
     >>> ranked = Candidates([rome, music], None, 0, options=[rome, music], target_nlls=[9.0, 9.5])
     >>> OracleReranking().choose(ranked, RalmConfig(rerank="oracle")), OracleReranking().looks_at_future
