@@ -5,7 +5,7 @@ from __future__ import annotations
 from .registry import ComparisonRow, GateStrategy, register_strategy
 
 
-class AlwaysRetrieve(GateStrategy):
+class AlwaysGateStrategy(GateStrategy):
     """No gate: the window keeps what retrieval (and reranking) gives it."""
 
     name = "always"
@@ -16,4 +16,4 @@ class AlwaysRetrieve(GateStrategy):
         return []  # --compare's top1 row
 
 
-register_strategy(AlwaysRetrieve())
+register_strategy(AlwaysGateStrategy())

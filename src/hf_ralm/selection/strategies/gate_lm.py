@@ -1,7 +1,7 @@
 """``retrieval_gate="lm"``: the reader decides, zero-shot. It *is* LM reranking with two candidates, the window's
 passage (retrieval's top, or the reranked choice: it decides after reranking) and no passage, ranked on the same ranking
-tokens ([`LMGate.ranking_settings`][hf_ralm.selection.strategies.gate_lm.LMGate.ranking_settings]); the passage stays
-when it saves at least ``gate_threshold`` nats of their NLL (``None``:
+tokens ([`LMGateStrategy.ranking_settings`][hf_ralm.selection.strategies.gate_lm.LMGateStrategy.ranking_settings]);
+the passage stays when it saves at least ``gate_threshold`` nats of their NLL (``None``:
 [`LM_GATE_MARGIN`][hf_ralm.selection.strategies.gate_lm.LM_GATE_MARGIN]; ties keep it). Its score is ``NLL(no passage) -
 NLL(passage)``.
 
@@ -9,7 +9,7 @@ Examples:
     >>> from hf_ralm.config.configuration_ralm import RalmConfig
     >>> from hf_ralm.core.passages import Passage
     >>> rome = Passage("1", "", "rome", 6.1)
-    >>> gate = LMGate()
+    >>> gate = LMGateStrategy()
     >>> ranking = RalmConfig(**gate.ranking_settings(RalmConfig(retrieval_gate="lm")))   # the margin: 2 nats
     >>> saves = Candidates([rome], None, 0, options=[rome, None], ranking_nlls=[10.0, 12.5])   # 2.5 nats
     >>> gate.opens(saves, ranking), gate.score(saves)
@@ -29,7 +29,7 @@ Wikipedia validation articles, as the margin with the lowest geometric mean of t
 checked on test (``benchmarks/tables/gate_margin.py``; docs/results.md)."""
 
 
-class LMGate(GateStrategy):
+class LMGateStrategy(GateStrategy):
     """The lm gate: the reader weighs the window's passage against no passage on the ranking tokens."""
 
     name = "lm"
@@ -89,4 +89,4 @@ class LMGate(GateStrategy):
                               lambda config: {self.stage: self.name, "gate_threshold": self.margin(config)})]
 
 
-register_strategy(LMGate())
+register_strategy(LMGateStrategy())

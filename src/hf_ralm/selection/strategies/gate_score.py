@@ -6,7 +6,7 @@ Examples:
     >>> from hf_ralm.config.configuration_ralm import RalmConfig
     >>> from hf_ralm.core.passages import Passage
     >>> config = RalmConfig(retrieval_gate="score", gate_threshold=0.3)
-    >>> [ScoreGate().opens(Candidates([Passage("1", "", "rome", 6.1)], None, 0, normalized_score=score), config)
+    >>> [ScoreGateStrategy().opens(Candidates([Passage("1", "", "rome", 6.1)], None, 0, normalized_score=score), config)
     ...  for score in (0.43, 0.12)]
     [True, False]
 """
@@ -18,7 +18,7 @@ from ...utils.checks import is_number
 from .registry import BEFORE, NORMALIZED_SCORES, Candidates, ComparisonRow, GateStrategy, register_strategy
 
 
-class ScoreGate(GateStrategy):
+class ScoreGateStrategy(GateStrategy):
     """The score gate: retrieval's own confidence, compared across queries."""
 
     name = "score"
@@ -47,4 +47,4 @@ class ScoreGate(GateStrategy):
         return []  # its threshold is a fraction of a score, no default: benchmarks/tables/gate_tables.py sweeps it
 
 
-register_strategy(ScoreGate())
+register_strategy(ScoreGateStrategy())

@@ -359,7 +359,7 @@ def future_looking(rerank: str | None, retrieval_gate: str | None = None) -> lis
 
     Examples:
         >>> future_looking("oracle", "always"), future_looking("lm", "lm")
-        ([OracleReranking(rerank='oracle')], [])
+        ([OracleRerankStrategy(rerank='oracle')], [])
     """
     declared = {(strategy.stage, strategy.name): strategy for strategy in declared_strategies()}
     chosen = [declared.get((RERANK, rerank)), declared.get((GATE, retrieval_gate))]

@@ -9,7 +9,7 @@ Examples:
     >>> from hf_ralm.core.passages import Passage
     >>> rome, music = Passage("1", "", "rome", 7.5), Passage("2", "", "music", 6.0)
     >>> ranked = Candidates([rome, music], "the emperor of", 0, options=[rome, music], ranking_nlls=[12.0, 11.0])
-    >>> LMReranking().choose(ranked, RalmConfig(rerank="lm"))
+    >>> LMRerankStrategy().choose(ranked, RalmConfig(rerank="lm"))
     1
 """
 
@@ -21,7 +21,7 @@ from ..rules import choose_ranked
 from .registry import RANKING_NLLS, Candidates, ComparisonRow, RerankStrategy, register_strategy
 
 
-class LMReranking(RerankStrategy):
+class LMRerankStrategy(RerankStrategy):
     """Zero-shot reranking by an LM's ranking NLLs."""
 
     name = "lm"
@@ -60,4 +60,4 @@ class LMReranking(RerankStrategy):
                                               "rerank_no_passage_margin": config.rerank_no_passage_margin})]
 
 
-register_strategy(LMReranking())
+register_strategy(LMRerankStrategy())

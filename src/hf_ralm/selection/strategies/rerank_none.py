@@ -2,7 +2,7 @@
 
 Examples:
     >>> from hf_ralm.core.passages import Passage
-    >>> RetrievalOrder().choose(Candidates([Passage("1", "", "rome", 7.5)], "the emperor of", 0), config=None)
+    >>> RetrievalOrderStrategy().choose(Candidates([Passage("1", "", "rome", 7.5)], "the emperor of", 0), config=None)
     0
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from .registry import Candidates, ComparisonRow, RerankStrategy, register_strategy
 
 
-class RetrievalOrder(RerankStrategy):
+class RetrievalOrderStrategy(RerankStrategy):
     """No reranking: the retriever's first passage (with several passages or an ensemble, its top ones)."""
 
     name = "none"
@@ -25,4 +25,4 @@ class RetrievalOrder(RerankStrategy):
         return [ComparisonRow("top1", "the retriever's first passage", lambda config: {self.stage: self.name})]
 
 
-register_strategy(RetrievalOrder())
+register_strategy(RetrievalOrderStrategy())

@@ -7,17 +7,17 @@ Examples:
     >>> from hf_ralm.core.passages import Passage
     >>> rome, music = Passage("1", "", "rome", 7.5), Passage("2", "", "music", 6.0)
     >>> ranked = Candidates([rome, music], None, 0, options=[rome, music], target_nlls=[9.0, 9.5])
-    >>> OracleReranking().choose(ranked, RalmConfig(rerank="oracle")), OracleReranking().looks_at_future
+    >>> OracleRerankStrategy().choose(ranked, RalmConfig(rerank="oracle")), OracleRerankStrategy().looks_at_future
     (0, True)
 """
 
 from __future__ import annotations
 
 from .registry import TARGET_NLLS, Candidates, ComparisonRow, register_strategy
-from .rerank_lm import LMReranking
+from .rerank_lm import LMRerankStrategy
 
 
-class OracleReranking(LMReranking):
+class OracleRerankStrategy(LMRerankStrategy):
     """The best candidate for the window's target: zero-shot reranking's rule on the target's NLLs."""
 
     name = "oracle"
@@ -36,4 +36,4 @@ class OracleReranking(LMReranking):
                               "bound)", lambda config: {self.stage: self.name})]
 
 
-register_strategy(OracleReranking())
+register_strategy(OracleRerankStrategy())

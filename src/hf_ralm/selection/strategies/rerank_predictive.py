@@ -6,8 +6,8 @@ more candidate. The policy asks the cross-encoder
 
 Examples:
     >>> from hf_ralm.core.passages import Passage
-    >>> PredictiveReranking().choose(Candidates([Passage("1", "", "rome", 7.5)], "the emperor of", 0, predicted=-1),
-    ...                              config=None)
+    >>> candidates = Candidates([Passage("1", "", "rome", 7.5)], "the emperor of", 0, predicted=-1)
+    >>> PredictiveRerankStrategy().choose(candidates, config=None)
     -1
 """
 
@@ -17,7 +17,7 @@ from ...errors import SettingError, setting
 from .registry import CROSS_ENCODER, Candidates, RerankStrategy, register_strategy
 
 
-class PredictiveReranking(RerankStrategy):
+class PredictiveRerankStrategy(RerankStrategy):
     """The predictive reranker's choice."""
 
     name = "predictive"
@@ -39,4 +39,4 @@ class PredictiveReranking(RerankStrategy):
         return candidates.predicted
 
 
-register_strategy(PredictiveReranking())
+register_strategy(PredictiveRerankStrategy())

@@ -6,7 +6,7 @@ Examples:
     >>> from hf_ralm.config.configuration_ralm import RalmConfig
     >>> from hf_ralm.core.passages import Passage
     >>> pool = [Passage(str(i), "", "text", 1.0) for i in range(4)]
-    >>> RandomReranking().choose(Candidates(pool, None, 7), RalmConfig(rerank="random")) == random_choice(0, 7, 4)
+    >>> RandomRerankStrategy().choose(Candidates(pool, None, 7), RalmConfig(rerank="random")) == random_choice(0, 7, 4)
     True
 """
 
@@ -16,7 +16,7 @@ from ..rules import random_choice
 from .registry import Candidates, RerankStrategy, register_strategy
 
 
-class RandomReranking(RerankStrategy):
+class RandomRerankStrategy(RerankStrategy):
     """A seeded uniform choice."""
 
     name = "random"
@@ -27,4 +27,4 @@ class RandomReranking(RerankStrategy):
         return random_choice(config.rerank_seed, candidates.key, len(candidates.passages))
 
 
-register_strategy(RandomReranking())
+register_strategy(RandomRerankStrategy())
