@@ -281,6 +281,18 @@ def test_few_modules_at_the_top():
     assert top == ["errors.py", "loading_ralm.py", "model_card.py", "modeling_ralm.py"]
 
 
+CONFIG_MODULES = ["__init__", "configuration_ralm", "passage_template", "query_lengths", "settings",
+                  "strategy_settings", "window_checks"]
+"""config/ holds the settings alone: their defaults, flags and checks, and what the checks need declared (the
+retrievers' query lengths, the strategies' names and settings); window arithmetic, passages and the strategies
+themselves live with what runs them (core/, selection/)."""
+
+
+def test_config_holds_the_settings_alone():
+    config = sorted(module.split("/", 1)[1] for module in module_names() if module.startswith("config/"))
+    assert config == CONFIG_MODULES
+
+
 MAX_LINES = 600
 """The most lines a source file of hf_ralm has: a file over it holds several jobs."""
 
