@@ -241,7 +241,7 @@ class RalmConfig(RalmSettings, PreTrainedConfig):
 
         Returns:
             [`passage_text`][hf_ralm.passage_text] of them: ``title + "\\n" + text`` by default, ``text`` alone
-            without a title.
+                without a title.
         """
         return passage_text(title, text, self.passage_template)
 

@@ -62,7 +62,7 @@ def load_dataset_text(path: str, name: str | None = None, split: str = "test") -
 
     Returns:
         The text: a JSONL file's rows or a dataset's ``text`` column joined as the reference joins dataset rows
-        ([`join_rows`][hf_ralm.join_rows]), or the plain file's text.
+            ([`join_rows`][hf_ralm.join_rows]), or the plain file's text.
 
     Raises:
         FileNotFoundError: ``path`` is neither a file nor a dataset ``datasets.load_dataset`` can load.

@@ -73,7 +73,7 @@ def ensemble_members(windows: Sequence[Window], passages: Sequence[Sequence[Pass
 
     Returns:
         Per window, its top ``ensemble_size`` from the chosen one on
-        ([`context_indices`][hf_ralm.core.model_inputs.context_indices]); none for window 0.
+            ([`context_indices`][hf_ralm.core.model_inputs.context_indices]); none for window 0.
     """
     members = []
     for w in windows:
@@ -117,7 +117,7 @@ def ensemble_member_nlls(
 
     Returns:
         The members of each window (its top ``config.ensemble_size`` from ``chosen`` on; none for window 0), and per
-        window one float64 row of NLLs per member (a window without members has one row, of the plain window).
+            window one float64 row of NLLs per member (a window without members has one row, of the plain window).
     """
     members = ensemble_members(windows, passages, chosen, config.ensemble_size)
     options = [found or [None] for found in members]

@@ -40,8 +40,8 @@ def passage_prefix(tokenizer, passage: Passage | None, config: RalmConfig) -> li
 
     Returns:
         The passage's text encoded with the tokenizer's default special tokens and cut to ``max_doc_tokens`` tokens
-        (as the reference does); for no passage nothing, or a lone BOS when ``config.bos_every_window`` is set (which
-        also puts a BOS before a passage that lacks one).
+            (as the reference does); for no passage nothing, or a lone BOS when ``config.bos_every_window`` is set
+            (which also puts a BOS before a passage that lacks one).
 
     Examples:
         ```python
@@ -69,7 +69,7 @@ def context_indices(chosen: int, num_found: int, num_passages: int) -> list[int]
 
     Returns:
         The indices of the passages in context: ``chosen``, then the others in retrieval order, ``num_passages`` in
-        all (all of them when fewer were found); none when ``chosen`` is negative or not among those found.
+            all (all of them when fewer were found); none when ``chosen`` is negative or not among those found.
 
     Examples:
         >>> context_indices(1, num_found=2, num_passages=3)
@@ -141,8 +141,8 @@ def window_prefixes(
 
     Returns:
         Per window, [`context_prefix`][hf_ralm.core.model_inputs.context_prefix] of its passages in context
-        ([`context_indices`][hf_ralm.core.model_inputs.context_indices] of its chosen passage, ``num_passages`` in
-        all); window 0, and a window without a passage, get the prefix of none.
+            ([`context_indices`][hf_ralm.core.model_inputs.context_indices] of its chosen passage, ``num_passages`` in
+            all); window 0, and a window without a passage, get the prefix of none.
 
     Examples:
         ```python

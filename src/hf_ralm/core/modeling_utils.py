@@ -49,7 +49,7 @@ def vocabulary_size(model) -> int | None:
 
     Returns:
         Its input embeddings' rows (else, an engine reader's for one, its config's ``vocab_size``), or ``None`` when
-        it does not say.
+            it does not say.
 
     Examples:
         ```python
@@ -150,7 +150,7 @@ def stackable_rows(cache: DynamicCache) -> bool:
 
     Returns:
         True when every layer is a dynamic one (full attention or sliding window), whose state is its keys/values
-        and counts of tokens that rows of equal length share.
+            and counts of tokens that rows of equal length share.
     """
     return bool(cache.layers) and all(type(layer) in (DynamicLayer, DynamicSlidingWindowLayer)
                                       for layer in cache.layers)
@@ -230,7 +230,7 @@ def model_max_length(model) -> int | None:
 
     Returns:
         What its config allows (``max_position_embeddings``, or GPT-2's ``n_positions``), or ``None`` when its config
-        does not say; an engine reader's, the longest input its engine takes (``max_input_length``).
+            does not say; an engine reader's, the longest input its engine takes (``max_input_length``).
     """
     reader = engine_reader(model)
     if reader is not None:
@@ -341,7 +341,7 @@ def left_pad(tokenizer, prompts: Sequence[str], budget: int | None = None) -> Pr
 
     Returns:
         The [`PromptBatch`][hf_ralm.core.modeling_utils.PromptBatch], padded with
-        [`padding_id`][hf_ralm.core.modeling_utils.padding_id].
+            [`padding_id`][hf_ralm.core.modeling_utils.padding_id].
 
     Examples:
         ```python
@@ -372,9 +372,9 @@ def model_identity(model) -> dict[str, Any]:
 
     Returns:
         Its name (a local folder's name, not its path; a Hub id as it is; the class name when it has neither), class,
-        parameter count and dtype. An engine reader's (a [`Reader`][hf_ralm.Reader]) has the same keys and its
-        ``engine`` and ``engine_options`` (what its figures depend on); a transformers model's names no engine, so its
-        runs' identities stay as they were.
+            parameter count and dtype. An engine reader's (a [`Reader`][hf_ralm.Reader]) has the same keys and its
+            ``engine`` and ``engine_options`` (what its figures depend on); a transformers model's names no engine, so
+            its runs' identities stay as they were.
 
     Examples:
         ```python

@@ -85,8 +85,8 @@ class PassageKVCache:
 
         Returns:
             ``passage_cache``, or a new store for ``model``; ``None`` for an engine reader (a
-            [`Reader`][hf_ralm.Reader], such as [`VllmReader`][hf_ralm.VllmReader]), whose keys/values stay in
-            its engine.
+                [`Reader`][hf_ralm.Reader], such as [`VllmReader`][hf_ralm.VllmReader]), whose keys/values stay in
+                its engine.
 
         Raises:
             ValueError: ``passage_cache`` was built for another model, or is given for an engine reader.
@@ -170,7 +170,7 @@ class PassageKVCache:
 
         Returns:
             Per passage, its cache and the logits after its last token. The caches are the store's own: copy one
-            before extending it.
+                before extending it.
 
         Raises:
             ValueError: a passage is empty.
@@ -249,7 +249,8 @@ class PassageKVCache:
 
         Returns:
             ``hits`` and ``misses`` (passage look-ups served from the store or computed), ``computed_tokens`` and
-            ``reused_tokens`` (the prefill the store saved), and the store's ``entries``, ``bytes`` and ``max_bytes``.
+                ``reused_tokens`` (the prefill the store saved), and the store's ``entries``, ``bytes`` and
+                ``max_bytes``.
         """
         return {
             "hits": self.hits,

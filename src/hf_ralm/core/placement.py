@@ -43,7 +43,7 @@ def default_device(local_rank: int | None = None) -> torch.device:
 
     Returns:
         ``cuda`` (``cuda:<local_rank>``), else ``xpu`` (an Intel GPU; ``xpu:<local_rank>``), else ``mps`` (an Apple
-        GPU), else ``cpu``.
+            GPU), else ``cpu``.
     """
     for kind in INDEXED_DEVICES:
         if getattr(torch, kind).is_available():  # torch.cuda, torch.xpu
@@ -123,10 +123,10 @@ def resolve_dtype(dtype: str | torch.dtype, device: str | torch.device,
 
     Returns:
         The ``torch.dtype``; ``"auto"`` stays ``"auto"``, which transformers resolves to the checkpoint's own
-        precision while loading. ``"device-default"`` is bfloat16 on a CUDA GPU that supports it, float16 on another
-        CUDA GPU unless the model's family overflows in it
-        ([`FLOAT16_OVERFLOWS`][hf_ralm.core.placement.FLOAT16_OVERFLOWS]: then float32, with a warning), float32 on a
-        CPU (or any other device: an Apple or Intel GPU).
+            precision while loading. ``"device-default"`` is bfloat16 on a CUDA GPU that supports it, float16 on
+            another CUDA GPU unless the model's family overflows in it
+            ([`FLOAT16_OVERFLOWS`][hf_ralm.core.placement.FLOAT16_OVERFLOWS]: then float32, with a warning), float32
+            on a CPU (or any other device: an Apple or Intel GPU).
 
     Raises:
         SettingError: ``dtype`` names no precision.
@@ -160,7 +160,7 @@ def working_device(model: torch.nn.Module) -> torch.device:
 
     Returns:
         The device of its inputs, or [`default_device`][hf_ralm.core.placement.default_device] for a model without
-        weights (on ``meta``).
+            weights (on ``meta``).
     """
     device = model_device(model)
     return default_device() if device.type == "meta" else device

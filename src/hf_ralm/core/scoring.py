@@ -201,7 +201,7 @@ def score_continuations(model, inputs: Sequence[ScoredInput], batch_size: int = 
 
     Returns:
         Per input, the summed log-probability of its scored tokens, and whether each of them is the model's most
-        likely next token there (greedy decoding would produce them).
+            likely next token there (greedy decoding would produce them).
 
     Examples:
         ```python
@@ -379,7 +379,7 @@ def reader_nlls(model, tokenizer, ids: Sequence[int], windows: Sequence[Window],
 
     Yields:
         For each window in order, one float64 row per option: the NLLs of the text tokens from ``firsts[i]`` to the
-        window's end.
+            window's end.
 
     Raises:
         SettingError: a window cannot hold an option's prefix and a stride.

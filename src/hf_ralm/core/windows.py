@@ -118,8 +118,8 @@ def plan_settings(ends: Sequence[int]) -> tuple[int | None, int | None, int] | N
 
     Returns:
         ``(stride, max_length, num_tokens)`` of the [`plan_windows`][hf_ralm.plan_windows] whose windows end at
-        ``ends``, as far as they tell: one window leaves the stride and length open (``None``), two the stride;
-        ``None`` when no plan gives these ends (they are not sliding windows).
+            ``ends``, as far as they tell: one window leaves the stride and length open (``None``), two the stride;
+            ``None`` when no plan gives these ends (they are not sliding windows).
 
     Examples:
         >>> plan_settings([w.end for w in plan_windows(30, max_length=10, stride=4)])

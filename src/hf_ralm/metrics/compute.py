@@ -28,7 +28,7 @@ def prediction_perplexity(model, text: str, **kwargs) -> tuple[float, int | None
 
     Returns:
         ``exp`` of the mean NLL of its scored tokens (every token after its first), and its windows with a passage in
-        context; ``(nan, None)`` for a prediction with nothing to score (fewer than two tokens, or only whitespace).
+            context; ``(nan, None)`` for a prediction with nothing to score (fewer than two tokens, or only whitespace).
     """
     max_eval_tokens = kwargs.pop("max_eval_tokens", None)
     ids = tokenize_text(model.tokenizer, text, max_eval_tokens) if text.strip() else []
@@ -76,10 +76,10 @@ def compute_ralm_perplexity(
 
     Returns:
         The figures of ``predictions`` joined into one text ([`JOINED_KEYS`][hf_ralm.metrics.compute.JOINED_KEYS], the
-        paper's), and of each prediction on its own (``perplexities``,
-        [`prediction_perplexity`][hf_ralm.metrics.compute.prediction_perplexity]) with their mean over the
-        predictions that have one (``mean_perplexity``; NaN when none has), as ``evaluate``'s ``perplexity`` gives
-        them.
+            paper's), and of each prediction on its own (``perplexities``,
+            [`prediction_perplexity`][hf_ralm.metrics.compute.prediction_perplexity]) with their mean over the
+            predictions that have one (``mean_perplexity``; NaN when none has), as ``evaluate``'s ``perplexity`` gives
+            them.
 
     Raises:
         InputTypeError: ``predictions`` are no list of texts (``None``, a single text, an item that is no text),

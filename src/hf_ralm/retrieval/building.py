@@ -34,7 +34,7 @@ def build_index(retriever: str, corpus: str | Sequence[str], index_dir: str | No
 
     Returns:
         An ``IndexSummary``; a dense build shared by workers, its ``DenseBuild`` (also whether it is complete and
-        what this worker encoded).
+            what this worker encoded).
 
     Raises:
         SettingError: the retriever keeps no local index, or cannot share its build among these workers (hybrid).

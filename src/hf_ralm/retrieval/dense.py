@@ -294,7 +294,7 @@ class DenseRetriever(LocalIndexRetriever):
 
         Returns:
             An ``IndexSummary`` when one process builds; for a shared build, its ``DenseBuild`` (also whether it is
-            complete and what this worker encoded).
+                complete and what this worker encoded).
         """
         if shard is None or shard.count == 1:
             return super().build_shared(corpus, index_dir, shard=shard, words_per_passage=words_per_passage, **options)

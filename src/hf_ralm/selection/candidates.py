@@ -136,7 +136,7 @@ def score_candidates(
 
     Returns:
         The records saved so far, in window order: every window's once the other workers' chunks are in too (check
-        ``len(result) == len(windows)``).
+            ``len(result) == len(windows)``).
 
     Raises:
         SettingError: ``batch_size`` is not a count.

@@ -94,7 +94,7 @@ def gate_ranking_config(config: RalmConfig, gate: GateStrategy) -> RalmConfig:
 
     Returns:
         ``config`` with the gate's ranking settings
-        ([`ranking_settings`][hf_ralm.selection.strategies.registry.GateStrategy.ranking_settings]).
+            ([`ranking_settings`][hf_ralm.selection.strategies.registry.GateStrategy.ranking_settings]).
     """
     return RalmConfig(**{**config.to_dict(), **gate.ranking_settings(config)})
 
@@ -107,8 +107,8 @@ def lm_gate_config(config: RalmConfig) -> RalmConfig:
 
     Returns:
         ``config`` ranking as the lm gate does, with the lm gate's margin: ``config``'s ``gate_threshold`` when it
-        gates with the lm gate, else [`LM_GATE_MARGIN`][hf_ralm.selection.gates.LM_GATE_MARGIN]; the rest of
-        ``config`` as it is.
+            gates with the lm gate, else [`LM_GATE_MARGIN`][hf_ralm.selection.gates.LM_GATE_MARGIN]; the rest of
+            ``config`` as it is.
 
     Examples:
         >>> lm_gate_config(RalmConfig(retrieval_gate="lm", gate_threshold=1.5)).rerank_no_passage_margin

@@ -63,7 +63,7 @@ class Ranker(Protocol):
 
         Returns:
             Per item, its options' sums; ``None`` for an item with nothing to rank on (an item whose only option is
-            no passage may be left unranked).
+                no passage may be left unranked).
         """
 
 
@@ -161,7 +161,7 @@ class PassagePolicy:
 
         Returns:
             Per item, the chosen index into its pool ([`NO_PASSAGE`][hf_ralm.core.passages.NO_PASSAGE] for none),
-            and the NLLs an LM ranked its options on (``None`` where no LM ranked).
+                and the NLLs an LM ranked its options on (``None`` where no LM ranked).
         """
         items = self.candidates(self.strategy, queries, pools, random_keys, ranker, self.config, self.reranker)
         chosen = [self.strategy.choose(item, self.config) if item.passages else NO_PASSAGE for item in items]
@@ -185,7 +185,7 @@ class PassagePolicy:
 
         Returns:
             Per item, its candidates with the LM's NLLs, the cross-encoder's choice and the normalised top score,
-            those the strategy needs.
+                those the strategy needs.
         """
         options = [rerank_options(pool, config) for pool in pools]
         nlls = picks = normalized = [None] * len(pools)

@@ -117,7 +117,7 @@ class PredictiveReranker:
 
         Returns:
             Per prefix, the index of its highest-scored candidate (ties go to the lower index, the better retrieval
-            rank); -1 for an empty candidate list.
+                rank); -1 for an empty candidate list.
         """
         return [argmax_first(scores) for scores in self.scores(prefixes, candidates, show_progress)]
 
@@ -141,7 +141,7 @@ def choose_predictive(reranker, queries: Sequence[str], pools: Sequence[Sequence
 
     Returns:
         Per query, the index of the passage of its pool that ``reranker`` scores highest, or -1 for none (an empty
-        pool, or the empty passage scored highest).
+            pool, or the empty passage scored highest).
 
     Examples:
         ```python

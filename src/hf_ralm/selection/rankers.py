@@ -54,7 +54,7 @@ class LMReranker:
 
         Returns:
             Per candidate, its tokens of the passage, of ``prefix_text`` and of ``ranking_text``
-            ([`fit_reranker_input`][hf_ralm.selection.rules.fit_reranker_input]), scoring those of ``ranking_text``.
+                ([`fit_reranker_input`][hf_ralm.selection.rules.fit_reranker_input]), scoring those of ``ranking_text``.
 
         Examples:
             ```python
@@ -83,8 +83,8 @@ def load_reranker(config: RalmConfig, reader):
 
     Returns:
         An [`LMReranker`][hf_ralm.selection.rankers.LMReranker] for a strategy that needs ranking NLLs (``"lm"``)
-        with a ``reranker_model``, a [`PredictiveReranker`][hf_ralm.selection.predictive.PredictiveReranker] for one
-        that needs a cross-encoder (``"predictive"``), else ``None`` (the reader ranks, or nothing does).
+            with a ``reranker_model``, a [`PredictiveReranker`][hf_ralm.selection.predictive.PredictiveReranker] for one
+            that needs a cross-encoder (``"predictive"``), else ``None`` (the reader ranks, or nothing does).
 
     Raises:
         OSError: the reranker LM cannot be loaded (the message says what was looked for).

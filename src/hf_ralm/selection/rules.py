@@ -40,7 +40,7 @@ def ranking_span(window: Window, rerank_tokens: int) -> tuple[int, int]:
 
     Returns:
         ``[start, stop)``: the last ``rerank_tokens`` tokens before its first scored token, clipped so that each has
-        a predecessor inside the window.
+            a predecessor inside the window.
     """
     stop = window.score_begin
     return max(window.begin + 1, stop - rerank_tokens), stop
@@ -211,7 +211,7 @@ def choose_ranked(ranking_nlls: Sequence[float], options: Sequence[Passage | Non
 
     Returns:
         The index into ``options`` of the lowest, no passage winning unless a passage saves
-        ``config.rerank_no_passage_margin`` nats over it ([`choose_option`][hf_ralm.selection.rules.choose_option]).
+            ``config.rerank_no_passage_margin`` nats over it ([`choose_option`][hf_ralm.selection.rules.choose_option]).
 
     Examples:
         >>> from hf_ralm.config.configuration_ralm import RalmConfig

@@ -59,7 +59,7 @@ def reference_bm25_top_k(matrix: Mapping, vocab: Mapping[str, int], queries: Seq
 
     Returns:
         Per query, its top ``k`` ``(passage id, score)``, sorted by ``(-score, id)``, zeros and ``forbidden`` ids
-        dropped.
+            dropped.
     """
     forbidden = np.fromiter(forbidden, dtype=np.int64)
     found = []

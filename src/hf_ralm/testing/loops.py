@@ -65,7 +65,7 @@ def next_token_logits(model, tokens: Sequence[int]) -> torch.Tensor:
 
     Returns:
         The float32 logits after ``tokens`` from one full forward without a cache (on the model's device, where
-        generation's scores are).
+            generation's scores are).
     """
     inputs = torch.tensor([list(tokens)], device=model_device(model))
     return model(input_ids=inputs, use_cache=False).logits[0, -1].float()
@@ -233,7 +233,7 @@ def ranking_nll(model, tokenizer, ids: Sequence[int], w: Window, passage: Passag
 
     Returns:
         The sum over the last ``rerank_tokens`` tokens before the window's first scored token (never its first
-        token).
+            token).
     """
     return _summed(_window_nlls(model, tokenizer, ids, w, passage, config), w,
                    ranking_positions(w, config.rerank_tokens))
@@ -286,7 +286,7 @@ def plain_rerank(model, tokenizer, ids: Sequence[int], windows: Sequence[Window]
 
     Returns:
         The choice per window ([`NO_PASSAGE`][hf_ralm.core.passages.NO_PASSAGE] for none) and the NLL of every
-        token.
+            token.
 
     Examples:
         ```python

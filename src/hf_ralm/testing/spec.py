@@ -40,9 +40,9 @@ def spec_passage_ids(tokenizer, passage: Passage | None, config: RalmConfig) -> 
 
     Returns:
         Its text (``title + "\\n" + text`` through ``config.passage_template``, the text alone without a title)
-        encoded with the tokenizer's default special tokens and truncated to ``max_doc_tokens`` by the tokenizer (as
-        the paper's code does); nothing for no passage. With ``bos_every_window``, whatever does not start with the
-        tokenizer's BOS gets one in front (no passage: a lone BOS), still within ``max_doc_tokens``.
+            encoded with the tokenizer's default special tokens and truncated to ``max_doc_tokens`` by the tokenizer (as
+            the paper's code does); nothing for no passage. With ``bos_every_window``, whatever does not start with the
+            tokenizer's BOS gets one in front (no passage: a lone BOS), still within ``max_doc_tokens``.
 
     Examples:
         ```python
@@ -115,7 +115,7 @@ def ranking_positions(window: Window, rerank_tokens: int) -> range:
 
     Returns:
         The last ``rerank_tokens`` positions before its first scored token, never the window's first token (each
-        needs the one before it in the window).
+            needs the one before it in the window).
     """
     return range(max(window.begin + 1, window.score_begin - rerank_tokens), window.score_begin)
 

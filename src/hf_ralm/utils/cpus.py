@@ -49,7 +49,7 @@ def bfloat16_instructions() -> bool | None:
 
     Returns:
         On x86, whether it has AVX512-BF16 or AMX (as PyTorch detects them); ``None`` where it cannot be told
-        (another architecture, or a PyTorch without these probes).
+            (another architecture, or a PyTorch without these probes).
     """
     import torch  # here: the searches that count CPUs need no torch
 

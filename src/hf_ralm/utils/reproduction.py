@@ -33,8 +33,8 @@ def provenance(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     Returns:
         The command, the git commit of the checkout hf-ralm runs from (``None`` for an installed package;
-        ``git_dirty`` when it has uncommitted changes to tracked files), the versions of hf-ralm and the libraries
-        results depend on, and the start time (UTC).
+            ``git_dirty`` when it has uncommitted changes to tracked files), the versions of hf-ralm and the libraries
+            results depend on, and the start time (UTC).
     """
     argv = list(sys.argv if argv is None else argv)
     if argv and argv[0].replace("\\", "/").endswith(("/hf-ralm", "hf_ralm/cli/__main__.py")):  # the script or python -m

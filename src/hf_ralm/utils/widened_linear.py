@@ -65,8 +65,8 @@ def widen_where_bfloat16_is_slow(model: torch.nn.Module) -> int:
 
     Returns:
         The layers [`widen_bfloat16_matmuls`][hf_ralm.utils.widened_linear.widen_bfloat16_matmuls] widened when the
-        model (its first parameter) is bfloat16 on a CPU without bfloat16 instructions
-        ([`slow_bfloat16`][hf_ralm.utils.cpus.slow_bfloat16]), else 0.
+            model (its first parameter) is bfloat16 on a CPU without bfloat16 instructions
+            ([`slow_bfloat16`][hf_ralm.utils.cpus.slow_bfloat16]), else 0.
     """
     first = next(model.parameters(), None)
     if first is None or not slow_bfloat16(first.dtype, first.device):

@@ -57,7 +57,7 @@ class LMGateStrategy(GateStrategy):
 
         Returns:
             ``gate_threshold`` when ``config`` gates with the lm gate and gives one, else
-            [`LM_GATE_MARGIN`][hf_ralm.selection.strategies.gate_lm.LM_GATE_MARGIN].
+                [`LM_GATE_MARGIN`][hf_ralm.selection.strategies.gate_lm.LM_GATE_MARGIN].
         """
         given = config.retrieval_gate == self.name and config.gate_threshold is not None
         return config.gate_threshold if given else LM_GATE_MARGIN

@@ -207,7 +207,7 @@ class Strategy:
 
         Returns:
             By default one, under its name, when one scored pass gives what it needs
-            ([`SCORED_PASS`][hf_ralm.selection.strategies.registry.SCORED_PASS]) and it chooses; else none.
+                ([`SCORED_PASS`][hf_ralm.selection.strategies.registry.SCORED_PASS]) and it chooses; else none.
         """
         if not self.chooses or not self.needs <= SCORED_PASS:
             return []
@@ -237,7 +237,7 @@ class RerankStrategy(Strategy):
 
         Returns:
             The index of the chosen passage among ``candidates.passages``, or
-            [`NO_PASSAGE`][hf_ralm.core.passages.NO_PASSAGE] for none.
+                [`NO_PASSAGE`][hf_ralm.core.passages.NO_PASSAGE] for none.
         """
         raise NotImplementedError
 
