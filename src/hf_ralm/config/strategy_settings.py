@@ -151,7 +151,7 @@ def reranks(name: str | None) -> bool:
 
     Returns:
         True for every registered strategy but ``"none"``, and for a name not registered here (read from another
-        process's file); False for ``None``.
+            process's file); False for ``None``.
 
     Examples:
         >>> reranks("lm"), reranks("none"), reranks(None)
