@@ -50,7 +50,7 @@ def text(tiny_tokenizer):
 
 def scores_of(model, tokenizer, text, **options):
     run, options = RunOptions.split({"batch_size": 3, "show_progress": False, **options})
-    return score_candidates(model, tokenizer, text["ids"], text["windows"], text["candidates"], CONFIG, run=run,
+    return score_candidates(model, tokenizer, text["ids"], text["windows"], text["candidates"], config=CONFIG, run=run,
                             **options)
 
 
@@ -141,7 +141,7 @@ def test_a_pass_with_other_settings_is_refused_before_any_work(tiny_llama, tiny_
         scores_of(make_tiny_model("gpt2"), tiny_tokenizer, text, output_dir=folder, settings={"data": "t"})
     with pytest.raises(OutputFolderError, match="'rerank_tokens': stored 5, given 6"):
         score_candidates(tiny_llama, tiny_tokenizer, text["ids"], text["windows"], text["candidates"],
-                         RalmConfig(**{**CONFIG.to_dict(), "rerank_tokens": 6}), settings={"data": "t"},
+                         config=RalmConfig(**{**CONFIG.to_dict(), "rerank_tokens": 6}), settings={"data": "t"},
                          run=RunOptions(batch_size=3, output_dir=folder, show_progress=False))
     other_text = {**text, "ids": list(reversed(text["ids"]))}
     with pytest.raises(OutputFolderError, match="'tokens': stored '60 tokens"):

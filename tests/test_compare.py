@@ -97,7 +97,7 @@ def test_bad_strategy_lists(tiny_model_dir, tiny_index, tmp_path, capsys):
         load(tiny_model_dir, tiny_index).compare_strategies(EVAL_TEXT, ["top-1"], show_progress=False)
     model = load(tiny_model_dir, tiny_index, retriever=None)
     with pytest.raises(SettingError, match="needs a retriever"):
-        compare_strategies(model.language_model, model.tokenizer, EVAL_TEXT, None, model.config, ["top1"])
+        compare_strategies(model.language_model, model.tokenizer, EVAL_TEXT, None, model.config, strategies=["top1"])
 
 
 def test_two_workers_give_the_one_process_table(tiny_model_dir, tiny_index, tmp_path):
@@ -127,7 +127,7 @@ def test_run_options_or_their_fields_as_keywords(tiny_model_dir, tiny_index, tmp
     strategies = ["none", "top1"]
     run = RunOptions(batch_size=3, show_progress=False, output_dir=str(tmp_path / "run"))
     direct = compare_strategies(model.language_model, model.tokenizer, EVAL_TEXT, model.retriever, model.config,
-                                strategies, run=run)
+                                strategies=strategies, run=run)
     n = direct.num_windows
     chunks = sorted(path.name for path in (tmp_path / "run").glob("candidates-k*/chunk-*"))
     assert chunks == [f"chunk-{a:08d}-{min(a + 32, n):08d}.json.gz" for a in range(0, n, 32)]  # compare's own size

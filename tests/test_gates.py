@@ -39,15 +39,15 @@ def plain_gated(model, tokenizer, ids, windows, retriever, config):
             found = found if score >= config.gate_threshold else []
         choice = NO_PASSAGE
         if found:
-            choice = plain_rerank(model, tokenizer, ids, [w], {w.index: found}, config)[0][0]
+            choice = plain_rerank(model, tokenizer, ids, [w], {w.index: found}, config=config)[0][0]
         if choice >= 0 and config.retrieval_gate == "lm":
-            score = (ranking_nll(model, tokenizer, ids, w, None, config)
-                     - ranking_nll(model, tokenizer, ids, w, found[choice], config))
+            score = (ranking_nll(model, tokenizer, ids, w, None, config=config)
+                     - ranking_nll(model, tokenizer, ids, w, found[choice], config=config))
             choice = choice if score >= lm_gate_margin(config) else NO_PASSAGE
         chosen.append(choice)
         gate_scores.append(score)
         in_context[w.index] = [found[choice]] if choice >= 0 else []
-    return chosen, gate_scores, plain_window_nlls(model, tokenizer, ids, windows, in_context, config)
+    return chosen, gate_scores, plain_window_nlls(model, tokenizer, ids, windows, in_context, config=config)
 
 
 GATES = [  # (retrieval_gate, gate_threshold, rerank, other settings)

@@ -38,7 +38,7 @@ def test_the_evaluation_and_the_candidate_pass_record_it(tiny_llama, tiny_tokeni
                               chunk_size=8)
     assert RALM_FIELDS <= set(evaluation) and evaluation["window_length"] == 16
     windows = plan_windows(len(ids), 16, 4)
-    score_candidates(tiny_llama, tiny_tokenizer, ids, windows, [[] for _ in windows], config,
+    score_candidates(tiny_llama, tiny_tokenizer, ids, windows, [[] for _ in windows], config=config,
                      run=RunOptions(output_dir=str(tmp_path / "pass"), batch_size=2, show_progress=False),
                      settings={"data": "test"}, max_length=16)
     stored = json.loads((tmp_path / "pass" / "settings.json").read_text())

@@ -34,7 +34,7 @@ def plain_in_context(model, tokenizer, ids, windows, retriever, config) -> dict:
         if not found:
             continue
         choice = 0 if config.rerank == "none" else plain_rerank(model, tokenizer, ids, [w], {w.index: found},
-                                                                config)[0][0]
+                                                                config=config)[0][0]
         if choice >= 0:
             in_context[w.index] = ([found[choice]] + found[:choice] + found[choice + 1 :])[: config.num_passages]
     return in_context
@@ -64,7 +64,7 @@ def test_several_passages_equal_the_plain_loop(arch, stride, max_length, n, max_
     windows = plan_windows(len(ids), max_length, stride)
     retriever = ScoredRetriever(WORDS, seed=n, max_words=30 if arch == "gemma3" else 12)
     in_context = plain_in_context(model, tokenizer, ids, windows, retriever, config)
-    expected = plain_window_nlls(model, tokenizer, ids, windows, in_context, config)
+    expected = plain_window_nlls(model, tokenizer, ids, windows, in_context, config=config)
     for batch_size, reuse in [(1, True), (5, False)]:
         result = evaluate_perplexity(model, tokenizer, ids, retriever, config, batch_size=batch_size,
                                      reuse_prefix_kv=reuse, show_progress=False)
@@ -92,7 +92,7 @@ def test_passages_are_separated(monkeypatch, tiny_llama, tiny_tokenizer):
     windows = plan_windows(len(ids), 40, 4)
     retriever = ScoredRetriever(WORDS, seed=4)
     in_context = plain_in_context(tiny_llama, tiny_tokenizer, ids, windows, retriever, config)
-    expected = plain_window_nlls(tiny_llama, tiny_tokenizer, ids, windows, in_context, config, separator=". ,")
+    expected = plain_window_nlls(tiny_llama, tiny_tokenizer, ids, windows, in_context, config=config, separator=". ,")
     result = evaluate_perplexity(tiny_llama, tiny_tokenizer, ids, retriever, config, show_progress=False)
     assert torch.allclose(result.token_nlls[1:], expected[1:], atol=1e-4, rtol=0)
 
@@ -148,7 +148,7 @@ def test_ensemble_equals_the_plain_mixture(arch, n, temperature, threshold, tiny
         found = retriever.retrieve([query], k=n)[0][:n] if w.has_retrieval else []
         bound = retriever.max_scores([query])[0]
         members[w.index] = [] if found and threshold and found[0].score / bound < threshold else found
-    expected = plain_ensemble_nlls(model, tokenizer, ids, windows, members, config)
+    expected = plain_ensemble_nlls(model, tokenizer, ids, windows, members, config=config)
     for batch_size, reuse in [(2, True), (7, False)]:
         result = evaluate_perplexity(model, tokenizer, ids, retriever, config, batch_size=batch_size,
                                      reuse_prefix_kv=reuse, show_progress=False)
@@ -170,11 +170,11 @@ def test_smaller_ensembles_and_other_temperatures_from_one_pass(tiny_llama, tiny
                for w in windows]
     passages = [retriever.retrieve([q], k=4)[0] if q else [] for q in queries]
     members, rows = ensemble_member_nlls(tiny_llama, tiny_tokenizer, ids, windows, passages,
-                                         RalmConfig(**base, ensemble_size=4), show_progress=False)
+                                         config=RalmConfig(**base, ensemble_size=4), show_progress=False)
     assert max(len(m) for m in members) == 4
     for n, temperature in [(2, 1.0), (3, 0.5), (4, 3.0)]:
         config = RalmConfig(**base, ensemble_size=n, ensemble_temperature=temperature)
-        own, own_rows = ensemble_member_nlls(tiny_llama, tiny_tokenizer, ids, windows, passages, config,
+        own, own_rows = ensemble_member_nlls(tiny_llama, tiny_tokenizer, ids, windows, passages, config=config,
                                              batch_size=3, show_progress=False)  # its own pass, over n members
         expected = mix_window_nlls(windows, [[p.score for p in m] for m in own], own_rows, len(ids), temperature)
         mixed = mix_window_nlls(windows, [[p.score for p in m[:n]] for m in members], rows, len(ids), temperature)

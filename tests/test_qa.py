@@ -343,7 +343,8 @@ def test_evaluate_qa_takes_its_run_options(tmp_path, tiny_llama, tiny_tokenizer)
     for chunk_size, ranges in ((None, ["0-2", "2-4", "4-5"]), (3, ["0-3", "3-5"])):
         out = tmp_path / f"chunks-{chunk_size}"
         run = RunOptions(output_dir=str(out), batch_size=2, chunk_size=chunk_size, show_progress=False)
-        report = evaluate_qa(tiny_llama, tiny_tokenizer, examples, None, 1, True, MAX_NEW_TOKENS, 128, run=run)
+        report = evaluate_qa(tiny_llama, tiny_tokenizer, examples, None, 1, use_ctxs=True,
+                             max_new_tokens=MAX_NEW_TOKENS, max_length=128, run=run)
         assert report["complete"] and [r["prediction"] for r in read_predictions(out)] == predicted
         assert sorted(path.name for path in (out / "predictions").glob("chunk-*")) == \
             [f"chunk-{int(a):08d}-{int(b):08d}.json.gz" for a, b in (span.split("-") for span in ranges)]
@@ -353,12 +354,14 @@ def test_an_overwrite_removes_the_old_runs_results_at_once(tmp_path, tiny_llama,
     """A fresh run over an old one's folder: until it completes, the folder must not show the old run's figures."""
     examples = load_questions(str(write_jsonl(tmp_path / "questions.jsonl", QUESTIONS)))
     out = tmp_path / "out"
-    args = (tiny_llama, tiny_tokenizer, examples, None, 1, True, MAX_NEW_TOKENS, 128)
-    assert evaluate_qa(*args, run=RunOptions(output_dir=str(out), batch_size=2, show_progress=False))["complete"]
+    args = (tiny_llama, tiny_tokenizer, examples, None, 1)
+    options = {"use_ctxs": True, "max_new_tokens": MAX_NEW_TOKENS, "max_length": 128}
+    assert evaluate_qa(*args, **options, run=RunOptions(output_dir=str(out), batch_size=2,
+                                                        show_progress=False))["complete"]
     assert (out / "eval.json").is_file() and (out / "predictions.jsonl").is_file()
     # the fresh run's first worker of two: half the questions, so no results of its own yet
-    partial = evaluate_qa(*args, run=RunOptions(output_dir=str(out), batch_size=2, overwrite=True, num_shards=2,
-                                                shard_id=1, show_progress=False))
+    partial = evaluate_qa(*args, **options, run=RunOptions(output_dir=str(out), batch_size=2, overwrite=True,
+                                                           num_shards=2, shard_id=1, show_progress=False))
     assert partial["complete"] is False and not (out / "predictions.jsonl").exists()
     assert not (out / "eval.json").exists() or json.loads((out / "eval.json").read_text())["complete"] is False
 

@@ -58,7 +58,8 @@ def collect(setup, tiny_llama, tiny_tokenizer, folder: Path, **options) -> dict:
     options = {"windows_per_article": WINDOWS_PER_ARTICLE, "chunk_size": 3, "show_progress": False, **options}
     config = options.pop("config", setup["config"])
     run, options = RunOptions.split(options)
-    return collect_rerank_data(tiny_llama, tiny_tokenizer, setup["retriever"], ARTICLES, config, folder, run=run,
+    return collect_rerank_data(tiny_llama, tiny_tokenizer, setup["retriever"], ARTICLES, config, output_dir=folder,
+                               run=run,
                                **options)
 
 
@@ -257,7 +258,8 @@ def test_a_resume_with_other_articles_is_refused(setup, tiny_llama, tiny_tokeniz
     collect(setup, tiny_llama, tiny_tokenizer, folder, max_windows=2)
     with pytest.raises(ValueError, match="holds the record of article id 'a1', window 1 as window 0, but the given "
                                          "articles make it article id 'a5'"):
-        collect_rerank_data(tiny_llama, tiny_tokenizer, setup["retriever"], ARTICLES[::-1], setup["config"], folder,
+        collect_rerank_data(tiny_llama, tiny_tokenizer, setup["retriever"], ARTICLES[::-1], setup["config"],
+                            output_dir=folder,
                             windows_per_article=WINDOWS_PER_ARTICLE,
                             run=RunOptions(chunk_size=3, show_progress=False))
 

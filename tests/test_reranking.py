@@ -91,9 +91,10 @@ def test_reader_ranking_equals_plain_loop(arch, stride, max_length, k, rerank_to
     ids = make_text(tokenizer, num_tokens, seed=stride)
     windows = plan_windows(len(ids), max_length, stride)
     candidates = make_candidates(windows, k, seed=max_length)  # k passages, k-1 considered: fewer than retrieved
-    expected_chosen, expected_nll = plain_rerank(model, tokenizer, ids, windows, candidates, config)
+    expected_chosen, expected_nll = plain_rerank(model, tokenizer, ids, windows, candidates, config=config)
     for batch_size, reuse in [(1, True), (5, True), (8, False)]:
-        outcome = rerank_windows(model, tokenizer, ids, windows, [None] * len(windows), candidates, config,
+        outcome = rerank_windows(model, tokenizer, ids, windows, [None] * len(windows), candidates=candidates,
+                                 config=config,
                                  batch_size=batch_size, reuse_prefix_kv=reuse, show_progress=False)
         assert outcome.chosen == expected_chosen
         assert torch.allclose(outcome.token_nlls[1:], expected_nll[1:], atol=1e-4, rtol=0)
@@ -107,7 +108,8 @@ def test_reader_ranking_equals_plain_loop(arch, stride, max_length, k, rerank_to
                 assert sums[best] == pytest.approx(float(expected_nll[w.score_begin : w.end].sum()), abs=1e-3)
     if len(windows) > 3:
         assert expected_chosen[3] != 1  # the duplicate of candidate 0 never wins over it
-        part = rerank_windows(model, tokenizer, ids, windows[2:4], [None] * len(windows), candidates, config,
+        part = rerank_windows(model, tokenizer, ids, windows[2:4], [None] * len(windows), candidates=candidates,
+                              config=config,
                               show_progress=False)  # any of the windows: the outcome follows their order
         assert part.chosen == expected_chosen[2:4]
 
@@ -122,8 +124,10 @@ def test_other_lm_ranking_equals_plain_loop(reader_arch, reranker_arch, allow_no
     ids = make_text(tiny_tokenizer, 70, seed=3)
     windows = plan_windows(len(ids), 32, 4)
     candidates = make_candidates(windows, 4, seed=5)
-    expected_chosen, expected_nll = plain_rerank(reader, tiny_tokenizer, ids, windows, candidates, config, reranker)
-    outcome = rerank_windows(reader, tiny_tokenizer, ids, windows, [None] * len(windows), candidates, config,
+    expected_chosen, expected_nll = plain_rerank(reader, tiny_tokenizer, ids, windows, candidates, config=config,
+                                                 reranker=reranker)
+    outcome = rerank_windows(reader, tiny_tokenizer, ids, windows, [None] * len(windows), candidates=candidates,
+                             config=config,
                              reranker=reranker, batch_size=3, show_progress=False)
     assert outcome.chosen == expected_chosen
     assert outcome.token_nlls is None  # the reader still has to score the chosen passages
@@ -145,13 +149,15 @@ def test_random_is_seeded_and_uniform(tiny_llama, tiny_tokenizer):
     ids = make_text(tiny_tokenizer, 200, seed=1)
     windows = plan_windows(len(ids), 16, 2)
     candidates = [[Passage(str(i), "", "rome", 0.0) for i in range(4)] if w.has_retrieval else [] for w in windows]
-    chosen = rerank_windows(tiny_llama, tiny_tokenizer, ids, windows, [None] * len(windows), candidates, config,
+    chosen = rerank_windows(tiny_llama, tiny_tokenizer, ids, windows, [None] * len(windows), candidates=candidates,
+                            config=config,
                             show_progress=False).chosen
-    assert chosen == plain_rerank(tiny_llama, tiny_tokenizer, ids, windows, candidates, config)[0]
+    assert chosen == plain_rerank(tiny_llama, tiny_tokenizer, ids, windows, candidates, config=config)[0]
     counts = [chosen[1:].count(i) for i in range(4)]
     assert min(counts) > 0.6 * len(chosen[1:]) / 4  # roughly uniform over ~90 windows
     again = RalmConfig(**{**config.to_dict(), "rerank_seed": 4})
-    assert rerank_windows(tiny_llama, tiny_tokenizer, ids, windows, [None] * len(windows), candidates, again,
+    assert rerank_windows(tiny_llama, tiny_tokenizer, ids, windows, [None] * len(windows), candidates=candidates,
+                          config=again,
                           show_progress=False).chosen != chosen
 
 
@@ -168,7 +174,7 @@ def test_evaluate_perplexity_reranks_a_paper_retrieval_file(tmp_path, tiny_llama
                 "retrieved_docs": [p.to_dict() for p in candidates[w.index]]} for w in windows]
     path = tmp_path / "paper.json"
     path.write_text(json.dumps(records))
-    expected_chosen, expected_nll = plain_rerank(tiny_llama, tiny_tokenizer, ids, windows, candidates, config)
+    expected_chosen, expected_nll = plain_rerank(tiny_llama, tiny_tokenizer, ids, windows, candidates, config=config)
 
     result = evaluate_perplexity(tiny_llama, tiny_tokenizer, ids, None, config, retrieval_file=str(path),
                                  show_progress=False)
@@ -235,12 +241,12 @@ def test_a_configured_reranker_must_be_passed(tiny_llama, tiny_tokenizer):
     windows = plan_windows(20, 16, 4)
     with pytest.raises(ValueError, match="no reranker was given: pass reranker=load_reranker"):
         rerank_windows(tiny_llama, tiny_tokenizer, list(range(4, 24)), windows, [None] * len(windows),
-                       [[Passage("1", "", "rome")]] * len(windows), config, show_progress=False)
+                       candidates=[[Passage("1", "", "rome")]] * len(windows), config=config, show_progress=False)
     predictive = RalmConfig(retrieval_stride=4, max_length=16, max_doc_tokens=12, rerank="predictive",
                             reranker_model="me/reranker")
     with pytest.raises(ValueError, match="rerank='predictive' needs its trained reranker"):
         rerank_windows(tiny_llama, tiny_tokenizer, list(range(4, 24)), windows, [None] * len(windows),
-                       [[Passage("1", "", "rome")]] * len(windows), predictive, show_progress=False)
+                       candidates=[[Passage("1", "", "rome")]] * len(windows), config=predictive, show_progress=False)
 
 
 def test_config_rejects_bad_rerank_settings():

@@ -174,7 +174,8 @@ def test_all_empty_prefixes(arch, tiny_models):
     prefixes = [[] for _ in windows]
     ref = reference_window_nlls(model, ids, windows, prefixes)
     for reuse, batch in ((True, 8), (False, 2)):
-        assert_close(score_windows(model, ids, windows, prefixes, batch, reuse, show_progress=False), ref, arch)
+        assert_close(score_windows(model, ids, windows, prefixes, batch, reuse_prefix_kv=reuse, show_progress=False),
+                     ref, arch)
     assert_close(spec_nlls(model, ids, 12, 4, prefixes), ref, arch)
 
 

@@ -187,7 +187,8 @@ def test_evaluation_and_comparison_run_on_an_engine_reader(tiny_llama, tiny_toke
     settings = json.loads((tmp_path / "run" / "windows" / "settings.json").read_text())
     assert settings["engine"] == "fake" and "engine" not in model_identity(tiny_llama)
     rows, expected = (compare_strategies(reader, tiny_tokenizer, EVAL_TEXT, retriever, config,
-                                         ["none", "top1", "lm-gate"], run=RunOptions(show_progress=False)).rows
+                                         strategies=["none", "top1", "lm-gate"],
+                                         run=RunOptions(show_progress=False)).rows
                       for reader in (engine, tiny_llama))
     assert [row.nll_sum for row in rows] == pytest.approx([row.nll_sum for row in expected], rel=1e-12)
     with pytest.raises(SettingError, match=r"max_length 32 exceeds the 24 positions this model has \(the longest "
@@ -552,7 +553,7 @@ def test_each_compare_row_equals_the_transformers_engine(readers, wikitext):
     # some windows (at its default margin of 2 nats it opens on none, and its row is the row without passages)
     config = RalmConfig(**SETTINGS, retrieval_gate="lm", gate_threshold=-1.0)
     on_vllm, on_transformers = both(readers, lambda ralm: compare_strategies(
-        ralm.language_model, ralm.tokenizer, wikitext, ralm.retriever, config, ["none", "top1", "lm-gate"],
+        ralm.language_model, ralm.tokenizer, wikitext, ralm.retriever, config, strategies=["none", "top1", "lm-gate"],
         max_eval_tokens=EVAL_TOKENS, run=RunOptions(show_progress=False)))
     assert 0 < on_transformers.rows[2].num_windows_with_passage < on_transformers.rows[1].num_windows_with_passage
     for row, ref in zip(on_vllm.rows, on_transformers.rows):

@@ -87,8 +87,9 @@ class Setup:
         from hf_ralm.selection import rerank_windows
 
         windows = self.windows if windows is None else windows
-        return rerank_windows(self.models[dtype], self.tokenizer, self.ids, windows, self.queries, self.candidates,
-                              self.config, reranker=reranker, batch_size=batch_size, reuse_prefix_kv=reuse,
+        return rerank_windows(self.models[dtype], self.tokenizer, self.ids, windows, self.queries,
+                              candidates=self.candidates,
+                              config=self.config, reranker=reranker, batch_size=batch_size, reuse_prefix_kv=reuse,
                               passage_cache=passage_cache, show_progress=False)
 
 

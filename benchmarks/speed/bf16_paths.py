@@ -42,7 +42,7 @@ def compare(run: Run, batch_size: int) -> dict:
     result = evaluate_perplexity(run.model, run.tokenizer, run.ids, run.retriever, run.config, batch_size=batch_size,
                                  show_progress=False)
     in_context = dict(enumerate(result.in_context()))  # the plain loop gets the very passages the evaluation used
-    plain = plain_window_nlls(run.model, run.tokenizer, run.ids, result.windows, in_context, run.config)
+    plain = plain_window_nlls(run.model, run.tokenizer, run.ids, result.windows, in_context, config=run.config)
     scored = ~torch.isnan(result.token_nlls)
     diffs = [float((plain[w.score_begin : w.end] - result.token_nlls[w.score_begin : w.end]).double().sum())
              for w in result.windows]

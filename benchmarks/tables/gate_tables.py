@@ -190,7 +190,7 @@ def ensemble_pass(run: Run, batch_size: int) -> dict:
     config = RalmConfig(**{**run.config.to_dict(), "ensemble_size": max(ENSEMBLES)})
     passages = run.plan.candidates(run.windows, max(ENSEMBLES))
     t0 = time.perf_counter()
-    members, rows = ensemble_member_nlls(run.model, run.tokenizer, run.ids, run.windows, passages, config,
+    members, rows = ensemble_member_nlls(run.model, run.tokenizer, run.ids, run.windows, passages, config=config,
                                          batch_size=batch_size)
     return {"seconds": time.perf_counter() - t0, "scores": [[p.score for p in found] for found in members],
             "rows": [[row.tolist() for row in window_rows] for window_rows in rows],

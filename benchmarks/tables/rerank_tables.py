@@ -127,7 +127,7 @@ def candidate_pass(run: Run, data: str, args) -> list:
     from hf_ralm.selection import score_candidates
 
     require_records(args, pass_dir(args, run.reader, data, "candidates"), len(run.windows), "the candidates' pass")
-    return score_candidates(run.model, run.tokenizer, run.ids, run.windows, run.candidates, run.config,
+    return score_candidates(run.model, run.tokenizer, run.ids, run.windows, run.candidates, config=run.config,
                             run=RunOptions(output_dir=pass_dir(args, run.reader, data, "candidates"), chunk_size=CHUNK,
                                            batch_size=args.batch_size),
                             settings=run_identity(run, data, args))
@@ -162,7 +162,7 @@ def other_model_choices(run: Run, data: str, args, other) -> list[int]:
     config = run.config_for(rerank="lm")
     return choice_pass(run, data, args, f"other-{OTHER[run.reader]}", {"ranker": model_identity(other.model)},
                        lambda chunk: rerank_windows(run.model, run.tokenizer, run.ids, chunk, run.queries,
-                                                    run.candidates, config, reranker=other,
+                                                    candidates=run.candidates, config=config, reranker=other,
                                                     batch_size=args.batch_size, show_progress=False).chosen)
 
 
@@ -185,7 +185,7 @@ def predictive_choices(run: Run, data: str, args, row: str, folder: str | None) 
     weights = next(Path(folder).glob("model.safetensors"), None) or next(Path(folder).glob("*.bin"))
     return choice_pass(run, data, args, name, {"ranker": file_fingerprint(weights), "no_passage": no_passage},
                        lambda chunk: rerank_windows(run.model, run.tokenizer, run.ids, chunk, run.queries,
-                                                    run.candidates, config, reranker=reranker,
+                                                    candidates=run.candidates, config=config, reranker=reranker,
                                                     show_progress=False).chosen)
 
 
@@ -202,8 +202,9 @@ def timing(run: Run, data: str, args, other, predictive: dict) -> dict[str, floa
     empty = [[]] * len(top1)
 
     def ranks(config, reranker=None):
-        return lambda: rerank_windows(run.model, run.tokenizer, run.ids, windows, run.queries, run.candidates,
-                                      config, reranker=reranker, batch_size=args.batch_size, show_progress=False)
+        return lambda: rerank_windows(run.model, run.tokenizer, run.ids, windows, run.queries,
+                                      candidates=run.candidates,
+                                      config=config, reranker=reranker, batch_size=args.batch_size, show_progress=False)
 
     computations = {
         "no passage": lambda: score_windows(run.model, run.ids, windows, empty, args.batch_size,
@@ -211,8 +212,8 @@ def timing(run: Run, data: str, args, other, predictive: dict) -> dict[str, floa
         "one passage": lambda: score_windows(run.model, run.ids, windows, top1, args.batch_size,
                                              show_progress=False),
         "k+1 candidates": lambda: score_candidates(run.model, run.tokenizer, run.ids, windows, run.candidates,
-                                                   run.config, run=RunOptions(batch_size=args.batch_size,
-                                                                              show_progress=False)),
+                                                   config=run.config,
+                                                   run=RunOptions(batch_size=args.batch_size, show_progress=False)),
         "lm gate": ranks(lm_gate_config(run.config_for(rerank="none", retrieval_gate="lm",
                                                        gate_threshold=GATE_MARGIN))),
         "other model ranks": ranks(run.config_for(rerank="lm"), other),

@@ -97,7 +97,8 @@ def reader_pass(run: Run, batch_size: int, config=None) -> dict:
 
     config = config or run.config
     t0 = time.perf_counter()
-    outcome = rerank_windows(run.model, run.tokenizer, run.ids, run.windows, run.queries, run.candidates, config,
+    outcome = rerank_windows(run.model, run.tokenizer, run.ids, run.windows, run.queries, candidates=run.candidates,
+                             config=config,
                              batch_size=batch_size)
     seconds = time.perf_counter() - t0
     unranked = [w for w in run.windows if outcome.target_nlls[w.index] is None]

@@ -33,6 +33,7 @@ import torch
 from transformers import AutoModelForCausalLM, GenerationMixin, PreTrainedModel
 from transformers.utils import CONFIG_NAME, ModelOutput
 
+from .utils.batch_size import DEFAULT_BATCH_SIZE
 from .config.configuration_ralm import RalmConfig
 from .core.passages import Passage
 from .core.engines.reader import Reader, engine_reader
@@ -405,7 +406,7 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
             raise ValueError("This model has no tokenizer: pass tokenizer= to from_pretrained.")
         run, options = RunOptions.split(kwargs)
         return compare_strategies(self.language_model, self.tokenizer, text_or_ids, self.retriever, self.config,
-                                  strategies, run=run, **options)
+                                  strategies=strategies, run=run, **options)
 
     def generate(self, inputs=None, **kwargs):
         """Generate with In-Context RALM, re-retrieving every ``retrieval_stride`` new tokens (and reranking the
@@ -486,7 +487,8 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
         attention_mask: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
         retrieval_file: str | None = None,
-        batch_size: int = 8,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        *,
         show_progress: bool = False,
         **unused,
     ) -> RalmCausalLMOutput:

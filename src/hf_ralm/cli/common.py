@@ -12,6 +12,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Callable
 
+from ..utils.batch_size import DEFAULT_BATCH_SIZE
 from ..errors import NamesSettings
 from ..utils.checks import check_count
 
@@ -178,10 +179,11 @@ def flag_groups() -> dict[str, dict[str, dict]]:
             FLAGS["max_eval_tokens"]: {"type": int, "help": "evaluate only the first T tokens of the dataset"},
         },
         "batching": {
-            FLAGS["batch_size"]: {"type": count_or_auto, "default": 8,
+            FLAGS["batch_size"]: {"type": count_or_auto, "default": DEFAULT_BATCH_SIZE,
                                   "help": "windows (eval-lm), prompts (generate), questions (eval-qa) or candidate "
                                           "inputs (rerank-data) per forward pass, or auto: from 64 on a GPU, halved "
-                                          "whenever a batch runs out of memory (8 on a CPU) (default %(default)s)"},
+                                          "whenever a batch runs out of memory "
+                                          f"({DEFAULT_BATCH_SIZE} on a CPU) (default %(default)s)"},
         },
         "output": {"--output-dir": {"help": "where eval.json and the run's progress go (a rerun with the same settings "
                                             "resumes there)"}},

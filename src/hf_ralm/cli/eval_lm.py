@@ -88,7 +88,7 @@ def run(args: argparse.Namespace):
         from ..evaluation.pipeline import check_retrieval_dataset
 
         check_retrieval_dataset(model.language_model, model.tokenizer, text, model.retriever, model.config,
-                                args.retrieval_file, max_eval_tokens=args.max_eval_tokens)
+                                retrieval_file=args.retrieval_file, max_eval_tokens=args.max_eval_tokens)
     plan_or_refuse(args, model, text)
     result = model.evaluate_perplexity(text, run=run_options(args, load_s), retrieval_file=args.retrieval_file,
                                        max_eval_tokens=args.max_eval_tokens,

@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> dict:
     model = load_model(args, settings, args.retriever, forbidden_titles=titles.forbidden)  # never retrieved either
     articles = training_articles(args.articles, exclude_titles=titles.excluded, num_articles=args.num_articles)
     return collect_rerank_data(
-        model.language_model, model.tokenizer, model.retriever, articles, model.config, args.output_dir,
+        model.language_model, model.tokenizer, model.retriever, articles, model.config, output_dir=args.output_dir,
         windows_per_article=args.windows_per_article, max_windows=args.max_windows,
         metadata=articles_source(args.articles, args.num_articles, titles.excluded),
         reproduce={"articles": os.path.abspath(args.articles), "command": args.command_line},

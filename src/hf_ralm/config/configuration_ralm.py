@@ -184,7 +184,7 @@ class RalmConfig(RalmSettings, PreTrainedConfig):
         model_max = max_length if self.max_length is None or self.max_length > max_length else None
         check_prefix_room(max_length, prefix_length, self.retrieval_stride,
                           "max_context_doc_tokens" if several else "max_doc_tokens",
-                          self.context_doc_tokens if several else self.max_doc_tokens, model_max)
+                          self.context_doc_tokens if several else self.max_doc_tokens, model_max=model_max)
 
     @property
     def context_doc_tokens(self) -> int:

@@ -36,7 +36,7 @@ def check_window_overlap(max_length: int, stride: int, stride_name: str = "strid
 
 
 def check_prefix_room(max_length: int, prefix_length: int, stride: int, bound: str, bound_value: int,
-                      model_max: int | None = None) -> None:
+                      *, model_max: int | None = None) -> None:
     """Check that a window holds a passage prefix and the stride after it (``prefix_length + stride <= max_length``).
 
     Then a passage never covers a scored token in evaluation (every window with retrieval holds ``max_length - stride``

@@ -27,13 +27,14 @@ from typing import Callable, Sequence, TypeVar
 import torch
 from transformers.utils import logging
 
+from ..utils.batch_size import DEFAULT_BATCH_SIZE
 from ..errors import SettingError, setting
 from ..utils.checks import check_count
 
 logger = logging.get_logger(__name__)
 
 AUTO = "auto"
-AUTO_START = {"cuda": 64, "cpu": 8}
+AUTO_START = {"cuda": 64, "cpu": DEFAULT_BATCH_SIZE}
 """Where ``"auto"`` starts: high on a GPU (halved until it fits); on a CPU, the fixed default, which memory never
 limits at the sizes of this library's models (and a CPU that runs out of memory is rarely asked again)."""
 

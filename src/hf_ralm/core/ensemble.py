@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Sequence
 
 import torch
+from ..utils.batch_size import DEFAULT_BATCH_SIZE
 from ..utils.progress import tqdm
 
 from ..config.configuration_ralm import RalmConfig
@@ -89,9 +90,10 @@ def ensemble_member_nlls(
     ids: Sequence[int],
     windows: Sequence[Window],
     passages: Sequence[Sequence[Passage]],
+    *,
     config: RalmConfig,
     chosen: Sequence[int] | None = None,
-    batch_size: int = 8,
+    batch_size: int = DEFAULT_BATCH_SIZE,
     reuse_prefix_kv: bool = True,
     show_progress: bool = True,
 ) -> tuple[list[list[Passage]], list[list[torch.Tensor]]]:
@@ -124,7 +126,8 @@ def ensemble_member_nlls(
     firsts = [w.score_begin for w in windows]
     with tqdm(total=len(windows), desc=f"Scoring ensembles of {config.ensemble_size}", unit="win",
               disable=not show_progress, leave=None) as progress:
-        rows = list(reader_nlls(model, tokenizer, ids, windows, options, firsts, config, batch_size, reuse_prefix_kv,
+        rows = list(reader_nlls(model, tokenizer, ids, windows, options, firsts=firsts, config=config,
+                                batch_size=batch_size, reuse_prefix_kv=reuse_prefix_kv,
                                 progress=progress))
     return members, rows
 

@@ -28,6 +28,7 @@ from itertools import groupby
 from typing import Iterator, Sequence
 
 import torch
+from ..utils.batch_size import DEFAULT_BATCH_SIZE
 from ..utils.progress import tqdm
 
 from ..config.configuration_ralm import RalmConfig
@@ -143,9 +144,10 @@ def window_inputs(
 def score_inputs(
     model,
     inputs: Sequence[ScoredInput],
-    batch_size: int = 8,
+    batch_size: int = DEFAULT_BATCH_SIZE,
     reuse_prefix_kv: bool = True,
     passage_cache: PassageKVCache | None = None,
+    *,
     progress: tqdm | WindowShare | None = None,
 ) -> list[torch.Tensor]:
     """The NLLs of the scored tokens of every input, in order.
@@ -186,8 +188,9 @@ def score_inputs(
     return nlls
 
 
-def score_continuations(model, inputs: Sequence[ScoredInput], batch_size: int = 8, reuse_prefix_kv: bool = True,
-                        passage_cache: PassageKVCache | None = None) -> list[tuple[float, bool]]:
+def score_continuations(model, inputs: Sequence[ScoredInput], batch_size: int = DEFAULT_BATCH_SIZE,
+                        reuse_prefix_kv: bool = True, passage_cache: PassageKVCache | None = None
+                        ) -> list[tuple[float, bool]]:
     """lm-evaluation-harness's ``(logprob, is_greedy)`` of each input's scored tokens, batched and computed as
     [`score_inputs`][hf_ralm.core.scoring.score_inputs] computes the NLLs (the same batches, passages' keys/values
     reused; an engine reader's all in one call).
@@ -279,7 +282,8 @@ def score_windows(
     ids: Sequence[int],
     windows: Sequence[Window],
     prefixes: Sequence[Sequence[int]],
-    batch_size: int = 8,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    *,
     reuse_prefix_kv: bool = True,
     show_progress: bool = True,
     passage_cache: PassageKVCache | None = None,
@@ -316,7 +320,7 @@ def score_windows(
     with tqdm(total=len(windows), desc="Scoring windows", unit="win", disable=not show_progress,
               leave=None) as progress:
         rows = score_inputs(model, window_inputs(ids, windows, prefixes), batch_size, reuse_prefix_kv, passage_cache,
-                            progress)
+                            progress=progress)
     for w, row in zip(windows, rows):
         nll[w.score_begin : w.end] = row
     return nll
@@ -352,9 +356,10 @@ class WindowShare:
 
 
 def reader_nlls(model, tokenizer, ids: Sequence[int], windows: Sequence[Window],
-                options: Sequence[Sequence[Passage | None]], firsts: Sequence[int], config: RalmConfig,
-                batch_size: int = 8, reuse_prefix_kv: bool = True, passage_cache: PassageKVCache | None = None,
-                progress: tqdm | None = None) -> Iterator[list[torch.Tensor]]:
+                options: Sequence[Sequence[Passage | None]], *, firsts: Sequence[int], config: RalmConfig,
+                batch_size: int = DEFAULT_BATCH_SIZE, reuse_prefix_kv: bool = True,
+                passage_cache: PassageKVCache | None = None, progress: tqdm | None = None
+                ) -> Iterator[list[torch.Tensor]]:
     """The reader's NLLs of each window under each of its options: what ranking
     ([`rerank_windows`][hf_ralm.selection.rerank.rerank_windows]) and ensembles
     ([`hf_ralm.core.ensemble`][hf_ralm.core.ensemble]) score their candidates with.
@@ -404,6 +409,6 @@ def reader_nlls(model, tokenizer, ids: Sequence[int], windows: Sequence[Window],
                 inputs.append(ScoredInput(ids, windows[i].begin, windows[i].end, prefix, firsts[i]))
         # the bar of windows advances as their inputs are scored, batch by batch, not once per 64 windows
         scored = None if progress is None else WindowShare(progress, len(chunk), len(inputs))
-        rows = iter(score_inputs(model, inputs, batch_size, reuse_prefix_kv, passage_cache, scored))
+        rows = iter(score_inputs(model, inputs, batch_size, reuse_prefix_kv, passage_cache, progress=scored))
         for i in chunk:
             yield [next(rows) for _ in options[i]]

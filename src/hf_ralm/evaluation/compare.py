@@ -289,8 +289,8 @@ def compare_strategies(
     text_or_ids: str | Sequence[int],
     retriever: Retriever,
     config: RalmConfig,
-    strategies: Sequence[str] = DEFAULT_STRATEGIES,
     *,
+    strategies: Sequence[str] = DEFAULT_STRATEGIES,
     max_eval_tokens: int | None = None,
     run: RunOptions = RunOptions(),
 ) -> Comparison:
@@ -352,7 +352,7 @@ def compare_strategies(
     start, times = time.perf_counter(), StageTimes()
     scores = score_candidates(model, tokenizer, plan.ids, plan.windows,
                               lambda chunk: plan.candidates(chunk, k, run.show_progress),
-                              scoring, run=dataclasses.replace(run, output_dir=records, batch_size=size),
+                              config=scoring, run=dataclasses.replace(run, output_dir=records, batch_size=size),
                               settings=retriever_identity(retriever), shard=shard,
                               max_length=plan.max_length, times=times)
     seconds = time.perf_counter() - start

@@ -145,8 +145,8 @@ class RalmEvalResult:
         gate = {k: v for k, v in self.figures.items() if k in ("retrieval_gate", "gate_threshold")} if gated else None
         # a plain run writes the paper's layout, without choices
         return retrieval_records(self.windows, self.queries, futures, self.passages,
-                                 self.chosen if reranks(rerank) or gated else None, self.ranking_nlls, rerank, gate,
-                                 self.gate_scores)
+                                 self.chosen if reranks(rerank) or gated else None, ranking_nlls=self.ranking_nlls,
+                                 rerank=rerank, gate=gate, gate_scores=self.gate_scores)
 
 
 def no_retrieval_warning(num_tokens: int, max_length: int, stride: int) -> RalmWarning:
@@ -334,7 +334,7 @@ def gate_settings(config: RalmConfig) -> dict:
 
 
 def check_retrieval_dataset(model, tokenizer, text_or_ids: str | Sequence[int], retriever: Retriever | None,
-                            config: RalmConfig, retrieval_file: str, *, max_eval_tokens: int | None = None) -> None:
+                            config: RalmConfig, *, retrieval_file: str, max_eval_tokens: int | None = None) -> None:
     """Refuse, before anything is measured or scored, a run that the retrieval dataset ``retrieval_file`` was not
     made for (``RetrievalDataset.check_run``): what ``evaluate`` checks when it opens the dataset, for a front end
     that first times a window (``hf-ralm eval-lm``'s estimate).
@@ -569,7 +569,8 @@ class _Evaluation:
         else:
             cache = PassageKVCache.for_model(self.model) if self.reuse_prefix_kv else None  # shared by both passes
             ranker = WindowRanker(self.model, self.tokenizer, self.plan.ids, chunk, batch_size,
-                                  self.reuse_prefix_kv, cache, self.show_progress)
+                                  reuse_prefix_kv=self.reuse_prefix_kv, passage_cache=cache,
+                                  show_progress=self.show_progress)
             selection = self.policy.select([self.plan.queries[w.index] for w in chunk],
                                            [state.passages[w.index] for w in chunk], ranker, [w.index for w in chunk])
             chosen, ranking, gate_scores = selection.chosen, selection.ranking_nlls, selection.gate_scores
@@ -585,14 +586,14 @@ class _Evaluation:
         t0 = time.perf_counter()
         if nlls is None and self.scored and config.ensemble_size > 1:
             members, rows = ensemble_member_nlls(self.model, self.tokenizer, self.plan.ids, chunk, state.passages,
-                                                 config, state.chosen, batch_size, self.reuse_prefix_kv,
-                                                 self.show_progress)
+                                                 config=config, chosen=state.chosen, batch_size=batch_size,
+                                                 reuse_prefix_kv=self.reuse_prefix_kv, show_progress=self.show_progress)
             nlls = mix_window_nlls(chunk, [[p.score for p in found] for found in members], rows,
                                    len(self.plan.ids), config.ensemble_temperature)
         elif nlls is None and self.scored:  # not already scored while the reader ranked the candidates
             prefixes = [[]] * first + window_prefixes(self.tokenizer, chunk, state.passages, config, state.chosen)
-            nlls = score_windows(self.model, self.plan.ids, chunk, prefixes, batch_size, self.reuse_prefix_kv,
-                                 self.show_progress)
+            nlls = score_windows(self.model, self.plan.ids, chunk, prefixes, batch_size,
+                                 reuse_prefix_kv=self.reuse_prefix_kv, show_progress=self.show_progress)
         self.timings["scoring_s"] += time.perf_counter() - t0
         gate_scores = gate_scores or [None] * len(chunk)
         return [WindowRecord(window=w.index, passages=state.passages[w.index], chosen=choice, ranking_nlls=sums,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from ..utils.batch_size import DEFAULT_BATCH_SIZE
 from ..core.batching import BatchSize
 from ..config.configuration_ralm import RalmConfig
 from ..errors import SettingError, setting
@@ -67,7 +68,7 @@ class RunEstimate:
 
 
 def estimate_run(language_model, tokenizer, text: str, config: RalmConfig, *, retrieving: bool = True,
-                 max_eval_tokens: int | None = None, batch_size: int | str = 8,
+                 max_eval_tokens: int | None = None, batch_size: int | str = DEFAULT_BATCH_SIZE,
                  reader_inputs: int | None = None, show_progress: bool = True) -> RunEstimate:
     """Plan the evaluation of ``text`` as [`evaluate_perplexity`][hf_ralm.evaluate_perplexity] does and time one
     batch of its longest windows through its scorer (after one untimed batch: the first of a shape pays one-time set-up

@@ -21,6 +21,7 @@ from typing import Iterator, Sequence
 
 import torch
 
+from ..utils.batch_size import DEFAULT_BATCH_SIZE
 from ..config.configuration_ralm import RalmConfig, check_ensemble
 from ..core.ensemble import ensemble_log_weights
 from ..errors import SettingError, setting
@@ -77,9 +78,9 @@ class RalmDecoder:
     """
 
     def __init__(self, model, tokenizer, retriever: Retriever | None, config: RalmConfig,
-                 passage_cache: PassageKVCache | None = None, use_cache: bool = True, ensemble_size: int | None = None,
-                 max_cache_bytes: int = DEFAULT_MAX_BYTES, reranker=None, rerank_batch_size: int = 8,
-                 keep_plain_context: bool = True):
+                 passage_cache: PassageKVCache | None = None, *, use_cache: bool = True,
+                 ensemble_size: int | None = None, max_cache_bytes: int = DEFAULT_MAX_BYTES, reranker=None,
+                 rerank_batch_size: int = DEFAULT_BATCH_SIZE, keep_plain_context: bool = True):
         config.validate()
         if tokenizer is None:
             raise ValueError("Generation with retrieval needs the tokenizer (to decode queries and encode passages).")
@@ -171,8 +172,10 @@ class RalmDecoder:
         """Per row, the passages put in context (or mixed), most relevant first, and their ranks among the candidates
         (``None`` each when not reranked): the policy's choice (score gate, reranking, lm gate; as evaluation
         chooses), then :func:`context_indices`."""
-        ranker = StrideRanker(self.model, self.tokenizer, rows, stride_tokens, self.max_length, self.passage_cache,
-                              self.lm_caches, self.rerank_batch_size, self.use_cache)
+        ranker = StrideRanker(self.model, self.tokenizer, rows, stride_tokens, self.max_length,
+                              passage_cache=self.passage_cache,
+                              lm_caches=self.lm_caches, batch_size=self.rerank_batch_size,
+                              reuse_prefix_kv=self.use_cache)
         stride_index = generated // self.config.retrieval_stride
         keys = [random_key(row.ids[: row.prompt_length], stride_index) for row in rows]
         selection = self.policy.select(queries, found, ranker, keys)

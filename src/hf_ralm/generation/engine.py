@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..utils.batch_size import DEFAULT_BATCH_SIZE
 from ..config.configuration_ralm import RalmConfig
 from ..core.engine_generation import Continuation, EngineSampling, StrideSeeds, append_tokens, cut_at_stop
 from ..core.modeling_utils import prompt_rows
@@ -46,9 +47,9 @@ class EngineGeneration:
 
 
 def generate_on_engine_reader(model, tokenizer, retriever: Retriever | None, config: RalmConfig,
-                              input_ids: torch.Tensor, attention_mask: torch.Tensor | None, sampling: EngineSampling,
-                              *, reranker=None, rerank_batch_size: int = 8, show_progress: bool = False
-                              ) -> EngineGeneration:
+                              input_ids: torch.Tensor, *, attention_mask: torch.Tensor | None,
+                              sampling: EngineSampling, reranker=None, rerank_batch_size: int = DEFAULT_BATCH_SIZE,
+                              show_progress: bool = False) -> EngineGeneration:
     """Generate ``sampling.max_new_tokens`` tokens after each row of ``input_ids`` (its padding, where
     ``attention_mask`` is 0, left out) with In-Context RALM, one engine call per stride (see the module docstring).
     ``reranker`` and ``rerank_batch_size`` as :func:`~hf_ralm.generation.ralm_generate` takes them."""

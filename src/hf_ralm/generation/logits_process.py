@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 from transformers import LogitsProcessor
 
+from ..utils.batch_size import DEFAULT_BATCH_SIZE
 from ..config.configuration_ralm import RalmConfig
 from ..core.passage_cache import DEFAULT_MAX_BYTES, PassageKVCache
 from ..retrieval.base import Retriever
@@ -52,9 +53,9 @@ class RalmLogitsProcessor(LogitsProcessor):
     """
 
     def __init__(self, reader_model, tokenizer, retriever: Retriever | None, config: RalmConfig,
-                 ensemble_size: int | None = None, max_new_tokens: int | None = None, pad_token_id: int | None = -1,
+                 ensemble_size: int | None = None, *, max_new_tokens: int | None = None, pad_token_id: int | None = -1,
                  passage_cache: PassageKVCache | None = None, max_cache_bytes: int = DEFAULT_MAX_BYTES,
-                 reranker=None, rerank_batch_size: int = 8):
+                 reranker=None, rerank_batch_size: int = DEFAULT_BATCH_SIZE):
         self.decoder = RalmDecoder(reader_model, tokenizer, retriever, config, passage_cache,
                                    ensemble_size=ensemble_size, max_cache_bytes=max_cache_bytes, reranker=reranker,
                                    rerank_batch_size=rerank_batch_size)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import zlib
 from typing import Sequence
 
+from ..utils.batch_size import DEFAULT_BATCH_SIZE
 from ..config.configuration_ralm import RalmConfig
 from ..core.passage_cache import PassageKVCache
 from ..core.passages import Passage
@@ -60,7 +61,7 @@ class StrideRanker:
     """
 
     def __init__(self, model, tokenizer, rows: Sequence[Row], stride_tokens: int, max_length: int,
-                 passage_cache: PassageKVCache, lm_caches: dict | None = None, batch_size: int = 8,
+                 *, passage_cache: PassageKVCache, lm_caches: dict | None = None, batch_size: int = DEFAULT_BATCH_SIZE,
                  reuse_prefix_kv: bool = True):
         self.model, self.tokenizer, self.rows, self.stride_tokens = model, tokenizer, rows, stride_tokens
         self.max_length, self.passage_cache, self.batch_size = max_length, passage_cache, batch_size

@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import Sequence
 
+from ..utils.batch_size import DEFAULT_BATCH_SIZE
 from ..core.batching import BatchSize
 from ..config.configuration_ralm import RalmConfig
 from ..core.modeling_utils import left_pad, model_device, padding_id
@@ -86,7 +87,7 @@ class GeneratedText:
 
 
 def generate_texts(model, tokenizer, retriever: Retriever | None, config: RalmConfig, prompts: Sequence[str],
-                   reranker=None, *, times: StageTimes | None = None, **kwargs) -> list[GeneratedText]:
+                   *, reranker=None, times: StageTimes | None = None, **kwargs) -> list[GeneratedText]:
     """Generate from ``prompts`` (one left-padded batch, :func:`~hf_ralm.core.modeling_utils.left_pad`) with
     :func:`~hf_ralm.generation.ralm_generate` (``kwargs``: what ``generate`` takes, e.g. ``max_new_tokens``,
     ``do_sample``); per prompt a :class:`GeneratedText`, its output cut after the first end-of-sequence token (the
@@ -120,7 +121,7 @@ def generate_texts(model, tokenizer, retriever: Retriever | None, config: RalmCo
 
 
 def generate_texts_in_batches(model, tokenizer, retriever: Retriever | None, config: RalmConfig,
-                              prompts: Sequence[str], reranker=None, *, batch_size: int | str = 8,
+                              prompts: Sequence[str], *, reranker=None, batch_size: int | str = DEFAULT_BATCH_SIZE,
                               show_progress: bool = True, times: StageTimes | None = None,
                               **kwargs) -> list[GeneratedText]:
     """:func:`generate_texts` over any number of ``prompts``, ``batch_size`` at a time (``"auto"``: from 64 on a GPU,

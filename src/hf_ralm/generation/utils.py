@@ -20,6 +20,7 @@ from transformers.generation.configuration_utils import GenerationMode
 from transformers.generation.stopping_criteria import StopStringCriteria
 from transformers.utils import logging
 
+from ..utils.batch_size import DEFAULT_BATCH_SIZE
 from ..config.configuration_ralm import RalmConfig
 from ..core.engine_generation import EngineSampling
 from ..core.engines.reader import Reader, engine_reader
@@ -160,7 +161,8 @@ def _generate_on_engine(reader: Reader, tokenizer, retriever: Retriever | None, 
         refuse_type("inputs", input_ids, _INPUTS)
     attention_mask = kwargs.pop("attention_mask", None)
     sampling, _ = EngineSampling.of(reader, generation_config, kwargs, input_ids.shape[1])
-    generated = generate_on_engine_reader(reader, tokenizer, retriever, config, input_ids, attention_mask, sampling,
+    generated = generate_on_engine_reader(reader, tokenizer, retriever, config, input_ids,
+                                          attention_mask=attention_mask, sampling=sampling,
                                           reranker=reranker, rerank_batch_size=rerank_batch_size,
                                           show_progress=show_progress)
     if sources_out is not None:
@@ -207,6 +209,7 @@ def ralm_generate(
     retriever: Retriever | None,
     config: RalmConfig,
     inputs: torch.Tensor | str | Sequence[str] | None = None,
+    *,
     generation_config: GenerationConfig | None = None,
     logits_processor: LogitsProcessorList | None = None,
     stopping_criteria: StoppingCriteriaList | None = None,
@@ -214,7 +217,7 @@ def ralm_generate(
     passage_cache: PassageKVCache | None = None,
     max_cache_bytes: int = DEFAULT_MAX_BYTES,
     reranker=None,
-    rerank_batch_size: int = 8,
+    rerank_batch_size: int = DEFAULT_BATCH_SIZE,
     keep_plain_context: bool = True,
     show_progress: bool = False,
     sources_out: list | None = None,

@@ -59,6 +59,7 @@ from typing import Any, Sequence
 
 from transformers import AutoTokenizer, PreTrainedModel
 
+from ..utils.batch_size import DEFAULT_BATCH_SIZE
 from ..utils.extras import require
 
 try:
@@ -110,9 +111,6 @@ CONTEXTS_PER_CHUNK = 256
 """Distinct contexts whose retrievals, choices and continuations run together (bounds the inputs held at once)."""
 
 LM_EVAL_SUBCOMMANDS = ("run", "ls", "validate")
-
-DEFAULT_BATCH_SIZE = 8
-"""hf-ralm's batch size (windows, continuations or prompts per forward), as ``eval-lm``'s."""
 
 
 @dataclass

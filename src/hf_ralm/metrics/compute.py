@@ -6,6 +6,7 @@ import math
 import warnings
 from typing import Sequence
 
+from ..utils.batch_size import DEFAULT_BATCH_SIZE
 from ..config.configuration_ralm import RalmConfig
 from ..core.data import join_rows
 from ..errors import RalmWarning, setting
@@ -44,6 +45,7 @@ def compute_ralm_perplexity(
     retriever: str = "none",
     index_dir: str | None = None,
     corpus: str | None = None,
+    *,
     forbidden_titles: str | None = None,
     stride: int = RalmConfig.retrieval_stride,
     query_length: int | None = None,
@@ -51,7 +53,7 @@ def compute_ralm_perplexity(
     max_doc_tokens: int = RalmConfig.max_doc_tokens,
     max_eval_tokens: int | None = None,
     dtype: str = "float32",
-    batch_size: int = 8,
+    batch_size: int = DEFAULT_BATCH_SIZE,
     bos_every_window: bool = RalmConfig.bos_every_window,
     device: str | None = None,
 ) -> dict:

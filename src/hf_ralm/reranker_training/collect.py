@@ -82,8 +82,8 @@ def collect_rerank_data(
     retriever,
     articles: Iterable[Mapping[str, str]],
     config: RalmConfig,
-    output_dir: str | os.PathLike,
     *,
+    output_dir: str | os.PathLike,
     windows_per_article: int = WINDOWS_PER_ARTICLE,
     max_windows: int | None = None,
     metadata: Mapping[str, Any] | None = None,
@@ -176,7 +176,8 @@ def collect_rerank_data(
                 pools[item.window.index] = item.pool
             # The spread windows rarely share a passage, and sharing its keys/values would run their inputs one by one.
             outcome = batches.run(lambda size: rerank_windows(
-                model, tokenizer, plan.ids, [item.window for item in group], plan.queries, pools, scoring,
+                model, tokenizer, plan.ids, [item.window for item in group], plan.queries, candidates=pools,
+                config=scoring,
                 batch_size=size, reuse_prefix_kv=False, show_progress=False))  # again, smaller, on OOM
             rows += [{"article": item.article, "window": item.window.index,
                       "query": list(query_span(item.window, scoring.query_length)),

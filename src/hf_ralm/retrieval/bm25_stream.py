@@ -237,7 +237,7 @@ class BM25Stream:
     """
 
     def __init__(self, data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, num_docs: int,
-                 forbidden: np.ndarray | None = None, n_threads: int = 1):
+                 forbidden: np.ndarray | None = None, *, n_threads: int = 1):
         self.data, self.indices, self.indptr = data, indices, indptr
         self.num_docs = int(num_docs)
         self.num_terms = len(indptr) - 1

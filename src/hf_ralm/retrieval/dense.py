@@ -141,7 +141,7 @@ class DenseEncoder:
     """
 
     def __init__(self, name_or_path: str | None = None, pooling: str | None = None, normalize: bool = False,
-                 device: str | None = None, batch_size: int = 32, dtype: str | None = None):
+                 device: str | None = None, batch_size: int = 32, *, dtype: str | None = None):
         import torch
 
         SentenceTransformer = require("sentence_transformers", "dense", "The dense retriever").SentenceTransformer
@@ -538,4 +538,4 @@ def _merge(store: EmbeddingChunks, passages, tmp_dir: str, index_dir: str, paths
     settings = dict(index)
     if not paths:  # rows: no corpus files to fingerprint, record the passages' own hash
         settings["fingerprint"] = state["fingerprint"]
-    finish_build(tmp_dir, index_dir, DenseRetriever.name, paths, words_per_passage, n, settings)
+    finish_build(tmp_dir, index_dir, DenseRetriever.name, paths, words_per_passage, num_passages=n, settings=settings)

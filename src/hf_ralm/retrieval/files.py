@@ -57,6 +57,7 @@ def retrieval_records(
     futures: Sequence[str],
     passages: Sequence[list[Passage]],
     chosen: Sequence[int] | None = None,
+    *,
     ranking_nlls: Sequence[Sequence[float] | None] | None = None,
     rerank: str | None = None,
     gate: dict | None = None,

@@ -396,6 +396,7 @@ def finish_build(
     retriever: str,
     paths: Sequence[str] | None,
     words_per_passage: int,
+    *,
     num_passages: int,
     settings: dict,
 ) -> None:

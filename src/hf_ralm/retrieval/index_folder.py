@@ -184,7 +184,7 @@ def folder_contents(index_dir: str) -> FolderContents:
 
 
 def index_problem(index_dir: str, retriever: str, files: Sequence[str] = (), keys: Sequence[str] = (),
-                  settings: dict | None = None, trust_stamps: bool = True) -> str | None:
+                  settings: dict | None = None, *, trust_stamps: bool = True) -> str | None:
     """Why the folder ``index_dir`` holds no usable finished index of ``retriever``, or ``None`` when it does.
 
     Checked before anything is loaded (whose index it is, ``check_kind``, first): the folder and its

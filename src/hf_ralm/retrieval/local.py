@@ -293,7 +293,8 @@ class LocalIndexRetriever(Retriever):
         with new_build(index_dir, cls.name) as tmp_dir:
             passages = passage_rows(articles, options.words_per_passage)
             num_passages, settings = cls._write_index(tmp_dir, passages, paths, options, show_progress)
-            finish_build(tmp_dir, index_dir, cls.name, paths, options.words_per_passage, num_passages, settings)
+            finish_build(tmp_dir, index_dir, cls.name, paths, options.words_per_passage, num_passages=num_passages,
+                         settings=settings)
         return cls._load(index_dir, options)
 
     @classmethod

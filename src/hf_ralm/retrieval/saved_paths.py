@@ -73,7 +73,7 @@ FOLLOWED_ONLY_INSIDE = "hf-ralm follows the paths of a saved or downloaded folde
 
 
 def outside_folder_error(folder: str, file: str, key: str, path: str, fix: str,
-                         why: str = FOLLOWED_ONLY_INSIDE) -> SavedFolderError:
+                         *, why: str = FOLLOWED_ONLY_INSIDE) -> SavedFolderError:
     """The error for a path (``key`` in ``file`` of the saved or downloaded ``folder``) that leads out of the folder:
     which file, which key, the path, ``why`` it is not followed, and ``fix``, how to go on."""
     return SavedFolderError(f"{os.path.join(folder, file)}: its {key} {path!r} leads outside {folder!r}, and {why}: "
@@ -174,7 +174,7 @@ def is_hub_download(folder: str) -> bool:
     return in_cache or os.path.isdir(os.path.join(folder, ".cache", "huggingface"))
 
 
-def saved_index_dir(recorded: str, identity, folder: str, file: str, fix: str, may_follow: bool) -> str:
+def saved_index_dir(recorded: str, identity, folder: str, file: str, fix: str, *, may_follow: bool) -> str:
     """The index folder recorded as ``recorded`` on this machine: inside ``folder``, joined to it; outside it, its
     absolute path, followed to be read only, when ``folder`` was saved here (not downloaded from the Hub:
     ``is_hub_download``), ``may_follow`` and that folder holds the index of the ``identity`` recorded when it was saved
@@ -213,4 +213,4 @@ def saved_index_dir(recorded: str, identity, folder: str, file: str, fix: str, m
         why = "it no longer holds the index this folder was saved with"
     else:
         return recorded
-    raise outside_folder_error(folder, file, "index_dir", recorded, fix, why)
+    raise outside_folder_error(folder, file, "index_dir", recorded, fix, why=why)

@@ -29,6 +29,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
 
+from ..utils.batch_size import DEFAULT_BATCH_SIZE
 from ..errors import SettingError, setting
 from .output_folder import check_output_folder
 from .store import RecordStore
@@ -75,7 +76,7 @@ class RunOptions:
     accept_unverified: bool = False
     num_shards: int | None = None
     shard_id: int | None = None
-    batch_size: int | str = 8
+    batch_size: int | str = DEFAULT_BATCH_SIZE
     show_progress: bool = True
     report_extra: Mapping[str, Any] | None = None
 

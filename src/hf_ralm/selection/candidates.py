@@ -93,8 +93,8 @@ def score_candidates(
     ids: Sequence[int],
     windows: Sequence[Window],
     candidates: Sequence[Sequence[Passage]] | Callable[[Sequence[Window]], Sequence[Sequence[Passage]]],
-    config: RalmConfig,
     *,
+    config: RalmConfig,
     run: RunOptions = RunOptions(),
     settings: Mapping[str, Any] | None = None,
     reproduce: Mapping[str, Any] | None = None,
@@ -182,7 +182,8 @@ def score_candidates(
         # the chunk's reranking bar advances the run's (its share, hf_ralm.utils.progress) per batch of windows: a
         # chunk of a large model's pass takes minutes
         with times.timing("reader"):
-            outcome = rerank_windows(model, tokenizer, ids, chunk, [None] * len(windows), found, scoring,
+            outcome = rerank_windows(model, tokenizer, ids, chunk, [None] * len(windows), candidates=found,
+                                     config=scoring,
                                      batch_size=batch_size, show_progress=run.show_progress)
         scores = []
         for w, ranking, targets in zip(chunk, outcome.ranking_nlls, outcome.target_nlls):

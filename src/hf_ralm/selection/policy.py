@@ -134,7 +134,7 @@ class PassagePolicy:
         gate_scores = None
         gated = [False] * len(found)
         if gate.position == BEFORE:
-            items = self.candidates(gate, queries, pools, random_keys, ranker, self.config, None)
+            items = self.candidates(gate, queries, pools, random_keys, ranker, config=self.config, lm=None)
             gate_scores = [gate.score(item) for item in items]
             pools = [pool if gate.opens(item, self.config) else [] for pool, item in zip(pools, items)]
             gated = [bool(passages) and not pool for passages, pool in zip(found, pools)]
@@ -142,7 +142,7 @@ class PassagePolicy:
         none_chosen = [bool(pool) and choice < 0 for pool, choice in zip(pools, chosen)]
         if gate.position == AFTER:
             kept = [[pool[choice]] if choice >= 0 else [] for pool, choice in zip(pools, chosen)]
-            items = self.candidates(gate, queries, kept, random_keys, ranker, self.gate_config, None)
+            items = self.candidates(gate, queries, kept, random_keys, ranker, config=self.gate_config, lm=None)
             opens = [gate.opens(item, self.gate_config) for item in items]
             gated = [closed or (bool(pool) and not kept_open) for closed, pool, kept_open in zip(gated, kept, opens)]
             chosen = [choice if kept_open else NO_PASSAGE for choice, kept_open in zip(chosen, opens)]
@@ -163,14 +163,15 @@ class PassagePolicy:
             Per item, the chosen index into its pool ([`NO_PASSAGE`][hf_ralm.core.passages.NO_PASSAGE] for none),
                 and the NLLs an LM ranked its options on (``None`` where no LM ranked).
         """
-        items = self.candidates(self.strategy, queries, pools, random_keys, ranker, self.config, self.reranker)
+        items = self.candidates(self.strategy, queries, pools, random_keys, ranker, config=self.config,
+                                lm=self.reranker)
         chosen = [self.strategy.choose(item, self.config) if item.passages else NO_PASSAGE for item in items]
         ranking = [(item.ranking_nlls if item.target_nlls is None else item.target_nlls) if item.passages else None
                    for item in items]
         return chosen, ranking
 
     def candidates(self, strategy: Strategy, queries: Sequence[str], pools: Sequence[list[Passage]],
-                   random_keys: Sequence[int], ranker: Ranker, config: RalmConfig, lm) -> list[Candidates]:
+                   random_keys: Sequence[int], ranker: Ranker, *, config: RalmConfig, lm) -> list[Candidates]:
         """Each item's [`Candidates`][hf_ralm.selection.strategies.registry.Candidates] with what ``strategy`` needs.
 
         Args:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import torch
+from ..utils.batch_size import DEFAULT_BATCH_SIZE
 from ..utils.progress import tqdm
 
 from ..config.configuration_ralm import RalmConfig
@@ -91,9 +92,9 @@ class WindowRanker:
         show_progress: show a progress bar of the windows.
     """
 
-    def __init__(self, model, tokenizer, ids: Sequence[int], windows: Sequence[Window], batch_size: int = 8,
-                 reuse_prefix_kv: bool = True, passage_cache: PassageKVCache | None = None,
-                 show_progress: bool = False):
+    def __init__(self, model, tokenizer, ids: Sequence[int], windows: Sequence[Window],
+                 batch_size: int = DEFAULT_BATCH_SIZE, *, reuse_prefix_kv: bool = True,
+                 passage_cache: PassageKVCache | None = None, show_progress: bool = False):
         self.model, self.tokenizer, self.ids, self.windows = model, tokenizer, list(ids), list(windows)
         self.batch_size, self.reuse_prefix_kv, self.show_progress = batch_size, reuse_prefix_kv, show_progress
         self.passage_cache = passage_cache
@@ -121,8 +122,9 @@ class WindowRanker:
         sums = []
         with tqdm(total=len(windows), desc=f"Reranking ({config.rerank})", unit="win",
                   disable=not self.show_progress, leave=None) as progress:
-            rows = reader_nlls(self.model, self.tokenizer, self.ids, windows, options, firsts, config, self.batch_size,
-                               self.reuse_prefix_kv, self.passage_cache, progress)
+            rows = reader_nlls(self.model, self.tokenizer, self.ids, windows, options, firsts=firsts, config=config,
+                               batch_size=self.batch_size, reuse_prefix_kv=self.reuse_prefix_kv,
+                               passage_cache=self.passage_cache, progress=progress)
             for w, first, window_options, window_rows in zip(windows, firsts, options, rows):
                 scored = [row[w.score_begin - first :] for row in window_rows]  # the window's target tokens
                 self._targets[w.index] = dict(zip(window_options, scored))
@@ -185,10 +187,11 @@ def rerank_windows(
     ids: Sequence[int],
     windows: Sequence[Window],
     queries: Sequence[str | None],
+    *,
     candidates: Sequence[Sequence[Passage]],
     config: RalmConfig,
     reranker=None,
-    batch_size: int = 8,
+    batch_size: int = DEFAULT_BATCH_SIZE,
     reuse_prefix_kv: bool = True,
     passage_cache: PassageKVCache | None = None,
     show_progress: bool = True,
@@ -217,7 +220,8 @@ def rerank_windows(
         The [`RerankOutcome`][hf_ralm.selection.rerank.RerankOutcome].
     """
     policy = PassagePolicy(config, reranker=reranker)
-    ranker = WindowRanker(model, tokenizer, ids, windows, batch_size, reuse_prefix_kv, passage_cache, show_progress)
+    ranker = WindowRanker(model, tokenizer, ids, windows, batch_size, reuse_prefix_kv=reuse_prefix_kv,
+                          passage_cache=passage_cache, show_progress=show_progress)
     pools = [list(candidates[w.index])[: config.rerank_candidates] if w.has_retrieval else [] for w in windows]
     chosen, ranking = policy.rerank([queries[w.index] for w in windows], pools, ranker, [w.index for w in windows])
     if not get_strategy(RERANK, config.rerank).needs & {RANKING_NLLS, TARGET_NLLS} or reranker is not None:

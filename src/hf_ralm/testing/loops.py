@@ -154,7 +154,7 @@ def reference_rerank_nlls(
 
 
 def plain_window_nlls(model, tokenizer, ids: Sequence[int], windows: Sequence[Window], in_context: PerWindow,
-                      config: RalmConfig, separator: str = PASSAGE_SEPARATOR) -> torch.Tensor:
+                      *, config: RalmConfig, separator: str = PASSAGE_SEPARATOR) -> torch.Tensor:
     """The per-token NLLs with passages in front of each window, as
     [`spec_prefix`][hf_ralm.testing.spec.spec_prefix] says, each window in one full forward.
 
@@ -175,7 +175,7 @@ def plain_window_nlls(model, tokenizer, ids: Sequence[int], windows: Sequence[Wi
 
 
 def plain_ensemble_nlls(model, tokenizer, ids: Sequence[int], windows: Sequence[Window], members: PerWindow,
-                        config: RalmConfig) -> torch.Tensor:
+                        *, config: RalmConfig) -> torch.Tensor:
     """The per-token NLLs of the ensemble: each window once per member passage, the token's probabilities mixed in
     float64 with the softmax of the members' retrieval scores over ``ensemble_temperature``.
 
@@ -195,13 +195,14 @@ def plain_ensemble_nlls(model, tokenizer, ids: Sequence[int], windows: Sequence[
         found = members[w.index]
         if not found:
             nll[w.score_begin : w.end] = plain_window_nlls(model, tokenizer, ids, [w], {w.index: []},
-                                                           config)[w.score_begin : w.end]
+                                                           config=config)[w.score_begin : w.end]
             continue
         exps = [math.exp(p.score / config.ensemble_temperature) for p in found]
         weights = [e / sum(exps) for e in exps]
         mixture = 0
         for passage, weight in zip(found, weights):
-            row = plain_window_nlls(model, tokenizer, ids, [w], {w.index: [passage]}, config)[w.score_begin : w.end]
+            row = plain_window_nlls(model, tokenizer, ids, [w], {w.index: [passage]},
+                                    config=config)[w.score_begin : w.end]
             mixture = mixture + weight * torch.exp(-row)
         nll[w.score_begin : w.end] = -torch.log(mixture)
     return nll
@@ -220,7 +221,8 @@ def _summed(nlls: torch.Tensor, w: Window, positions: range) -> float:
     return sum(float(nlls[t - w.begin - 1]) for t in positions)
 
 
-def ranking_nll(model, tokenizer, ids: Sequence[int], w: Window, passage: Passage | None, config: RalmConfig) -> float:
+def ranking_nll(model, tokenizer, ids: Sequence[int], w: Window, passage: Passage | None, *,
+                config: RalmConfig) -> float:
     """The summed NLL of a window's ranking tokens with a passage written over the window.
 
     Args:
@@ -240,7 +242,7 @@ def ranking_nll(model, tokenizer, ids: Sequence[int], w: Window, passage: Passag
 
 
 def other_lm_ranking_nll(reranker, tokenizer, ids: Sequence[int], w: Window, option: Passage | None,
-                         config: RalmConfig) -> float:
+                         *, config: RalmConfig) -> float:
     """The summed NLL another LM gives a window's ranking tokens, in text: its tokens of the passage (cut to leave room
     for the ranking tokens), then its tokens of the window's text before the ranking tokens cut from the left to the
     room left, then its tokens of the ranking tokens' text.
@@ -268,7 +270,7 @@ def other_lm_ranking_nll(reranker, tokenizer, ids: Sequence[int], w: Window, opt
 
 
 def plain_rerank(model, tokenizer, ids: Sequence[int], windows: Sequence[Window], candidates: PerWindow,
-                 config: RalmConfig, reranker=None) -> tuple[list[int], torch.Tensor]:
+                 *, config: RalmConfig, reranker=None) -> tuple[list[int], torch.Tensor]:
     """Reranking one window and one candidate at a time: the first ``rerank_candidates`` of ``candidates[w.index]`` (and
     no passage last, with ``rerank_allow_no_passage``), each written over the window as the chosen passage will be and
     ranked by [`ranking_nll`][hf_ralm.testing.loops.ranking_nll] (``"lm"``; with ``reranker``,
@@ -304,7 +306,7 @@ def plain_rerank(model, tokenizer, ids: Sequence[int], windows: Sequence[Window]
             best = spec_random_choice(config.rerank_seed, w.index, len(pool))
         else:
             positions = target_positions(w) if config.rerank == "oracle" else ranking_positions(w, config.rerank_tokens)
-            scores = [other_lm_ranking_nll(reranker, tokenizer, ids, w, option, config) if reranker is not None
+            scores = [other_lm_ranking_nll(reranker, tokenizer, ids, w, option, config=config) if reranker is not None
                       else _summed(_window_nlls(model, tokenizer, ids, w, option, config), w, positions)
                       for option in options]
             best = spec_choice(scores, config.rerank_no_passage_margin if options[-1] is None else None)

@@ -177,11 +177,11 @@ def evaluate_qa(
     examples: Sequence[dict],
     retriever=None,
     num_docs: int = 0,
+    *,
     use_ctxs: bool = False,
     max_new_tokens: int = MAX_NEW_TOKENS,
     max_length: int | None = None,
     settings: dict | None = None,
-    *,
     run: RunOptions = RunOptions(),
 ) -> dict:
     """Answer ``examples`` with a plain causal LM and score them.
