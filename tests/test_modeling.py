@@ -283,6 +283,18 @@ def test_forward_rejects_labels_that_are_not_the_text(ralm, tiny_tokenizer):
         ralm(ids, labels=labels)
 
 
+def test_forward_refuses_arguments_it_does_not_take(ralm, tiny_tokenizer):
+    """A causal LM's other arguments would shape one forward of the base model, which RALM does not run: each is
+    refused by name, with what forward takes, before anything is scored (none dropped silently)."""
+    ids = text_ids(tiny_tokenizer)[:, :20]
+    with pytest.raises(TypeError) as raised:
+        ralm(ids, use_cache=False, position_ids=ids)
+    assert str(raised.value) == ("RetrievalAugmentedModel.forward() does not take position_ids, use_cache: it scores "
+                                 "each row with retrieval and takes input_ids, attention_mask, labels, "
+                                 "retrieval_file, batch_size, show_progress.")
+    assert ralm.accepts_loss_kwargs is False  # so a Trainer passes it no num_items_in_batch
+
+
 def test_weights_are_not_reinitialised(tiny_tokenizer, tiny_index):
     model = make_tiny_model("llama", seed=3)
     before = {k: v.clone() for k, v in model.state_dict().items()}

@@ -22,6 +22,7 @@ Examples:
 from __future__ import annotations
 
 import copy
+import inspect
 import os
 import tempfile
 import warnings
@@ -111,6 +112,9 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
     config_class = RalmConfig
     base_model_prefix = "language_model"
     _no_split_modules: list[str] = []
+    # forward takes **unexpected only to refuse it by name: the Trainer must not read it as taking its loss
+    # keywords (num_items_in_batch), which it would then pass to every call
+    accepts_loss_kwargs = False
 
     def __init__(self, config: RalmConfig, language_model: PreTrainedModel | Reader,
                  retriever: Retriever | None = None, tokenizer=None, reranker=None):
@@ -490,7 +494,7 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
         batch_size: int = DEFAULT_BATCH_SIZE,
         *,
         show_progress: bool = False,
-        **unused,
+        **unexpected,
     ) -> RalmCausalLMOutput:
         """Evaluate every row of ``input_ids`` with In-Context RALM (retrieving as it goes).
 
@@ -503,15 +507,25 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
             retrieval_file: a retrieval file to take the passages from, instead of retrieving.
             batch_size: inputs per forward pass.
             show_progress: show a progress bar.
+            **unexpected: refused. A transformers causal LM's other arguments (``past_key_values``,
+                ``position_ids``, ``use_cache``, ``output_attentions``, a Trainer's ``num_items_in_batch``, ...)
+                shape one forward of the base model on the given ids, while this one scores each row on windows
+                of its own with passages in front, so none of them can be forwarded with its meaning kept; a
+                dropped one would return figures computed otherwise than the caller asked.
 
         Returns:
             The [`RalmCausalLMOutput`][hf_ralm.RalmCausalLMOutput].
 
         Raises:
+            TypeError: a keyword argument ``forward`` does not take, named with those it takes.
             InputTypeError: ``input_ids`` is no 1-D or 2-D tensor.
             SettingError: an id is outside the reader's vocabulary.
             ValueError: ``labels`` differ from ``input_ids`` other than by ``-100``.
         """
+        if unexpected:
+            taken = [name for name in inspect.signature(self.forward).parameters if name != "unexpected"]
+            raise TypeError(f"RetrievalAugmentedModel.forward() does not take {', '.join(sorted(unexpected))}: it "
+                            f"scores each row with retrieval and takes {', '.join(taken)}.")
         if not isinstance(input_ids, torch.Tensor) or input_ids.dim() not in (1, 2):
             refuse_type("input_ids", input_ids, "a tensor of token ids (1-D, or 2-D with a row per text)")
         check_vocabulary("input_ids", input_ids.tolist(), vocabulary_size(self.language_model))
