@@ -97,7 +97,8 @@ Example::
     out.sources[0][0]   # {'start': 0, 'end': 4, 'id': '...', 'title': '...', 'text': '...', 'score': 12.3}
 """
 
-from .contexts import encode_passage, stride_start
+from ..core.strides import stride_start
+from .contexts import encode_passage
 from .logits_process import RalmLogitsProcessor
 from .utils import RalmGenerateOutput, ralm_generate
 

@@ -1,5 +1,6 @@
 """Per-row decoding state: the KV-cached contexts ``[passage; x[start:]]`` of each row (what a passage puts in front
-of ``x``, :func:`encode_passage`, and where ``x`` starts, :func:`stride_start`), and the batch that decodes rows
+of ``x``, :func:`encode_passage`, and where ``x`` starts,
+[`stride_start`][hf_ralm.core.strides.stride_start]), and the batch that decodes rows
 together while each lacks as many tokens.
 
 A row's context keeps the KV cache of what has been run so far and is only fed the tokens it lacks; when every row
@@ -39,17 +40,6 @@ def encode_passage(tokenizer, passage: Passage | None, config: RalmConfig) -> li
         encode_passage(tokenizer, Passage("a1", "Rome", "Rome is ...", 9.1), config)[:3]   # [1, 27385, 198]
     """
     return passage_prefix(tokenizer, passage, config)
-
-
-def stride_start(num_tokens: int, stride_tokens: int, prefix_length: int, max_length: int) -> int:
-    """``a_j``: how many of the oldest tokens of ``x`` stay out of context during a stride of ``stride_tokens`` tokens
-    that starts with ``len(x) = num_tokens``, so that ``[passage; x[a_j:]]`` never exceeds ``max_length``.
-
-    Example:
-        >>> stride_start(num_tokens=30, stride_tokens=4, prefix_length=10, max_length=32)
-        12
-    """
-    return max(0, num_tokens + stride_tokens + prefix_length - max_length)
 
 
 class Context:

@@ -37,7 +37,8 @@ from ..selection.strategies import check_generation
 from ..config.strategy_settings import reranks
 from ..utils.checks import check_count
 from ..utils.stage_times import StageTimes
-from .contexts import Context, Row, RowBatch, pending_tokens, stride_start
+from ..core.strides import Strides, query_tokens, stride_start
+from .contexts import Context, Row, RowBatch, pending_tokens
 from .ranker import StrideRanker, random_key
 
 
@@ -176,7 +177,7 @@ class RalmDecoder:
                               passage_cache=self.passage_cache,
                               lm_caches=self.lm_caches, batch_size=self.rerank_batch_size,
                               reuse_prefix_kv=self.use_cache)
-        stride_index = generated // self.config.retrieval_stride
+        stride_index = Strides(self.config.retrieval_stride).index(generated)
         keys = [random_key(row.ids[: row.prompt_length], stride_index) for row in rows]
         selection = self.policy.select(queries, found, ranker, keys)
         reranking = reranks(self.config.rerank)
@@ -219,7 +220,7 @@ class RalmDecoder:
             return
         if queries is None:
             query_length = self.config.query_length_for(self.retriever)
-            queries = [self.tokenizer.decode(row.ids[-query_length:]) for row in rows]
+            queries = [self.tokenizer.decode(query_tokens(row.ids, query_length)) for row in rows]
         queries = list(queries)
         with self.times.timing("retrieval"):
             found = self._retrieve(queries)

@@ -28,6 +28,7 @@ from ..utils.batch_size import DEFAULT_BATCH_SIZE
 from ..config.configuration_ralm import RalmConfig
 from ..core.engine_generation import Continuation, EngineSampling, StrideSeeds, append_tokens, cut_at_stop
 from ..core.modeling_utils import prompt_rows
+from ..core.strides import Strides
 from ..errors import SettingError, setting
 from ..retrieval.base import Retriever
 from ..utils.progress import tqdm
@@ -61,19 +62,19 @@ def generate_on_engine_reader(model, tokenizer, retriever: Retriever | None, con
     rows = [Row(ids) for ids in prompt_rows(input_ids, attention_mask)]
     new: list[list[int]] = [[] for _ in rows]
     seeds = StrideSeeds([row.ids for row in rows]) if sampling.do_sample else None
-    stride, total = config.retrieval_stride, sampling.max_new_tokens
+    strides, total = Strides(config.retrieval_stride, sampling.max_new_tokens), sampling.max_new_tokens
     running = list(range(len(rows)))
     generated = 0
     with decoder.decoding(), tqdm(total=total, desc="Generating", unit="tok", disable=not show_progress,
                                   leave=False) as bar:
         while running and generated < total:
-            stride_tokens = min(stride, total - generated)
+            stride_tokens = strides.length(generated)
             decoder.start_stride([rows[b] for b in running], stride_tokens, generated)
             calls = []
             for b in running:
                 context = rows[b].mixture[0][1]
                 calls.append(Continuation((*context.prefix, *rows[b].ids[context.start :]), stride_tokens,
-                                          seeds.seed(b, generated // stride) if seeds else None))
+                                          seeds.seed(b, strides.index(generated)) if seeds else None))
             outputs = model.continue_prompts(calls, sampling)
             still = []
             for b, tokens in zip(running, outputs):

@@ -16,6 +16,7 @@ from transformers import LogitsProcessor
 from ..utils.batch_size import DEFAULT_BATCH_SIZE
 from ..config.configuration_ralm import RalmConfig
 from ..core.passage_cache import DEFAULT_MAX_BYTES, PassageKVCache
+from ..core.strides import Strides
 from ..retrieval.base import Retriever
 from .contexts import Row
 from .decoder import RalmDecoder
@@ -104,10 +105,9 @@ class RalmLogitsProcessor(LogitsProcessor):
             self._begin(input_ids)
         self._seen = input_ids
         generated = input_ids.shape[1] - self._prompt_length
-        stride = self.decoder.config.retrieval_stride
-        if generated % stride == 0:
-            left = stride if self.max_new_tokens is None else self.max_new_tokens - generated
-            self.decoder.start_stride(self.rows, max(1, min(stride, left)), generated)
+        strides = Strides(self.decoder.config.retrieval_stride, self.max_new_tokens)
+        if strides.starts(generated):
+            self.decoder.start_stride(self.rows, strides.length(generated), generated)
         out = torch.full_like(scores, float("-inf"))
         width = scores.shape[-1]
         for b, (row, row_scores) in enumerate(zip(self.rows, self.decoder.step(self.rows))):

@@ -25,7 +25,8 @@ from ..core.passage_cache import PassageKVCache
 from ..core.passages import Passage
 from ..core.scoring import ScoredInput, score_inputs
 from ..selection.rankers import LMReranker
-from .contexts import Row, encode_passage, stride_start
+from ..core.strides import stride_start
+from .contexts import Row, encode_passage
 
 
 def ranking_start(num_tokens: int, rerank_tokens: int, starts: Sequence[int]) -> int:

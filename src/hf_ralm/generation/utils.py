@@ -26,6 +26,7 @@ from ..core.engine_generation import EngineSampling
 from ..core.engines.reader import Reader, engine_reader
 from ..core.modeling_utils import left_pad, model_device, prompt_rows, vocabulary_size
 from ..core.passage_cache import DEFAULT_MAX_BYTES, PassageKVCache
+from ..core.strides import Strides
 from ..errors import SettingError, setting
 from ..retrieval.base import Retriever
 from ..utils.checks import check_texts, check_vocabulary, refuse_type
@@ -81,7 +82,7 @@ def _decode(model, input_ids, logits_processor: LogitsProcessorList, stopping_cr
     batch_size, prompt_length = input_ids.shape
     rows = [Row(ids) for ids in prompt_rows(input_ids, model_kwargs.get("attention_mask"))]
     total = generation_config.max_length - prompt_length
-    stride = decoder.config.retrieval_stride
+    strides = Strides(decoder.config.retrieval_stride, total)
     pad_token_id = generation_config._pad_token_tensor
     has_eos_stopping_criteria = any(hasattr(c, "eos_token_id") for c in stopping_criteria)
     return_dict = generation_config.return_dict_in_generate
@@ -98,8 +99,8 @@ def _decode(model, input_ids, logits_processor: LogitsProcessorList, stopping_cr
             # rows whose next token will be replaced by padding need no forward
             alive = unfinished.tolist() if has_eos_stopping_criteria else [1] * batch_size  # one sync per step
             running = [b for b in range(batch_size) if alive[b]]
-            if generated % stride == 0:
-                decoder.start_stride([rows[b] for b in running], min(stride, total - generated), generated)
+            if strides.starts(generated):
+                decoder.start_stride([rows[b] for b in running], strides.length(generated), generated)
             running_logits = decoder.step([rows[b] for b in running])
             next_token_logits = running_logits[0].new_zeros(batch_size, running_logits[0].shape[-1])
             for b, row_logits in zip(running, running_logits):
@@ -125,7 +126,7 @@ def _decode(model, input_ids, logits_processor: LogitsProcessorList, stopping_cr
             if bar is None:
                 bar = tqdm(total=total, desc="Generating", unit="tok", disable=not show_progress, leave=False)
             bar.update(1)
-            if generated % stride == 0:
+            if strides.starts(generated):
                 bar.set_postfix_str(str(decoder.stage_times()), refresh=False)
 
             unfinished = unfinished & ~stopping_criteria(input_ids, scores)

@@ -32,7 +32,7 @@ What each of lm-eval's requests is under In-Context RALM:
   document, e.g. ``doc:question``), its passages are chosen as generation chooses them at its first stride (gates,
   reranking, ``num_passages``: one policy, :class:`~hf_ralm.selection.policy.PassagePolicy`), and the continuation is
   scored on ``[passages; context]``, the oldest context tokens dropped so that the whole fits in ``max_length``
-  (:func:`~hf_ralm.generation.contexts.stride_start`). Every continuation of a context gets the same passages; a
+  ([`stride_start`][hf_ralm.core.strides.stride_start]). Every continuation of a context gets the same passages; a
   context's retrieval and choice run once however many continuations it has.
 * ``generate_until`` (nq_open, triviaqa): :meth:`~hf_ralm.RetrievalAugmentedModel.generate_texts`, retrieving every
   ``retrieval_stride`` new tokens, stopped by lm-eval's own stop criteria (``until``, EOS) and ``max_gen_toks``.
@@ -76,7 +76,8 @@ except ImportError:
 from ..core.batching import AUTO, BatchSize, parse_batch_size
 from ..config.settings import RALM_FIELDS
 from ..errors import RalmWarning, SettingError, setting
-from ..generation.contexts import Row, stride_start
+from ..core.strides import Strides, stride_start
+from ..generation.contexts import Row
 from ..generation.decoder import RalmDecoder
 from ..modeling_ralm import RetrievalAugmentedModel
 from ..core.plan import window_length
@@ -457,7 +458,7 @@ class RalmLM(TemplateLM):
         decoder = RalmDecoder(model, self.tokenizer, self.ralm.retriever, config, passage_cache=self._passage_cache,
                               reranker=self.ralm.reranker, rerank_batch_size=batch_size)
         rows = [Row(list(context_ids)) for context_ids, _ in contexts]
-        decoder.start_stride(rows, config.retrieval_stride, generated=0,
+        decoder.start_stride(rows, Strides(config.retrieval_stride).length(0), generated=0,
                              queries=None if queries is None else [query for _, query in contexts])
         indices, inputs, max_length = [], [], self.max_length
         for row, key in zip(rows, contexts):
@@ -515,10 +516,10 @@ class RalmLM(TemplateLM):
             width = left_pad(self.tokenizer, prompts).input_ids.shape[1]
             stop = {"stopping_criteria": stop_sequences_criteria(self.tokenizer, until, width, len(prompts))}
         generated = self.ralm.generate_texts(list(prompts), **stop, **settings)
-        stride = self.ralm.config.retrieval_stride
+        strides = Strides(self.ralm.config.retrieval_stride)
         for text in generated:
             self.stats.generation_prompts += 1
-            self.stats.generation_strides += -(-len(text.output_ids) // stride)
+            self.stats.generation_strides += strides.count(len(text.output_ids))
             self.stats.generation_strides_with_passage += len({source["start"] for source in text.sources})
         bar.update(len(prompts))
         return [postprocess_generated_text(text.text, until, None) for text in generated]
