@@ -37,14 +37,6 @@ RAW_MARKUP = {
 }
 DOCTEST_AS_QUOTES = re.compile(r"<blockquote>\s*<blockquote>\s*<blockquote>")
 
-# The modules whose docstrings still show raw markup on the site, until they are converted to Google style with
-# mkdocstrings' cross-references. Checked exactly: a module converted must leave this set (else the test fails), and
-# a page that gains raw markup fails it too.
-STILL_RAW = {
-    "hf_ralm.generation.logits_process",
-    "hf_ralm.integrations.lm_eval",
-}
-
 
 def build_site(config: Path, site_dir: Path) -> subprocess.CompletedProcess:
     """``mkdocs build --strict`` of ``config`` into ``site_dir``, documenting this checkout's ``src``."""
@@ -104,16 +96,13 @@ def raw_markup(page: str) -> list[tuple[str, str]]:
     return found
 
 
-def test_no_page_shows_raw_markup_but_the_modules_still_to_convert(site):
+def test_no_page_shows_raw_markup(site):
     found: dict[str, set[str]] = {}
     for page in sorted(site.rglob("*.html")):
         for where, what in raw_markup(page.read_text(encoding="utf-8")):
             name = f"{page.relative_to(site)}" if where == "page" else where
             found.setdefault(name, set()).add(what)
-    assert set(found) == STILL_RAW, (
-        "raw markup where none is expected: "
-        f"{ {name: sorted(whats) for name, whats in found.items() if name not in STILL_RAW} }; "
-        f"clean now, so leave STILL_RAW: {sorted(STILL_RAW - set(found))}")
+    assert {name: sorted(whats) for name, whats in found.items()} == {}
 
 
 def test_the_raw_markup_check_finds_each_kind():
@@ -297,11 +286,6 @@ def named():
 
 DOTTED = re.compile(r"(?<![\w./-])hf_ralm(?:\.[A-Za-z_]\w*)+")
 
-# Stale names in docstrings of modules still to convert (the conversion fixes them); checked exactly, as STILL_RAW.
-STALE_IN_DOCSTRINGS = {
-    ("hf_ralm/generation/__init__.py", "hf_ralm.core.model_inputs.window_length"),
-}
-
 
 def resolves(dotted: str) -> bool:
     """Whether ``dotted`` names a module of hf_ralm or something in one (its longest importable prefix, then
@@ -337,7 +321,7 @@ def test_every_dotted_name_in_a_docstring_resolves():
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
                 names |= {(str(path.relative_to(SRC)), name) for name in DOTTED.findall(node.value)}
     assert len(names) > 200
-    assert {entry for entry in names if not resolves(entry[1])} == STALE_IN_DOCSTRINGS
+    assert sorted(entry for entry in names if not resolves(entry[1])) == []
 
 
 def test_the_faces_the_architecture_names_are_the_public_ones():

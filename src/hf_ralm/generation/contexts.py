@@ -1,14 +1,14 @@
 """Per-row decoding state: the KV-cached contexts ``[passage; x[start:]]`` of each row (what a passage puts in front
-of ``x``, :func:`encode_passage`, and where ``x`` starts,
+of ``x``, ``encode_passage``, and where ``x`` starts,
 [`stride_start`][hf_ralm.core.strides.stride_start]), and the batch that decodes rows
 together while each lacks as many tokens.
 
 A row's context keeps the KV cache of what has been run so far and is only fed the tokens it lacks; when every row
 lacks as many tokens on a plain full-attention cache (one a step, or at a stride's start the text after each row's
-new passage), the rows' caches are left-padded into one and run in a single forward (:class:`RowBatch`), with an
+new passage), the rows' caches are left-padded into one and run in a single forward (``RowBatch``), with an
 attention mask over the padding and each row's own positions.
 
-Example:
+Examples:
     >>> from hf_ralm.core.modeling_utils import empty_cache
     >>> row = Row([5, 6, 7])
     >>> context = Context((), 0, empty_cache(model), None)                        # doctest: +SKIP
@@ -35,9 +35,10 @@ def encode_passage(tokenizer, passage: Passage | None, config: RalmConfig) -> li
     """The token ids put in front of the text for ``passage`` (``None``: no passage), exactly as the evaluation puts
     them in front of a window: the passage with the tokenizer's default special tokens, cut to ``max_doc_tokens``.
 
-    Example::
-
+    Examples:
+        ```python
         encode_passage(tokenizer, Passage("a1", "Rome", "Rome is ...", 9.1), config)[:3]   # [1, 27385, 198]
+        ```
     """
     return passage_prefix(tokenizer, passage, config)
 
@@ -100,7 +101,7 @@ class Row:
 
 
 def pending_tokens(row: Row) -> int | None:
-    """How many tokens the row's context lacks when its next step can run in a :class:`RowBatch` (one context, on a
+    """How many tokens the row's context lacks when its next step can run in a ``RowBatch`` (one context, on a
     plain full-attention, dynamic KV cache holding something), else ``None``. One after a step; more when a stride
     opened a new context (its passage, then the text after it to run)."""
     if len(row.mixture) != 1:
@@ -116,7 +117,7 @@ class RowBatch:
     """Rows whose contexts each lack the same number of tokens, decoded together: their caches are left-padded into
     one, with an attention mask over the padding and each row's own positions. The first step runs what each context
     lacks (a new stride's text after its passage, for every row at once), every later step one token a row. While
-    batched, a context's own cache is ``None``; :meth:`dissolve` gives the contexts still in use their cache back."""
+    batched, a context's own cache is ``None``; ``dissolve`` gives the contexts still in use their cache back."""
 
     def __init__(self, model, rows: list[Row]):
         self.model, self.rows = model, rows

@@ -1,14 +1,15 @@
 """Retrieval, reranking and ensembling for generation: every ``s`` tokens each row retrieves, chooses its passage(s)
-(the selection policy, an LM ranking through :mod:`.ranker`), puts them in front of its text and predicts the next
-token from ``[passage; x[a_j:]]`` (see :mod:`hf_ralm.generation` for the exact semantics). :class:`RalmDecoder` is
-shared by :func:`~hf_ralm.generation.ralm_generate` and :class:`~hf_ralm.generation.RalmLogitsProcessor`.
+(the selection policy, an LM ranking through ``ranker``), puts them in front of its text and predicts the next
+token from ``[passage; x[a_j:]]`` (see ``hf_ralm.generation`` for the exact semantics). ``RalmDecoder`` is
+shared by ``ralm_generate`` and [`RalmLogitsProcessor`][hf_ralm.RalmLogitsProcessor].
 
-Example::
-
+Examples:
+    ```python
     decoder = RalmDecoder(model, tokenizer, retriever, config)
     rows = [Row(tokenizer("The Eiffel tower")["input_ids"])]
     decoder.start_stride(rows, stride_tokens=4, generated=0)
     decoder.step(rows)[0].argmax()   # the top passage's next-token choice
+    ```
 """
 
 from __future__ import annotations
@@ -44,14 +45,14 @@ from .ranker import StrideRanker, random_key
 
 def retrieval_weights(passages: Sequence[Passage], temperature: float = 1.0) -> list[float]:
     """The mixture weights of a row's passages: the softmax of their retrieval scores divided by ``temperature``
-    (the evaluation's, :func:`~hf_ralm.core.ensemble.ensemble_log_weights`), ``[1.0]`` for one or none."""
+    (the evaluation's, ``ensemble_log_weights``), ``[1.0]`` for one or none."""
     if len(passages) <= 1:
         return [1.0]
     return ensemble_log_weights([p.score for p in passages], temperature).exp().tolist()
 
 
 def source_record(passage: Passage, start: int, weight: float | None, rank: int | None = None) -> dict:
-    """What :attr:`RalmGenerateOutput.sources` lists for a passage put in context from generated token ``start``
+    """What ``RalmGenerateOutput.sources`` lists for a passage put in context from generated token ``start``
     (with its mixture ``weight`` in an ensemble, its ``rank`` among the candidates when reranked)."""
     source = {"start": start, "end": start, "id": passage.id, "title": passage.title, "text": passage.text,
               "score": float(passage.score)}
@@ -65,18 +66,17 @@ def source_record(passage: Passage, start: int, weight: float | None, rank: int 
 class RalmDecoder:
     """The retrieval and the contexts of every row of a batch.
 
-    Each stride puts the row's top ``config.num_passages`` passages in one context (:func:`context_prefix`), or with
-    ``config.rerank`` the candidate the :class:`~hf_ralm.selection.policy.PassagePolicy` chooses first, ranked by a
-    :class:`~.ranker.StrideRanker` (``reranker``: what ranks when the reader does not; ``rerank_batch_size``: the
-    ranking inputs per forward). With ``ensemble_size = n > 1``
-    (default: ``config.ensemble_size``) each row keeps one context per passage of its top ``n`` and mixes their
-    next-token distributions, weighted by the softmax of the retriever's scores over ``config.ensemble_temperature``
+    Each stride puts the row's top ``config.num_passages`` passages in one context
+    ([`context_prefix`][hf_ralm.core.model_inputs.context_prefix]), or with ``config.rerank`` the candidate the
+    ``PassagePolicy`` chooses first, ranked by a ``StrideRanker`` (``reranker``: what ranks when the reader does not;
+    ``rerank_batch_size``: the ranking inputs per forward). With ``ensemble_size = n > 1`` (default:
+    ``config.ensemble_size``) each row keeps one context per passage of its top ``n`` and mixes their next-token
+    distributions, weighted by the softmax of the retriever's scores over ``config.ensemble_temperature``
     (REPLUG-style). ``config.retrieval_gate`` decides whether a stride retrieves at all, as in evaluation (the same
-    policy, :mod:`hf_ralm.selection.gates`: the score gate before reranking, the lm gate, a two-candidate ranking,
-    after it). A stride without a passage resumes the row's last context without
-    one when it starts at the same place (``keep_plain_context``; its cache then only takes the tokens generated
-    since). ``use_cache=False`` runs the whole context at every step (the slow reference).
-    """
+    policy, ``hf_ralm.selection.gates``: the score gate before reranking, the lm gate, a two-candidate ranking, after
+    it). A stride without a passage resumes the row's last context without one when it starts at the same place
+    (``keep_plain_context``; its cache then only takes the tokens generated since). ``use_cache=False`` runs the whole
+    context at every step (the slow reference). """
 
     def __init__(self, model, tokenizer, retriever: Retriever | None, config: RalmConfig,
                  passage_cache: PassageKVCache | None = None, *, use_cache: bool = True,
@@ -118,7 +118,7 @@ class RalmDecoder:
         self._batch = None
 
     def _open(self, prefix: tuple[int, ...], start: int, opened: list[Context]) -> Context:
-        """A new context; one with a passage gets its keys/values from :meth:`_fill` (``opened`` lists it), so that
+        """A new context; one with a passage gets its keys/values from ``_fill`` (``opened`` lists it), so that
         a stride's new passages are computed together."""
         self.stats["contexts_rebuilt"] += 1
         if not self.use_cache:
@@ -149,7 +149,7 @@ class RalmDecoder:
             self._loop_start = None
 
     def stage_times(self) -> StageTimes:
-        """Retrieval's seconds and the reader's so far (an open :meth:`decoding` loop's included)."""
+        """Retrieval's seconds and the reader's so far (an open ``decoding`` loop's included)."""
         if self._loop_start is None:
             return StageTimes(self.times.retrieval_s, self.times.reader_s)
         started, retrieval_then = self._loop_start
@@ -172,7 +172,7 @@ class RalmDecoder:
                 generated: int) -> list[tuple[list[Passage], list[int | None]]]:
         """Per row, the passages put in context (or mixed), most relevant first, and their ranks among the candidates
         (``None`` each when not reranked): the policy's choice (score gate, reranking, lm gate; as evaluation
-        chooses), then :func:`context_indices`."""
+        chooses), then [`context_indices`][hf_ralm.core.model_inputs.context_indices]."""
         ranker = StrideRanker(self.model, self.tokenizer, rows, stride_tokens, self.max_length,
                               passage_cache=self.passage_cache,
                               lm_caches=self.lm_caches, batch_size=self.rerank_batch_size,
@@ -258,7 +258,7 @@ class RalmDecoder:
             self._batch = None
 
     def step(self, rows: list[Row]) -> list[torch.Tensor]:
-        """The next-token scores of every row (see :meth:`next_scores`). Rows whose contexts each lack as many tokens
+        """The next-token scores of every row (see ``next_scores``). Rows whose contexts each lack as many tokens
         on a plain KV cache (one a step; at a stride's start, what each new context lacks) are decoded in one batch,
         kept across steps until a stride starts or a row stops."""
         batch = self._batch
@@ -285,9 +285,9 @@ class RalmDecoder:
         return torch.logsumexp(torch.stack(parts), dim=0)
 
     def report(self) -> dict:
-        """The decoding counters (see :class:`~hf_ralm.generation.RalmGenerateOutput`), the share of row-strides that
+        """The decoding counters (see [`RalmGenerateOutput`][hf_ralm.RalmGenerateOutput]), the share of row-strides that
         had a passage in context (``retrieved_fraction``), the passage cache's counters, and the seconds of retrieval
-        and of the reader (``retrieval_s``, ``reader_s``: :meth:`stage_times`)."""
+        and of the reader (``retrieval_s``, ``reader_s``: ``stage_times``)."""
         strides = self.stats["strides"]
         fraction = self.stats["strides_with_passage"] / strides if strides else None
         # an engine reader keeps no passages' keys/values here: no store, no counters

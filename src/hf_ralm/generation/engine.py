@@ -1,21 +1,23 @@
-"""In-Context RALM's generation on an engine reader (a :class:`~hf_ralm.core.engines.reader.Reader`): the same
-strides as in this process (see :mod:`hf_ralm.generation`), each run as one engine call for every row.
+"""In-Context RALM's generation on an engine reader (a [`Reader`][hf_ralm.core.engines.reader.Reader]): the same
+strides as in this process (see ``hf_ralm.generation``), each run as one engine call for every row.
 
-At the start of stride ``j`` the :class:`~.decoder.RalmDecoder` retrieves and chooses each row's passage(s) exactly
+At the start of stride ``j`` the ``RalmDecoder`` retrieves and chooses each row's passage(s) exactly
 as it does for a transformers reader (gates, reranking by the reader through the engine's scores, several passages in
 one context), and each row's context ``[d_j; x[a_j:]]`` becomes a token prompt from which the engine draws the
-stride's ``s_j`` tokens (:meth:`~hf_ralm.core.engines.reader.Reader.continue_prompts`; an engine's prefix caching
-reuses what an earlier stride's prompt shares with it). A row stops after its first end-of-sequence token or the token
-that completes a stop string (:func:`~hf_ralm.core.engine_generation.cut_at_stop`), and retrieves no more. Greedy
-decoding picks the tokens transformers' would (the same contexts; the engine's arithmetic differs in the last bits),
-and sampling draws each row's stride with a seed of its own (:class:`~hf_ralm.core.engine_generation.StrideSeeds`).
-An ensemble of passages, which mixes next-token distributions that stay in the engine, is refused in one line.
+stride's ``s_j`` tokens ([`continue_prompts`][hf_ralm.core.engines.reader.Reader.continue_prompts]; an engine's prefix
+caching reuses what an earlier stride's prompt shares with it). A row stops after its first end-of-sequence token or the
+token that completes a stop string ([`cut_at_stop`][hf_ralm.core.engine_generation.cut_at_stop]), and retrieves no more.
+Greedy decoding picks the tokens transformers' would (the same contexts; the engine's arithmetic differs in the last
+bits), and sampling draws each row's stride with a seed of its own
+([`StrideSeeds`][hf_ralm.core.engine_generation.StrideSeeds]). An ensemble of passages, which mixes next-token
+distributions that stay in the engine, is refused in one line.
 
-Example::
-
+Examples:
+    ```python
     generated = generate_on_engine_reader(reader, tokenizer, retriever, config, input_ids, attention_mask,
                                           sampling)
     generated.sequences, generated.sources[0]
+    ```
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from .decoder import RalmDecoder
 class EngineGeneration:
     """What generation on an engine reader gives: the ``sequences`` (prompts, then new tokens, a row that stopped
     early padded), each row's ``sources`` and the decoder's counters (``ralm_stats``), as
-    :class:`~hf_ralm.generation.RalmGenerateOutput` holds them."""
+    [`RalmGenerateOutput`][hf_ralm.RalmGenerateOutput] holds them."""
 
     sequences: torch.Tensor
     sources: list[list[dict]]
@@ -53,7 +55,7 @@ def generate_on_engine_reader(model, tokenizer, retriever: Retriever | None, con
                               show_progress: bool = False) -> EngineGeneration:
     """Generate ``sampling.max_new_tokens`` tokens after each row of ``input_ids`` (its padding, where
     ``attention_mask`` is 0, left out) with In-Context RALM, one engine call per stride (see the module docstring).
-    ``reranker`` and ``rerank_batch_size`` as :func:`~hf_ralm.generation.ralm_generate` takes them."""
+    ``reranker`` and ``rerank_batch_size`` as ``ralm_generate`` takes them."""
     decoder = RalmDecoder(model, tokenizer, retriever, config, reranker=reranker, rerank_batch_size=rerank_batch_size)
     if decoder.ensemble_size > 1:
         raise SettingError(f"An ensemble of passages ({setting('ensemble_size')} {decoder.ensemble_size}) mixes "

@@ -1,11 +1,12 @@
 """``RalmLogitsProcessor``: In-Context RALM for any ``model.generate(logits_processor=[...])``.
 
-Example::
-
+Examples:
+    ```python
     processor = RalmLogitsProcessor(reader, tokenizer, retriever, config, max_new_tokens=32)
     out = model.generate(ids, max_new_tokens=32,
                          logits_processor=LogitsProcessorList([processor]))
     processor.sources[0][0]["title"]
+    ```
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ class RalmLogitsProcessor(LogitsProcessor):
 
     Every ``s`` generated tokens it retrieves (the query is the last ``ℓ`` tokens of the ``input_ids`` it receives)
     and at every step it *returns* the reader's next-token log-probabilities computed on ``[passage; x[a_j:]]``,
-    exactly as :func:`~hf_ralm.generation.ralm_generate` computes them (its own KV caches, reused the same way),
+    exactly as ``ralm_generate`` computes them (its own KV caches, reused the same way),
     whatever scores it receives: the generating model only supplies the loop.
 
     Args:
@@ -35,20 +36,20 @@ class RalmLogitsProcessor(LogitsProcessor):
             1 puts the top passage(s) in context (``config.num_passages`` of them; with ``config.rerank`` the chosen
             one first); ``n > 1`` mixes the top ``n`` passages, one context each, weighted by the softmax of the
             retriever's scores over ``config.ensemble_temperature`` (REPLUG-style; not combined with reranking). The
-            per-token probabilities equal those of the evaluation's ensemble (:mod:`hf_ralm.core.ensemble`) on the same
+            per-token probabilities equal those of the evaluation's ensemble (``hf_ralm.core.ensemble``) on the same
             passages.
-        reranker, rerank_batch_size: as for :func:`~hf_ralm.generation.ralm_generate`.
+        reranker, rerank_batch_size: as for ``ralm_generate``.
 
     Notes:
         * It replaces the scores, so processors that run before it are lost. ``generate`` runs the processors it
           builds from the generation config (e.g. ``repetition_penalty``) before the user's: pass such processors
           yourself, after this one. Temperature/top-k/top-p warpers run after it and apply as usual.
         * ``generate`` does not tell processors how many tokens it will generate: give ``max_new_tokens`` to
-          shorten the last stride exactly as :func:`~hf_ralm.generation.ralm_generate` does; without it every
+          shorten the last stride exactly as ``ralm_generate`` does; without it every
           stride counts ``s`` tokens (which only changes which oldest tokens the last stride drops).
         * Leading ``pad_token_id`` tokens (left padding) of the first ``input_ids`` are not part of a row's text.
-        * A new generation is detected when ``input_ids`` is not the previous call's plus one token; :meth:`reset`
-          forces it.
+        * A new generation is detected when ``input_ids`` is not the previous call's plus one token;
+          [`reset`][hf_ralm.generation.logits_process.RalmLogitsProcessor.reset] forces it.
         * The returned log-probabilities cover the reader's vocabulary, cut or padded with ``-inf`` to the width
           of the scores it receives (so the two models must share the tokenizer).
     """
@@ -69,7 +70,7 @@ class RalmLogitsProcessor(LogitsProcessor):
     @property
     def sources(self) -> list[list[dict]]:
         """Per row of the current (or last) generation, the passages in context and the generated tokens they
-        predicted, as in :attr:`~hf_ralm.generation.RalmGenerateOutput.sources`."""
+        predicted, as in ``sources``."""
         return [row.sources for row in self.rows]
 
     @property

@@ -1,11 +1,11 @@
 """How generation ranks (the paper's §6): at the start of a stride, which of a row's retrieved candidates goes in
-context is the selection policy's choice (:class:`~hf_ralm.selection.policy.PassagePolicy`, with the registry's
-strategies, as in evaluation; :mod:`hf_ralm.generation` states the rules); what is generation's own is how an LM
-ranks a stride's options (:class:`StrideRanker`): the ranking inputs are scored by the evaluation's scorer
-(:func:`~hf_ralm.core.scoring.score_inputs`) and, for another LM, built as the evaluation builds them
-(:meth:`~hf_ralm.selection.rankers.LMReranker.inputs`), and what a random choice is keyed on (:func:`random_key`).
+context is the selection policy's choice (``PassagePolicy``, with the registry's
+strategies, as in evaluation; ``hf_ralm.generation`` states the rules); what is generation's own is how an LM
+ranks a stride's options (``StrideRanker``): the ranking inputs are scored by the evaluation's scorer
+(``score_inputs``) and, for another LM, built as the evaluation builds them
+(``inputs``), and what a random choice is keyed on (``random_key``).
 
-Example:
+Examples:
     >>> ranking_start(num_tokens=40, rerank_tokens=16, starts=[10, 14])   # the last 16 tokens of x
     24
     >>> ranking_start(num_tokens=20, rerank_tokens=16, starts=[4, 9])     # never x's first token in a context
@@ -37,11 +37,11 @@ def ranking_start(num_tokens: int, rerank_tokens: int, starts: Sequence[int]) ->
 
 
 def random_key(prompt_ids: Sequence[int], stride_index: int) -> int:
-    """The key of :func:`~hf_ralm.selection.rules.random_choice` for stride ``j = stride_index`` of a row:
+    """The key of ``random_choice`` for stride ``j = stride_index`` of a row:
     ``crc32(prompt) · 2**32 + j``, the CRC-32 of the prompt's token ids written in decimal and joined by spaces. A
     row's choices depend on its prompt and the stride only, whatever the batch, its padding or its order.
 
-    Example:
+    Examples:
         >>> random_key([5, 6, 7], 2) == (zlib.crc32(b"5 6 7") << 32) + 2
         True
     """
@@ -49,16 +49,17 @@ def random_key(prompt_ids: Sequence[int], stride_index: int) -> int:
 
 
 class StrideRanker:
-    """Ranks options for the rows of a stride (generation's :class:`~hf_ralm.selection.policy.Ranker`): each row's
+    """Ranks options for the rows of a stride (generation's ``Ranker``): each row's
     option ``d_i`` as the stride's context ``[d_i; x[a_i:]]``, ranked on the last ``rerank_tokens`` tokens of ``x``
-    (:func:`ranking_start`) by the reader, or by another LM in text. The inputs of all rows run in one
-    :func:`~hf_ralm.core.scoring.score_inputs` call (with ``reuse_prefix_kv``, passages' keys/values shared through
+    (``ranking_start``) by the reader, or by another LM in text. The inputs of all rows run in one
+    ``score_inputs`` call (with ``reuse_prefix_kv``, passages' keys/values shared through
     ``passage_cache``, and another LM's through ``lm_caches``, kept across strides).
 
-    Example::
-
+    Examples:
+        ```python
         ranker = StrideRanker(model, tokenizer, rows, stride_tokens=4, max_length=512, passage_cache=cache)
         ranker.rank(range(len(rows)), [[rome, None]] * len(rows), config, None)   # per row: [NLL with, without]
+        ```
     """
 
     def __init__(self, model, tokenizer, rows: Sequence[Row], stride_tokens: int, max_length: int,

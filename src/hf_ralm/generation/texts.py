@@ -1,11 +1,12 @@
 """Text in, text out: generate from text prompts and get, per prompt, the generated text with the passages that
-grounded it (:class:`GeneratedText`), and print it with its numbered sources (:meth:`GeneratedText.format`). What
+grounded it (``GeneratedText``), and print it with its numbered sources (``GeneratedText.format``). What
 ``hf-ralm generate`` runs and prints.
 
-Example::
-
+Examples:
+    ```python
     texts = generate_texts(model, tokenizer, retriever, config, ["The Eiffel tower is"], max_new_tokens=16)
     print(texts[0].format(tokenizer, show_sources=True))
+    ```
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from .utils import ralm_generate
 @dataclass
 class GeneratedText:
     """One prompt's generation: its token ids, the generated ids up to and with the first end-of-sequence token, the
-    generated text, and ``sources`` as :attr:`~hf_ralm.generation.RalmGenerateOutput.sources` (``start``/``end``
+    generated text, and ``sources`` as ``sources`` (``start``/``end``
     index ``output_ids``; ``rank``: the chosen passage's rank among the candidates when reranked)."""
 
     prompt: str
@@ -40,14 +41,15 @@ class GeneratedText:
         """The prompt and the generated text; with ``show_sources`` a ``[n]`` after each span that passage ``n``
         grounded, and the numbered sources with the spans they grounded.
 
-        Example::
-
+        Examples:
+            ```python
             print(text.format(tokenizer, show_sources=True))
             # Prompt: ...
             # Output: ... [1] ...
             # Sources:
             #   [1] Rome — rome was the city ... (id 12, score 7.50)
             #       tokens 0–4: "the emperor"
+            ```
         """
         lines = [f"Prompt: {self.prompt}"]
         if not show_sources:
@@ -88,16 +90,17 @@ class GeneratedText:
 
 def generate_texts(model, tokenizer, retriever: Retriever | None, config: RalmConfig, prompts: Sequence[str],
                    *, reranker=None, times: StageTimes | None = None, **kwargs) -> list[GeneratedText]:
-    """Generate from ``prompts`` (one left-padded batch, :func:`~hf_ralm.core.modeling_utils.left_pad`) with
-    :func:`~hf_ralm.generation.ralm_generate` (``kwargs``: what ``generate`` takes, e.g. ``max_new_tokens``,
-    ``do_sample``); per prompt a :class:`GeneratedText`, its output cut after the first end-of-sequence token (the
+    """Generate from ``prompts`` (one left-padded batch, ``left_pad``) with
+    ``ralm_generate`` (``kwargs``: what ``generate`` takes, e.g. ``max_new_tokens``,
+    ``do_sample``); per prompt a ``GeneratedText``, its output cut after the first end-of-sequence token (the
     model's or the tokenizer's). ``prompts`` is a list of texts even for one (a single ``str`` is refused, as are
-    an empty list and an item that is no text: :func:`~hf_ralm.utils.checks.check_texts`). ``times`` (a
+    an empty list and an item that is no text: ``check_texts``). ``times`` (a
     [`StageTimes`][hf_ralm.utils.stage_times.StageTimes]) gathers the seconds of retrieval and of the reader.
 
-    Example::
-
+    Examples:
+        ```python
         generate_texts(model, tokenizer, retriever, config, ["The Eiffel Tower is"], max_new_tokens=16)[0].text
+        ```
     """
     prompts = check_texts("prompts", prompts)
     batch = left_pad(tokenizer, prompts)
@@ -124,15 +127,16 @@ def generate_texts_in_batches(model, tokenizer, retriever: Retriever | None, con
                               prompts: Sequence[str], *, reranker=None, batch_size: int | str = DEFAULT_BATCH_SIZE,
                               show_progress: bool = True, times: StageTimes | None = None,
                               **kwargs) -> list[GeneratedText]:
-    """:func:`generate_texts` over any number of ``prompts``, ``batch_size`` at a time (``"auto"``: from 64 on a GPU,
-    the batch run again at half the size after an out-of-memory error, :class:`~hf_ralm.core.batching.BatchSize`), with
-    a bar over the prompts when they take more than one batch, which shows where the time went (``times``: a
+    """``generate_texts`` over any number of ``prompts``, ``batch_size`` at a time (``"auto"``: from 64 on a GPU,
+    the batch run again at half the size after an out-of-memory error, [`BatchSize`][hf_ralm.core.batching.BatchSize]),
+    with a bar over the prompts when they take more than one batch, which shows where the time went (``times``: a
     [`StageTimes`][hf_ralm.utils.stage_times.StageTimes] that gathers it, when given). What ``hf-ralm generate`` runs.
 
-    Example::
-
+    Examples:
+        ```python
         texts = generate_texts_in_batches(model.language_model, model.tokenizer, model.retriever, model.config,
                                           prompts, batch_size="auto", max_new_tokens=32)
+        ```
     """
     from ..utils.progress import tqdm
 

