@@ -153,10 +153,6 @@ def test_signatures_are_formatted_to_the_configured_width(site):
 # (an Args item may name several parameters at once, which a check against the signature would take for one).
 DROPPED_LINE = re.compile(r"Failed to get .* from .*|Confusing indentation for continuation line .*")
 
-# Packages whose docstrings are still being converted to Google style (their Sphinx markup is in STILL_RAW): not
-# checked until the conversion is merged, when this set is emptied.
-NOT_YET_GOOGLE = {"hf_ralm.generation", "hf_ralm.integrations"}
-
 
 def public_objects(obj: griffe.Object) -> Iterator[griffe.Object]:
     """``obj`` and what it defines that the API reference can render: no alias (it renders where it is defined), no
@@ -219,7 +215,6 @@ def item_sections_misread(obj: griffe.Object) -> list[str]:
 def test_no_docstring_section_splits_a_description_into_items():
     package = griffe.load("hf_ralm", search_paths=[str(SRC)])
     found = {obj.path: problems for obj in public_objects(package)
-             if not any(obj.path == name or obj.path.startswith(name + ".") for name in NOT_YET_GOOGLE)
              for problems in [item_sections_misread(obj)] if problems}
     assert found == {}, "continue these descriptions on lines indented 4 spaces more:\n" + "\n".join(
         f"{path}: {problem}" for path, problems in found.items() for problem in problems)

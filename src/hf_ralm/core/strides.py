@@ -6,7 +6,7 @@ row retrieves with its decoded last ``ℓ`` = ``query_length`` tokens, and the s
 still to generate)`` tokens (at least one). ``ralm_generate``, the
 [`RalmLogitsProcessor`][hf_ralm.RalmLogitsProcessor], generation on an engine reader and lm-eval's model all count
 strides here. (Evaluation's windows, whose queries end before a window's first scored token, are
-[`plan_windows`][hf_ralm.plan_windows] and [`query_span`][hf_ralm.core.windows.query_span].)
+[`plan_windows`][hf_ralm.plan_windows] and ``hf_ralm.core.windows.query_span``.)
 
 Examples:
     >>> strides = Strides(stride=4, total=10)
