@@ -1,5 +1,5 @@
 """``hf-ralm lm-eval``: lm-evaluation-harness's own command line with the ``ralm`` model
-(``hf_ralm.integrations.lm_eval.cli_main``); its flags are lm-eval's, parsed there."""
+(``hf_ralm.integrations.lm_eval_cli.cli_main``); its flags are lm-eval's, parsed there."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def run(argv: list[str]) -> None:
     (``--debug`` shows the traceback first)."""
     debug = "--debug" in argv
     try:
-        from ..integrations.lm_eval import cli_main
+        from ..integrations.lm_eval_cli import cli_main
 
         cli_main([arg for arg in argv if arg != "--debug"])
     except (ValueError, OSError, ImportError) as error:

@@ -53,9 +53,28 @@ def generate_on_engine_reader(model, tokenizer, retriever: Retriever | None, con
                               input_ids: torch.Tensor, *, attention_mask: torch.Tensor | None,
                               sampling: EngineSampling, reranker=None, rerank_batch_size: int = DEFAULT_BATCH_SIZE,
                               show_progress: bool = False) -> EngineGeneration:
-    """Generate ``sampling.max_new_tokens`` tokens after each row of ``input_ids`` (its padding, where
-    ``attention_mask`` is 0, left out) with In-Context RALM, one engine call per stride (see the module docstring).
-    ``reranker`` and ``rerank_batch_size`` as ``ralm_generate`` takes them."""
+    """Generate after each row of ``input_ids`` with In-Context RALM, one engine call per stride (see the module
+    docstring).
+
+    Args:
+        model: the engine reader.
+        tokenizer: its tokenizer (it decodes the queries and encodes the passages).
+        retriever: what each stride retrieves with (``None``: nothing).
+        config: the RALM settings.
+        input_ids: the prompts' ids, a row each.
+        attention_mask: 0 on each row's padding, which is left out (``None``: no padding).
+        sampling: how the engine draws the tokens, ``sampling.max_new_tokens`` of them.
+        reranker: what ranks the candidates when the reader does not, as ``ralm_generate`` takes it.
+        rerank_batch_size: ranking inputs per engine call when an LM ranks.
+        show_progress: a progress bar over the new tokens.
+
+    Returns:
+        The [`EngineGeneration`][hf_ralm.generation.engine.EngineGeneration]: sequences, sources and counters.
+
+    Raises:
+        SettingError: an ensemble of passages (``ensemble_size`` above 1), whose mixture the engine cannot draw
+            from.
+    """
     decoder = RalmDecoder(model, tokenizer, retriever, config, reranker=reranker, rerank_batch_size=rerank_batch_size)
     if decoder.ensemble_size > 1:
         raise SettingError(f"An ensemble of passages ({setting('ensemble_size')} {decoder.ensemble_size}) mixes "

@@ -32,13 +32,24 @@ class RalmLogitsProcessor(LogitsProcessor):
     whatever scores it receives: the generating model only supplies the loop.
 
     Args:
+        reader_model: the reader whose next-token log-probabilities it returns.
+        tokenizer: the reader's tokenizer (it decodes the queries and encodes the passages).
+        retriever: what each stride retrieves with (``None``: nothing).
+        config: the RALM settings (``retrieval_stride``, ``query_length``, ``max_length``, ...).
         ensemble_size: how many passages' next-token probabilities are mixed (default: ``config.ensemble_size``).
             1 puts the top passage(s) in context (``config.num_passages`` of them; with ``config.rerank`` the chosen
             one first); ``n > 1`` mixes the top ``n`` passages, one context each, weighted by the softmax of the
             retriever's scores over ``config.ensemble_temperature`` (REPLUG-style; not combined with reranking). The
             per-token probabilities equal those of the evaluation's ensemble (``hf_ralm.core.ensemble``) on the same
             passages.
-        reranker, rerank_batch_size: as for ``ralm_generate``.
+        max_new_tokens: the tokens ``generate`` is asked for, which shorten the last stride (see the notes).
+        pad_token_id: the padding left out of each row's text (default: the tokenizer's; ``None``: none).
+        passage_cache: a [`PassageKVCache`][hf_ralm.PassageKVCache] of the reader to reuse passages'
+            keys/values across generations; by default it has its own, bounded by ``max_cache_bytes``.
+        max_cache_bytes: the bound of the passage cache made for it.
+        reranker: what ranks the candidates when ``config.rerank`` does not let the reader rank, as for
+            ``ralm_generate``.
+        rerank_batch_size: ranking inputs (rows × candidates of a stride) per forward when an LM ranks.
 
     Notes:
         * It replaces the scores, so processors that run before it are lost. ``generate`` runs the processors it
@@ -49,7 +60,7 @@ class RalmLogitsProcessor(LogitsProcessor):
           stride counts ``s`` tokens (which only changes which oldest tokens the last stride drops).
         * Leading ``pad_token_id`` tokens (left padding) of the first ``input_ids`` are not part of a row's text.
         * A new generation is detected when ``input_ids`` is not the previous call's plus one token;
-          [`reset`][hf_ralm.generation.logits_process.RalmLogitsProcessor.reset] forces it.
+          [`reset`][hf_ralm.RalmLogitsProcessor.reset] forces it.
         * The returned log-probabilities cover the reader's vocabulary, cut or padded with ``-inf`` to the width
           of the scores it receives (so the two models must share the tokenizer).
     """
@@ -75,6 +86,7 @@ class RalmLogitsProcessor(LogitsProcessor):
 
     @property
     def stats(self) -> dict:
+        """The decoding counters, as [`RalmGenerateOutput.ralm_stats`][hf_ralm.RalmGenerateOutput] holds them."""
         return self.decoder.report()
 
     def reset(self) -> None:
@@ -99,6 +111,15 @@ class RalmLogitsProcessor(LogitsProcessor):
 
     @torch.no_grad()
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        """One step of ``generate``: retrieve when a stride starts, then every row's next-token log-probabilities.
+
+        Args:
+            input_ids: the rows so far (prompts and the tokens generated), as ``generate`` passes them.
+            scores: the generating model's scores, whose width and device the result takes.
+
+        Returns:
+            The reader's next-token log-probabilities on each row's context, ``-inf`` beyond its vocabulary.
+        """
         if self._continues(input_ids):
             for row, token in zip(self.rows, input_ids[:, -1].tolist()):
                 row.ids.append(token)

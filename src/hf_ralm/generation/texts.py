@@ -90,12 +90,25 @@ class GeneratedText:
 
 def generate_texts(model, tokenizer, retriever: Retriever | None, config: RalmConfig, prompts: Sequence[str],
                    *, reranker=None, times: StageTimes | None = None, **kwargs) -> list[GeneratedText]:
-    """Generate from ``prompts`` (one left-padded batch, ``left_pad``) with
-    ``ralm_generate`` (``kwargs``: what ``generate`` takes, e.g. ``max_new_tokens``,
-    ``do_sample``); per prompt a ``GeneratedText``, its output cut after the first end-of-sequence token (the
-    model's or the tokenizer's). ``prompts`` is a list of texts even for one (a single ``str`` is refused, as are
-    an empty list and an item that is no text: ``check_texts``). ``times`` (a
-    [`StageTimes`][hf_ralm.utils.stage_times.StageTimes]) gathers the seconds of retrieval and of the reader.
+    """Generate from ``prompts``, one left-padded batch, with ``ralm_generate``.
+
+    Args:
+        model: the reader.
+        tokenizer: its tokenizer (it pads the prompts, decodes the queries and the outputs).
+        retriever: what each stride retrieves with (``None``: nothing).
+        config: the RALM settings.
+        prompts: a list of texts, even for one.
+        reranker: what ranks the candidates when the reader does not, as ``ralm_generate`` takes it.
+        times: a [`StageTimes`][hf_ralm.utils.stage_times.StageTimes] that gathers the seconds of retrieval and of
+            the reader.
+        **kwargs: what ``generate`` takes, e.g. ``max_new_tokens``, ``do_sample``.
+
+    Returns:
+        Per prompt a ``GeneratedText``, its output cut after the first end-of-sequence token (the model's or the
+            tokenizer's).
+
+    Raises:
+        InputTypeError: ``prompts`` is a single ``str``, an empty list or holds an item that is no text.
 
     Examples:
         ```python
@@ -127,10 +140,18 @@ def generate_texts_in_batches(model, tokenizer, retriever: Retriever | None, con
                               prompts: Sequence[str], *, reranker=None, batch_size: int | str = DEFAULT_BATCH_SIZE,
                               show_progress: bool = True, times: StageTimes | None = None,
                               **kwargs) -> list[GeneratedText]:
-    """``generate_texts`` over any number of ``prompts``, ``batch_size`` at a time (``"auto"``: from 64 on a GPU,
-    the batch run again at half the size after an out-of-memory error, [`BatchSize`][hf_ralm.core.batching.BatchSize]),
-    with a bar over the prompts when they take more than one batch, which shows where the time went (``times``: a
-    [`StageTimes`][hf_ralm.utils.stage_times.StageTimes] that gathers it, when given). What ``hf-ralm generate`` runs.
+    """``generate_texts`` over any number of ``prompts``, ``batch_size`` at a time: what ``hf-ralm generate`` runs.
+
+    Args:
+        model, tokenizer, retriever, config, prompts, reranker: as ``generate_texts`` takes them.
+        batch_size: prompts per batch, or ``"auto"``: from 64 on a GPU, the batch run again at half the size after
+            an out-of-memory error ([`BatchSize`][hf_ralm.core.batching.BatchSize]).
+        show_progress: a bar over the prompts when they take more than one batch, which shows where the time went.
+        times: a [`StageTimes`][hf_ralm.utils.stage_times.StageTimes] that gathers that time, when given.
+        **kwargs: what ``generate`` takes, e.g. ``max_new_tokens``.
+
+    Returns:
+        Per prompt a ``GeneratedText``, in the order of ``prompts``.
 
     Examples:
         ```python

@@ -232,10 +232,16 @@ def ralm_generate(
     ``return_dict_in_generate``, ``output_scores``/``output_logits``); ``inputs`` may also be a text or a list of
     texts (tokenized with ``tokenizer``, left-padded). Anything else (an empty list, a list of something else than
     texts, ids outside the reader's vocabulary) is refused in one line naming ``inputs`` or ``input_ids`` before
-    anything runs. Returns the token ids, or a [`RalmGenerateOutput`][hf_ralm.RalmGenerateOutput] with per-row
-    ``sources`` when ``return_dict_in_generate=True``.
+    anything runs.
 
     Args:
+        model: the reader (a transformers causal LM, or an engine reader).
+        tokenizer: its tokenizer (it decodes the queries, encodes the passages and text prompts).
+        retriever: what each stride retrieves with (``None``: nothing).
+        config: the RALM settings (``retrieval_stride``, ``query_length``, ``max_length``, ...).
+        inputs: text prompts, or the prompts' token ids (a 2-D tensor, a row per prompt).
+        generation_config, logits_processor, stopping_criteria, streamer: as ``generate`` takes them.
+        max_cache_bytes: the bound of the passage cache made for this call.
         passage_cache: a [`PassageKVCache`][hf_ralm.core.passage_cache.PassageKVCache] of ``model`` to reuse passages'
             keys/values across calls; by default each call has its own, bounded by ``max_cache_bytes``.
         reranker: what ranks the candidates when ``config.rerank`` does not let the reader rank: the
@@ -252,6 +258,19 @@ def ralm_generate(
             ``return_dict_in_generate`` says: how
             [`RetrievalAugmentedModel.collect_sources`][hf_ralm.RetrievalAugmentedModel.collect_sources] records them
             under a ``pipeline``, which asks for ids.
+        **kwargs: ``generate``'s other arguments (``input_ids``, ``attention_mask``, ``return_dict_in_generate``, a
+            generation config's fields, ...).
+
+    Returns:
+        The token ids, or with ``return_dict_in_generate=True`` a
+            [`RalmGenerateOutput`][hf_ralm.RalmGenerateOutput] with per-row ``sources``.
+
+    Raises:
+        ValueError: ``custom_generate`` is given, text prompts come without a tokenizer, or the generation mode is
+            not greedy decoding or sampling.
+        InputTypeError: ``inputs`` or ``input_ids`` is neither text prompts nor a 2-D tensor of ids.
+        SettingError: an id is outside the reader's vocabulary, or (on an engine reader) something that acts
+            between tokens in this process is given.
     """
     if "custom_generate" in kwargs:
         raise ValueError("RALM generation runs its own decoding loop: custom_generate cannot be combined with it.")

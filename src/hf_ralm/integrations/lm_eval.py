@@ -13,7 +13,8 @@ lm_eval.simple_evaluate(model="ralm", tasks=["wikitext"], model_args="pretrained
 lm_eval.simple_evaluate(model=RalmLM(ralm_model), tasks=[...])    # an already built RetrievalAugmentedModel
 ```
 
-and on the command line ``hf-ralm lm-eval --model_args ... --tasks ...`` (lm-eval's own flags, ``cli_main``).
+and on the command line ``hf-ralm lm-eval --model_args ... --tasks ...`` (lm-eval's own flags,
+``hf_ralm.integrations.lm_eval_cli.cli_main``).
 
 What each of lm-eval's requests is under In-Context RALM:
 
@@ -53,7 +54,6 @@ from __future__ import annotations
 import inspect
 import os
 import re
-import sys
 import warnings
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -87,14 +87,12 @@ from ..core.engines.reader import engine_reader
 from ..core.engines.registry import DEFAULT_ENGINE, get_engine, option_owners
 from ..core.modeling_utils import left_pad, model_device, model_identity
 from ..core.passage_cache import PassageKVCache
-from ..core.placement import default_device
 from ..retrieval.base import retriever_identity
-from ..retrieval.corpus import check_corpus_paths
 from ..core.scoring import ScoredInput, score_continuations
 from ..selection.strategies import future_looking
 from ..utils.progress import tqdm
 
-__all__ = ["RalmLM", "RalmRequestStats", "cli_main"]
+__all__ = ["RalmLM", "RalmRequestStats"]
 
 MODEL_NAME = "ralm"
 """The name lm-eval knows the model by (``--model ralm``)."""
@@ -112,8 +110,6 @@ LOADING_ARGS = ("revision", "attn_implementation", "gguf_file", "device_map", "t
 
 CONTEXTS_PER_CHUNK = 256
 """Distinct contexts whose retrievals, choices and continuations run together (bounds the inputs held at once)."""
-
-LM_EVAL_SUBCOMMANDS = ("run", "ls", "validate")
 
 
 @dataclass
@@ -333,7 +329,15 @@ class RalmLM(TemplateLM):
         """Each document's log-likelihood under In-Context RALM (see the module docstring): its tokens evaluated as
         ``hf-ralm eval-lm`` evaluates a text, plus its first token given the prefix token (or with
         ``prefix_token_in_window``, the prefix token put first in the windowed ids); with ``rolling_windows="lm-eval"``,
-        lm-eval's own windows (``_lm_eval_rolling``)."""
+        lm-eval's own windows (``_lm_eval_rolling``).
+
+        Args:
+            requests: lm-eval's ``loglikelihood_rolling`` requests, a document each (``request.args[0]``).
+            disable_tqdm: no progress bar.
+
+        Returns:
+            Each document's log-likelihood, in the order of ``requests``.
+        """
         if self.rolling_windows == "lm-eval":
             return self._lm_eval_rolling(requests)
         texts = [request.args[0] for request in requests]
@@ -402,7 +406,19 @@ class RalmLM(TemplateLM):
     # --------------------------------------------------------------------------------------------------------------
 
     def loglikelihood(self, requests: list, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
-        """``(log p(continuation | passages; context), is_greedy)`` of each request (see the module docstring)."""
+        """Each continuation's log-probability after its context's passages and context (see the module docstring).
+
+        Args:
+            requests: lm-eval's ``loglikelihood`` requests, ``(context, continuation)`` each.
+            disable_tqdm: no progress bar.
+
+        Returns:
+            ``(log p(continuation | passages; context), is_greedy)`` of each request, in the order of ``requests``.
+
+        Raises:
+            SettingError: an ensemble of passages (``ensemble_size`` above 1), a continuation that leaves its context
+                no room in ``max_length``, or a ``retrieval_query="doc:FIELD"`` whose field the task's documents lack.
+        """
         encoded = [(request.args, *self._encode_request(*request.args)) for request in requests]
         queries = None if self.retrieval_query == "tokens" else [self._query(request) for request in requests]
         return self._loglikelihood_tokens(encoded, disable_tqdm=disable_tqdm, queries=queries)
@@ -494,7 +510,15 @@ class RalmLM(TemplateLM):
         """Each request's generation
         ([`RetrievalAugmentedModel.generate_texts`][hf_ralm.RetrievalAugmentedModel.generate_texts], retrieving every
         ``retrieval_stride`` new tokens) up to its first ``until`` string or the end-of-sequence token, and at most
-        ``max_gen_toks`` new tokens. Requests with the same generation settings run in batches, longest prompt first."""
+        ``max_gen_toks`` new tokens. Requests with the same generation settings run in batches, longest prompt first.
+
+        Args:
+            requests: lm-eval's ``generate_until`` requests, ``(context, generation settings)`` each.
+            disable_tqdm: no progress bar.
+
+        Returns:
+            Each request's generated text, cut at its first ``until`` string, in the order of ``requests``.
+        """
         collator = Collator([request.args for request in requests], group_by="gen_kwargs",
                             sort_fn=lambda args: (-len(self.tok_encode(args[0])), args[0]),
                             group_fn=lambda args: args[1])
@@ -566,41 +590,3 @@ def _warn_once(messages: Sequence[str], num_documents: int) -> None:
         first.setdefault(key, message)
     for kind, count in kinds.items():
         warnings.warn(RalmWarning(f"in {count} of {num_documents} documents, {first[kind]}"), stacklevel=3)
-
-
-def cli_main(argv: Sequence[str]) -> None:
-    """``hf-ralm lm-eval ARGS``: lm-eval's own command line (``lm-eval run``, or ``ls``/``validate``), with ``ralm``
-    registered, ``--model ralm`` and hf-ralm's default ``--device`` (the GPU when there is one, else the CPU) unless
-    given.
-
-    Examples:
-        ```bash
-        hf-ralm lm-eval --tasks wikitext --model_args pretrained=M,retriever=bm25,index_dir=D --output_path out/
-        ```
-    """
-    from lm_eval._cli import HarnessCLI
-    from lm_eval.utils import setup_logging
-
-    args = list(argv)
-    if args[:1] == [] or args[0] not in LM_EVAL_SUBCOMMANDS:
-        args.insert(0, "run")
-    if args[0] == "run":
-        def given(*flags: str) -> bool:
-            return any(arg in flags or arg.startswith(tuple(f"{flag}=" for flag in flags)) for arg in args)
-
-        if not given("--model", "-M"):
-            args[1:1] = ["--model", MODEL_NAME]
-        if not given("--device"):
-            args[1:1] = ["--device", str(default_device())]
-        if not given("--batch_size", "-b"):  # lm-eval's default, 1, would score one window per forward
-            args[1:1] = ["--batch_size", str(DEFAULT_BATCH_SIZE)]
-    saved, sys.argv = sys.argv, ["hf-ralm lm-eval", *args]
-    try:  # lm-eval's cli_evaluate, with the model's corpus files checked before its tasks load (seconds)
-        setup_logging()
-        harness = HarnessCLI()
-        parsed = harness.parse_args()
-        if getattr(parsed, "model", None) == MODEL_NAME:
-            check_corpus_paths((getattr(parsed, "model_args", None) or {}).get("corpus"))
-        harness.execute(parsed)
-    finally:
-        sys.argv = saved
