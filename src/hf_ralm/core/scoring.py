@@ -391,8 +391,8 @@ def reader_nlls(model, tokenizer, ids: Sequence[int], windows: Sequence[Window],
 
     Examples:
         ```python
-        rows = next(reader_nlls(model, tokenizer, ids, [window], [[rome, None]], [window.score_begin],
-                                config))
+        rows = next(reader_nlls(model, tokenizer, ids, [window], [[rome, None]],
+                                firsts=[window.score_begin], config=config))
         [float(row.sum()) for row in rows]   # [11.2, 13.9]: the window's target NLL with rome, and without
         ```
     """

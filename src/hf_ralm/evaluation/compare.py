@@ -18,7 +18,7 @@ more than the pass holds is a row too, under its name.
 Examples:
     ```python
     comparison = compare_strategies(model, tokenizer, text, retriever, RalmConfig(max_length=512),
-                                    ["none", "top1", "lm-gate"], run=RunOptions(output_dir="runs/compare"))
+                                    strategies=["none", "top1", "lm-gate"], run=RunOptions(output_dir="runs/compare"))
     print(comparison.to_markdown())   # one row per strategy: token ppl, word ppl, share with a passage, inputs
     ```
 """
@@ -326,7 +326,8 @@ def compare_strategies(
 
     Examples:
         ```python
-        comparison = compare_strategies(model, tokenizer, text, retriever, config, ["none", "top1", "lm-gate"],
+        comparison = compare_strategies(model, tokenizer, text, retriever, config,
+                                        strategies=["none", "top1", "lm-gate"],
                                         run=RunOptions(output_dir="runs/compare", batch_size=16))
         comparison.row("lm-gate").token_ppl
         ```

@@ -341,7 +341,7 @@ def check_retrieval_dataset(model, tokenizer, text_or_ids: str | Sequence[int], 
 
     Examples:
         ```python
-        check_retrieval_dataset(model, tokenizer, text, bm25, config, "retrievals")
+        check_retrieval_dataset(model, tokenizer, text, bm25, config, retrieval_file="retrievals")
         # RetrievalFileError: retrievals was made with passages cut to 8 tokens and this run has passages cut to 256 ...
         ```
     """

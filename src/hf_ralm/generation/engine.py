@@ -14,8 +14,8 @@ distributions that stay in the engine, is refused in one line.
 
 Examples:
     ```python
-    generated = generate_on_engine_reader(reader, tokenizer, retriever, config, input_ids, attention_mask,
-                                          sampling)
+    generated = generate_on_engine_reader(reader, tokenizer, retriever, config, input_ids,
+                                          attention_mask=attention_mask, sampling=sampling)
     generated.sequences, generated.sources[0]
     ```
 """

@@ -39,7 +39,7 @@ Examples:
                                                     corpus="wiki.jsonl.gz", max_length=512, rerank_candidates=16)
     articles = training_articles("wiki.jsonl.gz", exclude_titles=eval_titles, num_articles=1000)
     collect_rerank_data(model.language_model, model.tokenizer, model.retriever, articles, model.config,
-                        "data/rerank", windows_per_article=8, run=RunOptions(batch_size=16, chunk_size=128))
+                        output_dir="data/rerank", windows_per_article=8, run=RunOptions(batch_size=16, chunk_size=128))
     ```
 """
 
@@ -129,8 +129,8 @@ def collect_rerank_data(
 
     Examples:
         ```python
-        summary = collect_rerank_data(reader, tokenizer, retriever, articles, config, "data/rerank", max_windows=20,
-                                      run=RunOptions(overwrite=True))
+        summary = collect_rerank_data(reader, tokenizer, retriever, articles, config, output_dir="data/rerank",
+                                      max_windows=20, run=RunOptions(overwrite=True))
         summary["rows_total"]  # 20, or fewer when the articles run out
         ```
     """

@@ -24,7 +24,7 @@ Examples:
     paths, articles = corpus_paths_and_articles(corpus)
     with new_build(index_dir) as tmp_dir:   # removed if the build fails or is interrupted
         ...  # write the backend's files into tmp_dir
-        finish_build(tmp_dir, index_dir, "bm25", paths, words_per_passage, num_passages, settings)
+        finish_build(tmp_dir, index_dir, "bm25", paths, words_per_passage, num_passages=num_passages, settings=settings)
     ```
 """
 

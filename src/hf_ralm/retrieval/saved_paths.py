@@ -198,7 +198,7 @@ def saved_index_dir(recorded: str, identity, folder: str, file: str, fix: str, *
 
     Examples:
         ```python
-        saved_index_dir("index", None, "my-ralm", "retriever_config.json", "...", True)   # 'my-ralm/index'
+        saved_index_dir("index", None, "my-ralm", "retriever_config.json", "...", may_follow=True)  # 'my-ralm/index'
         ```
     """
     if not leads_outside(recorded, folder):

@@ -16,7 +16,7 @@ Examples:
     ```python
     from hf_ralm.selection import rerank_windows
 
-    outcome = rerank_windows(model, tokenizer, ids, windows, queries, candidates, config)
+    outcome = rerank_windows(model, tokenizer, ids, windows, queries, candidates=candidates, config=config)
     outcome.chosen[5]   # the candidate window 5 puts in context (-1: none)
     ```
 """

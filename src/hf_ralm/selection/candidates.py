@@ -20,7 +20,7 @@ the saved chunks, and a rerun with other settings is refused.
 
 Examples:
     ```python
-    scores = score_candidates(model, tokenizer, ids, windows, candidates, config,
+    scores = score_candidates(model, tokenizer, ids, windows, candidates, config=config,
                               run=RunOptions(output_dir="runs/candidates"))
     scores[5].target_nlls[0], scores[5].target_nlls[-1]   # (10.2, 11.9): with its top passage, and without one
     ```
@@ -145,7 +145,7 @@ def score_candidates(
 
     Examples:
         ```python
-        scores = score_candidates(model, tokenizer, ids, windows, candidates, config,
+        scores = score_candidates(model, tokenizer, ids, windows, candidates, config=config,
                                   run=RunOptions(output_dir="runs/pass", batch_size=16),
                                   settings={"data": "WikiText-103 test", **retriever_identity(retriever)})
         ```

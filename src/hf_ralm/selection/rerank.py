@@ -19,7 +19,7 @@ sets overlap).
 
 Examples:
     ```python
-    outcome = rerank_windows(model, tokenizer, ids, windows, queries, candidates, config)
+    outcome = rerank_windows(model, tokenizer, ids, windows, queries, candidates=candidates, config=config)
     outcome.chosen[5], outcome.ranking_nlls[5]   # (3, [41.2, 40.7, 40.9, 38.8, ...])
     ```
 """

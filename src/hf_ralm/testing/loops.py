@@ -292,7 +292,7 @@ def plain_rerank(model, tokenizer, ids: Sequence[int], windows: Sequence[Window]
 
     Examples:
         ```python
-        chosen, nlls = plain_rerank(model, tokenizer, ids, windows, candidates, RalmConfig(rerank="lm"))
+        chosen, nlls = plain_rerank(model, tokenizer, ids, windows, candidates, config=RalmConfig(rerank="lm"))
         ```
     """
     nll = _unscored(ids)
