@@ -59,6 +59,18 @@ class Strides:
         return -(-generated // self.stride)
 
 
+def query_start(end: int, query_length: int) -> int:
+    """Where a query that ends before token ``end`` starts: its last ``query_length`` tokens, all of them when there
+    are fewer. Generation's strides and evaluation's windows
+    (``hf_ralm.core.windows.query_span``) both cut their queries here.
+
+    Examples:
+        >>> query_start(10, query_length=4), query_start(3, query_length=4)
+        (6, 0)
+    """
+    return max(0, end - query_length)
+
+
 def query_tokens(ids: Sequence[int], query_length: int) -> list[int]:
     """A stride's query: the last ``query_length`` tokens of a row's text (all of them when it is shorter).
 
@@ -66,7 +78,7 @@ def query_tokens(ids: Sequence[int], query_length: int) -> list[int]:
         >>> query_tokens([5, 6, 7], query_length=8)
         [5, 6, 7]
     """
-    return list(ids[max(0, len(ids) - query_length):])
+    return list(ids[query_start(len(ids), query_length):])
 
 
 def stride_start(num_tokens: int, stride_tokens: int, prefix_length: int, max_length: int) -> int:

@@ -23,6 +23,7 @@ from typing import Sequence
 
 from ..config.window_checks import check_window_overlap
 from ..utils.checks import check_count
+from .strides import query_start
 
 
 @dataclass(frozen=True)
@@ -162,7 +163,7 @@ def query_span(window: Window, query_length: int) -> tuple[int, int] | None:
     check_count("query_length", query_length)
     if not window.has_retrieval:
         return None
-    return max(0, window.prev_end - query_length), window.prev_end
+    return query_start(window.prev_end, query_length), window.prev_end
 
 
 def place_passage(window_ids: Sequence[int], passage_ids: Sequence[int]) -> list[int]:

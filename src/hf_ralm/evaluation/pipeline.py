@@ -568,9 +568,8 @@ class _Evaluation:
             gate_scores = self.retrievals.gate_scores[first:stop] if self.retrievals.gate_scores else None
         else:
             cache = PassageKVCache.for_model(self.model) if self.reuse_prefix_kv else None  # shared by both passes
-            ranker = WindowRanker(self.model, self.tokenizer, self.plan.ids, chunk, batch_size,
-                                  reuse_prefix_kv=self.reuse_prefix_kv, passage_cache=cache,
-                                  show_progress=self.show_progress)
+            ranker = WindowRanker(self.model, self.tokenizer, self.plan.ids, chunk, batch_size, passage_cache=cache,
+                                  reuse_prefix_kv=self.reuse_prefix_kv, show_progress=self.show_progress)
             selection = self.policy.select([self.plan.queries[w.index] for w in chunk],
                                            [state.passages[w.index] for w in chunk], ranker, [w.index for w in chunk])
             chosen, ranking, gate_scores = selection.chosen, selection.ranking_nlls, selection.gate_scores
