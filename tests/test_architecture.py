@@ -278,7 +278,7 @@ def test_few_modules_at_the_top():
     """The package's top holds its face, its errors and the transformers-style model files; every other module lives in
     the folder of its layer."""
     top = sorted(path.name for path in PACKAGE.glob("*.py") if path.name != "__init__.py")
-    assert top == ["errors.py", "loading_ralm.py", "model_card.py", "modeling_ralm.py"]
+    assert top == ["errors.py", "loading_ralm.py", "model_card.py", "modeling_ralm.py", "saving_ralm.py"]
 
 
 CONFIG_MODULES = ["__init__", "configuration_ralm", "passage_template", "query_lengths", "settings",

@@ -36,6 +36,7 @@ from .utils.lazy import lazy_exports
 LAZY_EXPORTS = {
     "core.batching": ("BatchSize",),
     "evaluation.compare": ("strategy_choices",),
+    "evaluation.causal_lm": ("RalmCausalLMOutput",),
     "config.configuration_ralm": ("RalmConfig",),
     "config.query_lengths": ("default_query_length",),
     "core.data": ("join_rows", "load_dataset_text"),
@@ -47,7 +48,7 @@ LAZY_EXPORTS = {
     "evaluation.pipeline": ("RalmEvalResult", "evaluate", "evaluate_perplexity", "evaluate_retrieval"),
     "generation": ("RalmGenerateOutput", "RalmLogitsProcessor"),
     "core.model_inputs": ("passage_prefix", "window_prefixes"),
-    "modeling_ralm": ("RalmCausalLMOutput", "RetrievalAugmentedModel"),
+    "modeling_ralm": ("RetrievalAugmentedModel",),
     "core.modeling_utils": ("model_device", "model_identity", "resolve_max_length"),
     "core.passage_cache": ("PassageKVCache",),
     "core.perplexity": ("count_words", "perplexity_figures", "perplexity_from_nll"),
@@ -73,6 +74,7 @@ SUBPACKAGES = ("cli", "config", "core", "evaluation", "generation", "integration
 if TYPE_CHECKING:  # what type checkers and the API reference read; at run time, LAZY_EXPORTS
     from .core.batching import BatchSize
     from .evaluation.compare import strategy_choices
+    from .evaluation.causal_lm import RalmCausalLMOutput
     from .config.configuration_ralm import RalmConfig
     from .config.query_lengths import default_query_length
     from .core.data import join_rows, load_dataset_text
@@ -84,7 +86,7 @@ if TYPE_CHECKING:  # what type checkers and the API reference read; at run time,
     from .evaluation.pipeline import RalmEvalResult, evaluate, evaluate_perplexity, evaluate_retrieval
     from .generation import RalmGenerateOutput, RalmLogitsProcessor
     from .core.model_inputs import passage_prefix, window_prefixes
-    from .modeling_ralm import RalmCausalLMOutput, RetrievalAugmentedModel
+    from .modeling_ralm import RetrievalAugmentedModel
     from .core.modeling_utils import model_device, model_identity, resolve_max_length
     from .core.passage_cache import PassageKVCache
     from .core.perplexity import count_words, perplexity_figures, perplexity_from_nll

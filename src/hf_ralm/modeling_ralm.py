@@ -1,8 +1,8 @@
 """[`RetrievalAugmentedModel`][hf_ralm.RetrievalAugmentedModel]: any frozen causal LM plus a retriever, PEFT-style.
 
-It owns only a [`RalmConfig`][hf_ralm.RalmConfig] and a retriever; everything else is forwarded to the wrapped model,
-and ``save_pretrained`` writes the config and the retriever's ``retriever_config.json`` (with ``save_index=True`` its
-index too), never the base weights.
+It owns only a [`RalmConfig`][hf_ralm.RalmConfig] and a retriever; everything else is forwarded to the wrapped model.
+Its methods delegate: loading to ``loading_ralm``, saving (never the base weights) to ``saving_ralm``, ``forward``
+to ``hf_ralm.evaluation.causal_lm``.
 
 Examples:
     ```python
@@ -21,61 +21,27 @@ Examples:
 
 from __future__ import annotations
 
-import copy
 import inspect
 import os
-import tempfile
-import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
 
 import torch
 from transformers import AutoModelForCausalLM, GenerationMixin, PreTrainedModel
-from transformers.utils import CONFIG_NAME, ModelOutput
 
 from .utils.batch_size import DEFAULT_BATCH_SIZE
 from .config.configuration_ralm import RalmConfig
-from .core.passages import Passage
 from .core.engines.reader import Reader, engine_reader
 from .core.engines.registry import DEFAULT_ENGINE
-from .core.modeling_utils import vocabulary_size
-from .errors import RalmWarning, SavedFolderError
+from .evaluation.causal_lm import RalmCausalLMOutput, causal_lm_output
 from .evaluation.compare import DEFAULT_STRATEGIES, Comparison, compare_strategies
 from .evaluation.pipeline import RalmEvalResult, evaluate
 from .generation import ralm_generate
 from .loading_ralm import load_ralm
-from .model_card import ralm_model_card
-from .retrieval.base import RETRIEVER_CONFIG_FILE, SAVED_INDEX_DIR, Retriever
-from .retrieval.saved_paths import names_a_local_path
+from .retrieval.base import Retriever
 from .runs.harness import RunOptions
+from .saving_ralm import push_ralm, save_ralm
 from .selection.rankers import load_reranker
-from .utils.atomic import write_text_atomic
-from .utils.checks import check_path, check_vocabulary, refuse_type
-from .utils.outputs import check_no_links
-
-SAVED_ENTRIES = (CONFIG_NAME, RETRIEVER_CONFIG_FILE, "README.md", SAVED_INDEX_DIR, f"{SAVED_INDEX_DIR}.tmp")
-"""What [`RetrievalAugmentedModel.save_pretrained`][hf_ralm.RetrievalAugmentedModel.save_pretrained] writes in its
-folder (the index and its build folder with ``save_index``)."""
-
-
-@dataclass
-class RalmCausalLMOutput(ModelOutput):
-    """Like ``CausalLMOutput``: ``loss`` is the mean NLL over the scored tokens of all rows.
-
-    Attributes:
-        loss: the mean NLL over the scored tokens of all rows.
-        token_nlls: ``token_nlls[b, t]`` is the NLL of token ``t`` of row ``b`` (NaN where not scored: token 0,
-            padding, ignored labels).
-        token_windows: ``token_windows[b, t]`` is the window that scored token ``t`` of row ``b`` (-1 where none did).
-        passages: ``passages[b][window]`` are the passages retrieved for that window of row ``b`` (the first was in
-            context; an empty list means none was).
-    """
-
-    loss: torch.FloatTensor | None = None
-    token_nlls: torch.FloatTensor | None = None
-    token_windows: torch.LongTensor | None = None
-    passages: list[list[list[Passage]]] | None = None
 
 
 class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
@@ -244,50 +210,8 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
             base_model: the base model's Hub id, for the config to name.
             **kwargs: for ``RalmConfig.save_pretrained``.
         """
-        save_directory = check_path("save_directory", save_directory)
-        config = self.config if base_model is None else self._hub_config(base_model)
-        base = config.base_model_name_or_path
-        if base and names_a_local_path(base):
-            warnings.warn(RalmWarning(
-                f"{save_directory} names its base model by the local folder {base!r}, so it loads only where that "
-                "folder is: give save_pretrained(..., base_model='OWNER/NAME'), the base model's Hub id, for a "
-                "folder that loads anywhere."), stacklevel=2)
-        self._write_folder(save_directory, config, save_index=save_index, comparison=comparison,
-                           repo_id=repo_id, dataset=dataset, tags=tags, **kwargs)
-
-    def _write_folder(self, save_directory: str | os.PathLike, config: RalmConfig, *, save_index: bool,
-                      comparison: Comparison | None, repo_id: str | None, dataset: str | None, tags: Sequence[str],
-                      **kwargs) -> None:
-        """``save_pretrained`` with ``config`` as the folder's RALM config (``push_to_hub``'s names its base model by
-        its Hub id). A link where it writes is refused first: a user's file is never written through one."""
-        check_no_links(save_directory, SAVED_ENTRIES,
-                       f"remove the link, or save to another folder than {save_directory}")
-        os.makedirs(save_directory, exist_ok=True)
-        config.save_pretrained(save_directory, **kwargs)
-        retriever_file = os.path.join(save_directory, RETRIEVER_CONFIG_FILE)
-        if isinstance(self.retriever, Retriever):
-            self.retriever.save_pretrained(save_directory, save_index=save_index)
-        elif os.path.exists(retriever_file):  # left by an earlier save here: it does not describe this model
-            os.remove(retriever_file)
-        card = ralm_model_card(config, self.retriever, repo_id=repo_id, index_included=save_index,
-                               comparison=comparison, dataset=dataset, tags=tags)
-        write_text_atomic(os.path.join(save_directory, "README.md"), str(card), suffix=".md")
-
-    def _hub_config(self, base_model: str | None) -> RalmConfig:
-        """The RALM config ``push_to_hub`` uploads: its base model named by ``base_model`` (a Hub id) when given; a
-        base model that is a folder on this machine (or none) without it is refused in one line
-        ([`SavedFolderError`][hf_ralm.errors.SavedFolderError]): the repository would load nowhere else."""
-        base = base_model or self.config.base_model_name_or_path
-        if base_model is not None and names_a_local_path(base_model):
-            raise SavedFolderError(f"base_model={base_model!r} is a local path: give the base model's Hub id (such as "
-                                   "HuggingFaceTB/SmolLM2-135M), which the pushed repository names.")
-        if not base or names_a_local_path(base):
-            what = f"is the local folder {base!r}" if base else "is not known"
-            raise SavedFolderError(f"This RALM's base model {what}, which a Hub repository cannot load elsewhere: "
-                                   "give its Hub id, push_to_hub(..., base_model='OWNER/NAME').")
-        config = copy.deepcopy(self.config)
-        config.base_model_name_or_path = base
-        return config
+        save_ralm(self.config, self.retriever, save_directory, save_index=save_index, comparison=comparison,
+                  repo_id=repo_id, dataset=dataset, tags=tags, base_model=base_model, **kwargs)
 
     def push_to_hub(self, repo_id: str, *, push_index: bool = False, comparison: Comparison | None = None,
                     dataset: str | None = None, commit_message: str | None = None,
@@ -329,22 +253,10 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
                               base_model="HuggingFaceTB/SmolLM2-135M")   # the base model was loaded from a folder
             ```
         """
-        from huggingface_hub import HfApi
-
-        if not isinstance(repo_id, str):
-            refuse_type("repo_id", repo_id, "a Hub repository id (a str, OWNER/NAME)")
-        config = self._hub_config(base_model)  # refused before the repository is created
-        api = HfApi(token=token)
-        api.create_repo(repo_id, private=private, exist_ok=True)
-        with tempfile.TemporaryDirectory() as folder:
-            self._write_folder(folder, config, save_index=push_index, comparison=comparison, repo_id=repo_id,
-                               dataset=dataset, tags=tags or ())
-            info = api.upload_folder(repo_id=repo_id, folder_path=folder, revision=revision, create_pr=create_pr,
-                                     commit_message=commit_message or f"Upload In-Context RALM over "
-                                                                      f"{config.base_model_name_or_path}",
-                                     commit_description=commit_description)
-        url = getattr(info, "pr_url", None) if create_pr else None
-        return str(url or getattr(info, "commit_url", info))
+        return push_ralm(self.config, self.retriever, repo_id, push_index=push_index, comparison=comparison,
+                         dataset=dataset, commit_message=commit_message, commit_description=commit_description,
+                         private=private, token=token, revision=revision, create_pr=create_pr, tags=tags,
+                         base_model=base_model)
 
     @property
     def reranker(self):
@@ -485,17 +397,10 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
         return generate_texts(self.language_model, self.tokenizer, self.retriever, self.config, prompts,
                               reranker=self.reranker, **kwargs)
 
-    def forward(
-        self,
-        input_ids: torch.LongTensor,
-        attention_mask: torch.Tensor | None = None,
-        labels: torch.LongTensor | None = None,
-        retrieval_file: str | None = None,
-        batch_size: int = DEFAULT_BATCH_SIZE,
-        *,
-        show_progress: bool = False,
-        **unexpected,
-    ) -> RalmCausalLMOutput:
+    def forward(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None,
+                labels: torch.LongTensor | None = None, retrieval_file: str | None = None,
+                batch_size: int = DEFAULT_BATCH_SIZE, *, show_progress: bool = False,
+                **unexpected) -> RalmCausalLMOutput:
         """Evaluate every row of ``input_ids`` with In-Context RALM (retrieving as it goes).
 
         Args:
@@ -526,37 +431,12 @@ class RetrievalAugmentedModel(PreTrainedModel, GenerationMixin):
             taken = [name for name in inspect.signature(self.forward).parameters if name != "unexpected"]
             raise TypeError(f"RetrievalAugmentedModel.forward() does not take {', '.join(sorted(unexpected))}: it "
                             f"scores each row with retrieval and takes {', '.join(taken)}.")
-        if not isinstance(input_ids, torch.Tensor) or input_ids.dim() not in (1, 2):
-            refuse_type("input_ids", input_ids, "a tensor of token ids (1-D, or 2-D with a row per text)")
-        check_vocabulary("input_ids", input_ids.tolist(), vocabulary_size(self.language_model))
-        if input_ids.dim() == 1:
-            input_ids = input_ids[None]
-        # a 1-D mask or labels go with a 1-D row (indexing them per row as 2-D would read single elements)
-        if attention_mask is not None and attention_mask.dim() == 1:
-            attention_mask = attention_mask[None]
-        if labels is not None and labels.dim() == 1:
-            labels = labels[None]
-        if labels is not None and bool(((labels != -100) & (labels != input_ids)).any()):
-            raise ValueError("labels must equal input_ids (with -100 where a token is ignored): RALM scores the text.")
-        rows, nlls, windows_of = [], [], []
-        for b in range(input_ids.shape[0]):
-            length = int(attention_mask[b].sum()) if attention_mask is not None else input_ids.shape[1]
-            result = self.evaluate_perplexity(input_ids[b, :length].tolist(), retrieval_file=retrieval_file,
-                                              batch_size=batch_size, show_progress=show_progress)
-            row_nll = torch.full(input_ids.shape[1:], float("nan"), dtype=torch.float64)
-            row_nll[:length] = result.token_nlls
-            row_windows = torch.full(input_ids.shape[1:], -1, dtype=torch.long)
-            row_windows[:length] = result.token_windows
-            rows.append(result.in_context())
-            nlls.append(row_nll)
-            windows_of.append(row_windows)
-        token_nlls = torch.stack(nlls)
-        if labels is not None:
-            token_nlls[labels.cpu() == -100] = float("nan")
-        scored = ~torch.isnan(token_nlls)
-        loss = token_nlls[scored].mean().float() if scored.any() else torch.tensor(float("nan"))
-        return RalmCausalLMOutput(loss=loss, token_nlls=token_nlls.float(), token_windows=torch.stack(windows_of),
-                                  passages=rows)
+
+        def score_row(ids: list[int]) -> RalmEvalResult:
+            return self.evaluate_perplexity(ids, retrieval_file=retrieval_file, batch_size=batch_size,
+                                            show_progress=show_progress)
+
+        return causal_lm_output(self.language_model, input_ids, attention_mask, labels, score_row)
 
 
 # After ``import hf_ralm``, ``AutoModelForCausalLM.from_pretrained(saved_ralm)`` returns this class (AutoConfig reads
