@@ -71,23 +71,28 @@ def stream_search(stream: BM25Stream, vocab: dict[str, int], queries: list[list[
     (0, 1000, 16, 1, [64], None), (1, 1000, 1, 1, [7, 1, 30], 128), (2, 700, 5, 3, [60], 300),
     (3, 257, 300, 2, [40, 3], None), (4, 3000, 16, 1, [1], 1000),
 ])
-def test_random_streams_are_the_exhaustive_loop(seed, num_docs, k, n_threads, calls, tile, monkeypatch):
+def test_random_streams_are_the_exhaustive_loop(seed, num_docs, k, n_threads, calls, tile):
     """Many ties (a few distinct scores): the order among them is by id; a term repeated in a query counts as often;
     k beyond the matches gives the matches; passages across several blocks of bounds and tiles; forbidden
     passages."""
-    if tile:
-        monkeypatch.setattr(bm25_stream, "TILE_SIZE", tile)
     rng = np.random.default_rng(seed)
     matrix = random_matrix(rng, num_docs, 60)
     vocab = {f"t{i}": i for i in range(60)}
     queries = term_stream(random.Random(seed), list(vocab), texts=4, length=120, width=12, step=2)
     forbidden = rng.choice(num_docs, size=num_docs // 20, replace=False)
     stream = BM25Stream(matrix["data"], matrix["indices"], matrix["indptr"], num_docs, forbidden=forbidden,
-                        n_threads=n_threads)
+                        n_threads=n_threads, tile_size=tile)
     found = stream_search(stream, vocab, queries, k, calls)
     assert found == reference_bm25_top_k(matrix, vocab, queries, k, forbidden)
     assert any(len(row) < k for row in found) and (k > num_docs or any(len(row) == k for row in found))
     assert [] in found
+
+
+def test_a_tile_of_no_passages_is_refused():
+    """A tile must hold at least one passage: 0 would never advance through the scores."""
+    matrix = random_matrix(np.random.default_rng(0), 10, 3)
+    with pytest.raises(ValueError, match="tile_size must be at least 1 passage, got 0"):
+        BM25Stream(matrix["data"], matrix["indices"], matrix["indptr"], 10, tile_size=0)
 
 
 def test_ties_go_to_the_lower_passage_id_at_the_cut():

@@ -31,27 +31,32 @@ import time
 
 import numpy as np
 
-from benchmarks.bench_common import available_cores
+from benchmarks.bench_common import available_cores, write_json
 from benchmarks.bench_setup import BM25_INDEX, CACHE, MODELS_DIR, SHARED
 
 BATCH = 64
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
+    """The index and the RALM query stream's flags, which ``stream_queries`` reads (shared with bench_bm25_tiles)."""
     parser.add_argument("--index-dir", default=str(BM25_INDEX))
     parser.add_argument("--data", default=str(SHARED / "wikitext-103" / "test.jsonl"))
     parser.add_argument("--tokenizer", default=str(MODELS_DIR / "smollm2-135m-instruct"))
     parser.add_argument("--forbidden-titles", default="wikitext-103")
     parser.add_argument("--queries", type=int, default=2000)
+    parser.add_argument("-k", type=int, default=16)
+    parser.add_argument("--json-out", help="write every figure to this JSON file")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_stream_arguments(parser)
     parser.add_argument("--bm25s-queries", type=int, default=200, help="queries timed on bm25s's search")
     parser.add_argument("--exhaustive-queries", type=int, default=200,
                         help="queries timed on the exhaustive scorer and compared with it")
     parser.add_argument("--lucene-index", default=str(CACHE / "index" / "wikipedia-2015-sample-lucene"),
                         help="the Lucene backend's index of the same corpus ('none': leave Lucene out)")
     parser.add_argument("--lucene-queries", type=int, default=500, help="queries timed on the Lucene backend")
-    parser.add_argument("-k", type=int, default=16)
-    parser.add_argument("--json-out", help="write every figure to this JSON file")
     parser.add_argument("--scale-record",
                         help="a record of bench_bm25_scale (results/bm25-scale/bm25-<N>.json) of this index's corpus: "
                              "its queries/s columns (bm25 retrieve, Lucene batch_search) and this run's figures "
@@ -197,9 +202,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.scale_record:
         fill_scale_record(args.scale_record, figures)
     if args.json_out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json_out)), exist_ok=True)
-        with open(args.json_out, "w", encoding="utf-8") as f:
-            json.dump(figures, f, indent=2)
+        write_json(args.json_out, figures)
     return figures
 
 

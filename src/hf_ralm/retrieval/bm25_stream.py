@@ -234,15 +234,20 @@ class BM25Stream:
         forbidden: passage ids never returned.
         n_threads: a batch is cut into that many contiguous runs at most, searched in parallel, each on a stream of its
             own (``num_docs`` float64 scores each: 8 bytes a passage).
+        tile_size: the passages whose scores a query's changes are applied to together (default
+            ``TILE_SIZE``); any size gives the same results, only the speed differs.
     """
 
     def __init__(self, data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, num_docs: int,
-                 forbidden: np.ndarray | None = None, *, n_threads: int = 1):
+                 forbidden: np.ndarray | None = None, *, n_threads: int = 1, tile_size: int | None = None):
         self.data, self.indices, self.indptr = data, indices, indptr
         self.num_docs = int(num_docs)
         self.num_terms = len(indptr) - 1
         self.forbidden = np.zeros(0, np.int64) if forbidden is None else np.asarray(forbidden, np.int64)
         self.n_threads = max(1, int(n_threads))
+        self.tile_size = TILE_SIZE if tile_size is None else int(tile_size)
+        if self.tile_size < 1:
+            raise ValueError(f"tile_size must be at least 1 passage, got {tile_size}")
         self.num_blocks = max(1, -(-self.num_docs >> BLOCK_SHIFT))  # the last one may be partial
         self._states: list[_State] = []
         self._exact_terms: int | None = None
@@ -284,7 +289,7 @@ class BM25Stream:
         term_ids, counts = _pairs([pair for query in terms for pair in query])
         last_ids, last_counts = _pairs(sorted(state.counts.items()))
         _search_run(self.data, self.indices, self.indptr, state.scores, state.bounds, state.seen, self.forbidden,
-                    BLOCK_SHIFT, TILE_SIZE, offsets, term_ids, counts, last_ids, last_counts, self.exact_terms(),
+                    BLOCK_SHIFT, self.tile_size, offsets, term_ids, counts, last_ids, last_counts, self.exact_terms(),
                     RESET_COST_PER_PASSAGE, k, state.top, out_ids, out_scores, out_counts, work)
         state.counts = queries[-1]
         state.top = out_ids[-1, : out_counts[-1]].copy()
