@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import sys
@@ -18,13 +17,6 @@ def available_cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         return os.cpu_count() or 1
-
-
-def write_json(path: str, figures: dict) -> None:
-    """Write a benchmark's figures to ``path`` as indented JSON, its folder made when missing."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(figures, f, indent=2)
 
 
 def resident_bytes() -> dict[str, int]:

@@ -31,7 +31,7 @@ import time
 
 import numpy as np
 
-from benchmarks.bench_common import available_cores, write_json
+from benchmarks.bench_common import available_cores
 from benchmarks.bench_setup import BM25_INDEX, CACHE, MODELS_DIR, SHARED
 
 BATCH = 64
@@ -97,6 +97,7 @@ def in_batches(function, items: list, batch: int = BATCH, name: str = "") -> tup
 def main(argv: list[str] | None = None) -> dict:
     from hf_ralm.retrieval import BM25Retriever, analyze_texts, read_forbidden_titles
     from hf_ralm.testing import reference_bm25_top_k
+    from hf_ralm.utils import write_json_atomic
 
     args = parse_args(argv)
     queries = stream_queries(args)
@@ -202,7 +203,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.scale_record:
         fill_scale_record(args.scale_record, figures)
     if args.json_out:
-        write_json(args.json_out, figures)
+        write_json_atomic(args.json_out, figures)
     return figures
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.bench_common import available_cores, write_json
+from benchmarks.bench_common import available_cores
 from benchmarks.speed.bench_bm25_stream import BATCH, add_stream_arguments, stream_queries
 
 SIZES = (1 << 13, 1 << 14, 1 << 15, 1 << 16, 1 << 17, 1 << 18, 0)
@@ -71,6 +71,7 @@ def time_search(stream, counted: list[dict[int, int]], k: int) -> tuple[float, f
 
 def main(argv: list[str] | None = None) -> dict:
     from hf_ralm.retrieval import BM25Retriever, read_forbidden_titles
+    from hf_ralm.utils import write_json_atomic
 
     args = parse_args(argv)
     queries = stream_queries(args)
@@ -122,7 +123,7 @@ def main(argv: list[str] | None = None) -> dict:
               f"| {row['tiles']} | {row['qps']:,.0f} | {row['cpu_qps']:,.0f} | {against} | "
               f"{'yes' if row['identical'] else 'NO'} |")
     if args.json_out:
-        write_json(args.json_out, figures)
+        write_json_atomic(args.json_out, figures)
     return figures
 
 
