@@ -88,6 +88,22 @@ def test_random_streams_are_the_exhaustive_loop(seed, num_docs, k, n_threads, ca
     assert [] in found
 
 
+def test_k_changing_between_calls_of_one_stream():
+    """Each call's top-k starts from the stream's last top, found for another k: fewer or more passages than this k,
+    which then give no floor (fewer) or the worst of them as the floor (more), never a wrong cut."""
+    rng = np.random.default_rng(5)
+    matrix = random_matrix(rng, 2000, 60)
+    vocab = {f"t{i}": i for i in range(60)}
+    queries = term_stream(random.Random(5), list(vocab), texts=2, length=80, width=12, step=2)
+    stream = BM25Stream(matrix["data"], matrix["indices"], matrix["indptr"], 2000)
+    first = 0
+    for k in itertools.islice(itertools.cycle([16, 3, 40, 16, 1]), 20):
+        batch = queries[first : first + 5] or queries[:5]
+        found = stream_search(stream, vocab, batch, k, [len(batch)])
+        assert found == reference_bm25_top_k(matrix, vocab, batch, k, [])
+        first += 5
+
+
 def test_a_tile_of_no_passages_is_refused():
     """A tile must hold at least one passage: 0 would never advance through the scores."""
     matrix = random_matrix(np.random.default_rng(0), 10, 3)

@@ -407,8 +407,8 @@ def passages_from_table(table, hits: Sequence[Sequence[tuple[int, float]]]) -> l
         bad = next(i for i in wanted if not 0 <= i < len(table))
         raise ValueError(f"No passage with the id {bad}: the index holds the ids 0 to {len(table) - 1}.")
     found = table[wanted] if wanted else {"title": [], "text": []}
-    by_row = {i: (title, text) for i, title, text in zip(wanted, found["title"], found["text"])}
-    return [[Passage(str(int(i)), *by_row[int(i)], float(score)) for i, score in row] for row in hits]
+    by_row = dict(zip(wanted, zip(map(str, wanted), found["title"], found["text"])))  # each id's string made once
+    return [[Passage(*by_row[int(i)], float(score)) for i, score in row] for row in hits]
 
 
 PACKAGED_TITLES = {"wikitext-103": "wikitext-103_forbidden_titles.txt"}

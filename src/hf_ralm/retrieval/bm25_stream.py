@@ -8,8 +8,10 @@ of passages at a time, so that the scores being changed stay in the core's cache
 float64 sum of a few dozen of them is exact (``BM25Stream.exact_terms`` says how many): the scores do not depend on the
 order terms came and went, and equal a plain sum over the query's terms. The top-k reads few passages: the scores are
 cut in blocks of ``2**BLOCK_SHIFT`` passages, each with an upper bound of its scores (raised when a score rises, left
-loose when one falls, made exact when the block is read); the blocks holding the last top-k are read first, which gives
-the k-th score, and then only the blocks whose bound reaches it. Forbidden passages hold ``-inf``, which no term lifts.
+loose when one falls, made exact when the block is read). The last query's top-k, scored for this query, are k
+passages at least as good as the worst of them, so no passage below that floor can be in this top-k: only the blocks
+whose bound reaches it are read, highest bound first, until the next bound is below the k-th best score found.
+Forbidden passages hold ``-inf``, which no term lifts.
 
 Examples:
     >>> import numpy as np
@@ -87,6 +89,65 @@ def _sift_down(heap_scores, heap_ids, size, value, passage) -> None:
 
 
 @_jit
+def _read_block(scores, bounds, b, shift, k, floor, size, heap_scores, heap_ids) -> int:
+    """Every passage of block ``b`` at or above ``floor`` into the heap of ``size`` entries (its new size returned);
+    the block's bound made exact."""
+    best = -np.inf
+    for d in range(b << shift, min((b + 1) << shift, scores.shape[0])):
+        value = scores[d]
+        if value > best:
+            best = value
+        if value < floor or value <= 0.0 or (size == k and _worse(value, d, heap_scores[0], heap_ids[0])):
+            continue
+        if size < k:  # sift up from the end
+            i = size
+            size += 1
+            while i > 0 and _worse(value, d, heap_scores[(i - 1) >> 1], heap_ids[(i - 1) >> 1]):
+                heap_scores[i], heap_ids[i] = heap_scores[(i - 1) >> 1], heap_ids[(i - 1) >> 1]
+                i = (i - 1) >> 1
+            heap_scores[i], heap_ids[i] = value, d
+        else:  # in place of the root
+            _sift_down(heap_scores, heap_ids, size, value, d)
+    bounds[b] = best
+    return size
+
+
+@_jit
+def _top_k(scores, bounds, seen, shift, k, seeds, heap_scores, heap_ids, blocks, block_bounds, work) -> int:
+    """The top ``k`` passages above 0 into the heap (its size returned; the root is its worst entry: the lowest
+    score, the highest id among equal scores). ``seeds``, the last query's top, are scored first: when they are at
+    least ``k``, the worst of their scores is a floor under the k-th one, below which no passage is looked at. Their
+    blocks are read first; then the other blocks whose bound reaches the floor and the heap's worst score, highest
+    bound first, until the next bound is below the heap's worst score. ``seen[b]``: the stamp of the last query that
+    read block ``b`` (the last entry: the last stamp)."""
+    floor = np.inf if seeds.shape[0] >= k else 0.0  # at least k passages score at least the worst seed
+    for d in seeds:
+        floor = min(floor, max(scores[d], 0.0))
+    stamp = seen[-1] + 1
+    seen[-1] = stamp
+    size = 0
+    for d in seeds:
+        b = d >> shift
+        if seen[b] != stamp:
+            seen[b] = stamp
+            work[1] += 1
+            size = _read_block(scores, bounds, b, shift, k, floor, size, heap_scores, heap_ids)
+    n = 0
+    for b in range(bounds.shape[0]):
+        if (seen[b] != stamp and bounds[b] > 0.0 and bounds[b] >= floor
+                and not (size == k and bounds[b] < heap_scores[0])):
+            blocks[n], block_bounds[n] = b, -bounds[b]
+            n += 1
+    for i in np.argsort(block_bounds[:n]):
+        b = blocks[i]
+        if size == k and bounds[b] < heap_scores[0]:  # a bound equal to the worst score may hide a lower id
+            break
+        work[1] += 1
+        size = _read_block(scores, bounds, b, shift, k, floor, size, heap_scores, heap_ids)
+    return size
+
+
+@_jit
 def _search_run(data, indices, indptr, scores, bounds, seen, forbidden, shift, tile_size, offsets, terms, counts,
                 last_terms, last_counts, exact_terms, reset_cost_per_passage, k, seed_ids, out_ids, out_scores,
                 out_counts, work):
@@ -94,9 +155,9 @@ def _search_run(data, indices, indptr, scores, bounds, seen, forbidden, shift, t
     ``terms[offsets[q]:offsets[q + 1]]`` (ascending) ``counts[...]`` times; the stream's last query before the run,
     ``last_terms`` ``last_counts`` times. Each term whose count changed by ``Δ`` adds ``Δ`` times its column (or the
     stream starts again from zero, the forbidden at ``-inf``, when that is cheaper or the sums would not be exact),
-    then the top ``k`` (score descending, id ascending, scores above 0) goes to ``out_*[q]``, the blocks of the last
-    query's top (``seed_ids`` before the run) read first. ``work[q]``: the postings added, the blocks read, whether
-    it started again."""
+    then the top ``k`` (score descending, id ascending, scores above 0) goes to ``out_*[q]`` (``_top_k``, from the
+    last query's top: ``seed_ids`` before the run). ``work[q]``: the postings added, the blocks read, whether it
+    started again."""
     num_docs = scores.shape[0]
     num_blocks = bounds.shape[0]
     heap_scores = np.empty(k, np.float64)
@@ -104,6 +165,8 @@ def _search_run(data, indices, indptr, scores, bounds, seen, forbidden, shift, t
     most = offsets[1:] - offsets[:-1]
     room = (most.max() if most.shape[0] else 0) + max(last_terms.shape[0], most.max() if most.shape[0] else 0)
     changed = np.empty(room, np.int64)
+    blocks = np.empty(num_blocks, np.int64)
+    block_bounds = np.empty(num_blocks, np.float64)
     change = np.empty(room, np.float64)
     for q in range(offsets.shape[0] - 1):
         new_terms, new_counts = terms[offsets[q]:offsets[q + 1]], counts[offsets[q]:offsets[q + 1]]
@@ -165,39 +228,8 @@ def _search_run(data, indices, indptr, scores, bounds, seen, forbidden, shift, t
                     else:  # one that falls leaves it valid
                         for p in range(start, stop):
                             scores[indices[p]] += delta * data[p]
-        # the heap's root is its worst entry: the lowest score, the highest id among equal scores
-        size = 0
-        stamp = seen[num_blocks] + 1
-        seen[num_blocks] = stamp
-        seed_count = out_counts[q - 1] if q > 0 else seed_ids.shape[0]
-        for s in range(seed_count + num_blocks):
-            if s < seed_count:
-                b = (out_ids[q - 1, s] if q > 0 else seed_ids[s]) >> shift
-            else:
-                b = s - seed_count
-                if seen[b] == stamp or bounds[b] <= 0.0 or (size == k and bounds[b] < heap_scores[0]):
-                    continue
-            if seen[b] == stamp:
-                continue
-            seen[b] = stamp
-            work[q, 1] += 1
-            best = -np.inf
-            for d in range(b << shift, min((b + 1) << shift, num_docs)):
-                value = scores[d]
-                if value > best:
-                    best = value
-                if value <= 0.0 or (size == k and _worse(value, d, heap_scores[0], heap_ids[0])):
-                    continue
-                if size < k:  # sift up from the end
-                    i = size
-                    size += 1
-                    while i > 0 and _worse(value, d, heap_scores[(i - 1) >> 1], heap_ids[(i - 1) >> 1]):
-                        heap_scores[i], heap_ids[i] = heap_scores[(i - 1) >> 1], heap_ids[(i - 1) >> 1]
-                        i = (i - 1) >> 1
-                    heap_scores[i], heap_ids[i] = value, d
-                else:  # in place of the root
-                    _sift_down(heap_scores, heap_ids, size, value, d)
-            bounds[b] = best  # exact now
+        seeds = out_ids[q - 1, : out_counts[q - 1]] if q > 0 else seed_ids
+        size = _top_k(scores, bounds, seen, shift, k, seeds, heap_scores, heap_ids, blocks, block_bounds, work[q])
         out_counts[q] = size
         while size > 0:  # the worst out first, written from the back
             size -= 1
