@@ -278,14 +278,25 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def times_lucene_cpu(record: dict) -> float | None:
+    """bm25's retrieve against Lucene's batch_search in queries per second of CPU time (the JVM also works on other
+    cores, which its wall rate counts); ``None`` where either was not timed."""
+    cpu = (record.get("stream") or {}).get("cpu_qps") or {}
+    if "retrieve" not in cpu or "lucene batch_search" not in cpu:
+        return None
+    return cpu["retrieve"] / cpu["lucene batch_search"]
+
+
 # issue 64's targets: (what, the size it is measured at, the figure from a record, the wanted value, at most?)
 TARGETS = [
     ("bm25 queries/s, the 666k sample", SAMPLE_PASSAGES, lambda r: r["queries_per_s"], 2000, False),
     ("bm25 queries/s, 21M passages", 21_000_000, lambda r: r["queries_per_s"], 100, False),
     ("bm25 against Lucene's batch_search, the 666k sample", SAMPLE_PASSAGES,
      lambda r: (r.get("stream") or {}).get("times_lucene"), 20, False),
+    ("bm25 against Lucene's batch_search, CPU time, the 666k sample", SAMPLE_PASSAGES, times_lucene_cpu, 20, False),
     ("bm25 against Lucene's batch_search, 21M passages", 21_000_000,
      lambda r: (r.get("stream") or {}).get("times_lucene"), 20, False),
+    ("bm25 against Lucene's batch_search, CPU time, 21M passages", 21_000_000, times_lucene_cpu, 20, False),
     ("21M build peak RSS (GiB)", 21_000_000, lambda r: r["build"]["peak_mb"] / 1024, 8, True),
     ("21M load adds RSS (GiB)", 21_000_000, lambda r: r["load"]["added_mb"] / 1024, 2, True),
 ]
