@@ -30,3 +30,13 @@ def test_each_target_is_met_missed_by_a_share_or_not_measured():
 
 def test_a_size_without_a_record_is_not_measured():
     assert targets_table([]).count("| not measured | not measured |") == 8
+
+
+def test_the_sizes_whose_stream_run_was_pinned_to_one_cpu_are_named():
+    pinned = record(SAMPLE_PASSAGES, 2100.0, times_lucene=21.0,
+                    cpu_qps={"retrieve": 2100.0, "lucene batch_search": 99.0})
+    pinned["stream"]["pinned_cpu"] = 1
+    unpinned = record(5_000_000, 180.0, times_lucene=3.0, cpu_qps={"retrieve": 180.0, "lucene batch_search": 30.0})
+    assert targets_table([pinned, unpinned]).splitlines()[-1] == (
+        "The stream benchmark ran on one CPU, Lucene's JVM with it (`--pin-cpu`), at 666,157 passages.")
+    assert "--pin-cpu" not in targets_table([unpinned])

@@ -316,6 +316,10 @@ def targets_table(rows: list[dict]) -> str:
             measured = f"{value:,.2f}" if value < 100 else f"{value:,.0f}"
             verdict = "met" if met else f"missed by {abs(value - wanted) / wanted:.0%}"
         lines.append(f"| {what} | {'at most' if at_most else 'at least'} {wanted:,} | {measured} | {verdict} |")
+    pinned = [f"{r['passages']:,}" for r in rows if (r.get("stream") or {}).get("pinned_cpu") is not None]
+    if pinned:  # the wall rates of such a run are one core's in the strict sense: say which sizes they are
+        lines += ["", "The stream benchmark ran on one CPU, Lucene's JVM with it (`--pin-cpu`), at "
+                  f"{', '.join(pinned)} passages."]
     return "\n".join(lines)
 
 

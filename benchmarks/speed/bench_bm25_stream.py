@@ -61,6 +61,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="a record of bench_bm25_scale (results/bm25-scale/bm25-<N>.json) of this index's corpus: "
                              "its queries/s columns (bm25 retrieve, Lucene batch_search) and this run's figures "
                              "(\"stream\") are written into it")
+    parser.add_argument("--pin-cpu", type=int, metavar="CPU",
+                        help="run the whole benchmark on this CPU alone (set before Lucene's JVM starts, whose threads "
+                             "inherit it): one core in the strict sense; without it the JVM's compiler and garbage "
+                             "collector may work on other cores, which the CPU-time rates count and the wall rates "
+                             "do not")
     return parser.parse_args(argv)
 
 
@@ -74,6 +79,36 @@ def stream_queries(args: argparse.Namespace) -> list[str]:
     plan = prepare(load_dataset_text(args.data), tokenizer, config, "bm25", max_length=512,
                    max_eval_tokens=512 + 4 * (args.queries + 1))
     return [query for query in plan.queries if query is not None][: args.queries]
+
+
+def pin_to_cpu(cpu: int) -> None:
+    """Put this process's threads, those running and those it starts from now on, on ``cpu`` alone (a clear exit
+    when the process may not run there)."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if cpu not in allowed:
+        raise SystemExit(f"--pin-cpu {cpu}: this process may run on CPUs {allowed}; pick one of them")
+    for thread in this_process_threads():  # the threads started already (numpy's BLAS pool) as well
+        try:
+            os.sched_setaffinity(thread, {cpu})
+        except OSError:  # the thread ended meanwhile
+            pass
+
+
+def this_process_threads() -> list[int]:
+    """The ids of this process's threads (Linux), or ``[0]``, the calling thread, where /proc is not there."""
+    return [int(t) for t in os.listdir("/proc/self/task")] if os.path.isdir("/proc/self/task") else [0]
+
+
+def threads_off_cpu(cpu: int) -> int:
+    """How many of this process's threads may run on a CPU other than ``cpu`` (where /proc is not there, the calling
+    thread alone is looked at)."""
+    off = 0
+    for thread in this_process_threads():
+        try:
+            off += os.sched_getaffinity(thread) != {cpu}
+        except OSError:  # the thread ended meanwhile
+            pass
+    return off
 
 
 def per_second(count: int, seconds: float) -> float:
@@ -95,11 +130,13 @@ def in_batches(function, items: list, batch: int = BATCH, name: str = "") -> tup
 
 
 def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    if args.pin_cpu is not None:  # before the libraries' imports, which may start thread pools
+        pin_to_cpu(args.pin_cpu)
     from hf_ralm.retrieval import BM25Retriever, analyze_texts, read_forbidden_titles
     from hf_ralm.testing import reference_bm25_top_k
     from hf_ralm.utils import write_json_atomic
 
-    args = parse_args(argv)
     queries = stream_queries(args)
     forbidden = read_forbidden_titles(args.forbidden_titles)
     start = time.perf_counter()
@@ -169,12 +206,16 @@ def main(argv: list[str] | None = None) -> dict:
         "exact_terms": searcher.exact_terms(),
         "same_top_k_as_exhaustive": {"search": same, "retrieve": same_retrieve, "bm25s_ids": same_bm25s},
         "lucene": lucene, "load_average": os.getloadavg(), "cores": available_cores(),
+        "pinned_cpu": args.pin_cpu,
+        "threads_off_the_pinned_cpu": None if args.pin_cpu is None else threads_off_cpu(args.pin_cpu),
     }
     if lucene:
         figures["times_lucene"] = figures["retrieve_qps"] / lucene["batch_search_qps"]
     print(f"{figures['passages']:,} passages, {len(queries)} queries (about {figures['mean_terms_per_query']:.1f} "
           f"terms each), k={k}, batches of {BATCH}, one thread; load average "
-          f"{' '.join(f'{x:.1f}' for x in figures['load_average'])} on {figures['cores']} cores")
+          f"{' '.join(f'{x:.1f}' for x in figures['load_average'])}; this process on {figures['cores']} cores"
+          + ("" if args.pin_cpu is None else f" (pinned to CPU {args.pin_cpu}, Lucene's JVM with it: "
+                                             f"{figures['threads_off_the_pinned_cpu']} threads may run elsewhere)"))
     print(f"index load {load_seconds:.1f} s, first search {first_seconds:.2f} s (kernel compiled or loaded)")
     cpu = figures["cpu_qps"]
     print("| path | queries | queries/s (wall) | queries/s (CPU time) | top-16 identical to exhaustive |")
