@@ -15,7 +15,10 @@ With ``--lucene-index`` (built by ``hf-ralm index --retriever lucene``; the defa
 the Lucene backend on the same queries, one thread, batches of 64, on the first ``--lucene-queries``: Anserini's
 ``batch_search`` for the top ``k`` (what Lucene itself costs, forbidden titles not applied) and the backend's
 ``retrieve`` with the forbidden titles (as an evaluation runs it: it searches 100 deep and filters); the stream's
-``retrieve`` against the first of the two is the "times Lucene" figure.
+``retrieve`` against the first of the two is the "times Lucene" figure. One thread is not one core: Lucene's JVM
+compiles and collects garbage on threads of its own, which run on another core beside the search thread, so its
+wall rate can exceed its CPU-time rate; ``--pin-cpu N`` runs every thread of the benchmark, the JVM's
+with them, on CPU ``N`` alone (the record keeps the CPU and how many threads could still run elsewhere).
 
     python -m benchmarks.speed.bench_bm25_stream --json-out ~/.cache/hf-ralm/bench/bm25_stream.json
 
