@@ -9,22 +9,19 @@ import threading
 
 import pytest
 
-from benchmarks.speed.bench_bm25_stream import parse_args, pin_to_cpu, threads_off_cpu
+from benchmarks.speed.bench_bm25_stream import on_each_thread, parse_args, pin_to_cpu, threads_off_cpu
 
-pytestmark = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is Linux's")
+linux_affinity = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is Linux's")
 
 
 @pytest.fixture
 def restore_affinity():
     before = os.sched_getaffinity(0)
     yield
-    for thread in os.listdir("/proc/self/task"):
-        try:
-            os.sched_setaffinity(int(thread), before)
-        except OSError:
-            pass
+    on_each_thread(lambda thread: os.sched_setaffinity(thread, before))
 
 
+@linux_affinity
 def test_pinning_moves_running_threads_and_new_ones_inherit_it(restore_affinity):
     cpu = max(os.sched_getaffinity(0))
     stop = threading.Event()
@@ -44,12 +41,19 @@ def test_pinning_moves_running_threads_and_new_ones_inherit_it(restore_affinity)
         early.join()
 
 
+@linux_affinity
 def test_a_cpu_the_process_may_not_use_is_refused_with_the_allowed_ones(restore_affinity):
     allowed = sorted(os.sched_getaffinity(0))
     refusal = f"--pin-cpu {max(allowed) + 1}: this process may run on CPUs {allowed}"
     with pytest.raises(SystemExit, match=re.escape(refusal)):
         pin_to_cpu(max(allowed) + 1)
     assert sorted(os.sched_getaffinity(0)) == allowed
+
+
+def test_a_platform_without_cpu_affinity_is_told_so(monkeypatch):
+    monkeypatch.delattr(os, "sched_setaffinity", raising=False)
+    with pytest.raises(SystemExit, match=r"--pin-cpu needs CPU affinity \(os.sched_setaffinity\)"):
+        pin_to_cpu(0)
 
 
 def test_the_flag_is_parsed():

@@ -86,32 +86,31 @@ def stream_queries(args: argparse.Namespace) -> list[str]:
 
 def pin_to_cpu(cpu: int) -> None:
     """Put this process's threads, those running and those it starts from now on, on ``cpu`` alone (a clear exit
-    when the process may not run there)."""
+    when the process may not run there, or the platform has no CPU affinity)."""
+    if not hasattr(os, "sched_setaffinity"):
+        raise SystemExit("--pin-cpu needs CPU affinity (os.sched_setaffinity), which this platform lacks: Linux has it")
     allowed = sorted(os.sched_getaffinity(0))
     if cpu not in allowed:
         raise SystemExit(f"--pin-cpu {cpu}: this process may run on CPUs {allowed}; pick one of them")
-    for thread in this_process_threads():  # the threads started already (numpy's BLAS pool) as well
+    on_each_thread(lambda thread: os.sched_setaffinity(thread, {cpu}))  # numpy's BLAS pool started already
+
+
+def on_each_thread(action):
+    """``action(thread id)`` for each of this process's threads (Linux's /proc; where it is not there, the calling
+    thread alone, id 0), what it returned in a list; a thread that ended meanwhile is left out."""
+    threads = [int(t) for t in os.listdir("/proc/self/task")] if os.path.isdir("/proc/self/task") else [0]
+    done = []
+    for thread in threads:
         try:
-            os.sched_setaffinity(thread, {cpu})
+            done.append(action(thread))
         except OSError:  # the thread ended meanwhile
             pass
-
-
-def this_process_threads() -> list[int]:
-    """The ids of this process's threads (Linux), or ``[0]``, the calling thread, where /proc is not there."""
-    return [int(t) for t in os.listdir("/proc/self/task")] if os.path.isdir("/proc/self/task") else [0]
+    return done
 
 
 def threads_off_cpu(cpu: int) -> int:
-    """How many of this process's threads may run on a CPU other than ``cpu`` (where /proc is not there, the calling
-    thread alone is looked at)."""
-    off = 0
-    for thread in this_process_threads():
-        try:
-            off += os.sched_getaffinity(thread) != {cpu}
-        except OSError:  # the thread ended meanwhile
-            pass
-    return off
+    """How many of this process's threads may run on a CPU other than ``cpu``."""
+    return sum(cpus != {cpu} for cpus in on_each_thread(os.sched_getaffinity))
 
 
 def per_second(count: int, seconds: float) -> float:
